@@ -1,0 +1,201 @@
+#include "common/cluster/cluster_client.h"
+
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+
+namespace ferry {
+namespace {
+
+proto::Role ToProto(NodeRole role) {
+  switch (role) {
+    case NodeRole::kScheduler: return proto::SCHEDULER;
+    case NodeRole::kServer: return proto::SERVER;
+    case NodeRole::kWorker: return proto::WORKER;
+  }
+  return proto::ROLE_UNSPECIFIED;
+}
+
+std::string Hostname() {
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace
+
+ClusterClient::ClusterClient(const Config& config, Van* van, int port)
+    : config_(config), van_(van), port_(port) {
+  scheduler_name_ = StrCat("scheduler (", config.root_host, ":", config.root_port, ")");
+}
+
+ClusterClient::~ClusterClient() {
+  stop_heartbeat_ = true;
+  cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+int ClusterClient::my_rank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.Contains(my_id_) ? table_.node(my_id_).rank() : -1;
+}
+
+std::string ClusterClient::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void ClusterClient::SetFailureCallback(std::function<void(const std::string&)> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_failure_ = std::move(callback);
+}
+
+void ClusterClient::Send(Message m) { van_->Send(kSchedulerId, std::move(m)); }
+
+void ClusterClient::Register() {
+  van_->Connect(kSchedulerId, config_.SchedulerEndpoint(), "");
+  Message m = MakeMessage(proto::REGISTER, -1);
+  auto* r = m.envelope.mutable_register_request();
+  r->set_role(ToProto(config_.role));
+  r->set_host(config_.node_host);
+  r->set_port(port_);
+  r->set_requested_rank(config_.role == NodeRole::kWorker ? config_.worker_id : -1);
+  r->set_kind(config_.node_kind);
+  r->set_hostname(Hostname());
+  r->set_pid(getpid());
+  Send(std::move(m));
+  LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role);
+  WaitUntil([this] { return my_id_ >= 0; }, config_.connect_timeout_ms,
+            StrCat("the node table from the ", scheduler_name_,
+                   " (is the scheduler running, and did every node start?)"));
+  last_scheduler_contact_ms_ = NowMs();
+  heartbeat_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "heartbeat");
+    HeartbeatLoop();
+  });
+}
+
+bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
+  if (origin.inbound || origin.peer != kSchedulerId) return false;
+  last_scheduler_contact_ms_ = NowMs();
+  const proto::Envelope& e = m.envelope;
+  switch (e.type()) {
+    case proto::NODE_TABLE: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (my_id_ >= 0) return true;  // a duplicate table changes nothing
+      table_ = NodeTable(e.node_table());
+      my_id_ = e.node_table().your_id();
+      if (!table_.Contains(my_id_)) {
+        LOG(ERROR) << "the scheduler's node table does not contain my id " << my_id_;
+        my_id_ = -1;
+        return true;
+      }
+      LOG(INFO) << "joined the cluster as " << table_.Describe(my_id_) << " ("
+                << table_.num_servers() << " servers, " << table_.num_workers() << " workers)";
+      cv_.notify_all();
+      return true;
+    }
+    case proto::BARRIER_RELEASE: {
+      std::lock_guard<std::mutex> lock(mu_);
+      barriers_[e.request_id()] = true;
+      cv_.notify_all();
+      return true;
+    }
+    case proto::HEARTBEAT_ACK:
+      return true;
+    case proto::ERROR:
+      // The scheduler refuses us (job full, rank taken, ...): nothing to wait for.
+      Fail(StrCat("the ", scheduler_name_, " refused this node: ", e.error().reason()));
+      return true;
+    case proto::NODE_FAILED:
+      Fail(e.failure().reason());
+      return true;
+    case proto::SHUTDOWN:
+      LOG(INFO) << "the scheduler ended the job";
+      shut_down_ = true;
+      cv_.notify_all();
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ClusterClient::Fail(const std::string& reason) {
+  std::function<void(const std::string&)> callback;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_ || shut_down_) return;
+    failure_ = reason;
+    failed_ = true;
+    callback = on_failure_;
+  }
+  LOG(ERROR) << "cluster failure: " << reason;
+  cv_.notify_all();
+  if (callback) callback(reason);
+}
+
+void ClusterClient::WaitUntil(const std::function<bool()>& done, int64_t timeout_ms,
+                              const std::string& what) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto deadline = Clock::now() + Millis(timeout_ms);
+  while (!done()) {
+    if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
+      if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
+      throw FerryError(ErrorCode::kTimeout,
+                       StrCat("timed out after ", timeout_ms, " ms waiting for ", what));
+    }
+  }
+}
+
+void ClusterClient::Barrier(proto::BarrierGroup group) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_request_++;
+    barriers_[id] = false;
+  }
+  Message m = MakeMessage(proto::BARRIER, my_id_);
+  m.envelope.set_request_id(id);
+  m.envelope.mutable_barrier()->set_group(group);
+  Send(std::move(m));
+  WaitUntil([this, id] { return barriers_[id]; }, config_.op_timeout_ms,
+            StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
+  std::lock_guard<std::mutex> lock(mu_);
+  barriers_.erase(id);
+}
+
+void ClusterClient::Finalize() {
+  Send(MakeMessage(proto::FINALIZE, my_id_));
+  WaitForShutdown();
+}
+
+void ClusterClient::WaitForShutdown() {
+  // A server waits as long as the job runs: failures end the wait, not a deadline
+  // (the scheduler's heartbeat watch bounds how long a dead job can go unnoticed).
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shut_down_) {
+    if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    cv_.wait_for(lock, Millis(config_.heartbeat_interval_ms));
+  }
+}
+
+void ClusterClient::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_heartbeat_ && !shut_down_ && !failed_) {
+    lock.unlock();
+    Send(MakeMessage(proto::HEARTBEAT, my_id_));
+    int64_t silent = NowMs() - last_scheduler_contact_ms_;
+    if (silent > config_.heartbeat_timeout_ms) {
+      Fail(StrCat("the ", scheduler_name_, " has not answered for ", silent,
+                  " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.heartbeat_timeout_ms,
+                  "); it is presumed dead"));
+    }
+    lock.lock();
+    cv_.wait_for(lock, Millis(config_.heartbeat_interval_ms));
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,51 @@
+#pragma once
+
+// NodeTable: who is in the job. Built by the scheduler once every node registered,
+// then sent to every node. Ids: 0 is the scheduler, 1..S the servers (rank = id - 1),
+// S+1..S+W the workers (rank = id - S - 1).
+
+#include <string>
+#include <vector>
+
+#include "ferry.pb.h"
+
+namespace ferry {
+
+constexpr int kSchedulerId = 0;
+
+inline int ServerId(int rank) { return 1 + rank; }
+inline int WorkerId(int num_servers, int rank) { return 1 + num_servers + rank; }
+
+// The routing id of a worker's connection to a server, so the server can check that
+// a push claiming to come from node `id` arrives on that node's own connection.
+inline std::string WorkerRoutingId(int id) { return "ferry-node-" + std::to_string(id); }
+
+class NodeTable {
+ public:
+  NodeTable() = default;
+  explicit NodeTable(const proto::NodeTable& table);
+
+  int num_workers() const { return num_workers_; }
+  int num_servers() const { return num_servers_; }
+  bool empty() const { return nodes_.empty(); }
+  // REQUIRES: Contains(id).
+  const proto::NodeInfo& node(int id) const;
+  bool Contains(int id) const;
+  bool IsWorker(int id) const { return Contains(id) && node(id).role() == proto::WORKER; }
+  bool IsServer(int id) const { return Contains(id) && node(id).role() == proto::SERVER; }
+  // Servers by rank.
+  std::vector<proto::NodeInfo> Servers() const;
+  // "server 1 (10.0.0.2:9001)"; "node 7 (unknown)" for an id not in the table.
+  std::string Describe(int id) const;
+  const proto::NodeTable& proto() const { return table_; }
+
+ private:
+  proto::NodeTable table_;
+  std::vector<proto::NodeInfo> nodes_;  // indexed by id
+  int num_workers_ = 0;
+  int num_servers_ = 0;
+};
+
+std::string DescribeNode(const proto::NodeInfo& n);
+
+}  // namespace ferry

@@ -1,0 +1,32 @@
+#include "common/cluster/role_main.h"
+
+#include <glog/logging.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "common/util/status.h"
+
+namespace ferry {
+
+int RunRoleMain(int argc, char** argv, const NodeRole* role,
+                const std::function<int(const Config&)>& body) {
+  Config config;
+  try {
+    config = Config::FromEnvironment(ProcessEnvironment(), role);
+  } catch (const FerryError& e) {
+    std::fprintf(stderr, "ferry: %s\n", e.what());
+    return kExitBadConfig;
+  }
+  InitLogging(argv[0], config, NodeRoleName(config.role));
+  // A peer that vanished must surface as an error, not kill us with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    return body(config);
+  } catch (const FerryError& e) {
+    LOG(ERROR) << e.what();
+    return e.code() == ErrorCode::kInvalidConfig ? kExitBadConfig : kExitFailure;
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,311 @@
+#include "common/config/config.h"
+
+// Debian's glog 0.6 is built with custom-prefix support; its header needs this to show it.
+#define GLOG_CUSTOM_PREFIX_SUPPORT 1
+#include <glog/logging.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+
+#include "common/util/status.h"
+
+namespace ferry {
+namespace {
+
+[[noreturn]] void Invalid(const std::string& variable, const std::string& value,
+                          const std::string& allowed) {
+  throw FerryError(ErrorCode::kInvalidConfig,
+                   StrCat("invalid configuration: ", variable, "='", value, "': ", allowed));
+}
+
+// Reads the environment, tracking FERRY_* names over their BYTEPS_* aliases.
+class EnvReader {
+ public:
+  EnvReader(const EnvLookup& env, std::vector<std::string>* warnings)
+      : env_(env), warnings_(warnings) {}
+
+  // Returns the value of `name` or of `alias` (FERRY_* wins, with a warning if both
+  // are set and differ). `used` receives the name the value came from.
+  const char* Get(const char* name, const char* alias, std::string* used) const {
+    const char* value = env_(name);
+    const char* alias_value = alias ? env_(alias) : nullptr;
+    if (value && alias_value && std::strcmp(value, alias_value) != 0) {
+      warnings_->push_back(StrCat(name, "='", value, "' overrides ", alias, "='", alias_value,
+                                  "'"));
+    }
+    if (value) {
+      *used = name;
+      return value;
+    }
+    *used = alias ? alias : name;
+    return alias_value;
+  }
+
+  int64_t Int(const char* name, const char* alias, int64_t def, int64_t min, int64_t max) const {
+    std::string used;
+    const char* text = Get(name, alias, &used);
+    if (!text) return def;
+    std::string s(text);
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    bool ok = !s.empty() && end && *end == '\0' && errno == 0 && !std::isspace(s[0]);
+    if (!ok || v < min || v > max) {
+      Invalid(used, s, StrCat("expected an integer from ", min, " to ", max));
+    }
+    return v;
+  }
+
+  bool Bool(const char* name, const char* alias, bool def) const {
+    std::string used;
+    const char* text = Get(name, alias, &used);
+    if (!text) return def;
+    std::string s(text);
+    std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+    if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+    if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) return false;
+    Invalid(used, text, "expected 0 or 1 (or true/false)");
+  }
+
+  std::string Str(const char* name, const char* alias, const std::string& def) const {
+    std::string used;
+    const char* text = Get(name, alias, &used);
+    return text ? std::string(text) : def;
+  }
+
+  bool Has(const char* name) const { return env_(name) != nullptr; }
+
+ private:
+  const EnvLookup& env_;
+  std::vector<std::string>* warnings_;
+};
+
+NodeRole ParseRole(const std::string& text) {
+  if (text == "scheduler") return NodeRole::kScheduler;
+  if (text == "server") return NodeRole::kServer;
+  if (text == "worker") return NodeRole::kWorker;
+  Invalid("DMLC_ROLE", text, "expected scheduler, server or worker");
+}
+
+void ParseLogLevel(const std::string& variable, const std::string& text, Config* c) {
+  std::string s = text;
+  std::transform(s.begin(), s.end(), s.begin(), ::toupper);
+  c->log_verbosity = 0;
+  if (s == "TRACE") {
+    c->log_level = 0;
+    c->log_verbosity = 2;
+  } else if (s == "DEBUG") {
+    c->log_level = 0;
+    c->log_verbosity = 1;
+  } else if (s == "INFO" || s.empty()) {
+    c->log_level = 0;
+  } else if (s == "WARNING" || s == "WARN") {
+    c->log_level = 1;
+  } else if (s == "ERROR" || s == "FATAL") {
+    c->log_level = 2;
+  } else {
+    Invalid(variable, text, "expected TRACE, DEBUG, INFO, WARNING or ERROR");
+  }
+}
+
+}  // namespace
+
+const char* NodeRoleName(NodeRole role) {
+  switch (role) {
+    case NodeRole::kScheduler: return "scheduler";
+    case NodeRole::kServer: return "server";
+    case NodeRole::kWorker: return "worker";
+  }
+  return "unknown";
+}
+
+EnvLookup ProcessEnvironment() {
+  return [](const char* name) -> const char* { return std::getenv(name); };
+}
+
+EnvLookup MapEnvironment(const std::map<std::string, std::string>& env) {
+  return [env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::string ResolveHost(const std::string& variable, const std::string& host) {
+  if (host.empty()) Invalid(variable, host, "expected an IPv4 address or a host name");
+  in_addr addr{};
+  if (inet_pton(AF_INET, host.c_str(), &addr) == 1) return host;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &result);
+  if (rc != 0 || !result) {
+    Invalid(variable, host, StrCat("cannot resolve host name (", gai_strerror(rc), ")"));
+  }
+  char buf[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr, buf, sizeof buf);
+  freeaddrinfo(result);
+  return buf;
+}
+
+std::string LocalAddressFor(const std::string& remote_ip) {
+  // A connected UDP socket makes the kernel pick the route's source address; no packet
+  // is sent by connect() on a datagram socket.
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return "127.0.0.1";
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(9);
+  inet_pton(AF_INET, remote_ip.c_str(), &remote.sin_addr);
+  std::string result = "127.0.0.1";
+  if (connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN] = {0};
+      inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
+      result = buf;
+    }
+  }
+  close(fd);
+  return result;
+}
+
+Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role) {
+  Config c;
+  EnvReader r(env, &c.warnings);
+
+  std::string role_text = r.Str("DMLC_ROLE", nullptr, "");
+  if (fixed_role) {
+    c.role = *fixed_role;
+    if (!role_text.empty() && ParseRole(role_text) != c.role) {
+      Invalid("DMLC_ROLE", role_text, StrCat("this program is the ", NodeRoleName(c.role)));
+    }
+  } else {
+    if (role_text.empty()) Invalid("DMLC_ROLE", "", "must be set to scheduler, server or worker");
+    c.role = ParseRole(role_text);
+  }
+
+  for (const char* required : {"DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI",
+                               "DMLC_PS_ROOT_PORT"}) {
+    if (!r.Has(required)) Invalid(required, "", "must be set");
+  }
+  c.num_workers = static_cast<int>(r.Int("DMLC_NUM_WORKER", nullptr, 0, 1, 65535));
+  c.num_servers = static_cast<int>(r.Int("DMLC_NUM_SERVER", nullptr, 0, 1, 65535));
+  c.root_uri = r.Str("DMLC_PS_ROOT_URI", nullptr, "");
+  c.root_host = ResolveHost("DMLC_PS_ROOT_URI", c.root_uri);
+  c.root_port = static_cast<int>(r.Int("DMLC_PS_ROOT_PORT", nullptr, 0, 1, 65535));
+  c.worker_id = static_cast<int>(r.Int("DMLC_WORKER_ID", nullptr, -1, 0, c.num_workers - 1));
+
+  if (c.role == NodeRole::kScheduler) {
+    c.node_host = c.root_host;
+    c.node_port = c.root_port;
+  } else {
+    std::string host = r.Str("DMLC_NODE_HOST", nullptr, "");
+    c.node_host = host.empty() ? LocalAddressFor(c.root_host) : ResolveHost("DMLC_NODE_HOST", host);
+    c.node_port = static_cast<int>(r.Int("DMLC_PORT", nullptr, 0, 0, 65535));
+  }
+  std::string bind = r.Str("FERRY_BIND_ADDR", nullptr, "");
+  c.bind_host = bind.empty() ? c.node_host : (bind == "*" ? "*" : ResolveHost("FERRY_BIND_ADDR", bind));
+
+  c.node_kind = r.Str("FERRY_NODE_KIND", nullptr, "");
+  if (!c.node_kind.empty() && c.node_kind != "colocated" && c.node_kind != "cpu") {
+    Invalid("FERRY_NODE_KIND", c.node_kind, "expected colocated or cpu (or unset: automatic)");
+  }
+
+  c.partition_bytes =
+      r.Int("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES", c.partition_bytes, 1024, 1LL << 30);
+  c.scheduling_credit = static_cast<int>(
+      r.Int("FERRY_SCHEDULING_CREDIT", "BYTEPS_SCHEDULING_CREDIT", c.scheduling_credit, 1, 1 << 20));
+  c.scheduling_credit_bytes =
+      r.Int("FERRY_SCHEDULING_CREDIT_BYTES", nullptr, 0, 0, 1LL << 40);
+  c.server_engine_threads = static_cast<int>(r.Int(
+      "FERRY_SERVER_ENGINE_THREADS", "BYTEPS_SERVER_ENGINE_THREAD", c.server_engine_threads, 1, 256));
+  c.enable_async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
+  if (c.enable_async) {
+    std::string used;
+    Invalid(r.Get("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", &used) ? used : "FERRY_ENABLE_ASYNC",
+            "1", "asynchronous training is not implemented in this version of Ferry; unset it");
+  }
+
+  c.connect_timeout_ms =
+      r.Int("FERRY_CONNECT_TIMEOUT_MS", nullptr, c.connect_timeout_ms, 100, 86400000);
+  c.heartbeat_interval_ms =
+      r.Int("FERRY_HEARTBEAT_INTERVAL_MS", nullptr, c.heartbeat_interval_ms, 10, 3600000);
+  c.heartbeat_timeout_ms =
+      r.Int("FERRY_HEARTBEAT_TIMEOUT_MS", nullptr, c.heartbeat_timeout_ms, 50, 86400000);
+  if (c.heartbeat_timeout_ms < 2 * c.heartbeat_interval_ms) {
+    Invalid("FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(c.heartbeat_timeout_ms),
+            StrCat("must be at least twice FERRY_HEARTBEAT_INTERVAL_MS (",
+                   c.heartbeat_interval_ms, ")"));
+  }
+  c.op_timeout_ms = r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.op_timeout_ms, 100, 7 * 86400000LL);
+  c.max_message_bytes = r.Int("FERRY_MAX_MESSAGE_BYTES", nullptr, c.max_message_bytes, 65536,
+                              (1LL << 40));
+  if (c.max_message_bytes < c.partition_bytes + 4096) {
+    Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c.max_message_bytes),
+            StrCat("must exceed FERRY_PARTITION_BYTES (", c.partition_bytes, ") by 4096"));
+  }
+
+  std::string used;
+  const char* level = r.Get("FERRY_LOG_LEVEL", "BYTEPS_LOG_LEVEL", &used);
+  if (level) ParseLogLevel(used, level, &c);
+  return c;
+}
+
+std::string Config::SchedulerEndpoint() const {
+  return StrCat("tcp://", root_host, ":", root_port);
+}
+
+std::string Config::Summary() const {
+  return StrCat("role=", NodeRoleName(role), " workers=", num_workers, " servers=", num_servers,
+                " scheduler=", root_host, ":", root_port, " host=", node_host,
+                " partition_bytes=", partition_bytes, " credit=", scheduling_credit,
+                (scheduling_credit_bytes > 0 ? StrCat(" credit_bytes=", scheduling_credit_bytes)
+                                             : std::string()),
+                " engine_threads=", server_engine_threads,
+                " heartbeat=", heartbeat_interval_ms, "/", heartbeat_timeout_ms, "ms",
+                " connect_timeout=", connect_timeout_ms, "ms");
+}
+
+namespace {
+
+// The node's name in every log line: "I1129 15:40:01.123456 server 1] ...".
+std::string* g_node_name = new std::string("ferry");
+
+void LogPrefix(std::ostream& s, const google::LogMessageInfo& l, void*) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%c%02d%02d %02d:%02d:%02d.%06d", l.severity[0],
+                1 + l.time.month(), l.time.day(), l.time.hour(), l.time.min(), l.time.sec(),
+                static_cast<int>(l.time.usec()));
+  s << buf << ' ' << *g_node_name << ' ' << l.filename << ':' << l.line_number << ']';
+}
+
+}  // namespace
+
+void SetLogNodeName(const std::string& name) { *g_node_name = name; }
+
+void InitLogging(const char* argv0, const Config& config, const std::string& node_name) {
+  static bool initialized = false;
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = config.log_level;
+  FLAGS_v = config.log_verbosity;
+  SetLogNodeName(node_name);
+  if (!initialized) {
+    google::InitGoogleLogging(argv0, &LogPrefix, nullptr);
+    initialized = true;
+  }
+  for (const auto& w : config.warnings) LOG(WARNING) << w;
+}
+
+}  // namespace ferry

@@ -1,0 +1,81 @@
+#pragma once
+
+// Config: every setting of a Ferry process, read once from the environment.
+//
+// Sources: DMLC_* (BytePS/ps-lite compatible), FERRY_*, and the BYTEPS_* aliases that
+// mean the same thing in the same units. A FERRY_* value wins over its alias, with a
+// warning. Every value is validated here; a bad one throws FerryError(kInvalidConfig)
+// whose message names the variable, its value and what is allowed. Roles exit with
+// code 2 on that error. docs/configuration.md lists every variable.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+enum class NodeRole { kScheduler, kServer, kWorker };
+const char* NodeRoleName(NodeRole role);
+
+// Reads a variable; returns nullptr when unset. Tests inject their own environment.
+using EnvLookup = std::function<const char*(const char* name)>;
+EnvLookup ProcessEnvironment();
+EnvLookup MapEnvironment(const std::map<std::string, std::string>& env);
+
+struct Config {
+  NodeRole role = NodeRole::kWorker;
+  int num_workers = 0;
+  int num_servers = 0;
+  std::string root_uri;            // as given (IP or host name)
+  std::string root_host;           // resolved IPv4 address of the scheduler
+  int root_port = 0;
+  int worker_id = -1;              // DMLC_WORKER_ID; -1 = rank by join order
+  std::string node_host;           // address this node advertises (resolved IP)
+  std::string bind_host;           // address this node binds (FERRY_BIND_ADDR, default node_host)
+  int node_port = 0;               // DMLC_PORT; 0 = any free port
+  std::string node_kind;           // FERRY_NODE_KIND: "", "colocated" or "cpu"
+
+  int64_t partition_bytes = 4194304;
+  int scheduling_credit = 4;       // partitions in flight per worker
+  int64_t scheduling_credit_bytes = 0;  // if > 0, the credit in bytes instead
+  int server_engine_threads = 4;
+  bool enable_async = false;
+
+  int64_t connect_timeout_ms = 120000;
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t heartbeat_timeout_ms = 10000;
+  int64_t op_timeout_ms = 600000;  // one push_pull, barrier or broadcast
+  int64_t max_message_bytes = 1LL << 30;
+
+  int log_level = 0;               // glog minloglevel: 0 INFO, 1 WARNING, 2 ERROR
+  int log_verbosity = 0;           // glog v: 1 DEBUG, 2 TRACE
+
+  // Warnings found while reading (aliases overridden, ...), to log once logging is up.
+  std::vector<std::string> warnings;
+
+  // Reads and validates. `role_from_env`: read DMLC_ROLE; otherwise `role` is given
+  // by the caller (a binary that is one role) and DMLC_ROLE, if set, must agree.
+  static Config FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role = nullptr);
+
+  // Scheduler address as a ZeroMQ endpoint.
+  std::string SchedulerEndpoint() const;
+  // One line describing the settings, for the start-up log.
+  std::string Summary() const;
+};
+
+// Resolves a host name or IP to an IPv4 address; throws FerryError(kInvalidConfig)
+// naming `variable` if it cannot be resolved.
+std::string ResolveHost(const std::string& variable, const std::string& host);
+
+// The local address used to reach `remote_ip` (no packet is sent).
+std::string LocalAddressFor(const std::string& remote_ip);
+
+// Applies the log level and verbosity to glog and names the node in every line.
+// InitGoogleLogging may run once per process; later calls only update level and name.
+void InitLogging(const char* argv0, const Config& config, const std::string& node_name);
+// Renames the node in log lines (e.g. "worker ?" -> "worker 1" once the rank is known).
+void SetLogNodeName(const std::string& name);
+
+}  // namespace ferry

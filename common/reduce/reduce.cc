@@ -1,0 +1,424 @@
+// Summation kernels: data-type helpers, the portable kernels and the runtime dispatch.
+//
+// Dispatch: three KernelTables (portable, AVX2, AVX-512), one function pointer per
+// data type and operation, built once on first use. The public entry points make one
+// indirect call per buffer through the active table. The AVX2/AVX-512 kernels live
+// in reduce_avx2.cc / reduce_avx512.cc, compiled with `#pragma GCC target`, so the
+// rest of the project stays at the baseline instruction set.
+//
+// The portable kernels are plain element loops over byte pointers with memcpy loads
+// and stores (no misaligned typed dereference), which GCC vectorises at -O3.
+
+#include "common/reduce/reduce.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "common/reduce/reduce_internal.h"
+
+namespace ferry {
+
+// ---------------------------------------------------------------------------------
+// Data types.
+
+size_t DataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return 4;
+    case DataType::kFloat16: return 2;
+    case DataType::kBFloat16: return 2;
+    case DataType::kFloat64: return 8;
+    case DataType::kInt32: return 4;
+    case DataType::kInt64: return 8;
+  }
+  return 0;  // not a valid type: callers must check IsValidDataType first
+}
+
+std::string DataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat16: return "float16";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat64: return "float64";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+  }
+  return "unknown(" + std::to_string(static_cast<int32_t>(t)) + ")";
+}
+
+bool IsValidDataType(int32_t value) { return value >= 0 && value < kNumDataTypes; }
+
+bool ParseDataType(const std::string& name, DataType* out) {
+  static const struct {
+    const char* name;
+    DataType type;
+  } kNames[] = {
+      {"float32", DataType::kFloat32},   {"fp32", DataType::kFloat32},
+      {"float", DataType::kFloat32},     {"float16", DataType::kFloat16},
+      {"fp16", DataType::kFloat16},      {"half", DataType::kFloat16},
+      {"bfloat16", DataType::kBFloat16}, {"bf16", DataType::kBFloat16},
+      {"float64", DataType::kFloat64},   {"fp64", DataType::kFloat64},
+      {"double", DataType::kFloat64},    {"int32", DataType::kInt32},
+      {"int64", DataType::kInt64},
+  };
+  for (const auto& n : kNames) {
+    if (name == n.name) {
+      if (out != nullptr) *out = n.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------
+// 16-bit float conversions. Written without branches on the value (selects only) so
+// that the portable loops below can be if-converted and vectorised. NaN handling
+// matches the x86 F16C instructions: a NaN stays a NaN, gets its quiet bit set and
+// keeps the top bits of its payload.
+
+namespace {
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline float HalfToFloatInline(uint16_t h) {
+  const uint32_t shifted_exp = 0x7C00u << 13;
+  uint32_t o = (static_cast<uint32_t>(h) & 0x7FFFu) << 13;  // exponent and mantissa
+  const uint32_t exp = o & shifted_exp;
+  o += (127u - 15u) << 23;                                   // rebias
+  const uint32_t inf_nan = o + ((128u - 16u) << 23);         // exponent 255
+  const uint32_t quiet = (o & 0x7FFFFFu) != 0 ? 0x400000u : 0u;
+  // Subnormal half: add one to the exponent and subtract 2^-14 (exact in float).
+  const float sub = BitsFloat(o + (1u << 23)) - BitsFloat(113u << 23);
+  uint32_t r = o;
+  r = exp == shifted_exp ? (inf_nan | quiet) : r;
+  r = exp == 0 ? FloatBits(sub) : r;
+  return BitsFloat(r | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
+}
+
+inline uint16_t FloatToHalfInline(float f) {
+  const uint32_t bits = FloatBits(f);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  // |f| >= 65536: Inf, or NaN (quiet, top 10 bits of the payload kept).
+  const uint32_t big = a > 0x7F800000u ? (0x7E00u | ((a >> 13) & 0x3FFu)) : 0x7C00u;
+  // |f| < 2^-14: the result is subnormal or zero. Adding 0.5 places the half's
+  // subnormal unit (2^-24) at the float's last mantissa bit; the float addition
+  // rounds to nearest even.
+  const float magic = BitsFloat(((127u - 15u) + (23u - 10u) + 1u) << 23);  // 0.5f
+  const uint32_t small = FloatBits(BitsFloat(a) + magic) - FloatBits(magic);
+  // Normal: rebias, round the 13 dropped bits to nearest even. A carry out of the
+  // mantissa increments the exponent, up to Inf for |f| >= 65520.
+  const uint32_t normal = (a + ((15u - 127u) << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
+  uint32_t r = normal;
+  r = a < (113u << 23) ? small : r;
+  r = a >= ((127u + 16u) << 23) ? big : r;
+  return static_cast<uint16_t>(r | sign);
+}
+
+inline float BFloat16ToFloatInline(uint16_t b) {
+  return BitsFloat(static_cast<uint32_t>(b) << 16);
+}
+
+inline uint16_t FloatToBFloat16Inline(float f) {
+  const uint32_t x = FloatBits(f);
+  const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t nan = (x >> 16) | 0x40u;  // quiet NaN; never rounds to Inf
+  return static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+}
+
+}  // namespace
+
+float HalfToFloat(uint16_t h) { return HalfToFloatInline(h); }
+uint16_t FloatToHalf(float f) { return FloatToHalfInline(f); }
+float BFloat16ToFloat(uint16_t b) { return BFloat16ToFloatInline(b); }
+uint16_t FloatToBFloat16(float f) { return FloatToBFloat16Inline(f); }
+
+// ---------------------------------------------------------------------------------
+// Portable kernels.
+
+namespace {
+
+// Element traits: storage type, addition and scaling.
+struct F32 {
+  using T = float;
+  static T Add(T x, T y) { return x + y; }
+  static T Mul(T x, double s) { return x * static_cast<float>(s); }
+};
+struct F64 {
+  using T = double;
+  static T Add(T x, T y) { return x + y; }
+  static T Mul(T x, double s) { return x * s; }
+};
+struct F16 {
+  using T = uint16_t;
+  static T Add(T x, T y) { return FloatToHalfInline(HalfToFloatInline(x) + HalfToFloatInline(y)); }
+  static T Mul(T x, double s) {
+    return FloatToHalfInline(HalfToFloatInline(x) * static_cast<float>(s));
+  }
+};
+struct BF16 {
+  using T = uint16_t;
+  static T Add(T x, T y) {
+    return FloatToBFloat16Inline(BFloat16ToFloatInline(x) + BFloat16ToFloatInline(y));
+  }
+  static T Mul(T x, double s) {
+    return FloatToBFloat16Inline(BFloat16ToFloatInline(x) * static_cast<float>(s));
+  }
+};
+// Integers are added as unsigned (wraps modulo 2^N, no signed-overflow UB) and
+// scaled in floating point with truncation toward zero, saturating at the type's
+// range (NaN gives 0) so that no out-of-range conversion can happen.
+struct I32 {
+  using T = uint32_t;
+  static T Add(T x, T y) { return x + y; }
+  static T Mul(T x, double s) {
+    const double p = static_cast<double>(static_cast<int32_t>(x)) * s;
+    int32_t r;
+    if (!(p == p)) {
+      r = 0;
+    } else if (p >= 2147483648.0) {
+      r = INT32_MAX;
+    } else if (p <= -2147483649.0) {
+      r = INT32_MIN;
+    } else {
+      r = static_cast<int32_t>(p);
+    }
+    return static_cast<T>(r);
+  }
+};
+struct I64 {
+  using T = uint64_t;
+  static T Add(T x, T y) { return x + y; }
+  static T Mul(T x, double s) {
+    // long double holds every int64 exactly on x86 (64-bit mantissa).
+    const long double p =
+        static_cast<long double>(static_cast<int64_t>(x)) * static_cast<long double>(s);
+    int64_t r;
+    if (!(p == p)) {
+      r = 0;
+    } else if (p >= 9223372036854775808.0L) {
+      r = INT64_MAX;
+    } else if (p < -9223372036854775808.0L) {
+      r = INT64_MIN;
+    } else {
+      r = static_cast<int64_t>(p);
+    }
+    return static_cast<T>(r);
+  }
+};
+
+template <typename Tr>
+inline typename Tr::T Load(const unsigned char* p) {
+  typename Tr::T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename Tr>
+inline void Store(unsigned char* p, typename Tr::T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// d = a + b, three distinct non-overlapping buffers.
+template <typename Tr>
+void SumThree(unsigned char* __restrict d, const unsigned char* __restrict a,
+              const unsigned char* __restrict b, size_t n) {
+  constexpr size_t S = sizeof(typename Tr::T);
+  for (size_t i = 0; i < n; ++i) {
+    Store<Tr>(d + i * S, Tr::Add(Load<Tr>(a + i * S), Load<Tr>(b + i * S)));
+  }
+}
+
+// d = d + s (kSrcFirst: d = s + d), two distinct non-overlapping buffers.
+template <typename Tr, bool kSrcFirst>
+void SumTwo(unsigned char* __restrict d, const unsigned char* __restrict s, size_t n) {
+  constexpr size_t S = sizeof(typename Tr::T);
+  for (size_t i = 0; i < n; ++i) {
+    const auto x = Load<Tr>(d + i * S);
+    const auto y = Load<Tr>(s + i * S);
+    Store<Tr>(d + i * S, kSrcFirst ? Tr::Add(y, x) : Tr::Add(x, y));
+  }
+}
+
+// d = d + d.
+template <typename Tr>
+void SumSelf(unsigned char* d, size_t n) {
+  constexpr size_t S = sizeof(typename Tr::T);
+  for (size_t i = 0; i < n; ++i) {
+    const auto x = Load<Tr>(d + i * S);
+    Store<Tr>(d + i * S, Tr::Add(x, x));
+  }
+}
+
+// Splits the permitted aliasing cases off so that each loop can use __restrict.
+template <typename Tr>
+void PortableSumTo(void* dst, const void* a, const void* b, size_t n) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* pa = static_cast<const unsigned char*>(a);
+  const auto* pb = static_cast<const unsigned char*>(b);
+  if (d == pa) {
+    if (pa == pb) {
+      SumSelf<Tr>(d, n);
+    } else {
+      SumTwo<Tr, false>(d, pb, n);
+    }
+  } else if (d == pb) {
+    SumTwo<Tr, true>(d, pa, n);
+  } else {
+    SumThree<Tr>(d, pa, pb, n);
+  }
+}
+
+template <typename Tr>
+void PortableScale(void* dst, double scale, size_t n) {
+  constexpr size_t S = sizeof(typename Tr::T);
+  auto* d = static_cast<unsigned char*>(dst);
+  for (size_t i = 0; i < n; ++i) Store<Tr>(d + i * S, Tr::Mul(Load<Tr>(d + i * S), scale));
+}
+
+template <typename Tr>
+void SetPortable(reduce_internal::KernelTable* t, DataType type) {
+  t->sum_to[static_cast<int>(type)] = &PortableSumTo<Tr>;
+  t->scale[static_cast<int>(type)] = &PortableScale<Tr>;
+}
+
+// ---------------------------------------------------------------------------------
+// Dispatch.
+
+using reduce_internal::KernelTable;
+
+struct Tables {
+  KernelTable level[3];
+  SimdLevel detected = SimdLevel::kPortable;
+};
+
+SimdLevel Detect() {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx512 =
+      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  if (avx512) return SimdLevel::kAvx512;
+  if (avx2) return SimdLevel::kAvx2;
+#endif
+  return SimdLevel::kPortable;
+}
+
+const Tables& GetTables() {
+  static const Tables tables = [] {
+    Tables t;
+    KernelTable& p = t.level[static_cast<int>(SimdLevel::kPortable)];
+    SetPortable<F32>(&p, DataType::kFloat32);
+    SetPortable<F16>(&p, DataType::kFloat16);
+    SetPortable<BF16>(&p, DataType::kBFloat16);
+    SetPortable<F64>(&p, DataType::kFloat64);
+    SetPortable<I32>(&p, DataType::kInt32);
+    SetPortable<I64>(&p, DataType::kInt64);
+    t.level[static_cast<int>(SimdLevel::kAvx2)] = p;
+    t.level[static_cast<int>(SimdLevel::kAvx512)] = p;
+    t.detected = Detect();
+    // Only fill the tables the CPU can run; the others stay portable (never used).
+    if (t.detected >= SimdLevel::kAvx2) {
+      reduce_internal::FillAvx2Kernels(&t.level[static_cast<int>(SimdLevel::kAvx2)]);
+      t.level[static_cast<int>(SimdLevel::kAvx512)] =
+          t.level[static_cast<int>(SimdLevel::kAvx2)];
+    }
+    if (t.detected >= SimdLevel::kAvx512) {
+      reduce_internal::FillAvx512Kernels(&t.level[static_cast<int>(SimdLevel::kAvx512)]);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+std::atomic<const KernelTable*> g_active{nullptr};
+
+const KernelTable* InitActive() {
+  const Tables& t = GetTables();
+  const KernelTable* best = &t.level[static_cast<int>(t.detected)];
+  const KernelTable* expected = nullptr;
+  // A concurrent SetSimdLevel wins over the default.
+  if (!g_active.compare_exchange_strong(expected, best, std::memory_order_acq_rel)) {
+    return expected;
+  }
+  return best;
+}
+
+inline const KernelTable* Active() {
+  const KernelTable* k = g_active.load(std::memory_order_acquire);
+  return k != nullptr ? k : InitActive();
+}
+
+[[noreturn]] void BadType(const char* fn, DataType type) {
+  std::fprintf(stderr, "ferry::%s: invalid data type %d\n", fn, static_cast<int>(type));
+  std::abort();
+}
+
+inline int TypeIndex(const char* fn, DataType type) {
+  const int i = static_cast<int>(type);
+  if (!IsValidDataType(i)) BadType(fn, type);
+  return i;
+}
+
+}  // namespace
+
+void SumInto(void* dst, const void* src, size_t count, DataType type) {
+  const int i = TypeIndex("SumInto", type);
+  if (count == 0) return;
+  Active()->sum_to[i](dst, dst, src, count);
+}
+
+void SumTo(void* dst, const void* a, const void* b, size_t count, DataType type) {
+  const int i = TypeIndex("SumTo", type);
+  if (count == 0) return;
+  Active()->sum_to[i](dst, a, b, count);
+}
+
+void Scale(void* dst, double scale, size_t count, DataType type) {
+  const int i = TypeIndex("Scale", type);
+  if (count == 0) return;
+  Active()->scale[i](dst, scale, count);
+}
+
+SimdLevel DetectedSimdLevel() { return GetTables().detected; }
+
+SimdLevel ActiveSimdLevel() {
+  const Tables& t = GetTables();
+  const KernelTable* k = Active();
+  for (int i = 0; i < 3; ++i) {
+    if (k == &t.level[i]) return static_cast<SimdLevel>(i);
+  }
+  return SimdLevel::kPortable;
+}
+
+bool SetSimdLevel(SimdLevel level) {
+  const int i = static_cast<int>(level);
+  if (i < 0 || i > 2) return false;
+  const Tables& t = GetTables();
+  if (level > t.detected) return false;
+  g_active.store(&t.level[i], std::memory_order_release);
+  return true;
+}
+
+const char* SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kPortable: return "portable";
+    case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace ferry

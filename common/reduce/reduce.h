@@ -1,0 +1,64 @@
+#pragma once
+
+// Summation kernels: the arithmetic every server performs on every byte pushed.
+//
+// All kernels are correct for any element count and any alignment of the buffers.
+// float16 and bfloat16 are summed through float32 and rounded back to nearest-even.
+// Integer sums wrap modulo 2^N (two's complement), as a reduction of gradients never
+// relies on overflow behaviour and UB must not be possible on wire data.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+// Wire values of the data types (also used in proto/ferry.proto; keep in sync).
+enum class DataType : int32_t {
+  kFloat32 = 0,
+  kFloat16 = 1,
+  kBFloat16 = 2,
+  kFloat64 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+};
+
+constexpr int kNumDataTypes = 6;
+
+// Size of one element in bytes. REQUIRES: IsValidDataType(t).
+size_t DataTypeSize(DataType t);
+// "float32", "float16", ... ; "unknown(N)" for a value outside the enum.
+std::string DataTypeName(DataType t);
+bool IsValidDataType(int32_t value);
+// Parses "float32", "fp32", "float", "float16", "fp16", "half", "bfloat16", "bf16",
+// "float64", "fp64", "double", "int32", "int64". Returns false if unknown.
+bool ParseDataType(const std::string& name, DataType* out);
+
+// dst[i] += src[i] for i in [0, count). dst and src may be unaligned; they must not
+// overlap unless dst == src (in which case dst doubles).
+void SumInto(void* dst, const void* src, size_t count, DataType type);
+
+// dst[i] = a[i] + b[i]. dst may alias a or b.
+void SumTo(void* dst, const void* a, const void* b, size_t count, DataType type);
+
+// dst[i] *= scale, computed in the type's arithmetic (float32 for the 16-bit floats,
+// double for float64, truncation toward zero for integers: dst = dst * scale).
+// Used to turn a sum into an average (scale = 1 / number of workers).
+void Scale(void* dst, double scale, size_t count, DataType type);
+
+// Conversions used by the 16-bit kernels and by tests (round to nearest even).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float BFloat16ToFloat(uint16_t b);
+uint16_t FloatToBFloat16(float f);
+
+// The instruction-set level the kernels use; the best the CPU supports by default.
+enum class SimdLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+SimdLevel DetectedSimdLevel();           // what this CPU supports
+SimdLevel ActiveSimdLevel();             // what the kernels currently use
+// Forces a level (tests use this to check every path). Returns false, changing
+// nothing, if the CPU does not support `level`. Not thread-safe with running kernels.
+bool SetSimdLevel(SimdLevel level);
+const char* SimdLevelName(SimdLevel level);
+
+}  // namespace ferry

@@ -1,0 +1,101 @@
+#include "common/transport/message.h"
+
+#include "common/util/status.h"
+
+namespace ferry {
+
+std::string KeyName(uint64_t key) {
+  return StrCat("tensor ", KeyTensor(key), " partition ", KeyPartition(key));
+}
+
+Message MakeMessage(proto::MessageType type, int sender) {
+  Message m;
+  m.envelope.set_version(kProtocolVersion);
+  m.envelope.set_type(type);
+  m.envelope.set_sender(sender);
+  return m;
+}
+
+std::string MessageTypeName(int type) {
+  if (proto::MessageType_IsValid(type)) {
+    return proto::MessageType_Name(static_cast<proto::MessageType>(type));
+  }
+  return StrCat("type ", type);
+}
+
+bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::string* error) {
+  if (size > (1u << 20)) {
+    *error = StrCat("envelope frame of ", size, " bytes exceeds the 1 MiB limit");
+    return false;
+  }
+  if (!out->ParseFromArray(data, static_cast<int>(size))) {
+    *error = StrCat("envelope frame of ", size, " bytes is not a valid Ferry envelope");
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool IsDataMessage(proto::MessageType t) {
+  return t == proto::PUSH || t == proto::PUSH_RESULT;
+}
+
+// The body each control type must carry (or NOT_SET when it needs none).
+proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
+  switch (t) {
+    case proto::REGISTER: return proto::Envelope::kRegisterRequest;
+    case proto::NODE_TABLE: return proto::Envelope::kNodeTable;
+    case proto::BARRIER: return proto::Envelope::kBarrier;
+    case proto::NODE_FAILED: return proto::Envelope::kFailure;
+    case proto::ERROR: return proto::Envelope::kError;
+    default: return proto::Envelope::BODY_NOT_SET;
+  }
+}
+
+}  // namespace
+
+std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
+  const proto::Envelope& e = m.envelope;
+  if (e.version() != kProtocolVersion) {
+    return StrCat("protocol version ", e.version(), " (this node speaks ", kProtocolVersion, ")");
+  }
+  if (!proto::MessageType_IsValid(e.type()) || e.type() == proto::MESSAGE_TYPE_UNSPECIFIED) {
+    return StrCat("unknown message type ", static_cast<int>(e.type()));
+  }
+  proto::Envelope::BodyCase required = RequiredBody(e.type());
+  if (required != proto::Envelope::BODY_NOT_SET && e.body_case() != required) {
+    return StrCat(MessageTypeName(e.type()), " without its body");
+  }
+  if (!IsDataMessage(e.type())) {
+    if (!m.payload.empty()) return StrCat(MessageTypeName(e.type()), " with a payload frame");
+    return "";
+  }
+  if (!IsValidDataType(e.dtype())) return StrCat("unknown dtype ", static_cast<int>(e.dtype()));
+  if (e.length() != m.payload.size()) {
+    return StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(),
+                  " bytes");
+  }
+  if (m.payload.size() > max_payload_bytes) {
+    return StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ",
+                  max_payload_bytes);
+  }
+  size_t element = DataTypeSize(static_cast<DataType>(e.dtype()));
+  if (m.payload.size() % element != 0) {
+    return StrCat("payload of ", m.payload.size(), " bytes is not a whole number of ",
+                  DataTypeName(static_cast<DataType>(e.dtype())), " elements");
+  }
+  return "";
+}
+
+std::string Describe(const Message& m) {
+  const proto::Envelope& e = m.envelope;
+  std::string s = StrCat(MessageTypeName(e.type()), " from node ", e.sender());
+  if (e.request_id()) s += StrCat(" request ", e.request_id());
+  if (e.type() == proto::PUSH || e.type() == proto::PUSH_RESULT) {
+    s += StrCat(" ", KeyName(e.key()), " round ", e.round(), " ", e.length(), " bytes");
+  }
+  return s;
+}
+
+}  // namespace ferry

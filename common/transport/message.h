@@ -1,0 +1,53 @@
+#pragma once
+
+// Message: one protobuf Envelope plus an optional payload Buffer.
+//
+// On the wire a message is 1 or 2 ZeroMQ frames: the serialized Envelope, then the
+// payload if there is one (routers prepend the peer's routing id, which Van strips).
+// Everything decoded here comes from the network and is checked before use.
+
+#include <cstdint>
+#include <string>
+
+#include "common/reduce/reduce.h"
+#include "common/transport/buffer.h"
+#include "ferry.pb.h"
+
+namespace ferry {
+
+constexpr uint32_t kProtocolVersion = 1;
+
+struct Message {
+  proto::Envelope envelope;
+  Buffer payload;  // empty when the message carries no tensor bytes
+
+  proto::MessageType type() const { return envelope.type(); }
+  int sender() const { return envelope.sender(); }
+};
+
+// Keys name one partition: the tensor's declaration index and the partition index.
+inline uint64_t MakeKey(uint32_t tensor_id, uint32_t partition) {
+  return (static_cast<uint64_t>(tensor_id) << 32) | partition;
+}
+inline uint32_t KeyTensor(uint64_t key) { return static_cast<uint32_t>(key >> 32); }
+inline uint32_t KeyPartition(uint64_t key) { return static_cast<uint32_t>(key & 0xffffffffu); }
+std::string KeyName(uint64_t key);  // "tensor 3 partition 1"
+
+// A message with the protocol version and sender filled in.
+Message MakeMessage(proto::MessageType type, int sender);
+
+// Checks what does not depend on cluster membership: version, known type, body
+// present where required, payload present only for data messages and consistent
+// with length and dtype, frame size under `max_payload_bytes`. Returns an empty
+// string when valid, else the reason.
+std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes);
+
+// Parses an envelope frame. Returns false (and `error`) on bytes that do not parse.
+bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::string* error);
+
+// "PUSH", "REGISTER", ... ; "type N" when unknown.
+std::string MessageTypeName(int type);
+// One line for logs: type, sender, request, key, round, length.
+std::string Describe(const Message& m);
+
+}  // namespace ferry

@@ -1,0 +1,430 @@
+#include "common/transport/van.h"
+
+#include <glog/logging.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+
+#include "common/util/status.h"
+
+namespace ferry {
+
+struct Van::Peer {
+  int id = -1;
+  void* socket = nullptr;
+  std::string endpoint;
+};
+
+namespace {
+
+std::atomic<uint64_t> g_pipe_counter{0};
+
+[[noreturn]] void ThrowZmq(const std::string& what) {
+  throw FerryError(ErrorCode::kInternal, StrCat(what, ": ", zmq_strerror(zmq_errno())));
+}
+
+void SetInt(void* socket, int option, int value) {
+  if (zmq_setsockopt(socket, option, &value, sizeof value) != 0) ThrowZmq("zmq_setsockopt");
+}
+
+// ZeroMQ calls this (on its own IO thread) once a payload frame's bytes are no longer
+// needed; dropping the owner reference may free the bytes or tell their owner.
+void ReleasePayload(void* /*data*/, void* hint) {
+  delete static_cast<std::shared_ptr<void>*>(hint);
+}
+
+// A zmq_msg_t that owns a received frame; the payload Buffer's owner.
+struct FrameOwner {
+  zmq_msg_t msg;
+  ~FrameOwner() { zmq_msg_close(&msg); }
+};
+
+// Sends one frame; `more` sets ZMQ_SNDMORE. Returns false on failure (errno set).
+bool SendFrame(void* socket, zmq_msg_t* msg, bool more) {
+  return zmq_msg_send(msg, socket, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) >= 0;
+}
+
+bool SendBytes(void* socket, const void* data, size_t size, bool more) {
+  return zmq_send(socket, data, size, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) >= 0;
+}
+
+void CloseFrames(std::vector<zmq_msg_t>& frames) {
+  for (auto& f : frames) zmq_msg_close(&f);
+  frames.clear();
+}
+
+}  // namespace
+
+Van::Van(VanOptions options) : options_(std::move(options)) {
+  context_ = zmq_ctx_new();
+  if (!context_) ThrowZmq("zmq_ctx_new");
+  zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
+  pipe_endpoint_ = StrCat("inproc://ferry-van-", g_pipe_counter.fetch_add(1));
+  command_pull_ = zmq_socket(context_, ZMQ_PULL);
+  command_push_ = zmq_socket(context_, ZMQ_PUSH);
+  if (!command_pull_ || !command_push_) ThrowZmq("zmq_socket(inproc pipe)");
+  SetInt(command_pull_, ZMQ_RCVHWM, 0);
+  SetInt(command_push_, ZMQ_SNDHWM, 0);
+  if (zmq_bind(command_pull_, pipe_endpoint_.c_str()) != 0) ThrowZmq("zmq_bind(inproc pipe)");
+  if (zmq_connect(command_push_, pipe_endpoint_.c_str()) != 0) ThrowZmq("zmq_connect(inproc)");
+}
+
+Van::~Van() { Stop(); }
+
+int Van::Bind(const std::string& host, int port) {
+  CHECK(!started_) << "Van::Bind after Start";
+  router_ = zmq_socket(context_, ZMQ_ROUTER);
+  if (!router_) ThrowZmq("zmq_socket(ROUTER)");
+  SetInt(router_, ZMQ_SNDHWM, 0);
+  SetInt(router_, ZMQ_RCVHWM, 0);
+  SetInt(router_, ZMQ_ROUTER_MANDATORY, 1);
+  SetInt(router_, ZMQ_LINGER, options_.linger_ms);
+  int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
+  zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
+  std::string endpoint = StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
+  if (zmq_bind(router_, endpoint.c_str()) != 0) {
+    throw FerryError(ErrorCode::kInvalidConfig,
+                     StrCat("cannot listen on ", host, ":", port, ": ", zmq_strerror(zmq_errno())));
+  }
+  char last[256] = {0};
+  size_t len = sizeof last;
+  zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &len);
+  std::string bound(last);
+  return std::stoi(bound.substr(bound.rfind(':') + 1));
+}
+
+void Van::Start(Handler handler) {
+  CHECK(!started_) << "Van::Start twice";
+  handler_ = std::move(handler);
+  started_ = true;
+  std::promise<void> ready;
+  auto ready_future = ready.get_future();
+  io_thread_ = std::thread([this, &ready] {
+    pthread_setname_np(pthread_self(), "van-io");
+    io_thread_id_ = std::this_thread::get_id();
+    ready.set_value();
+    IoLoop();
+  });
+  ready_future.wait();
+}
+
+void Van::Stop() {
+  if (stopped_.exchange(true)) return;
+  if (started_) {
+    CHECK(std::this_thread::get_id() != io_thread_id_) << "Van::Stop from its own IO thread";
+    Enqueue(Command::kStop, 0, "", nullptr);  // the last command the pipe carries
+    io_thread_.join();  // the IO thread closes its sockets on the way out
+  } else {
+    zmq_close(command_pull_);
+    if (router_) zmq_close(router_);
+  }
+  zmq_close(command_push_);
+  // Blocks until every socket flushed (up to linger_ms) and ZeroMQ dropped every
+  // message: after this, no release hook can run.
+  zmq_ctx_term(context_);
+}
+
+void Van::Connect(int peer, const std::string& endpoint, const std::string& routing_id) {
+  if (!started_ || std::this_thread::get_id() == io_thread_id_) {
+    DoConnect(peer, endpoint, routing_id);
+    return;
+  }
+  Enqueue(Command::kConnect, peer, endpoint, nullptr, routing_id);
+}
+
+void Van::Send(int peer, Message message) {
+  if (std::this_thread::get_id() != io_thread_id_) {
+    Enqueue(Command::kSend, peer, "", &message);
+    return;
+  }
+  Frames frames = BuildFrames(message);
+  Peer* p = FindPeer(peer);
+  Transmit(p ? p->socket : nullptr, nullptr, &frames, StrCat("node ", peer));
+}
+
+void Van::Reply(const std::string& identity, Message message) {
+  if (std::this_thread::get_id() != io_thread_id_) {
+    Enqueue(Command::kReply, 0, identity, &message);
+    return;
+  }
+  Frames frames = BuildFrames(message);
+  Transmit(router_, &identity, &frames, "an inbound peer");
+}
+
+Van::Frames Van::BuildFrames(const Message& message) {
+  Frames f;
+  std::string envelope = message.envelope.SerializeAsString();
+  zmq_msg_init_size(&f.envelope, envelope.size());
+  std::memcpy(zmq_msg_data(&f.envelope), envelope.data(), envelope.size());
+  f.has_payload = !message.payload.empty();
+  if (f.has_payload) {
+    // Zero copy: ZeroMQ sends from the payload's own bytes and holds its owner until
+    // the release hook runs.
+    zmq_msg_init_data(&f.payload, message.payload.data(), message.payload.size(),
+                      ReleasePayload, new std::shared_ptr<void>(message.payload.owner()));
+  }
+  return f;
+}
+
+void Van::Transmit(void* socket, const std::string* identity, Frames* f,
+                   const std::string& target) {
+  size_t bytes = zmq_msg_size(&f->envelope) + (f->has_payload ? zmq_msg_size(&f->payload) : 0);
+  bool ok = socket && (!identity || SendBytes(socket, identity->data(), identity->size(), true)) &&
+            SendFrame(socket, &f->envelope, f->has_payload) &&
+            (!f->has_payload || SendFrame(socket, &f->payload, false));
+  // Closing a frame that was sent is a no-op; closing an unsent one releases it.
+  zmq_msg_close(&f->envelope);
+  if (f->has_payload) zmq_msg_close(&f->payload);
+  if (!ok) {
+    send_failures_++;
+    LOG(WARNING) << options_.name << ": send to " << target << " failed: "
+                 << (socket ? zmq_strerror(zmq_errno()) : "no connection");
+    return;
+  }
+  messages_sent_++;
+  bytes_sent_ += bytes;
+  if (f->has_payload) zero_copy_++;
+}
+
+// Pipe frames: [command(1) + peer(4)] [text] [extra or envelope] [payload?]
+void Van::Enqueue(Command command, int peer, const std::string& text, const Message* message,
+                  const std::string& extra) {
+  char header[5];
+  header[0] = static_cast<char>(command);
+  std::memcpy(header + 1, &peer, 4);
+  Frames f;
+  if (message) {
+    f = BuildFrames(*message);
+  } else {
+    zmq_msg_init_size(&f.envelope, extra.size());
+    std::memcpy(zmq_msg_data(&f.envelope), extra.data(), extra.size());
+  }
+  std::lock_guard<std::mutex> lock(push_mutex_);
+  if (pipe_closed_) {  // stopped: late sends (a heartbeat, a reply) are dropped
+    zmq_msg_close(&f.envelope);
+    if (f.has_payload) zmq_msg_close(&f.payload);
+    return;
+  }
+  if (command == Command::kStop) pipe_closed_ = true;
+  // The inproc pipe has no high-water mark and its reader is always connected, so
+  // these sends cannot fail short of memory exhaustion.
+  CHECK_GE(zmq_send(command_push_, header, sizeof header, ZMQ_SNDMORE), 0);
+  CHECK_GE(zmq_send(command_push_, text.data(), text.size(), ZMQ_SNDMORE), 0);
+  CHECK_GE(zmq_msg_send(&f.envelope, command_push_, f.has_payload ? ZMQ_SNDMORE : 0), 0);
+  if (f.has_payload) CHECK_GE(zmq_msg_send(&f.payload, command_push_, 0), 0);
+}
+
+void Van::IoLoop() {
+  std::vector<zmq_pollitem_t> items;
+  while (true) {
+    items.clear();
+    items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});
+    if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
+    for (auto& p : peers_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
+    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), -1);
+    if (rc < 0) {
+      if (zmq_errno() == EINTR) continue;
+      LOG(ERROR) << options_.name << ": zmq_poll failed: " << zmq_strerror(zmq_errno());
+      continue;
+    }
+    size_t index = 0;
+    if (items[index++].revents & ZMQ_POLLIN) {
+      bool stop = false;
+      // Commands first: drain a bounded batch so inbound traffic is not starved.
+      for (int i = 0; i < 256 && !stop; ++i) {
+        zmq_msg_t header;
+        zmq_msg_init(&header);
+        if (zmq_msg_recv(&header, command_pull_, ZMQ_DONTWAIT) < 0) {
+          zmq_msg_close(&header);
+          break;
+        }
+        Command command = static_cast<Command>(static_cast<char*>(zmq_msg_data(&header))[0]);
+        int peer;
+        std::memcpy(&peer, static_cast<char*>(zmq_msg_data(&header)) + 1, 4);
+        zmq_msg_close(&header);
+        std::vector<zmq_msg_t> frames;
+        frames.reserve(3);  // text, envelope, payload: never reallocated
+        int more = 1;
+        while (more) {
+          CHECK_LT(frames.size(), 3u) << "malformed command in the van's own pipe";
+          zmq_msg_t* f = &frames.emplace_back();
+          zmq_msg_init(f);
+          CHECK_GE(zmq_msg_recv(f, command_pull_, 0), 0);
+          more = zmq_msg_more(f);
+        }
+        std::string text(static_cast<char*>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
+        switch (command) {
+          case Command::kStop:
+            stop = true;
+            break;
+          case Command::kConnect:
+            DoConnect(peer, text,
+                      std::string(static_cast<char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])));
+            break;
+          case Command::kSend:
+          case Command::kReply: {
+            Frames f;
+            zmq_msg_init(&f.envelope);
+            zmq_msg_move(&f.envelope, &frames[1]);
+            f.has_payload = frames.size() > 2;
+            if (f.has_payload) {
+              zmq_msg_init(&f.payload);
+              zmq_msg_move(&f.payload, &frames[2]);
+            }
+            if (command == Command::kSend) {
+              Peer* p = FindPeer(peer);
+              Transmit(p ? p->socket : nullptr, nullptr, &f, StrCat("node ", peer));
+            } else {
+              Transmit(router_, &text, &f, "an inbound peer");
+            }
+            break;
+          }
+        }
+        CloseFrames(frames);
+      }
+      if (stop) break;
+    }
+    if (router_ && (items[index++].revents & ZMQ_POLLIN)) ReceiveFrom(router_, true, -1);
+    // Peers may be added by handlers while we iterate; only visit the polled ones.
+    size_t polled_peers = items.size() - index;
+    for (size_t i = 0; i < polled_peers; ++i) {
+      if (items[index + i].revents & ZMQ_POLLIN) {
+        ReceiveFrom(peers_[i]->socket, false, peers_[i]->id);
+      }
+    }
+  }
+  // Shutdown: sockets flush for up to linger_ms, then close.
+  for (auto& p : peers_) {
+    SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
+    zmq_close(p->socket);
+  }
+  peers_.clear();
+  if (router_) zmq_close(router_);
+  router_ = nullptr;
+  zmq_close(command_pull_);
+}
+
+// Receives one multipart message into `frames` (at most kMaxFrames kept; the rest
+// are received and discarded, counted in `extra`). Returns false if none was waiting.
+// zmq_msg_t must not be copied, so the vector never grows past its reserved size.
+bool Van::ReceiveMultipart(void* socket, std::vector<zmq_msg_t>* frames, size_t* extra) {
+  constexpr size_t kMaxFrames = 4;
+  frames->reserve(kMaxFrames);
+  *extra = 0;
+  int more = 1;
+  bool first = true;
+  while (more) {
+    zmq_msg_t scratch;
+    bool keep = frames->size() < kMaxFrames;
+    zmq_msg_t* f = keep ? &frames->emplace_back() : &scratch;
+    zmq_msg_init(f);
+    // Only the first frame may be absent; ZeroMQ delivers a multipart message whole.
+    int flags = first ? ZMQ_DONTWAIT : 0;
+    first = false;
+    if (zmq_msg_recv(f, socket, flags) < 0) {
+      zmq_msg_close(f);
+      if (keep) frames->pop_back();
+      return false;
+    }
+    more = zmq_msg_more(f);
+    if (!keep) {
+      zmq_msg_close(f);
+      ++*extra;
+    }
+  }
+  return true;
+}
+
+void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
+  for (int n = 0; n < 64; ++n) {
+    std::vector<zmq_msg_t> frames;
+    size_t extra = 0;
+    if (!ReceiveMultipart(socket, &frames, &extra)) return;
+    Origin origin;
+    origin.inbound = inbound;
+    origin.peer = peer;
+    size_t first = 0;
+    if (inbound) {
+      origin.identity.assign(static_cast<char*>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
+      first = 1;
+    }
+    size_t data_frames = frames.size() + extra - first;
+    uint64_t total = 0;
+    for (auto& f : frames) total += zmq_msg_size(&f);
+    bytes_received_ += total;
+    std::string error;
+    Message message;
+    if (data_frames < 1 || data_frames > 2) {
+      error = StrCat(data_frames, " frames (a Ferry message has 1 or 2)");
+    } else if (ParseEnvelope(zmq_msg_data(&frames[first]), zmq_msg_size(&frames[first]),
+                             &message.envelope, &error)) {
+      if (data_frames == 2) {
+        auto owner = std::make_shared<FrameOwner>();
+        zmq_msg_init(&owner->msg);
+        zmq_msg_move(&owner->msg, &frames[first + 1]);
+        message.payload = Buffer(zmq_msg_data(&owner->msg), zmq_msg_size(&owner->msg), owner);
+      }
+      error = ValidateMessage(message, options_.max_message_bytes);
+    }
+    CloseFrames(frames);
+    if (!error.empty()) {
+      uint64_t count = ++bad_messages_;
+      if (count <= 20 || count % 1000 == 0) {
+        LOG(WARNING) << options_.name << ": dropped a bad message from "
+                     << (inbound ? "an inbound connection" : StrCat("node ", peer)) << ": "
+                     << error << " (" << count << " dropped so far)";
+      }
+      continue;
+    }
+    messages_received_++;
+    handler_(std::move(message), origin);
+  }
+}
+
+void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id) {
+  if (FindPeer(peer)) return;
+  auto p = std::make_unique<Peer>();
+  p->id = peer;
+  p->endpoint = endpoint;
+  p->socket = zmq_socket(context_, ZMQ_DEALER);
+  if (!p->socket) ThrowZmq("zmq_socket(DEALER)");
+  SetInt(p->socket, ZMQ_SNDHWM, 0);
+  SetInt(p->socket, ZMQ_RCVHWM, 0);
+  SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
+  int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
+  zmq_setsockopt(p->socket, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
+  if (!routing_id.empty()) {
+    zmq_setsockopt(p->socket, ZMQ_ROUTING_ID, routing_id.data(), routing_id.size());
+  }
+  if (zmq_connect(p->socket, endpoint.c_str()) != 0) {
+    LOG(ERROR) << options_.name << ": cannot connect to node " << peer << " at " << endpoint
+               << ": " << zmq_strerror(zmq_errno());
+    zmq_close(p->socket);
+    return;
+  }
+  VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint;
+  peers_.push_back(std::move(p));
+}
+
+Van::Peer* Van::FindPeer(int peer) {
+  for (auto& p : peers_) {
+    if (p->id == peer) return p.get();
+  }
+  return nullptr;
+}
+
+VanStats Van::stats() const {
+  VanStats s;
+  s.messages_sent = messages_sent_;
+  s.messages_received = messages_received_;
+  s.bytes_sent = bytes_sent_;
+  s.bytes_received = bytes_received_;
+  s.payloads_sent_zero_copy = zero_copy_;
+  s.bad_messages_dropped = bad_messages_;
+  s.send_failures = send_failures_;
+  return s;
+}
+
+}  // namespace ferry

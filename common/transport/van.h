@@ -1,0 +1,138 @@
+#pragma once
+
+// Van: moves Messages between nodes over ZeroMQ (the name is ps-lite's).
+//
+// Sockets: one bound ROUTER for inbound connections (scheduler, servers), and one
+// DEALER per outbound peer (to the scheduler, to each server). A request that arrives
+// on the ROUTER is answered on the same connection (Reply), so workers never need to
+// accept connections.
+//
+// Threads: ZeroMQ sockets are not thread-safe, so one IO thread ("van-io") owns every
+// socket. Other threads hand it work through an in-process PUSH/PULL pipe; ZeroMQ
+// moves message frames through that pipe without copying them. Handlers run on the
+// IO thread and must be quick (hand long work to another thread).
+//
+// Zero copy: a payload is given to ZeroMQ with zmq_msg_init_data; the message holds a
+// reference to the payload's owner until ZeroMQ's release hook fires after the bytes
+// are on the wire. Received payloads are Buffers that own the ZeroMQ frame.
+//
+// Every socket has an unlimited send high-water mark: a full queue must never block
+// the IO thread or drop a message silently. Flow control is the caller's (workers
+// bound the bytes in flight by their scheduling credit).
+
+#include <zmq.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/transport/message.h"
+
+namespace ferry {
+
+struct VanOptions {
+  std::string name = "van";                 // for log lines
+  uint64_t max_message_bytes = 1ull << 30;  // larger inbound frames are refused
+  int linger_ms = 2000;                     // how long Stop() may flush unsent messages
+};
+
+struct VanStats {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t bytes_sent = 0;              // envelope + payload bytes handed to sockets
+  uint64_t bytes_received = 0;
+  uint64_t payloads_sent_zero_copy = 0; // payload frames that referenced caller memory
+  uint64_t bad_messages_dropped = 0;    // unparsable or invalid messages
+  uint64_t send_failures = 0;           // e.g. reply to a peer that disconnected
+};
+
+// Where a received message came from.
+struct Origin {
+  bool inbound = false;  // arrived on the ROUTER (reply with Reply(identity, ...))
+  std::string identity;  // ROUTER routing id of the connection (inbound only)
+  int peer = -1;         // outbound peer id (outbound only)
+};
+
+class Van {
+ public:
+  using Handler = std::function<void(Message&&, const Origin&)>;
+
+  explicit Van(VanOptions options);
+  ~Van();
+  Van(const Van&) = delete;
+  Van& operator=(const Van&) = delete;
+
+  // Binds the inbound ROUTER at tcp://host:port (port 0: any free port).
+  // Returns the port bound. REQUIRES: before Start(). Throws FerryError on failure.
+  int Bind(const std::string& host, int port);
+
+  // Starts the IO thread; `handler` sees every valid inbound message.
+  void Start(Handler handler);
+
+  // Opens an outbound connection named `peer` to `endpoint` (tcp://ip:port); the
+  // remote ROUTER sees us as `routing_id` (empty: ZeroMQ picks one). Thread-safe.
+  void Connect(int peer, const std::string& endpoint, const std::string& routing_id);
+
+  // Sends on the outbound connection to `peer`. Thread-safe; never blocks on the
+  // network. Messages to one peer keep their order.
+  void Send(int peer, Message message);
+
+  // Sends on the inbound ROUTER to the connection `identity`. Thread-safe.
+  void Reply(const std::string& identity, Message message);
+
+  // Flushes (up to linger_ms), closes every socket, joins the IO thread and ends the
+  // ZeroMQ context. When it returns, ZeroMQ holds no payload and no release hook can
+  // run any more. Idempotent; must not be called from a handler.
+  void Stop();
+
+  VanStats stats() const;
+  const std::string& name() const { return options_.name; }
+
+ private:
+  enum class Command : uint8_t { kSend = 1, kReply = 2, kConnect = 3, kStop = 4 };
+  struct Peer;
+
+  void Enqueue(Command command, int peer, const std::string& text, const Message* message,
+               const std::string& extra = std::string());
+  void IoLoop();
+  void HandleCommand();
+  void ReceiveFrom(void* socket, bool inbound, int peer);
+  bool ReceiveMultipart(void* socket, std::vector<zmq_msg_t>* frames, size_t* extra);
+  // The frames of one message, ready for a socket.
+  struct Frames {
+    zmq_msg_t envelope;
+    zmq_msg_t payload;  // initialised only when has_payload
+    bool has_payload = false;
+  };
+  Frames BuildFrames(const Message& message);
+  // Sends `frames` (prefixed by `identity` on the ROUTER), counts the outcome, and
+  // always releases the frames. `target` names the destination in logs.
+  void Transmit(void* socket, const std::string* identity, Frames* frames,
+                const std::string& target);
+  void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id);
+  Peer* FindPeer(int peer);
+
+  VanOptions options_;
+  void* context_ = nullptr;
+  void* router_ = nullptr;        // inbound; owned by the IO thread once started
+  void* command_pull_ = nullptr;  // IO thread end of the command pipe
+  void* command_push_ = nullptr;  // other threads' end; guarded by push_mutex_
+  std::mutex push_mutex_;         // guards command_push_ and pipe_closed_
+  bool pipe_closed_ = false;      // the stop command was sent: nothing follows it
+  std::vector<std::unique_ptr<Peer>> peers_;  // IO thread only
+  std::thread io_thread_;
+  std::thread::id io_thread_id_;
+  Handler handler_;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> stopped_{false};
+  std::string pipe_endpoint_;
+
+  std::atomic<uint64_t> messages_sent_{0}, messages_received_{0}, bytes_sent_{0},
+      bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0};
+};
+
+}  // namespace ferry

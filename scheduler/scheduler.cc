@@ -1,0 +1,336 @@
+#include "scheduler/scheduler.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+
+namespace ferry {
+
+std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
+  double n = static_cast<double>(std::count(colocated.begin(), colocated.end(), true));
+  double k = static_cast<double>(colocated.size()) - n;
+  std::vector<double> weights(colocated.size(), 0.0);
+  if (colocated.empty()) return weights;
+  double cpu_share;
+  if (k == 0) {
+    cpu_share = 0;
+  } else if (n == 0) {
+    cpu_share = 1;
+  } else {
+    cpu_share = 2 * k * (n - 1) / (n * n + k * n - 2 * k);
+  }
+  for (size_t i = 0; i < colocated.size(); ++i) {
+    weights[i] = colocated[i] ? (1 - cpu_share) / n : cpu_share / k;
+  }
+  return weights;
+}
+
+Scheduler::Scheduler(const Config& config)
+    : config_(config),
+      van_(VanOptions{"scheduler", 1u << 20, 2000}) {
+  port_ = van_.Bind(config.bind_host, config.root_port);
+}
+
+Scheduler::~Scheduler() { van_.Stop(); }
+
+int Scheduler::Run() {
+  van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
+  LOG(INFO) << "scheduler listening on " << config_.bind_host << ":" << port_ << ", waiting for "
+            << config_.num_servers << " servers and " << config_.num_workers << " workers";
+  int64_t start = NowMs();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (phase_ == Phase::kRegistering || phase_ == Phase::kRunning) {
+    int64_t tick = std::max<int64_t>(10, config_.heartbeat_interval_ms / 2);
+    cv_.wait_for(lock, Millis(tick));
+    if (phase_ == Phase::kRegistering && NowMs() - start > config_.connect_timeout_ms) {
+      FailJob(-1, StrCat("registration timed out after ", config_.connect_timeout_ms,
+                         " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
+    } else if (phase_ == Phase::kRunning) {
+      CheckHeartbeats();
+    }
+  }
+  bool ok = phase_ == Phase::kDone;
+  lock.unlock();
+  van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
+  if (ok) LOG(INFO) << "every worker finalized; job finished";
+  return ok ? 0 : 1;
+}
+
+void Scheduler::OnMessage(Message&& m, const Origin& origin) {
+  if (!origin.inbound) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto type = m.envelope.type();
+  if (type == proto::REGISTER) {
+    OnRegister(m, origin.identity);
+    return;
+  }
+  if (!IsMember(m.sender(), origin.identity)) {
+    LOG(WARNING) << "dropped " << Describe(m) << ": the sender is not a registered member";
+    return;
+  }
+  members_[m.sender()].last_heartbeat_ms = NowMs();
+  switch (type) {
+    case proto::HEARTBEAT:
+      SendTo(m.sender(), MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId));
+      break;
+    case proto::BARRIER:
+      OnBarrier(m);
+      break;
+    case proto::FINALIZE:
+      OnFinalize(m);
+      break;
+    default:
+      LOG(WARNING) << "dropped unexpected " << Describe(m) << " (from "
+                   << table_.Describe(m.sender()) << ")";
+  }
+}
+
+bool Scheduler::IsMember(int id, const std::string& identity) const {
+  auto it = members_.find(id);
+  return it != members_.end() && it->second.identity == identity;
+}
+
+void Scheduler::Refuse(const std::string& identity, const std::string& reason) {
+  LOG(WARNING) << "refused a registration: " << reason;
+  Message m = MakeMessage(proto::ERROR, kSchedulerId);
+  m.envelope.mutable_error()->set_code(static_cast<int>(ErrorCode::kInvalidArgument));
+  m.envelope.mutable_error()->set_reason(reason);
+  van_.Reply(identity, std::move(m));
+}
+
+void Scheduler::OnRegister(const Message& m, const std::string& identity) {
+  const proto::RegisterRequest& r = m.envelope.register_request();
+  std::string who = StrCat(proto::Role_Name(r.role()), " at ", r.host(), ":", r.port(), " (host ",
+                           r.hostname(), ", pid ", r.pid(), ")");
+  if (phase_ != Phase::kRegistering) {
+    Refuse(identity, StrCat(who, " arrived after registration closed; the job already has ",
+                            config_.num_servers, " servers and ", config_.num_workers, " workers"));
+    return;
+  }
+  if (r.role() != proto::SERVER && r.role() != proto::WORKER) {
+    Refuse(identity, StrCat(who, ": only servers and workers register"));
+    return;
+  }
+  int wanted = r.role() == proto::SERVER ? config_.num_servers : config_.num_workers;
+  int have = 0;
+  for (const auto& p : pending_) {
+    if (p.identity == identity) return;  // a repeated REGISTER on the same connection
+    if (p.request.role() != r.role()) continue;
+    ++have;
+    if (r.role() == proto::WORKER && r.requested_rank() >= 0 &&
+        p.request.requested_rank() == r.requested_rank()) {
+      Refuse(identity, StrCat(who, " asks for worker rank ", r.requested_rank(),
+                              " (DMLC_WORKER_ID), which worker at ", p.request.host(), " (pid ",
+                              p.request.pid(), ") already has"));
+      return;
+    }
+  }
+  if (have >= wanted) {
+    Refuse(identity, StrCat(who, ": all ", wanted, " ", proto::Role_Name(r.role()),
+                            "s of this job (DMLC_NUM_", r.role() == proto::SERVER ? "SERVER" : "WORKER",
+                            ") are already registered"));
+    return;
+  }
+  if (r.requested_rank() >= config_.num_workers) {
+    Refuse(identity, StrCat(who, " asks for worker rank ", r.requested_rank(), " but DMLC_NUM_WORKER=",
+                            config_.num_workers));
+    return;
+  }
+  pending_.push_back({identity, r});
+  LOG(INFO) << "registered " << who << "; " << MissingNodes();
+  if (static_cast<int>(pending_.size()) == config_.num_servers + config_.num_workers) {
+    BuildNodeTable();
+  }
+}
+
+std::string Scheduler::MissingNodes() const {
+  int servers = 0;
+  std::vector<bool> rank_taken(config_.num_workers, false);
+  int unranked = 0;
+  for (const auto& p : pending_) {
+    if (p.request.role() == proto::SERVER) {
+      ++servers;
+    } else if (p.request.requested_rank() >= 0) {
+      rank_taken[p.request.requested_rank()] = true;
+    } else {
+      ++unranked;
+    }
+  }
+  // Join-order workers fill the lowest free ranks, so the highest free ranks are missing.
+  std::vector<int> missing;
+  for (int r = 0; r < config_.num_workers; ++r) {
+    if (rank_taken[r]) continue;
+    if (unranked > 0) {
+      --unranked;
+    } else {
+      missing.push_back(r);
+    }
+  }
+  int workers = config_.num_workers - static_cast<int>(missing.size());
+  std::string s = StrCat(servers, " of ", config_.num_servers, " servers and ", workers, " of ",
+                         config_.num_workers, " workers registered");
+  if (servers < config_.num_servers) {
+    s += StrCat("; missing ", config_.num_servers - servers, " server(s)");
+  }
+  if (!missing.empty()) {
+    s += "; missing worker";
+    s += missing.size() > 1 ? "s" : "";
+    for (size_t i = 0; i < missing.size() && i < 16; ++i) s += StrCat(i ? ", " : " ", missing[i]);
+    if (missing.size() > 16) s += ", ...";
+  }
+  return s;
+}
+
+void Scheduler::BuildNodeTable() {
+  proto::NodeTable table;
+  table.set_num_servers(config_.num_servers);
+  table.set_num_workers(config_.num_workers);
+  auto* sched = table.add_nodes();
+  sched->set_id(kSchedulerId);
+  sched->set_role(proto::SCHEDULER);
+  sched->set_host(config_.root_host);
+  sched->set_port(port_);
+
+  std::set<std::string> worker_hosts;
+  std::vector<bool> rank_taken(config_.num_workers, false);
+  for (const auto& p : pending_) {
+    if (p.request.role() == proto::WORKER) {
+      worker_hosts.insert(p.request.host());
+      if (p.request.requested_rank() >= 0) rank_taken[p.request.requested_rank()] = true;
+    }
+  }
+  std::vector<bool> colocated;
+  int server_rank = 0;
+  int next_free = 0;
+  std::map<int, std::string> identities;
+  for (const auto& p : pending_) {
+    const auto& r = p.request;
+    auto* n = table.add_nodes();
+    int rank;
+    if (r.role() == proto::SERVER) {
+      rank = server_rank++;
+      n->set_id(ServerId(rank));
+      std::string kind = r.kind();
+      if (kind.empty()) kind = worker_hosts.count(r.host()) ? "colocated" : "cpu";
+      n->set_kind(kind);
+      colocated.push_back(kind == "colocated");
+    } else {
+      if (r.requested_rank() >= 0) {
+        rank = r.requested_rank();
+      } else {
+        while (rank_taken[next_free]) ++next_free;
+        rank = next_free++;
+      }
+      n->set_id(WorkerId(config_.num_servers, rank));
+    }
+    n->set_role(r.role());
+    n->set_rank(rank);
+    n->set_host(r.host());
+    n->set_port(r.port());
+    n->set_hostname(r.hostname());
+    identities[n->id()] = p.identity;
+  }
+  std::vector<double> weights = ServerWeights(colocated);
+  for (auto& n : *table.mutable_nodes()) {
+    if (n.role() == proto::SERVER) n.set_weight(weights[n.rank()]);
+  }
+  table_ = NodeTable(table);
+  int64_t now = NowMs();
+  for (const auto& [id, identity] : identities) members_[id] = Member{identity, now};
+  for (const auto& [id, identity] : identities) {
+    Message m = MakeMessage(proto::NODE_TABLE, kSchedulerId);
+    *m.envelope.mutable_node_table() = table;
+    m.envelope.mutable_node_table()->set_your_id(id);
+    SendTo(id, std::move(m));
+  }
+  std::string servers;
+  for (const auto& s : table_.Servers()) {
+    servers += StrCat(" ", DescribeNode(s), " ", s.kind(), " weight ", s.weight(), ";");
+  }
+  LOG(INFO) << "all " << config_.num_servers << " servers and " << config_.num_workers
+            << " workers registered; node table sent. Servers:" << servers;
+  phase_ = Phase::kRunning;
+  pending_.clear();
+  cv_.notify_all();
+}
+
+void Scheduler::OnBarrier(const Message& m) {
+  int group = m.envelope.barrier().group();
+  auto& arrived = barriers_[group];
+  for (const auto& a : arrived) {
+    if (a.first == m.sender()) {
+      LOG(WARNING) << table_.Describe(m.sender()) << " entered a "
+                   << proto::BarrierGroup_Name(m.envelope.barrier().group())
+                   << " barrier twice; ignored";
+      return;
+    }
+  }
+  arrived.emplace_back(m.sender(), m.envelope.request_id());
+  int expected = group == proto::GROUP_WORKERS   ? config_.num_workers
+                 : group == proto::GROUP_SERVERS ? config_.num_servers
+                                                 : config_.num_workers + config_.num_servers;
+  VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
+          << arrived.size() << " of " << expected;
+  if (static_cast<int>(arrived.size()) < expected) return;
+  for (const auto& [node, request] : arrived) {
+    Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
+    release.envelope.set_request_id(request);
+    SendTo(node, std::move(release));
+  }
+  arrived.clear();
+}
+
+void Scheduler::OnFinalize(const Message& m) {
+  if (!table_.IsWorker(m.sender())) {
+    LOG(WARNING) << "dropped FINALIZE from " << table_.Describe(m.sender()) << ": not a worker";
+    return;
+  }
+  finalized_.insert(m.sender());
+  LOG(INFO) << table_.Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
+            << config_.num_workers << ")";
+  if (static_cast<int>(finalized_.size()) < config_.num_workers) return;
+  for (const auto& [id, member] : members_) SendTo(id, MakeMessage(proto::SHUTDOWN, kSchedulerId));
+  phase_ = Phase::kDone;
+  cv_.notify_all();
+}
+
+void Scheduler::CheckHeartbeats() {
+  int64_t now = NowMs();
+  for (const auto& [id, member] : members_) {
+    int64_t silent = now - member.last_heartbeat_ms;
+    if (silent > config_.heartbeat_timeout_ms) {
+      FailJob(id, StrCat(table_.Describe(id), " sent no heartbeat for ", silent,
+                         " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.heartbeat_timeout_ms,
+                         "); it is presumed dead"));
+      return;
+    }
+  }
+}
+
+void Scheduler::FailJob(int node_id, const std::string& reason) {
+  LOG(ERROR) << "job failed: " << reason;
+  failure_ = reason;
+  auto notify = [&](const std::string& identity) {
+    Message m = MakeMessage(proto::NODE_FAILED, kSchedulerId);
+    m.envelope.mutable_failure()->set_node_id(node_id);
+    m.envelope.mutable_failure()->set_reason(reason);
+    van_.Reply(identity, std::move(m));
+  };
+  for (const auto& p : pending_) notify(p.identity);
+  for (const auto& [id, member] : members_) {
+    if (id != node_id) notify(member.identity);
+  }
+  phase_ = Phase::kFailed;
+  cv_.notify_all();
+}
+
+void Scheduler::SendTo(int id, Message m) {
+  auto it = members_.find(id);
+  if (it == members_.end()) return;
+  van_.Reply(it->second.identity, std::move(m));
+}
+
+}  // namespace ferry

@@ -1,0 +1,81 @@
+#pragma once
+
+// Scheduler: the control plane of a Ferry job. Carries no tensor data.
+//
+// Lifecycle: registration (until every server and worker arrived, or the connect
+// deadline) -> node table broadcast -> running (barriers, heartbeat watch) -> orderly
+// shutdown once every worker finalized, or failure broadcast when a node dies.
+//
+// Threads: message handling runs on the Van's IO thread; Run()'s thread watches the
+// deadlines (registration, heartbeats). Both touch the state under mu_.
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/cluster/node_table.h"
+#include "common/config/config.h"
+#include "common/transport/van.h"
+
+namespace ferry {
+
+// Server weights for placement (BytePS OSDI'20, Theorem 1): with n colocated servers
+// and k CPU-only servers, the CPU-only servers together carry 2k(n-1)/(n^2+kn-2k) of
+// the bytes, split evenly among them; colocated servers share the rest evenly.
+// `colocated[i]` says whether server i is colocated. Weights sum to 1.
+std::vector<double> ServerWeights(const std::vector<bool>& colocated);
+
+class Scheduler {
+ public:
+  explicit Scheduler(const Config& config);
+  ~Scheduler();
+
+  // Runs the whole job. Returns 0 after an orderly shutdown, 1 after a failure
+  // (missing node at the registration deadline, dead node).
+  int Run();
+
+  // The port the scheduler listens on (after construction).
+  int port() const { return port_; }
+
+ private:
+  enum class Phase { kRegistering, kRunning, kDone, kFailed };
+  struct Pending {
+    std::string identity;
+    proto::RegisterRequest request;
+  };
+  struct Member {
+    std::string identity;
+    int64_t last_heartbeat_ms = 0;
+  };
+
+  void OnMessage(Message&& m, const Origin& origin);
+  void OnRegister(const Message& m, const std::string& identity);
+  void OnBarrier(const Message& m);
+  void OnFinalize(const Message& m);
+  void BuildNodeTable();                 // REQUIRES: mu_ held, all registered
+  std::string MissingNodes() const;      // REQUIRES: mu_ held
+  void FailJob(int node_id, const std::string& reason);  // REQUIRES: mu_ held
+  void CheckHeartbeats();                // REQUIRES: mu_ held
+  void SendTo(int id, Message m);        // REQUIRES: mu_ held
+  void Refuse(const std::string& identity, const std::string& reason);
+  bool IsMember(int id, const std::string& identity) const;  // REQUIRES: mu_ held
+
+  const Config& config_;
+  Van van_;
+  int port_ = 0;
+
+  std::mutex mu_;                        // guards everything below
+  std::condition_variable cv_;           // signalled when the phase changes
+  Phase phase_ = Phase::kRegistering;
+  std::vector<Pending> pending_;         // registrations in arrival order
+  NodeTable table_;
+  std::map<int, Member> members_;        // node id -> connection and heartbeat
+  std::map<int, std::vector<std::pair<int, uint64_t>>> barriers_;  // group -> (node, request)
+  std::set<int> finalized_;
+  std::string failure_;
+};
+
+}  // namespace ferry

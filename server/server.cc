@@ -1,0 +1,235 @@
+#include "server/server.h"
+
+#include <glog/logging.h>
+
+#include "common/util/status.h"
+
+namespace ferry {
+
+Server::Server(const Config& config)
+    : config_(config),
+      van_(VanOptions{"server", static_cast<uint64_t>(config.max_message_bytes), 2000}),
+      port_(van_.Bind(config.bind_host, config.node_port)),
+      cluster_(config, &van_, port_) {
+  num_workers_ = config.num_workers;
+  num_servers_ = config.num_servers;
+  for (int i = 0; i < config.server_engine_threads; ++i) {
+    engines_.push_back(std::make_unique<Engine>());
+  }
+}
+
+Server::~Server() {
+  StopEngines();
+  van_.Stop();
+}
+
+int Server::Run() {
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    Engine* e = engines_[i].get();
+    e->thread = std::thread([this, e, i] {
+      pthread_setname_np(pthread_self(), ("engine-" + std::to_string(i)).c_str());
+      EngineLoop(e);
+    });
+  }
+  van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
+  LOG(INFO) << "server listening on " << config_.bind_host << ":" << port_ << " with "
+            << engines_.size() << " engine threads";
+  int code = 0;
+  try {
+    cluster_.Register();
+    SetLogNodeName(StrCat("server ", cluster_.my_rank()));
+    cluster_.WaitForShutdown();
+  } catch (const FerryError& e) {
+    LOG(ERROR) << "server stops: " << e.what();
+    code = 1;
+  }
+  StopEngines();
+  ServerStats s = stats();
+  LOG(INFO) << "server done: " << s.pushes << " pushes, " << s.rounds_completed << " rounds, "
+            << s.bytes_summed << " bytes summed, " << s.rejected_pushes << " rejected, "
+            << s.duplicate_pushes << " duplicates dropped";
+  van_.Stop();
+  return code;
+}
+
+ServerStats Server::stats() const {
+  ServerStats s;
+  s.pushes = pushes_;
+  s.bytes_summed = bytes_summed_;
+  s.rounds_completed = rounds_;
+  s.rejected_pushes = rejected_;
+  s.duplicate_pushes = duplicates_;
+  return s;
+}
+
+void Server::StopEngines() {
+  for (auto& e : engines_) {
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      e->stop = true;
+    }
+    e->cv.notify_all();
+  }
+  for (auto& e : engines_) {
+    if (e->thread.joinable()) e->thread.join();
+  }
+}
+
+void Server::OnMessage(Message&& m, const Origin& origin) {
+  if (cluster_.HandleMessage(m, origin)) {
+    // Pushes that beat our own node table (the scheduler sends the tables to all
+    // nodes at once) are served as soon as it is here.
+    if (cluster_.my_id() >= 0 && !early_pushes_.empty()) {
+      auto early = std::move(early_pushes_);
+      early_pushes_.clear();
+      for (auto& [message, from] : early) OnMessage(std::move(message), from);
+    }
+    return;
+  }
+  if (!origin.inbound || m.type() != proto::PUSH) {
+    LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+    return;
+  }
+  if (cluster_.my_id() < 0) {
+    if (early_pushes_.size() < kMaxEarlyPushes) {
+      early_pushes_.emplace_back(std::move(m), origin);
+    } else {
+      rejected_++;
+      LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not yet part of a cluster";
+    }
+    return;
+  }
+  const NodeTable& table = cluster_.table();
+  if (!table.IsWorker(m.sender()) ||
+      origin.identity != WorkerRoutingId(m.sender())) {
+    rejected_++;
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m)
+                              << ": the sender is not a worker of this job";
+    ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(),
+               ErrorCode::kBadMessage, "push refused: the sender is not a worker of this job");
+    return;
+  }
+  uint64_t key = m.envelope.key();
+  Engine* e = engines_[std::hash<uint64_t>()(key) % engines_.size()].get();
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->queue.push_back(Work{std::move(m), origin.identity});
+  }
+  e->cv.notify_one();
+}
+
+void Server::EngineLoop(Engine* engine) {
+  while (true) {
+    Work work;
+    {
+      std::unique_lock<std::mutex> lock(engine->mu);
+      engine->cv.wait(lock, [engine] { return engine->stop || !engine->queue.empty(); });
+      if (engine->stop) return;
+      work = std::move(engine->queue.front());
+      engine->queue.pop_front();
+    }
+    HandlePush(engine, work);
+  }
+}
+
+void Server::HandlePush(Engine* engine, Work& work) {
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  const int rank = cluster_.table().node(e.sender()).rank();
+  const DataType dtype = static_cast<DataType>(e.dtype());
+  KeyState& state = engine->keys[key];
+  pushes_++;
+  if (!state.failure.empty()) {
+    rejected_++;
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, state.failure);
+    return;
+  }
+  if (!state.defined) {
+    state.defined = true;
+    state.length = e.length();
+    state.dtype = dtype;
+    state.tensor_hash = e.tensor_hash();
+    state.defined_by_rank = rank;
+    state.pushed.assign(num_workers_, false);
+  }
+  if (e.length() != state.length || dtype != state.dtype || e.tensor_hash() != state.tensor_hash) {
+    rejected_++;
+    std::string reason = StrCat(
+        "workers disagree on ", KeyName(key), ": worker ", rank, " pushed ", e.length(),
+        " bytes of ", DataTypeName(dtype), " (tensor hash ", std::hex, e.tensor_hash(), std::dec,
+        ") but worker ", state.defined_by_rank, " pushed ", state.length, " bytes of ",
+        DataTypeName(state.dtype), " (tensor hash ", std::hex, state.tensor_hash, std::dec,
+        "); declare the same tensors (name, dtype, shape) in the same order on every worker");
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, reason);
+    FailKey(key, state, reason);
+    return;
+  }
+  if (e.round() < state.round || (e.round() == state.round && state.pushed[rank])) {
+    duplicates_++;
+    VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
+            << " from worker " << rank;
+    return;
+  }
+  if (e.round() > state.round) {
+    rejected_++;
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+               StrCat("push of ", KeyName(key), " for round ", e.round(),
+                      " but the key is at round ", state.round,
+                      " (a worker may push a round only after receiving the previous one)"));
+    return;
+  }
+  // Accumulate: adopt the first push's frame as the sum, add the others into it.
+  if (state.sum.empty()) {
+    state.sum = std::move(work.message.payload);
+  } else {
+    SumInto(state.sum.data(), work.message.payload.data(),
+            state.length / DataTypeSize(dtype), dtype);
+  }
+  bytes_summed_ += state.length;
+  state.bytes_pushed += state.length;
+  state.pushed[rank] = true;
+  state.waiting.push_back(PendingReply{e.sender(), work.identity, e.request_id()});
+  if (static_cast<int>(state.waiting.size()) == num_workers_) CompleteRound(key, state);
+}
+
+void Server::CompleteRound(uint64_t key, KeyState& state) {
+  for (const PendingReply& p : state.waiting) {
+    Message reply = MakeMessage(proto::PUSH_RESULT, cluster_.my_id());
+    reply.envelope.set_request_id(p.request_id);
+    reply.envelope.set_key(key);
+    reply.envelope.set_round(state.round);
+    reply.envelope.set_dtype(static_cast<proto::DataTypeProto>(state.dtype));
+    reply.envelope.set_length(state.length);
+    reply.envelope.set_tensor_hash(state.tensor_hash);
+    reply.payload = state.sum;  // shared: every reply sends the same bytes
+    van_.Reply(p.identity, std::move(reply));
+  }
+  state.waiting.clear();
+  state.pushed.assign(num_workers_, false);
+  state.sum = Buffer();  // ZeroMQ's references keep it alive until sent
+  state.round++;
+  state.rounds_completed++;
+  rounds_++;
+}
+
+void Server::FailKey(uint64_t key, KeyState& state, const std::string& reason) {
+  LOG(ERROR) << reason;
+  state.failure = reason;
+  for (const PendingReply& p : state.waiting) {
+    ReplyError(p.identity, p.request_id, key, ErrorCode::kMismatch, reason);
+  }
+  state.waiting.clear();
+  state.sum = Buffer();
+}
+
+void Server::ReplyError(const std::string& identity, uint64_t request_id, uint64_t key,
+                        ErrorCode code, const std::string& reason) {
+  Message m = MakeMessage(proto::ERROR, cluster_.my_id());
+  m.envelope.set_request_id(request_id);
+  m.envelope.set_key(key);
+  m.envelope.mutable_error()->set_code(static_cast<int>(code));
+  m.envelope.mutable_error()->set_reason(reason);
+  van_.Reply(identity, std::move(m));
+}
+
+}  // namespace ferry

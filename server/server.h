@@ -1,0 +1,85 @@
+#pragma once
+
+// Server: the summation service. Sums what every worker pushes for a key's round and
+// answers each pusher with the sum (one request, one reply: no pull round trip).
+//
+// Threads: the Van's IO thread validates each PUSH and hands it to the engine thread
+// that owns the key (key hash % FERRY_SERVER_ENGINE_THREADS), so a key's state is
+// touched by one thread only and the hot path takes no lock on it. Engine threads
+// reply through the Van. Run()'s thread waits for the end of the job.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/cluster/cluster_client.h"
+#include "common/config/config.h"
+#include "common/transport/van.h"
+#include "common/util/status.h"
+#include "server/key_state.h"
+
+namespace ferry {
+
+struct ServerStats {
+  uint64_t pushes = 0;
+  uint64_t bytes_summed = 0;
+  uint64_t rounds_completed = 0;
+  uint64_t rejected_pushes = 0;   // failed validation (mismatch, stranger, bad round)
+  uint64_t duplicate_pushes = 0;
+};
+
+class Server {
+ public:
+  explicit Server(const Config& config);
+  ~Server();
+
+  // Registers, serves until the scheduler ends the job. Returns 0 on an orderly end,
+  // 1 when the job failed (the reason is logged).
+  int Run();
+
+  int port() const { return port_; }
+  ServerStats stats() const;
+
+ private:
+  struct Work {
+    Message message;
+    std::string identity;
+  };
+  struct Engine {
+    std::mutex mu;                // guards queue and stop
+    std::condition_variable cv;   // signalled on a new item or stop
+    std::deque<Work> queue;
+    bool stop = false;
+    std::unordered_map<uint64_t, KeyState> keys;  // owned by this engine's thread only
+    std::thread thread;
+  };
+
+  void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  void EngineLoop(Engine* engine);
+  void HandlePush(Engine* engine, Work& work);
+  void CompleteRound(uint64_t key, KeyState& state);
+  void FailKey(uint64_t key, KeyState& state, const std::string& reason);
+  void ReplyError(const std::string& identity, uint64_t request_id, uint64_t key,
+                  ErrorCode code, const std::string& reason);
+  void StopEngines();
+
+  const Config& config_;
+  Van van_;
+  int port_ = 0;
+  ClusterClient cluster_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  static constexpr size_t kMaxEarlyPushes = 65536;
+  std::vector<std::pair<Message, Origin>> early_pushes_;  // IO thread only
+  int num_workers_ = 0;
+  int num_servers_ = 0;
+
+  std::atomic<uint64_t> pushes_{0}, bytes_summed_{0}, rounds_{0}, rejected_{0}, duplicates_{0};
+};
+
+}  // namespace ferry

@@ -1,0 +1,36 @@
+#ifndef FERRY_WORKER_C_API_H_
+#define FERRY_WORKER_C_API_H_
+
+/* The C API of libferry, for framework plugins. One worker per process.
+ *
+ * Functions return 0 (or a non-negative value) on success and a negative ferry error
+ * code (-ErrorCode, common/util/status.h) on failure; ferry_last_error() then gives the
+ * message (thread-local, valid until the thread's next call). */
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dtype values: 0 float32, 1 float16, 2 bfloat16, 3 float64, 4 int32, 5 int64. */
+
+int ferry_init(void);                       /* reads the environment, joins the cluster */
+int ferry_rank(void);
+int ferry_size(void);
+int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int ndim);
+/* priority: INT32_MIN for the default (-(declaration index)). Returns a handle > 0. */
+int64_t ferry_push_pull_async(const char* name, const void* input, void* output, int dtype,
+                              uint64_t count, int average, int32_t priority);
+int ferry_poll(int64_t handle);             /* 1 done, 0 running, < 0 error */
+int ferry_wait(int64_t handle);
+int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int root);
+int ferry_barrier(void);
+int ferry_shutdown(void);
+const char* ferry_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // FERRY_WORKER_C_API_H_

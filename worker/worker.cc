@@ -1,0 +1,468 @@
+#include "worker/worker.h"
+
+#include <glog/logging.h>
+
+#include <cstring>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+
+namespace ferry {
+
+struct Worker::Tensor {
+  uint32_t id = 0;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  uint64_t count = 0;
+  uint64_t bytes = 0;
+  uint64_t hash = 0;
+  int priority = 0;
+  std::vector<PartitionSpec> parts;
+  std::vector<uint32_t> rounds;                    // next round, per partition
+  std::deque<std::shared_ptr<Operation>> pending;  // front is the running operation
+};
+
+struct Worker::Operation {
+  Handle handle = 0;
+  Tensor* tensor = nullptr;
+  const uint8_t* input = nullptr;
+  uint8_t* output = nullptr;
+  bool average = false;
+  int priority = 0;
+  int replies_left = 0;   // partitions whose sum has not arrived
+  int releases_left = 0;  // partitions ZeroMQ still holds (non-empty payloads only)
+  bool started = false;
+  bool done = false;
+  std::string error;      // set when done with a failure
+  int64_t start_us = 0;
+};
+
+// A partition between the queue and its reply.
+struct Worker::InFlight {
+  std::shared_ptr<Operation> op;
+  uint32_t part = 0;
+  bool sent = false;
+};
+
+namespace {
+
+uint64_t CountOf(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += StrCat(i ? "," : "", shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::unique_ptr<Worker> Worker::Create(const Config& config) {
+  std::unique_ptr<Worker> w(new Worker(config));
+  w->Start();
+  return w;
+}
+
+Worker::Worker(const Config& config)
+    : config_(config),
+      van_(VanOptions{"worker", static_cast<uint64_t>(config.max_message_bytes), 2000}),
+      cluster_(config_, &van_, 0),
+      queue_(config.scheduling_credit, config.scheduling_credit_bytes) {}
+
+void Worker::Start() {
+  van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
+  cluster_.SetFailureCallback([this](const std::string& reason) { FailAll(reason); });
+  cluster_.Register();
+  const NodeTable& table = cluster_.table();
+  my_id_ = cluster_.my_id();
+  rank_ = cluster_.my_rank();
+  num_workers_ = table.num_workers();
+  num_servers_ = table.num_servers();
+  SetLogNodeName(StrCat("worker ", rank_));
+  std::vector<double> weights;
+  for (const auto& s : table.Servers()) {
+    weights.push_back(s.weight());
+    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), WorkerRoutingId(my_id_));
+  }
+  placement_ = std::make_unique<Placement>(weights);
+  sender_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sender");
+    SenderLoop();
+  });
+  LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
+            << " servers; partition " << config_.partition_bytes << " bytes, credit "
+            << (config_.scheduling_credit_bytes > 0
+                    ? StrCat(config_.scheduling_credit_bytes, " bytes")
+                    : StrCat(config_.scheduling_credit, " partitions"));
+}
+
+Worker::~Worker() {
+  queue_.Close();
+  if (sender_.joinable()) sender_.join();
+  // After Stop() ZeroMQ holds no payload: every release hook has run while the
+  // members they touch are still alive.
+  van_.Stop();
+}
+
+int Worker::DeclareTensor(const std::string& name, DataType dtype,
+                          const std::vector<int64_t>& shape, std::optional<int> priority) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(DeclareLocked(name, dtype, shape, priority).id);
+}
+
+Worker::Tensor& Worker::DeclareLocked(const std::string& name, DataType dtype,
+                                      const std::vector<int64_t>& shape,
+                                      std::optional<int> priority) {
+  FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(dtype)), ErrorCode::kInvalidArgument,
+                "tensor '", name, "': unknown dtype ", static_cast<int>(dtype));
+  for (int64_t d : shape) {
+    FERRY_ENFORCE(d >= 0, ErrorCode::kInvalidArgument, "tensor '", name, "': negative dimension in shape ",
+                  ShapeString(shape));
+  }
+  auto it = tensor_ids_.find(name);
+  if (it != tensor_ids_.end()) {
+    Tensor& t = *tensors_[it->second];
+    FERRY_ENFORCE(t.dtype == dtype && CountOf(t.shape) == CountOf(shape), ErrorCode::kInvalidArgument,
+                  "tensor '", name, "' was declared as ", DataTypeName(t.dtype), ShapeString(t.shape),
+                  " and is now used as ", DataTypeName(dtype), ShapeString(shape));
+    if (priority) t.priority = *priority;
+    return t;
+  }
+  auto t = std::make_unique<Tensor>();
+  t->id = static_cast<uint32_t>(tensors_.size());
+  t->name = name;
+  t->dtype = dtype;
+  t->shape = shape;
+  t->count = CountOf(shape);
+  t->bytes = t->count * DataTypeSize(dtype);
+  t->hash = TensorHash(name, dtype, shape);
+  t->priority = priority ? *priority : -static_cast<int>(t->id);
+  t->parts = SplitTensor(t->bytes, DataTypeSize(dtype), config_.partition_bytes);
+  for (auto& p : t->parts) p.server = placement_->Assign(p.bytes);
+  t->rounds.assign(t->parts.size(), 0);
+  VLOG(1) << "declared tensor '" << name << "' id " << t->id << " " << DataTypeName(dtype)
+          << ShapeString(shape) << " in " << t->parts.size() << " partitions";
+  tensor_ids_[name] = static_cast<int>(t->id);
+  tensors_.push_back(std::move(t));
+  return *tensors_.back();
+}
+
+Handle Worker::PushPullAsync(const std::string& name, const void* input, void* output,
+                             DataType dtype, uint64_t count, bool average,
+                             std::optional<int> priority) {
+  FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
+                name, "': null buffer");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
+  if (!tensor_ids_.count(name)) {
+    LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "
+              << tensors_.size() << " (declare tensors up front, in forward order, on every worker)";
+  }
+  Tensor& t = DeclareLocked(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
+  auto op = std::make_shared<Operation>();
+  op->handle = next_handle_++;
+  op->tensor = &t;
+  op->input = static_cast<const uint8_t*>(input);
+  op->output = static_cast<uint8_t*>(output);
+  op->average = average;
+  op->priority = priority ? *priority : t.priority;
+  op->start_us = NowUs();
+  operations_[op->handle] = op;
+  t.pending.push_back(op);
+  if (t.pending.size() == 1) StartOperation(op);
+  stat_ops_++;
+  return op->handle;
+}
+
+void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
+  Tensor& t = *op->tensor;
+  op->started = true;
+  op->replies_left = static_cast<int>(t.parts.size());
+  for (uint32_t i = 0; i < t.parts.size(); ++i) {
+    if (t.parts[i].bytes > 0) op->releases_left++;
+    uint64_t cookie = next_cookie_++;
+    queued_[cookie] = InFlight{op, i, false};
+    queue_.Push(PushTask{op->priority, 0, t.parts[i].bytes, cookie});
+  }
+}
+
+void Worker::SenderLoop() {
+  while (true) {
+    PushTask task;
+    bool timed_out = false;
+    if (!queue_.Next(&task, 1000, &timed_out)) {
+      if (timed_out) continue;
+      return;  // closed
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = queued_.find(task.cookie);
+    CHECK(it != queued_.end()) << "task without a partition";
+    InFlight f = std::move(it->second);
+    queued_.erase(it);
+    if (f.op->done) {  // failed while queued: never sent, nothing to release
+      if (f.op->tensor->parts[f.part].bytes > 0) f.op->releases_left--;
+      lock.unlock();
+      queue_.Done(task.bytes);
+      continue;
+    }
+    Tensor& t = *f.op->tensor;
+    const PartitionSpec& p = t.parts[f.part];
+    uint64_t request = next_request_++;
+    Message m = MakeMessage(proto::PUSH, my_id_);
+    m.envelope.set_request_id(request);
+    m.envelope.set_key(MakeKey(t.id, p.index));
+    m.envelope.set_round(t.rounds[f.part]++);
+    m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
+    m.envelope.set_length(p.bytes);
+    m.envelope.set_priority(f.op->priority);
+    m.envelope.set_tensor_hash(t.hash);
+    if (p.bytes > 0) {
+      std::shared_ptr<Operation> op = f.op;
+      // Zero copy: ZeroMQ sends straight from the caller's input; the release hook
+      // tells us when it no longer reads it.
+      m.payload = Buffer::Borrow(const_cast<uint8_t*>(f.op->input) + p.offset, p.bytes,
+                                 [this, op] {
+                                   std::lock_guard<std::mutex> l(mu_);
+                                   op->releases_left--;
+                                   stat_releases_++;
+                                   MaybeComplete(op);
+                                 });
+    }
+    f.sent = true;
+    in_flight_[request] = std::move(f);
+    lock.unlock();
+    stat_parts_++;
+    stat_bytes_pushed_ += p.bytes;
+    van_.Send(ServerId(p.server), std::move(m));
+  }
+}
+
+void Worker::OnMessage(Message&& m, const Origin& origin) {
+  if (cluster_.HandleMessage(m, origin)) return;
+  if (origin.inbound || !cluster_.table().IsServer(origin.peer) || m.sender() != origin.peer) {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a server connection";
+    return;
+  }
+  if (m.type() == proto::PUSH_RESULT) {
+    OnPushResult(std::move(m));
+  } else if (m.type() == proto::ERROR) {
+    OnError(m);
+  } else {
+    LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+  }
+}
+
+void Worker::OnPushResult(Message&& m) {
+  const proto::Envelope& e = m.envelope;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = in_flight_.find(e.request_id());
+  if (it == in_flight_.end()) {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
+    return;
+  }
+  InFlight f = std::move(it->second);
+  in_flight_.erase(it);
+  const Tensor& t = *f.op->tensor;
+  const PartitionSpec& p = t.parts[f.part];
+  std::string error;
+  if (e.key() != MakeKey(t.id, p.index) || e.length() != p.bytes ||
+      e.dtype() != static_cast<int>(t.dtype) || m.sender() != ServerId(p.server)) {
+    error = StrCat(cluster_.table().Describe(m.sender()), " answered the push of ",
+                   KeyName(MakeKey(t.id, p.index)), " with ", Describe(m),
+                   ", which does not match the request");
+  }
+  bool deliver = error.empty() && !f.op->done;
+  lock.unlock();
+  queue_.Done(p.bytes);
+  if (deliver && p.bytes > 0) {
+    // The output slice belongs to this partition alone until the operation completes.
+    std::memcpy(f.op->output + p.offset, m.payload.data(), p.bytes);
+    if (f.op->average) {
+      Scale(f.op->output + p.offset, 1.0 / num_workers_, p.bytes / DataTypeSize(t.dtype), t.dtype);
+    }
+    stat_bytes_received_ += p.bytes;
+  }
+  FinishPartition(f.op, error);
+}
+
+void Worker::OnError(const Message& m) {
+  const proto::Envelope& e = m.envelope;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = in_flight_.find(e.request_id());
+  if (it == in_flight_.end()) {
+    LOG(WARNING) << cluster_.table().Describe(m.sender()) << " reported: " << e.error().reason();
+    return;
+  }
+  InFlight f = std::move(it->second);
+  in_flight_.erase(it);
+  const Tensor& t = *f.op->tensor;
+  std::string error = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ",
+                             DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
+                             cluster_.table().Describe(m.sender()), ": ", e.error().reason());
+  uint64_t bytes = t.parts[f.part].bytes;
+  lock.unlock();
+  queue_.Done(bytes);
+  FinishPartition(f.op, error);
+}
+
+void Worker::FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  op->replies_left--;
+  if (!error.empty() && !op->done) {
+    LOG(ERROR) << error;
+    op->error = error;
+    op->done = true;
+    Tensor& t = *op->tensor;
+    if (!t.pending.empty() && t.pending.front() == op) {
+      t.pending.pop_front();
+      if (!t.pending.empty()) StartOperation(t.pending.front());
+    }
+    cv_.notify_all();
+    return;
+  }
+  MaybeComplete(op);
+}
+
+void Worker::MaybeComplete(const std::shared_ptr<Operation>& op) {
+  if (op->done || op->replies_left > 0 || op->releases_left > 0) return;
+  op->done = true;
+  Tensor& t = *op->tensor;
+  CHECK(!t.pending.empty() && t.pending.front() == op) << "operations of a tensor out of order";
+  t.pending.pop_front();
+  if (!t.pending.empty()) StartOperation(t.pending.front());
+  cv_.notify_all();
+}
+
+void Worker::FailAll(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.empty()) return;
+  failure_ = reason;
+  for (auto& [handle, op] : operations_) {
+    if (!op->done) {
+      op->done = true;
+      op->error = reason;
+    }
+  }
+  cv_.notify_all();
+}
+
+bool Worker::Poll(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = operations_.find(handle);
+  FERRY_ENFORCE(it != operations_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
+  return it->second->done;
+}
+
+std::string Worker::DescribeOperation(const Operation& op) const {
+  const Tensor& t = *op.tensor;
+  std::string s = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ", t.bytes,
+                         " bytes in ", t.parts.size(), " partitions)");
+  if (!op.started) return s + " is queued behind an earlier push_pull of the same tensor";
+  s += StrCat(": ", op.replies_left, " partition(s) without a reply");
+  int listed = 0;
+  for (const auto& [request, f] : in_flight_) {
+    if (f.op.get() != &op || listed++ >= 4) continue;
+    s += StrCat("; partition ", f.part, " sent to ",
+                cluster_.table().Describe(ServerId(t.parts[f.part].server)));
+  }
+  if (op.replies_left == 0) s += StrCat("; ZeroMQ still holds ", op.releases_left, " partition(s)");
+  return s;
+}
+
+void Worker::Wait(Handle handle) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = operations_.find(handle);
+  FERRY_ENFORCE(it != operations_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
+  std::shared_ptr<Operation> op = it->second;
+  auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
+  while (!op->done) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !op->done) {
+      throw FerryError(ErrorCode::kTimeout,
+                       StrCat("timed out after ", config_.op_timeout_ms,
+                              " ms (FERRY_OP_TIMEOUT_MS): ", DescribeOperation(*op)));
+    }
+  }
+  operations_.erase(handle);
+  if (!op->error.empty()) {
+    ErrorCode code = failure_.empty() ? ErrorCode::kMismatch : ErrorCode::kPeerFailed;
+    throw FerryError(code, op->error);
+  }
+}
+
+void Worker::PushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                      uint64_t count, bool average) {
+  Wait(PushPullAsync(name, input, output, dtype, count, average));
+}
+
+void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
+                       int root) {
+  FERRY_ENFORCE(root >= 0 && root < num_workers_, ErrorCode::kInvalidArgument, "broadcast of '",
+                name, "': root rank ", root, " is not a worker rank (0..", num_workers_ - 1, ")");
+  // A sum in which every worker but the root contributes zeros: exact for every dtype.
+  Buffer zeros;
+  const void* input = data;
+  if (rank_ != root) {
+    zeros = Buffer::Allocate(count * DataTypeSize(dtype));
+    std::memset(zeros.data(), 0, zeros.size());
+    input = zeros.data();
+  }
+  PushPull("__broadcast__/" + name, input, data, dtype, count, false);
+}
+
+void Worker::Barrier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+  }
+  cluster_.Barrier(proto::GROUP_WORKERS);
+}
+
+void Worker::Shutdown() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
+    // Operations nobody waited for still finish before we leave.
+    cv_.wait_until(lock, deadline, [this] {
+      if (!failure_.empty()) return true;
+      for (const auto& [h, op] : operations_) {
+        if (!op->done) return false;
+      }
+      return true;
+    });
+    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+  }
+  cluster_.Finalize();
+  WorkerStats s = stats();
+  LOG(INFO) << "worker " << rank_ << " done: " << s.operations << " push_pulls, "
+            << s.partitions_pushed << " partitions, " << s.bytes_pushed << " bytes pushed";
+}
+
+WorkerStats Worker::stats() const {
+  WorkerStats s;
+  s.operations = stat_ops_;
+  s.partitions_pushed = stat_parts_;
+  s.bytes_pushed = stat_bytes_pushed_;
+  s.bytes_received = stat_bytes_received_;
+  s.send_releases = stat_releases_;
+  s.van = van_.stats();
+  return s;
+}
+
+std::vector<uint64_t> Worker::PlacedBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return placement_->loads();
+}
+
+std::string Worker::TensorName(uint32_t tensor_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tensor_id < tensors_.size() ? tensors_[tensor_id]->name : "?";
+}
+
+}  // namespace ferry

@@ -1,0 +1,148 @@
+#pragma once
+
+// Worker: the libferry side of a training process.
+//
+//   auto worker = ferry::Worker::Create(ferry::Config::FromEnvironment(...));
+//   worker->DeclareTensor("fc.weight", DataType::kFloat32, {1000, 512});  // forward order
+//   auto h = worker->PushPullAsync("fc.weight", grad, grad, DataType::kFloat32, n, true);
+//   worker->Wait(h);    // grad now holds the average over all workers
+//   worker->Shutdown();
+//
+// Tensors are declared up front in forward (model) order, identically on every worker:
+// the declaration index is the tensor id, and the default priority is -(index), so
+// layers near the input go first. A tensor first seen in PushPullAsync is declared
+// then. Each tensor is cut into partitions placed on servers by bytes (placement.h);
+// the partitions go out through a credit-limited priority queue (scheduled_queue.h).
+//
+// Buffers: `input` is sent without a copy, so it must stay unchanged until the
+// operation completes; `output` receives the sum (it may equal `input`). An operation
+// completes only after every partition's sum arrived AND ZeroMQ released every
+// partition of `input` (its release hook fired), so the caller may reuse both buffers
+// as soon as Wait() returns.
+//
+// Operations on one tensor run one at a time in call order; different tensors overlap.
+// Thread-safe: any thread may call any method. Errors throw FerryError.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/cluster/cluster_client.h"
+#include "common/config/config.h"
+#include "common/reduce/reduce.h"
+#include "common/transport/van.h"
+#include "worker/placement.h"
+#include "worker/scheduling/scheduled_queue.h"
+
+namespace ferry {
+
+using Handle = uint64_t;
+
+struct WorkerStats {
+  uint64_t operations = 0;
+  uint64_t partitions_pushed = 0;
+  uint64_t bytes_pushed = 0;         // payload bytes handed to ZeroMQ, without copy
+  uint64_t bytes_received = 0;       // payload bytes of sums received
+  uint64_t send_releases = 0;        // ZeroMQ release hooks fired for pushed partitions
+  VanStats van;
+};
+
+class Worker {
+ public:
+  // Registers with the scheduler and connects to every server. Throws on failure.
+  static std::unique_ptr<Worker> Create(const Config& config);
+  ~Worker();
+
+  int rank() const { return rank_; }
+  int size() const { return num_workers_; }
+  int num_servers() const { return num_servers_; }
+
+  // Declares a tensor; returns its id (the declaration index). Declaring the same
+  // name again with the same dtype and shape returns the same id; a different dtype
+  // or shape throws. `priority`: empty = -(id).
+  int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
+                    std::optional<int> priority = std::nullopt);
+
+  // Sums `count` elements of `input` over all workers into `output` (averaged when
+  // `average`). Returns at once; see the class comment for buffer lifetimes.
+  Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
+                       uint64_t count, bool average, std::optional<int> priority = std::nullopt);
+  // True once the operation finished (successfully or not). Unknown handle: throws.
+  bool Poll(Handle handle);
+  // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws
+  // FerryError if it failed. The handle is released.
+  void Wait(Handle handle);
+  // PushPullAsync + Wait.
+  void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                uint64_t count, bool average);
+  // Every worker's `data` becomes root's. Call on every worker with the same name.
+  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
+  // Blocks until every worker called Barrier.
+  void Barrier();
+  // Waits for this worker's operations, tells the scheduler this worker is done, and
+  // waits until every worker is (then the servers and scheduler exit). Idempotent.
+  void Shutdown();
+
+  WorkerStats stats() const;
+  // Bytes placed on each server so far (by rank), from this worker's placement.
+  std::vector<uint64_t> PlacedBytes() const;
+  // The tensor's name for a key, for messages; "?" if unknown.
+  std::string TensorName(uint32_t tensor_id) const;
+
+ private:
+  struct Tensor;
+  struct Operation;
+  struct InFlight;
+
+  explicit Worker(const Config& config);
+  void Start();
+  void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  void OnPushResult(Message&& m);
+  void OnError(const Message& m);
+  void SenderLoop();
+  void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
+  void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
+  void MaybeComplete(const std::shared_ptr<Operation>& op);   // REQUIRES: mu_ held
+  void FailAll(const std::string& reason);
+  Tensor& DeclareLocked(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
+                        std::optional<int> priority);  // REQUIRES: mu_ held
+  std::string DescribeOperation(const Operation& op) const;  // REQUIRES: mu_ held
+
+  Config config_;
+  Van van_;
+  ClusterClient cluster_;
+  int rank_ = -1;
+  int my_id_ = -1;
+  int num_workers_ = 0;
+  int num_servers_ = 0;
+  std::unique_ptr<Placement> placement_;
+  ScheduledQueue queue_;
+
+  mutable std::mutex mu_;                 // guards everything below
+  std::condition_variable cv_;            // signalled when an operation finishes
+  std::vector<std::unique_ptr<Tensor>> tensors_;        // by id
+  std::map<std::string, int> tensor_ids_;               // name -> id
+  std::unordered_map<Handle, std::shared_ptr<Operation>> operations_;
+  std::unordered_map<uint64_t, InFlight> in_flight_;    // request id -> partition
+  std::unordered_map<uint64_t, InFlight> queued_;      // task cookie -> partition
+  Handle next_handle_ = 1;
+  uint64_t next_request_ = 1;
+  uint64_t next_cookie_ = 1;
+  std::string failure_;                   // non-empty: the job failed; every call throws
+  bool shut_down_ = false;
+
+  std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},
+      stat_bytes_received_{0}, stat_releases_{0};
+  std::thread sender_;
+};
+
+}  // namespace ferry
