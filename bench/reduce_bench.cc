@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "common/reduce/reduce.h"
 
 namespace {
@@ -110,6 +112,9 @@ void Configure(benchmark::internal::Benchmark* b) {
 // Console output as usual, plus the bytes/s of each run kept for the ratio summary.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  explicit RatioReporter(bool color)
+      : ConsoleReporter(color ? OO_ColorTabular : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       if (r.run_type != Run::RT_Iteration) continue;
@@ -134,7 +139,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
         const auto sum = rates_.find(Key(std::string("SumInto/") + type, size, threads));
         if (sum == rates_.end()) continue;
         if (!header) {
-          std::printf("\nSumInto / triad at %lld MiB (memory traffic per second):\n",
+          std::printf("\nSumInto / triad at %lld MiB (memory traffic, 1 GB = 1e9 bytes):\n",
                       static_cast<long long>(kRatioBytes >> 20));
           header = true;
         }
@@ -152,7 +157,21 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
+// Colour as Google Benchmark's own console reporter would (--benchmark_color=
+// true/false/auto; auto: when stdout is a terminal).
+bool WantColor(int argc, char** argv) {
+  std::string value = "auto";
+  const char* kColor = "--benchmark_color=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], kColor, std::strlen(kColor)) == 0) value = argv[i] + std::strlen(kColor);
+  }
+  if (value == "true" || value == "yes" || value == "1" || value == "on") return true;
+  if (value == "false" || value == "no" || value == "0" || value == "off") return false;
+  return isatty(STDOUT_FILENO) != 0;
+}
+
 int main(int argc, char** argv) {
+  const bool color = WantColor(argc, argv);
   // Our own flag, removed before Google Benchmark parses the rest.
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
@@ -186,7 +205,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&new_argc, args.data());
   if (benchmark::ReportUnrecognizedArguments(new_argc, args.data())) return 1;
   benchmark::AddCustomContext("ferry_simd_level", ferry::SimdLevelName(ferry::ActiveSimdLevel()));
-  RatioReporter reporter;
+  RatioReporter reporter(color);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.PrintRatios();
   benchmark::Shutdown();

@@ -29,6 +29,15 @@ struct PendingReply {
   uint64_t request_id = 0;
 };
 
+// What to do with a push, given the key's state (see the round invariant above).
+enum class PushVerdict {
+  kAccumulate,  // the push belongs to the current round: add it
+  kDuplicate,   // already counted (a resend, or an old round): drop silently
+  kAhead,       // a round the key has not reached: protocol error
+  kMismatch,    // length, dtype or tensor hash differ from the key's definition
+  kFailed,      // the key failed earlier; every push is refused
+};
+
 struct KeyState {
   // Fixed by the first push ever seen for the key; every later push must agree.
   bool defined = false;
@@ -45,6 +54,15 @@ struct KeyState {
   std::string failure;                // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
   uint64_t bytes_pushed = 0;
+
+  // Defines the key on its first push (num_workers sizes `pushed`), then classifies
+  // the push. Changes nothing else.
+  PushVerdict Classify(int rank, uint32_t push_round, uint64_t push_length, DataType push_dtype,
+                       uint64_t push_hash, int num_workers);
+  // Records an accepted push from `rank`; returns true when the round is complete.
+  bool Record(int rank, const PendingReply& reply, int num_workers);
+  // Starts the next round (after the replies of this one were sent).
+  void NextRound(int num_workers);
 };
 
 }  // namespace ferry

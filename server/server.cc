@@ -8,7 +8,7 @@ namespace ferry {
 
 Server::Server(const Config& config)
     : config_(config),
-      van_(VanOptions{"server", static_cast<uint64_t>(config.max_message_bytes), 2000}),
+      van_(VanOptions::Named("server", config.max_message_bytes)),
       port_(van_.Bind(config.bind_host, config.node_port)),
       cluster_(config, &van_, port_) {
   num_workers_ = config.num_workers;
@@ -139,57 +139,53 @@ void Server::HandlePush(Engine* engine, Work& work) {
   const DataType dtype = static_cast<DataType>(e.dtype());
   KeyState& state = engine->keys[key];
   pushes_++;
-  if (!state.failure.empty()) {
-    rejected_++;
-    ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, state.failure);
-    return;
-  }
-  if (!state.defined) {
-    state.defined = true;
-    state.length = e.length();
-    state.dtype = dtype;
-    state.tensor_hash = e.tensor_hash();
-    state.defined_by_rank = rank;
-    state.pushed.assign(num_workers_, false);
-  }
-  if (e.length() != state.length || dtype != state.dtype || e.tensor_hash() != state.tensor_hash) {
-    rejected_++;
-    std::string reason = StrCat(
-        "workers disagree on ", KeyName(key), ": worker ", rank, " pushed ", e.length(),
-        " bytes of ", DataTypeName(dtype), " (tensor hash ", std::hex, e.tensor_hash(), std::dec,
-        ") but worker ", state.defined_by_rank, " pushed ", state.length, " bytes of ",
-        DataTypeName(state.dtype), " (tensor hash ", std::hex, state.tensor_hash, std::dec,
-        "); declare the same tensors (name, dtype, shape) in the same order on every worker");
-    ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, reason);
-    FailKey(key, state, reason);
-    return;
-  }
-  if (e.round() < state.round || (e.round() == state.round && state.pushed[rank])) {
-    duplicates_++;
-    VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
-            << " from worker " << rank;
-    return;
-  }
-  if (e.round() > state.round) {
-    rejected_++;
-    ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
-               StrCat("push of ", KeyName(key), " for round ", e.round(),
-                      " but the key is at round ", state.round,
-                      " (a worker may push a round only after receiving the previous one)"));
-    return;
+  switch (state.Classify(rank, e.round(), e.length(), dtype, e.tensor_hash(), num_workers_)) {
+    case PushVerdict::kFailed:
+      rejected_++;
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, state.failure);
+      return;
+    case PushVerdict::kMismatch: {
+      rejected_++;
+      std::string reason = StrCat(
+          "workers disagree on ", KeyName(key), ": worker ", rank, " pushed ", e.length(),
+          " bytes of ", DataTypeName(dtype), " (tensor hash ", std::hex, e.tensor_hash(),
+          std::dec, ") but worker ", state.defined_by_rank, " pushed ", state.length,
+          " bytes of ", DataTypeName(state.dtype), " (tensor hash ", std::hex, state.tensor_hash,
+          std::dec, "); declare the same tensors (name, dtype, shape) in the same order on "
+          "every worker");
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, reason);
+      FailKey(key, state, reason);
+      return;
+    }
+    case PushVerdict::kDuplicate:
+      duplicates_++;
+      Acknowledge(work.identity, e.request_id(), key);
+      VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
+              << " from worker " << rank;
+      return;
+    case PushVerdict::kAhead:
+      rejected_++;
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+                 StrCat("push of ", KeyName(key), " for round ", e.round(),
+                        " but the key is at round ", state.round,
+                        " (a worker may push a round only after receiving the previous one)"));
+      return;
+    case PushVerdict::kAccumulate:
+      break;
   }
   // Accumulate: adopt the first push's frame as the sum, add the others into it.
   if (state.sum.empty()) {
     state.sum = std::move(work.message.payload);
   } else {
-    SumInto(state.sum.data(), work.message.payload.data(),
-            state.length / DataTypeSize(dtype), dtype);
+    SumInto(state.sum.data(), work.message.payload.data(), state.length / DataTypeSize(dtype),
+            dtype);
   }
   bytes_summed_ += state.length;
-  state.bytes_pushed += state.length;
-  state.pushed[rank] = true;
-  state.waiting.push_back(PendingReply{e.sender(), work.identity, e.request_id()});
-  if (static_cast<int>(state.waiting.size()) == num_workers_) CompleteRound(key, state);
+  if (state.Record(rank, PendingReply{e.sender(), work.identity, e.request_id()}, num_workers_)) {
+    CompleteRound(key, state);  // the sum doubles as this push's acknowledgement
+  } else {
+    Acknowledge(work.identity, e.request_id(), key);
+  }
 }
 
 void Server::CompleteRound(uint64_t key, KeyState& state) {
@@ -204,11 +200,7 @@ void Server::CompleteRound(uint64_t key, KeyState& state) {
     reply.payload = state.sum;  // shared: every reply sends the same bytes
     van_.Reply(p.identity, std::move(reply));
   }
-  state.waiting.clear();
-  state.pushed.assign(num_workers_, false);
-  state.sum = Buffer();  // ZeroMQ's references keep it alive until sent
-  state.round++;
-  state.rounds_completed++;
+  state.NextRound(num_workers_);
   rounds_++;
 }
 
@@ -220,6 +212,13 @@ void Server::FailKey(uint64_t key, KeyState& state, const std::string& reason) {
   }
   state.waiting.clear();
   state.sum = Buffer();
+}
+
+void Server::Acknowledge(const std::string& identity, uint64_t request_id, uint64_t key) {
+  Message m = MakeMessage(proto::PUSH_ACK, cluster_.my_id());
+  m.envelope.set_request_id(request_id);
+  m.envelope.set_key(key);
+  van_.Reply(identity, std::move(m));
 }
 
 void Server::ReplyError(const std::string& identity, uint64_t request_id, uint64_t key,

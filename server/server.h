@@ -1,7 +1,10 @@
 #pragma once
 
 // Server: the summation service. Sums what every worker pushes for a key's round and
-// answers each pusher with the sum (one request, one reply: no pull round trip).
+// answers each pusher with the sum (no pull request: the sum is the push's reply).
+// A push that does not complete its round is acknowledged at once (PUSH_ACK), so the
+// worker's scheduling credit covers only its own bytes in flight and never waits on
+// another worker (see worker/scheduling/scheduled_queue.h for why that matters).
 //
 // Threads: the Van's IO thread validates each PUSH and hands it to the engine thread
 // that owns the key (key hash % FERRY_SERVER_ENGINE_THREADS), so a key's state is
@@ -65,6 +68,9 @@ class Server {
   void HandlePush(Engine* engine, Work& work);
   void CompleteRound(uint64_t key, KeyState& state);
   void FailKey(uint64_t key, KeyState& state, const std::string& reason);
+  // Tells a worker its push arrived, so it can return the push's credit (the sum
+  // comes later, once every worker pushed).
+  void Acknowledge(const std::string& identity, uint64_t request_id, uint64_t key);
   void ReplyError(const std::string& identity, uint64_t request_id, uint64_t key,
                   ErrorCode code, const std::string& reason);
   void StopEngines();

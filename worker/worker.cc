@@ -43,6 +43,7 @@ struct Worker::InFlight {
   std::shared_ptr<Operation> op;
   uint32_t part = 0;
   bool sent = false;
+  bool credit_returned = false;  // the server acknowledged the push (or answered it)
 };
 
 namespace {
@@ -69,7 +70,7 @@ std::unique_ptr<Worker> Worker::Create(const Config& config) {
 
 Worker::Worker(const Config& config)
     : config_(config),
-      van_(VanOptions{"worker", static_cast<uint64_t>(config.max_message_bytes), 2000}),
+      van_(VanOptions::Named("worker", config.max_message_bytes)),
       cluster_(config_, &van_, 0),
       queue_(config.scheduling_credit, config.scheduling_credit_bytes) {}
 
@@ -248,13 +249,31 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a server connection";
     return;
   }
-  if (m.type() == proto::PUSH_RESULT) {
+  if (m.type() == proto::PUSH_ACK) {
+    OnAck(m);
+  } else if (m.type() == proto::PUSH_RESULT) {
     OnPushResult(std::move(m));
   } else if (m.type() == proto::ERROR) {
     OnError(m);
   } else {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
   }
+}
+
+void Worker::ReturnCredit(InFlight& f) {
+  if (f.credit_returned) return;
+  f.credit_returned = true;
+  queue_.Done(f.op->tensor->parts[f.part].bytes);
+}
+
+void Worker::OnAck(const Message& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_flight_.find(m.envelope.request_id());
+  if (it == in_flight_.end()) {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
+    return;
+  }
+  ReturnCredit(it->second);
 }
 
 void Worker::OnPushResult(Message&& m) {
@@ -277,8 +296,8 @@ void Worker::OnPushResult(Message&& m) {
                    ", which does not match the request");
   }
   bool deliver = error.empty() && !f.op->done;
+  ReturnCredit(f);
   lock.unlock();
-  queue_.Done(p.bytes);
   if (deliver && p.bytes > 0) {
     // The output slice belongs to this partition alone until the operation completes.
     std::memcpy(f.op->output + p.offset, m.payload.data(), p.bytes);
@@ -304,9 +323,8 @@ void Worker::OnError(const Message& m) {
   std::string error = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ",
                              DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
                              cluster_.table().Describe(m.sender()), ": ", e.error().reason());
-  uint64_t bytes = t.parts[f.part].bytes;
+  ReturnCredit(f);
   lock.unlock();
-  queue_.Done(bytes);
   FinishPartition(f.op, error);
 }
 

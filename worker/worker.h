@@ -106,7 +106,9 @@ class Worker {
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  void OnAck(const Message& m);
   void OnPushResult(Message&& m);
+  void ReturnCredit(InFlight& f);  // REQUIRES: mu_ held
   void OnError(const Message& m);
   void SenderLoop();
   void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held

@@ -67,7 +67,10 @@ void ClusterClient::Register() {
   r->set_pid(getpid());
   Send(std::move(m));
   LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role);
-  WaitUntil([this] { return my_id_ >= 0; }, config_.connect_timeout_ms,
+  // The scheduler names the missing nodes when its own deadline passes; wait a little
+  // longer than that deadline so its verdict, not our timeout, is what users read.
+  int64_t wait_ms = config_.connect_timeout_ms + config_.connect_timeout_ms / 4 + 1000;
+  WaitUntil([this] { return my_id_ >= 0; }, wait_ms,
             StrCat("the node table from the ", scheduler_name_,
                    " (is the scheduler running, and did every node start?)"));
   last_scheduler_contact_ms_ = NowMs();

@@ -205,6 +205,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.root_uri = r.Str("DMLC_PS_ROOT_URI", nullptr, "");
   c.root_host = ResolveHost("DMLC_PS_ROOT_URI", c.root_uri);
   c.root_port = static_cast<int>(r.Int("DMLC_PS_ROOT_PORT", nullptr, 0, 1, 65535));
+  // DMLC_WORKER_ID: this worker's rank; unset = ranks in join order.
   c.worker_id = static_cast<int>(r.Int("DMLC_WORKER_ID", nullptr, -1, 0, c.num_workers - 1));
 
   if (c.role == NodeRole::kScheduler) {

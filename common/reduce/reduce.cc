@@ -92,18 +92,27 @@ inline float BitsFloat(uint32_t u) {
   return f;
 }
 
+// All-ones if c, else 0; and a bitwise select. Arithmetic masks rather than ?: so that
+// GCC does not turn the selects back into branches (which would then block
+// vectorisation, as the float additions could not be speculated).
+inline uint32_t Mask(bool c) { return 0u - static_cast<uint32_t>(c); }
+inline uint32_t Select(uint32_t mask, uint32_t if_set, uint32_t if_clear) {
+  return (if_set & mask) | (if_clear & ~mask);
+}
+
 inline float HalfToFloatInline(uint16_t h) {
   const uint32_t shifted_exp = 0x7C00u << 13;
   uint32_t o = (static_cast<uint32_t>(h) & 0x7FFFu) << 13;  // exponent and mantissa
   const uint32_t exp = o & shifted_exp;
   o += (127u - 15u) << 23;                                   // rebias
-  const uint32_t inf_nan = o + ((128u - 16u) << 23);         // exponent 255
-  const uint32_t quiet = (o & 0x7FFFFFu) != 0 ? 0x400000u : 0u;
+  // Inf/NaN: exponent 255; a NaN gets its quiet bit set.
+  const uint32_t quiet = Mask(static_cast<int32_t>(o & 0x7FFFFFu) != 0) & 0x400000u;
+  const uint32_t inf_nan = (o + ((128u - 16u) << 23)) | quiet;
   // Subnormal half: add one to the exponent and subtract 2^-14 (exact in float).
   const float sub = BitsFloat(o + (1u << 23)) - BitsFloat(113u << 23);
-  uint32_t r = o;
-  r = exp == shifted_exp ? (inf_nan | quiet) : r;
-  r = exp == 0 ? FloatBits(sub) : r;
+  uint32_t r = Select(Mask(static_cast<int32_t>(exp) == static_cast<int32_t>(shifted_exp)),
+                      inf_nan, o);
+  r = Select(Mask(static_cast<int32_t>(exp) == 0), FloatBits(sub), r);
   return BitsFloat(r | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
 }
 
@@ -111,8 +120,9 @@ inline uint16_t FloatToHalfInline(float f) {
   const uint32_t bits = FloatBits(f);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t a = bits & 0x7FFFFFFFu;
+  const int32_t sa = static_cast<int32_t>(a);  // signed compares: cheaper in SSE2
   // |f| >= 65536: Inf, or NaN (quiet, top 10 bits of the payload kept).
-  const uint32_t big = a > 0x7F800000u ? (0x7E00u | ((a >> 13) & 0x3FFu)) : 0x7C00u;
+  const uint32_t big = 0x7C00u | (Mask(sa > 0x7F800000) & (0x200u | ((a >> 13) & 0x3FFu)));
   // |f| < 2^-14: the result is subnormal or zero. Adding 0.5 places the half's
   // subnormal unit (2^-24) at the float's last mantissa bit; the float addition
   // rounds to nearest even.
@@ -121,9 +131,8 @@ inline uint16_t FloatToHalfInline(float f) {
   // Normal: rebias, round the 13 dropped bits to nearest even. A carry out of the
   // mantissa increments the exponent, up to Inf for |f| >= 65520.
   const uint32_t normal = (a + ((15u - 127u) << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
-  uint32_t r = normal;
-  r = a < (113u << 23) ? small : r;
-  r = a >= ((127u + 16u) << 23) ? big : r;
+  uint32_t r = Select(Mask(sa < (113 << 23)), small, normal);
+  r = Select(Mask(sa >= ((127 + 16) << 23)), big, r);
   return static_cast<uint16_t>(r | sign);
 }
 
@@ -135,7 +144,7 @@ inline uint16_t FloatToBFloat16Inline(float f) {
   const uint32_t x = FloatBits(f);
   const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
   const uint32_t nan = (x >> 16) | 0x40u;  // quiet NaN; never rounds to Inf
-  return static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+  return static_cast<uint16_t>(Select(Mask(static_cast<int32_t>(x & 0x7FFFFFFFu) > 0x7F800000), nan, rounded));
 }
 
 }  // namespace

@@ -29,6 +29,8 @@ constexpr size_t kBlockBytes = 128;  // four 256-bit vectors per operand
 
 using u8 = unsigned char;
 
+constexpr size_t kStoreAlign = 64;  // cache line
+
 // --- One 256-bit vector of each type: load as float32 lanes, store back. -----------
 
 struct VF32 {
@@ -94,16 +96,24 @@ struct VF16 {
   static void Mul(u8* d, __m256 s, __m256d) { Store(d, _mm256_mul_ps(Load(d), s)); }
 };
 
-// bfloat16: widen with a 16-bit shift; narrow with integer round-to-nearest-even,
+// bfloat16: 16 values (256 bits) per op. Interleaving zeros below each value
+// (unpacklo/hi with zero) gives float32 bit patterns directly; the lane order this
+// produces within each 128-bit half is undone by packus on the way back, so no
+// cross-lane shuffles are needed. Narrowing is integer round-to-nearest-even with
 // NaN kept as a quiet NaN (a plain rounding add could carry a NaN into Inf).
 struct VBF16 {
   static constexpr size_t kElem = 2;
-  static constexpr size_t kLanesPerVec = 8;
-  static __m256 Load(const u8* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  static constexpr size_t kLanesPerVec = 16;
+  static __m256i LoadBits(const u8* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }
-  // Returns the bf16 bits in the low 16 bits of each 32-bit lane.
+  static __m256 Lo(__m256i v) {
+    return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v));
+  }
+  static __m256 Hi(__m256i v) {
+    return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v));
+  }
+  // The bf16 bits in the low 16 bits of each 32-bit lane.
   static __m256i Round(__m256 v) {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
@@ -114,14 +124,20 @@ struct VBF16 {
     const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
     return _mm256_blendv_epi8(rounded, nan, is_nan);
   }
-  static void Store(u8* p, __m256 v) {
-    const __m256i r = Round(v);  // lanes <= 0xFFFF, so unsigned saturation is exact
-    const __m128i packed =
-        _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  // Lanes are <= 0xFFFF, so packus's unsigned saturation is exact.
+  static void Store(u8* p, __m256 lo, __m256 hi) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm256_packus_epi32(Round(lo), Round(hi)));
   }
-  static void Sum(u8* d, const u8* a, const u8* b) { Store(d, _mm256_add_ps(Load(a), Load(b))); }
-  static void Mul(u8* d, __m256 s, __m256d) { Store(d, _mm256_mul_ps(Load(d), s)); }
+  static void Sum(u8* d, const u8* a, const u8* b) {
+    const __m256i x = LoadBits(a);
+    const __m256i y = LoadBits(b);
+    Store(d, _mm256_add_ps(Lo(x), Lo(y)), _mm256_add_ps(Hi(x), Hi(y)));
+  }
+  static void Mul(u8* d, __m256 s, __m256d) {
+    const __m256i x = LoadBits(d);
+    Store(d, _mm256_mul_ps(Lo(x), s), _mm256_mul_ps(Hi(x), s));
+  }
 };
 
 // --- Block drivers. ------------------------------------------------------------------
@@ -142,6 +158,39 @@ struct Block {
   }
 };
 
+// Elements before dst reaches a cache-line boundary (0 when dst is not even
+// element-aligned: then no alignment is reachable). Split-line stores cost far more
+// than split-line loads, especially for 64-byte vectors.
+template <typename V>
+inline size_t HeadElems(const u8* d, size_t n) {
+  const size_t mis = static_cast<size_t>(reinterpret_cast<uintptr_t>(d) % kStoreAlign);
+  if (mis == 0 || mis % V::kElem != 0) return 0;
+  const size_t head = (kStoreAlign - mis) / V::kElem;
+  return head < n ? head : n;
+}
+
+// Fewer than a block of elements: through zeroed stack buffers and the same block
+// code, so the arithmetic is identical and no byte outside [0, count) is touched.
+template <typename V>
+inline void SumPartial(u8* d, const u8* a, const u8* b, size_t count) {
+  const size_t bytes = count * V::kElem;
+  alignas(64) u8 ta[kBlockBytes] = {};
+  alignas(64) u8 tb[kBlockBytes] = {};
+  std::memcpy(ta, a, bytes);
+  std::memcpy(tb, b, bytes);
+  Block<V>::Sum(ta, ta, tb);
+  std::memcpy(d, ta, bytes);
+}
+
+template <typename V>
+inline void MulPartial(u8* d, size_t count, __m256 sf, __m256d sd) {
+  const size_t bytes = count * V::kElem;
+  alignas(64) u8 t[kBlockBytes] = {};
+  std::memcpy(t, d, bytes);
+  Block<V>::Mul(t, sf, sd);
+  std::memcpy(d, t, bytes);
+}
+
 // d, a, b may be identical (each vector is loaded before the same bytes are stored).
 template <typename V>
 void SumTo(void* dst, const void* a, const void* b, size_t n) {
@@ -149,20 +198,15 @@ void SumTo(void* dst, const void* a, const void* b, size_t n) {
   auto* d = static_cast<u8*>(dst);
   const auto* pa = static_cast<const u8*>(a);
   const auto* pb = static_cast<const u8*>(b);
-  size_t i = 0;
+  size_t i = HeadElems<V>(d, n);
+  if (i > 0) SumPartial<V>(d, pa, pb, i);
   for (; i + B::kElems <= n; i += B::kElems) {
     const size_t off = i * V::kElem;
     B::Sum(d + off, pa + off, pb + off);
   }
   if (i < n) {
     const size_t off = i * V::kElem;
-    const size_t bytes = (n - i) * V::kElem;
-    alignas(64) u8 ta[kBlockBytes] = {};
-    alignas(64) u8 tb[kBlockBytes] = {};
-    std::memcpy(ta, pa + off, bytes);
-    std::memcpy(tb, pb + off, bytes);
-    B::Sum(ta, ta, tb);
-    std::memcpy(d + off, ta, bytes);
+    SumPartial<V>(d + off, pa + off, pb + off, n - i);
   }
 }
 
@@ -172,16 +216,10 @@ void ScaleK(void* dst, double scale, size_t n) {
   auto* d = static_cast<u8*>(dst);
   const __m256 sf = _mm256_set1_ps(static_cast<float>(scale));
   const __m256d sd = _mm256_set1_pd(scale);
-  size_t i = 0;
+  size_t i = HeadElems<V>(d, n);
+  if (i > 0) MulPartial<V>(d, i, sf, sd);
   for (; i + B::kElems <= n; i += B::kElems) B::Mul(d + i * V::kElem, sf, sd);
-  if (i < n) {
-    const size_t off = i * V::kElem;
-    const size_t bytes = (n - i) * V::kElem;
-    alignas(64) u8 t[kBlockBytes] = {};
-    std::memcpy(t, d + off, bytes);
-    B::Mul(t, sf, sd);
-    std::memcpy(d + off, t, bytes);
-  }
+  if (i < n) MulPartial<V>(d + i * V::kElem, n - i, sf, sd);
 }
 
 }  // namespace

@@ -29,10 +29,18 @@ void SetInt(void* socket, int option, int value) {
   if (zmq_setsockopt(socket, option, &value, sizeof value) != 0) ThrowZmq("zmq_setsockopt");
 }
 
+// What ZeroMQ holds for a payload it sends from the caller's memory.
+struct PayloadHold {
+  std::shared_ptr<void> owner;
+  const std::function<void(const void*)>* observer;  // the Van's; outlives every hold
+};
+
 // ZeroMQ calls this (on its own IO thread) once a payload frame's bytes are no longer
 // needed; dropping the owner reference may free the bytes or tell their owner.
-void ReleasePayload(void* /*data*/, void* hint) {
-  delete static_cast<std::shared_ptr<void>*>(hint);
+void ReleasePayload(void* data, void* hint) {
+  auto* hold = static_cast<PayloadHold*>(hint);
+  if (*hold->observer) (*hold->observer)(data);
+  delete hold;
 }
 
 // A zmq_msg_t that owns a received frame; the payload Buffer's owner.
@@ -163,7 +171,8 @@ Van::Frames Van::BuildFrames(const Message& message) {
     // Zero copy: ZeroMQ sends from the payload's own bytes and holds its owner until
     // the release hook runs.
     zmq_msg_init_data(&f.payload, message.payload.data(), message.payload.size(),
-                      ReleasePayload, new std::shared_ptr<void>(message.payload.owner()));
+                      ReleasePayload,
+                      new PayloadHold{message.payload.owner(), &options_.on_payload_released});
   }
   return f;
 }

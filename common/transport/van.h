@@ -38,6 +38,16 @@ struct VanOptions {
   std::string name = "van";                 // for log lines
   uint64_t max_message_bytes = 1ull << 30;  // larger inbound frames are refused
   int linger_ms = 2000;                     // how long Stop() may flush unsent messages
+  // Called (on a ZeroMQ thread) with the address of each sent payload when ZeroMQ
+  // releases it; for tests and diagnostics.
+  std::function<void(const void* data)> on_payload_released;
+
+  static VanOptions Named(std::string name, uint64_t max_message_bytes) {
+    VanOptions o;
+    o.name = std::move(name);
+    o.max_message_bytes = max_message_bytes;
+    return o;
+  }
 };
 
 struct VanStats {

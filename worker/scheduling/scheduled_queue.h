@@ -7,7 +7,12 @@
 // their arrival order.
 //
 // Credit: a task holds credit from the moment Next() hands it out until Done() is
-// called for it (its sum came back, or it failed). Invariants, with credit counted
+// called for it: when the server acknowledged the push (or answered it with the sum
+// or an error). The credit bounds this worker's own bytes on the way to the servers.
+// It deliberately does not last until the sum is back: a sum waits for every worker's
+// push, and workers release partitions in different orders (gradients become ready at
+// different times), so a credit held until the sum can deadlock: worker A's credit is
+// all in partitions B has not sent yet, and B's in partitions A has not sent. Invariants, with credit counted
 // in partitions (C = FERRY_SCHEDULING_CREDIT) or bytes (B = FERRY_SCHEDULING_CREDIT_BYTES):
 //   - partitions in flight <= C (partition mode);
 //   - bytes in flight <= B + one partition (byte mode: a task larger than the credit

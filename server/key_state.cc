@@ -1,0 +1,39 @@
+#include "server/key_state.h"
+
+namespace ferry {
+
+PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_length,
+                               DataType push_dtype, uint64_t push_hash, int num_workers) {
+  if (!failure.empty()) return PushVerdict::kFailed;
+  if (!defined) {
+    defined = true;
+    length = push_length;
+    dtype = push_dtype;
+    tensor_hash = push_hash;
+    defined_by_rank = rank;
+    pushed.assign(num_workers, false);
+  }
+  if (push_length != length || push_dtype != dtype || push_hash != tensor_hash) {
+    return PushVerdict::kMismatch;
+  }
+  if (push_round < round || (push_round == round && pushed[rank])) return PushVerdict::kDuplicate;
+  if (push_round > round) return PushVerdict::kAhead;
+  return PushVerdict::kAccumulate;
+}
+
+bool KeyState::Record(int rank, const PendingReply& reply, int num_workers) {
+  pushed[rank] = true;
+  waiting.push_back(reply);
+  bytes_pushed += length;
+  return static_cast<int>(waiting.size()) == num_workers;
+}
+
+void KeyState::NextRound(int num_workers) {
+  waiting.clear();
+  pushed.assign(num_workers, false);
+  sum = Buffer();  // ZeroMQ's references keep the sent bytes alive until released
+  round++;
+  rounds_completed++;
+}
+
+}  // namespace ferry

@@ -1,0 +1,159 @@
+// Integration tests: a real scheduler, real servers and real workers as separate
+// processes on loopback, talking ZeroMQ. Every test cleans up its processes, also
+// when it fails (ProcessGroup).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/support/process_group.h"
+
+namespace ferry::testing {
+namespace {
+
+struct Cluster {
+  ProcessGroup group;
+  int port = FreePort();
+  int scheduler = -1;
+  std::vector<int> servers, workers;
+
+  void Start(int num_servers, int num_workers, const std::vector<std::string>& worker_args,
+             const std::map<std::string, std::string>& extra = {}) {
+    auto env = [&](const std::string& role) {
+      auto e = ClusterEnv(role, num_workers, num_servers, port);
+      for (const auto& [k, v] : extra) e[k] = v;
+      return e;
+    };
+    scheduler = group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
+    for (int s = 0; s < num_servers; ++s) {
+      servers.push_back(group.Spawn("server" + std::to_string(s), {BinaryPath("ferry-server")},
+                                    env("server")));
+    }
+    for (int w = 0; w < num_workers; ++w) {
+      auto e = env("worker");
+      e["DMLC_WORKER_ID"] = std::to_string(w);
+      std::vector<std::string> argv = {BinaryPath("ferry-test-worker")};
+      argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+      workers.push_back(group.Spawn("worker" + std::to_string(w), argv, e));
+    }
+  }
+};
+
+TEST(ClusterTest, ThreeWorkersTwoServersSumExactly) {
+  Cluster c;
+  c.Start(2, 3, {"--mode=sums", "--tensors=40", "--max_bytes=67108864", "--rounds=20"},
+          {{"FERRY_PARTITION_BYTES", "1048576"}});
+  auto results = c.group.WaitAll(600000);
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << c.group.AllOutput();
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << c.group.AllOutput();
+  }
+  for (int w : c.workers) {
+    EXPECT_NE(c.group.Output(w).find("OK rounds=20"), std::string::npos) << c.group.Output(w);
+  }
+}
+
+TEST(ClusterTest, SmallPartitionsAndTightCredit) {
+  // Many partitions per tensor, one in flight at a time, byte credit.
+  Cluster c;
+  c.Start(3, 2, {"--mode=sums", "--tensors=12", "--max_bytes=1048576", "--rounds=5"},
+          {{"FERRY_PARTITION_BYTES", "4096"}, {"FERRY_SCHEDULING_CREDIT", "1"}});
+  auto results = c.group.WaitAll(300000);
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << c.group.AllOutput();
+  }
+}
+
+TEST(ClusterTest, MismatchedTensorFailsEveryWorkerButOtherKeysServe) {
+  Cluster c;
+  c.Start(2, 2, {"--mode=mismatch"});
+  auto results = c.group.WaitAll(60000);
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << c.group.AllOutput();
+  }
+  for (int w : c.workers) {
+    std::string out = c.group.Output(w);
+    EXPECT_NE(out.find("error as expected"), std::string::npos) << out;
+    EXPECT_NE(out.find("'mismatched'"), std::string::npos) << out;
+    EXPECT_NE(out.find("OK other keys still served"), std::string::npos) << out;
+  }
+}
+
+TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
+  Cluster c;
+  c.Start(2, 2, {"--mode=loop"});
+  // Let training run, then kill server 1 (the second server process).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (c.group.Output(c.workers[0]).find("round 5\n") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << c.group.AllOutput();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  c.group.Kill(c.servers[1], SIGKILL);
+  auto killed_at = std::chrono::steady_clock::now();
+  for (int w : c.workers) {
+    ChildResult r = c.group.Wait(w, 20000);
+    ASSERT_TRUE(r.exited) << "worker hung after a server died\n" << c.group.AllOutput();
+    EXPECT_EQ(r.exit_code, 1) << c.group.Output(w);
+    std::string out = c.group.Output(w);
+    // The dead server is named: its rank is 0 or 1 depending on join order, so
+    // check for the words of the failure and a server.
+    EXPECT_NE(out.find("presumed dead"), std::string::npos) << out;
+    EXPECT_NE(out.find("server "), std::string::npos) << out;
+  }
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(elapsed, 3000 + 3000) << "failure took longer than the heartbeat timeout + slack";
+  // The scheduler and the surviving server end too, non-zero.
+  ChildResult s = c.group.Wait(c.scheduler, 10000);
+  EXPECT_TRUE(s.exited);
+  EXPECT_EQ(s.exit_code, 1);
+  ChildResult other = c.group.Wait(c.servers[0], 10000);
+  EXPECT_TRUE(other.exited);
+  EXPECT_EQ(other.exit_code, 1);
+}
+
+TEST(ClusterTest, MissingWorkerIsNamedAtTheConnectDeadline) {
+  ProcessGroup g;
+  int port = FreePort();
+  auto env = [&](const std::string& role) {
+    auto e = ClusterEnv(role, 3, 1, port);
+    e["FERRY_CONNECT_TIMEOUT_MS"] = "1500";
+    return e;
+  };
+  int sched = g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
+  int server = g.Spawn("server", {BinaryPath("ferry-server")}, env("server"));
+  std::vector<int> workers;
+  for (int w = 0; w < 2; ++w) {
+    auto e = env("worker");
+    e["DMLC_WORKER_ID"] = std::to_string(w);
+    workers.push_back(g.Spawn("worker" + std::to_string(w),
+                              {BinaryPath("ferry-test-worker"), "--mode=loop"}, e));
+  }
+  auto results = g.WaitAll(20000);
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << g.AllOutput();
+    EXPECT_NE(results[i].exit_code, 0) << g.AllOutput();
+  }
+  std::string expected = "2 of 3 workers registered; missing worker 2";
+  EXPECT_NE(g.Output(sched).find(expected), std::string::npos) << g.Output(sched);
+  EXPECT_NE(g.Output(server).find(expected), std::string::npos) << g.Output(server);
+  for (int w : workers) EXPECT_NE(g.Output(w).find(expected), std::string::npos) << g.Output(w);
+}
+
+TEST(ClusterTest, WorkerWithoutSchedulerGivesUpAtTheConnectDeadline) {
+  ProcessGroup g;
+  auto e = ClusterEnv("worker", 1, 1, FreePort());
+  e["FERRY_CONNECT_TIMEOUT_MS"] = "800";
+  int w = g.Spawn("worker", {BinaryPath("ferry-test-worker"), "--mode=loop"}, e);
+  ChildResult r = g.Wait(w, 10000);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(g.Output(w).find("timed out after 2000 ms waiting for the node table from the scheduler"),
+            std::string::npos)
+      << g.Output(w);
+}
+
+}  // namespace
+}  // namespace ferry::testing

@@ -1,0 +1,73 @@
+// Every program refuses a bad environment with exit code 2 and a message that names
+// the variable, its value and what is allowed.
+
+#include <gtest/gtest.h>
+
+#include "tests/support/process_group.h"
+
+namespace ferry::testing {
+namespace {
+
+struct BadEnv {
+  const char* program;
+  std::map<std::string, std::string> env;  // applied over a valid environment; "" = unset
+  const char* expected;
+};
+
+class ConfigErrorsTest : public ::testing::TestWithParam<BadEnv> {};
+
+TEST_P(ConfigErrorsTest, ExitsTwoNamingTheVariable) {
+  const BadEnv& p = GetParam();
+  std::string role = std::string(p.program) == "ferry-scheduler" ? "scheduler"
+                     : std::string(p.program) == "ferry-server"  ? "server"
+                                                                 : "worker";
+  auto env = ClusterEnv(role, 1, 1, FreePort());
+  env["FERRY_CONNECT_TIMEOUT_MS"] = "500";
+  std::vector<std::string> unset;
+  for (const auto& [k, v] : p.env) {
+    if (v.empty()) {
+      env.erase(k);
+      unset.push_back(k);
+    } else {
+      env[k] = v;
+    }
+  }
+  // ProcessGroup adds to the inherited environment, so unset via env -u.
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  for (const auto& k : unset) {
+    argv.push_back("-u");
+    argv.push_back(k);
+  }
+  argv.push_back(BinaryPath(p.program));
+  ProcessGroup g;
+  int c = g.Spawn("program", argv, env);
+  ChildResult r = g.Wait(c, 10000);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 2) << g.Output(c);
+  EXPECT_NE(g.Output(c).find(p.expected), std::string::npos) << g.Output(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Programs, ConfigErrorsTest,
+    ::testing::Values(
+        BadEnv{"ferry-server", {{"DMLC_NUM_WORKER", ""}}, "DMLC_NUM_WORKER='': must be set"},
+        BadEnv{"ferry-server", {{"DMLC_NUM_WORKER", "two"}},
+               "DMLC_NUM_WORKER='two': expected an integer from 1 to 65535"},
+        BadEnv{"ferry-scheduler", {{"DMLC_NUM_SERVER", "0"}}, "DMLC_NUM_SERVER='0'"},
+        BadEnv{"ferry-scheduler", {{"DMLC_PS_ROOT_PORT", "70000"}}, "DMLC_PS_ROOT_PORT='70000'"},
+        BadEnv{"ferry-server", {{"DMLC_PS_ROOT_URI", "no-such-host.invalid"}},
+               "DMLC_PS_ROOT_URI='no-such-host.invalid': cannot resolve host name"},
+        BadEnv{"ferry-server", {{"DMLC_ROLE", "worker"}}, "DMLC_ROLE='worker': this program is the server"},
+        BadEnv{"ferry-perf", {{"DMLC_ROLE", "boss"}}, "DMLC_ROLE='boss': expected scheduler, server or worker"},
+        BadEnv{"ferry-perf", {{"DMLC_WORKER_ID", "1"}}, "DMLC_WORKER_ID='1': expected an integer from 0 to 0"},
+        BadEnv{"ferry-perf", {{"FERRY_PARTITION_BYTES", "12abc"}}, "FERRY_PARTITION_BYTES='12abc'"},
+        BadEnv{"ferry-perf", {{"BYTEPS_PARTITION_BYTES", "-5"}}, "BYTEPS_PARTITION_BYTES='-5'"},
+        BadEnv{"ferry-server", {{"FERRY_SERVER_ENGINE_THREADS", "0"}}, "FERRY_SERVER_ENGINE_THREADS='0'"},
+        BadEnv{"ferry-server", {{"BYTEPS_ENABLE_ASYNC", "maybe"}}, "BYTEPS_ENABLE_ASYNC='maybe': expected 0 or 1"},
+        BadEnv{"ferry-server", {{"FERRY_NODE_KIND", "gpu"}}, "FERRY_NODE_KIND='gpu': expected colocated or cpu"},
+        BadEnv{"ferry-perf", {{"FERRY_LOG_LEVEL", "LOUD"}}, "FERRY_LOG_LEVEL='LOUD'"},
+        BadEnv{"ferry-perf", {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "1500"}},
+               "FERRY_HEARTBEAT_TIMEOUT_MS='1500': must be at least twice"}));
+
+}  // namespace
+}  // namespace ferry::testing

@@ -1,0 +1,159 @@
+// ferry-test-worker: the worker side of the integration tests (tests/integration).
+//
+// --mode=sums      declare --tensors tensors of sizes from 1 element to --max_bytes,
+//                  push_pull all of them --rounds times (released in backprop order),
+//                  and check every element exactly. Values depend on the worker's rank,
+//                  the round, the tensor and the element, so a wrong offset, a stale
+//                  round or a missing worker shows. Every other tensor is averaged.
+// --mode=mismatch  rank 0 and rank 1 declare tensor "mismatched" with different sizes;
+//                  each must get an error naming it, and then tensor "after" must sum.
+// --mode=loop      push_pull one tensor until an error (for failure tests); prints
+//                  "round N" as it goes.
+// Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "common/cluster/role_main.h"
+#include "common/util/status.h"
+#include "worker/worker.h"
+
+DEFINE_string(mode, "sums", "sums, mismatch or loop");
+DEFINE_int32(tensors, 40, "tensors (sums mode)");
+DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
+DEFINE_int32(rounds, 20, "rounds (sums mode)");
+DEFINE_int32(loop_sleep_ms, 20, "pause between rounds (loop mode)");
+
+namespace ferry {
+namespace {
+
+constexpr int kExitWrong = 3;
+
+float Value(int rank, int round, int tensor, uint64_t i) {
+  return static_cast<float>((i * 3 + tensor * 5 + rank * 7 + round * 11) % 16 + 1);
+}
+
+int RunSums(Worker& w) {
+  // Sizes grow geometrically from 1 element to max_bytes; odd element counts so that
+  // partitions rarely align with tensor boundaries.
+  std::vector<uint64_t> counts;
+  double max_count = static_cast<double>(FLAGS_max_bytes / 4);
+  for (int t = 0; t < FLAGS_tensors; ++t) {
+    double f = FLAGS_tensors > 1 ? static_cast<double>(t) / (FLAGS_tensors - 1) : 1.0;
+    uint64_t c = static_cast<uint64_t>(std::pow(max_count, f));
+    if (t > 0 && t < FLAGS_tensors - 1 && c % 2 == 0) c += 1;
+    counts.push_back(std::max<uint64_t>(1, c));
+  }
+  for (int t = 0; t < FLAGS_tensors; ++t) {
+    w.DeclareTensor(StrCat("layer", t), DataType::kFloat32, {static_cast<int64_t>(counts[t])});
+  }
+  std::vector<std::vector<float>> in(FLAGS_tensors), out(FLAGS_tensors);
+  for (int t = 0; t < FLAGS_tensors; ++t) {
+    in[t].resize(counts[t]);
+    out[t].resize(counts[t]);
+  }
+  const int n = w.size();
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    std::vector<Handle> handles(FLAGS_tensors);
+    for (int t = FLAGS_tensors - 1; t >= 0; --t) {  // gradients become ready in reverse
+      bool average = t % 2 == 1;
+      for (uint64_t i = 0; i < counts[t]; ++i) {
+        // Averaged tensors push n * value, so the average is an exact integer.
+        in[t][i] = Value(w.rank(), round, t, i) * (average ? n : 1);
+      }
+      handles[t] = w.PushPullAsync(StrCat("layer", t), in[t].data(), out[t].data(),
+                                   DataType::kFloat32, counts[t], average);
+    }
+    for (int t = 0; t < FLAGS_tensors; ++t) w.Wait(handles[t]);
+    WorkerStats s = w.stats();
+    if (s.send_releases != s.partitions_pushed) {
+      std::fprintf(stderr, "round %d: %llu partitions pushed but %llu released by ZeroMQ\n", round,
+                   static_cast<unsigned long long>(s.partitions_pushed),
+                   static_cast<unsigned long long>(s.send_releases));
+      return kExitWrong;
+    }
+    for (int t = 0; t < FLAGS_tensors; ++t) {
+      for (uint64_t i = 0; i < counts[t]; ++i) {
+        float expected = 0;
+        for (int r = 0; r < n; ++r) expected += Value(r, round, t, i);
+        if (out[t][i] != expected) {
+          std::fprintf(stderr, "WRONG round %d tensor %d element %llu: got %g expected %g\n", round,
+                       t, static_cast<unsigned long long>(i), out[t][i], expected);
+          return kExitWrong;
+        }
+      }
+    }
+    std::printf("round %d exact\n", round);
+    std::fflush(stdout);
+  }
+  WorkerStats s = w.stats();
+  std::printf("OK rounds=%d partitions=%llu zero_copy_payloads=%llu\n", FLAGS_rounds,
+              static_cast<unsigned long long>(s.partitions_pushed),
+              static_cast<unsigned long long>(s.van.payloads_sent_zero_copy));
+  return 0;
+}
+
+int RunMismatch(Worker& w) {
+  uint64_t count = w.rank() == 0 ? 100 : 200;
+  std::vector<float> data(count, 1.0f);
+  try {
+    w.PushPull("mismatched", data.data(), data.data(), DataType::kFloat32, count, false);
+    std::fprintf(stderr, "no error for a mismatched tensor\n");
+    return kExitWrong;
+  } catch (const FerryError& e) {
+    std::printf("error as expected: %s\n", e.what());
+    if (std::string(e.what()).find("'mismatched'") == std::string::npos) return kExitWrong;
+  }
+  std::vector<float> after(1000, static_cast<float>(w.rank() + 1));
+  w.PushPull("after", after.data(), after.data(), DataType::kFloat32, after.size(), false);
+  float expected = w.size() * (w.size() + 1) / 2.0f;
+  for (float v : after) {
+    if (v != expected) return kExitWrong;
+  }
+  std::printf("OK other keys still served\n");
+  return 0;
+}
+
+int RunLoop(Worker& w) {
+  std::vector<float> data(1 << 16);
+  for (int round = 0;; ++round) {
+    for (auto& v : data) v = 1.0f;
+    w.PushPull("loop", data.data(), data.data(), DataType::kFloat32, data.size(), false);
+    if (data[0] != static_cast<float>(w.size())) return kExitWrong;
+    std::printf("round %d\n", round);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_loop_sleep_ms));
+  }
+}
+
+int Run(const Config& config) {
+  auto w = Worker::Create(config);
+  int code;
+  if (FLAGS_mode == "sums") {
+    code = RunSums(*w);
+  } else if (FLAGS_mode == "mismatch") {
+    code = RunMismatch(*w);
+  } else if (FLAGS_mode == "loop") {
+    code = RunLoop(*w);
+  } else {
+    std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
+    return 2;
+  }
+  if (code == 0) w->Shutdown();
+  return code;
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  const ferry::NodeRole role = ferry::NodeRole::kWorker;
+  return ferry::RunRoleMain(argc, argv, &role, ferry::Run);
+}
