@@ -163,7 +163,9 @@ bool WantColor(int argc, char** argv) {
   std::string value = "auto";
   const char* kColor = "--benchmark_color=";
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], kColor, std::strlen(kColor)) == 0) value = argv[i] + std::strlen(kColor);
+    if (std::strncmp(argv[i], kColor, std::strlen(kColor)) == 0) {
+      value = argv[i] + std::strlen(kColor);
+    }
   }
   if (value == "true" || value == "yes" || value == "1" || value == "on") return true;
   if (value == "false" || value == "no" || value == "0" || value == "off") return false;

@@ -24,6 +24,7 @@ Server::~Server() {
 }
 
 int Server::Run() {
+  KeepLargeBuffersInHeap();
   for (size_t i = 0; i < engines_.size(); ++i) {
     Engine* e = engines_[i].get();
     e->thread = std::thread([this, e, i] {

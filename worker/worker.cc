@@ -75,6 +75,7 @@ Worker::Worker(const Config& config)
       queue_(config.scheduling_credit, config.scheduling_credit_bytes) {}
 
 void Worker::Start() {
+  KeepLargeBuffersInHeap();
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
   cluster_.SetFailureCallback([this](const std::string& reason) { FailAll(reason); });
   cluster_.Register();

@@ -144,7 +144,8 @@ inline uint16_t FloatToBFloat16Inline(float f) {
   const uint32_t x = FloatBits(f);
   const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
   const uint32_t nan = (x >> 16) | 0x40u;  // quiet NaN; never rounds to Inf
-  return static_cast<uint16_t>(Select(Mask(static_cast<int32_t>(x & 0x7FFFFFFFu) > 0x7F800000), nan, rounded));
+  const bool is_nan = static_cast<int32_t>(x & 0x7FFFFFFFu) > 0x7F800000;
+  return static_cast<uint16_t>(Select(Mask(is_nan), nan, rounded));
 }
 
 }  // namespace
@@ -314,7 +315,7 @@ struct Tables {
 };
 
 SimdLevel Detect() {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#if FERRY_REDUCE_X86_KERNELS
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   const bool avx512 =

@@ -2,16 +2,17 @@
 // these functions use AVX2; reduce.cc calls them only when the CPU supports it.
 //
 // Every kernel works on blocks of kBlockBytes (128 bytes) of each operand with
-// unaligned loads and stores. The tail (fewer than a block of elements) is copied
-// into zeroed stack buffers, run through the same block code and copied back, so the
-// tail gets bit-identical arithmetic and nothing outside [0, count) is touched.
+// unaligned loads and stores. A head (elements until dst is cache-line aligned, when
+// dst is element-aligned) and the tail (fewer than a block of elements) are copied
+// into zeroed stack buffers, run through the same block code and copied back, so they
+// get bit-identical arithmetic and nothing outside [0, count) is touched.
 //
 // Everything is in an anonymous namespace: no symbol compiled for AVX2 can be merged
 // by the linker with a portable one.
 
 #include "common/reduce/reduce_internal.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if FERRY_REDUCE_X86_KERNELS
 
 #include <immintrin.h>
 
@@ -244,7 +245,7 @@ void FillAvx2Kernels(KernelTable* t) {
 
 #pragma GCC pop_options
 
-#else  // not x86 with GCC/Clang
+#else  // !FERRY_REDUCE_X86_KERNELS
 
 namespace ferry {
 namespace reduce_internal {

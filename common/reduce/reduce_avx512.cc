@@ -5,12 +5,13 @@
 // and unlike vcvtneps2bf16 it keeps float32 subnormals exactly like the portable path).
 //
 // Same structure as reduce_avx2.cc: blocks of kBlockBytes (256 bytes) per operand
-// with unaligned loads/stores; the tail goes through zeroed stack buffers and the
-// same block code; everything in an anonymous namespace.
+// with unaligned loads/stores; dst is first brought to a cache-line boundary (split
+// 64-byte stores are expensive); head and tail go through zeroed stack buffers and
+// the same block code; everything in an anonymous namespace.
 
 #include "common/reduce/reduce_internal.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if FERRY_REDUCE_X86_KERNELS
 
 // GCC 12's AVX-512 intrinsics initialise their "undefined" operands from themselves
 // (`__m512 __Y = __Y;`), which -W(maybe-)uninitialized reports once inlined here.
@@ -244,7 +245,7 @@ void FillAvx512Kernels(KernelTable* t) {
 #pragma GCC pop_options
 #pragma GCC diagnostic pop
 
-#else  // not x86 with GCC/Clang
+#else  // !FERRY_REDUCE_X86_KERNELS
 
 namespace ferry {
 namespace reduce_internal {

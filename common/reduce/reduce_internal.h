@@ -13,6 +13,14 @@
 
 #include "common/reduce/reduce.h"
 
+// The AVX2/AVX-512 kernels are built with GCC's `#pragma GCC target` (x86, GCC only;
+// elsewhere every level runs the portable kernels and only kPortable is reported).
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#define FERRY_REDUCE_X86_KERNELS 1
+#else
+#define FERRY_REDUCE_X86_KERNELS 0
+#endif
+
 namespace ferry {
 namespace reduce_internal {
 

@@ -37,3 +37,14 @@ Buffer Buffer::Slice(size_t offset, size_t size) const {
 }
 
 }  // namespace ferry
+
+#include <malloc.h>
+
+namespace ferry {
+
+void KeepLargeBuffersInHeap() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+}  // namespace ferry

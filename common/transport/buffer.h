@@ -47,3 +47,15 @@ class Buffer {
 };
 
 }  // namespace ferry
+
+namespace ferry {
+
+// Keeps large message buffers in the heap: glibc serves allocations above its mmap
+// threshold (128 KiB at first) with fresh mmap()ed pages, so every received 4 MiB
+// frame would page-fault on first touch and be unmapped when freed. Raising the
+// threshold (to 32 MiB, glibc's maximum) and the trim threshold lets the frames of
+// one round reuse the memory of the last. Process-wide; called by the server and the
+// worker library at start-up. Measured: see docs/benchmarks.md.
+void KeepLargeBuffersInHeap();
+
+}  // namespace ferry

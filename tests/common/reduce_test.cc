@@ -185,8 +185,8 @@ uint64_t RefScale(DataType t, uint64_t x, double s) {
       return static_cast<uint32_t>(
           static_cast<int32_t>(std::trunc(static_cast<int32_t>(static_cast<uint32_t>(x)) * s)));
     case DataType::kInt64:  // the library multiplies in long double (exact int64)
-      return static_cast<uint64_t>(static_cast<int64_t>(
-          std::trunc(static_cast<long double>(static_cast<int64_t>(x)) * static_cast<long double>(s))));
+      return static_cast<uint64_t>(static_cast<int64_t>(std::trunc(
+          static_cast<long double>(static_cast<int64_t>(x)) * static_cast<long double>(s))));
   }
   return 0;
 }
@@ -550,8 +550,9 @@ TEST_P(SumKernelTest, AllCounts) {
   for (Values mode : {Values::kSmallInts, Values::kRandomBits}) {
     for (size_t n : kCounts) {
       if (mode == Values::kRandomBits && n > 10000) continue;  // runtime
-      SCOPED_TRACE(::testing::Message()
-                   << "count " << n << (mode == Values::kSmallInts ? " small ints" : " random bits"));
+      SCOPED_TRACE(::testing::Message() << "count " << n
+                                        << (mode == Values::kSmallInts ? " small ints"
+                                                                       : " random bits"));
       std::vector<uint64_t> x(n), y(n), sum(n), twice(n);
       for (size_t i = 0; i < n; ++i) {
         x[i] = RandomValue(t, mode, rng);
@@ -653,6 +654,39 @@ TEST_P(TypeLevelTest, Scale) {
           if (HasFailure()) return;
         }
       }
+    }
+  }
+}
+
+// Every start address modulo a cache line (the SIMD kernels peel elements until dst
+// is line-aligned), for SumInto, SumTo and Scale.
+TEST_P(TypeLevelTest, EveryDstOffsetInACacheLine) {
+  const DataType t = std::get<0>(GetParam());
+  const SimdLevel level = std::get<1>(GetParam());
+  LevelScope scope;
+  FERRY_USE_LEVEL(scope, level);
+  std::mt19937_64 rng(7);
+  for (size_t dst_off = 0; dst_off < 64 + 8; ++dst_off) {
+    for (size_t n : {size_t{3}, size_t{45}, size_t{300}}) {
+      SCOPED_TRACE(::testing::Message() << "dst offset " << dst_off << " count " << n);
+      GuardedBuffer d(t, n, dst_off), a(t, n, (dst_off * 5) % 67), b(t, n, (dst_off * 3) % 61);
+      std::vector<uint64_t> x(n), y(n), sum(n), scaled(n);
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = RandomValue(t, Values::kSmallInts, rng);
+        y[i] = RandomValue(t, Values::kSmallInts, rng);
+        sum[i] = RefAdd(t, x[i], y[i]);
+        scaled[i] = RefScale(t, sum[i], 0.5);
+        d.Set(i, x[i]);
+        a.Set(i, x[i]);
+        b.Set(i, y[i]);
+      }
+      SumInto(d.data(), b.data(), n, t);
+      EXPECT_TRUE(Matches(t, d, sum)) << "SumInto";
+      Scale(d.data(), 0.5, n, t);
+      EXPECT_TRUE(Matches(t, d, scaled)) << "Scale";
+      SumTo(d.data(), a.data(), b.data(), n, t);
+      EXPECT_TRUE(Matches(t, d, sum)) << "SumTo";
+      if (HasFailure()) return;
     }
   }
 }

@@ -3,6 +3,8 @@
 // -e (factor -f) it runs -w warm-up and -n timed push_pulls, checks every result
 // exactly, and prints bytes, time per push_pull, algorithm bandwidth (bytes / time,
 // GB = 1e9 bytes) and the number of wrong elements. Exits 1 on any wrong value.
+// Only the push_pull is timed: workers fill and check outside it and meet at a
+// barrier before each timed push_pull.
 //
 // Values are small integers that depend on the worker's rank, the iteration and the
 // element's position, so a wrong partition offset or a stale round shows as an error,
@@ -126,6 +128,9 @@ int RunPerf(const Config& config) {
     uint64_t errors = 0;
     for (int iter = 0; iter < FLAGS_w + FLAGS_n; ++iter) {
       for (uint64_t i = 0; i < count; ++i) Store(input.data(), i, dtype, Pattern(worker->rank(), i, iter));
+      // Every worker starts the timed push_pull together, so one worker's untimed
+      // fill and check never overlap another's timed section.
+      worker->Barrier();
       int64_t t0 = NowUs();
       worker->PushPull(name, input.data(), output.data(), dtype, count, false);
       int64_t t1 = NowUs();

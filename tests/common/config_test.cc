@@ -1,0 +1,422 @@
+// Tests of Config::FromEnvironment (common/config): defaults, DMLC_ROLE, required
+// variables, integer validation, the BYTEPS_* aliases and their precedence, and the
+// cross-variable checks. Every environment is injected with MapEnvironment, so the
+// process environment never matters.
+
+#include "common/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "common/util/status.h"
+
+namespace ferry {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+// The smallest valid worker environment. DMLC_NODE_HOST is fixed so no route lookup
+// decides the node's address.
+Env BaseEnv() {
+  return {{"DMLC_ROLE", "worker"},
+          {"DMLC_NUM_WORKER", "2"},
+          {"DMLC_NUM_SERVER", "1"},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", "9000"},
+          {"DMLC_NODE_HOST", "127.0.0.1"}};
+}
+
+Env With(Env env, const Env& extra) {
+  for (const auto& [k, v] : extra) env[k] = v;
+  return env;
+}
+
+Env Without(Env env, const std::string& name) {
+  env.erase(name);
+  return env;
+}
+
+Config Read(const Env& env) { return Config::FromEnvironment(MapEnvironment(env)); }
+
+// Expects FromEnvironment to refuse `env` with kInvalidConfig and a message naming
+// `variable`; returns the message for further checks.
+std::string ExpectInvalid(const Env& env, const std::string& variable,
+                          const NodeRole* fixed_role = nullptr) {
+  try {
+    Config::FromEnvironment(MapEnvironment(env), fixed_role);
+  } catch (const FerryError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find(variable), std::string::npos)
+        << "message does not name " << variable << ": " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "FromEnvironment accepted the environment; expected an error naming "
+                << variable;
+  return "";
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(ConfigTest, Defaults) {
+  Config c = Read(BaseEnv());
+  EXPECT_EQ(c.role, NodeRole::kWorker);
+  EXPECT_EQ(c.num_workers, 2);
+  EXPECT_EQ(c.num_servers, 1);
+  EXPECT_EQ(c.root_uri, "127.0.0.1");
+  EXPECT_EQ(c.root_host, "127.0.0.1");
+  EXPECT_EQ(c.root_port, 9000);
+  EXPECT_EQ(c.worker_id, -1);
+  EXPECT_EQ(c.node_host, "127.0.0.1");
+  EXPECT_EQ(c.bind_host, "127.0.0.1");
+  EXPECT_EQ(c.node_port, 0);
+  EXPECT_EQ(c.node_kind, "");
+  EXPECT_EQ(c.partition_bytes, 4194304);
+  EXPECT_EQ(c.scheduling_credit, 4);
+  EXPECT_EQ(c.scheduling_credit_bytes, 0);
+  EXPECT_EQ(c.server_engine_threads, 4);
+  EXPECT_FALSE(c.enable_async);
+  EXPECT_EQ(c.connect_timeout_ms, 120000);
+  EXPECT_EQ(c.heartbeat_interval_ms, 1000);
+  EXPECT_EQ(c.heartbeat_timeout_ms, 10000);
+  EXPECT_EQ(c.op_timeout_ms, 600000);
+  EXPECT_EQ(c.max_message_bytes, 1LL << 30);
+  EXPECT_EQ(c.log_level, 0);
+  EXPECT_EQ(c.log_verbosity, 0);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(c.SchedulerEndpoint(), "tcp://127.0.0.1:9000");
+  EXPECT_FALSE(c.Summary().empty());
+}
+
+TEST(ConfigTest, ExplicitValuesAreRead) {
+  Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "1048576"},
+                                   {"FERRY_SCHEDULING_CREDIT", "8"},
+                                   {"FERRY_SCHEDULING_CREDIT_BYTES", "16777216"},
+                                   {"FERRY_SERVER_ENGINE_THREADS", "12"},
+                                   {"FERRY_CONNECT_TIMEOUT_MS", "5000"},
+                                   {"FERRY_HEARTBEAT_INTERVAL_MS", "200"},
+                                   {"FERRY_HEARTBEAT_TIMEOUT_MS", "400"},
+                                   {"FERRY_OP_TIMEOUT_MS", "30000"},
+                                   {"FERRY_MAX_MESSAGE_BYTES", "2097152"},
+                                   {"FERRY_NODE_KIND", "cpu"},
+                                   {"DMLC_PORT", "9100"},
+                                   {"FERRY_BIND_ADDR", "*"}}));
+  EXPECT_EQ(c.partition_bytes, 1048576);
+  EXPECT_EQ(c.scheduling_credit, 8);
+  EXPECT_EQ(c.scheduling_credit_bytes, 16777216);
+  EXPECT_EQ(c.server_engine_threads, 12);
+  EXPECT_EQ(c.connect_timeout_ms, 5000);
+  EXPECT_EQ(c.heartbeat_interval_ms, 200);
+  EXPECT_EQ(c.heartbeat_timeout_ms, 400);
+  EXPECT_EQ(c.op_timeout_ms, 30000);
+  EXPECT_EQ(c.max_message_bytes, 2097152);
+  EXPECT_EQ(c.node_kind, "cpu");
+  EXPECT_EQ(c.node_port, 9100);
+  EXPECT_EQ(c.bind_host, "*");
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(ConfigTest, RoleParsing) {
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "worker"}})).role, NodeRole::kWorker);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}})).role, NodeRole::kServer);
+  Config s = Read(With(BaseEnv(), {{"DMLC_ROLE", "scheduler"}}));
+  EXPECT_EQ(s.role, NodeRole::kScheduler);
+  // The scheduler is the root: it advertises and listens on the root address.
+  EXPECT_EQ(s.node_host, "127.0.0.1");
+  EXPECT_EQ(s.node_port, 9000);
+
+  std::string msg = ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "master"}}), "DMLC_ROLE");
+  EXPECT_TRUE(Contains(msg, "master")) << msg;
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "Worker"}}), "DMLC_ROLE");
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", ""}}), "DMLC_ROLE");
+  ExpectInvalid(Without(BaseEnv(), "DMLC_ROLE"), "DMLC_ROLE");
+
+  EXPECT_STREQ(NodeRoleName(NodeRole::kScheduler), "scheduler");
+  EXPECT_STREQ(NodeRoleName(NodeRole::kServer), "server");
+  EXPECT_STREQ(NodeRoleName(NodeRole::kWorker), "worker");
+}
+
+TEST(ConfigTest, FixedRole) {
+  const NodeRole server = NodeRole::kServer;
+  // A program that is one role needs no DMLC_ROLE...
+  Config c = Config::FromEnvironment(MapEnvironment(Without(BaseEnv(), "DMLC_ROLE")), &server);
+  EXPECT_EQ(c.role, NodeRole::kServer);
+  // ... accepts an agreeing one ...
+  c = Config::FromEnvironment(MapEnvironment(With(BaseEnv(), {{"DMLC_ROLE", "server"}})), &server);
+  EXPECT_EQ(c.role, NodeRole::kServer);
+  // ... and refuses a contradicting one.
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "worker"}}), "DMLC_ROLE", &server);
+}
+
+TEST(ConfigTest, RequiredVariablesMissing) {
+  for (const char* name : {"DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI",
+                           "DMLC_PS_ROOT_PORT"}) {
+    SCOPED_TRACE(name);
+    std::string msg = ExpectInvalid(Without(BaseEnv(), name), name);
+    EXPECT_TRUE(Contains(msg, "must be set")) << msg;
+  }
+}
+
+TEST(ConfigTest, IntegersRejectGarbage) {
+  struct Case {
+    const char* name;
+    const char* value;
+  };
+  const Case cases[] = {
+      {"DMLC_NUM_WORKER", "abc"},
+      {"DMLC_NUM_WORKER", "4x"},
+      {"DMLC_NUM_WORKER", " 4"},
+      {"DMLC_NUM_WORKER", "4 "},
+      {"DMLC_NUM_WORKER", ""},
+      {"DMLC_NUM_WORKER", "2.0"},
+      {"DMLC_NUM_WORKER", "0x10"},
+      {"DMLC_NUM_SERVER", "one"},
+      {"DMLC_PS_ROOT_PORT", "port"},
+      {"FERRY_PARTITION_BYTES", "4MB"},
+      {"FERRY_SCHEDULING_CREDIT", "2.5"},
+      {"FERRY_SERVER_ENGINE_THREADS", "four"},
+      {"FERRY_HEARTBEAT_INTERVAL_MS", "1s"},
+      {"FERRY_CONNECT_TIMEOUT_MS", "--5"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + "='" + c.value + "'");
+    std::string msg = ExpectInvalid(With(BaseEnv(), {{c.name, c.value}}), c.name);
+    // The message quotes the value and says what is allowed.
+    EXPECT_TRUE(Contains(msg, std::string("'") + c.value + "'")) << msg;
+    EXPECT_TRUE(Contains(msg, "expected an integer")) << msg;
+  }
+}
+
+TEST(ConfigTest, IntegersRejectNegativeAndOutOfRange) {
+  struct Case {
+    const char* name;
+    const char* value;
+  };
+  const Case cases[] = {
+      {"DMLC_NUM_WORKER", "-1"},
+      {"DMLC_NUM_WORKER", "0"},
+      {"DMLC_NUM_WORKER", "65536"},
+      {"DMLC_NUM_WORKER", "99999999999999999999999"},  // overflows int64
+      {"DMLC_NUM_SERVER", "0"},
+      {"DMLC_PS_ROOT_PORT", "0"},
+      {"DMLC_PS_ROOT_PORT", "65536"},
+      {"DMLC_PS_ROOT_PORT", "-9000"},
+      {"DMLC_PORT", "-1"},
+      {"DMLC_PORT", "70000"},
+      {"FERRY_PARTITION_BYTES", "-4194304"},
+      {"FERRY_PARTITION_BYTES", "1023"},
+      {"FERRY_PARTITION_BYTES", "1073741825"},
+      {"FERRY_SCHEDULING_CREDIT", "0"},
+      {"FERRY_SCHEDULING_CREDIT", "-4"},
+      {"FERRY_SCHEDULING_CREDIT_BYTES", "-1"},
+      {"FERRY_SERVER_ENGINE_THREADS", "0"},
+      {"FERRY_SERVER_ENGINE_THREADS", "257"},
+      {"FERRY_CONNECT_TIMEOUT_MS", "99"},
+      {"FERRY_HEARTBEAT_INTERVAL_MS", "9"},
+      {"FERRY_HEARTBEAT_TIMEOUT_MS", "49"},
+      {"FERRY_OP_TIMEOUT_MS", "-1"},
+      {"FERRY_MAX_MESSAGE_BYTES", "65535"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + "='" + c.value + "'");
+    std::string msg = ExpectInvalid(With(BaseEnv(), {{c.name, c.value}}), c.name);
+    EXPECT_TRUE(Contains(msg, "expected an integer from")) << msg;
+  }
+  // The bounds themselves are accepted.
+  Config c = Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "65535"},
+                                   {"DMLC_PS_ROOT_PORT", "65535"},
+                                   {"FERRY_PARTITION_BYTES", "1024"},
+                                   {"FERRY_SCHEDULING_CREDIT", "1"},
+                                   {"FERRY_SERVER_ENGINE_THREADS", "256"}}));
+  EXPECT_EQ(c.num_workers, 65535);
+  EXPECT_EQ(c.root_port, 65535);
+  EXPECT_EQ(c.partition_bytes, 1024);
+  EXPECT_EQ(c.scheduling_credit, 1);
+  EXPECT_EQ(c.server_engine_threads, 256);
+}
+
+TEST(ConfigTest, BytepsAliasesGiveTheSameValues) {
+  Config ferry = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "1048576"},
+                                       {"FERRY_SCHEDULING_CREDIT", "7"},
+                                       {"FERRY_SERVER_ENGINE_THREADS", "3"},
+                                       {"FERRY_LOG_LEVEL", "WARNING"}}));
+  Config byteps = Read(With(BaseEnv(), {{"BYTEPS_PARTITION_BYTES", "1048576"},
+                                        {"BYTEPS_SCHEDULING_CREDIT", "7"},
+                                        {"BYTEPS_SERVER_ENGINE_THREAD", "3"},
+                                        {"BYTEPS_LOG_LEVEL", "WARNING"}}));
+  EXPECT_EQ(byteps.partition_bytes, 1048576);
+  EXPECT_EQ(byteps.scheduling_credit, 7);
+  EXPECT_EQ(byteps.server_engine_threads, 3);
+  EXPECT_EQ(byteps.log_level, 1);
+  EXPECT_EQ(ferry.partition_bytes, byteps.partition_bytes);
+  EXPECT_EQ(ferry.scheduling_credit, byteps.scheduling_credit);
+  EXPECT_EQ(ferry.server_engine_threads, byteps.server_engine_threads);
+  EXPECT_EQ(ferry.log_level, byteps.log_level);
+  EXPECT_EQ(ferry.log_verbosity, byteps.log_verbosity);
+  EXPECT_TRUE(ferry.warnings.empty());
+  EXPECT_TRUE(byteps.warnings.empty());
+
+  // BYTEPS_LOG_LEVEL=DEBUG means what FERRY_LOG_LEVEL=DEBUG means.
+  Config debug = Read(With(BaseEnv(), {{"BYTEPS_LOG_LEVEL", "DEBUG"}}));
+  EXPECT_EQ(debug.log_level, 0);
+  EXPECT_EQ(debug.log_verbosity, 1);
+}
+
+TEST(ConfigTest, BadAliasValueNamesTheAlias) {
+  std::string msg =
+      ExpectInvalid(With(BaseEnv(), {{"BYTEPS_PARTITION_BYTES", "lots"}}), "BYTEPS_PARTITION_BYTES");
+  EXPECT_FALSE(Contains(msg, "FERRY_PARTITION_BYTES")) << msg;
+  ExpectInvalid(With(BaseEnv(), {{"BYTEPS_SCHEDULING_CREDIT", "0"}}), "BYTEPS_SCHEDULING_CREDIT");
+  ExpectInvalid(With(BaseEnv(), {{"BYTEPS_SERVER_ENGINE_THREAD", "-2"}}),
+                "BYTEPS_SERVER_ENGINE_THREAD");
+  ExpectInvalid(With(BaseEnv(), {{"BYTEPS_LOG_LEVEL", "LOUD"}}), "BYTEPS_LOG_LEVEL");
+}
+
+TEST(ConfigTest, FerryValueWinsOverAliasWithWarning) {
+  struct Case {
+    const char* ferry;
+    const char* ferry_value;
+    const char* alias;
+    const char* alias_value;
+  };
+  const Case cases[] = {
+      {"FERRY_PARTITION_BYTES", "2097152", "BYTEPS_PARTITION_BYTES", "8388608"},
+      {"FERRY_SCHEDULING_CREDIT", "2", "BYTEPS_SCHEDULING_CREDIT", "16"},
+      {"FERRY_SERVER_ENGINE_THREADS", "6", "BYTEPS_SERVER_ENGINE_THREAD", "1"},
+      {"FERRY_LOG_LEVEL", "ERROR", "BYTEPS_LOG_LEVEL", "INFO"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.ferry);
+    Config c = Read(With(BaseEnv(), {{k.ferry, k.ferry_value}, {k.alias, k.alias_value}}));
+    ASSERT_EQ(c.warnings.size(), 1u);
+    EXPECT_TRUE(Contains(c.warnings[0], k.ferry)) << c.warnings[0];
+    EXPECT_TRUE(Contains(c.warnings[0], k.alias)) << c.warnings[0];
+  }
+  Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "2097152"},
+                                   {"BYTEPS_PARTITION_BYTES", "8388608"},
+                                   {"FERRY_SCHEDULING_CREDIT", "2"},
+                                   {"BYTEPS_SCHEDULING_CREDIT", "16"},
+                                   {"FERRY_SERVER_ENGINE_THREADS", "6"},
+                                   {"BYTEPS_SERVER_ENGINE_THREAD", "1"},
+                                   {"FERRY_LOG_LEVEL", "ERROR"},
+                                   {"BYTEPS_LOG_LEVEL", "INFO"}}));
+  EXPECT_EQ(c.partition_bytes, 2097152);
+  EXPECT_EQ(c.scheduling_credit, 2);
+  EXPECT_EQ(c.server_engine_threads, 6);
+  EXPECT_EQ(c.log_level, 2);
+  EXPECT_EQ(c.warnings.size(), 4u);
+
+  // A valid FERRY_* value wins even over a malformed alias (the alias is not parsed).
+  Config d = Read(With(BaseEnv(), {{"FERRY_SCHEDULING_CREDIT", "3"},
+                                   {"BYTEPS_SCHEDULING_CREDIT", "junk"}}));
+  EXPECT_EQ(d.scheduling_credit, 3);
+  ASSERT_EQ(d.warnings.size(), 1u);
+  EXPECT_TRUE(Contains(d.warnings[0], "BYTEPS_SCHEDULING_CREDIT"));
+}
+
+TEST(ConfigTest, AsyncIsRefused) {
+  for (const char* value : {"1", "true", "yes", "on", "TRUE"}) {
+    SCOPED_TRACE(value);
+    std::string msg =
+        ExpectInvalid(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}}), "FERRY_ENABLE_ASYNC");
+    EXPECT_TRUE(Contains(msg, "not implemented")) << msg;
+  }
+  std::string msg =
+      ExpectInvalid(With(BaseEnv(), {{"BYTEPS_ENABLE_ASYNC", "1"}}), "BYTEPS_ENABLE_ASYNC");
+  EXPECT_TRUE(Contains(msg, "not implemented")) << msg;
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", "maybe"}}), "FERRY_ENABLE_ASYNC");
+
+  for (const char* value : {"0", "false", "no", "off", ""}) {
+    SCOPED_TRACE(value);
+    EXPECT_FALSE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).enable_async);
+  }
+}
+
+TEST(ConfigTest, HostNamesResolve) {
+  Config c = Read(With(BaseEnv(), {{"DMLC_PS_ROOT_URI", "localhost"},
+                                   {"DMLC_NODE_HOST", "localhost"},
+                                   {"FERRY_BIND_ADDR", "localhost"}}));
+  EXPECT_EQ(c.root_uri, "localhost");
+  EXPECT_EQ(c.root_host, "127.0.0.1");
+  EXPECT_EQ(c.node_host, "127.0.0.1");
+  EXPECT_EQ(c.bind_host, "127.0.0.1");
+  EXPECT_EQ(c.SchedulerEndpoint(), "tcp://127.0.0.1:9000");
+
+  EXPECT_EQ(ResolveHost("X", "10.1.2.3"), "10.1.2.3");
+  EXPECT_EQ(ResolveHost("X", "localhost"), "127.0.0.1");
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_PS_ROOT_URI", ""}}), "DMLC_PS_ROOT_URI");
+  try {
+    ResolveHost("MY_VARIABLE", "");
+    ADD_FAILURE() << "ResolveHost accepted an empty host";
+  } catch (const FerryError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+    EXPECT_TRUE(Contains(e.what(), "MY_VARIABLE")) << e.what();
+  }
+}
+
+TEST(ConfigTest, WorkerIdRange) {
+  EXPECT_EQ(Read(BaseEnv()).worker_id, -1);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_WORKER_ID", "0"}})).worker_id, 0);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_WORKER_ID", "1"}})).worker_id, 1);
+  // Two workers: ranks 0 and 1 only.
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "2"}}), "DMLC_WORKER_ID");
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "-1"}}), "DMLC_WORKER_ID");
+  ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "first"}}), "DMLC_WORKER_ID");
+  // The range follows DMLC_NUM_WORKER.
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "8"}, {"DMLC_WORKER_ID", "7"}})).worker_id, 7);
+}
+
+TEST(ConfigTest, HeartbeatTimeoutMustBeTwiceTheInterval) {
+  std::string msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "1999"}}),
+      "FERRY_HEARTBEAT_TIMEOUT_MS");
+  EXPECT_TRUE(Contains(msg, "FERRY_HEARTBEAT_INTERVAL_MS")) << msg;
+  // The default timeout (10000) is too short for an interval of 6 s.
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "6000"}}),
+                "FERRY_HEARTBEAT_TIMEOUT_MS");
+  Config c = Read(
+      With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "2000"}}));
+  EXPECT_EQ(c.heartbeat_interval_ms, 1000);
+  EXPECT_EQ(c.heartbeat_timeout_ms, 2000);
+}
+
+TEST(ConfigTest, LogLevels) {
+  struct Case {
+    const char* value;
+    int level;
+    int verbosity;
+  };
+  const Case cases[] = {
+      {"TRACE", 0, 2}, {"DEBUG", 0, 1}, {"debug", 0, 1}, {"INFO", 0, 0},   {"", 0, 0},
+      {"WARNING", 1, 0}, {"warn", 1, 0}, {"ERROR", 2, 0}, {"FATAL", 2, 0},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.value);
+    Config c = Read(With(BaseEnv(), {{"FERRY_LOG_LEVEL", k.value}}));
+    EXPECT_EQ(c.log_level, k.level);
+    EXPECT_EQ(c.log_verbosity, k.verbosity);
+  }
+  std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_LOG_LEVEL", "VERBOSE"}}), "FERRY_LOG_LEVEL");
+  EXPECT_TRUE(Contains(msg, "VERBOSE")) << msg;
+}
+
+TEST(ConfigTest, NodeKind) {
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "colocated"}})).node_kind, "colocated");
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "cpu"}})).node_kind, "cpu");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_NODE_KIND", "gpu"}}), "FERRY_NODE_KIND");
+}
+
+TEST(ConfigTest, MaxMessageBytesMustExceedPartition) {
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "1048576"},
+                                 {"FERRY_MAX_MESSAGE_BYTES", "1048576"}}),
+                "FERRY_MAX_MESSAGE_BYTES");
+  Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "1048576"},
+                                   {"FERRY_MAX_MESSAGE_BYTES", "1052672"}}));  // + 4096
+  EXPECT_EQ(c.max_message_bytes, 1052672);
+}
+
+}  // namespace
+}  // namespace ferry

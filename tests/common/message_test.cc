@@ -1,0 +1,295 @@
+// Tests of the message helpers (common/transport/message.h): key packing, the checks
+// ValidateMessage applies to everything that arrives from the network, envelope
+// parsing and the log description.
+
+#include "common/transport/message.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+constexpr uint64_t kLimit = 1 << 20;
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A valid PUSH of `floats` float32 elements.
+Message GoodPush(size_t floats = 16) {
+  Message m = MakeMessage(proto::PUSH, 5);
+  m.envelope.set_key(MakeKey(3, 1));
+  m.envelope.set_round(2);
+  m.envelope.set_dtype(proto::FLOAT32);
+  m.envelope.set_request_id(42);
+  m.payload = Buffer::Allocate(floats * sizeof(float));
+  m.envelope.set_length(m.payload.size());
+  return m;
+}
+
+TEST(MessageTest, KeyRoundTrip) {
+  const uint32_t values[] = {0u, 1u, 2u, 77u, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu};
+  for (uint32_t tensor : values) {
+    for (uint32_t partition : values) {
+      uint64_t key = MakeKey(tensor, partition);
+      EXPECT_EQ(KeyTensor(key), tensor);
+      EXPECT_EQ(KeyPartition(key), partition);
+    }
+  }
+  EXPECT_EQ(MakeKey(0, 0), 0u);
+  EXPECT_EQ(MakeKey(1, 0), 1ull << 32);
+  EXPECT_EQ(MakeKey(0, 1), 1u);
+  EXPECT_EQ(MakeKey(0xffffffffu, 0xffffffffu), ~0ull);
+  EXPECT_EQ(KeyName(MakeKey(3, 1)), "tensor 3 partition 1");
+}
+
+TEST(MessageTest, MakeMessageFillsVersionTypeSender) {
+  Message m = MakeMessage(proto::HEARTBEAT, 7);
+  EXPECT_EQ(m.envelope.version(), kProtocolVersion);
+  EXPECT_EQ(m.type(), proto::HEARTBEAT);
+  EXPECT_EQ(m.sender(), 7);
+  EXPECT_TRUE(m.payload.empty());
+  EXPECT_EQ(ValidateMessage(m, kLimit), "");
+}
+
+TEST(MessageTest, AcceptsValidMessages) {
+  EXPECT_EQ(ValidateMessage(GoodPush(), kLimit), "");
+
+  // A push of no elements carries no payload frame.
+  Message empty_push = MakeMessage(proto::PUSH, 1);
+  empty_push.envelope.set_dtype(proto::FLOAT64);
+  EXPECT_EQ(ValidateMessage(empty_push, kLimit), "");
+
+  Message result = MakeMessage(proto::PUSH_RESULT, 1);
+  result.envelope.set_dtype(proto::INT64);
+  result.payload = Buffer::Allocate(24);
+  result.envelope.set_length(24);
+  EXPECT_EQ(ValidateMessage(result, kLimit), "");
+
+  // Exactly at the limit is allowed.
+  Message at_limit = GoodPush(kLimit / sizeof(float));
+  EXPECT_EQ(ValidateMessage(at_limit, kLimit), "");
+
+  Message reg = MakeMessage(proto::REGISTER, -1);
+  reg.envelope.mutable_register_request()->set_role(proto::WORKER);
+  EXPECT_EQ(ValidateMessage(reg, kLimit), "");
+  Message table = MakeMessage(proto::NODE_TABLE, 0);
+  table.envelope.mutable_node_table()->set_your_id(3);
+  EXPECT_EQ(ValidateMessage(table, kLimit), "");
+  Message barrier = MakeMessage(proto::BARRIER, 2);
+  barrier.envelope.mutable_barrier()->set_group(proto::GROUP_WORKERS);
+  EXPECT_EQ(ValidateMessage(barrier, kLimit), "");
+  Message failed = MakeMessage(proto::NODE_FAILED, 0);
+  failed.envelope.mutable_failure()->set_node_id(4);
+  EXPECT_EQ(ValidateMessage(failed, kLimit), "");
+  Message error = MakeMessage(proto::ERROR, 1);
+  error.envelope.mutable_error()->set_reason("x");
+  EXPECT_EQ(ValidateMessage(error, kLimit), "");
+  for (proto::MessageType t : {proto::BARRIER_RELEASE, proto::HEARTBEAT, proto::HEARTBEAT_ACK,
+                               proto::FINALIZE, proto::SHUTDOWN, proto::PUSH_ACK}) {
+    SCOPED_TRACE(MessageTypeName(t));
+    EXPECT_EQ(ValidateMessage(MakeMessage(t, 1), kLimit), "");
+  }
+}
+
+TEST(MessageTest, RejectsWrongVersion) {
+  for (uint32_t version : {0u, 2u, 1000u}) {
+    Message m = GoodPush();
+    m.envelope.set_version(version);
+    std::string error = ValidateMessage(m, kLimit);
+    EXPECT_TRUE(Contains(error, "version")) << error;
+  }
+}
+
+TEST(MessageTest, RejectsUnknownType) {
+  Message m = MakeMessage(static_cast<proto::MessageType>(77), 1);
+  std::string error = ValidateMessage(m, kLimit);
+  EXPECT_TRUE(Contains(error, "unknown message type 77")) << error;
+
+  Message zero = MakeMessage(proto::MESSAGE_TYPE_UNSPECIFIED, 1);
+  error = ValidateMessage(zero, kLimit);
+  EXPECT_TRUE(Contains(error, "unknown message type 0")) << error;
+
+  Message negative = MakeMessage(static_cast<proto::MessageType>(-3), 1);
+  EXPECT_NE(ValidateMessage(negative, kLimit), "");
+
+  EXPECT_EQ(MessageTypeName(proto::PUSH), "PUSH");
+  EXPECT_EQ(MessageTypeName(proto::REGISTER), "REGISTER");
+  EXPECT_EQ(MessageTypeName(77), "type 77");
+}
+
+TEST(MessageTest, RejectsControlMessageWithoutBody) {
+  for (proto::MessageType t : {proto::REGISTER, proto::NODE_TABLE, proto::BARRIER,
+                               proto::NODE_FAILED, proto::ERROR}) {
+    SCOPED_TRACE(MessageTypeName(t));
+    Message m = MakeMessage(t, 1);
+    std::string error = ValidateMessage(m, kLimit);
+    EXPECT_TRUE(Contains(error, "without its body")) << error;
+    EXPECT_TRUE(Contains(error, MessageTypeName(t))) << error;
+  }
+  // The wrong body is as bad as none.
+  Message m = MakeMessage(proto::REGISTER, 1);
+  m.envelope.mutable_barrier();
+  EXPECT_TRUE(Contains(ValidateMessage(m, kLimit), "without its body"));
+}
+
+TEST(MessageTest, RejectsPayloadOnControlMessage) {
+  for (proto::MessageType t : {proto::HEARTBEAT, proto::BARRIER_RELEASE, proto::PUSH_ACK,
+                               proto::SHUTDOWN}) {
+    SCOPED_TRACE(MessageTypeName(t));
+    Message m = MakeMessage(t, 1);
+    m.payload = Buffer::Allocate(8);
+    std::string error = ValidateMessage(m, kLimit);
+    EXPECT_TRUE(Contains(error, "with a payload frame")) << error;
+  }
+  Message error_msg = MakeMessage(proto::ERROR, 1);
+  error_msg.envelope.mutable_error()->set_code(5);
+  error_msg.payload = Buffer::Allocate(4);
+  EXPECT_TRUE(Contains(ValidateMessage(error_msg, kLimit), "with a payload frame"));
+}
+
+TEST(MessageTest, RejectsLengthMismatch) {
+  Message m = GoodPush(16);
+  m.envelope.set_length(60);
+  std::string error = ValidateMessage(m, kLimit);
+  EXPECT_TRUE(Contains(error, "length field 60")) << error;
+  EXPECT_TRUE(Contains(error, "64 bytes")) << error;
+
+  Message no_payload = GoodPush(16);
+  no_payload.payload = Buffer();
+  EXPECT_NE(ValidateMessage(no_payload, kLimit), "");
+
+  Message longer = GoodPush(16);
+  longer.envelope.set_length(128);
+  EXPECT_NE(ValidateMessage(longer, kLimit), "");
+}
+
+TEST(MessageTest, RejectsUnknownDtype) {
+  for (int dtype : {6, 42, -1}) {
+    SCOPED_TRACE(dtype);
+    Message m = GoodPush();
+    m.envelope.set_dtype(static_cast<proto::DataTypeProto>(dtype));
+    std::string error = ValidateMessage(m, kLimit);
+    EXPECT_TRUE(Contains(error, "unknown dtype")) << error;
+  }
+}
+
+TEST(MessageTest, RejectsPartialElements) {
+  struct Case {
+    proto::DataTypeProto dtype;
+    size_t bytes;
+  };
+  const Case bad[] = {{proto::FLOAT32, 6},  {proto::FLOAT32, 1}, {proto::FLOAT16, 3},
+                      {proto::BFLOAT16, 5}, {proto::FLOAT64, 12}, {proto::INT32, 2},
+                      {proto::INT64, 20}};
+  for (const Case& c : bad) {
+    SCOPED_TRACE(c.bytes);
+    Message m = MakeMessage(proto::PUSH, 1);
+    m.envelope.set_dtype(c.dtype);
+    m.payload = Buffer::Allocate(c.bytes);
+    m.envelope.set_length(c.bytes);
+    std::string error = ValidateMessage(m, kLimit);
+    EXPECT_TRUE(Contains(error, "not a whole number")) << error;
+  }
+  const Case good[] = {{proto::FLOAT16, 6}, {proto::BFLOAT16, 2}, {proto::FLOAT64, 16},
+                       {proto::INT32, 12},  {proto::INT64, 24}};
+  for (const Case& c : good) {
+    Message m = MakeMessage(proto::PUSH_RESULT, 1);
+    m.envelope.set_dtype(c.dtype);
+    m.payload = Buffer::Allocate(c.bytes);
+    m.envelope.set_length(c.bytes);
+    EXPECT_EQ(ValidateMessage(m, kLimit), "");
+  }
+}
+
+TEST(MessageTest, RejectsPayloadAboveLimit) {
+  Message m = GoodPush(kLimit / sizeof(float) + 1);
+  std::string error = ValidateMessage(m, kLimit);
+  EXPECT_TRUE(Contains(error, "exceeds the limit")) << error;
+  EXPECT_EQ(ValidateMessage(m, kLimit + sizeof(float)), "");
+}
+
+TEST(MessageTest, ParseEnvelope) {
+  Message m = GoodPush();
+  m.envelope.set_priority(-3);
+  m.envelope.set_tensor_hash(0x1234567890abcdefull);
+  std::string wire = m.envelope.SerializeAsString();
+
+  proto::Envelope parsed;
+  std::string error;
+  ASSERT_TRUE(ParseEnvelope(wire.data(), wire.size(), &parsed, &error)) << error;
+  EXPECT_EQ(parsed.version(), kProtocolVersion);
+  EXPECT_EQ(parsed.type(), proto::PUSH);
+  EXPECT_EQ(parsed.sender(), 5);
+  EXPECT_EQ(parsed.key(), MakeKey(3, 1));
+  EXPECT_EQ(parsed.round(), 2u);
+  EXPECT_EQ(parsed.request_id(), 42u);
+  EXPECT_EQ(parsed.length(), 64u);
+  EXPECT_EQ(parsed.priority(), -3);
+  EXPECT_EQ(parsed.tensor_hash(), 0x1234567890abcdefull);
+
+  // A control body survives too.
+  Message reg = MakeMessage(proto::REGISTER, -1);
+  reg.envelope.mutable_register_request()->set_host("10.0.0.1");
+  reg.envelope.mutable_register_request()->set_port(1234);
+  wire = reg.envelope.SerializeAsString();
+  ASSERT_TRUE(ParseEnvelope(wire.data(), wire.size(), &parsed, &error)) << error;
+  EXPECT_EQ(parsed.body_case(), proto::Envelope::kRegisterRequest);
+  EXPECT_EQ(parsed.register_request().host(), "10.0.0.1");
+  EXPECT_EQ(parsed.register_request().port(), 1234);
+}
+
+TEST(MessageTest, ParseEnvelopeRejectsGarbage) {
+  proto::Envelope parsed;
+  std::string error;
+  // "garbage": 'g' (0x67) is field 12 with wire type 7, which does not exist.
+  const std::string garbage = "garbage";
+  EXPECT_FALSE(ParseEnvelope(garbage.data(), garbage.size(), &parsed, &error));
+  EXPECT_TRUE(Contains(error, "not a valid Ferry envelope")) << error;
+
+  // A varint that never ends.
+  const std::vector<uint8_t> endless(16, 0xff);
+  error.clear();
+  EXPECT_FALSE(ParseEnvelope(endless.data(), endless.size(), &parsed, &error));
+  EXPECT_FALSE(error.empty());
+
+  // A length-delimited field (register_request, field 20) longer than the frame.
+  const uint8_t truncated[] = {0xa2, 0x01, 0x7f, 0x00};
+  error.clear();
+  EXPECT_FALSE(ParseEnvelope(truncated, sizeof truncated, &parsed, &error));
+  EXPECT_FALSE(error.empty());
+
+  // A valid message cut short.
+  std::string wire = GoodPush().envelope.SerializeAsString();
+  ASSERT_GT(wire.size(), 2u);
+  error.clear();
+  EXPECT_FALSE(ParseEnvelope(wire.data(), wire.size() - 1, &parsed, &error)) << wire.size();
+
+  // Frames above 1 MiB are refused before parsing.
+  std::string huge(size_t{1} << 21, '\0');
+  error.clear();
+  EXPECT_FALSE(ParseEnvelope(huge.data(), huge.size(), &parsed, &error));
+  EXPECT_TRUE(Contains(error, "exceeds")) << error;
+}
+
+TEST(MessageTest, DescribeMentionsTheKey) {
+  Message m = GoodPush();
+  std::string d = Describe(m);
+  EXPECT_TRUE(Contains(d, "PUSH")) << d;
+  EXPECT_TRUE(Contains(d, "node 5")) << d;
+  EXPECT_TRUE(Contains(d, "tensor 3 partition 1")) << d;
+  EXPECT_TRUE(Contains(d, "round 2")) << d;
+  EXPECT_TRUE(Contains(d, "64 bytes")) << d;
+  EXPECT_TRUE(Contains(d, "request 42")) << d;
+
+  std::string h = Describe(MakeMessage(proto::HEARTBEAT, 9));
+  EXPECT_TRUE(Contains(h, "HEARTBEAT")) << h;
+  EXPECT_TRUE(Contains(h, "node 9")) << h;
+}
+
+}  // namespace
+}  // namespace ferry
