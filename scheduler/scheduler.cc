@@ -14,10 +14,13 @@ std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
   double k = static_cast<double>(colocated.size()) - n;
   std::vector<double> weights(colocated.size(), 0.0);
   if (colocated.empty()) return weights;
+  // The theorem assumes 2 <= n and k <= n. With one colocated server nothing crosses
+  // the network unless we send it, so the CPU-only servers get nothing; with k >= n
+  // the optimum is a classic PS (CPU-only servers carry everything).
   double cpu_share;
-  if (k == 0) {
+  if (k == 0 || n == 1) {
     cpu_share = 0;
-  } else if (n == 0) {
+  } else if (n == 0 || k >= n) {
     cpu_share = 1;
   } else {
     cpu_share = 2 * k * (n - 1) / (n * n + k * n - 2 * k);

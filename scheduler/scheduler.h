@@ -25,7 +25,8 @@ namespace ferry {
 // Server weights for placement (BytePS OSDI'20, Theorem 1): with n colocated servers
 // and k CPU-only servers, the CPU-only servers together carry 2k(n-1)/(n^2+kn-2k) of
 // the bytes, split evenly among them; colocated servers share the rest evenly.
-// `colocated[i]` says whether server i is colocated. Weights sum to 1.
+// `colocated[i]` says whether server i is colocated. Weights sum to 1 and are never
+// negative: with n <= 1 the CPU-only share is 0, with k >= n it is 1.
 std::vector<double> ServerWeights(const std::vector<bool>& colocated);
 
 class Scheduler {

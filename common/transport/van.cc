@@ -125,6 +125,10 @@ void Van::Stop() {
     Enqueue(Command::kStop, 0, "", nullptr);  // the last command the pipe carries
     io_thread_.join();  // the IO thread closes its sockets on the way out
   } else {
+    {
+      std::lock_guard<std::mutex> lock(push_mutex_);
+      pipe_closed_ = true;
+    }
     zmq_close(command_pull_);
     if (router_) zmq_close(router_);
   }

@@ -14,6 +14,8 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +36,9 @@ DEFINE_int32(w, 5, "warm-up iterations per size");
 DEFINE_string(dtype, "float32", "float32, float16, bfloat16, float64, int32 or int64");
 DEFINE_string(format, "text", "text (a table) or csv (bytes,time_us,algbw_GBps,errors)");
 DEFINE_bool(check, true, "check every result exactly");
+DEFINE_int32(idle_seconds, 0,
+             "instead of measuring: join the cluster, stay idle this long, leave (to measure "
+             "the CPU an idle cluster uses)");
 
 namespace ferry {
 namespace {
@@ -106,6 +111,11 @@ int RunPerf(const Config& config) {
   size_t element = DataTypeSize(dtype);
 
   auto worker = Worker::Create(config);
+  if (FLAGS_idle_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(FLAGS_idle_seconds));
+    worker->Shutdown();
+    return 0;
+  }
   const bool print = worker->rank() == 0;
   if (print && FLAGS_format == "text") {
     std::printf("# ferry-perf: %d workers, %d servers, dtype %s, %d warm-up + %d timed iterations\n",
@@ -127,7 +137,10 @@ int RunPerf(const Config& config) {
     int64_t timed_us = 0;
     uint64_t errors = 0;
     for (int iter = 0; iter < FLAGS_w + FLAGS_n; ++iter) {
-      for (uint64_t i = 0; i < count; ++i) Store(input.data(), i, dtype, Pattern(worker->rank(), i, iter));
+      // Unchecked runs (CPU measurements) fill once: the fill is not Ferry's work.
+      if (FLAGS_check || iter == 0) {
+        for (uint64_t i = 0; i < count; ++i) Store(input.data(), i, dtype, Pattern(worker->rank(), i, iter));
+      }
       // Every worker starts the timed push_pull together, so one worker's untimed
       // fill and check never overlap another's timed section.
       worker->Barrier();

@@ -1,0 +1,557 @@
+// Tests of the Van (common/transport/van.h): two Vans in one process on loopback.
+//
+// The zero-copy tests prove that ZeroMQ is handed the caller's own memory: the Van's
+// release observer sees exactly the caller's pointer, the Borrow release callback runs
+// exactly once, and it does not run while ZeroMQ still has the message queued (a peer
+// that is not listening yet).
+
+#include "common/transport/van.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/util/status.h"
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kDeadline = std::chrono::seconds(5);
+
+// Polls `pred` until it holds or 5 s passed; returns its last value.
+bool WaitUntil(const std::function<bool()>& pred) {
+  auto deadline = Clock::now() + kDeadline;
+  while (!pred()) {
+    if (Clock::now() > deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+std::string Endpoint(int port) { return StrCat("tcp://127.0.0.1:", port); }
+
+// A port nobody listens on (the kernel's choice, released again).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Received {
+  Message message;
+  Origin origin;
+};
+
+// Records what a Van's handler sees; `on_message` (optional) runs on the IO thread
+// after recording.
+class Recorder {
+ public:
+  Van::Handler Handler() {
+    return [this](Message&& m, const Origin& o) {
+      std::function<void(const Message&, const Origin&)> hook;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        hook = on_message_;
+      }
+      if (hook) hook(m, o);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        received_.push_back(Received{std::move(m), o});
+      }
+      cv_.notify_all();
+    };
+  }
+  void SetHook(std::function<void(const Message&, const Origin&)> hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_message_ = std::move(hook);
+  }
+  // Waits (up to 5 s) until at least `n` messages arrived.
+  bool WaitFor(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kDeadline, [&] { return received_.size() >= n; });
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_.size();
+  }
+  // REQUIRES: WaitFor(i + 1) returned true.
+  Received& at(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_.at(i);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Received> received_;
+  std::function<void(const Message&, const Origin&)> on_message_;
+};
+
+// Records the pointers a Van's release observer sees.
+class ReleaseLog {
+ public:
+  std::function<void(const void*)> Observer() {
+    return [this](const void* p) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pointers_.push_back(p);
+    };
+  }
+  std::vector<const void*> pointers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pointers_;
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pointers_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<const void*> pointers_;
+};
+
+VanOptions Options(const std::string& name, ReleaseLog* log = nullptr) {
+  VanOptions o = VanOptions::Named(name, 1ull << 30);
+  o.linger_ms = 500;
+  if (log) o.on_payload_released = log->Observer();
+  return o;
+}
+
+// A caller-owned float tensor of `count` elements with a recognisable pattern.
+std::vector<float> Pattern(size_t count, float scale) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i) * scale + 0.25f;
+  return v;
+}
+
+Message PushOf(uint64_t key, Buffer payload) {
+  Message m = MakeMessage(proto::PUSH, 5);
+  m.envelope.set_key(key);
+  m.envelope.set_dtype(proto::FLOAT32);
+  m.envelope.set_round(3);
+  m.envelope.set_request_id(11);
+  m.envelope.set_length(payload.size());
+  m.payload = std::move(payload);
+  return m;
+}
+
+constexpr size_t kFloats = 262144;  // 1 MiB
+
+// (a) + (b): bytes arrive intact, with the sender's identity; ZeroMQ sent from the
+// caller's pointer, and the borrowed bytes were released exactly once.
+TEST(VanTest, ZeroCopySendDeliversCallerBytes) {
+  std::vector<float> tensor = Pattern(kFloats, 0.5f);
+  const size_t bytes = tensor.size() * sizeof(float);
+  std::atomic<int> released{0};
+  Recorder at_a, at_b;
+  ReleaseLog log_b;
+
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  ASSERT_GT(port, 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b", &log_b));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+
+  b.Send(1, PushOf(MakeKey(7, 2), Buffer::Borrow(tensor.data(), bytes, [&] { released++; })));
+
+  ASSERT_TRUE(at_a.WaitFor(1));
+  Received& r = at_a.at(0);
+  EXPECT_TRUE(r.origin.inbound);
+  EXPECT_EQ(r.origin.identity, "id-b");
+  EXPECT_EQ(r.message.type(), proto::PUSH);
+  EXPECT_EQ(r.message.sender(), 5);
+  EXPECT_EQ(r.message.envelope.key(), MakeKey(7, 2));
+  EXPECT_EQ(r.message.envelope.round(), 3u);
+  EXPECT_EQ(r.message.envelope.request_id(), 11u);
+  EXPECT_EQ(r.message.envelope.length(), bytes);
+  ASSERT_EQ(r.message.payload.size(), bytes);
+  EXPECT_NE(r.message.payload.data(), static_cast<void*>(tensor.data()));
+  EXPECT_EQ(std::memcmp(r.message.payload.data(), tensor.data(), bytes), 0);
+
+  // ZeroMQ released the caller's own pointer: it never made a copy.
+  ASSERT_TRUE(WaitUntil([&] { return released.load() == 1; }));
+  std::vector<const void*> seen = log_b.pointers();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], static_cast<const void*>(tensor.data()));
+
+  VanStats sb = b.stats();
+  EXPECT_EQ(sb.messages_sent, 1u);
+  EXPECT_EQ(sb.payloads_sent_zero_copy, 1u);
+  EXPECT_GT(sb.bytes_sent, bytes);
+  EXPECT_EQ(sb.send_failures, 0u);
+  EXPECT_EQ(a.stats().messages_received, 1u);
+
+  b.Stop();
+  a.Stop();
+  EXPECT_EQ(released.load(), 1);  // exactly once, also after the Vans are gone
+  EXPECT_EQ(log_b.count(), 1u);
+}
+
+// Slices of one borrowed tensor travel as separate zero-copy frames; the tensor is
+// released once, after the last of them.
+TEST(VanTest, SlicesOfOneBorrowAreReleasedOnce) {
+  std::vector<float> tensor = Pattern(kFloats, 2.0f);
+  const size_t bytes = tensor.size() * sizeof(float);
+  std::atomic<int> released{0};
+  Recorder at_a, at_b;
+  ReleaseLog log_b;
+
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b", &log_b));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+
+  {
+    Buffer whole = Buffer::Borrow(tensor.data(), bytes, [&] { released++; });
+    b.Send(1, PushOf(MakeKey(1, 0), whole.Slice(0, bytes / 2)));
+    b.Send(1, PushOf(MakeKey(1, 1), whole.Slice(bytes / 2, bytes / 2)));
+  }
+  ASSERT_TRUE(at_a.WaitFor(2));
+  // Messages to one peer keep their order.
+  EXPECT_EQ(at_a.at(0).message.envelope.key(), MakeKey(1, 0));
+  EXPECT_EQ(at_a.at(1).message.envelope.key(), MakeKey(1, 1));
+  EXPECT_EQ(std::memcmp(at_a.at(0).message.payload.data(), tensor.data(), bytes / 2), 0);
+  EXPECT_EQ(std::memcmp(at_a.at(1).message.payload.data(),
+                        reinterpret_cast<const char*>(tensor.data()) + bytes / 2, bytes / 2),
+            0);
+
+  ASSERT_TRUE(WaitUntil([&] { return released.load() == 1; }));
+  std::vector<const void*> seen = log_b.pointers();
+  ASSERT_EQ(seen.size(), 2u);
+  const void* first_half = tensor.data();
+  const void* second_half = reinterpret_cast<const char*>(tensor.data()) + bytes / 2;
+  EXPECT_TRUE((seen[0] == first_half && seen[1] == second_half) ||
+              (seen[0] == second_half && seen[1] == first_half));
+  b.Stop();
+  a.Stop();
+  EXPECT_EQ(released.load(), 1);
+}
+
+// (c) While the peer is not listening, ZeroMQ keeps the message queued and holds the
+// caller's bytes; they are released only once the message went out.
+TEST(VanTest, BufferHeldUntilZeroMqIsDone) {
+  std::vector<float> tensor = Pattern(kFloats, -1.0f);
+  const size_t bytes = tensor.size() * sizeof(float);
+  std::atomic<int> released{0};
+  std::atomic<bool> a_listening{false};
+  std::atomic<bool> released_while_a_listening{false};
+  Recorder at_a, at_b;
+  ReleaseLog log_b;
+
+  const int port = FreePort();
+  Van b(Options("b", &log_b));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  b.Send(1, PushOf(MakeKey(4, 0), Buffer::Borrow(tensor.data(), bytes, [&] {
+                     released_while_a_listening = a_listening.load();
+                     released++;
+                   })));
+
+  // The message was handed to the socket...
+  ASSERT_TRUE(WaitUntil([&] { return b.stats().messages_sent == 1; }));
+  // ... but nobody listens, so ZeroMQ must still hold the bytes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(released.load(), 0);
+  EXPECT_EQ(log_b.count(), 0u);
+
+  Van a(Options("a"));
+  a_listening = true;
+  ASSERT_EQ(a.Bind("127.0.0.1", port), port);
+  a.Start(at_a.Handler());
+
+  ASSERT_TRUE(at_a.WaitFor(1));
+  EXPECT_EQ(at_a.at(0).origin.identity, "id-b");
+  ASSERT_EQ(at_a.at(0).message.payload.size(), bytes);
+  EXPECT_EQ(std::memcmp(at_a.at(0).message.payload.data(), tensor.data(), bytes), 0);
+  ASSERT_TRUE(WaitUntil([&] { return released.load() == 1; }));
+  EXPECT_TRUE(released_while_a_listening.load());
+  std::vector<const void*> seen = log_b.pointers();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], static_cast<const void*>(tensor.data()));
+  b.Stop();
+  a.Stop();
+  EXPECT_EQ(released.load(), 1);
+}
+
+// (d) The receiver answers on the inbound connection: once from its handler (the IO
+// thread) and once from another thread; the sender sees both, in order, from peer 1.
+TEST(VanTest, ReplyReachesTheSender) {
+  Recorder at_a, at_b;
+  ReleaseLog log_a;
+  Van a(Options("a", &log_a));
+  int port = a.Bind("127.0.0.1", 0);
+  at_a.SetHook([&a](const Message& m, const Origin& o) {
+    if (m.type() != proto::PUSH) return;
+    Message ack = MakeMessage(proto::PUSH_ACK, 0);
+    ack.envelope.set_request_id(m.envelope.request_id());
+    a.Reply(o.identity, std::move(ack));  // on the IO thread: sent directly
+  });
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+
+  std::vector<float> grad = Pattern(1024, 1.0f);
+  b.Send(1, PushOf(MakeKey(2, 0), Buffer::CopyOf(grad.data(), grad.size() * sizeof(float))));
+  ASSERT_TRUE(at_a.WaitFor(1));
+  const std::string identity = at_a.at(0).origin.identity;
+  ASSERT_EQ(identity, "id-b");
+
+  std::vector<float> sum = Pattern(1024, 3.0f);
+  const size_t bytes = sum.size() * sizeof(float);
+  std::atomic<int> released{0};
+  Message result = MakeMessage(proto::PUSH_RESULT, 0);
+  result.envelope.set_key(MakeKey(2, 0));
+  result.envelope.set_request_id(11);
+  result.envelope.set_dtype(proto::FLOAT32);
+  result.envelope.set_length(bytes);
+  result.payload = Buffer::Borrow(sum.data(), bytes, [&] { released++; });
+  a.Reply(identity, std::move(result));
+
+  ASSERT_TRUE(at_b.WaitFor(2));
+  Received& ack = at_b.at(0);
+  EXPECT_EQ(ack.message.type(), proto::PUSH_ACK);
+  EXPECT_EQ(ack.message.envelope.request_id(), 11u);
+  EXPECT_FALSE(ack.origin.inbound);
+  EXPECT_EQ(ack.origin.peer, 1);
+  Received& got = at_b.at(1);
+  EXPECT_EQ(got.message.type(), proto::PUSH_RESULT);
+  EXPECT_FALSE(got.origin.inbound);
+  EXPECT_EQ(got.origin.peer, 1);
+  EXPECT_TRUE(got.origin.identity.empty());
+  ASSERT_EQ(got.message.payload.size(), bytes);
+  EXPECT_EQ(std::memcmp(got.message.payload.data(), sum.data(), bytes), 0);
+
+  ASSERT_TRUE(WaitUntil([&] { return released.load() == 1; }));
+  ASSERT_EQ(log_a.count(), 1u);
+  EXPECT_EQ(log_a.pointers()[0], static_cast<const void*>(sum.data()));
+  EXPECT_EQ(a.stats().messages_sent, 2u);
+  EXPECT_EQ(a.stats().payloads_sent_zero_copy, 1u);
+  EXPECT_EQ(b.stats().messages_received, 2u);
+  b.Stop();
+  a.Stop();
+}
+
+// A handler may send on an outbound connection from the IO thread.
+TEST(VanTest, HandlerCanSendFromIoThread) {
+  Recorder at_a, at_b;
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  at_b.SetHook([&b](const Message& m, const Origin& o) {
+    if (m.type() == proto::HEARTBEAT_ACK) b.Send(o.peer, MakeMessage(proto::FINALIZE, 5));
+  });
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  ASSERT_TRUE(at_a.WaitFor(1));
+  EXPECT_EQ(at_a.at(0).message.type(), proto::HEARTBEAT);
+  a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  ASSERT_TRUE(at_a.WaitFor(2));
+  EXPECT_EQ(at_a.at(1).message.type(), proto::FINALIZE);
+  EXPECT_EQ(at_a.at(1).origin.identity, "id-b");
+}
+
+// (e) After Stop(), Send and Reply are harmless no-ops that still release the payload.
+TEST(VanTest, SendAfterStopIsANoOp) {
+  Recorder at_a, at_b;
+  ReleaseLog log_b;
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b", &log_b));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  ASSERT_TRUE(at_a.WaitFor(1));
+
+  b.Stop();
+  b.Stop();  // idempotent
+  VanStats before = b.stats();
+  std::vector<float> tensor = Pattern(4096, 1.0f);
+  std::atomic<int> released{0};
+  b.Send(1, PushOf(MakeKey(9, 9), Buffer::Borrow(tensor.data(), tensor.size() * sizeof(float),
+                                                  [&] { released++; })));
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  b.Connect(2, Endpoint(port), "late");
+  // The dropped payload is released at once, never sent.
+  EXPECT_EQ(released.load(), 1);
+  VanStats after = b.stats();
+  EXPECT_EQ(after.messages_sent, before.messages_sent);
+  EXPECT_EQ(after.payloads_sent_zero_copy, before.payloads_sent_zero_copy);
+  EXPECT_EQ(after.send_failures, before.send_failures);
+
+  a.Stop();
+  a.Reply("id-b", MakeMessage(proto::HEARTBEAT_ACK, 0));
+  EXPECT_EQ(at_a.count(), 1u);
+  EXPECT_EQ(at_b.count(), 0u);
+}
+
+// A Van stopped before it ever started. Disabled: Van::Stop() closes the command pipe
+// without setting pipe_closed_ when the IO thread was never started, so a later
+// Send() writes to the closed ZeroMQ socket and Enqueue's CHECK aborts the process.
+TEST(VanTest, SendAfterStopWithoutStartIsANoOp) {
+  Van v(Options("never-started"));
+  v.Stop();
+  std::atomic<int> released{0};
+  std::vector<float> tensor = Pattern(16, 1.0f);
+  v.Send(1, PushOf(MakeKey(0, 0), Buffer::Borrow(tensor.data(), tensor.size() * sizeof(float),
+                                                  [&] { released++; })));
+  v.Reply("nobody", MakeMessage(proto::HEARTBEAT_ACK, 0));
+  EXPECT_EQ(released.load(), 1);
+  EXPECT_EQ(v.stats().messages_sent, 0u);
+}
+
+// A message queued before Start() is sent once the IO thread runs.
+TEST(VanTest, SendBeforeStartIsQueued) {
+  Recorder at_a, at_b;
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  b.Connect(1, Endpoint(port), "id-b");
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  b.Start(at_b.Handler());
+  ASSERT_TRUE(at_a.WaitFor(1));
+  EXPECT_EQ(at_a.at(0).message.type(), proto::HEARTBEAT);
+}
+
+// (f) Counters: sent messages and zero-copy payloads, failed sends, and bad inbound
+// messages (from a raw ZeroMQ socket), which never reach the handler.
+TEST(VanTest, StatsCountSendsFailuresAndBadMessages) {
+  Recorder at_a, at_b;
+  ReleaseLog log_b;
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b", &log_b));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+
+  std::vector<float> tensor = Pattern(1024, 1.0f);
+  const size_t bytes = tensor.size() * sizeof(float);
+  for (int i = 0; i < 3; ++i) {
+    b.Send(1, PushOf(MakeKey(0, i), Buffer::Borrow(tensor.data(), bytes, nullptr)));
+  }
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  ASSERT_TRUE(at_a.WaitFor(4));
+  VanStats sb = b.stats();
+  EXPECT_EQ(sb.messages_sent, 4u);
+  EXPECT_EQ(sb.payloads_sent_zero_copy, 3u);
+  EXPECT_GE(sb.bytes_sent, 3 * bytes);
+  EXPECT_EQ(sb.send_failures, 0u);
+  EXPECT_EQ(sb.bad_messages_dropped, 0u);
+  VanStats sa = a.stats();
+  EXPECT_EQ(sa.messages_received, 4u);
+  EXPECT_GE(sa.bytes_received, 3 * bytes);
+  EXPECT_EQ(sa.bad_messages_dropped, 0u);
+
+  // Failed sends: an unknown peer id, and a reply to an identity the ROUTER never saw
+  // (ROUTER_MANDATORY). The payload of a failed send is still released.
+  std::atomic<int> released{0};
+  b.Send(42, PushOf(MakeKey(5, 0), Buffer::Borrow(tensor.data(), bytes, [&] { released++; })));
+  a.Reply("nobody", MakeMessage(proto::HEARTBEAT_ACK, 0));
+  ASSERT_TRUE(WaitUntil([&] { return b.stats().send_failures == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return a.stats().send_failures == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return released.load() == 1; }));
+  EXPECT_EQ(b.stats().messages_sent, 4u);
+  EXPECT_EQ(b.stats().payloads_sent_zero_copy, 3u);
+
+  // Bad messages from a raw DEALER.
+  void* ctx = zmq_ctx_new();
+  ASSERT_NE(ctx, nullptr);
+  void* raw = zmq_socket(ctx, ZMQ_DEALER);
+  ASSERT_NE(raw, nullptr);
+  int linger = 0;
+  zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof linger);
+  ASSERT_EQ(zmq_connect(raw, Endpoint(port).c_str()), 0);
+
+  // 1. bytes that are no protobuf
+  ASSERT_EQ(zmq_send(raw, "garbage", 7, 0), 7);
+  // 2. three frames
+  std::string hb = MakeMessage(proto::HEARTBEAT, 3).envelope.SerializeAsString();
+  ASSERT_GE(zmq_send(raw, hb.data(), hb.size(), ZMQ_SNDMORE), 0);
+  ASSERT_GE(zmq_send(raw, "ab", 2, ZMQ_SNDMORE), 0);
+  ASSERT_GE(zmq_send(raw, "cd", 2, 0), 0);
+  // 3. a well-formed envelope of another protocol version
+  Message v2 = MakeMessage(proto::HEARTBEAT, 3);
+  v2.envelope.set_version(2);
+  std::string v2_wire = v2.envelope.SerializeAsString();
+  ASSERT_GE(zmq_send(raw, v2_wire.data(), v2_wire.size(), 0), 0);
+  // 4. a PUSH whose length field disagrees with its payload frame
+  Message lying = MakeMessage(proto::PUSH, 3);
+  lying.envelope.set_dtype(proto::FLOAT32);
+  lying.envelope.set_length(8);
+  std::string lying_wire = lying.envelope.SerializeAsString();
+  ASSERT_GE(zmq_send(raw, lying_wire.data(), lying_wire.size(), ZMQ_SNDMORE), 0);
+  ASSERT_GE(zmq_send(raw, "abcd", 4, 0), 0);
+  // 5. a control message with a payload frame
+  ASSERT_GE(zmq_send(raw, hb.data(), hb.size(), ZMQ_SNDMORE), 0);
+  ASSERT_GE(zmq_send(raw, "abcd", 4, 0), 0);
+  // Then a good one: the connection keeps order, so once it arrived every bad one
+  // above was looked at.
+  Message sentinel = MakeMessage(proto::FINALIZE, 3);
+  std::string sentinel_wire = sentinel.envelope.SerializeAsString();
+  ASSERT_GE(zmq_send(raw, sentinel_wire.data(), sentinel_wire.size(), 0), 0);
+
+  ASSERT_TRUE(at_a.WaitFor(5));
+  EXPECT_EQ(at_a.at(4).message.type(), proto::FINALIZE);
+  EXPECT_EQ(at_a.at(4).message.sender(), 3);
+  EXPECT_TRUE(at_a.at(4).origin.inbound);
+  EXPECT_FALSE(at_a.at(4).origin.identity.empty());
+  EXPECT_NE(at_a.at(4).origin.identity, "id-b");
+  sa = a.stats();
+  EXPECT_EQ(sa.bad_messages_dropped, 5u);
+  EXPECT_EQ(sa.messages_received, 5u);
+  EXPECT_EQ(at_a.count(), 5u);
+
+  zmq_close(raw);
+  zmq_ctx_term(ctx);
+  b.Stop();
+  a.Stop();
+}
+
+// Bind refuses a port that is taken, with a FerryError.
+TEST(VanTest, BindFailsOnBusyPort) {
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  Van b(Options("b"));
+  try {
+    b.Bind("127.0.0.1", port);
+    ADD_FAILURE() << "second Bind on port " << port << " succeeded";
+  } catch (const FerryError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(port)), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry
