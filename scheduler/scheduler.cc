@@ -33,7 +33,7 @@ std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
 
 Scheduler::Scheduler(const Config& config)
     : config_(config),
-      van_(VanOptions::Named("scheduler", 1u << 20)) {
+      van_(VanOptions::Named("scheduler", 1u << 20, config.secret)) {
   port_ = van_.Bind(config.bind_host, config.root_port);
 }
 

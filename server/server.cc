@@ -8,7 +8,7 @@ namespace ferry {
 
 Server::Server(const Config& config)
     : config_(config),
-      van_(VanOptions::Named("server", config.max_message_bytes)),
+      van_(VanOptions::Named("server", config.max_message_bytes, config.secret)),
       port_(van_.Bind(config.bind_host, config.node_port)),
       cluster_(config, &van_, port_) {
   num_workers_ = config.num_workers;

@@ -70,7 +70,7 @@ std::unique_ptr<Worker> Worker::Create(const Config& config) {
 
 Worker::Worker(const Config& config)
     : config_(config),
-      van_(VanOptions::Named("worker", config.max_message_bytes)),
+      van_(VanOptions::Named("worker", config.max_message_bytes, config.secret)),
       cluster_(config_, &van_, 0),
       queue_(config.scheduling_credit, config.scheduling_credit_bytes) {}
 

@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 
@@ -19,6 +21,8 @@ int RunRoleMain(int argc, char** argv, const NodeRole* role,
     return kExitBadConfig;
   }
   InitLogging(argv[0], config, NodeRoleName(config.role));
+  LOG(INFO) << "ferry " << NodeRoleName(config.role) << " (pid " << getpid()
+            << "): " << config.Summary();
   // A peer that vanished must surface as an error, not kill us with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   try {

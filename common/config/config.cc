@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <cstdio>
 #include <cstring>
 
@@ -116,6 +117,30 @@ void ParseLogLevel(const std::string& variable, const std::string& text, Config*
   } else {
     Invalid(variable, text, "expected TRACE, DEBUG, INFO, WARNING or ERROR");
   }
+}
+
+std::string ReadSecret(const EnvReader& r, std::vector<std::string>* warnings) {
+  std::string secret = r.Str("FERRY_SECRET", nullptr, "");
+  std::string file = r.Str("FERRY_SECRET_FILE", nullptr, "");
+  if (r.Has("FERRY_SECRET") && secret.empty()) {
+    Invalid("FERRY_SECRET", "", "must not be empty when set (unset it to run without security)");
+  }
+  if (!file.empty()) {
+    if (!secret.empty()) {
+      warnings->push_back("FERRY_SECRET overrides FERRY_SECRET_FILE='" + file + "'");
+      return secret;
+    }
+    std::ifstream in(file);
+    if (!in) Invalid("FERRY_SECRET_FILE", file, StrCat("cannot read the file: ", std::strerror(errno)));
+    std::getline(in, secret);
+    while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
+    if (secret.empty()) Invalid("FERRY_SECRET_FILE", file, "the file's first line is empty");
+  }
+  if (!secret.empty() && secret.size() < 16) {
+    warnings->push_back(StrCat("the cluster secret is only ", secret.size(),
+                               " characters long; use at least 16 random characters"));
+  }
+  return secret;
 }
 
 }  // namespace
@@ -258,6 +283,8 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
             StrCat("must exceed FERRY_PARTITION_BYTES (", c.partition_bytes, ") by 4096"));
   }
 
+  c.secret = ReadSecret(r, &c.warnings);
+
   std::string used;
   const char* level = r.Get("FERRY_LOG_LEVEL", "BYTEPS_LOG_LEVEL", &used);
   if (level) ParseLogLevel(used, level, &c);
@@ -276,6 +303,7 @@ std::string Config::Summary() const {
                                              : std::string()),
                 " engine_threads=", server_engine_threads,
                 " heartbeat=", heartbeat_interval_ms, "/", heartbeat_timeout_ms, "ms",
+                " security=", secret.empty() ? "none" : "CURVE",
                 " connect_timeout=", connect_timeout_ms, "ms");
 }
 

@@ -49,6 +49,10 @@ struct Config {
   int64_t op_timeout_ms = 600000;  // one push_pull, barrier or broadcast
   int64_t max_message_bytes = 1LL << 30;
 
+  // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
+  // Never logged.
+  std::string secret;
+
   int log_level = 0;               // glog minloglevel: 0 INFO, 1 WARNING, 2 ERROR
   int log_verbosity = 0;           // glog v: 1 DEBUG, 2 TRACE
 

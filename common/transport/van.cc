@@ -77,6 +77,17 @@ Van::Van(VanOptions options) : options_(std::move(options)) {
   SetInt(command_push_, ZMQ_SNDHWM, 0);
   if (zmq_bind(command_pull_, pipe_endpoint_.c_str()) != 0) ThrowZmq("zmq_bind(inproc pipe)");
   if (zmq_connect(command_push_, pipe_endpoint_.c_str()) != 0) ThrowZmq("zmq_connect(inproc)");
+  if (!options_.secret.empty()) {
+    if (!CurveAvailable()) {
+      throw FerryError(ErrorCode::kInvalidConfig,
+                       "FERRY_SECRET is set but this libzmq has no CURVE support");
+    }
+    secure_ = true;
+    keys_ = DeriveCurveKeys(options_.secret);
+    // ZeroMQ asks the handler bound here (RFC 27) about every CURVE client.
+    zap_ = zmq_socket(context_, ZMQ_REP);
+    if (!zap_ || zmq_bind(zap_, "inproc://zeromq.zap.01") != 0) ThrowZmq("ZAP handler");
+  }
 }
 
 Van::~Van() { Stop(); }
@@ -91,6 +102,22 @@ int Van::Bind(const std::string& host, int port) {
   SetInt(router_, ZMQ_LINGER, options_.linger_ms);
   int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
   zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
+  if (secure_) {
+    SetInt(router_, ZMQ_CURVE_SERVER, 1);
+    zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY, keys_.server_secret.data(), 32);
+    zmq_setsockopt(router_, ZMQ_ZAP_DOMAIN, "ferry", 5);
+  }
+  // Failed handshakes (garbage, wrong secret) are logged from the IO thread.
+  std::string monitor_endpoint = pipe_endpoint_ + "-monitor";
+  if (zmq_socket_monitor(router_, monitor_endpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+    monitor_ = zmq_socket(context_, ZMQ_PAIR);
+    if (monitor_ && zmq_connect(monitor_, monitor_endpoint.c_str()) != 0) {
+      zmq_close(monitor_);
+      monitor_ = nullptr;
+    }
+  }
   std::string endpoint = StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
   if (zmq_bind(router_, endpoint.c_str()) != 0) {
     throw FerryError(ErrorCode::kInvalidConfig,
@@ -131,6 +158,8 @@ void Van::Stop() {
     }
     zmq_close(command_pull_);
     if (router_) zmq_close(router_);
+    if (zap_) zmq_close(zap_);
+    if (monitor_) zmq_close(monitor_);
   }
   zmq_close(command_push_);
   // Blocks until every socket flushed (up to linger_ms) and ZeroMQ dropped every
@@ -234,6 +263,8 @@ void Van::IoLoop() {
   while (true) {
     items.clear();
     items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});
+    items.push_back({zap_, 0, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
+    items.push_back({monitor_, 0, static_cast<short>(monitor_ ? ZMQ_POLLIN : 0), 0});
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
     for (auto& p : peers_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
     int rc = zmq_poll(items.data(), static_cast<int>(items.size()), -1);
@@ -299,6 +330,8 @@ void Van::IoLoop() {
       }
       if (stop) break;
     }
+    if (items[index++].revents & ZMQ_POLLIN) HandleZapRequest();
+    if (items[index++].revents & ZMQ_POLLIN) HandleMonitorEvent();
     if (router_ && (items[index++].revents & ZMQ_POLLIN)) ReceiveFrom(router_, true, -1);
     // Peers may be added by handlers while we iterate; only visit the polled ones.
     size_t polled_peers = items.size() - index;
@@ -316,7 +349,80 @@ void Van::IoLoop() {
   peers_.clear();
   if (router_) zmq_close(router_);
   router_ = nullptr;
+  if (monitor_) zmq_close(monitor_);
+  monitor_ = nullptr;
+  if (zap_) zmq_close(zap_);
+  zap_ = nullptr;
   zmq_close(command_pull_);
+}
+
+namespace {
+
+std::string FrameString(zmq_msg_t* m) {
+  return std::string(static_cast<char*>(zmq_msg_data(m)), zmq_msg_size(m));
+}
+
+}  // namespace
+
+void Van::HandleZapRequest() {
+  // Request (RFC 27): version, request id, domain, address, identity, mechanism,
+  // credentials... Reply: version, request id, status code, status text, user, metadata.
+  std::vector<std::string> frames;
+  int more = 1;
+  while (more && frames.size() < 16) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, zap_, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&m);
+      return;
+    }
+    frames.push_back(FrameString(&m));
+    more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
+  bool ok = frames.size() >= 7 && frames[5] == "CURVE" && frames[6].size() == 32 &&
+            std::memcmp(frames[6].data(), keys_.client_public.data(), 32) == 0;
+  std::string request_id = frames.size() > 1 ? frames[1] : "";
+  if (!ok) {
+    uint64_t n = ++refused_;
+    if (n <= 20 || n % 1000 == 0) {
+      LOG(WARNING) << options_.name << ": refused a connection from "
+                   << (frames.size() > 3 ? frames[3] : "?")
+                   << ": it does not hold the cluster secret (FERRY_SECRET); " << n
+                   << " refused so far";
+    }
+  }
+  const std::string reply[] = {"1.0", request_id, ok ? "200" : "400",
+                               ok ? "OK" : "not a member of this cluster", "", ""};
+  for (int i = 0; i < 6; ++i) {
+    zmq_send(zap_, reply[i].data(), reply[i].size(), i < 5 ? ZMQ_SNDMORE : 0);
+  }
+}
+
+void Van::HandleMonitorEvent() {
+  // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
+  zmq_msg_t event, address;
+  zmq_msg_init(&event);
+  zmq_msg_init(&address);
+  if (zmq_msg_recv(&event, monitor_, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
+  if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor_, 0);
+  uint16_t id = 0;
+  if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+  uint64_t n = ++refused_;
+  if (n <= 20 || n % 1000 == 0) {
+    LOG(WARNING) << options_.name << ": a connection to " << FrameString(&address)
+                 << " failed the handshake ("
+                 << (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "authentication refused"
+                     : secure_ ? "not CURVE with this cluster's keys: wrong or missing FERRY_SECRET?"
+                               : "not a ZeroMQ peer speaking Ferry's protocol")
+                 << "); " << n << " refused so far";
+  }
+  zmq_msg_close(&event);
+  zmq_msg_close(&address);
 }
 
 // Receives one multipart message into `frames` (at most kMaxFrames kept; the rest
@@ -411,6 +517,11 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
   if (!routing_id.empty()) {
     zmq_setsockopt(p->socket, ZMQ_ROUTING_ID, routing_id.data(), routing_id.size());
   }
+  if (secure_) {
+    zmq_setsockopt(p->socket, ZMQ_CURVE_SERVERKEY, keys_.server_public.data(), 32);
+    zmq_setsockopt(p->socket, ZMQ_CURVE_PUBLICKEY, keys_.client_public.data(), 32);
+    zmq_setsockopt(p->socket, ZMQ_CURVE_SECRETKEY, keys_.client_secret.data(), 32);
+  }
   if (zmq_connect(p->socket, endpoint.c_str()) != 0) {
     LOG(ERROR) << options_.name << ": cannot connect to node " << peer << " at " << endpoint
                << ": " << zmq_strerror(zmq_errno());
@@ -437,6 +548,7 @@ VanStats Van::stats() const {
   s.payloads_sent_zero_copy = zero_copy_;
   s.bad_messages_dropped = bad_messages_;
   s.send_failures = send_failures_;
+  s.connections_refused = refused_;
   return s;
 }
 

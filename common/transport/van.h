@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/transport/message.h"
+#include "common/transport/security.h"
 
 namespace ferry {
 
@@ -41,11 +42,16 @@ struct VanOptions {
   // Called (on a ZeroMQ thread) with the address of each sent payload when ZeroMQ
   // releases it; for tests and diagnostics.
   std::function<void(const void* data)> on_payload_released;
+  // Non-empty: every socket uses CURVE with keys derived from this secret, and only
+  // peers holding it are admitted (see security.h).
+  std::string secret;
 
-  static VanOptions Named(std::string name, uint64_t max_message_bytes) {
+  static VanOptions Named(std::string name, uint64_t max_message_bytes,
+                          std::string secret = "") {
     VanOptions o;
     o.name = std::move(name);
     o.max_message_bytes = max_message_bytes;
+    o.secret = std::move(secret);
     return o;
   }
 };
@@ -58,6 +64,7 @@ struct VanStats {
   uint64_t payloads_sent_zero_copy = 0; // payload frames that referenced caller memory
   uint64_t bad_messages_dropped = 0;    // unparsable or invalid messages
   uint64_t send_failures = 0;           // e.g. reply to a peer that disconnected
+  uint64_t connections_refused = 0;     // failed the security check or handshake
 };
 
 // Where a received message came from.
@@ -124,6 +131,8 @@ class Van {
   void Transmit(void* socket, const std::string* identity, Frames* frames,
                 const std::string& target);
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id);
+  void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
+  void HandleMonitorEvent();     // IO thread: log failed handshakes on the ROUTER
   Peer* FindPeer(int peer);
 
   VanOptions options_;
@@ -134,6 +143,10 @@ class Van {
   std::mutex push_mutex_;         // guards command_push_ and pipe_closed_
   bool pipe_closed_ = false;      // the stop command was sent: nothing follows it
   std::vector<std::unique_ptr<Peer>> peers_;  // IO thread only
+  bool secure_ = false;
+  CurveKeys keys_{};
+  void* zap_ = nullptr;           // ZAP handler socket (secure only); IO thread
+  void* monitor_ = nullptr;       // ROUTER handshake events; IO thread
   std::thread io_thread_;
   std::thread::id io_thread_id_;
   Handler handler_;
@@ -142,7 +155,7 @@ class Van {
   std::string pipe_endpoint_;
 
   std::atomic<uint64_t> messages_sent_{0}, messages_received_{0}, bytes_sent_{0},
-      bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0};
+      bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0}, refused_{0};
 };
 
 }  // namespace ferry

@@ -1,0 +1,188 @@
+// ferry._core: the native half of the `ferry` Python package (ferry.torch is the other).
+//
+// A thin pybind11 wrapper of the C++ ferry::Worker (worker/worker.h), one per process.
+// Tensors cross as raw addresses (tensor.data_ptr()) plus dtype code and element
+// count, so this file needs no torch headers; ferry/torch/*.py keeps the tensors alive
+// while the core uses their memory.
+//
+// Errors: ferry::FerryError becomes ferry._core.FerryError (a RuntimeError subclass)
+// carrying the core's message and its code (`.code`, `.code_name`).
+// The GIL is released in every call that can block (init, wait, broadcast, barrier,
+// shutdown), so other Python threads, and the autograd engine's hooks, keep running.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <glog/logging.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/reduce/reduce.h"
+#include "common/util/status.h"
+#include "worker/worker.h"
+
+namespace py = pybind11;
+
+namespace {
+
+std::mutex g_mu;                          // guards g_worker
+std::shared_ptr<ferry::Worker> g_worker;  // the process's worker; empty when not initialised
+PyObject* g_error_type = nullptr;         // ferry._core.FerryError
+
+// The worker for one call. A shared_ptr, so shutdown() on one thread cannot destroy
+// the worker under a call still running on another.
+std::shared_ptr<ferry::Worker> Get() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_worker) {
+    throw ferry::FerryError(ferry::ErrorCode::kInvalidArgument,
+                            "ferry is not initialised: call ferry.torch.init() first");
+  }
+  return g_worker;
+}
+
+ferry::DataType Type(int dtype) {
+  FERRY_ENFORCE(ferry::IsValidDataType(dtype), ferry::ErrorCode::kInvalidArgument,
+                "unknown ferry dtype code ", dtype);
+  return static_cast<ferry::DataType>(dtype);
+}
+
+const void* Address(uintptr_t p) { return reinterpret_cast<const void*>(p); }
+
+void Init() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_worker) return;
+  // Workers need not set DMLC_ROLE; if set, it must say worker.
+  const ferry::NodeRole role = ferry::NodeRole::kWorker;
+  ferry::Config config = ferry::Config::FromEnvironment(ferry::ProcessEnvironment(), &role);
+  if (google::IsGoogleLoggingInitialized()) {
+    // Someone else in this process (another library) started glog: only apply our
+    // settings; InitGoogleLogging may run once per process.
+    FLAGS_logtostderr = true;
+    FLAGS_minloglevel = config.log_level;
+    FLAGS_v = config.log_verbosity;
+    ferry::SetLogNodeName("worker");
+    for (const auto& w : config.warnings) LOG(WARNING) << w;
+  } else {
+    ferry::InitLogging("ferry", config, "worker");
+  }
+  g_worker = ferry::Worker::Create(config);
+}
+
+void Shutdown() {
+  std::shared_ptr<ferry::Worker> w;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    w = std::move(g_worker);
+    g_worker.reset();
+  }
+  if (!w) return;
+  // Even when Shutdown throws (the job failed), the worker is dropped: its threads
+  // stop and its sockets close when the last caller lets go.
+  w->Shutdown();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Native core of the ferry package: wraps ferry::Worker (see ferry.torch).";
+
+  static py::exception<ferry::FerryError> error(m, "FerryError", PyExc_RuntimeError);
+  g_error_type = error.ptr();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ferry::FerryError& e) {
+      py::object instance = py::reinterpret_borrow<py::object>(g_error_type)(e.what());
+      instance.attr("code") = static_cast<int>(e.code());
+      instance.attr("code_name") = ferry::ErrorCodeName(e.code());
+      PyErr_SetObject(g_error_type, instance.ptr());
+    }
+  });
+
+  // Dtype codes (worker/c_api.h): the Python side maps torch dtypes to these.
+  m.attr("FLOAT32") = static_cast<int>(ferry::DataType::kFloat32);
+  m.attr("FLOAT16") = static_cast<int>(ferry::DataType::kFloat16);
+  m.attr("BFLOAT16") = static_cast<int>(ferry::DataType::kBFloat16);
+  m.attr("FLOAT64") = static_cast<int>(ferry::DataType::kFloat64);
+  m.attr("INT32") = static_cast<int>(ferry::DataType::kInt32);
+  m.attr("INT64") = static_cast<int>(ferry::DataType::kInt64);
+  // Ferry has no CUDA data path in this build: GPU tensors are refused by ferry.torch.
+  m.attr("CUDA") = false;
+
+  m.def("init", &Init, py::call_guard<py::gil_scoped_release>(),
+        "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker. "
+        "Idempotent.");
+  m.def("is_initialized", [] {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return static_cast<bool>(g_worker);
+  });
+  m.def("shutdown", &Shutdown, py::call_guard<py::gil_scoped_release>(),
+        "Waits for this worker's operations and ends the job once every worker has. "
+        "Idempotent; raises FerryError if the job failed.");
+  m.def("rank", [] { return Get()->rank(); });
+  m.def("size", [] { return Get()->size(); });
+  m.def("num_servers", [] { return Get()->num_servers(); });
+
+  m.def(
+      "declare",
+      [](const std::string& name, int dtype, const std::vector<int64_t>& shape,
+         std::optional<int> priority) {
+        return Get()->DeclareTensor(name, Type(dtype), shape, priority);
+      },
+      py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("priority") = py::none(),
+      "Declares a tensor (forward order, identically on every worker); returns its id.");
+
+  m.def(
+      "push_pull_async",
+      [](const std::string& name, uintptr_t input, uintptr_t output, int dtype, uint64_t count,
+         bool average, std::optional<int> priority) {
+        return Get()->PushPullAsync(name, Address(input),
+                                    const_cast<void*>(Address(output)), Type(dtype), count,
+                                    average, priority);
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("count"),
+      py::arg("average"), py::arg("priority") = py::none(),
+      "Starts a push_pull of `count` elements at address `input` into `output`; returns a "
+      "handle. Both buffers must stay alive (and input unchanged) until wait() returns.");
+
+  m.def("poll", [](uint64_t handle) { return Get()->Poll(handle); }, py::arg("handle"));
+  m.def(
+      "wait",
+      [](uint64_t handle) {
+        auto w = Get();
+        w->Wait(handle);
+      },
+      py::arg("handle"), py::call_guard<py::gil_scoped_release>(),
+      "Blocks until the operation finished; raises FerryError if it failed.");
+  m.def(
+      "broadcast",
+      [](const std::string& name, uintptr_t data, int dtype, uint64_t count, int root) {
+        auto w = Get();
+        w->Broadcast(name, const_cast<void*>(Address(data)), Type(dtype), count, root);
+      },
+      py::arg("name"), py::arg("data"), py::arg("dtype"), py::arg("count"), py::arg("root"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "barrier",
+      [] {
+        auto w = Get();
+        w->Barrier();
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("stats", [] {
+    ferry::WorkerStats s = Get()->stats();
+    py::dict d;
+    d["operations"] = s.operations;
+    d["partitions_pushed"] = s.partitions_pushed;
+    d["bytes_pushed"] = s.bytes_pushed;
+    d["bytes_received"] = s.bytes_received;
+    d["send_releases"] = s.send_releases;
+    return d;
+  });
+}

@@ -1,0 +1,515 @@
+"""Collective operations of ferry.torch: init, push_pull, broadcast, and friends.
+
+Every tensor operation goes through the native worker (ferry._core, a wrapper of the
+C++ ferry::Worker). Tensors cross as raw addresses; this module keeps every tensor the
+core reads or writes alive (in ``_pending``) until the operation is waited for, and
+after a failure for the rest of the process, since ZeroMQ may still hold the memory.
+"""
+
+import atexit
+import hashlib
+import io
+import os
+import pickle
+import socket
+import sys
+import threading
+
+import torch
+
+try:
+    from ferry import _core
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "ferry.torch needs the native extension ferry._core, which is built by CMake into "
+        "<build>/python/ferry (cmake -S . -B build && cmake --build build); put <build>/python "
+        "on PYTHONPATH and use the interpreter the build used (/usr/bin/python3 on Debian). "
+        "Import error: %s" % e) from e
+
+FerryError = _core.FerryError
+FerryError.__doc__ = ("An operation failed in the Ferry core (a dead node, a mismatched tensor, "
+                      "a timeout). The message is the core's; .code / .code_name name the kind.")
+FerryError.__module__ = "ferry.torch"
+
+# torch dtype -> the core's dtype code (worker/c_api.h).
+_DTYPES = {
+    torch.float32: _core.FLOAT32,
+    torch.float16: _core.FLOAT16,
+    torch.bfloat16: _core.BFLOAT16,
+    torch.float64: _core.FLOAT64,
+    torch.int32: _core.INT32,
+    torch.int64: _core.INT64,
+}
+# Broadcast also carries these, widened to int32 (a broadcast copies values exactly).
+_WIDENED_FOR_BROADCAST = (torch.bool, torch.uint8, torch.int8, torch.int16)
+
+Average = "average"
+Sum = "sum"
+
+_lock = threading.Lock()   # guards the module state below
+_pending = {}              # handle -> _Pending: tensors the core uses until wait()
+_keepalive = []            # tensors of failed operations: ZeroMQ may still read them
+_declared = {}             # name -> (dtype code, shape) declared to the core
+_local = None              # (local_rank, local_size)
+_atexit_registered = False
+
+
+class _Pending(object):
+    __slots__ = ("name", "tensors", "result", "finish")
+
+    def __init__(self, name, tensors, result, finish=None):
+        self.name = name          # for error messages
+        self.tensors = tensors    # every tensor whose memory the core reads or writes
+        self.result = result      # what synchronize() returns
+        self.finish = finish      # callable run after a successful wait (copy-back)
+
+
+# ----------------------------------------------------------------------------- cluster
+
+def init():
+    """Joins the Ferry cluster as a worker (reads DMLC_* / FERRY_* from the environment).
+
+    Blocks until every node registered. Idempotent. Raises FerryError on a bad
+    configuration or an unreachable scheduler, with the core's message."""
+    global _local, _atexit_registered
+    if _core.is_initialized():
+        return
+    _core.init()
+    with _lock:
+        _declared.clear()
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+    _local = _find_local_rank()
+
+
+def shutdown():
+    """Waits for this worker's operations and leaves the job; once every worker did,
+    the servers and the scheduler exit. Idempotent. Raises FerryError if the job failed."""
+    global _local
+    try:
+        _core.shutdown()
+    finally:
+        # The worker is gone: ZeroMQ holds no tensor memory any more.
+        with _lock:
+            _pending.clear()
+            del _keepalive[:]
+            _declared.clear()
+        _local = None
+
+
+def _shutdown_at_exit():
+    if not _core.is_initialized():
+        return
+    try:
+        shutdown()
+    except Exception as e:  # the job failed; the process is ending anyway
+        sys.stderr.write("ferry.torch: shutdown at exit: %s\n" % e)
+
+
+def is_initialized():
+    """True between init() and shutdown()."""
+    return _core.is_initialized()
+
+
+def rank():
+    """This worker's rank, 0..size()-1."""
+    return _core.rank()
+
+
+def size():
+    """The number of workers."""
+    return _core.size()
+
+
+def local_rank():
+    """This worker's rank among the workers on its machine.
+
+    From BYTEPS_LOCAL_RANK / FERRY_LOCAL_RANK when set, else computed at init() from
+    every worker's host name."""
+    _require_init()
+    return _local[0]
+
+
+def local_size():
+    """The number of workers on this machine (BYTEPS_LOCAL_SIZE / FERRY_LOCAL_SIZE, or
+    computed at init() from every worker's host name)."""
+    _require_init()
+    return _local[1]
+
+
+def num_servers():
+    """The number of summation servers."""
+    return _core.num_servers()
+
+
+def barrier():
+    """Blocks until every worker called barrier()."""
+    _core.barrier()
+
+
+def _require_init():
+    if not _core.is_initialized() or _local is None:
+        raise FerryError("ferry is not initialised: call ferry.torch.init() first")
+
+
+def _find_local_rank():
+    for prefix in ("FERRY_", "BYTEPS_"):
+        r, s = os.environ.get(prefix + "LOCAL_RANK"), os.environ.get(prefix + "LOCAL_SIZE")
+        if r is not None and s is not None:
+            try:
+                r, s = int(r), int(s)
+            except ValueError:
+                raise ValueError("%sLOCAL_RANK=%r / %sLOCAL_SIZE=%r: expected integers"
+                                 % (prefix, r, prefix, s))
+            if not 0 <= r < s:
+                raise ValueError("%sLOCAL_RANK=%d must be in 0..%sLOCAL_SIZE-1=%d"
+                                 % (prefix, r, prefix, s - 1))
+            return r, s
+    # Gather every worker's host id: each writes its slot, the sum fills them all.
+    host = hashlib.sha1(socket.gethostname().encode()).digest()
+    host_id = int.from_bytes(host[:7], "little") + 1
+    ids = torch.zeros(size(), dtype=torch.int64)
+    ids[rank()] = host_id
+    synchronize(push_pull_async_inplace(ids, average=False, name="ferry.init.host_ids"))
+    same = (ids == host_id)
+    return int(same[:rank()].sum()), int(same.sum())
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _dtype_code(tensor, what):
+    code = _DTYPES.get(tensor.dtype)
+    if code is None:
+        raise TypeError(
+            "ferry.torch: %s has dtype %s; push_pull supports float32, float16, bfloat16, "
+            "float64, int32 and int64" % (what, tensor.dtype))
+    return code
+
+
+def _check_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("ferry.torch: %s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.device.type != "cpu":
+        if tensor.device.type == "cuda":
+            raise ValueError(
+                "ferry.torch: %s is a CUDA tensor (%s), but this Ferry build has no CUDA data "
+                "path (ferry._core.CUDA=%s, torch.cuda.is_available()=%s); move it to the CPU "
+                "with .cpu() first" % (what, tensor.device, _core.CUDA, torch.cuda.is_available()))
+        raise ValueError("ferry.torch: %s is on device %s; only CPU tensors are supported"
+                         % (what, tensor.device))
+    if tensor.layout != torch.strided:
+        raise ValueError("ferry.torch: %s has layout %s; only dense (strided) tensors are supported"
+                         % (what, tensor.layout))
+
+
+def _auto_name(prefix, tensor):
+    # Bounded: one core tensor per (dtype, shape), and operations on one name run in
+    # call order on every worker, so unnamed calls made in the same order agree.
+    return "%s.noname.%s.%s" % (prefix, str(tensor.dtype).replace("torch.", ""),
+                                "x".join(str(d) for d in tensor.shape) or "scalar")
+
+
+def _declare(name, code, shape):
+    shape = tuple(int(d) for d in shape)
+    if _declared.get(name) == (code, shape):
+        return
+    _core.declare(name, code, list(shape))  # raises FerryError on a conflicting redeclaration
+    _declared[name] = (code, shape)
+
+
+def declare(name, tensor):
+    """Declares a tensor to the core ahead of use (name, dtype and shape), so its id and
+    default priority follow the declaration order. Call in the same order on every worker."""
+    _check_tensor(tensor, "tensor '%s'" % name)
+    _declare(name, _dtype_code(tensor, "tensor '%s'" % name), tensor.shape)
+
+
+# ----------------------------------------------------------------------------- push_pull
+
+def _start(tensor, output, average, name, priority, result=None, finish=None, keep=()):
+    """Starts a push_pull of contiguous `tensor` into contiguous `output`."""
+    code = _dtype_code(tensor, "tensor '%s'" % name)
+    if priority is not None:
+        priority = int(priority)
+    _declare(name, code, tensor.shape)
+    handle = _core.push_pull_async(name, tensor.data_ptr(), output.data_ptr(), code,
+                                   tensor.numel(), bool(average), priority)
+    with _lock:
+        _pending[handle] = _Pending(name, (tensor, output) + tuple(keep),
+                                    output if result is None else result, finish)
+    return handle
+
+
+def _push_pull_async(tensor, output, average, name, priority):
+    """push_pull of `tensor` into `output` (which may be `tensor`); handles
+    non-contiguous tensors with contiguous copies."""
+    inp = tensor if tensor.is_contiguous() else tensor.contiguous()
+    if output is tensor:
+        if inp is tensor:
+            return _start(inp, inp, average, name, priority)
+        # Sum into the contiguous copy, then copy back into the caller's strided tensor.
+        return _start(inp, inp, average, name, priority, result=tensor,
+                      finish=lambda: tensor.copy_(inp))
+    return _start(inp, output, average, name, priority)
+
+
+def push_pull_async(tensor, average=True, name=None, priority=None):
+    """Starts summing (average=True: averaging) `tensor` over all workers into a new
+    tensor; `tensor` is not modified. Returns a handle for poll() and synchronize(),
+    which returns the result.
+
+    name: identifies the tensor across workers (default: derived from dtype and shape;
+    give names to run different tensors of one shape concurrently). priority: larger
+    goes first; default -(declaration index), so tensors declared first are most urgent."""
+    name = name or _auto_name("push_pull", tensor)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    output = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return _push_pull_async(tensor, output, average, name, priority)
+
+
+def push_pull_async_inplace(tensor, average=True, name=None, priority=None):
+    """As push_pull_async, but the result is written into `tensor`."""
+    name = name or _auto_name("push_pull", tensor)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    return _push_pull_async(tensor, tensor, average, name, priority)
+
+
+def poll(handle):
+    """True once the operation of `handle` finished (then synchronize() does not block)."""
+    if handle not in _pending:
+        raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
+    return _core.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for the operation of `handle` and returns its result tensor. Raises
+    FerryError with the core's message if it failed (a dead node, a mismatch, a timeout)."""
+    with _lock:
+        entry = _pending.pop(handle, None)
+    if entry is None:
+        raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
+    try:
+        _core.wait(handle)
+    except BaseException:
+        # The core may have given up before ZeroMQ let go of the input: keep it alive.
+        with _lock:
+            _keepalive.append(entry.tensors)
+        raise
+    if entry.finish is not None:
+        entry.finish()
+    return entry.result
+
+
+class _PushPull(torch.autograd.Function):
+    """push_pull as a differentiable op: the gradient is the push_pull of the gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, priority):
+        ctx.average, ctx.name, ctx.priority = average, name, priority
+        return synchronize(push_pull_async(tensor, average, name, priority))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        name = ctx.name + ".grad" if ctx.name else None
+        grad = synchronize(push_pull_async(grad_output, ctx.average, name, ctx.priority))
+        return grad, None, None, None
+
+
+def push_pull(tensor, average=True, name=None, priority=None, compression=None):
+    """Sums (average=True: averages) `tensor` over all workers and returns the result as
+    a new tensor; `tensor` is not modified. Differentiable. See push_pull_async."""
+    if compression is not None:
+        compressed, ctx = compression.compress(tensor)
+        return compression.decompress(_PushPull.apply(compressed, average, name, priority), ctx)
+    return _PushPull.apply(tensor, average, name, priority)
+
+
+def push_pull_inplace(tensor, average=True, name=None, priority=None):
+    """Sums (average=True: averages) `tensor` over all workers in place; returns it."""
+    return synchronize(push_pull_async_inplace(tensor, average, name, priority))
+
+
+# Horovod names (op=Average or Sum; average=... is accepted too).
+def _average(average, op):
+    if op is not None and average is not None:
+        raise ValueError("give either average= or op=, not both")
+    if op is not None:
+        if op not in (Average, Sum):
+            raise ValueError("op must be ferry.torch.Average or ferry.torch.Sum")
+        return op == Average
+    return True if average is None else bool(average)
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None):
+    """horovod.torch.allreduce: push_pull returning a new tensor."""
+    return push_pull(tensor, _average(average, op), name, compression=compression)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None):
+    return push_pull_async(tensor, _average(average, op), name)
+
+
+def allreduce_(tensor, average=None, name=None, op=None):
+    return push_pull_inplace(tensor, _average(average, op), name)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None):
+    return push_pull_async_inplace(tensor, _average(average, op), name)
+
+
+# ----------------------------------------------------------------------------- broadcast
+
+def _check_root(root_rank):
+    n = size()
+    if not isinstance(root_rank, int) or not 0 <= root_rank < n:
+        raise ValueError("ferry.torch: root_rank %r is not a worker rank (0..%d)" % (root_rank, n - 1))
+
+
+def broadcast_async_(tensor, root_rank, name=None):
+    """Starts replacing `tensor` on every worker by root_rank's; returns a handle.
+
+    A push_pull sum to which every worker but the root contributes zeros: exact for
+    every dtype. bool and 8/16-bit integer tensors travel widened to int32."""
+    name = "broadcast." + (name or _auto_name("broadcast", tensor))
+    _check_tensor(tensor, "tensor '%s'" % name)
+    _check_root(root_rank)
+    root = rank() == root_rank
+    if tensor.dtype in _WIDENED_FOR_BROADCAST:
+        wide = tensor.to(torch.int32).contiguous() if root else torch.zeros(tensor.shape, dtype=torch.int32)
+        return _start(wide, wide, False, name, None, result=tensor,
+                      finish=lambda: tensor.copy_(wide))
+    _dtype_code(tensor, "tensor '%s'" % name)
+    if root:
+        return _push_pull_async(tensor, tensor, False, name, None)
+    zeros = torch.zeros(tensor.shape, dtype=tensor.dtype)
+    if tensor.is_contiguous():
+        return _start(zeros, tensor, False, name, None)
+    return _start(zeros, zeros, False, name, None, result=tensor, finish=lambda: tensor.copy_(zeros))
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """Replaces `tensor` on every worker by root_rank's, in place; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    """Starts a broadcast into a new tensor (`tensor` is not modified); returns a handle."""
+    return broadcast_async_(tensor.detach().clone(), root_rank, name)
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Returns root_rank's `tensor` on every worker, as a new tensor."""
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_parameters(params, root_rank):
+    """Makes every worker's parameters equal to root_rank's, in place.
+
+    params: a dict (model.state_dict()) or a list of (name, tensor) pairs
+    (model.named_parameters()). Call on every worker with the same names."""
+    if isinstance(params, dict):
+        params = sorted(params.items())
+    elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
+        params = list(params)
+    else:
+        raise ValueError("broadcast_parameters: params must be a dict or a list of (name, tensor), "
+                         "got %s" % type(params).__name__)
+    handles = []
+    with torch.no_grad():
+        for item in params:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise ValueError("broadcast_parameters: expected (name, tensor) pairs, got %r" % (item,))
+            name, p = item
+            if p is None:
+                continue
+            if not isinstance(p, torch.Tensor):
+                raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor"
+                                 % (name, type(p).__name__))
+            handles.append(broadcast_async_(p.data, root_rank, "parameters." + name))
+        for h in handles:
+            synchronize(h)
+
+
+def _bucket_bytes(n):
+    return max(256, 1 << (max(n, 1) - 1).bit_length())
+
+
+def broadcast_object(obj, root_rank, name=None):
+    """Returns root_rank's `obj` (pickled) on every worker. On the root, `obj` itself."""
+    _check_root(root_rank)
+    tag = "object." + (name or "default")
+    root = rank() == root_rank
+    if root:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        length = torch.tensor([len(data)], dtype=torch.int64)
+    else:
+        length = torch.zeros(1, dtype=torch.int64)
+    broadcast_(length, root_rank, tag + ".length")
+    n = int(length.item())
+    bucket = _bucket_bytes(n)  # a few sizes only: one core tensor per power of two
+    buf = torch.zeros(bucket, dtype=torch.uint8)
+    if root:
+        buf[:n] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    words = buf.view(torch.int32)
+    broadcast_(words, root_rank, "%s.data.%d" % (tag, bucket))
+    if root:
+        return obj
+    return pickle.load(io.BytesIO(buf[:n].numpy().tobytes()))
+
+
+class _TensorSpec(object):
+    """A tensor's shape and dtype, sent in place of the tensor."""
+
+    def __init__(self, tensor):
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Makes every worker's optimizer state (and hyper-parameters) equal to root_rank's.
+
+    The structure and scalars travel as one pickled object, the state tensors by
+    broadcast; non-root workers then load_state_dict() the result."""
+    optimizer = getattr(optimizer, "_ferry_optimizer", optimizer)  # a CrossBarrier
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("broadcast_optimizer_state does not support LBFGS")
+    root = rank() == root_rank
+    tensors = []
+    if root:
+        state_dict = optimizer.state_dict()
+        skeleton = {"param_groups": state_dict["param_groups"], "state": {}}
+        for pid, pstate in state_dict["state"].items():
+            entry = {}
+            for key, value in pstate.items():
+                if isinstance(value, torch.Tensor):
+                    entry[key] = _TensorSpec(value)
+                    tensors.append(((pid, key), value))
+                else:
+                    entry[key] = value
+            skeleton["state"][pid] = entry
+    else:
+        skeleton = None
+    skeleton = broadcast_object(skeleton, root_rank, "optimizer_state")
+    if not root:
+        state = {}
+        for pid, pstate in skeleton["state"].items():
+            entry = {}
+            for key, value in pstate.items():
+                if isinstance(value, _TensorSpec):
+                    value = torch.zeros(value.shape, dtype=value.dtype)
+                    tensors.append(((pid, key), value))
+                entry[key] = value
+            state[pid] = entry
+    handles = [broadcast_async_(t, root_rank, "optimizer_state.%s.%s" % (pid, key))
+               for (pid, key), t in tensors]
+    for h in handles:
+        synchronize(h)
+    if not root:
+        optimizer.load_state_dict({"state": state, "param_groups": skeleton["param_groups"]})
+
+
+def _stats():
+    """The core's counters for this worker (operations, partitions, bytes)."""
+    return _core.stats()
+

@@ -1,0 +1,206 @@
+"""DistributedOptimizer: push each gradient as soon as backward produced it.
+
+As in horovod.torch / byteps.torch, DistributedOptimizer(optimizer, named_parameters)
+returns an optimizer of the same class whose step() first waits for the averaged
+gradients. A hook on every parameter's gradient accumulator starts the push_pull the
+moment the gradient is final, so communication overlaps the rest of backward.
+
+Priority: every gradient is declared to the core at construction, in named_parameters
+order (the model's registration order, which is forward order). The core's priority is
+-(declaration index), so gradients of the layers nearest the input, which the next
+forward needs first, go first. (byteps.torch declares them sorted by name, which puts
+"layer10" before "layer2" and the classifier before the stem.)
+"""
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from ferry.torch.compression import Compression
+from ferry.torch import ops
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, original):
+        super(self.__class__, self).__init__(params)
+        # Keep whatever state the wrapped optimizer already had (Horovod drops it).
+        self.state = original.state
+        self._compression = compression or Compression.none
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1, got %r" % (backward_passes_per_step,))
+        self.backward_passes_per_step = int(backward_passes_per_step)
+
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("param.%d" % i, p) for i, p in enumerate(all_params)]
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
+            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                             "usually model.named_parameters()")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("parameter names in named_parameters must be unique; duplicates: %s"
+                             % ", ".join(dups))
+        optimizer_ids = {id(p) for p in all_params}
+        # Only the parameters this optimizer updates, in the given (forward) order.
+        ordered = [(k, p) for k, p in named_parameters if id(p) in optimizer_ids]
+        named_ids = {id(p) for _, p in ordered}
+        unnamed = [p for p in all_params if id(p) not in named_ids]
+        if unnamed:
+            raise ValueError("named_parameters was given, but %d parameter(s) of the optimizer are "
+                             "not named in it (shapes %s)"
+                             % (len(unnamed), [tuple(p.shape) for p in unnamed[:5]]))
+        self._parameter_names = {}
+        for k, p in ordered:
+            self._parameter_names.setdefault(p, k)  # a tied parameter keeps its first name
+        self._ordered_params = list(self._parameter_names)
+        self._push_pull_delay = {p: self.backward_passes_per_step for p in self._ordered_params}
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        if not ops.is_initialized():
+            raise ops.FerryError("ferry is not initialised: call ferry.torch.init() first")
+        # Declare every gradient now, in forward order: the declaration index is the
+        # tensor id and -(id) its default priority (nearest the input = most urgent).
+        for p in self._ordered_params:
+            if p.requires_grad:
+                self._declare_gradient(p)
+        self._register_hooks()
+
+    def _gradient_name(self, p):
+        return "Gradient." + self._parameter_names[p]
+
+    def _declare_gradient(self, p):
+        ops._check_tensor(p, "parameter '%s'" % self._parameter_names[p])
+        dtype = p.dtype
+        if self._compression is Compression.fp16 and dtype.is_floating_point:
+            dtype = torch.float16
+        code = ops._DTYPES.get(dtype)
+        if code is None:
+            raise TypeError("ferry.torch: parameter '%s' has dtype %s; gradients must be float32, "
+                            "float16, bfloat16, float64, int32 or int64"
+                            % (self._parameter_names[p], p.dtype))
+        ops._declare(self._gradient_name(p), code, p.shape)
+
+    def _register_hooks(self):
+        for p in self._ordered_params:
+            if not p.requires_grad:
+                continue
+            if p.grad is None:
+                p.grad = torch.zeros_like(p.data)
+            self._requires_update.add(p)
+            p_tmp = p.expand_as(p)
+            grad_acc = p_tmp.grad_fn.next_functions[0][0]
+            grad_acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(grad_acc)
+
+    def _push_pull_grad_async(self, p):
+        if p.grad is None:  # unused in this backward and set to None by zero_grad
+            p.grad = torch.zeros_like(p.data)
+        compressed, ctx = self._compression.compress(p.grad)
+        handle = ops.push_pull_async_inplace(compressed, average=True, name=self._gradient_name(p))
+        return handle, ctx
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._push_pull_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times before "
+                        "call to step(). Increase backward_passes_per_step to accumulate "
+                        "gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._push_pull_delay[p] > 0
+            handle, ctx = None, None
+            self._push_pull_delay[p] -= 1
+            if self._push_pull_delay[p] == 0:
+                handle, ctx = self._push_pull_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def _start_missing(self):
+        """Starts the push_pulls backward did not (unused parameters, accumulation
+        steps not yet complete), so every worker pushes every gradient, in forward order."""
+        for p in self._ordered_params:
+            if p not in self._requires_update:
+                continue
+            handle = self._handles.get(p, (None, None))[0]
+            if handle is None:
+                self._handles[p] = self._push_pull_grad_async(p)
+
+    def _finish(self, p, handle, ctx):
+        output = ops.synchronize(handle)
+        self._push_pull_delay[p] = self.backward_passes_per_step
+        if output is not p.grad:
+            p.grad.copy_(self._compression.decompress(output, ctx))
+
+    def synchronize(self):
+        """Waits for every gradient's push_pull; p.grad then holds the average."""
+        self._start_missing()
+        try:
+            for p in self._ordered_params:
+                if p in self._handles:
+                    handle, ctx = self._handles[p]
+                    self._finish(p, handle, ctx)
+        finally:
+            self._handles.clear()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """A context in which step() does not synchronize: for clipping gradients after an
+        explicit optimizer.synchronize() (as in Horovod)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1):
+    """Wraps a torch optimizer so that step() uses gradients averaged over all workers.
+
+    optimizer: any torch.optim.Optimizer. named_parameters: model.named_parameters()
+    (forward order decides the push priority; without it parameters are named
+    param.<index> in the optimizer's order). compression: Compression.none or
+    Compression.fp16. backward_passes_per_step: local gradient accumulation steps
+    before each push. Call ferry.torch.init() first, and create the optimizer in the
+    same order on every worker.
+
+    The result is an instance of the optimizer's own class with synchronize() and
+    skip_synchronize() added (as horovod.torch / byteps.torch)."""
+    base = optimizer.__class__
+    if getattr(base, "_ferry_distributed", False):
+        raise ValueError("the optimizer is already a ferry.torch.DistributedOptimizer")
+    members = {k: v for k, v in _DistributedOptimizer.__dict__.items()
+               if k not in ("__dict__", "__weakref__")}
+    members["_ferry_distributed"] = True
+    members["_ferry_base_class"] = base
+    cls = type(base.__name__, (base,), members)
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               optimizer)
