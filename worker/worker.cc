@@ -296,16 +296,25 @@ void Worker::OnPushResult(Message&& m) {
                    KeyName(MakeKey(t.id, p.index)), " with ", Describe(m),
                    ", which does not match the request");
   }
-  bool deliver = error.empty() && !f.op->done;
+  // The copy runs outside the lock. A failed operation's Wait() returns only once no
+  // copy is running anywhere (copies_running_), and a failure marks every operation
+  // done, so no copy starts after it: a caller that frees its buffers after catching
+  // the error never races with us.
+  bool deliver = error.empty() && !f.op->done && p.bytes > 0;
+  if (deliver) copies_running_++;
   ReturnCredit(f);
   lock.unlock();
-  if (deliver && p.bytes > 0) {
+  if (deliver) {
     // The output slice belongs to this partition alone until the operation completes.
     std::memcpy(f.op->output + p.offset, m.payload.data(), p.bytes);
     if (f.op->average) {
       Scale(f.op->output + p.offset, 1.0 / num_workers_, p.bytes / DataTypeSize(t.dtype), t.dtype);
     }
     stat_bytes_received_ += p.bytes;
+    lock.lock();
+    copies_running_--;
+    cv_.notify_all();
+    lock.unlock();
   }
   FinishPartition(f.op, error);
 }
@@ -399,7 +408,7 @@ void Worker::Wait(Handle handle) {
   FERRY_ENFORCE(it != operations_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
   std::shared_ptr<Operation> op = it->second;
   auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
-  while (!op->done) {
+  while (!op->done || (!op->error.empty() && copies_running_ > 0)) {
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !op->done) {
       throw FerryError(ErrorCode::kTimeout,
                        StrCat("timed out after ", config_.op_timeout_ms,

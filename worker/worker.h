@@ -20,6 +20,11 @@
 // partition of `input` (its release hook fired), so the caller may reuse both buffers
 // as soon as Wait() returns.
 //
+// Buffers of an operation must live until the operation finished (Wait, or Poll true).
+// After a failure (Wait throws), `output` is no longer written once Wait returns, but
+// ZeroMQ may still hold partitions of `input` queued for a dead peer until Shutdown():
+// the job is over at that point, so end it before freeing inputs still in flight.
+//
 // Operations on one tensor run one at a time in call order; different tensors overlap.
 // Thread-safe: any thread may call any method. Errors throw FerryError.
 
@@ -140,6 +145,7 @@ class Worker {
   uint64_t next_request_ = 1;
   uint64_t next_cookie_ = 1;
   std::string failure_;                   // non-empty: the job failed; every call throws
+  int copies_running_ = 0;                // sums being copied into outputs outside the lock
   bool shut_down_ = false;
 
   std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 
@@ -309,7 +310,9 @@ std::string Config::Summary() const {
 
 namespace {
 
-// The node's name in every log line: "I1129 15:40:01.123456 server 1] ...".
+// The node's name in every log line: "I1129 15:40:01.123456 server 1] ...". It changes
+// once the rank is known, while other threads log.
+std::mutex* g_node_name_mu = new std::mutex;           // guards g_node_name
 std::string* g_node_name = new std::string("ferry");
 
 void LogPrefix(std::ostream& s, const google::LogMessageInfo& l, void*) {
@@ -317,12 +320,20 @@ void LogPrefix(std::ostream& s, const google::LogMessageInfo& l, void*) {
   std::snprintf(buf, sizeof buf, "%c%02d%02d %02d:%02d:%02d.%06d", l.severity[0],
                 1 + l.time.month(), l.time.day(), l.time.hour(), l.time.min(), l.time.sec(),
                 static_cast<int>(l.time.usec()));
-  s << buf << ' ' << *g_node_name << ' ' << l.filename << ':' << l.line_number << ']';
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(*g_node_name_mu);
+    name = *g_node_name;
+  }
+  s << buf << ' ' << name << ' ' << l.filename << ':' << l.line_number << ']';
 }
 
 }  // namespace
 
-void SetLogNodeName(const std::string& name) { *g_node_name = name; }
+void SetLogNodeName(const std::string& name) {
+  std::lock_guard<std::mutex> lock(*g_node_name_mu);
+  *g_node_name = name;
+}
 
 void InitLogging(const char* argv0, const Config& config, const std::string& node_name) {
   static bool initialized = false;

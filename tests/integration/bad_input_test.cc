@@ -108,7 +108,7 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   }
   Attack(server_port);  // while the workers run
   Attack(port);
-  auto results = g.WaitAll(120000);
+  auto results = g.WaitAll(120000 * TimeScale());
   for (size_t i = 0; i < results.size(); ++i) {
     ASSERT_TRUE(results[i].exited) << g.AllOutput();
     ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();

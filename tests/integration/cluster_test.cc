@@ -85,7 +85,7 @@ TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
   Cluster c;
   c.Start(2, 2, {"--mode=loop"});
   // Let training run, then kill server 1 (the second server process).
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * TimeScale());
   while (c.group.Output(c.workers[0]).find("round 5\n") == std::string::npos) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << c.group.AllOutput();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -93,7 +93,7 @@ TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
   c.group.Kill(c.servers[1], SIGKILL);
   auto killed_at = std::chrono::steady_clock::now();
   for (int w : c.workers) {
-    ChildResult r = c.group.Wait(w, 20000);
+    ChildResult r = c.group.Wait(w, 20000 * TimeScale());
     ASSERT_TRUE(r.exited) << "worker hung after a server died\n" << c.group.AllOutput();
     EXPECT_EQ(r.exit_code, 1) << c.group.Output(w);
     std::string out = c.group.Output(w);
@@ -104,12 +104,13 @@ TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
   }
   auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_LT(elapsed, 3000 + 3000) << "failure took longer than the heartbeat timeout + slack";
+  EXPECT_LT(elapsed, (kHeartbeatTimeoutMs + 3000) * TimeScale())
+      << "failure took longer than the heartbeat timeout + slack";
   // The scheduler and the surviving server end too, non-zero.
-  ChildResult s = c.group.Wait(c.scheduler, 10000);
+  ChildResult s = c.group.Wait(c.scheduler, 10000 * TimeScale());
   EXPECT_TRUE(s.exited);
   EXPECT_EQ(s.exit_code, 1);
-  ChildResult other = c.group.Wait(c.servers[0], 10000);
+  ChildResult other = c.group.Wait(c.servers[0], 10000 * TimeScale());
   EXPECT_TRUE(other.exited);
   EXPECT_EQ(other.exit_code, 1);
 }
@@ -119,7 +120,7 @@ TEST(ClusterTest, MissingWorkerIsNamedAtTheConnectDeadline) {
   int port = FreePort();
   auto env = [&](const std::string& role) {
     auto e = ClusterEnv(role, 3, 1, port);
-    e["FERRY_CONNECT_TIMEOUT_MS"] = "1500";
+    e["FERRY_CONNECT_TIMEOUT_MS"] = std::to_string(1500 * TimeScale());
     return e;
   };
   int sched = g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
@@ -131,7 +132,7 @@ TEST(ClusterTest, MissingWorkerIsNamedAtTheConnectDeadline) {
     workers.push_back(g.Spawn("worker" + std::to_string(w),
                               {BinaryPath("ferry-test-worker"), "--mode=loop"}, e));
   }
-  auto results = g.WaitAll(20000);
+  auto results = g.WaitAll(20000 * TimeScale());
   for (size_t i = 0; i < results.size(); ++i) {
     ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << g.AllOutput();
     EXPECT_NE(results[i].exit_code, 0) << g.AllOutput();

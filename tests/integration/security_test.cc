@@ -72,18 +72,18 @@ TEST(SecurityTest, OnlySecretHoldersJoinAndSumsStayExact) {
                          e));
   }
   for (int w : ws) {
-    ChildResult r = g.Wait(w, 120000);
+    ChildResult r = g.Wait(w, 120000 * TimeScale());
     ASSERT_TRUE(r.exited) << g.AllOutput();
     EXPECT_EQ(r.exit_code, 0) << g.AllOutput();
     EXPECT_NE(g.Output(w).find("OK rounds=5"), std::string::npos) << g.Output(w);
   }
   for (int bad : {intruder, plain}) {
-    ChildResult r = g.Wait(bad, 20000);
+    ChildResult r = g.Wait(bad, 20000 * TimeScale());
     ASSERT_TRUE(r.exited);
     EXPECT_EQ(r.exit_code, 1) << g.Output(bad);
     EXPECT_NE(g.Output(bad).find("waiting for the node table"), std::string::npos) << g.Output(bad);
   }
-  ChildResult s = g.Wait(sched, 20000);
+  ChildResult s = g.Wait(sched, 20000 * TimeScale());
   EXPECT_EQ(s.exit_code, 0) << g.Output(sched);
   std::string log = g.Output(sched);
   EXPECT_NE(log.find("does not hold the cluster secret"), std::string::npos) << log;

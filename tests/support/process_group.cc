@@ -157,18 +157,25 @@ std::string BinaryPath(const std::string& name) {
   return std::string(FERRY_BINARY_DIR) + "/" + name;
 }
 
+int TimeScale() {
+  const char* s = std::getenv("FERRY_TEST_TIME_SCALE");
+  int v = s ? std::atoi(s) : 1;
+  return v > 0 ? v : 1;
+}
+
 std::map<std::string, std::string> ClusterEnv(const std::string& role, int workers, int servers,
                                               int scheduler_port) {
+  const int scale = TimeScale();
   return {{"DMLC_ROLE", role},
           {"DMLC_NUM_WORKER", std::to_string(workers)},
           {"DMLC_NUM_SERVER", std::to_string(servers)},
           {"DMLC_PS_ROOT_URI", "127.0.0.1"},
           {"DMLC_PS_ROOT_PORT", std::to_string(scheduler_port)},
           {"DMLC_NODE_HOST", "127.0.0.1"},
-          {"FERRY_HEARTBEAT_INTERVAL_MS", "200"},
-          {"FERRY_HEARTBEAT_TIMEOUT_MS", "3000"},
-          {"FERRY_CONNECT_TIMEOUT_MS", "30000"},
-          {"FERRY_OP_TIMEOUT_MS", "60000"}};
+          {"FERRY_HEARTBEAT_INTERVAL_MS", std::to_string(200 * scale)},
+          {"FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(kHeartbeatTimeoutMs * scale)},
+          {"FERRY_CONNECT_TIMEOUT_MS", std::to_string(30000 * scale)},
+          {"FERRY_OP_TIMEOUT_MS", std::to_string(60000 * scale)}};
 }
 
 }  // namespace ferry::testing

@@ -60,7 +60,12 @@ int FreePort();
 // Paths of the built programs (set by CMake).
 std::string BinaryPath(const std::string& name);
 
-// The environment of a cluster on loopback, for one role.
+// Slow builds (ThreadSanitizer) stretch every test deadline by FERRY_TEST_TIME_SCALE
+// (default 1), so a slow process is not mistaken for a dead one.
+int TimeScale();
+constexpr int kHeartbeatTimeoutMs = 3000;  // before scaling
+
+// The environment of a cluster on loopback, for one role (deadlines scaled).
 std::map<std::string, std::string> ClusterEnv(const std::string& role, int workers, int servers,
                                               int scheduler_port);
 

@@ -94,9 +94,12 @@ class CrossBarrier(object):
         return check
 
     def _apply_arrived(self):
+        # In forward order, up to the first sum still on its way: the servers answer
+        # roughly in priority order (forward order), so this costs a poll or two.
         for p, (handle, _) in list(self._pending.items()):
-            if ops.poll(handle):
-                self._apply(p)
+            if not ops.poll(handle):
+                break
+            self._apply(p)
 
     def _apply(self, p):
         handle, ctx = self._pending.pop(p)
@@ -137,7 +140,8 @@ class CrossBarrier(object):
         # Updates no forward waited for (parameters unused in the last forward).
         self.synchronize()
         opt._start_missing()
-        self._pending = dict(opt._handles)
+        # Forward order: the order the next forward needs the parameters in.
+        self._pending = {p: opt._handles[p] for p in opt._ordered_params if p in opt._handles}
         opt._handles.clear()
         return None
 

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Data-parallel training of a small CNN on scikit-learn's digits with ferry.torch.
+
+The 8x8 digits (1797 images, bundled with scikit-learn: no download) are split into a
+fixed train and test set; each worker trains on its own shard of the training set
+(rank r takes every size-th sample starting at r) and the gradients are averaged by
+Ferry's servers. Run it on a local cluster of 2 servers and 2 workers:
+
+    PYTHONPATH=build/python scripts/local-cluster -s 2 -w 2 -- /usr/bin/python3 examples/train_digits.py
+
+It prints the loss and throughput per epoch and ends with the test accuracy (every
+worker evaluates its shard of the test set; the counts are summed with push_pull).
+Switching from BytePS or Horovod is the import line: `import ferry.torch as bps`.
+"""
+
+import argparse
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DigitsCNN(nn.Module):
+    """Two convolutions and two linear layers; no batch norm or dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+def load_data(seed=0, test_fraction=0.2):
+    """Returns (x_train, y_train, x_test, y_test): float32 images [N,1,8,8] in [0,1]."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(y), generator=g)
+    n_test = int(len(y) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def shard_indices(n, rank, size):
+    """This rank's sample indices: every size-th of the first n - n % size samples, so
+    every shard has the same length (and every worker the same number of steps)."""
+    usable = n - n % size
+    return torch.arange(rank, usable, size)
+
+
+def epoch_batches(shard, batch_size, epoch, seed):
+    """The shard shuffled for this epoch (same seed on every worker), cut into full
+    batches: a list of index tensors into the training set."""
+    g = torch.Generator().manual_seed(seed * 1000 + epoch)
+    perm = shard[torch.randperm(len(shard), generator=g)]
+    steps = len(perm) // batch_size
+    return [perm[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
+
+
+def make_optimizer(name, params, lr):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError("unknown optimizer %r" % name)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--batch-size", type=int, default=32, help="per worker (default 32)")
+    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="momentum")
+    p.add_argument("--lr", type=float, default=None, help="default: 0.05 (sgd/momentum), 0.002 (adam)")
+    p.add_argument("--cross-barrier", action="store_true", help="use ferry.torch.CrossBarrier")
+    p.add_argument("--fp16", action="store_true", help="push gradients as float16")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
+    p.add_argument("--min-accuracy", type=float, default=0.0,
+                   help="exit 1 if the test accuracy ends below this")
+    args = p.parse_args(argv)
+    lr = args.lr if args.lr is not None else (0.002 if args.optimizer == "adam" else 0.05)
+
+    import ferry.torch as bps  # was: import byteps.torch as bps / horovod.torch as hvd
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    bps.init()
+    rank, size = bps.rank(), bps.size()
+    x_train, y_train, x_test, y_test = load_data()
+    shard = shard_indices(len(y_train), rank, size)
+
+    model = DigitsCNN()
+    optimizer = make_optimizer(args.optimizer, model.parameters(), lr * size)
+    compression = bps.Compression.fp16 if args.fp16 else bps.Compression.none
+    optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
+    # Every worker starts from rank 0's weights and optimizer state.
+    bps.broadcast_parameters(model.state_dict(), root_rank=0)
+    bps.broadcast_optimizer_state(optimizer, root_rank=0)
+    if args.cross_barrier:
+        optimizer = bps.CrossBarrier(model, optimizer)
+
+    if rank == 0:
+        print("training DigitsCNN on %d workers, %d servers: %d training images, %d per worker, "
+              "batch %d per worker, %s lr %.3g%s%s"
+              % (size, bps.num_servers(), len(y_train), len(shard), args.batch_size,
+                 args.optimizer, lr * size, ", cross-barrier" if args.cross_barrier else "",
+                 ", fp16 gradients" if args.fp16 else ""), flush=True)
+    start = time.time()
+    for epoch in range(args.epochs):
+        model.train()
+        t0, total_loss, samples = time.time(), 0.0, 0
+        for idx in epoch_batches(shard, args.batch_size, epoch, args.seed):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.item() * len(idx)
+            samples += len(idx)
+        # The mean loss over every worker's samples.
+        stats = bps.push_pull(torch.tensor([total_loss, float(samples)], dtype=torch.float64),
+                              average=False, name="train_loss")
+        if rank == 0:
+            dt = time.time() - t0
+            print("epoch %2d  loss %.4f  %.0f samples/s per worker"
+                  % (epoch + 1, stats[0] / stats[1], samples / dt), flush=True)
+
+    # Evaluate: each worker its shard of the test set; sum the counts.
+    if args.cross_barrier:
+        optimizer.synchronize()
+    model.eval()
+    test_shard = torch.arange(rank, len(y_test), size)
+    with torch.no_grad():
+        pred = model(x_test[test_shard]).argmax(1)
+    counts = torch.tensor([int((pred == y_test[test_shard]).sum()), len(test_shard)],
+                          dtype=torch.int64)
+    counts = bps.push_pull(counts, average=False, name="test_counts")
+    accuracy = counts[0].item() / counts[1].item()
+    if rank == 0:
+        print("test accuracy %.4f (%d of %d) after %d epochs, %.1f s"
+              % (accuracy, counts[0], counts[1], args.epochs, time.time() - start), flush=True)
+    bps.shutdown()
+    if accuracy < args.min_accuracy:
+        print("worker %d: test accuracy %.4f is below --min-accuracy %.2f"
+              % (rank, accuracy, args.min_accuracy), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

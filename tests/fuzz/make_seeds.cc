@@ -1,0 +1,72 @@
+// Writes the fuzzer's seed corpus: one file per real message kind, in the input
+// layout of message_fuzz.cc. Usage: ferry-fuzz-seeds OUTPUT_DIR
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/transport/message.h"
+
+namespace {
+
+void Write(const std::string& dir, const std::string& name, const ferry::Message& m,
+           const std::string& payload) {
+  const std::string env = m.envelope.SerializeAsString();
+  std::string out;
+  out.push_back(static_cast<char>(payload.empty() ? 1 : 2));
+  for (const std::string* f : {&env, &payload}) {
+    if (f == &payload && payload.empty()) break;
+    out.push_back(static_cast<char>(f->size() & 0xff));
+    out.push_back(static_cast<char>((f->size() >> 8) & 0xff));
+    out += *f;
+  }
+  std::ofstream(dir + "/" + name, std::ios::binary) << out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+    return 2;
+  }
+  std::string dir = argv[1];
+  using ferry::MakeMessage;
+  namespace proto = ferry::proto;
+  auto reg = MakeMessage(proto::REGISTER, -1);
+  reg.envelope.mutable_register_request()->set_role(proto::WORKER);
+  reg.envelope.mutable_register_request()->set_host("127.0.0.1");
+  Write(dir, "register", reg, "");
+  auto table = MakeMessage(proto::NODE_TABLE, 0);
+  auto* n = table.envelope.mutable_node_table()->add_nodes();
+  n->set_id(1);
+  n->set_role(proto::SERVER);
+  n->set_host("127.0.0.1");
+  n->set_port(9001);
+  n->set_weight(1.0);
+  Write(dir, "node_table", table, "");
+  auto barrier = MakeMessage(proto::BARRIER, 3);
+  barrier.envelope.mutable_barrier()->set_group(proto::GROUP_WORKERS);
+  Write(dir, "barrier", barrier, "");
+  Write(dir, "heartbeat", MakeMessage(proto::HEARTBEAT, 3), "");
+  auto failed = MakeMessage(proto::NODE_FAILED, 0);
+  failed.envelope.mutable_failure()->set_reason("server 1 died");
+  Write(dir, "node_failed", failed, "");
+  for (int dtype = 0; dtype < 6; ++dtype) {
+    auto push = MakeMessage(proto::PUSH, 3);
+    push.envelope.set_key(ferry::MakeKey(2, 1));
+    push.envelope.set_round(7);
+    push.envelope.set_dtype(static_cast<proto::DataTypeProto>(dtype));
+    std::string payload(64, '\x01');
+    push.envelope.set_length(payload.size());
+    push.envelope.set_tensor_hash(0x1234);
+    Write(dir, "push_dtype" + std::to_string(dtype), push, payload);
+  }
+  auto result = MakeMessage(proto::PUSH_RESULT, 1);
+  result.envelope.set_length(16);
+  Write(dir, "push_result", result, std::string(16, '\x02'));
+  auto err = MakeMessage(proto::ERROR, 1);
+  err.envelope.mutable_error()->set_reason("mismatch");
+  Write(dir, "error", err, "");
+  return 0;
+}

@@ -1,0 +1,248 @@
+"""A worker process for the Python tests: `ferry_worker.py MODE OUT_FILE [options]`.
+
+Started by conftest.Cluster with its DMLC_* environment; it runs one MODE, writes what
+it saw to OUT_FILE (torch.save of a dict) and exits 0. The tests make their assertions
+on those results, so a failing check names the worker and the values.
+"""
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+import ferry.torch as bps
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64]
+SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 7), (1031,), (257, 129), (0,)]
+
+
+def values(shape, dtype, rank):
+    """Small integers (exact in every dtype, sums included), different on every rank."""
+    n = 1
+    for d in shape:
+        n *= d
+    v = (torch.arange(n, dtype=torch.int64) * 7 + rank * 13 + 5) % 101 - 50
+    return v.reshape(shape).to(dtype)
+
+
+def mode_ops(args, out):
+    rank, size = bps.rank(), bps.size()
+    out.update(rank=rank, size=size, local_rank=bps.local_rank(), local_size=bps.local_size(),
+               num_servers=bps.num_servers())
+    sums, avgs, inplace, asyncs, strided = {}, {}, {}, {}, {}
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            key = (str(dtype), shape)
+            t = values(shape, dtype, rank)
+            before = t.clone()
+            sums[key] = bps.push_pull(t, average=False, name="sum.%s.%s" % key)
+            assert torch.equal(t, before), "push_pull modified its input"
+            avgs[key] = bps.push_pull(t, average=True, name="avg.%s.%s" % key)
+            u = t.clone()
+            bps.push_pull_inplace(u, average=False, name="inplace.%s.%s" % key)
+            inplace[key] = u
+        # Several tensors in flight at once, waited for in reverse order.
+        handles = [(shape, bps.push_pull_async(values(shape, dtype, rank), average=False,
+                                               name="async.%s.%s" % (dtype, shape),
+                                               priority=i))
+                   for i, shape in enumerate(SHAPES)]
+        for shape, h in reversed(handles):
+            while not bps.poll(h):
+                time.sleep(0.001)
+            asyncs[(str(dtype), shape)] = bps.synchronize(h)
+        # Non-contiguous input, out of place and in place.
+        base = values((9, 6), dtype, rank)
+        view = base.t()[1:, ::2]
+        strided[(str(dtype), "out")] = bps.push_pull(view, average=False, name="strided.out.%s" % dtype)
+        bps.push_pull_inplace(view, average=False, name="strided.in.%s" % dtype)
+        strided[(str(dtype), "in")] = base.clone()
+    out.update(sums=sums, avgs=avgs, inplace=inplace, asyncs=asyncs, strided=strided)
+
+    # Unnamed calls (names derived from dtype and shape) and the Horovod aliases.
+    out["noname"] = bps.push_pull(values((4, 4), torch.float32, rank), average=False)
+    out["allreduce_sum"] = bps.allreduce(values((5,), torch.int64, rank), op=bps.Sum, name="ar")
+    out["allreduce_avg"] = bps.allreduce(values((5,), torch.float32, rank), name="ar.avg")
+
+    # Autograd: the gradient of push_pull is the push_pull of the gradient.
+    x = values((6,), torch.float32, rank).requires_grad_()
+    y = bps.push_pull(x, average=False, name="autograd")
+    (y * (rank + 1.0)).sum().backward()
+    out["autograd_value"], out["autograd_grad"] = y.detach(), x.grad
+
+    # broadcast_parameters: every worker starts from its own random weights.
+    torch.manual_seed(100 + rank)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+    model.register_buffer("steps", torch.tensor(rank * 3 + 1))
+    model.register_buffer("mask", torch.tensor([rank % 2 == 0, True, False]))
+    out["model_before"] = {k: v.clone() for k, v in model.state_dict().items()}
+    bps.broadcast_parameters(model.state_dict(), root_rank=0)
+    out["model_after"] = {k: v.clone() for k, v in model.state_dict().items()}
+    bps.broadcast_parameters(list(model.named_parameters()), root_rank=1)
+    out["model_after_root1"] = {k: v.clone() for k, v in model.named_parameters()}
+
+    # broadcast and broadcast_object from rank 1.
+    out["broadcast"] = bps.broadcast(values((3, 3), torch.float64, rank), root_rank=1, name="b")
+    obj = {"rank": rank, "payload": list(range(rank * 1000)), "text": "from %d" % rank}
+    out["object"] = bps.broadcast_object(obj, root_rank=1)
+
+    # broadcast_optimizer_state: rank 0 has Adam state (and its own lr), the others none.
+    torch.manual_seed(7)
+    net = torch.nn.Linear(4, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=0.01 if rank == 0 else 0.5)
+    if rank == 0:
+        net(torch.ones(3, 4)).sum().backward()
+        opt.step()
+    bps.broadcast_optimizer_state(opt, root_rank=0)
+    sd = opt.state_dict()
+    out["opt_state"] = {pid: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
+                        for pid, s in sd["state"].items()}
+    out["opt_lr"] = sd["param_groups"][0]["lr"]
+
+    # Refusals, with messages, after init.
+    errors = {}
+    for what, fn in [
+        ("uint8", lambda: bps.push_pull(torch.zeros(3, dtype=torch.uint8), name="u8")),
+        ("complex", lambda: bps.push_pull(torch.zeros(3, dtype=torch.complex64), name="c64")),
+        ("meta", lambda: bps.push_pull(torch.zeros(3, device="meta"), name="meta")),
+        ("redeclare", lambda: bps.push_pull(torch.zeros(4, dtype=torch.float32), name="sum.torch.float32.(7,)")),
+        ("root", lambda: bps.broadcast(torch.zeros(2), root_rank=size, name="badroot")),
+    ]:
+        try:
+            fn()
+            errors[what] = None
+        except Exception as e:  # noqa: BLE001 - recorded for the test
+            errors[what] = (type(e).__name__, str(e))
+    out["errors"] = errors
+    bps.barrier()
+
+
+def train_batches(shard, batch_size, steps, seed):
+    sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
+    from train_digits import epoch_batches
+    batches, epoch = [], 0
+    while len(batches) < steps:
+        batches += epoch_batches(shard, batch_size, epoch, seed)
+        epoch += 1
+    return batches[:steps]
+
+
+def mode_train(args, out):
+    sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
+    from train_digits import DigitsCNN, load_data, make_optimizer, shard_indices
+    torch.set_num_threads(1)
+    rank, size = bps.rank(), bps.size()
+    x, y, _, _ = load_data()
+    shard = shard_indices(len(y), rank, size)
+    results = {}
+    for config in args.configs.split(","):
+        name, _, flavour = config.partition("+")
+        torch.manual_seed(args.seed)
+        model = DigitsCNN()
+        lr = 0.002 if name == "adam" else 0.05
+        opt = bps.DistributedOptimizer(make_optimizer(name, model.parameters(), lr),
+                                       named_parameters=model.named_parameters())
+        bps.broadcast_parameters(model.state_dict(), root_rank=0)
+        if flavour == "cb":
+            opt = bps.CrossBarrier(model, opt)
+        used = []
+        batches = train_batches(shard, args.batch_size, args.steps, args.seed)
+        for idx in batches:
+            assert all(int(i) % size == rank for i in idx), "a batch left this worker's shard"
+            used.append(idx.clone())
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        if flavour == "cb":
+            opt.synchronize()
+            opt.remove()
+        results[config] = {"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                           "indices": used, "shard": shard.clone()}
+    out["results"] = results
+
+
+def mode_mismatch(args, out):
+    rank = bps.rank()
+    outcomes = {}
+    # Same element count, different shape (the tensor hash differs).
+    shape = (3, 4) if rank == 0 else (4, 3)
+    # Different element count.
+    count = (5,) if rank == 0 else (6,)
+    for what, t in [("shape", torch.ones(shape)), ("count", torch.ones(count))]:
+        t0 = time.time()
+        try:
+            bps.push_pull(t, average=False, name="mismatch." + what)
+            outcomes[what] = None
+        except bps.FerryError as e:
+            outcomes[what] = ("FerryError", str(e), getattr(e, "code_name", None), time.time() - t0)
+        except Exception as e:  # noqa: BLE001
+            outcomes[what] = (type(e).__name__, str(e), None, time.time() - t0)
+    out["outcomes"] = outcomes
+    # The job itself is healthy: a good tensor still works.
+    out["after"] = bps.push_pull(torch.ones(3), average=False, name="after.mismatch")
+
+
+def mode_kill(args, out):
+    sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
+    from train_digits import DigitsCNN, load_data
+    torch.set_num_threads(1)
+    x, y, _, _ = load_data()
+    model = DigitsCNN()
+    opt = bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    big = torch.ones(1 << 18)
+    ready = args.ready
+    steps = 0
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline:
+            opt.zero_grad()
+            F.cross_entropy(model(x[:16]), y[:16]).backward()
+            opt.step()
+            bps.push_pull_inplace(big, average=True, name="big")
+            steps += 1
+            if steps == 3:
+                open(ready, "w").close()
+        out["raised"] = None
+    except bps.FerryError as e:
+        out["raised"] = ("FerryError", str(e), time.time())
+    except Exception as e:  # noqa: BLE001
+        out["raised"] = (type(e).__name__, str(e), time.time())
+    out["steps"] = steps
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode")
+    p.add_argument("out")
+    p.add_argument("--configs", default="sgd")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ready", default="")
+    args = p.parse_args()
+    out = {}
+    bps.init()
+    out["rank"] = bps.rank()
+    try:
+        globals()["mode_" + args.mode](args, out)
+    except Exception:  # noqa: BLE001
+        out["traceback"] = traceback.format_exc()
+        raise
+    finally:
+        torch.save(out, args.out)
+    try:
+        bps.shutdown()
+    except bps.FerryError as e:
+        if args.mode != "kill":
+            raise
+        print("shutdown after the failure: %s" % e, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Training with ferry.torch equals training on one process with plain torch.
+
+2 workers train the digits CNN (examples/train_digits.py: convolutions and linear layers,
+no batch norm or dropout) for 50 steps, each on its own shard; one process trains the
+same model with plain torch on the global batches (the two workers' batches of each
+step, concatenated). The parameters must agree within rtol 1e-5, atol 1e-6 (float32),
+for SGD, SGD with momentum and Adam, with DistributedOptimizer and with CrossBarrier.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from train_digits import DigitsCNN, load_data, make_optimizer
+
+WORKERS = 2
+STEPS = 50
+BATCH = 16          # per worker
+SEED = 1
+RTOL, ATOL = 1e-5, 1e-6
+CONFIGS = ["sgd", "momentum", "adam", "momentum+cb", "adam+cb"]
+
+
+@pytest.fixture(scope="module")
+def trained(module_cluster):
+    c = module_cluster(workers=WORKERS, servers=2)
+    c.start("train", "--configs", ",".join(CONFIGS), "--steps", STEPS, "--batch-size", BATCH,
+            "--seed", SEED)
+    res = c.wait_workers(timeout=200)
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+    return sorted(res, key=lambda r: r["rank"])
+
+
+def reference(optimizer, batches):
+    """Plain torch, one process, the global batch of every step."""
+    torch.set_num_threads(1)
+    x, y, _, _ = load_data()
+    torch.manual_seed(SEED)
+    model = DigitsCNN()
+    lr = 0.002 if optimizer == "adam" else 0.05
+    opt = make_optimizer(optimizer, model.parameters(), lr)
+    for idx in batches:
+        opt.zero_grad()
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def errors(got, want):
+    """(max |got - want|, max |got - want| / (atol + rtol |want|)): the second is the
+    share of the tolerance used (1.0 = at the limit)."""
+    diff = (got.double() - want.double()).abs()
+    return diff.max().item(), (diff / (ATOL + RTOL * want.double().abs())).max().item()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_same_parameters_as_one_process(trained, config):
+    per_worker = [r["results"][config] for r in trained]
+    # Each worker saw only its own shard, and the shards are disjoint.
+    for rank, w in enumerate(per_worker):
+        shard = set(w["shard"].tolist())
+        assert all(set(idx.tolist()) <= shard for idx in w["indices"]), "worker %d left its shard" % rank
+        assert all(int(i) % WORKERS == rank for i in shard)
+    assert not set(per_worker[0]["shard"].tolist()) & set(per_worker[1]["shard"].tolist())
+    assert len(per_worker[0]["indices"]) == STEPS
+    # The global batch of step s: worker 0's then worker 1's samples.
+    batches = [torch.cat([w["indices"][s] for w in per_worker]) for s in range(STEPS)]
+    want = reference(config.split("+")[0], batches)
+    worst = (0.0, 0.0)
+    for rank, w in enumerate(per_worker):
+        for name, v in want.items():
+            got = w["params"][name]
+            torch.testing.assert_close(got, v, rtol=RTOL, atol=ATOL,
+                                       msg=lambda m: "worker %d, %s, %s: %s" % (rank, config, name, m))
+            e = errors(got, v)
+            worst = (max(worst[0], e[0]), max(worst[1], e[1]))
+    # Both workers hold exactly the same parameters.
+    for name in want:
+        assert torch.equal(per_worker[0]["params"][name], per_worker[1]["params"][name]), name
+    print("\n%s: max abs error %.3g, %.3f of the tolerance (rtol %g, atol %g), %d steps"
+          % (config, worst[0], worst[1], RTOL, ATOL, STEPS))

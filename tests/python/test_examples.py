@@ -1,0 +1,28 @@
+"""The examples, run the way the README runs them (scripts/local-cluster)."""
+
+import re
+import subprocess
+
+from conftest import EXAMPLES, FERRY_BIN, PYTHON, REPO, base_env
+
+
+def local_cluster(args, timeout):
+    env = base_env({"FERRY_BIN": str(FERRY_BIN)})
+    return subprocess.run([str(REPO / "scripts" / "local-cluster"), "-s", "2", "-w", "2", "--", PYTHON]
+                          + args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_train_digits_reaches_95_percent():
+    r = local_cluster([str(EXAMPLES / "train_digits.py"), "--min-accuracy", "0.95"], timeout=240)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    m = re.search(r"test accuracy ([0-9.]+)", r.stdout)
+    assert m, r.stdout
+    assert float(m.group(1)) >= 0.95
+    assert "epoch  1" in r.stdout
+
+
+def test_benchmark_runs():
+    r = local_cluster([str(EXAMPLES / "benchmark_torch.py"), "--model", "mlp", "--mlp-width", "256", "--batch-size", "8", "--num-warmup", "2",
+                       "--num-iters", "3", "--num-batches-per-iter", "2"], timeout=240)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert re.search(r"samples/s per worker: [0-9.]+", r.stdout), r.stdout
