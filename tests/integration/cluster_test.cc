@@ -115,6 +115,95 @@ TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
   EXPECT_EQ(other.exit_code, 1);
 }
 
+// Waits until worker `w` printed "round N"; fails the test after 30 s.
+void WaitForRound(Cluster& c, int w, int round) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * TimeScale());
+  std::string mark = "round " + std::to_string(round) + "\n";
+  while (c.group.Output(c.workers[w]).find(mark) == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << c.group.AllOutput();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+TEST(ClusterTest, KilledWorkerFailsEveryoneElseNamingIt) {
+  Cluster c;
+  c.Start(2, 2, {"--mode=loop"});
+  WaitForRound(c, 0, 5);
+  c.group.Kill(c.workers[1], SIGKILL);
+  ChildResult r = c.group.Wait(c.workers[0], 20000 * TimeScale());
+  ASSERT_TRUE(r.exited) << c.group.AllOutput();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(c.group.Output(c.workers[0]).find("worker 1 (127.0.0.1"), std::string::npos)
+      << c.group.Output(c.workers[0]);
+  EXPECT_NE(c.group.Output(c.workers[0]).find("presumed dead"), std::string::npos);
+  for (int s : {c.scheduler, c.servers[0], c.servers[1]}) {
+    ChildResult e = c.group.Wait(s, 10000 * TimeScale());
+    ASSERT_TRUE(e.exited) << "process left running after a worker died\n" << c.group.AllOutput();
+    EXPECT_EQ(e.exit_code, 1) << c.group.AllOutput();
+  }
+}
+
+TEST(ClusterTest, KilledSchedulerEndsEveryNode) {
+  Cluster c;
+  c.Start(1, 2, {"--mode=loop"});
+  WaitForRound(c, 0, 5);
+  c.group.Kill(c.scheduler, SIGKILL);
+  for (int p : {c.workers[0], c.workers[1], c.servers[0]}) {
+    ChildResult r = c.group.Wait(p, 20000 * TimeScale());
+    ASSERT_TRUE(r.exited) << "a node outlived the scheduler\n" << c.group.AllOutput();
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(c.group.Output(p).find("the scheduler (127.0.0.1:"), std::string::npos) << c.group.Output(p);
+    EXPECT_NE(c.group.Output(p).find("presumed dead"), std::string::npos) << c.group.Output(p);
+  }
+}
+
+TEST(ClusterTest, StragglerIsNotMistakenForADeadNode) {
+  // Worker 1 computes 3x longer than worker 0 and, at 600 ms a round, longer than a
+  // fifth of the heartbeat timeout; nobody may be declared dead, every sum exact.
+  ProcessGroup g;
+  int port = FreePort();
+  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, ClusterEnv("scheduler", 2, 1, port));
+  g.Spawn("server", {BinaryPath("ferry-server")}, ClusterEnv("server", 2, 1, port));
+  std::vector<int> ws;
+  for (int w = 0; w < 2; ++w) {
+    auto e = ClusterEnv("worker", 2, 1, port);
+    e["DMLC_WORKER_ID"] = std::to_string(w);
+    ws.push_back(g.Spawn("worker" + std::to_string(w),
+                         {BinaryPath("ferry-test-worker"), "--mode=loop", "--loop_rounds=12",
+                          w == 0 ? "--loop_sleep_ms=200" : "--loop_sleep_ms=600"},
+                         e));
+  }
+  auto results = g.WaitAll(60000 * TimeScale());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << g.AllOutput();
+    EXPECT_EQ(results[i].exit_code, 0) << g.AllOutput();
+  }
+  for (int w : ws) EXPECT_NE(g.Output(w).find("OK loop rounds=12"), std::string::npos) << g.Output(w);
+}
+
+TEST(ClusterTest, SecondWorkerClaimingARankIsRefused) {
+  ProcessGroup g;
+  int port = FreePort();
+  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, ClusterEnv("scheduler", 2, 1, port));
+  g.Spawn("server", {BinaryPath("ferry-server")}, ClusterEnv("server", 2, 1, port));
+  auto e = ClusterEnv("worker", 2, 1, port);
+  e["DMLC_WORKER_ID"] = "0";
+  int first = g.Spawn("worker0", {BinaryPath("ferry-test-worker"), "--mode=loop", "--loop_rounds=3"}, e);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300 * TimeScale()));
+  int impostor = g.Spawn("impostor", {BinaryPath("ferry-test-worker"), "--mode=loop"}, e);
+  ChildResult r = g.Wait(impostor, 20000 * TimeScale());
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(g.Output(impostor).find("asks for worker rank 0 (DMLC_WORKER_ID), which worker at"),
+            std::string::npos)
+      << g.Output(impostor);
+  // The real rank 1 arrives; the job completes.
+  e["DMLC_WORKER_ID"] = "1";
+  int second = g.Spawn("worker1", {BinaryPath("ferry-test-worker"), "--mode=loop", "--loop_rounds=3"}, e);
+  EXPECT_EQ(g.Wait(first, 30000 * TimeScale()).exit_code, 0) << g.AllOutput();
+  EXPECT_EQ(g.Wait(second, 30000 * TimeScale()).exit_code, 0) << g.AllOutput();
+}
+
 TEST(ClusterTest, MissingWorkerIsNamedAtTheConnectDeadline) {
   ProcessGroup g;
   int port = FreePort();

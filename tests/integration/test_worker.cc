@@ -28,7 +28,8 @@ DEFINE_string(mode, "sums", "sums, mismatch or loop");
 DEFINE_int32(tensors, 40, "tensors (sums mode)");
 DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
 DEFINE_int32(rounds, 20, "rounds (sums mode)");
-DEFINE_int32(loop_sleep_ms, 20, "pause between rounds (loop mode)");
+DEFINE_int32(loop_sleep_ms, 20, "pause between rounds (loop mode): compute time");
+DEFINE_int32(loop_rounds, 0, "loop mode: stop after this many rounds and shut down (0: never)");
 
 namespace ferry {
 namespace {
@@ -122,14 +123,23 @@ int RunMismatch(Worker& w) {
 
 int RunLoop(Worker& w) {
   std::vector<float> data(1 << 16);
-  for (int round = 0;; ++round) {
-    for (auto& v : data) v = 1.0f;
+  for (int round = 0; FLAGS_loop_rounds == 0 || round < FLAGS_loop_rounds; ++round) {
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((i + round) % 5 + w.rank());
     w.PushPull("loop", data.data(), data.data(), DataType::kFloat32, data.size(), false);
-    if (data[0] != static_cast<float>(w.size())) return kExitWrong;
+    for (size_t i = 0; i < data.size(); ++i) {
+      float expected = static_cast<float>(w.size() * ((i + round) % 5) + w.size() * (w.size() - 1) / 2);
+      if (data[i] != expected) {
+        std::fprintf(stderr, "WRONG round %d element %zu: got %g expected %g\n", round, i, data[i],
+                     expected);
+        return kExitWrong;
+      }
+    }
     std::printf("round %d\n", round);
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_loop_sleep_ms));
   }
+  std::printf("OK loop rounds=%d\n", FLAGS_loop_rounds);
+  return 0;
 }
 
 int Run(const Config& config) {
