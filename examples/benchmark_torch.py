@@ -9,17 +9,19 @@ Trains a model on random data and reports samples/s per worker. Backends:
          variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
   none   no communication at all (the compute-only ceiling)
 
---compare N runs everything itself, N interleaved repeats of: Ferry (2 workers,
-2 servers, via scripts/local-cluster), Ferry with CrossBarrier, DDP-gloo (2 processes),
-and compute only (2 independent processes, same CPU contention), then prints the
-median [min-max] of each and Ferry / DDP:
+--compare N starts a local cluster (2 workers, 2 servers, scripts/local-cluster) whose
+workers hold every configuration at once, each on its own copy of the model: Ferry
+(DistributedOptimizer), Ferry + CrossBarrier, DDP-gloo (torch.distributed in the same
+processes) and compute only (no communication, same CPU contention). It times them in
+alternating blocks of --num-batches-per-iter batches, N rounds, and prints the median
+[min - max] of each and the ratios to DDP-gloo:
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/benchmark_torch.py --compare 5 --model mlp
+    PYTHONPATH=build/python FERRY_BIN=build/bin \
+        /usr/bin/python3 examples/benchmark_torch.py --compare 7 --model mlp
 """
 
 import argparse
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -126,87 +128,130 @@ def train(args):
 
 # ----------------------------------------------------------------------------- --compare
 
+def interleave(args):
+    """One set of worker processes, every backend in it: Ferry (DistributedOptimizer),
+    Ferry + CrossBarrier, DDP-gloo and compute only, each on its own copy of the model,
+    timed in alternating blocks, so every repeat of every configuration sees the same
+    machine (a shared VM's speed drifts by more than the differences measured here)."""
+    import datetime
+    import torch.distributed as dist
+    import ferry.torch as bps
+
+    torch.set_num_threads(args.threads)
+    bps.init()
+    rank, size = bps.rank(), bps.size()
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["FERRY_BENCH_DDP_PORT"],
+                            rank=rank, world_size=size, timeout=datetime.timedelta(seconds=300))
+    data, target = synthetic_batch(args)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    configs = []
+    torch.manual_seed(0)
+    m = build_model(args)
+    opt = bps.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters())
+    bps.broadcast_parameters(m.state_dict(), root_rank=0)
+    configs.append(("Ferry", m, opt))
+    torch.manual_seed(0)
+    m = build_model(args)
+    opt = bps.DistributedOptimizer(sgd(m), named_parameters=[("cb." + k, v) for k, v in m.named_parameters()])
+    bps.broadcast_parameters(m.state_dict(), root_rank=0)
+    configs.append(("Ferry + CrossBarrier", m, bps.CrossBarrier(m, opt)))
+    torch.manual_seed(0)
+    m = nn.parallel.DistributedDataParallel(build_model(args))
+    configs.append(("DDP (gloo)", m, sgd(m)))
+    torch.manual_seed(0)
+    m = build_model(args)
+    configs.append(("compute only (no communication)", m, sgd(m)))
+
+    phases = {name: [0.0, 0.0, 0.0] for name, _, _ in configs}  # forward, backward, step (s)
+
+    def run(model, optimizer, batches, phase=None):
+        clock = time.perf_counter
+        for _ in range(batches):
+            t0 = clock()
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(data), target)
+            t1 = clock()
+            loss.backward()
+            t2 = clock()
+            optimizer.step()
+            if phase is not None:
+                phase[0] += t1 - t0
+                phase[1] += t2 - t1
+                phase[2] += clock() - t2
+        if isinstance(optimizer, bps.CrossBarrier):
+            t0 = clock()
+            optimizer.synchronize()  # the block ends with every update applied
+            if phase is not None:
+                phase[2] += clock() - t0
+
+    params = sum(p.numel() for p in configs[0][1].parameters())
+    if rank == 0:
+        print("compare: model %s (%.2fM parameters, %.1f MB of float32 gradients), batch %d per "
+              "worker, %d workers, %d Ferry servers, %d torch thread(s) per worker; %d interleaved "
+              "repeats of %d timed batches per configuration after %d warm-up"
+              % (args.model, params / 1e6, params * 4 / 1e6, args.batch_size, size, bps.num_servers(),
+                 args.threads, args.compare, args.num_batches_per_iter, args.num_warmup), flush=True)
+    for _, model, optimizer in configs:
+        run(model, optimizer, args.num_warmup)
+    results = {name: [] for name, _, _ in configs}
+    for rep in range(args.compare):
+        order = configs[rep % len(configs):] + configs[:rep % len(configs)]  # rotate the order
+        for name, model, optimizer in order:
+            dist.barrier()
+            t0 = time.perf_counter()
+            run(model, optimizer, args.num_batches_per_iter, phases[name])
+            dt = time.perf_counter() - t0
+            # The slower worker's rate: the job goes at its pace.
+            r = torch.tensor([dt])
+            dist.all_reduce(r, op=dist.ReduceOp.MAX)
+            rate = args.batch_size * args.num_batches_per_iter / r.item()
+            results[name].append(rate)
+            if rank == 0:
+                print("repeat %d  %-32s %8.1f samples/s per worker" % (rep + 1, name, rate), flush=True)
+    if rank == 0:
+        ddp = statistics.median(results["DDP (gloo)"])
+        print("\n| configuration | samples/s per worker: median [min - max] | vs DDP-gloo |")
+        print("|---|---|---|")
+        for name, _, _ in configs:
+            v = results[name]
+            print("| %s | %.1f [%.1f - %.1f] | %.2fx |" % (name, statistics.median(v), min(v), max(v),
+                                                       statistics.median(v) / ddp))
+        n = args.compare * args.num_batches_per_iter
+        print("\nwhere the time goes, worker 0, ms per batch (mean over every timed batch): "
+              "forward (for CrossBarrier: with the waits for each layer's update) | backward "
+              "(for DDP: with its allreduce waits) | step (Ferry: the wait for the sums and the "
+              "update; CrossBarrier: starting the missing pushes)")
+        for name, _, _ in configs:
+            f, b, st = (1000 * x / n for x in phases[name])
+            print("  %-32s forward %7.1f  backward %7.1f  step %7.1f  total %7.1f"
+                  % (name, f, b, st, f + b + st))
+        print("Ferry core counters, worker 0: %s" % bps.ops._stats())
+        for name in ("Ferry", "Ferry + CrossBarrier"):
+            ratios = [f / d for f, d in zip(results[name], results["DDP (gloo)"])]
+            print("%s / DDP-gloo per repeat: %s (median %.2f)"
+                  % (name, " ".join("%.2f" % x for x in ratios), statistics.median(ratios)))
+        print("RAW %r" % results, flush=True)
+    dist.destroy_process_group()
+    bps.shutdown()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def child_args(args):
-    out = ["--model", args.model, "--batch-size", str(args.batch_size),
-           "--num-warmup", str(args.num_warmup), "--num-iters", str(args.num_iters),
-           "--num-batches-per-iter", str(args.num_batches_per_iter), "--threads", str(args.threads),
-           "--image-size", str(args.image_size), "--mlp-width", str(args.mlp_width),
-           "--mlp-layers", str(args.mlp_layers), "--mlp-input", str(args.mlp_input)]
-    return out + (["--fp16"] if args.fp16 else [])
-
-
-RESULT = re.compile(r"RESULT backend=(\S+) samples_per_s=([0-9.]+)")
-
-
-def run_ferry(args, cross_barrier):
-    env = dict(os.environ, FERRY_LOG_LEVEL=os.environ.get("FERRY_LOG_LEVEL", "WARNING"))
+def compare(args, argv):
+    """Starts a local cluster (scripts/local-cluster) whose workers run interleave()."""
+    env = dict(os.environ, FERRY_LOG_LEVEL=os.environ.get("FERRY_LOG_LEVEL", "WARNING"),
+               FERRY_BENCH_DDP_PORT=str(free_port()))
     cmd = [os.path.join(ROOT, "scripts", "local-cluster"), "-s", str(args.servers), "-w",
-           str(args.workers), "--", sys.executable, os.path.abspath(__file__), "--backend", "ferry"]
-    cmd += child_args(args) + (["--cross-barrier"] if cross_barrier else [])
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)
-    m = RESULT.search(r.stdout)
-    if r.returncode != 0 or not m:
-        sys.exit("ferry run failed (exit %d):\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
-    return float(m.group(2))
-
-
-def run_group(args, backend):
-    """`workers` processes of `backend` (ddp or none); returns rank 0's samples/s."""
-    port = free_port()
-    procs = []
-    for rank in range(args.workers):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.workers), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--backend", backend]
-                                      + child_args(args), env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=args.run_timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    m = RESULT.search(outs[0])
-    if any(p.returncode for p in procs) or not m:
-        sys.exit("%s run failed:\n%s" % (backend, "\n".join(o[-3000:] for o in outs)))
-    return float(m.group(2))
-
-
-def compare(args):
-    configs = [("Ferry", lambda: run_ferry(args, False)),
-               ("Ferry + CrossBarrier", lambda: run_ferry(args, True)),
-               ("DDP (gloo)", lambda: run_group(args, "ddp")),
-               ("compute only (no communication)", lambda: run_group(args, "none"))]
-    results = {name: [] for name, _ in configs}
-    print("compare: model %s, batch %d per worker, %d workers, %d servers (Ferry), %d repeats, "
-          "interleaved; %d x %d timed batches per run after %d warm-up"
-          % (args.model, args.batch_size, args.workers, args.servers, args.compare, args.num_iters,
-             args.num_batches_per_iter, args.num_warmup), flush=True)
-    for rep in range(args.compare):
-        for name, run in configs:
-            t0 = time.time()
-            rate = run()
-            results[name].append(rate)
-            print("repeat %d  %-32s %8.1f samples/s per worker  (%.0f s)"
-                  % (rep + 1, name, rate, time.time() - t0), flush=True)
-    ddp = statistics.median(results["DDP (gloo)"])
-    print("\n| configuration | samples/s per worker: median [min - max] | vs DDP-gloo |")
-    print("|---|---|---|")
-    for name, _ in configs:
-        v = results[name]
-        print("| %s | %.1f [%.1f - %.1f] | %.2fx |" % (name, statistics.median(v), min(v), max(v),
-                                                   statistics.median(v) / ddp))
-    per_rep = [f / d for f, d in zip(results["Ferry"], results["DDP (gloo)"])]
-    print("\nFerry / DDP-gloo per repeat: %s" % " ".join("%.2f" % r for r in per_rep))
-    print("raw: %r" % results)
+           str(args.workers), "--", sys.executable, os.path.abspath(__file__), "--interleave"] + argv
+    return subprocess.call(cmd, env=env)
 
 
 def main(argv=None):
@@ -227,14 +272,18 @@ def main(argv=None):
     p.add_argument("--mlp-width", type=int, default=2048)
     p.add_argument("--mlp-layers", type=int, default=3)
     p.add_argument("--compare", type=int, default=0, metavar="N",
-                   help="run N interleaved repeats of Ferry, Ferry+CrossBarrier, DDP-gloo and "
-                        "compute only, and print the comparison")
+                   help="start a local cluster and run N interleaved repeats of Ferry, "
+                        "Ferry + CrossBarrier, DDP-gloo and compute only (each repeat: "
+                        "--num-batches-per-iter timed batches of each), then print the comparison")
     p.add_argument("--workers", type=int, default=2, help="--compare: workers (default 2)")
     p.add_argument("--servers", type=int, default=2, help="--compare: Ferry servers (default 2)")
-    p.add_argument("--run-timeout", type=float, default=600, help="--compare: seconds per run")
+    p.add_argument("--interleave", action="store_true", help=argparse.SUPPRESS)  # a --compare worker
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
-    if args.compare:
-        compare(args)
+    if args.interleave:
+        interleave(args)
+    elif args.compare:
+        return compare(args, argv)
     else:
         train(args)
     return 0

@@ -154,26 +154,30 @@ def _require_init():
 
 
 def _find_local_rank():
-    for prefix in ("FERRY_", "BYTEPS_"):
-        r, s = os.environ.get(prefix + "LOCAL_RANK"), os.environ.get(prefix + "LOCAL_SIZE")
-        if r is not None and s is not None:
-            try:
-                r, s = int(r), int(s)
-            except ValueError:
-                raise ValueError("%sLOCAL_RANK=%r / %sLOCAL_SIZE=%r: expected integers"
-                                 % (prefix, r, prefix, s))
-            if not 0 <= r < s:
-                raise ValueError("%sLOCAL_RANK=%d must be in 0..%sLOCAL_SIZE-1=%d"
-                                 % (prefix, r, prefix, s - 1))
-            return r, s
-    # Gather every worker's host id: each writes its slot, the sum fills them all.
+    # Gather every worker's host id: each writes its slot, the sum fills them all. Every
+    # worker takes part, whatever its environment says, so the collective always matches.
     host = hashlib.sha1(socket.gethostname().encode()).digest()
     host_id = int.from_bytes(host[:7], "little") + 1
     ids = torch.zeros(size(), dtype=torch.int64)
     ids[rank()] = host_id
     synchronize(push_pull_async_inplace(ids, average=False, name="ferry.init.host_ids"))
     same = (ids == host_id)
-    return int(same[:rank()].sum()), int(same.sum())
+    found = int(same[:rank()].sum()), int(same.sum())
+    # A launcher's word wins (ferry-launch --local-size, bpslaunch).
+    for prefix in ("FERRY_", "BYTEPS_"):
+        r, s = os.environ.get(prefix + "LOCAL_RANK"), os.environ.get(prefix + "LOCAL_SIZE")
+        if r is None or s is None:
+            continue
+        try:
+            r, s = int(r), int(s)
+        except ValueError:
+            raise ValueError("%sLOCAL_RANK=%r / %sLOCAL_SIZE=%r: expected integers"
+                             % (prefix, r, prefix, s))
+        if not 0 <= r < s:
+            raise ValueError("%sLOCAL_RANK=%d must be in 0..%sLOCAL_SIZE-1=%d"
+                             % (prefix, r, prefix, s - 1))
+        return r, s
+    return found
 
 
 # ----------------------------------------------------------------------------- checks

@@ -1,0 +1,134 @@
+"""deploy/k8s: no cluster runs here, so the manifests' structure is checked: kinds,
+selectors, each role's environment, ports, replicas against DMLC_NUM_*, the secret."""
+
+
+import pytest
+import yaml
+
+from deploy_support import REPO
+
+K8S = REPO / "deploy" / "k8s"
+CLUSTER_VARS = ("DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
+
+
+@pytest.fixture(scope="module")
+def docs():
+    out = []
+    for f in sorted(K8S.glob("*.yaml")):
+        if f.name == "kustomization.yaml":
+            continue
+        for d in yaml.safe_load_all(f.read_text()):
+            if d:
+                assert d.get("apiVersion") and d.get("kind") and d["metadata"].get("name"), (f, d)
+                out.append(d)
+    return out
+
+
+def find(docs, kind, name):
+    hits = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(hits) == 1, "%s/%s: %d found" % (kind, name, len(hits))
+    return hits[0]
+
+
+def container_env(docs, workload):
+    """The container's environment as Kubernetes would give it: envFrom, then env.
+    Values from fields (pod IP, labels) are returned as ('field', path)."""
+    c = workload["spec"]["template"]["spec"]["containers"]
+    assert len(c) == 1
+    c = c[0]
+    env = {}
+    for src in c.get("envFrom", []):
+        if "configMapRef" in src:
+            env.update(find(docs, "ConfigMap", src["configMapRef"]["name"])["data"])
+        elif "secretRef" in src:
+            env.update(find(docs, "Secret", src["secretRef"]["name"])["stringData"])
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            env[e["name"]] = ("field", e["valueFrom"]["fieldRef"]["fieldPath"])
+    return c, env
+
+
+def test_kustomization_lists_every_manifest():
+    k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert k["kind"] == "Kustomization"
+    files = sorted(f.name for f in K8S.glob("*.yaml") if f.name != "kustomization.yaml")
+    assert sorted(k["resources"]) == files
+    assert {i["name"] for i in k["images"]} == {"ferry", "ferry-example"}
+
+
+def test_the_kinds_of_a_ferry_job(docs):
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
+    assert kinds == sorted([
+        ("Secret", "ferry-secret"), ("ConfigMap", "ferry-cluster"),
+        ("Service", "ferry-scheduler"), ("Deployment", "ferry-scheduler"),
+        ("Service", "ferry-server"), ("StatefulSet", "ferry-server"),
+        ("Service", "ferry-worker"), ("StatefulSet", "ferry-worker"),
+    ])
+
+
+def test_selectors_match_their_pods(docs):
+    for d in docs:
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            labels = d["spec"]["template"]["metadata"]["labels"]
+            assert d["spec"]["selector"]["matchLabels"].items() <= labels.items(), d["metadata"]["name"]
+        if d["kind"] == "StatefulSet":
+            svc = find(docs, "Service", d["spec"]["serviceName"])
+            assert svc["spec"]["clusterIP"] == "None"
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        pods = [w for w in docs if w["kind"] in ("Deployment", "StatefulSet")
+                and svc["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+        assert len(pods) == 1, svc["metadata"]["name"]
+
+
+def test_every_role_gets_what_it_needs(docs):
+    scheduler = find(docs, "Deployment", "ferry-scheduler")
+    servers = find(docs, "StatefulSet", "ferry-server")
+    workers = find(docs, "StatefulSet", "ferry-worker")
+    shapes = []
+    for workload, role in ((scheduler, "scheduler"), (servers, "server"), (workers, "worker")):
+        c, env = container_env(docs, workload)
+        assert env["DMLC_ROLE"] == role
+        for v in CLUSTER_VARS:
+            assert v in env, "%s lacks %s" % (role, v)
+        shapes.append(tuple(env[v] for v in CLUSTER_VARS))
+        # The pod's own address is what it advertises.
+        assert env["DMLC_NODE_HOST"] == ("field", "status.podIP")
+        assert env["FERRY_SECRET"] and "FAKE" in env["FERRY_SECRET"]
+        # args, not command: the image's entrypoint (tini, ferry-entrypoint) stays.
+        assert "command" not in c and c["args"][0] == "ferry-launch"
+        assert c["image"] in ("ferry", "ferry-example")
+    assert len(set(shapes)) == 1
+    num_worker, num_server, root_uri, root_port = shapes[0]
+
+    # The scheduler's Service is DMLC_PS_ROOT_URI, on DMLC_PS_ROOT_PORT, to its container port.
+    svc = find(docs, "Service", root_uri)
+    c, env = container_env(docs, scheduler)
+    assert scheduler["spec"]["replicas"] == 1
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert svc["spec"]["ports"][0]["port"] == int(root_port) == ports[svc["spec"]["ports"][0]["targetPort"]]
+    assert "DMLC_PS_ROOT_PORT" in " ".join(c["readinessProbe"]["exec"]["command"])
+
+    # Servers: as many as DMLC_NUM_SERVER, listening on DMLC_PORT, their container port.
+    c, env = container_env(docs, servers)
+    assert servers["spec"]["replicas"] == int(num_server)
+    assert [p["containerPort"] for p in c["ports"]] == [int(env["DMLC_PORT"])]
+    assert "DMLC_PORT" in " ".join(c["readinessProbe"]["exec"]["command"])
+
+    # Workers: as many as DMLC_NUM_WORKER (one process each), ranks from the pod ordinal,
+    # the training example with the package on PYTHONPATH; no port.
+    c, env = container_env(docs, workers)
+    assert workers["spec"]["replicas"] * int(env.get("FERRY_LOCAL_SIZE", 1)) == int(num_worker)
+    assert env["DMLC_WORKER_ID"] == ("field", "metadata.labels['apps.kubernetes.io/pod-index']")
+    assert env["PYTHONPATH"] == "/usr/local/lib/ferry/python"
+    assert c["args"] == ["ferry-launch", "python3", "/usr/local/share/ferry/examples/train_digits.py"]
+    assert c["image"] == "ferry-example"
+    assert "ports" not in c
+
+
+def test_the_published_secret_is_marked_fake(docs):
+    s = find(docs, "Secret", "ferry-secret")
+    assert s["type"] == "Opaque" and list(s["stringData"]) == ["FERRY_SECRET"]
+    text = (K8S / "secret.yaml").read_text()
+    assert "FAKE" in s["stringData"]["FERRY_SECRET"] and "replace it" in text
