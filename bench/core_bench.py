@@ -103,9 +103,9 @@ def parse_csv(text, key_col="bytes"):
     return {int(r[key_col]): r for r in rows}
 
 
-def run_ferry(sizes_arg, iters, warmup):
+def run_ferry(sizes_arg, iters, warmup, extra_env=None):
     out, _ = run_cluster(["-b", sizes_arg[0], "-e", sizes_arg[1], "-f", "4", "-n", str(iters), "-w", str(warmup),
-                          "--format=csv"], timeout=1800)
+                          "--format=csv"], timeout=1800, extra_env=extra_env)
     return {b: float(r["algbw_GBps"]) for b, r in parse_csv(out).items() if int(r["errors"]) == 0}
 
 
@@ -159,7 +159,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "core.md"))
     args = ap.parse_args()
 
-    ferry, gloo, zmq = [], [], []
+    ferry, gloo, zmq, secure = [], [], [], []
     for r in range(args.repeats):
         print(f"[core_bench] repeat {r + 1}/{args.repeats}: ferry-perf", flush=True)
         ferry.append(run_ferry((args.min, args.max), args.n, args.w))
@@ -168,6 +168,9 @@ def main():
         gloo.append(run_gloo(sizes, args.n, args.w))
         print(f"[core_bench] repeat {r + 1}/{args.repeats}: raw ZeroMQ stream", flush=True)
         zmq.append(run_zmq())
+        print(f"[core_bench] repeat {r + 1}/{args.repeats}: ferry-perf with FERRY_SECRET (CURVE)", flush=True)
+        secure.append(run_ferry(("1M", "64M"), args.n, args.w,
+                                {"FERRY_SECRET": "benchmark-secret-not-for-production"}))
 
     print("[core_bench] CPU per GB (64 MiB, unchecked)", flush=True)
     cpu_runs = []
@@ -191,6 +194,16 @@ def main():
         sock_ratio = [2 * WORKERS * run_f[b] / z for run_f, z in zip(ferry, zmq)]
         lines.append(f"| {b} | {fmt_range(f)} | {fmt_range(g)} | {fmt_range(ratio, 2)} | {fmt_range(sock)} | "
                      f"{fmt_range(sock_ratio, 2)} |")
+    lines.append("")
+    lines.append("Encryption (FERRY_SECRET, CURVE) beside plain, same repeats:")
+    lines.append("")
+    lines.append("| bytes | plain algbw GB/s | CURVE algbw GB/s | CURVE / plain |")
+    lines.append("|---:|---:|---:|---:|")
+    for b in sorted(set.intersection(*[set(x) for x in secure])):
+        plain = [run[b] for run in ferry if b in run]
+        enc = [run[b] for run in secure]
+        ratio = [e / p for e, p in zip(enc, plain)]
+        lines.append(f"| {b} | {fmt_range(plain)} | {fmt_range(enc)} | {fmt_range(ratio, 2)} |")
     lines.append("")
     lines.append(f"Raw ZeroMQ stream, 4 MiB messages: {fmt_range(zmq)} GB/s over {args.repeats} repeats.")
     per_gb = [c[0] for c in cpu_runs]
