@@ -117,6 +117,30 @@ def mode_ops(args, out):
         except Exception as e:  # noqa: BLE001 - recorded for the test
             errors[what] = (type(e).__name__, str(e))
     out["errors"] = errors
+
+    # CrossBarrier refuses a parameter read outside the forward of its module.
+    class Outside(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            # b's weight is read before any module forward (b's own never runs).
+            return self.a(F.linear(x, self.b.weight))
+
+    m = Outside()
+    cb = bps.CrossBarrier(m, torch.optim.SGD(m.parameters(), lr=0.1),
+                          named_parameters=[("outside." + k, v) for k, v in m.named_parameters()])
+    outcome = None
+    for _ in range(2):
+        cb.zero_grad()
+        try:
+            m(torch.ones(2, 3)).sum().backward()
+        except RuntimeError as e:
+            outcome = (type(e).__name__, str(e))
+            break
+        cb.step()
+    out["cross_barrier_outside"] = outcome
     bps.barrier()
 
 
@@ -143,20 +167,27 @@ def mode_train(args, out):
         torch.manual_seed(args.seed)
         model = DigitsCNN()
         lr = 0.002 if name == "adam" else 0.05
+        passes = 2 if flavour == "bpps2" else 1   # backward passes per step
+        compression = bps.Compression.fp16 if flavour == "fp16" else bps.Compression.none
+        # Each configuration its own gradient names (fp16 declares them as float16).
         opt = bps.DistributedOptimizer(make_optimizer(name, model.parameters(), lr),
-                                       named_parameters=model.named_parameters())
+                                       named_parameters=[("%s.%s" % (config, k), v)
+                                                         for k, v in model.named_parameters()],
+                                       compression=compression, backward_passes_per_step=passes)
         bps.broadcast_parameters(model.state_dict(), root_rank=0)
         if flavour == "cb":
             opt = bps.CrossBarrier(model, opt)
         used = []
         batches = train_batches(shard, args.batch_size, args.steps, args.seed)
-        for idx in batches:
-            assert all(int(i) % size == rank for i in idx), "a batch left this worker's shard"
+        for i, idx in enumerate(batches):
+            assert all(int(j) % size == rank for j in idx), "a batch left this worker's shard"
             used.append(idx.clone())
-            opt.zero_grad()
+            if i % passes == 0:
+                opt.zero_grad()
             loss = F.cross_entropy(model(x[idx]), y[idx])
             loss.backward()
-            opt.step()
+            if i % passes == passes - 1:
+                opt.step()
         if flavour == "cb":
             opt.synchronize()
             opt.remove()

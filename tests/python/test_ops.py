@@ -129,3 +129,10 @@ def test_refusals_have_clear_messages(results):
         assert e["meta"][0] == "ValueError" and "only CPU tensors" in e["meta"][1]
         assert e["redeclare"][0] == "FerryError" and "was declared as" in e["redeclare"][1]
         assert e["root"][0] == "ValueError" and "root_rank" in e["root"][1]
+
+
+def test_cross_barrier_refuses_a_parameter_used_outside_its_module(results):
+    for r in results:
+        outcome = r["cross_barrier_outside"]
+        assert outcome is not None, "worker %d trained on a stale weight" % r["rank"]
+        assert "outside.b.weight" in outcome[1] and "CrossBarrier" in outcome[1], outcome

@@ -18,9 +18,9 @@ state and hyper-parameters), so the result equals the plain optimizer's for ever
 optimizer whose update is per parameter (SGD, momentum, Adam, AdamW, RMSprop, ...);
 optimizers that couple parameters (LBFGS) are refused.
 
-Requirements: every parameter is used in the forward of a module that owns it (a
-parameter used elsewhere would be read before its update: detected, and reported as
-an error in backward rather than training on a stale weight). Read parameters
+Requirements: forward goes through `model`, and every parameter is used in the forward
+of a module that owns it (a parameter used elsewhere could be read before its update:
+detected, and reported as an error in backward rather than training on a stale weight). Read parameters
 outside forward (evaluation by hand, saving) after synchronize(), which applies every
 pending update; state_dict() does that itself.
 """
@@ -58,6 +58,9 @@ class CrossBarrier(object):
                 options = {k: v for k, v in group.items() if k != "params"}
                 self._single[p] = base([dict(options, params=[p])])
         self._hooks = []
+        self._pending_at_forward = set()  # pending when the last forward through `model` began
+        self._gated = set()               # parameters whose module's pre-hook ran since then
+        self._hooks.append(model.register_forward_pre_hook(self._begin_forward))
         tracked = set(self._group_of)
         for module in model.modules():
             own = [p for p in module.parameters(recurse=False) if p in tracked]
@@ -71,8 +74,13 @@ class CrossBarrier(object):
 
     # ------------------------------------------------------------------ the gating
 
+    def _begin_forward(self, module, inputs):
+        self._pending_at_forward = set(self._pending)
+        self._gated = set()
+
     def _make_pre_hook(self, own):
         def pre_hook(module, inputs):
+            self._gated.update(own)
             if not self._pending:
                 return
             for p in own:
@@ -83,7 +91,9 @@ class CrossBarrier(object):
 
     def _make_grad_check(self, p):
         def check(grad):
-            if p in self._pending:
+            # Pending when forward began, yet its module's forward never ran: it was read
+            # somewhere else, perhaps before its update (which may have come later).
+            if p in self._pending or (p in self._pending_at_forward and p not in self._gated):
                 name = self._ferry_optimizer._parameter_names.get(p, "?")
                 raise RuntimeError(
                     "ferry.torch.CrossBarrier: parameter '%s' was used in forward before its "
