@@ -272,7 +272,7 @@ void Scheduler::OnBarrier(const Message& m) {
     }
   }
   arrived.emplace_back(m.sender(), m.envelope.request_id());
-  int expected = group == proto::GROUP_WORKERS   ? config_.num_workers
+  int expected = group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.num_workers
                  : group == proto::GROUP_SERVERS ? config_.num_servers
                                                  : config_.num_workers + config_.num_servers;
   VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "

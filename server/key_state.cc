@@ -21,11 +21,19 @@ PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_leng
   return PushVerdict::kAccumulate;
 }
 
-bool KeyState::Record(int rank, const PendingReply& reply, int num_workers) {
+bool KeyState::Record(int rank, const PendingReply& reply, const std::vector<bool>& joined) {
   pushed[rank] = true;
   waiting.push_back(reply);
   bytes_pushed += length;
-  return static_cast<int>(waiting.size()) == num_workers;
+  return Complete(joined);
+}
+
+bool KeyState::Complete(const std::vector<bool>& joined) const {
+  if (waiting.empty()) return false;
+  for (size_t r = 0; r < pushed.size(); ++r) {
+    if (!pushed[r] && !(r < joined.size() && joined[r])) return false;
+  }
+  return true;
 }
 
 void KeyState::NextRound(int num_workers) {

@@ -60,7 +60,10 @@ struct KeyState {
   PushVerdict Classify(int rank, uint32_t push_round, uint64_t push_length, DataType push_dtype,
                        uint64_t push_hash, int num_workers);
   // Records an accepted push from `rank`; returns true when the round is complete.
-  bool Record(int rank, const PendingReply& reply, int num_workers);
+  bool Record(int rank, const PendingReply& reply, const std::vector<bool>& joined);
+  // Whether every worker has pushed this round or joined (has no more pushes), with
+  // at least one push to answer.
+  bool Complete(const std::vector<bool>& joined) const;
   // Starts the next round (after the replies of this one were sent).
   void NextRound(int num_workers);
 };

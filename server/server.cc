@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "common/util/status.h"
 
 namespace ferry {
@@ -15,7 +17,9 @@ Server::Server(const Config& config)
   num_servers_ = config.num_servers;
   for (int i = 0; i < config.server_engine_threads; ++i) {
     engines_.push_back(std::make_unique<Engine>());
+    engines_.back()->joined.assign(num_workers_, false);
   }
+  joined_.assign(num_workers_, false);
 }
 
 Server::~Server() {
@@ -87,7 +91,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     }
     return;
   }
-  if (!origin.inbound || m.type() != proto::PUSH) {
+  if (!origin.inbound || (m.type() != proto::PUSH && m.type() != proto::JOIN)) {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
     return;
   }
@@ -110,6 +114,10 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
                ErrorCode::kBadMessage, "push refused: the sender is not a worker of this job");
     return;
   }
+  if (m.type() == proto::JOIN) {
+    OnJoin(m, origin.identity);
+    return;
+  }
   uint64_t key = m.envelope.key();
   Engine* e = engines_[std::hash<uint64_t>()(key) % engines_.size()].get();
   {
@@ -129,7 +137,11 @@ void Server::EngineLoop(Engine* engine) {
       work = std::move(engine->queue.front());
       engine->queue.pop_front();
     }
-    HandlePush(engine, work);
+    if (work.message.type() == proto::JOIN) {
+      HandleJoin(engine, cluster_.table().node(work.message.sender()).rank());
+    } else {
+      HandlePush(engine, work);
+    }
   }
 }
 
@@ -140,6 +152,13 @@ void Server::HandlePush(Engine* engine, Work& work) {
   const DataType dtype = static_cast<DataType>(e.dtype());
   KeyState& state = engine->keys[key];
   pushes_++;
+  if (engine->joined[rank]) {
+    rejected_++;
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+               StrCat("worker ", rank, " pushed ", KeyName(key), " after joining; a worker may "
+                      "push again only once every worker has joined"));
+    return;
+  }
   switch (state.Classify(rank, e.round(), e.length(), dtype, e.tensor_hash(), num_workers_)) {
     case PushVerdict::kFailed:
       rejected_++;
@@ -182,10 +201,51 @@ void Server::HandlePush(Engine* engine, Work& work) {
             dtype);
   }
   bytes_summed_ += state.length;
-  if (state.Record(rank, PendingReply{e.sender(), work.identity, e.request_id()}, num_workers_)) {
+  if (state.Record(rank, PendingReply{e.sender(), work.identity, e.request_id()}, engine->joined)) {
     CompleteRound(key, state);  // the sum doubles as this push's acknowledgement
   } else {
     Acknowledge(work.identity, e.request_id(), key);
+  }
+}
+
+void Server::OnJoin(const Message& m, const std::string& identity) {
+  int rank = cluster_.table().node(m.sender()).rank();
+  // Every engine sees the JOIN after the pushes this worker sent before it (same
+  // connection, queued in order), so a round it already pushed still counts it.
+  for (auto& e : engines_) {
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      e->queue.push_back(Work{Message(m), identity});
+    }
+    e->cv.notify_one();
+  }
+  joined_[rank] = true;
+  bool all = std::find(joined_.begin(), joined_.end(), false) == joined_.end();
+  LOG(INFO) << "worker " << rank << " joined"
+            << (all ? "; every worker has joined: keys restart at round 0" : "");
+  if (all) joined_.assign(num_workers_, false);
+  Message ack = MakeMessage(proto::JOIN_ACK, cluster_.my_id());
+  ack.envelope.set_request_id(m.envelope.request_id());
+  van_.Reply(identity, std::move(ack));
+}
+
+void Server::HandleJoin(Engine* engine, int rank) {
+  engine->joined[rank] = true;
+  if (std::find(engine->joined.begin(), engine->joined.end(), false) == engine->joined.end()) {
+    // Every worker joined: nobody pushes until they all leave Join(), and then every
+    // worker restarts its rounds at 0.
+    engine->joined.assign(num_workers_, false);
+    for (auto& [key, state] : engine->keys) {
+      if (!state.waiting.empty()) {  // only a worker pushing after its own JOIN does this
+        FailKey(key, state, StrCat(KeyName(key), " had pushes waiting when every worker had joined"));
+      }
+      state.round = 0;
+      state.pushed.assign(num_workers_, false);
+    }
+    return;
+  }
+  for (auto& [key, state] : engine->keys) {
+    if (state.Complete(engine->joined)) CompleteRound(key, state);
   }
 }
 
@@ -198,6 +258,7 @@ void Server::CompleteRound(uint64_t key, KeyState& state) {
     reply.envelope.set_dtype(static_cast<proto::DataTypeProto>(state.dtype));
     reply.envelope.set_length(state.length);
     reply.envelope.set_tensor_hash(state.tensor_hash);
+    reply.envelope.set_contributors(static_cast<uint32_t>(state.waiting.size()));
     reply.payload = state.sum;  // shared: every reply sends the same bytes
     van_.Reply(p.identity, std::move(reply));
   }

@@ -51,7 +51,7 @@ class Server {
 
  private:
   struct Work {
-    Message message;
+    Message message;           // a PUSH, or a JOIN (then only the sender matters)
     std::string identity;
   };
   struct Engine {
@@ -60,12 +60,17 @@ class Server {
     std::deque<Work> queue;
     bool stop = false;
     std::unordered_map<uint64_t, KeyState> keys;  // owned by this engine's thread only
+    std::vector<bool> joined;  // by worker rank; this engine's thread only
     std::thread thread;
   };
 
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
   void EngineLoop(Engine* engine);
   void HandlePush(Engine* engine, Work& work);
+  // A worker joined: rounds that waited only for it complete without it. Once every
+  // worker joined, the join is over: every key restarts at round 0.
+  void HandleJoin(Engine* engine, int rank);
+  void OnJoin(const Message& m, const std::string& identity);  // IO thread
   void CompleteRound(uint64_t key, KeyState& state);
   void FailKey(uint64_t key, KeyState& state, const std::string& reason);
   // Tells a worker its push arrived, so it can return the push's credit (the sum
@@ -81,6 +86,7 @@ class Server {
   ClusterClient cluster_;
   std::vector<std::unique_ptr<Engine>> engines_;
   static constexpr size_t kMaxEarlyPushes = 65536;
+  std::vector<bool> joined_;  // IO thread only: who joined in the current join
   std::vector<std::pair<Message, Origin>> early_pushes_;  // IO thread only
   int num_workers_ = 0;
   int num_servers_ = 0;

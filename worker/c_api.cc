@@ -101,6 +101,13 @@ int ferry_barrier(void) {
   });
 }
 
+int ferry_join(void) {
+  return Guard([] {
+    Get().Join();
+    return 0;
+  });
+}
+
 int ferry_shutdown(void) {
   return Guard([] {
     std::unique_ptr<ferry::Worker> w;

@@ -26,6 +26,8 @@ int ferry_poll(int64_t handle);             /* 1 done, 0 running, < 0 error */
 int ferry_wait(int64_t handle);
 int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int root);
 int ferry_barrier(void);
+/* Uneven data: this worker has no more batches; returns once every worker joined. */
+int ferry_join(void);
 int ferry_shutdown(void);
 const char* ferry_last_error(void);
 

@@ -250,7 +250,11 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a server connection";
     return;
   }
-  if (m.type() == proto::PUSH_ACK) {
+  if (m.type() == proto::JOIN_ACK) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (m.envelope.request_id() == join_request_) join_acks_++;
+    cv_.notify_all();
+  } else if (m.type() == proto::PUSH_ACK) {
     OnAck(m);
   } else if (m.type() == proto::PUSH_RESULT) {
     OnPushResult(std::move(m));
@@ -308,7 +312,9 @@ void Worker::OnPushResult(Message&& m) {
     // The output slice belongs to this partition alone until the operation completes.
     std::memcpy(f.op->output + p.offset, m.payload.data(), p.bytes);
     if (f.op->average) {
-      Scale(f.op->output + p.offset, 1.0 / num_workers_, p.bytes / DataTypeSize(t.dtype), t.dtype);
+      // Averages are over the workers whose pushes the sum holds (fewer after a join).
+      uint32_t n = e.contributors() > 0 ? e.contributors() : static_cast<uint32_t>(num_workers_);
+      Scale(f.op->output + p.offset, 1.0 / n, p.bytes / DataTypeSize(t.dtype), t.dtype);
     }
     stat_bytes_received_ += p.bytes;
     lock.lock();
@@ -450,21 +456,55 @@ void Worker::Barrier() {
   cluster_.Barrier(proto::GROUP_WORKERS);
 }
 
+void Worker::WaitForOwnOperations(std::unique_lock<std::mutex>& lock) {
+  auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
+  // Operations nobody waited for still finish first.
+  cv_.wait_until(lock, deadline, [this] {
+    if (!failure_.empty()) return true;
+    for (const auto& [h, op] : operations_) {
+      if (!op->done) return false;
+    }
+    return true;
+  });
+  if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+}
+
+void Worker::Join() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    WaitForOwnOperations(lock);
+    join_request_ = next_request_++;
+    join_acks_ = 0;
+  }
+  for (int s = 0; s < num_servers_; ++s) {
+    Message m = MakeMessage(proto::JOIN, my_id_);
+    m.envelope.set_request_id(join_request_);
+    van_.Send(ServerId(s), std::move(m));
+  }
+  {
+    // Every server must hold our JOIN before the others may leave the join barrier.
+    std::unique_lock<std::mutex> lock(mu_);
+    bool acked = cv_.wait_for(lock, Millis(config_.op_timeout_ms), [this] {
+      return join_acks_ == num_servers_ || !failure_.empty();
+    });
+    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", num_servers_ - join_acks_, " of ",
+                  num_servers_, " servers did not acknowledge within ", config_.op_timeout_ms,
+                  " ms");
+  }
+  LOG(INFO) << "worker " << rank_ << " joined; waiting for the other workers";
+  cluster_.Barrier(proto::GROUP_JOIN, config_.join_timeout_ms);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& t : tensors_) t->rounds.assign(t->parts.size(), 0);
+  LOG(INFO) << "every worker joined; rounds start over";
+}
+
 void Worker::Shutdown() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
-    // Operations nobody waited for still finish before we leave.
-    cv_.wait_until(lock, deadline, [this] {
-      if (!failure_.empty()) return true;
-      for (const auto& [h, op] : operations_) {
-        if (!op->done) return false;
-      }
-      return true;
-    });
-    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    WaitForOwnOperations(lock);
   }
   cluster_.Finalize();
   WorkerStats s = stats();

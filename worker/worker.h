@@ -93,6 +93,12 @@ class Worker {
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
   // Blocks until every worker called Barrier.
   void Barrier();
+  // For uneven data (Horovod's join): this worker has no more batches. Its operations
+  // finish, the servers stop waiting for it (sums and averages from then on are over
+  // the workers still pushing: PUSH_RESULT says how many contributed), and the call
+  // blocks until every worker has joined (deadline FERRY_JOIN_TIMEOUT_MS). Then every
+  // worker may push again (the next epoch), all starting over at round 0.
+  void Join();
   // Waits for this worker's operations, tells the scheduler this worker is done, and
   // waits until every worker is (then the servers and scheduler exit). Idempotent.
   void Shutdown();
@@ -112,6 +118,7 @@ class Worker {
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
   void OnAck(const Message& m);
+  void WaitForOwnOperations(std::unique_lock<std::mutex>& lock);  // REQUIRES: lock holds mu_
   void OnPushResult(Message&& m);
   void ReturnCredit(InFlight& f);  // REQUIRES: mu_ held
   void OnError(const Message& m);
@@ -146,6 +153,8 @@ class Worker {
   uint64_t next_cookie_ = 1;
   std::string failure_;                   // non-empty: the job failed; every call throws
   int copies_running_ = 0;                // sums being copied into outputs outside the lock
+  uint64_t join_request_ = 0;             // request id of the JOIN in progress
+  int join_acks_ = 0;                     // servers that acknowledged it
   bool shut_down_ = false;
 
   std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},

@@ -153,7 +153,7 @@ void ClusterClient::WaitUntil(const std::function<bool()>& done, int64_t timeout
   }
 }
 
-void ClusterClient::Barrier(proto::BarrierGroup group) {
+void ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -164,7 +164,7 @@ void ClusterClient::Barrier(proto::BarrierGroup group) {
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   Send(std::move(m));
-  WaitUntil([this, id] { return barriers_[id]; }, config_.op_timeout_ms,
+  WaitUntil([this, id] { return barriers_[id]; }, timeout_ms > 0 ? timeout_ms : config_.op_timeout_ms,
             StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
   std::lock_guard<std::mutex> lock(mu_);
   barriers_.erase(id);

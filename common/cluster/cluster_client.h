@@ -41,8 +41,9 @@ class ClusterClient {
   int my_rank() const;
   const NodeTable& table() const { return table_; }
 
-  // Blocks until every node of `group` reached the barrier (deadline op_timeout_ms).
-  void Barrier(proto::BarrierGroup group);
+  // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,
+  // default op_timeout_ms).
+  void Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0);
 
   // Worker: tells the scheduler this worker is done and waits until the scheduler
   // ends the job (every worker finalized). Servers: just waits for that end.

@@ -277,6 +277,8 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
                    c.heartbeat_interval_ms, ")"));
   }
   c.op_timeout_ms = r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.op_timeout_ms, 100, 7 * 86400000LL);
+  c.join_timeout_ms =
+      r.Int("FERRY_JOIN_TIMEOUT_MS", nullptr, c.join_timeout_ms, 100, 30 * 86400000LL);
   c.max_message_bytes = r.Int("FERRY_MAX_MESSAGE_BYTES", nullptr, c.max_message_bytes, 65536,
                               (1LL << 40));
   if (c.max_message_bytes < c.partition_bytes + 4096) {

@@ -47,6 +47,7 @@ struct Config {
   int64_t heartbeat_interval_ms = 1000;
   int64_t heartbeat_timeout_ms = 10000;
   int64_t op_timeout_ms = 600000;  // one push_pull, barrier or broadcast
+  int64_t join_timeout_ms = 86400000;  // Worker::Join: waiting for the other workers
   int64_t max_message_bytes = 1LL << 30;
 
   // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).

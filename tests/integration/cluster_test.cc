@@ -55,6 +55,21 @@ TEST(ClusterTest, ThreeWorkersTwoServersSumExactly) {
   }
 }
 
+TEST(ClusterTest, JoinForUnevenDataSumsOverTheWorkersStillPushing) {
+  Cluster c;
+  c.Start(2, 3, {"--mode=join"}, {{"FERRY_PARTITION_BYTES", "4096"}});
+  auto results = c.group.WaitAll(120000 * TimeScale());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << c.group.AllOutput();
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << c.group.AllOutput();
+  }
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_NE(c.group.Output(c.workers[w]).find("OK join rounds=" + std::to_string(3 + 2 * w)),
+              std::string::npos)
+        << c.group.Output(c.workers[w]);
+  }
+}
+
 TEST(ClusterTest, SmallPartitionsAndTightCredit) {
   // Many partitions per tensor, one in flight at a time, byte credit.
   Cluster c;

@@ -7,6 +7,9 @@
 //                  round or a missing worker shows. Every other tensor is averaged.
 // --mode=mismatch  rank 0 and rank 1 declare tensor "mismatched" with different sizes;
 //                  each must get an error naming it, and then tensor "after" must sum.
+// --mode=join      uneven data: worker r pushes 3 + 2r rounds, then joins; sums and
+//                  averages must cover exactly the workers still pushing; after the
+//                  join every worker runs 2 more rounds together (rounds restart).
 // --mode=loop      push_pull one tensor until an error (for failure tests); prints
 //                  "round N" as it goes.
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
@@ -16,6 +19,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -24,7 +28,7 @@
 #include "common/util/status.h"
 #include "worker/worker.h"
 
-DEFINE_string(mode, "sums", "sums, mismatch or loop");
+DEFINE_string(mode, "sums", "sums, mismatch, join or loop");
 DEFINE_int32(tensors, 40, "tensors (sums mode)");
 DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
 DEFINE_int32(rounds, 20, "rounds (sums mode)");
@@ -142,6 +146,50 @@ int RunLoop(Worker& w) {
   return 0;
 }
 
+int CheckAll(const std::vector<float>& v, float expected, const char* what, int round) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != expected) {
+      std::fprintf(stderr, "WRONG %s round %d element %zu: got %g expected %g\n", what, round, i,
+                   v[i], expected);
+      return kExitWrong;
+    }
+  }
+  return 0;
+}
+
+int RunJoin(Worker& w) {
+  const int n = w.size();
+  auto rounds_of = [](int rank) { return 3 + 2 * rank; };
+  std::vector<float> sum(1000), avg(3000);
+  for (int round = 0; round < rounds_of(w.rank()); ++round) {
+    std::fill(sum.begin(), sum.end(), static_cast<float>(w.rank() + 1));
+    std::fill(avg.begin(), avg.end(), static_cast<float>(w.rank() + 1));
+    Handle hs = w.PushPullAsync("join/sum", sum.data(), sum.data(), DataType::kFloat32, sum.size(), false);
+    Handle ha = w.PushPullAsync("join/avg", avg.data(), avg.data(), DataType::kFloat32, avg.size(), true);
+    w.Wait(hs);
+    w.Wait(ha);
+    float total = 0;
+    int active = 0;
+    for (int r = 0; r < n; ++r) {
+      if (rounds_of(r) > round) {
+        total += r + 1;
+        ++active;
+      }
+    }
+    if (CheckAll(sum, total, "sum", round) || CheckAll(avg, total / active, "average", round)) {
+      return kExitWrong;
+    }
+  }
+  w.Join();
+  for (int round = 0; round < 2; ++round) {  // the next epoch: everyone again
+    std::fill(sum.begin(), sum.end(), static_cast<float>(w.rank() + 1));
+    w.PushPull("join/sum", sum.data(), sum.data(), DataType::kFloat32, sum.size(), false);
+    if (CheckAll(sum, n * (n + 1) / 2.0f, "sum after join", round)) return kExitWrong;
+  }
+  std::printf("OK join rounds=%d\n", rounds_of(w.rank()));
+  return 0;
+}
+
 int Run(const Config& config) {
   auto w = Worker::Create(config);
   int code;
@@ -149,6 +197,8 @@ int Run(const Config& config) {
     code = RunSums(*w);
   } else if (FLAGS_mode == "mismatch") {
     code = RunMismatch(*w);
+  } else if (FLAGS_mode == "join") {
+    code = RunJoin(*w);
   } else if (FLAGS_mode == "loop") {
     code = RunLoop(*w);
   } else {

@@ -61,7 +61,7 @@ TEST(KeyStateTest, CurrentRoundAccumulates) {
 TEST(KeyStateTest, SameRankTwiceIsDuplicate) {
   KeyState k;
   ASSERT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
-  EXPECT_FALSE(k.Record(0, Reply(0), kWorkers));
+  EXPECT_FALSE(k.Record(0, Reply(0), std::vector<bool>(kWorkers, false)));
   EXPECT_EQ(Push(k, 0, 0), PushVerdict::kDuplicate);
   // Other ranks still accumulate.
   EXPECT_EQ(Push(k, 1, 0), PushVerdict::kAccumulate);
@@ -129,7 +129,7 @@ TEST(KeyStateTest, RecordCompletesWhenAllWorkersPushed) {
     int rank = order[i];
     SCOPED_TRACE(rank);
     ASSERT_EQ(Push(k, rank, 0), PushVerdict::kAccumulate);
-    bool complete = k.Record(rank, Reply(rank), kWorkers);
+    bool complete = k.Record(rank, Reply(rank), std::vector<bool>(kWorkers, false));
     EXPECT_EQ(complete, i == kWorkers - 1);
     EXPECT_TRUE(k.pushed[rank]);
     EXPECT_EQ(k.waiting.size(), static_cast<size_t>(i + 1));
@@ -148,14 +148,14 @@ TEST(KeyStateTest, RecordCompletesWhenAllWorkersPushed) {
 TEST(KeyStateTest, SingleWorkerCompletesAtOnce) {
   KeyState k;
   ASSERT_EQ(k.Classify(0, 0, kLength, DataType::kFloat32, kHash, 1), PushVerdict::kAccumulate);
-  EXPECT_TRUE(k.Record(0, Reply(0), 1));
+  EXPECT_TRUE(k.Record(0, Reply(0), std::vector<bool>(1, false)));
 }
 
 TEST(KeyStateTest, NextRoundResets) {
   KeyState k;
   for (int rank = 0; rank < kWorkers; ++rank) {
     ASSERT_EQ(Push(k, rank, 0), PushVerdict::kAccumulate);
-    k.Record(rank, Reply(rank), kWorkers);
+    k.Record(rank, Reply(rank), std::vector<bool>(kWorkers, false));
   }
   k.sum = Buffer::Allocate(kLength);
   k.NextRound(kWorkers);
@@ -182,7 +182,7 @@ TEST(KeyStateTest, ManyRounds) {
       int rank = static_cast<int>((round + static_cast<uint32_t>(i)) % kWorkers);
       ASSERT_EQ(Push(k, rank, round), PushVerdict::kAccumulate);
       // A resend of the push just recorded, and an early push of the next round.
-      bool complete = k.Record(rank, Reply(rank), kWorkers);
+      bool complete = k.Record(rank, Reply(rank), std::vector<bool>(kWorkers, false));
       ASSERT_EQ(Push(k, rank, round), PushVerdict::kDuplicate);
       ASSERT_EQ(Push(k, rank, round + 1), PushVerdict::kAhead);
       ASSERT_EQ(complete, i == kWorkers - 1);
@@ -192,6 +192,18 @@ TEST(KeyStateTest, ManyRounds) {
   EXPECT_EQ(k.round, 50u);
   EXPECT_EQ(k.rounds_completed, 50u);
   EXPECT_EQ(k.bytes_pushed, 50 * kWorkers * kLength);
+}
+
+TEST(KeyStateTest, JoinedWorkersAreNotWaitedFor) {
+  KeyState k;
+  ASSERT_EQ(k.Classify(0, 0, 16, DataType::kFloat32, 7, 3), PushVerdict::kAccumulate);
+  std::vector<bool> joined = {false, false, true};  // worker 2 has no more pushes
+  EXPECT_FALSE(k.Record(0, Reply(0), joined));
+  ASSERT_EQ(k.Classify(1, 0, 16, DataType::kFloat32, 7, 3), PushVerdict::kAccumulate);
+  EXPECT_TRUE(k.Record(1, Reply(1), joined));
+  EXPECT_EQ(k.waiting.size(), 2u);  // the sum holds two contributions
+  KeyState empty;
+  EXPECT_FALSE(empty.Complete({true, true, true})) << "nothing to answer";
 }
 
 }  // namespace
