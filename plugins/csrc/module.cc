@@ -175,6 +175,14 @@ PYBIND11_MODULE(_core, m) {
         w->Barrier();
       },
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "join",
+      [] {
+        auto w = Get();
+        w->Join();
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Uneven data: this worker has no more batches; returns once every worker joined.");
   m.def("stats", [] {
     ferry::WorkerStats s = Get()->stats();
     py::dict d;

@@ -217,6 +217,22 @@ def mode_mismatch(args, out):
     out["after"] = bps.push_pull(torch.ones(3), average=False, name="after.mismatch")
 
 
+def mode_join(args, out):
+    """Uneven data: rank r has 2 + 2r batches, pushes a gradient-like tensor per batch
+    (sum and average), then joins; after the join everyone pushes once more."""
+    rank, size = bps.rank(), bps.size()
+    batches = lambda r: 2 + 2 * r  # noqa: E731
+    sums, avgs = [], []
+    for step in range(batches(rank)):
+        t = torch.full((1000,), float(rank + 1))
+        sums.append(bps.push_pull(t, average=False, name="join.sum"))
+        avgs.append(bps.push_pull(t, average=True, name="join.avg"))
+    bps.join()
+    out["sums"], out["avgs"] = sums, avgs
+    out["after"] = bps.push_pull(torch.full((10,), float(rank + 1)), average=False, name="join.after")
+    out["batches"] = batches(rank)
+
+
 def mode_kill(args, out):
     sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
     from train_digits import DigitsCNN, load_data

@@ -15,9 +15,8 @@ def test_horovod_byteps_names_exist():
     assert bps.Compression.none is not None and bps.Compression.fp16 is not None
 
 
-def test_no_fake_join():
-    # join() for uneven data needs server support: not exposed until it works.
-    assert not hasattr(bps, "join")
+def test_join_is_exposed():
+    assert callable(bps.join)
 
 
 def test_ferry_error_is_a_runtime_error():

@@ -95,3 +95,20 @@ def test_wrong_role_raises():
     assert r.returncode == 0, r.stderr
     assert "FerryError" in r.stdout and "DMLC_ROLE" in r.stdout, r.stdout
 
+
+
+def test_join_with_uneven_data(cluster):
+    c = cluster(workers=3, servers=2)
+    c.start("join")
+    res = sorted(c.wait_workers(timeout=120), key=lambda r: r["rank"])
+    batches = [2 + 2 * r for r in range(3)]
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        assert r["batches"] == batches[r["rank"]]
+        for step, (s, a) in enumerate(zip(r["sums"], r["avgs"])):
+            active = [w for w in range(3) if batches[w] > step]
+            total = float(sum(w + 1 for w in active))
+            assert torch.equal(s, torch.full((1000,), total)), (r["rank"], step, s[:3])
+            assert torch.equal(a, torch.full((1000,), total / len(active))), (r["rank"], step, a[:3])
+        # After everyone joined, the next epoch includes every worker again.
+        assert torch.equal(r["after"], torch.full((10,), 6.0))

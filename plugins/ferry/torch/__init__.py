@@ -25,6 +25,7 @@ from ferry.torch.ops import (
     local_size,
     num_servers,
     barrier,
+    join,
     declare,
     push_pull,
     push_pull_async,
@@ -47,12 +48,11 @@ from ferry.torch.ops import (
 from ferry.torch.optimizer import DistributedOptimizer
 from ferry.torch.cross_barrier import CrossBarrier
 
-# Not available yet: join() for uneven data needs server support (docs/pytorch.md).
 
 __all__ = [
     "Compression", "Compressor", "FerryError", "Average", "Sum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "num_servers", "barrier", "declare",
+    "num_servers", "barrier", "join", "declare",
     "push_pull", "push_pull_async", "push_pull_inplace", "push_pull_async_inplace",
     "poll", "synchronize",
     "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",

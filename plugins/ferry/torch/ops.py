@@ -148,6 +148,19 @@ def barrier():
     _core.barrier()
 
 
+def join():
+    """Uneven data (Horovod's join): this worker has no more batches.
+
+    Its pending operations finish first; from then on the servers stop waiting for it,
+    so the other workers' sums cover only the workers still pushing and their averages
+    divide by that number. Blocks until every worker has called join() (deadline
+    FERRY_JOIN_TIMEOUT_MS); then every worker may train on (the next epoch). Returns None
+    (Horovod returns the last rank to join; Ferry does not track it).
+    """
+    _require_init()
+    _core.join()
+
+
 def _require_init():
     if not _core.is_initialized() or _local is None:
         raise FerryError("ferry is not initialised: call ferry.torch.init() first")
