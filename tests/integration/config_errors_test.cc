@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "tests/support/process_group.h"
 
 namespace ferry::testing {
@@ -13,6 +15,12 @@ struct BadEnv {
   std::map<std::string, std::string> env;  // applied over a valid environment; "" = unset
   const char* expected;
 };
+
+// Test names and failure messages show the program and the variables, not raw bytes.
+void PrintTo(const BadEnv& p, std::ostream* os) {
+  *os << p.program;
+  for (const auto& [k, v] : p.env) *os << " " << k << "='" << v << "'";
+}
 
 class ConfigErrorsTest : public ::testing::TestWithParam<BadEnv> {};
 
