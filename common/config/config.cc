@@ -343,10 +343,12 @@ void InitLogging(const char* argv0, const Config& config, const std::string& nod
   FLAGS_minloglevel = config.log_level;
   FLAGS_v = config.log_verbosity;
   SetLogNodeName(node_name);
-  if (!initialized) {
+  // Another library in the process (a framework) may have started glog already;
+  // starting it twice aborts.
+  if (!initialized && !google::IsGoogleLoggingInitialized()) {
     google::InitGoogleLogging(argv0, &LogPrefix, nullptr);
-    initialized = true;
   }
+  initialized = true;
   for (const auto& w : config.warnings) LOG(WARNING) << w;
 }
 
