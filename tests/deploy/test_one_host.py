@@ -40,3 +40,19 @@ def test_two_jobs_of_three_plus_three_at_once(tmp_path):
             out = procs.output("%s workers" % job)
             assert "3 workers, 3 servers" in out, out
             assert_exact_perf(out, end=2 << 20)
+
+
+def test_local_cluster_stops_everything_when_a_worker_fails(tmp_path):
+    """A failing worker command (exit 3) stops the whole local cluster: the other
+    processes are ended and local-cluster exits non-zero, naming the failed process."""
+    need_binaries()
+    script = tmp_path / "fail_on_rank_1.sh"
+    script.write_text('#!/bin/sh\n'
+                      'if [ "$DMLC_WORKER_ID" = 1 ]; then exit 3; fi\n'
+                      'exec "$FERRY_BIN/ferry-perf" -b 4K -e 4K -n 1000000 -w 0\n')
+    script.chmod(0o755)
+    code, out = run([SCRIPTS / "local-cluster", "-s", "1", "-w", "2", "--", script], timeout=60,
+                    env=clean_env({"FERRY_BIN": str(FERRY_BIN), "FERRY_LOG_LEVEL": "WARNING",
+                                   "FERRY_CONNECT_TIMEOUT_MS": "5000"}))
+    assert code == 3, out[-4000:]
+    assert "[local-cluster] worker 1 exited with code 3; stopping the cluster" in out, out[-4000:]
