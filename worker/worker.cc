@@ -36,6 +36,7 @@ struct Worker::Operation {
   bool done = false;
   std::string error;      // set when done with a failure
   int64_t start_us = 0;
+  int64_t wait_deadline_ms = 0;  // set by the first wait: then + FERRY_OP_TIMEOUT_MS
 };
 
 // A partition between the queue and its reply.
@@ -408,23 +409,32 @@ std::string Worker::DescribeOperation(const Operation& op) const {
   return s;
 }
 
-void Worker::Wait(Handle handle) {
+bool Worker::WaitFor(Handle handle, int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = operations_.find(handle);
   FERRY_ENFORCE(it != operations_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
   std::shared_ptr<Operation> op = it->second;
-  auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
-  while (!op->done || (!op->error.empty() && copies_running_ > 0)) {
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !op->done) {
-      throw FerryError(ErrorCode::kTimeout,
-                       StrCat("timed out after ", config_.op_timeout_ms,
-                              " ms (FERRY_OP_TIMEOUT_MS): ", DescribeOperation(*op)));
-    }
+  // The operation's deadline runs from the first wait for it, however it is sliced.
+  if (op->wait_deadline_ms == 0) op->wait_deadline_ms = NowMs() + config_.op_timeout_ms;
+  auto finished = [&] { return op->done && (op->error.empty() || copies_running_ == 0); };
+  auto until = Clock::now() + Millis(std::max<int64_t>(0, std::min(timeout_ms, op->wait_deadline_ms - NowMs())));
+  cv_.wait_until(lock, until, finished);
+  if (!finished()) {
+    if (NowMs() < op->wait_deadline_ms) return false;
+    throw FerryError(ErrorCode::kTimeout,
+                     StrCat("timed out after ", config_.op_timeout_ms,
+                            " ms (FERRY_OP_TIMEOUT_MS): ", DescribeOperation(*op)));
   }
   operations_.erase(handle);
   if (!op->error.empty()) {
     ErrorCode code = failure_.empty() ? ErrorCode::kMismatch : ErrorCode::kPeerFailed;
     throw FerryError(code, op->error);
+  }
+  return true;
+}
+
+void Worker::Wait(Handle handle) {
+  while (!WaitFor(handle, config_.op_timeout_ms)) {
   }
 }
 

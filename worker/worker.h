@@ -86,6 +86,11 @@ class Worker {
   // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws
   // FerryError if it failed. The handle is released.
   void Wait(Handle handle);
+  // Waits at most `timeout_ms`: true (and the handle is released) once the operation
+  // finished, false if it is still running. Throws like Wait, including when the
+  // operation's deadline (FERRY_OP_TIMEOUT_MS from its first wait) has passed. Lets a
+  // caller wait in slices, e.g. to notice Ctrl-C.
+  bool WaitFor(Handle handle, int64_t timeout_ms);
   // PushPullAsync + Wait.
   void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
                 uint64_t count, bool average);

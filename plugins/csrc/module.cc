@@ -161,6 +161,15 @@ PYBIND11_MODULE(_core, m) {
       py::arg("handle"), py::call_guard<py::gil_scoped_release>(),
       "Blocks until the operation finished; raises FerryError if it failed.");
   m.def(
+      "wait_for",
+      [](uint64_t handle, int64_t timeout_ms) {
+        auto w = Get();
+        return w->WaitFor(handle, timeout_ms);
+      },
+      py::arg("handle"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>(),
+      "Waits at most timeout_ms: True once finished (raises FerryError if it failed), "
+      "False if still running.");
+  m.def(
       "broadcast",
       [](const std::string& name, uintptr_t data, int dtype, uint64_t count, int root) {
         auto w = Get();

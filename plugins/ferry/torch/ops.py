@@ -307,7 +307,9 @@ def synchronize(handle):
     if entry is None:
         raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
     try:
-        _core.wait(handle)
+        # Wait in slices so that Ctrl-C (KeyboardInterrupt) is noticed between them.
+        while not _core.wait_for(handle, 200):
+            pass
     except BaseException:
         # The core may have given up before ZeroMQ let go of the input: keep it alive.
         with _lock:
