@@ -117,8 +117,10 @@ def run_gloo(sizes, iters, warmup):
 
 
 def run_zmq():
+    # --tune_malloc: the same glibc setting Ferry's processes use (KeepLargeBuffersInHeap),
+    # so both receive paths avoid page-faulting fresh pages for every message.
     out = subprocess.run([os.path.join(BIN, "ferry-zmq-stream"), "--sizes=4194304", "--messages=300",
-                          "--format=csv", f"--port={free_port()}"], capture_output=True, text=True,
+                          "--tune_malloc", "--format=csv", f"--port={free_port()}"], capture_output=True, text=True,
                          timeout=600, check=True).stdout
     return float(list(parse_csv(out, "message_bytes").values())[0]["GBps"])
 
@@ -155,7 +157,9 @@ def main():
     ap.add_argument("--max", default="256M")
     ap.add_argument("-n", type=int, default=10, help="timed iterations per size")
     ap.add_argument("-w", type=int, default=2, help="warm-up iterations per size")
-    ap.add_argument("--idle-seconds", type=int, default=60)
+    ap.add_argument("--idle-seconds", type=int, default=60, help="0 skips the idle measurement")
+    ap.add_argument("--skip-cpu", action="store_true", help="skip the CPU-per-GB runs")
+    ap.add_argument("--skip-secure", action="store_true", help="skip the FERRY_SECRET runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "core.md"))
     args = ap.parse_args()
 
@@ -168,20 +172,21 @@ def main():
         gloo.append(run_gloo(sizes, args.n, args.w))
         print(f"[core_bench] repeat {r + 1}/{args.repeats}: raw ZeroMQ stream", flush=True)
         zmq.append(run_zmq())
-        print(f"[core_bench] repeat {r + 1}/{args.repeats}: ferry-perf with FERRY_SECRET (CURVE)", flush=True)
-        secure.append(run_ferry(("1M", "64M"), args.n, args.w,
-                                {"FERRY_SECRET": "benchmark-secret-not-for-production"}))
+        if not args.skip_secure:
+            print(f"[core_bench] repeat {r + 1}/{args.repeats}: ferry-perf with FERRY_SECRET (CURVE)", flush=True)
+            secure.append(run_ferry(("1M", "64M"), args.n, args.w,
+                                    {"FERRY_SECRET": "benchmark-secret-not-for-production"}))
 
     print("[core_bench] CPU per GB (64 MiB, unchecked)", flush=True)
     cpu_runs = []
-    for _ in range(3):
+    for _ in range(0 if args.skip_cpu else 3):
         n = 30
         t0 = time.time()
         _, cpu = run_cluster(["-b", "64M", "-e", "64M", "-n", str(n), "-w", "2", "--check=false"], timeout=900)
         moved = (n + 2) * 2 * WORKERS * (64 << 20)  # every byte sent by every process
         cpu_runs.append((sum(cpu.values()) / (moved / 1e9), cpu, time.time() - t0))
     print(f"[core_bench] idle cluster for {args.idle_seconds} s", flush=True)
-    idle = measure_idle(args.idle_seconds)
+    idle = measure_idle(args.idle_seconds) if args.idle_seconds > 0 else {}
 
     sizes = sorted(set.intersection(*[set(f) for f in ferry]))
     lines = ["| bytes | Ferry algbw GB/s | gloo algbw GB/s | Ferry/gloo (parity 0.5) | Ferry socket GB/s | socket / raw ZeroMQ |",
@@ -195,23 +200,26 @@ def main():
         lines.append(f"| {b} | {fmt_range(f)} | {fmt_range(g)} | {fmt_range(ratio, 2)} | {fmt_range(sock)} | "
                      f"{fmt_range(sock_ratio, 2)} |")
     lines.append("")
-    lines.append("Encryption (FERRY_SECRET, CURVE) beside plain, same repeats:")
-    lines.append("")
-    lines.append("| bytes | plain algbw GB/s | CURVE algbw GB/s | CURVE / plain |")
-    lines.append("|---:|---:|---:|---:|")
-    for b in sorted(set.intersection(*[set(x) for x in secure])):
+    if secure:
+        lines.append("Encryption (FERRY_SECRET, CURVE) beside plain, same repeats:")
+        lines.append("")
+        lines.append("| bytes | plain algbw GB/s | CURVE algbw GB/s | CURVE / plain |")
+        lines.append("|---:|---:|---:|---:|")
+    for b in (sorted(set.intersection(*[set(x) for x in secure])) if secure else []):
         plain = [run[b] for run in ferry if b in run]
         enc = [run[b] for run in secure]
         ratio = [e / p for e, p in zip(enc, plain)]
         lines.append(f"| {b} | {fmt_range(plain)} | {fmt_range(enc)} | {fmt_range(ratio, 2)} |")
     lines.append("")
     lines.append(f"Raw ZeroMQ stream, 4 MiB messages: {fmt_range(zmq)} GB/s over {args.repeats} repeats.")
-    per_gb = [c[0] for c in cpu_runs]
-    lines.append(f"CPU seconds per GB through sockets (64 MiB push_pulls, all 5 processes): {fmt_range(per_gb, 2)}.")
-    lines.append("CPU by process in the last run: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(cpu_runs[-1][1].items())))
-    idle_total = sum(idle.values())
-    lines.append(f"Idle cluster over {args.idle_seconds} s: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(idle.items())) +
-                 f"; total {idle_total:.2f} CPU s = {100 * idle_total / args.idle_seconds:.2f}% of one core.")
+    if cpu_runs:
+        per_gb = [c[0] for c in cpu_runs]
+        lines.append(f"CPU seconds per GB through sockets (64 MiB push_pulls, all 5 processes): {fmt_range(per_gb, 2)}.")
+        lines.append("CPU by process in the last run: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(cpu_runs[-1][1].items())))
+    if idle:
+        idle_total = sum(idle.values())
+        lines.append(f"Idle cluster over {args.idle_seconds} s: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(idle.items())) +
+                     f"; total {idle_total:.2f} CPU s = {100 * idle_total / args.idle_seconds:.2f}% of one core.")
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
