@@ -43,7 +43,6 @@ struct Worker::Operation {
 struct Worker::InFlight {
   std::shared_ptr<Operation> op;
   uint32_t part = 0;
-  bool sent = false;
   bool credit_returned = false;  // the server acknowledged the push (or answered it)
 };
 
@@ -189,7 +188,7 @@ void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
   for (uint32_t i = 0; i < t.parts.size(); ++i) {
     if (t.parts[i].bytes > 0) op->releases_left++;
     uint64_t cookie = next_cookie_++;
-    queued_[cookie] = InFlight{op, i, false};
+    queued_[cookie] = InFlight{op, i};
     queue_.Push(PushTask{op->priority, 0, t.parts[i].bytes, cookie});
   }
 }
@@ -236,7 +235,6 @@ void Worker::SenderLoop() {
                                    MaybeComplete(op);
                                  });
     }
-    f.sent = true;
     in_flight_[request] = std::move(f);
     lock.unlock();
     stat_parts_++;
