@@ -31,9 +31,20 @@ std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
   return weights;
 }
 
+namespace {
+
+// The scheduler carries no tensor data: small frames, and no fault injection.
+VanOptions SchedulerVanOptions(const Config& config) {
+  VanOptions o = VanOptions::Named("scheduler", 1u << 20, config.secret);
+  o.link_timeout_ms = static_cast<int>(config.link_timeout_ms);
+  return o;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(const Config& config)
     : config_(config),
-      van_(VanOptions::Named("scheduler", 1u << 20, config.secret)) {
+      van_(SchedulerVanOptions(config)) {
   port_ = van_.Bind(config.bind_host, config.root_port);
 }
 

@@ -16,9 +16,17 @@ PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_leng
   if (push_length != length || push_dtype != dtype || push_hash != tensor_hash) {
     return PushVerdict::kMismatch;
   }
-  if (push_round < round || (push_round == round && pushed[rank])) return PushVerdict::kDuplicate;
+  if (push_round == round) return pushed[rank] ? PushVerdict::kDuplicate : PushVerdict::kAccumulate;
   if (push_round > round) return PushVerdict::kAhead;
-  return PushVerdict::kAccumulate;
+  return push_round + 1 == round && has_last ? PushVerdict::kPrevious : PushVerdict::kStale;
+}
+
+PushVerdict KeyState::ClassifyPull(int rank, uint32_t pull_round) const {
+  if (!failure.empty()) return PushVerdict::kFailed;
+  if (!defined) return PushVerdict::kStale;
+  if (pull_round == round && pushed[rank]) return PushVerdict::kDuplicate;
+  if (pull_round + 1 == round && has_last) return PushVerdict::kPrevious;
+  return pull_round > round ? PushVerdict::kAhead : PushVerdict::kStale;
 }
 
 bool KeyState::Record(int rank, const PendingReply& reply, const std::vector<bool>& joined) {
@@ -37,11 +45,22 @@ bool KeyState::Complete(const std::vector<bool>& joined) const {
 }
 
 void KeyState::NextRound(int num_workers) {
+  last_contributors = static_cast<uint32_t>(waiting.size());
+  last_sum = std::move(sum);  // the old last_sum is freed once ZeroMQ released it
+  sum = Buffer();
+  has_last = true;
   waiting.clear();
   pushed.assign(num_workers, false);
-  sum = Buffer();  // ZeroMQ's references keep the sent bytes alive until released
   round++;
   rounds_completed++;
+}
+
+void KeyState::Restart(int num_workers) {
+  round = 0;
+  pushed.assign(num_workers, false);
+  has_last = false;
+  last_sum = Buffer();
+  last_contributors = 0;
 }
 
 }  // namespace ferry

@@ -8,11 +8,19 @@
 // other round is either a duplicate (r < round, or already counted) or a protocol
 // error (r > round).
 //
+// Resends: a worker whose push or reply was lost sends the push again (same request
+// id) or, once acknowledged, a header-only PULL. While the key is still at round r a
+// resent push of r is a duplicate (acknowledged again, not added). Once round r is
+// complete, its sum is kept as `last_sum` until round r+1 completes: a worker cannot
+// push r+1 before it received r, so no worker can still be waiting for an older round,
+// and one sum per key is all a resend can ask for.
+//
 // Buffer invariant: the first push of a round becomes the round's sum (the received
 // ZeroMQ frame is adopted, no copy); later pushes are added into it. The replies
 // share that buffer and ZeroMQ holds it until the last reply is on the wire, while
 // the next round adopts a fresh frame: round r+1 fills while round r is still
-// being sent, and no buffer is reused before ZeroMQ released it.
+// being sent (and kept as `last_sum`), and no buffer is reused, ever: it is freed
+// once neither ZeroMQ nor `last_sum` holds it.
 
 #include <cstdint>
 #include <string>
@@ -32,7 +40,9 @@ struct PendingReply {
 // What to do with a push, given the key's state (see the round invariant above).
 enum class PushVerdict {
   kAccumulate,  // the push belongs to the current round: add it
-  kDuplicate,   // already counted (a resend, or an old round): drop silently
+  kDuplicate,   // already counted in the current round (a resend): acknowledge again
+  kPrevious,    // a resend for the round just completed: answer with `last_sum`
+  kStale,       // older than the previous round: cannot happen unless a worker misbehaves
   kAhead,       // a round the key has not reached: protocol error
   kMismatch,    // length, dtype or tensor hash differ from the key's definition
   kFailed,      // the key failed earlier; every push is refused
@@ -51,6 +61,10 @@ struct KeyState {
   std::vector<bool> pushed;           // by worker rank, for this round
   std::vector<PendingReply> waiting;  // pushers of this round, in arrival order
 
+  bool has_last = false;              // round - 1 completed and its sum is kept
+  Buffer last_sum;                    // the sum of round - 1 (see Resends above)
+  uint32_t last_contributors = 0;     // how many pushes last_sum holds
+
   std::string failure;                // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
   uint64_t bytes_pushed = 0;
@@ -64,8 +78,15 @@ struct KeyState {
   // Whether every worker has pushed this round or joined (has no more pushes), with
   // at least one push to answer.
   bool Complete(const std::vector<bool>& joined) const;
-  // Starts the next round (after the replies of this one were sent).
+  // What to do with a PULL (a worker asking for the sum of `pull_round` after its push
+  // was acknowledged): kPrevious (answer from last_sum), kDuplicate (the round is still
+  // open and holds the push: acknowledge again), or kStale (no record of the push).
+  PushVerdict ClassifyPull(int rank, uint32_t pull_round) const;
+  // Starts the next round (after the replies of this one were sent); the finished
+  // round's sum becomes last_sum.
   void NextRound(int num_workers);
+  // Every worker joined: rounds start over at 0 and nothing from before is resent.
+  void Restart(int num_workers);
 };
 
 }  // namespace ferry

@@ -10,7 +10,7 @@ namespace ferry {
 
 Server::Server(const Config& config)
     : config_(config),
-      van_(VanOptions::Named("server", config.max_message_bytes, config.secret)),
+      van_(VanOptionsFor("server", config)),
       port_(van_.Bind(config.bind_host, config.node_port)),
       cluster_(config, &van_, port_) {
   num_workers_ = config.num_workers;
@@ -52,7 +52,9 @@ int Server::Run() {
   ServerStats s = stats();
   LOG(INFO) << "server done: " << s.pushes << " pushes, " << s.rounds_completed << " rounds, "
             << s.bytes_summed << " bytes summed, " << s.rejected_pushes << " rejected, "
-            << s.duplicate_pushes << " duplicates dropped";
+            << s.duplicate_pushes << " duplicates dropped, " << s.results_resent
+            << " sums sent again, " << van_.stats().injected_drops << " messages dropped by "
+            << "fault injection";
   van_.Stop();
   return code;
 }
@@ -64,6 +66,7 @@ ServerStats Server::stats() const {
   s.rounds_completed = rounds_;
   s.rejected_pushes = rejected_;
   s.duplicate_pushes = duplicates_;
+  s.results_resent = results_resent_;
   return s;
 }
 
@@ -91,7 +94,8 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     }
     return;
   }
-  if (!origin.inbound || (m.type() != proto::PUSH && m.type() != proto::JOIN)) {
+  if (!origin.inbound ||
+      (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN)) {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
     return;
   }
@@ -139,6 +143,8 @@ void Server::EngineLoop(Engine* engine) {
     }
     if (work.message.type() == proto::JOIN) {
       HandleJoin(engine, cluster_.table().node(work.message.sender()).rank());
+    } else if (work.message.type() == proto::PULL) {
+      HandlePull(engine, work);
     } else {
       HandlePush(engine, work);
     }
@@ -183,6 +189,17 @@ void Server::HandlePush(Engine* engine, Work& work) {
       VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
               << " from worker " << rank;
       return;
+    case PushVerdict::kPrevious:
+      duplicates_++;
+      ResendResult(work.identity, e.request_id(), key, state);
+      return;
+    case PushVerdict::kStale:
+      rejected_++;
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+                 StrCat("push of ", KeyName(key), " for round ", e.round(),
+                        " but the key is at round ", state.round,
+                        ": only the previous round's sum is kept for resends"));
+      return;
     case PushVerdict::kAhead:
       rejected_++;
       ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
@@ -206,6 +223,57 @@ void Server::HandlePush(Engine* engine, Work& work) {
   } else {
     Acknowledge(work.identity, e.request_id(), key);
   }
+}
+
+void Server::HandlePull(Engine* engine, Work& work) {
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  const int rank = cluster_.table().node(e.sender()).rank();
+  auto it = engine->keys.find(key);
+  PushVerdict verdict = it == engine->keys.end() ? PushVerdict::kStale
+                                                 : it->second.ClassifyPull(rank, e.round());
+  switch (verdict) {
+    case PushVerdict::kPrevious:
+      ResendResult(work.identity, e.request_id(), key, it->second);
+      return;
+    case PushVerdict::kDuplicate:  // still waiting for other workers: say so again
+      Acknowledge(work.identity, e.request_id(), key);
+      return;
+    case PushVerdict::kFailed:
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, it->second.failure);
+      return;
+    default:
+      rejected_++;
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+                 StrCat("worker ", rank, " asked for the sum of ", KeyName(key), " round ",
+                        e.round(), " but this server has no record of its push",
+                        it == engine->keys.end() ? std::string()
+                                                 : StrCat(" (the key is at round ", it->second.round, ")")));
+  }
+}
+
+void Server::ResendResult(const std::string& identity, uint64_t request_id, uint64_t key,
+                          const KeyState& state) {
+  results_resent_++;
+  VLOG(1) << "sending the sum of " << KeyName(key) << " round " << state.round - 1
+          << " again for request " << request_id;
+  SendResult(identity, request_id, key, state, state.round - 1, state.last_sum,
+             state.last_contributors);
+}
+
+void Server::SendResult(const std::string& identity, uint64_t request_id, uint64_t key,
+                        const KeyState& state, uint32_t round, const Buffer& sum,
+                        uint32_t contributors) {
+  Message reply = MakeMessage(proto::PUSH_RESULT, cluster_.my_id());
+  reply.envelope.set_request_id(request_id);
+  reply.envelope.set_key(key);
+  reply.envelope.set_round(round);
+  reply.envelope.set_dtype(static_cast<proto::DataTypeProto>(state.dtype));
+  reply.envelope.set_length(state.length);
+  reply.envelope.set_tensor_hash(state.tensor_hash);
+  reply.envelope.set_contributors(contributors);
+  reply.payload = sum;  // shared: every reply sends the same bytes
+  van_.Reply(identity, std::move(reply));
 }
 
 void Server::OnJoin(const Message& m, const std::string& identity) {
@@ -239,8 +307,7 @@ void Server::HandleJoin(Engine* engine, int rank) {
       if (!state.waiting.empty()) {  // only a worker pushing after its own JOIN does this
         FailKey(key, state, StrCat(KeyName(key), " had pushes waiting when every worker had joined"));
       }
-      state.round = 0;
-      state.pushed.assign(num_workers_, false);
+      state.Restart(num_workers_);
     }
     return;
   }
@@ -251,16 +318,8 @@ void Server::HandleJoin(Engine* engine, int rank) {
 
 void Server::CompleteRound(uint64_t key, KeyState& state) {
   for (const PendingReply& p : state.waiting) {
-    Message reply = MakeMessage(proto::PUSH_RESULT, cluster_.my_id());
-    reply.envelope.set_request_id(p.request_id);
-    reply.envelope.set_key(key);
-    reply.envelope.set_round(state.round);
-    reply.envelope.set_dtype(static_cast<proto::DataTypeProto>(state.dtype));
-    reply.envelope.set_length(state.length);
-    reply.envelope.set_tensor_hash(state.tensor_hash);
-    reply.envelope.set_contributors(static_cast<uint32_t>(state.waiting.size()));
-    reply.payload = state.sum;  // shared: every reply sends the same bytes
-    van_.Reply(p.identity, std::move(reply));
+    SendResult(p.identity, p.request_id, key, state, state.round, state.sum,
+               static_cast<uint32_t>(state.waiting.size()));
   }
   state.NextRound(num_workers_);
   rounds_++;

@@ -34,7 +34,8 @@ struct ServerStats {
   uint64_t bytes_summed = 0;
   uint64_t rounds_completed = 0;
   uint64_t rejected_pushes = 0;   // failed validation (mismatch, stranger, bad round)
-  uint64_t duplicate_pushes = 0;
+  uint64_t duplicate_pushes = 0;  // resent pushes not added again
+  uint64_t results_resent = 0;    // sums sent again (a resent push or PULL after a lost reply)
 };
 
 class Server {
@@ -71,6 +72,13 @@ class Server {
   // worker joined, the join is over: every key restarts at round 0.
   void HandleJoin(Engine* engine, int rank);
   void OnJoin(const Message& m, const std::string& identity);  // IO thread
+  // A PULL: a worker whose push was acknowledged asks for the round's sum again.
+  void HandlePull(Engine* engine, Work& work);
+  void ResendResult(const std::string& identity, uint64_t request_id, uint64_t key,
+                    const KeyState& state);
+  void SendResult(const std::string& identity, uint64_t request_id, uint64_t key,
+                  const KeyState& state, uint32_t round, const Buffer& sum,
+                  uint32_t contributors);
   void CompleteRound(uint64_t key, KeyState& state);
   void FailKey(uint64_t key, KeyState& state, const std::string& reason);
   // Tells a worker its push arrived, so it can return the push's credit (the sum
@@ -91,7 +99,8 @@ class Server {
   int num_workers_ = 0;
   int num_servers_ = 0;
 
-  std::atomic<uint64_t> pushes_{0}, bytes_summed_{0}, rounds_{0}, rejected_{0}, duplicates_{0};
+  std::atomic<uint64_t> pushes_{0}, bytes_summed_{0}, rounds_{0}, rejected_{0}, duplicates_{0},
+      results_resent_{0};
 };
 
 }  // namespace ferry

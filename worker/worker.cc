@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/util/clock.h"
@@ -31,7 +32,7 @@ struct Worker::Operation {
   bool average = false;
   int priority = 0;
   int replies_left = 0;   // partitions whose sum has not arrived
-  int releases_left = 0;  // partitions ZeroMQ still holds (non-empty payloads only)
+  int releases_left = 0;  // payloads handed to ZeroMQ and not yet released (resends add)
   bool started = false;
   bool done = false;
   std::string error;      // set when done with a failure
@@ -43,7 +44,10 @@ struct Worker::Operation {
 struct Worker::InFlight {
   std::shared_ptr<Operation> op;
   uint32_t part = 0;
+  uint32_t round = 0;            // the key's round this push belongs to
   bool credit_returned = false;  // the server acknowledged the push (or answered it)
+  int attempts = 0;              // resends so far
+  int64_t resend_at_ms = 0;      // no answer by then: resend (see ResendOverdue)
 };
 
 namespace {
@@ -70,7 +74,7 @@ std::unique_ptr<Worker> Worker::Create(const Config& config) {
 
 Worker::Worker(const Config& config)
     : config_(config),
-      van_(VanOptions::Named("worker", config.max_message_bytes, config.secret)),
+      van_(VanOptionsFor("worker", config)),
       cluster_(config_, &van_, 0),
       queue_(config.scheduling_credit, config.scheduling_credit_bytes) {}
 
@@ -186,7 +190,6 @@ void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
   op->started = true;
   op->replies_left = static_cast<int>(t.parts.size());
   for (uint32_t i = 0; i < t.parts.size(); ++i) {
-    if (t.parts[i].bytes > 0) op->releases_left++;
     uint64_t cookie = next_cookie_++;
     queued_[cookie] = InFlight{op, i};
     queue_.Push(PushTask{op->priority, 0, t.parts[i].bytes, cookie});
@@ -194,10 +197,16 @@ void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
 }
 
 void Worker::SenderLoop() {
+  // With resends on, wake often enough to resend within a quarter of the timeout.
+  const int64_t wake_ms = config_.resend_timeout_ms > 0
+                              ? std::clamp<int64_t>(config_.resend_timeout_ms / 4, 5, 1000)
+                              : 1000;
   while (true) {
     PushTask task;
     bool timed_out = false;
-    if (!queue_.Next(&task, 1000, &timed_out)) {
+    bool got = queue_.Next(&task, wake_ms, &timed_out);
+    if (config_.resend_timeout_ms > 0) ResendOverdue();
+    if (!got) {
       if (timed_out) continue;
       return;  // closed
     }
@@ -206,8 +215,7 @@ void Worker::SenderLoop() {
     CHECK(it != queued_.end()) << "task without a partition";
     InFlight f = std::move(it->second);
     queued_.erase(it);
-    if (f.op->done) {  // failed while queued: never sent, nothing to release
-      if (f.op->tensor->parts[f.part].bytes > 0) f.op->releases_left--;
+    if (f.op->done) {  // failed while queued: never sent
       lock.unlock();
       queue_.Done(task.bytes);
       continue;
@@ -215,32 +223,76 @@ void Worker::SenderLoop() {
     Tensor& t = *f.op->tensor;
     const PartitionSpec& p = t.parts[f.part];
     uint64_t request = next_request_++;
-    Message m = MakeMessage(proto::PUSH, my_id_);
-    m.envelope.set_request_id(request);
-    m.envelope.set_key(MakeKey(t.id, p.index));
-    m.envelope.set_round(t.rounds[f.part]++);
-    m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
-    m.envelope.set_length(p.bytes);
-    m.envelope.set_priority(f.op->priority);
-    m.envelope.set_tensor_hash(t.hash);
-    if (p.bytes > 0) {
-      std::shared_ptr<Operation> op = f.op;
-      // Zero copy: ZeroMQ sends straight from the caller's input; the release hook
-      // tells us when it no longer reads it.
-      m.payload = Buffer::Borrow(const_cast<uint8_t*>(f.op->input) + p.offset, p.bytes,
-                                 [this, op] {
-                                   std::lock_guard<std::mutex> l(mu_);
-                                   op->releases_left--;
-                                   stat_releases_++;
-                                   MaybeComplete(op);
-                                 });
-    }
+    f.round = t.rounds[f.part]++;
+    f.resend_at_ms = NowMs() + config_.resend_timeout_ms;
+    Message m = BuildPush(f, request);
     in_flight_[request] = std::move(f);
     lock.unlock();
     stat_parts_++;
     stat_bytes_pushed_ += p.bytes;
     van_.Send(ServerId(p.server), std::move(m));
   }
+}
+
+Message Worker::BuildPush(const InFlight& f, uint64_t request) {
+  const Tensor& t = *f.op->tensor;
+  const PartitionSpec& p = t.parts[f.part];
+  Message m = MakeMessage(proto::PUSH, my_id_);
+  m.envelope.set_request_id(request);
+  m.envelope.set_key(MakeKey(t.id, p.index));
+  m.envelope.set_round(f.round);
+  m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
+  m.envelope.set_length(p.bytes);
+  m.envelope.set_priority(f.op->priority);
+  m.envelope.set_tensor_hash(t.hash);
+  if (p.bytes > 0) {
+    std::shared_ptr<Operation> op = f.op;
+    op->releases_left++;
+    // Zero copy: ZeroMQ sends straight from the caller's input; the release hook
+    // tells us when it no longer reads it.
+    m.payload = Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op] {
+      std::lock_guard<std::mutex> l(mu_);
+      op->releases_left--;
+      stat_releases_++;
+      MaybeComplete(op);
+    });
+  }
+  return m;
+}
+
+void Worker::ResendOverdue() {
+  std::vector<std::pair<int, Message>> out;  // (server rank, message)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = NowMs();
+    for (auto& [request, f] : in_flight_) {
+      if (f.op->done || now < f.resend_at_ms) continue;
+      f.attempts++;
+      // Back off: the timeout doubles per attempt, up to 32x.
+      f.resend_at_ms = now + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
+      const Tensor& t = *f.op->tensor;
+      const PartitionSpec& p = t.parts[f.part];
+      if (f.credit_returned) {
+        // The server has the push; only its sum may have been lost.
+        Message pull = MakeMessage(proto::PULL, my_id_);
+        pull.envelope.set_request_id(request);
+        pull.envelope.set_key(MakeKey(t.id, p.index));
+        pull.envelope.set_round(f.round);
+        out.emplace_back(p.server, std::move(pull));
+        stat_pulls_++;
+      } else {
+        out.emplace_back(p.server, BuildPush(f, request));
+        stat_resends_++;
+      }
+      LOG_EVERY_N(WARNING, 100) << "no answer from " << cluster_.table().Describe(ServerId(p.server))
+                                << " for " << KeyName(MakeKey(t.id, p.index)) << " of tensor '"
+                                << t.name << "' round " << f.round << "; sending "
+                                << (f.credit_returned ? "a PULL for its sum" : "the push again")
+                                << " (attempt " << f.attempts << "; " << google::COUNTER
+                                << " resends so far)";
+    }
+  }
+  for (auto& [server, m] : out) van_.Send(ServerId(server), std::move(m));
 }
 
 void Worker::OnMessage(Message&& m, const Origin& origin) {
@@ -274,10 +326,21 @@ void Worker::OnAck(const Message& m) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = in_flight_.find(m.envelope.request_id());
   if (it == in_flight_.end()) {
-    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
+    NoteLateReply(m);
     return;
   }
   ReturnCredit(it->second);
+  // From now on only the sum is missing: ask for it if it does not come in time.
+  it->second.resend_at_ms = NowMs() + config_.resend_timeout_ms;
+}
+
+void Worker::NoteLateReply(const Message& m) {
+  stat_late_replies_++;
+  if (config_.resend_timeout_ms > 0) {
+    VLOG(1) << "dropped " << Describe(m) << ": answered already (a resend crossed its reply)";
+  } else {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
+  }
 }
 
 void Worker::OnPushResult(Message&& m) {
@@ -285,7 +348,7 @@ void Worker::OnPushResult(Message&& m) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = in_flight_.find(e.request_id());
   if (it == in_flight_.end()) {
-    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
+    NoteLateReply(m);
     return;
   }
   InFlight f = std::move(it->second);
@@ -517,7 +580,10 @@ void Worker::Shutdown() {
   cluster_.Finalize();
   WorkerStats s = stats();
   LOG(INFO) << "worker " << rank_ << " done: " << s.operations << " push_pulls, "
-            << s.partitions_pushed << " partitions, " << s.bytes_pushed << " bytes pushed";
+            << s.partitions_pushed << " partitions, " << s.bytes_pushed << " bytes pushed, "
+            << s.resends << " pushes sent again, " << s.pulls << " pulls, " << s.late_replies
+            << " late replies dropped, " << s.van.injected_drops
+            << " messages dropped by fault injection";
 }
 
 WorkerStats Worker::stats() const {
@@ -527,6 +593,9 @@ WorkerStats Worker::stats() const {
   s.bytes_pushed = stat_bytes_pushed_;
   s.bytes_received = stat_bytes_received_;
   s.send_releases = stat_releases_;
+  s.resends = stat_resends_;
+  s.pulls = stat_pulls_;
+  s.late_replies = stat_late_replies_;
   s.van = van_.stats();
   return s;
 }

@@ -58,6 +58,9 @@ struct WorkerStats {
   uint64_t bytes_pushed = 0;         // payload bytes handed to ZeroMQ, without copy
   uint64_t bytes_received = 0;       // payload bytes of sums received
   uint64_t send_releases = 0;        // ZeroMQ release hooks fired for pushed partitions
+  uint64_t resends = 0;              // pushes sent again (no acknowledgement in time)
+  uint64_t pulls = 0;                // PULLs sent (acknowledged, but no sum in time)
+  uint64_t late_replies = 0;         // replies to requests already answered
   VanStats van;
 };
 
@@ -128,6 +131,12 @@ class Worker {
   void ReturnCredit(InFlight& f);  // REQUIRES: mu_ held
   void OnError(const Message& m);
   void SenderLoop();
+  // REQUIRES: mu_ held. The PUSH of `f` as request `request`; counts its payload in
+  // the operation's releases_left (ZeroMQ holds it until the hook fires).
+  Message BuildPush(const InFlight& f, uint64_t request);
+  // Sender thread: sends again what got no answer within FERRY_RESEND_TIMEOUT_MS.
+  void ResendOverdue();
+  void NoteLateReply(const Message& m);
   void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
   void MaybeComplete(const std::shared_ptr<Operation>& op);   // REQUIRES: mu_ held
@@ -163,7 +172,8 @@ class Worker {
   bool shut_down_ = false;
 
   std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},
-      stat_bytes_received_{0}, stat_releases_{0};
+      stat_bytes_received_{0}, stat_releases_{0}, stat_resends_{0}, stat_pulls_{0},
+      stat_late_replies_{0};
   std::thread sender_;
 };
 

@@ -7,6 +7,14 @@
 #include "common/util/status.h"
 
 namespace ferry {
+
+VanOptions VanOptionsFor(const std::string& name, const Config& config) {
+  VanOptions o = VanOptions::Named(name, config.max_message_bytes, config.secret);
+  o.link_timeout_ms = static_cast<int>(config.link_timeout_ms);
+  o.drop_percent = config.test_drop_percent;
+  o.delay_ms = static_cast<int>(config.test_delay_ms);
+  return o;
+}
 namespace {
 
 proto::Role ToProto(NodeRole role) {

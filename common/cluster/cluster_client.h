@@ -23,6 +23,10 @@
 
 namespace ferry {
 
+// The Van settings a node of this job uses: frame limit, secret, link timeout, and
+// the test-only fault injection.
+VanOptions VanOptionsFor(const std::string& name, const Config& config);
+
 class ClusterClient {
  public:
   // `van` must outlive this object and route every message to HandleMessage first.

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <cstdio>
 #include <cstring>
+#include <cmath>
 
 #include "common/util/status.h"
 
@@ -64,6 +65,22 @@ class EnvReader {
     bool ok = !s.empty() && end && *end == '\0' && errno == 0 && !std::isspace(s[0]);
     if (!ok || v < min || v > max) {
       Invalid(used, s, StrCat("expected an integer from ", min, " to ", max));
+    }
+    return v;
+  }
+
+  double Double(const char* name, double def, double min, double max) const {
+    std::string used;
+    const char* text = Get(name, nullptr, &used);
+    if (!text) return def;
+    std::string s(text);
+    errno = 0;
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    bool ok = !s.empty() && end && *end == '\0' && errno == 0 && !std::isspace(s[0]) &&
+              std::isfinite(v);
+    if (!ok || v < min || v > max) {
+      Invalid(used, s, StrCat("expected a number from ", min, " to ", max));
     }
     return v;
   }
@@ -279,6 +296,24 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.op_timeout_ms = r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.op_timeout_ms, 100, 7 * 86400000LL);
   c.join_timeout_ms =
       r.Int("FERRY_JOIN_TIMEOUT_MS", nullptr, c.join_timeout_ms, 100, 30 * 86400000LL);
+  c.resend_timeout_ms =
+      r.Int("FERRY_RESEND_TIMEOUT_MS", "PS_RESEND_TIMEOUT", c.resend_timeout_ms, 0, 3600000);
+  c.link_timeout_ms = r.Int("FERRY_LINK_TIMEOUT_MS", nullptr, c.link_timeout_ms, 0, 3600000);
+  if (c.link_timeout_ms > 0 && c.link_timeout_ms < 300) {
+    Invalid("FERRY_LINK_TIMEOUT_MS", std::to_string(c.link_timeout_ms),
+            "must be 0 (off) or at least 300");
+  }
+  c.test_drop_percent = r.Double("FERRY_TEST_DROP_PERCENT", 0.0, 0.0, 100.0);
+  c.test_delay_ms = r.Int("FERRY_TEST_DELAY_MS", nullptr, 0, 0, 60000);
+  if (c.test_drop_percent > 0 && c.resend_timeout_ms == 0) {
+    Invalid("FERRY_TEST_DROP_PERCENT", StrCat(c.test_drop_percent),
+            "dropping messages needs resends: set FERRY_RESEND_TIMEOUT_MS above 0");
+  }
+  if (c.test_drop_percent > 0 || c.test_delay_ms > 0) {
+    c.warnings.push_back(StrCat("fault injection is on (FERRY_TEST_DROP_PERCENT=",
+                                c.test_drop_percent, ", FERRY_TEST_DELAY_MS=", c.test_delay_ms,
+                                "): for tests only"));
+  }
   c.max_message_bytes = r.Int("FERRY_MAX_MESSAGE_BYTES", nullptr, c.max_message_bytes, 65536,
                               (1LL << 40));
   if (c.max_message_bytes < c.partition_bytes + 4096) {
@@ -306,6 +341,7 @@ std::string Config::Summary() const {
                                              : std::string()),
                 " engine_threads=", server_engine_threads,
                 " heartbeat=", heartbeat_interval_ms, "/", heartbeat_timeout_ms, "ms",
+                " resend=", resend_timeout_ms, "ms link_timeout=", link_timeout_ms, "ms",
                 " security=", secret.empty() ? "none" : "CURVE",
                 " connect_timeout=", connect_timeout_ms, "ms");
 }

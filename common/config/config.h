@@ -49,6 +49,17 @@ struct Config {
   int64_t op_timeout_ms = 600000;  // one push_pull, barrier or broadcast
   int64_t join_timeout_ms = 86400000;  // Worker::Join: waiting for the other workers
   int64_t max_message_bytes = 1LL << 30;
+  // A push without an answer (acknowledgement or sum) for this long is sent again
+  // (after the acknowledgement, only a header-only PULL for its sum); servers drop the
+  // duplicates. 0 turns resending off. Doubles per attempt up to 32x.
+  int64_t resend_timeout_ms = 2000;
+  // ZeroMQ heartbeats on every connection: a connection silent this long is closed and
+  // reconnected (what it carried is resent by the above). 0 = rely on TCP alone.
+  int64_t link_timeout_ms = 5000;
+  // Fault injection, for tests only: drop this percentage of received data messages
+  // (PUSH, PUSH_ACK, PUSH_RESULT, PULL); hold every received message this long.
+  double test_drop_percent = 0.0;
+  int64_t test_delay_ms = 0;
 
   // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
   // Never logged.

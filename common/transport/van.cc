@@ -3,10 +3,12 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
 
+#include "common/util/clock.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -65,7 +67,8 @@ void CloseFrames(std::vector<zmq_msg_t>& frames) {
 
 }  // namespace
 
-Van::Van(VanOptions options) : options_(std::move(options)) {
+Van::Van(VanOptions options)
+    : options_(std::move(options)), drop_random_(std::random_device()()) {
   context_ = zmq_ctx_new();
   if (!context_) ThrowZmq("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
@@ -99,6 +102,9 @@ int Van::Bind(const std::string& host, int port) {
   SetInt(router_, ZMQ_SNDHWM, 0);
   SetInt(router_, ZMQ_RCVHWM, 0);
   SetInt(router_, ZMQ_ROUTER_MANDATORY, 1);
+  // A peer that reconnects (after a link failure) takes its routing id back at once.
+  SetInt(router_, ZMQ_ROUTER_HANDOVER, 1);
+  ApplyLinkOptions(router_);
   SetInt(router_, ZMQ_LINGER, options_.linger_ms);
   int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
   zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
@@ -267,7 +273,7 @@ void Van::IoLoop() {
     items.push_back({monitor_, 0, static_cast<short>(monitor_ ? ZMQ_POLLIN : 0), 0});
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
     for (auto& p : peers_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
-    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), -1);
+    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       LOG(ERROR) << options_.name << ": zmq_poll failed: " << zmq_strerror(zmq_errno());
@@ -340,6 +346,7 @@ void Van::IoLoop() {
         ReceiveFrom(peers_[i]->socket, false, peers_[i]->id);
       }
     }
+    DeliverDelayed();
   }
   // Shutdown: sockets flush for up to linger_ms, then close.
   for (auto& p : peers_) {
@@ -498,8 +505,48 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
       continue;
     }
     messages_received_++;
-    handler_(std::move(message), origin);
+    Deliver(std::move(message), origin);
   }
+}
+
+void Van::Deliver(Message&& message, const Origin& origin) {
+  if (options_.drop_percent > 0) {
+    proto::MessageType t = message.type();
+    bool data = t == proto::PUSH || t == proto::PUSH_ACK || t == proto::PUSH_RESULT ||
+                t == proto::PULL;
+    if (data && std::uniform_real_distribution<double>(0, 100)(drop_random_) <
+                    options_.drop_percent) {
+      injected_drops_++;
+      VLOG(1) << options_.name << ": fault injection dropped " << Describe(message);
+      return;
+    }
+  }
+  if (options_.delay_ms > 0) {
+    delayed_.push_back(Delayed{NowMs() + options_.delay_ms, std::move(message), origin});
+    return;
+  }
+  handler_(std::move(message), origin);
+}
+
+void Van::DeliverDelayed() {
+  int64_t now = NowMs();
+  while (!delayed_.empty() && delayed_.front().due_ms <= now) {
+    Delayed d = std::move(delayed_.front());
+    delayed_.pop_front();
+    handler_(std::move(d.message), d.origin);
+  }
+}
+
+int Van::PollTimeoutMs() const {
+  if (delayed_.empty()) return -1;
+  return static_cast<int>(std::max<int64_t>(0, delayed_.front().due_ms - NowMs()));
+}
+
+void Van::ApplyLinkOptions(void* socket) {
+  if (options_.link_timeout_ms <= 0) return;
+  SetInt(socket, ZMQ_HEARTBEAT_IVL, std::max(100, options_.link_timeout_ms / 4));
+  SetInt(socket, ZMQ_HEARTBEAT_TIMEOUT, options_.link_timeout_ms);
+  SetInt(socket, ZMQ_HEARTBEAT_TTL, options_.link_timeout_ms);
 }
 
 void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id) {
@@ -512,6 +559,7 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
   SetInt(p->socket, ZMQ_SNDHWM, 0);
   SetInt(p->socket, ZMQ_RCVHWM, 0);
   SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
+  ApplyLinkOptions(p->socket);
   int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
   zmq_setsockopt(p->socket, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
   if (!routing_id.empty()) {
@@ -549,6 +597,7 @@ VanStats Van::stats() const {
   s.bad_messages_dropped = bad_messages_;
   s.send_failures = send_failures_;
   s.connections_refused = refused_;
+  s.injected_drops = injected_drops_;
   return s;
 }
 

@@ -23,9 +23,11 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +47,14 @@ struct VanOptions {
   // Non-empty: every socket uses CURVE with keys derived from this secret, and only
   // peers holding it are admitted (see security.h).
   std::string secret;
+  // > 0: ZeroMQ heartbeats on every connection; one silent this long is closed and
+  // reconnected (messages it carried may be lost: callers resend).
+  int link_timeout_ms = 0;
+  // Fault injection for tests: drop this percentage of received data messages
+  // (PUSH, PUSH_ACK, PUSH_RESULT, PULL), and hold every received message this long
+  // before handing it on (a fixed delay keeps each connection's order).
+  double drop_percent = 0.0;
+  int delay_ms = 0;
 
   static VanOptions Named(std::string name, uint64_t max_message_bytes,
                           std::string secret = "") {
@@ -65,6 +75,7 @@ struct VanStats {
   uint64_t bad_messages_dropped = 0;    // unparsable or invalid messages
   uint64_t send_failures = 0;           // e.g. reply to a peer that disconnected
   uint64_t connections_refused = 0;     // failed the security check or handshake
+  uint64_t injected_drops = 0;          // data messages dropped by fault injection
 };
 
 // Where a received message came from.
@@ -131,6 +142,11 @@ class Van {
   void Transmit(void* socket, const std::string* identity, Frames* frames,
                 const std::string& target);
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id);
+  // Hands a received message on, unless fault injection drops or delays it.
+  void Deliver(Message&& message, const Origin& origin);
+  void DeliverDelayed();         // IO thread: hands on the delayed messages now due
+  int PollTimeoutMs() const;     // IO thread: -1, or until the next delayed message
+  void ApplyLinkOptions(void* socket);
   void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
   void HandleMonitorEvent();     // IO thread: log failed handshakes on the ROUTER
   Peer* FindPeer(int peer);
@@ -153,9 +169,17 @@ class Van {
   std::atomic<bool> started_{false};
   std::atomic<bool> stopped_{false};
   std::string pipe_endpoint_;
+  struct Delayed {
+    int64_t due_ms;
+    Message message;
+    Origin origin;
+  };
+  std::deque<Delayed> delayed_;   // IO thread only; due times never decrease
+  std::mt19937_64 drop_random_;   // IO thread only
 
   std::atomic<uint64_t> messages_sent_{0}, messages_received_{0}, bytes_sent_{0},
-      bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0}, refused_{0};
+      bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0}, refused_{0},
+      injected_drops_{0};
 };
 
 }  // namespace ferry

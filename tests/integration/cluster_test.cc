@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <regex>
 #include <thread>
 
 #include "tests/support/process_group.h"
@@ -53,6 +54,52 @@ TEST(ClusterTest, ThreeWorkersTwoServersSumExactly) {
   for (int w : c.workers) {
     EXPECT_NE(c.group.Output(w).find("OK rounds=20"), std::string::npos) << c.group.Output(w);
   }
+}
+
+// The sum over `outputs` of the number logged before `label` ("<n> <label>").
+uint64_t CountLogged(const std::vector<std::string>& outputs, const std::string& label) {
+  uint64_t total = 0;
+  std::regex pattern("([0-9]+) " + label);
+  for (const auto& out : outputs) {
+    for (std::sregex_iterator it(out.begin(), out.end(), pattern), end; it != end; ++it) {
+      total += std::stoull((*it)[1]);
+    }
+  }
+  return total;
+}
+
+TEST(ClusterTest, DroppedAndDelayedMessagesAreResentAndSumsStayExact) {
+  // Fault injection in every node's transport: 1% of data messages (pushes, acks, sums,
+  // pulls) dropped, every message held 20 ms. Small partitions make thousands of
+  // messages, so drops happen at every kind of message; resends recover them all.
+  Cluster c;
+  c.Start(2, 2, {"--mode=sums", "--tensors=24", "--max_bytes=262144", "--rounds=15"},
+          {{"FERRY_PARTITION_BYTES", "16384"},
+           {"FERRY_TEST_DROP_PERCENT", "1"},
+           {"FERRY_TEST_DELAY_MS", "20"},
+           {"FERRY_RESEND_TIMEOUT_MS", "300"}});
+  auto results = c.group.WaitAll(300000 * TimeScale());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << c.group.AllOutput();
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << c.group.AllOutput();
+  }
+  std::vector<std::string> workers, servers;
+  for (int w : c.workers) {
+    workers.push_back(c.group.Output(w));
+    EXPECT_NE(workers.back().find("OK rounds=15"), std::string::npos) << workers.back();
+  }
+  for (int s : c.servers) servers.push_back(c.group.Output(s));
+  uint64_t dropped = CountLogged(workers, "messages dropped by fault injection") +
+                     CountLogged(servers, "messages dropped by fault injection");
+  uint64_t resent = CountLogged(workers, "pushes sent again") + CountLogged(workers, "pulls");
+  uint64_t deduplicated = CountLogged(servers, "duplicates dropped") +
+                          CountLogged(servers, "sums sent again");
+  EXPECT_GT(dropped, 0u) << c.group.AllOutput();
+  EXPECT_GT(resent, 0u) << c.group.AllOutput();
+  EXPECT_GT(deduplicated, 0u) << c.group.AllOutput();
+  std::printf("fault injection: %llu messages dropped, %llu resends, %llu duplicates answered\n",
+              static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(resent),
+              static_cast<unsigned long long>(deduplicated));
 }
 
 TEST(ClusterTest, JoinForUnevenDataSumsOverTheWorkersStillPushing) {

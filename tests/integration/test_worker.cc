@@ -77,9 +77,11 @@ int RunSums(Worker& w) {
     }
     for (int t = 0; t < FLAGS_tensors; ++t) w.Wait(handles[t]);
     WorkerStats s = w.stats();
-    if (s.send_releases != s.partitions_pushed) {
-      std::fprintf(stderr, "round %d: %llu partitions pushed but %llu released by ZeroMQ\n", round,
+    // Every payload handed to ZeroMQ (first sends and resends) was released.
+    if (s.send_releases != s.partitions_pushed + s.resends) {
+      std::fprintf(stderr, "round %d: %llu partitions pushed (and %llu resent) but %llu released by ZeroMQ\n", round,
                    static_cast<unsigned long long>(s.partitions_pushed),
+                   static_cast<unsigned long long>(s.resends),
                    static_cast<unsigned long long>(s.send_releases));
       return kExitWrong;
     }

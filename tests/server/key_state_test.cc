@@ -67,14 +67,14 @@ TEST(KeyStateTest, SameRankTwiceIsDuplicate) {
   EXPECT_EQ(Push(k, 1, 0), PushVerdict::kAccumulate);
 }
 
-TEST(KeyStateTest, OlderRoundIsDuplicateAndFutureRoundIsAhead) {
+TEST(KeyStateTest, PreviousRoundIsAnsweredOlderIsStaleFutureIsAhead) {
   KeyState k;
   ASSERT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
   k.NextRound(kWorkers);
   k.NextRound(kWorkers);
   ASSERT_EQ(k.round, 2u);
-  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kDuplicate);
-  EXPECT_EQ(Push(k, 1, 1), PushVerdict::kDuplicate);
+  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kStale);
+  EXPECT_EQ(Push(k, 1, 1), PushVerdict::kPrevious);
   EXPECT_EQ(Push(k, 2, 2), PushVerdict::kAccumulate);
   EXPECT_EQ(Push(k, 2, 3), PushVerdict::kAhead);
   EXPECT_EQ(Push(k, 0, 1000), PushVerdict::kAhead);
@@ -169,9 +169,9 @@ TEST(KeyStateTest, NextRoundResets) {
   EXPECT_EQ(k.length, kLength);
   EXPECT_EQ(k.bytes_pushed, kLength * kWorkers);
 
-  // Round 1 now accumulates; round 0 is a duplicate.
+  // Round 1 now accumulates; a resend of round 0 is answered from last_sum.
   EXPECT_EQ(Push(k, 0, 1), PushVerdict::kAccumulate);
-  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kDuplicate);
+  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kPrevious);
   EXPECT_EQ(Push(k, 0, 2), PushVerdict::kAhead);
 }
 
@@ -192,6 +192,52 @@ TEST(KeyStateTest, ManyRounds) {
   EXPECT_EQ(k.round, 50u);
   EXPECT_EQ(k.rounds_completed, 50u);
   EXPECT_EQ(k.bytes_pushed, 50 * kWorkers * kLength);
+}
+
+TEST(KeyStateTest, CompletedRoundSumIsKeptForResendsUntilTheNextCompletes) {
+  KeyState k;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    ASSERT_EQ(Push(k, rank, 0), PushVerdict::kAccumulate);
+    k.Record(rank, Reply(rank), std::vector<bool>(kWorkers, false));
+  }
+  Buffer round0 = Buffer::Allocate(kLength);
+  k.sum = round0;
+  EXPECT_FALSE(k.has_last);
+  k.NextRound(kWorkers);
+  ASSERT_TRUE(k.has_last);
+  EXPECT_EQ(k.last_sum.data(), round0.data()) << "the sent buffer is kept, not copied";
+  EXPECT_EQ(k.last_contributors, static_cast<uint32_t>(kWorkers));
+  EXPECT_TRUE(k.sum.empty());
+  // A PULL for round 0 is answered from last_sum; for round 1 before pushing: stale.
+  EXPECT_EQ(k.ClassifyPull(2, 0), PushVerdict::kPrevious);
+  EXPECT_EQ(k.ClassifyPull(2, 1), PushVerdict::kStale);
+  ASSERT_EQ(Push(k, 2, 1), PushVerdict::kAccumulate);
+  k.Record(2, Reply(2), std::vector<bool>(kWorkers, false));
+  EXPECT_EQ(k.ClassifyPull(2, 1), PushVerdict::kDuplicate) << "pushed, round still open";
+  EXPECT_EQ(k.ClassifyPull(2, 2), PushVerdict::kAhead);
+  // Round 1 completes: round 0 is gone for good.
+  Buffer round1 = Buffer::Allocate(kLength);
+  k.sum = round1;
+  k.NextRound(kWorkers);
+  EXPECT_EQ(k.last_sum.data(), round1.data());
+  EXPECT_EQ(k.last_contributors, 1u);
+  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kStale);
+  EXPECT_EQ(k.ClassifyPull(0, 0), PushVerdict::kStale);
+  // Restart (every worker joined) forgets everything resendable.
+  k.Restart(kWorkers);
+  EXPECT_EQ(k.round, 0u);
+  EXPECT_FALSE(k.has_last);
+  EXPECT_TRUE(k.last_sum.empty());
+  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
+}
+
+TEST(KeyStateTest, FailedKeyRefusesPulls) {
+  KeyState k;
+  ASSERT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
+  k.failure = "broken";
+  EXPECT_EQ(k.ClassifyPull(0, 0), PushVerdict::kFailed);
+  KeyState undefined;
+  EXPECT_EQ(undefined.ClassifyPull(0, 0), PushVerdict::kStale);
 }
 
 TEST(KeyStateTest, JoinedWorkersAreNotWaitedFor) {
