@@ -84,6 +84,10 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.heartbeat_timeout_ms, 10000);
   EXPECT_EQ(c.op_timeout_ms, 600000);
   EXPECT_EQ(c.max_message_bytes, 1LL << 30);
+  EXPECT_EQ(c.resend_timeout_ms, 2000);
+  EXPECT_EQ(c.link_timeout_ms, 5000);
+  EXPECT_EQ(c.test_drop_percent, 0.0);
+  EXPECT_EQ(c.test_delay_ms, 0);
   EXPECT_EQ(c.log_level, 0);
   EXPECT_EQ(c.log_verbosity, 0);
   EXPECT_TRUE(c.warnings.empty());
@@ -416,6 +420,30 @@ TEST(ConfigTest, MaxMessageBytesMustExceedPartition) {
   Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "1048576"},
                                    {"FERRY_MAX_MESSAGE_BYTES", "1052672"}}));  // + 4096
   EXPECT_EQ(c.max_message_bytes, 1052672);
+}
+
+TEST(ConfigTest, ResendLinkAndFaultInjection) {
+  Config c = Read(With(BaseEnv(), {{"FERRY_RESEND_TIMEOUT_MS", "250"},
+                                   {"FERRY_LINK_TIMEOUT_MS", "0"},
+                                   {"FERRY_TEST_DROP_PERCENT", "0.5"},
+                                   {"FERRY_TEST_DELAY_MS", "20"}}));
+  EXPECT_EQ(c.resend_timeout_ms, 250);
+  EXPECT_EQ(c.link_timeout_ms, 0);
+  EXPECT_DOUBLE_EQ(c.test_drop_percent, 0.5);
+  EXPECT_EQ(c.test_delay_ms, 20);
+  ASSERT_EQ(c.warnings.size(), 1u) << "fault injection is announced";
+  EXPECT_TRUE(Contains(c.warnings[0], "for tests only")) << c.warnings[0];
+  // ps-lite's name for the resend timeout is accepted.
+  EXPECT_EQ(Read(With(BaseEnv(), {{"PS_RESEND_TIMEOUT", "700"}})).resend_timeout_ms, 700);
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_LINK_TIMEOUT_MS", "299"}}), "FERRY_LINK_TIMEOUT_MS");
+  for (const char* bad : {"-1", "101", "1%", "nan", "inf", " 1"}) {
+    SCOPED_TRACE(bad);
+    ExpectInvalid(With(BaseEnv(), {{"FERRY_TEST_DROP_PERCENT", bad}}), "FERRY_TEST_DROP_PERCENT");
+  }
+  std::string msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_TEST_DROP_PERCENT", "1"}, {"FERRY_RESEND_TIMEOUT_MS", "0"}}),
+      "FERRY_TEST_DROP_PERCENT");
+  EXPECT_TRUE(Contains(msg, "FERRY_RESEND_TIMEOUT_MS")) << msg;
 }
 
 }  // namespace

@@ -553,5 +553,58 @@ TEST(VanTest, BindFailsOnBusyPort) {
   }
 }
 
+// Fault injection drops only data messages, at the configured rate, and counts them.
+TEST(VanTest, FaultInjectionDropsDataMessagesOnly) {
+  Recorder at_a, at_b;
+  VanOptions lossy = Options("a");
+  lossy.drop_percent = 100;
+  Van a(lossy);
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  std::vector<float> tensor = Pattern(1024, 1.0f);
+  for (int i = 0; i < 20; ++i) {
+    b.Send(1, PushOf(MakeKey(1, i), Buffer::Borrow(tensor.data(), 4096, [] {})));
+    Message pull = MakeMessage(proto::PULL, 5);
+    pull.envelope.set_key(MakeKey(1, i));
+    b.Send(1, std::move(pull));
+    b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  }
+  ASSERT_TRUE(at_a.WaitFor(20));
+  ASSERT_TRUE(WaitUntil([&] { return a.stats().injected_drops == 40; }));
+  EXPECT_EQ(at_a.count(), 20u);
+  for (size_t i = 0; i < 20; ++i) EXPECT_EQ(at_a.at(i).message.type(), proto::HEARTBEAT);
+  EXPECT_EQ(b.stats().injected_drops, 0u);
+  b.Stop();
+  a.Stop();
+}
+
+// A fixed delay holds every message at least that long and keeps their order.
+TEST(VanTest, FaultInjectionDelayKeepsOrder) {
+  Recorder at_a, at_b;
+  VanOptions slow = Options("a");
+  slow.delay_ms = 80;
+  Van a(slow);
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) {
+    Message m = MakeMessage(proto::HEARTBEAT, 5);
+    m.envelope.set_request_id(i);
+    b.Send(1, std::move(m));
+  }
+  ASSERT_TRUE(at_a.WaitFor(50));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(80));
+  for (size_t i = 0; i < 50; ++i) EXPECT_EQ(at_a.at(i).message.envelope.request_id(), i);
+  b.Stop();
+  a.Stop();
+}
+
 }  // namespace
 }  // namespace ferry

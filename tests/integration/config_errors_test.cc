@@ -75,7 +75,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadEnv{"ferry-server", {{"FERRY_NODE_KIND", "gpu"}}, "FERRY_NODE_KIND='gpu': expected colocated or cpu"},
         BadEnv{"ferry-perf", {{"FERRY_LOG_LEVEL", "LOUD"}}, "FERRY_LOG_LEVEL='LOUD'"},
         BadEnv{"ferry-perf", {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "1500"}},
-               "FERRY_HEARTBEAT_TIMEOUT_MS='1500': must be at least twice"}));
+               "FERRY_HEARTBEAT_TIMEOUT_MS='1500': must be at least twice"},
+        BadEnv{"ferry-server", {{"FERRY_RESEND_TIMEOUT_MS", "-1"}}, "FERRY_RESEND_TIMEOUT_MS='-1'"},
+        BadEnv{"ferry-server", {{"FERRY_LINK_TIMEOUT_MS", "100"}},
+               "FERRY_LINK_TIMEOUT_MS='100': must be 0 (off) or at least 300"},
+        BadEnv{"ferry-perf", {{"FERRY_TEST_DROP_PERCENT", "150"}},
+               "FERRY_TEST_DROP_PERCENT='150': expected a number from 0 to 100"},
+        BadEnv{"ferry-perf", {{"FERRY_TEST_DROP_PERCENT", "1"}, {"FERRY_RESEND_TIMEOUT_MS", "0"}},
+               "dropping messages needs resends"},
+        BadEnv{"ferry-server", {{"FERRY_TEST_DELAY_MS", "soon"}}, "FERRY_TEST_DELAY_MS='soon'"}));
 
 }  // namespace
 }  // namespace ferry::testing
