@@ -245,6 +245,7 @@ void Scheduler::BuildNodeTable() {
     n->set_host(r.host());
     n->set_port(r.port());
     n->set_hostname(r.hostname());
+    n->set_routing_id(p.identity);
     identities[n->id()] = p.identity;
   }
   std::vector<double> weights = ServerWeights(colocated);

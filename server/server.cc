@@ -110,7 +110,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   }
   const NodeTable& table = cluster_.table();
   if (!table.IsWorker(m.sender()) ||
-      origin.identity != WorkerRoutingId(m.sender())) {
+      origin.identity != table.node(m.sender()).routing_id()) {
     rejected_++;
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m)
                               << ": the sender is not a worker of this job";

@@ -92,7 +92,7 @@ void Worker::Start() {
   std::vector<double> weights;
   for (const auto& s : table.Servers()) {
     weights.push_back(s.weight());
-    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), WorkerRoutingId(my_id_));
+    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id());
   }
   placement_ = std::make_unique<Placement>(weights);
   sender_ = std::thread([this] {

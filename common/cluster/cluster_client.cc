@@ -3,6 +3,9 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <random>
+
 #include "common/util/clock.h"
 #include "common/util/status.h"
 
@@ -34,8 +37,24 @@ std::string Hostname() {
 
 }  // namespace
 
+namespace {
+
+// The routing id of this process's connections. The scheduler and the servers know
+// each member by it, so it must survive a reconnect (after a link failure ZeroMQ
+// reconnects, and the receiving ROUTER hands the id over to the new connection);
+// random, so that nobody who was not given the node table can speak for this node.
+std::string NewRoutingId() {
+  std::random_device random;
+  uint64_t token = (static_cast<uint64_t>(random()) << 32) | random();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
+  return StrCat("ferry-member-", getpid(), "-", hex);
+}
+
+}  // namespace
+
 ClusterClient::ClusterClient(const Config& config, Van* van, int port)
-    : config_(config), van_(van), port_(port) {
+    : config_(config), van_(van), port_(port), routing_id_(NewRoutingId()) {
   scheduler_name_ = StrCat("scheduler (", config.root_host, ":", config.root_port, ")");
 }
 
@@ -62,8 +81,9 @@ void ClusterClient::SetFailureCallback(std::function<void(const std::string&)> c
 
 void ClusterClient::Send(Message m) { van_->Send(kSchedulerId, std::move(m)); }
 
+
 void ClusterClient::Register() {
-  van_->Connect(kSchedulerId, config_.SchedulerEndpoint(), "");
+  van_->Connect(kSchedulerId, config_.SchedulerEndpoint(), routing_id_);
   Message m = MakeMessage(proto::REGISTER, -1);
   auto* r = m.envelope.mutable_register_request();
   r->set_role(ToProto(config_.role));

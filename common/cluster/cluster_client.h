@@ -42,6 +42,8 @@ class ClusterClient {
   bool HandleMessage(const Message& m, const Origin& origin);
 
   int my_id() const { return my_id_; }
+  // The routing id of every connection this node opens (see NodeInfo.routing_id).
+  const std::string& routing_id() const { return routing_id_; }
   int my_rank() const;
   const NodeTable& table() const { return table_; }
 
@@ -78,6 +80,7 @@ class ClusterClient {
   std::condition_variable cv_;    // signalled on any state change below
   NodeTable table_;
   int my_id_ = -1;
+  const std::string routing_id_;
   std::map<uint64_t, bool> barriers_;  // request id -> released
   uint64_t next_request_ = 1;
   std::string failure_;

@@ -16,9 +16,6 @@ constexpr int kSchedulerId = 0;
 inline int ServerId(int rank) { return 1 + rank; }
 inline int WorkerId(int num_servers, int rank) { return 1 + num_servers + rank; }
 
-// The routing id of a worker's connection to a server, so the server can check that
-// a push claiming to come from node `id` arrives on that node's own connection.
-inline std::string WorkerRoutingId(int id) { return "ferry-node-" + std::to_string(id); }
 
 class NodeTable {
  public:
