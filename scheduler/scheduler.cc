@@ -9,6 +9,12 @@
 
 namespace ferry {
 
+std::string ServerKind(const std::string& requested, const std::string& host,
+                       const std::set<std::string>& worker_hosts) {
+  if (!requested.empty()) return requested;
+  return worker_hosts.count(host) ? "colocated" : "cpu";
+}
+
 std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
   double n = static_cast<double>(std::count(colocated.begin(), colocated.end(), true));
   double k = static_cast<double>(colocated.size()) - n;
@@ -29,12 +35,6 @@ std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
     weights[i] = colocated[i] ? (1 - cpu_share) / n : cpu_share / k;
   }
   return weights;
-}
-
-std::string ServerKind(const std::string& requested, const std::string& host,
-                       const std::set<std::string>& worker_hosts) {
-  if (!requested.empty()) return requested;
-  return worker_hosts.count(host) ? "colocated" : "cpu";
 }
 
 Scheduler::Scheduler(const Config& config)
