@@ -9,6 +9,12 @@
 
 namespace ferry {
 
+std::string ServerKind(const std::string& requested, const std::string& host,
+                       const std::set<std::string>& worker_hosts) {
+  if (!requested.empty()) return requested;
+  return worker_hosts.count(host) ? "colocated" : "cpu";
+}
+
 std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
   double n = static_cast<double>(std::count(colocated.begin(), colocated.end(), true));
   double k = static_cast<double>(colocated.size()) - n;
@@ -128,6 +134,12 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
     Refuse(identity, StrCat(who, ": only servers and workers register"));
     return;
   }
+  if (r.role() == proto::SERVER && !r.kind().empty() && r.kind() != "colocated" &&
+      r.kind() != "cpu") {
+    Refuse(identity, StrCat(who, " registers with kind '", r.kind().substr(0, 64),
+                            "' (FERRY_NODE_KIND): expected colocated or cpu"));
+    return;
+  }
   int wanted = r.role() == proto::SERVER ? config_.num_servers : config_.num_workers;
   int have = 0;
   for (const auto& p : pending_) {
@@ -227,8 +239,7 @@ void Scheduler::BuildNodeTable() {
     if (r.role() == proto::SERVER) {
       rank = server_rank++;
       n->set_id(ServerId(rank));
-      std::string kind = r.kind();
-      if (kind.empty()) kind = worker_hosts.count(r.host()) ? "colocated" : "cpu";
+      std::string kind = ServerKind(r.kind(), r.host(), worker_hosts);
       n->set_kind(kind);
       colocated.push_back(kind == "colocated");
     } else {

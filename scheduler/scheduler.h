@@ -29,6 +29,13 @@ namespace ferry {
 // negative: with n <= 1 the CPU-only share is 0, with k >= n it is 1.
 std::vector<double> ServerWeights(const std::vector<bool>& colocated);
 
+// A server's kind, "colocated" or "cpu": `requested` (the server's FERRY_NODE_KIND)
+// when set; otherwise colocated when some worker advertises the same address as the
+// server (`host`: DMLC_NODE_HOST, resolved, or by default the local address that routes
+// to the scheduler), CPU-only when none does. `worker_hosts`: every worker's address.
+std::string ServerKind(const std::string& requested, const std::string& host,
+                       const std::set<std::string>& worker_hosts);
+
 class Scheduler {
  public:
   explicit Scheduler(const Config& config);

@@ -25,23 +25,32 @@ std::vector<PartitionSpec> SplitTensor(uint64_t bytes, size_t element_size,
 }
 
 Placement::Placement(std::vector<double> weights)
-    : weights_(std::move(weights)), loads_(weights_.size(), 0) {
+    : weights_(std::move(weights)), shares_(weights_.size(), 0.0), loads_(weights_.size(), 0) {
   CHECK(!weights_.empty());
+  double sum = 0;
+  for (double w : weights_) {
+    CHECK_GE(w, 0.0) << "negative server weight";
+    sum += w;
+  }
+  CHECK_GT(sum, 0.0) << "no server has a positive weight";
+  for (size_t s = 0; s < weights_.size(); ++s) shares_[s] = weights_[s] / sum;
 }
 
 int Placement::Assign(uint64_t bytes) {
   int best = -1;
-  double best_score = std::numeric_limits<double>::infinity();
+  double best_shortfall = -std::numeric_limits<double>::infinity();
+  const double after = static_cast<double>(total_ + bytes);
   for (size_t s = 0; s < weights_.size(); ++s) {
-    if (weights_[s] <= 0) continue;
-    double score = static_cast<double>(loads_[s] + bytes) / weights_[s];
-    if (score < best_score) {
-      best_score = score;
+    if (shares_[s] <= 0) continue;
+    double shortfall = shares_[s] * after - static_cast<double>(loads_[s]);
+    if (shortfall > best_shortfall) {
+      best_shortfall = shortfall;
       best = static_cast<int>(s);
     }
   }
   CHECK_GE(best, 0) << "no server has a positive weight";
   loads_[best] += bytes;
+  total_ += bytes;
   return best;
 }
 

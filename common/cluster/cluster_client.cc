@@ -123,8 +123,12 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
         my_id_ = -1;
         return true;
       }
+      const proto::NodeInfo& me = table_.node(my_id_);
       LOG(INFO) << "joined the cluster as " << table_.Describe(my_id_) << " ("
-                << table_.num_servers() << " servers, " << table_.num_workers() << " workers)";
+                << table_.num_servers() << " servers, " << table_.num_workers() << " workers)"
+                << (me.role() == proto::SERVER
+                        ? StrCat("; kind ", me.kind(), ", weight ", me.weight(), " of the bytes")
+                        : "");
       cv_.notify_all();
       return true;
     }

@@ -97,6 +97,16 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Attack(port);
   Attack(server_port);
+  {
+    // A server of a kind the scheduler does not know is refused, not counted.
+    Stranger s(port);
+    Message reg = MakeMessage(proto::REGISTER, -1);
+    reg.envelope.mutable_register_request()->set_role(proto::SERVER);
+    reg.envelope.mutable_register_request()->set_host("127.0.0.1");
+    reg.envelope.mutable_register_request()->set_port(1);
+    reg.envelope.mutable_register_request()->set_kind("gpu");
+    s.Send({reg.envelope.SerializeAsString()});
+  }
   std::vector<int> ws;
   for (int w = 0; w < workers; ++w) {
     auto e = ClusterEnv("worker", workers, 1, port);
@@ -119,6 +129,9 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   EXPECT_NE(server_log.find("not a worker of this job"), std::string::npos) << server_log;
   EXPECT_NE(sched_log.find("dropped a bad message"), std::string::npos) << sched_log;
   EXPECT_NE(sched_log.find("not a registered member"), std::string::npos) << sched_log;
+  EXPECT_NE(sched_log.find("registers with kind 'gpu' (FERRY_NODE_KIND): expected colocated or cpu"),
+            std::string::npos)
+      << sched_log;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //                  and check every element exactly. Values depend on the worker's rank,
 //                  the round, the tensor and the element, so a wrong offset, a stale
 //                  round or a missing worker shows. Every other tensor is averaged.
+//                  Prints the bytes its placement put on each server.
 // --mode=mismatch  rank 0 and rank 1 declare tensor "mismatched" with different sizes;
 //                  each must get an error naming it, and then tensor "after" must sum.
 // --mode=join      uneven data: worker r pushes 3 + 2r rounds, then joins; sums and
@@ -99,6 +100,14 @@ int RunSums(Worker& w) {
     std::printf("round %d exact\n", round);
     std::fflush(stdout);
   }
+  // What this worker's placement put on each server (the placement tests compare it
+  // with the bytes each server counted).
+  uint64_t tensor_bytes = 0;
+  for (uint64_t c : counts) tensor_bytes += c * sizeof(float);
+  std::string placed;
+  for (uint64_t b : w.PlacedBytes()) placed += StrCat(placed.empty() ? "" : ",", b);
+  std::printf("placed bytes per server: %s; tensor bytes %llu\n", placed.c_str(),
+              static_cast<unsigned long long>(tensor_bytes));
   WorkerStats s = w.stats();
   std::printf("OK rounds=%d partitions=%llu zero_copy_payloads=%llu\n", FLAGS_rounds,
               static_cast<unsigned long long>(s.partitions_pushed),

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace ferry {
@@ -110,11 +112,10 @@ TEST(ServerWeightsTest, MatchesTheFormulaAndSumsToOne) {
   }
 }
 
-// Disabled: known bugs in ServerWeights outside k <= n, n >= 2.
-//  - n = 1, k = 1: the formula is 0/0 and every weight is NaN (Placement then finds no
-//    server with a positive weight and aborts).
-//  - k > n >= 2: the CPU share exceeds 1, so colocated servers get negative weights.
-// Weights should stay finite, in [0, 1], and sum to 1 (e.g. clamp the share to [0, 1]).
+// Outside the theorem's range (n >= 2, k <= n) the weights must stay valid too: n = 1,
+// k = 1 is 0/0 in the formula, and k > n would give colocated servers negative
+// weights. ServerWeights gives the CPU-only servers nothing when n <= 1 and everything
+// when k >= n.
 TEST(ServerWeightsTest, WeightsStayValidForAnyMix) {
   for (int n = 0; n <= 8; ++n) {
     for (int k = 0; k <= 8; ++k) {
@@ -129,6 +130,46 @@ TEST(ServerWeightsTest, WeightsStayValidForAnyMix) {
       }
     }
   }
+}
+
+TEST(ServerWeightsTest, OutsideTheTheoremsRange) {
+  // n = 1, k = 1: all bytes on the colocated server.
+  EXPECT_EQ(ServerWeights({true, false}), (std::vector<double>{1.0, 0.0}));
+  // n = 2, k = 3: the CPU-only servers carry everything, a third each.
+  std::vector<double> w = ServerWeights(Servers(2, 3));
+  ASSERT_EQ(w.size(), 5u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(w[i], 0.0) << i;
+  for (int i = 2; i < 5; ++i) EXPECT_NEAR(w[i], 1.0 / 3, 1e-12) << i;
+}
+
+// The kind of a server: FERRY_NODE_KIND when set, else by address (DMLC_NODE_HOST).
+TEST(ServerKindTest, NodeKindWins) {
+  const std::set<std::string> workers = {"10.0.0.1", "10.0.0.2"};
+  EXPECT_EQ(ServerKind("cpu", "10.0.0.1", workers), "cpu");        // despite a worker there
+  EXPECT_EQ(ServerKind("colocated", "10.0.0.9", workers), "colocated");  // despite none
+}
+
+TEST(ServerKindTest, ByDefaultColocatedWhereAWorkerAdvertisesTheSameAddress) {
+  const std::set<std::string> workers = {"10.0.0.1", "10.0.0.2"};
+  EXPECT_EQ(ServerKind("", "10.0.0.1", workers), "colocated");
+  EXPECT_EQ(ServerKind("", "10.0.0.2", workers), "colocated");
+  EXPECT_EQ(ServerKind("", "10.0.0.3", workers), "cpu");
+  // Addresses compare exactly: another loopback address is another machine.
+  EXPECT_EQ(ServerKind("", "127.0.0.2", {"127.0.0.1"}), "cpu");
+  EXPECT_EQ(ServerKind("", "127.0.0.1", {"127.0.0.1"}), "colocated");
+  // No workers at all (a job still registering cannot be classified otherwise).
+  EXPECT_EQ(ServerKind("", "10.0.0.1", {}), "cpu");
+}
+
+TEST(ServerKindTest, KindsFeedTheWeights) {
+  // Four servers beside workers on hosts a..d and two on hosts e, f: weights 0.1 and 0.3.
+  const std::set<std::string> workers = {"a", "b", "c", "d"};
+  const std::vector<std::string> hosts = {"a", "e", "b", "c", "f", "d"};
+  std::vector<bool> colocated;
+  for (const auto& h : hosts) colocated.push_back(ServerKind("", h, workers) == "colocated");
+  EXPECT_EQ(colocated, (std::vector<bool>{true, false, true, true, false, true}));
+  std::vector<double> w = ServerWeights(colocated);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], colocated[i] ? 0.1 : 0.3, 1e-12) << i;
 }
 
 }  // namespace
