@@ -46,10 +46,29 @@ def run_quiet(argv, timeout=COMMAND_TIMEOUT_S):
     return r.stdout
 
 
+CAP_NET_ADMIN = 12
+CAP_SYS_ADMIN = 21
+
+
+def effective_capabilities():
+    """This process's effective capability bits (/proc/self/status), or None if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return None
+
+
 def unavailable_reason():
     """Why network namespaces cannot be made here, or None if they can."""
     if os.geteuid() != 0:
         return "not root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+    caps = effective_capabilities()
+    if caps is not None and (caps >> CAP_SYS_ADMIN & 1 == 0 or caps >> CAP_NET_ADMIN & 1 == 0):
+        return "root without CAP_SYS_ADMIN and CAP_NET_ADMIN (an unprivileged container?)"
     if not shutil.which("ip"):
         return "no 'ip' command (Debian's iproute2)"
     try:
