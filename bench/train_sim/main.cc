@@ -54,9 +54,16 @@ uint64_t TotalBytes(const Workload& w) {
   return m;
 }
 
+// A double for JSON, to 10 significant digits (a stream's default is 6).
+std::string Num(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.10g", v);
+  return text;
+}
+
 std::string JsonList(const std::vector<double>& v) {
   std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += StrCat(i ? "," : "", v[i]);
+  for (size_t i = 0; i < v.size(); ++i) out += StrCat(i ? "," : "", Num(v[i]));
   return out + "]";
 }
 
@@ -74,25 +81,25 @@ struct Report {
 void PrintJson(const Report& r) {
   std::string lb = "null";
   if (r.has_lb) {
-    lb = StrCat("{\"rate_gbps\":", FLAGS_rate_gbps, ",\"b_eff_gbps\":", r.b_eff_gbps,
-                ",\"cf_ms\":", r.lb.cf_ms, ",\"cb_ms\":", r.lb.cb_ms, ",\"m_over_b_ms\":",
-                r.lb.m_over_b_ms, ",\"tail_ms\":", r.lb.tail_ms, ",\"lb0_ms\":", r.lb.lb0_ms,
-                ",\"lb1_ms\":", r.lb.lb1_ms, ",\"median_over_lb1\":",
-                r.summary.median_ms / r.lb.lb1_ms, ",\"p90_over_lb1\":",
-                r.summary.p90_ms / r.lb.lb1_ms, "}");
+    lb = StrCat("{\"rate_gbps\":", Num(FLAGS_rate_gbps), ",\"b_eff_gbps\":", Num(r.b_eff_gbps),
+                ",\"cf_ms\":", Num(r.lb.cf_ms), ",\"cb_ms\":", Num(r.lb.cb_ms),
+                ",\"m_over_b_ms\":", Num(r.lb.m_over_b_ms), ",\"tail_ms\":", Num(r.lb.tail_ms),
+                ",\"lb0_ms\":", Num(r.lb.lb0_ms), ",\"lb1_ms\":", Num(r.lb.lb1_ms),
+                ",\"median_over_lb1\":", Num(r.summary.median_ms / r.lb.lb1_ms),
+                ",\"p90_over_lb1\":", Num(r.summary.p90_ms / r.lb.lb1_ms), "}");
   }
-  std::printf(
-      "%s\n",
-      StrCat("{\"program\":\"ferry-train-sim\",\"model\":\"", r.workload.model, "\",\"rank\":", r.rank,
-             ",\"workers\":", r.workers, ",\"servers\":", r.servers, ",\"layers\":",
-             r.workload.layers.size(), ",\"bytes\":", TotalBytes(r.workload), ",\"compute_scale\":",
-             FLAGS_compute_scale, ",\"byte_scale\":", FLAGS_byte_scale, ",\"warmup\":", FLAGS_warmup,
-             ",\"iterations_ms\":", JsonList(r.ms), ",\"median_ms\":", r.summary.median_ms,
-             ",\"p90_ms\":", r.summary.p90_ms, ",\"mean_ms\":", r.summary.mean_ms, ",\"min_ms\":",
-             r.summary.min_ms, ",\"max_ms\":", r.summary.max_ms, ",\"lb\":", lb, ",\"check\":",
-             FLAGS_check ? "true" : "false", ",\"checked_values\":", r.checked,
-             ",\"wrong_values\":", r.wrong, "}")
-          .c_str());
+  std::string json = StrCat(
+      "{\"program\":\"ferry-train-sim\",\"model\":\"", r.workload.model, "\",\"rank\":", r.rank,
+      ",\"workers\":", r.workers, ",\"servers\":", r.servers,
+      ",\"layers\":", r.workload.layers.size(), ",\"bytes\":", TotalBytes(r.workload),
+      ",\"compute_scale\":", Num(FLAGS_compute_scale), ",\"byte_scale\":", Num(FLAGS_byte_scale),
+      ",\"warmup\":", FLAGS_warmup, ",\"iterations_ms\":", JsonList(r.ms),
+      ",\"median_ms\":", Num(r.summary.median_ms), ",\"p90_ms\":", Num(r.summary.p90_ms),
+      ",\"mean_ms\":", Num(r.summary.mean_ms), ",\"min_ms\":", Num(r.summary.min_ms),
+      ",\"max_ms\":", Num(r.summary.max_ms), ",\"lb\":", lb,
+      ",\"check\":", FLAGS_check ? "true" : "false", ",\"checked_values\":", r.checked,
+      ",\"wrong_values\":", r.wrong, "}");
+  std::printf("%s\n", json.c_str());
 }
 
 void PrintText(const Report& r) {
