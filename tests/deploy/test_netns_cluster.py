@@ -80,9 +80,13 @@ def test_links_are_shaped_both_ways(name):
     assert code == 0, out
     for src, dst, rate in (("worker0", "extra0", 200), ("extra0", "worker0", 200),
                            ("server0", "extra0", 1000), ("extra0", "server0", 1000)):
-        mbit = measure(name, src, dst)
-        assert 0.9 * rate <= mbit <= 1.02 * rate, "%s -> %s: %.1f Mbit/s on a %d Mbit/s link" % (
-            src, dst, mbit, rate)
+        # A sender starved of CPU on a busy machine measures low, never high: the best of
+        # up to 3 tries must reach 90% of the rate, and none may exceed it.
+        tries = []
+        while len(tries) < 3 and (not tries or max(tries) < 0.9 * rate):
+            tries.append(measure(name, src, dst))
+        assert 0.9 * rate <= max(tries) and max(tries) <= 1.02 * rate, \
+            "%s -> %s: %s Mbit/s on a %d Mbit/s link" % (src, dst, tries, rate)
 
 
 def test_run_takes_everything_down_when_the_command_fails(name):
