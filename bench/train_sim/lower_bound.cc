@@ -24,11 +24,11 @@ LowerBound ComputeLowerBound(const std::vector<Layer>& layers, double b_eff_byte
   lb.lb0_ms = std::max(lb.cf_ms + lb.cb_ms, lb.m_over_b_ms);
 
   // Walk k upward: R_k falls by b_{k-1}, the link time of rows 0..k grows by s_k.
-  double ready = lb.cb_ms;       // R_k
-  double sent = 0;               // sum_{i<=k} s_i / B_eff
-  double through = -std::numeric_limits<double>::infinity();   // C*(k)
-  double forward_before = 0;     // F_{<k}
-  double worst = -std::numeric_limits<double>::infinity();     // max_k C*(k) - F_{<k}
+  double ready = lb.cb_ms;                                    // R_k
+  double sent = 0;                                            // sum_{i<=k} s_i / B_eff
+  double through = -std::numeric_limits<double>::infinity();  // C*(k)
+  double forward_before = 0;                                  // F_{<k}
+  double worst = -std::numeric_limits<double>::infinity();    // max_k C*(k) - F_{<k}
   for (const Layer& l : layers) {
     sent += static_cast<double>(l.bytes) / bytes_per_ms;
     through = std::max(through, ready + sent);
@@ -38,7 +38,8 @@ LowerBound ComputeLowerBound(const std::vector<Layer>& layers, double b_eff_byte
   }
   lb.tail_ms = std::max(0.0, worst - lb.cb_ms);
   const Layer& last = layers.back();
-  lb.lb1_ms = std::max(lb.cf_ms + lb.cb_ms + lb.tail_ms, lb.m_over_b_ms + last.fwd_ms + last.bwd_ms);
+  lb.lb1_ms =
+      std::max(lb.cf_ms + lb.cb_ms + lb.tail_ms, lb.m_over_b_ms + last.fwd_ms + last.bwd_ms);
   return lb;
 }
 

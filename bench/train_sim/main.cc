@@ -36,8 +36,9 @@ namespace ferry {
 namespace {
 
 void ValidateFlags() {
-  FERRY_ENFORCE(!FLAGS_workload.empty(), ErrorCode::kInvalidConfig,
-                "invalid configuration: --workload is required (e.g. bench/workloads/resnet50_layers.csv)");
+  FERRY_ENFORCE(
+      !FLAGS_workload.empty(), ErrorCode::kInvalidConfig,
+      "invalid configuration: --workload is required (e.g. bench/workloads/resnet50_layers.csv)");
   FERRY_ENFORCE(FLAGS_iterations >= 1 && FLAGS_warmup >= 0, ErrorCode::kInvalidConfig,
                 "invalid configuration: need --iterations >= 1 and --warmup >= 0, got ",
                 FLAGS_iterations, " and ", FLAGS_warmup);
@@ -88,35 +89,37 @@ void PrintJson(const Report& r) {
                 ",\"median_over_lb1\":", Num(r.summary.median_ms / r.lb.lb1_ms),
                 ",\"p90_over_lb1\":", Num(r.summary.p90_ms / r.lb.lb1_ms), "}");
   }
-  std::string json = StrCat(
-      "{\"program\":\"ferry-train-sim\",\"model\":\"", r.workload.model, "\",\"rank\":", r.rank,
-      ",\"workers\":", r.workers, ",\"servers\":", r.servers,
-      ",\"layers\":", r.workload.layers.size(), ",\"bytes\":", TotalBytes(r.workload),
-      ",\"compute_scale\":", Num(FLAGS_compute_scale), ",\"byte_scale\":", Num(FLAGS_byte_scale),
-      ",\"warmup\":", FLAGS_warmup, ",\"iterations_ms\":", JsonList(r.ms),
-      ",\"median_ms\":", Num(r.summary.median_ms), ",\"p90_ms\":", Num(r.summary.p90_ms),
-      ",\"mean_ms\":", Num(r.summary.mean_ms), ",\"min_ms\":", Num(r.summary.min_ms),
-      ",\"max_ms\":", Num(r.summary.max_ms), ",\"lb\":", lb,
-      ",\"check\":", FLAGS_check ? "true" : "false", ",\"checked_values\":", r.checked,
-      ",\"wrong_values\":", r.wrong, "}");
+  std::string json =
+      StrCat("{\"program\":\"ferry-train-sim\",\"model\":\"", r.workload.model,
+             "\",\"rank\":", r.rank, ",\"workers\":", r.workers, ",\"servers\":", r.servers,
+             ",\"layers\":", r.workload.layers.size(), ",\"bytes\":", TotalBytes(r.workload),
+             ",\"compute_scale\":", Num(FLAGS_compute_scale),
+             ",\"byte_scale\":", Num(FLAGS_byte_scale), ",\"warmup\":", FLAGS_warmup,
+             ",\"iterations_ms\":", JsonList(r.ms), ",\"median_ms\":", Num(r.summary.median_ms),
+             ",\"p90_ms\":", Num(r.summary.p90_ms), ",\"mean_ms\":", Num(r.summary.mean_ms),
+             ",\"min_ms\":", Num(r.summary.min_ms), ",\"max_ms\":", Num(r.summary.max_ms),
+             ",\"lb\":", lb, ",\"check\":", FLAGS_check ? "true" : "false",
+             ",\"checked_values\":", r.checked, ",\"wrong_values\":", r.wrong, "}");
   std::printf("%s\n", json.c_str());
 }
 
 void PrintText(const Report& r) {
-  std::printf("# ferry-train-sim: %s, %zu layers, %llu bytes, %d workers, %d servers, "
-              "compute x%g, bytes x%g, %d warm-up + %zu timed iterations\n",
-              r.workload.model.c_str(), r.workload.layers.size(),
-              static_cast<unsigned long long>(TotalBytes(r.workload)), r.workers, r.servers,
-              FLAGS_compute_scale, FLAGS_byte_scale, FLAGS_warmup, r.ms.size());
+  std::printf(
+      "# ferry-train-sim: %s, %zu layers, %llu bytes, %d workers, %d servers, "
+      "compute x%g, bytes x%g, %d warm-up + %zu timed iterations\n",
+      r.workload.model.c_str(), r.workload.layers.size(),
+      static_cast<unsigned long long>(TotalBytes(r.workload)), r.workers, r.servers,
+      FLAGS_compute_scale, FLAGS_byte_scale, FLAGS_warmup, r.ms.size());
   for (size_t i = 0; i < r.ms.size(); ++i) std::printf("iteration %4zu %10.2f ms\n", i, r.ms[i]);
   std::printf("median %.2f ms, p90 %.2f ms, mean %.2f ms\n", r.summary.median_ms, r.summary.p90_ms,
               r.summary.mean_ms);
   if (r.has_lb) {
-    std::printf("LB1 %.2f ms at %g Gbit/s (B_eff %g Gbit/s; C_f %.2f, C_b %.2f, M/B %.2f, E %.2f, "
-                "LB0 %.2f ms): median/LB1 %.3f, p90/LB1 %.3f\n",
-                r.lb.lb1_ms, FLAGS_rate_gbps, r.b_eff_gbps, r.lb.cf_ms, r.lb.cb_ms, r.lb.m_over_b_ms,
-                r.lb.tail_ms, r.lb.lb0_ms, r.summary.median_ms / r.lb.lb1_ms,
-                r.summary.p90_ms / r.lb.lb1_ms);
+    std::printf(
+        "LB1 %.2f ms at %g Gbit/s (B_eff %g Gbit/s; C_f %.2f, C_b %.2f, M/B %.2f, E %.2f, "
+        "LB0 %.2f ms): median/LB1 %.3f, p90/LB1 %.3f\n",
+        r.lb.lb1_ms, FLAGS_rate_gbps, r.b_eff_gbps, r.lb.cf_ms, r.lb.cb_ms, r.lb.m_over_b_ms,
+        r.lb.tail_ms, r.lb.lb0_ms, r.summary.median_ms / r.lb.lb1_ms,
+        r.summary.p90_ms / r.lb.lb1_ms);
   }
   if (FLAGS_check) {
     std::printf("checked %llu sums: %llu wrong\n", static_cast<unsigned long long>(r.checked),
@@ -130,14 +133,16 @@ int RunTrainSim(const Config& config) {
       ScaleWorkload(LoadWorkload(FLAGS_workload), FLAGS_compute_scale, FLAGS_byte_scale);
   auto worker = Worker::Create(config);
   TrainSim sim(*worker, workload, FLAGS_check);
-  Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0, 0};
+  Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
+           0};
   r.ms = sim.Run(FLAGS_warmup, FLAGS_iterations);
   r.summary = Summarize(r.ms);
   r.checked = sim.checked_values();
   r.wrong = sim.wrong_values();
   if (FLAGS_rate_gbps > 0) {
     double server_gbps = FLAGS_server_rate_gbps > 0 ? FLAGS_server_rate_gbps : FLAGS_rate_gbps;
-    double b_eff = EffectiveBytesPerSecond(FLAGS_rate_gbps * 1e9, server_gbps * 1e9, r.servers, r.workers);
+    double b_eff =
+        EffectiveBytesPerSecond(FLAGS_rate_gbps * 1e9, server_gbps * 1e9, r.servers, r.workers);
     r.has_lb = true;
     r.b_eff_gbps = b_eff * 8 / 1e9;
     r.lb = ComputeLowerBound(workload.layers, b_eff);
@@ -150,7 +155,8 @@ int RunTrainSim(const Config& config) {
   std::fflush(stdout);
   worker->Shutdown();
   if (r.wrong) {
-    std::fprintf(stderr, "ferry-train-sim: %llu wrong sums\n", static_cast<unsigned long long>(r.wrong));
+    std::fprintf(stderr, "ferry-train-sim: %llu wrong sums\n",
+                 static_cast<unsigned long long>(r.wrong));
     return 1;
   }
   return 0;

@@ -54,7 +54,7 @@ std::vector<double> TrainSim::Run(int warmup, int iterations) {
   for (size_t l = 0; l < workload_.layers.size(); ++l) {
     worker_.DeclareTensor(names_[l], DataType::kFloat32,
                           {static_cast<int64_t>(gradients_[l].size())});
-    if (!check_) Fill(l, 0);   // real bytes, filled once: the fill is not training's work
+    if (!check_) Fill(l, 0);  // real bytes, filled once: the fill is not training's work
   }
   worker_.Barrier();
   clock_ = Clock::now();
@@ -79,7 +79,7 @@ Clock::time_point TrainSim::Forward(int iteration) {
         worker_.Wait(*handles_[l]);
         start = std::max(clock_, Clock::now());
       } else {
-        worker_.Wait(*handles_[l]);   // finished: releases the handle, throws if it failed
+        worker_.Wait(*handles_[l]);  // finished: releases the handle, throws if it failed
       }
       handles_[l].reset();
       if (check_) Check(l, iteration - 1);
@@ -94,7 +94,7 @@ Clock::time_point TrainSim::Forward(int iteration) {
 void TrainSim::Backward(int iteration) {
   for (size_t l = workload_.layers.size(); l-- > 0;) {
     clock_ += Ms(workload_.layers[l].bwd_ms);
-    if (check_) Fill(l, iteration);   // overlaps the emulated compute
+    if (check_) Fill(l, iteration);  // overlaps the emulated compute
     std::this_thread::sleep_until(clock_);
     handles_[l] = worker_.PushPullAsync(names_[l], gradients_[l].data(), sums_[l].data(),
                                         DataType::kFloat32, gradients_[l].size(), false);
@@ -103,13 +103,15 @@ void TrainSim::Backward(int iteration) {
 
 float TrainSim::Value(int rank, size_t layer, int iteration, uint64_t block) const {
   // 1..16: sums over up to 2^20 workers stay exact in float32.
-  uint64_t v = static_cast<uint64_t>(rank) + 3 * layer + 5 * static_cast<uint64_t>(iteration) + block;
+  uint64_t v =
+      static_cast<uint64_t>(rank) + 3 * layer + 5 * static_cast<uint64_t>(iteration) + block;
   return static_cast<float>(1 + v % 16);
 }
 
 void TrainSim::Fill(size_t layer, int iteration) {
   std::vector<float>& g = gradients_[layer];
-  for (uint64_t i = 0; i < g.size(); ++i) g[i] = Value(worker_.rank(), layer, iteration, i >> kBlockShift);
+  for (uint64_t i = 0; i < g.size(); ++i)
+    g[i] = Value(worker_.rank(), layer, iteration, i >> kBlockShift);
 }
 
 void TrainSim::Check(size_t layer, int iteration) {

@@ -37,7 +37,7 @@ namespace ferry {
 
 struct IterationSummary {
   double median_ms = 0;
-  double p90_ms = 0;   // nearest rank
+  double p90_ms = 0;  // nearest rank
   double mean_ms = 0;
   double min_ms = 0;
   double max_ms = 0;
@@ -60,7 +60,7 @@ class TrainSim {
   uint64_t wrong_values() const { return wrong_; }
 
  private:
-  Clock::time_point Forward(int iteration);   // returns when layer 0's compute started
+  Clock::time_point Forward(int iteration);  // returns when layer 0's compute started
   void Backward(int iteration);
   void Fill(size_t layer, int iteration);
   void Check(size_t layer, int iteration);
@@ -69,11 +69,11 @@ class TrainSim {
   Worker& worker_;
   const Workload workload_;
   const bool check_;
-  std::vector<std::string> names_;                 // by layer
-  std::vector<std::vector<float>> gradients_;      // inputs of push_pull, by layer
-  std::vector<std::vector<float>> sums_;           // outputs, by layer
-  std::vector<std::optional<Handle>> handles_;     // the layer's push_pull in flight
-  Clock::time_point clock_;                        // when the emulated compute is free
+  std::vector<std::string> names_;              // by layer
+  std::vector<std::vector<float>> gradients_;   // inputs of push_pull, by layer
+  std::vector<std::vector<float>> sums_;        // outputs, by layer
+  std::vector<std::optional<Handle>> handles_;  // the layer's push_pull in flight
+  Clock::time_point clock_;                     // when the emulated compute is free
   uint64_t checked_ = 0;
   uint64_t wrong_ = 0;
 };

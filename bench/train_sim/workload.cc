@@ -23,15 +23,15 @@ double ParseNumber(const std::string& text, const std::string& where) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   FERRY_ENFORCE(!text.empty() && end && *end == '\0' && std::isfinite(v) && v >= 0,
-                ErrorCode::kInvalidArgument, where, ": '", text,
-                "' is not a non-negative number");
+                ErrorCode::kInvalidArgument, where, ": '", text, "' is not a non-negative number");
   return v;
 }
 
 std::string ModelName(const std::string& path) {
   std::string base = path.substr(path.find_last_of('/') + 1);
   const std::string suffix = "_layers.csv";
-  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
+  if (base.size() > suffix.size() &&
+      base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
     return base.substr(0, base.size() - suffix.size());
   }
   return base;
@@ -43,7 +43,8 @@ const char* const kHeader = "row,name,params,bytes,ntensors,fwd_ms,bwd_ms";
 
 Workload LoadWorkload(const std::string& path) {
   std::ifstream in(path);
-  FERRY_ENFORCE(in.good(), ErrorCode::kInvalidArgument, "cannot open the workload file '", path, "'");
+  FERRY_ENFORCE(in.good(), ErrorCode::kInvalidArgument, "cannot open the workload file '", path,
+                "'");
   Workload w;
   w.model = ModelName(path);
   std::string line;
@@ -72,7 +73,7 @@ Workload LoadWorkload(const std::string& path) {
   }
   FERRY_ENFORCE(header && !w.layers.empty(), ErrorCode::kInvalidArgument, "the workload file '",
                 path, "' has no layers");
-  std::reverse(w.layers.begin(), w.layers.end());   // backprop order -> forward order
+  std::reverse(w.layers.begin(), w.layers.end());  // backprop order -> forward order
   return w;
 }
 

@@ -18,14 +18,14 @@ namespace ferry {
 
 struct Layer {
   std::string name;
-  uint64_t bytes = 0;    // gradient bytes (float32)
-  double fwd_ms = 0;     // forward compute of this layer
-  double bwd_ms = 0;     // backward compute from the previous gradient-ready event to this one
+  uint64_t bytes = 0;  // gradient bytes (float32)
+  double fwd_ms = 0;   // forward compute of this layer
+  double bwd_ms = 0;   // backward compute from the previous gradient-ready event to this one
 };
 
 struct Workload {
-  std::string model;            // from the file name: "resnet50" for resnet50_layers.csv
-  std::vector<Layer> layers;    // forward order
+  std::string model;          // from the file name: "resnet50" for resnet50_layers.csv
+  std::vector<Layer> layers;  // forward order
 };
 
 // Reads a <model>_layers.csv (columns row,name,params,bytes,ntensors,fwd_ms,bwd_ms; lines

@@ -40,7 +40,8 @@ std::vector<Row> ReadLowerBounds() {
     std::replace(line.begin(), line.end(), ',', ' ');
     std::istringstream f(line);
     Row r;
-    f >> r.model >> r.compute_scale >> r.gbps >> r.cf >> r.cb >> r.m_over_b >> r.tail >> r.lb0 >> r.lb1;
+    f >> r.model >> r.compute_scale >> r.gbps >> r.cf >> r.cb >> r.m_over_b >> r.tail >> r.lb0 >>
+        r.lb1;
     EXPECT_FALSE(f.fail()) << line;
     rows.push_back(r);
   }
@@ -49,13 +50,15 @@ std::vector<Row> ReadLowerBounds() {
 
 TEST(LowerBoundTest, MatchesEveryRowOfLowerBoundsCsv) {
   std::vector<Row> rows = ReadLowerBounds();
-  ASSERT_EQ(rows.size(), 18u);   // 3 models x 2 compute scales x 3 rates
+  ASSERT_EQ(rows.size(), 18u);  // 3 models x 2 compute scales x 3 rates
   for (const Row& r : rows) {
     SCOPED_TRACE(StrCat(r.model, " x", r.compute_scale, " at ", r.gbps, " Gbit/s"));
-    Workload w = ScaleWorkload(LoadWorkload(kWorkloads + r.model + "_layers.csv"), r.compute_scale, 1.0);
+    Workload w =
+        ScaleWorkload(LoadWorkload(kWorkloads + r.model + "_layers.csv"), r.compute_scale, 1.0);
     // N = S: B_eff is the link rate.
     const int n = 4;
-    LowerBound lb = ComputeLowerBound(w.layers, EffectiveBytesPerSecond(r.gbps * 1e9, r.gbps * 1e9, n, n));
+    LowerBound lb =
+        ComputeLowerBound(w.layers, EffectiveBytesPerSecond(r.gbps * 1e9, r.gbps * 1e9, n, n));
     EXPECT_NEAR(lb.cf_ms, r.cf, kRounding);
     EXPECT_NEAR(lb.cb_ms, r.cb, kRounding);
     EXPECT_NEAR(lb.m_over_b_ms, r.m_over_b, kRounding);
@@ -93,25 +96,27 @@ TEST(WorkloadTest, LoadsInForwardOrderAndScales) {
   Workload w = LoadWorkload(kWorkloads + "resnet50_layers.csv");
   EXPECT_EQ(w.model, "resnet50");
   ASSERT_EQ(w.layers.size(), 54u);
-  EXPECT_EQ(w.layers.back().name, "fc");        // the CSV's first row: backprop starts there
+  EXPECT_EQ(w.layers.back().name, "fc");  // the CSV's first row: backprop starts there
   EXPECT_EQ(w.layers.back().bytes, 8196000u);
   uint64_t total = 0;
   for (const Layer& l : w.layers) total += l.bytes;
-  EXPECT_EQ(total, 4u * 25557032);               // the README's parameter total
+  EXPECT_EQ(total, 4u * 25557032);  // the README's parameter total
   Workload s = ScaleWorkload(w, 0.5, 0.001);
-  EXPECT_EQ(s.layers.back().bytes, 4u * 2049);   // 2049000 floats x 0.001
+  EXPECT_EQ(s.layers.back().bytes, 4u * 2049);  // 2049000 floats x 0.001
   EXPECT_DOUBLE_EQ(s.layers.back().fwd_ms, w.layers.back().fwd_ms * 0.5);
-  for (const Layer& l : ScaleWorkload(w, 1, 1e-9).layers) EXPECT_EQ(l.bytes, 4u);   // at least one
+  for (const Layer& l : ScaleWorkload(w, 1, 1e-9).layers) EXPECT_EQ(l.bytes, 4u);  // at least one
 }
 
 TEST(WorkloadTest, BadFilesAreReportedWithFileAndLine) {
   std::string path = testing::TempDir() + "bad_layers.csv";
-  std::ofstream(path) << "# comment\nrow,name,params,bytes,ntensors,fwd_ms,bwd_ms\n1,fc,1,4,1,x,1\n";
+  std::ofstream(path)
+      << "# comment\nrow,name,params,bytes,ntensors,fwd_ms,bwd_ms\n1,fc,1,4,1,x,1\n";
   try {
     LoadWorkload(path);
     FAIL() << "no error";
   } catch (const FerryError& e) {
-    EXPECT_NE(std::string(e.what()).find("bad_layers.csv:3 (fwd_ms): 'x'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad_layers.csv:3 (fwd_ms): 'x'"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(LoadWorkload(testing::TempDir() + "missing_layers.csv"), FerryError);
 }
