@@ -167,3 +167,13 @@ def netns_list():
 
 def is_root():
     return os.geteuid() == 0
+
+
+def need_netns():
+    """Skips the test, with netns-cluster's reason, where network namespaces cannot be
+    made (not root, no capabilities, no `ip netns`)."""
+    r = subprocess.run([str(SCRIPTS / "netns-cluster"), "check"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=30)
+    if r.returncode == 2:
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0, r.stdout

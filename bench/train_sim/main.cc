@@ -1,0 +1,173 @@
+// ferry-train-sim: replays a model's training step (bench/workloads/<model>_layers.csv)
+// on a Ferry cluster, as one worker (DMLC_* environment), and compares each iteration
+// with LB1, the lower bound of an iteration for the same scaled inputs and link rate
+// (bench/train_sim/lower_bound.h). See bench/train_sim/train_sim.h for what one
+// iteration does, and docs/benchmarks.md for the emulated cluster it is meant for.
+//
+// Output (rank 0 in text, every rank with --json, one JSON object on one line): the
+// iteration times, their median and p90, LB1 and iteration / LB1. Exits 1 if --check
+// found a wrong sum.
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/train_sim/lower_bound.h"
+#include "bench/train_sim/train_sim.h"
+#include "bench/train_sim/workload.h"
+#include "common/cluster/role_main.h"
+#include "common/util/status.h"
+#include "worker/worker.h"
+
+DEFINE_string(workload, "", "the workload: a <model>_layers.csv (bench/workloads/)");
+DEFINE_int32(iterations, 10, "timed iterations");
+DEFINE_int32(warmup, 2, "untimed iterations first");
+DEFINE_double(compute_scale, 1.0, "multiplies every forward and backward time");
+DEFINE_double(byte_scale, 1.0, "multiplies every layer's bytes");
+DEFINE_bool(check, false, "refill gradients every iteration and check every sum exactly");
+DEFINE_bool(json, false, "print one JSON object per worker instead of text");
+DEFINE_double(rate_gbps, 0, "each worker's link rate, Gbit/s, for LB1 (0: no LB1)");
+DEFINE_double(server_rate_gbps, 0, "each server's link rate, Gbit/s, for LB1 (0: --rate_gbps)");
+
+namespace ferry {
+namespace {
+
+void ValidateFlags() {
+  FERRY_ENFORCE(
+      !FLAGS_workload.empty(), ErrorCode::kInvalidConfig,
+      "invalid configuration: --workload is required (e.g. bench/workloads/resnet50_layers.csv)");
+  FERRY_ENFORCE(FLAGS_iterations >= 1 && FLAGS_warmup >= 0, ErrorCode::kInvalidConfig,
+                "invalid configuration: need --iterations >= 1 and --warmup >= 0, got ",
+                FLAGS_iterations, " and ", FLAGS_warmup);
+  FERRY_ENFORCE(FLAGS_compute_scale > 0 && FLAGS_byte_scale > 0, ErrorCode::kInvalidConfig,
+                "invalid configuration: --compute_scale and --byte_scale must be > 0, got ",
+                FLAGS_compute_scale, " and ", FLAGS_byte_scale);
+  FERRY_ENFORCE(FLAGS_rate_gbps >= 0 && FLAGS_server_rate_gbps >= 0, ErrorCode::kInvalidConfig,
+                "invalid configuration: --rate_gbps and --server_rate_gbps must be >= 0");
+}
+
+uint64_t TotalBytes(const Workload& w) {
+  uint64_t m = 0;
+  for (const Layer& l : w.layers) m += l.bytes;
+  return m;
+}
+
+// A double for JSON, to 10 significant digits (a stream's default is 6).
+std::string Num(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.10g", v);
+  return text;
+}
+
+std::string JsonList(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += StrCat(i ? "," : "", Num(v[i]));
+  return out + "]";
+}
+
+struct Report {
+  const Workload& workload;
+  int rank, workers, servers;
+  std::vector<double> ms;
+  IterationSummary summary;
+  bool has_lb;
+  double b_eff_gbps;
+  LowerBound lb;
+  uint64_t checked, wrong;
+};
+
+void PrintJson(const Report& r) {
+  std::string lb = "null";
+  if (r.has_lb) {
+    lb = StrCat("{\"rate_gbps\":", Num(FLAGS_rate_gbps), ",\"b_eff_gbps\":", Num(r.b_eff_gbps),
+                ",\"cf_ms\":", Num(r.lb.cf_ms), ",\"cb_ms\":", Num(r.lb.cb_ms),
+                ",\"m_over_b_ms\":", Num(r.lb.m_over_b_ms), ",\"tail_ms\":", Num(r.lb.tail_ms),
+                ",\"lb0_ms\":", Num(r.lb.lb0_ms), ",\"lb1_ms\":", Num(r.lb.lb1_ms),
+                ",\"median_over_lb1\":", Num(r.summary.median_ms / r.lb.lb1_ms),
+                ",\"p90_over_lb1\":", Num(r.summary.p90_ms / r.lb.lb1_ms), "}");
+  }
+  std::string json =
+      StrCat("{\"program\":\"ferry-train-sim\",\"model\":\"", r.workload.model,
+             "\",\"rank\":", r.rank, ",\"workers\":", r.workers, ",\"servers\":", r.servers,
+             ",\"layers\":", r.workload.layers.size(), ",\"bytes\":", TotalBytes(r.workload),
+             ",\"compute_scale\":", Num(FLAGS_compute_scale),
+             ",\"byte_scale\":", Num(FLAGS_byte_scale), ",\"warmup\":", FLAGS_warmup,
+             ",\"iterations_ms\":", JsonList(r.ms), ",\"median_ms\":", Num(r.summary.median_ms),
+             ",\"p90_ms\":", Num(r.summary.p90_ms), ",\"mean_ms\":", Num(r.summary.mean_ms),
+             ",\"min_ms\":", Num(r.summary.min_ms), ",\"max_ms\":", Num(r.summary.max_ms),
+             ",\"lb\":", lb, ",\"check\":", FLAGS_check ? "true" : "false",
+             ",\"checked_values\":", r.checked, ",\"wrong_values\":", r.wrong, "}");
+  std::printf("%s\n", json.c_str());
+}
+
+void PrintText(const Report& r) {
+  std::printf(
+      "# ferry-train-sim: %s, %zu layers, %llu bytes, %d workers, %d servers, "
+      "compute x%g, bytes x%g, %d warm-up + %zu timed iterations\n",
+      r.workload.model.c_str(), r.workload.layers.size(),
+      static_cast<unsigned long long>(TotalBytes(r.workload)), r.workers, r.servers,
+      FLAGS_compute_scale, FLAGS_byte_scale, FLAGS_warmup, r.ms.size());
+  for (size_t i = 0; i < r.ms.size(); ++i) std::printf("iteration %4zu %10.2f ms\n", i, r.ms[i]);
+  std::printf("median %.2f ms, p90 %.2f ms, mean %.2f ms\n", r.summary.median_ms, r.summary.p90_ms,
+              r.summary.mean_ms);
+  if (r.has_lb) {
+    std::printf(
+        "LB1 %.2f ms at %g Gbit/s (B_eff %g Gbit/s; C_f %.2f, C_b %.2f, M/B %.2f, E %.2f, "
+        "LB0 %.2f ms): median/LB1 %.3f, p90/LB1 %.3f\n",
+        r.lb.lb1_ms, FLAGS_rate_gbps, r.b_eff_gbps, r.lb.cf_ms, r.lb.cb_ms, r.lb.m_over_b_ms,
+        r.lb.tail_ms, r.lb.lb0_ms, r.summary.median_ms / r.lb.lb1_ms,
+        r.summary.p90_ms / r.lb.lb1_ms);
+  }
+  if (FLAGS_check) {
+    std::printf("checked %llu sums: %llu wrong\n", static_cast<unsigned long long>(r.checked),
+                static_cast<unsigned long long>(r.wrong));
+  }
+}
+
+int RunTrainSim(const Config& config) {
+  ValidateFlags();
+  Workload workload =
+      ScaleWorkload(LoadWorkload(FLAGS_workload), FLAGS_compute_scale, FLAGS_byte_scale);
+  auto worker = Worker::Create(config);
+  TrainSim sim(*worker, workload, FLAGS_check);
+  Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
+           0};
+  r.ms = sim.Run(FLAGS_warmup, FLAGS_iterations);
+  r.summary = Summarize(r.ms);
+  r.checked = sim.checked_values();
+  r.wrong = sim.wrong_values();
+  if (FLAGS_rate_gbps > 0) {
+    double server_gbps = FLAGS_server_rate_gbps > 0 ? FLAGS_server_rate_gbps : FLAGS_rate_gbps;
+    double b_eff =
+        EffectiveBytesPerSecond(FLAGS_rate_gbps * 1e9, server_gbps * 1e9, r.servers, r.workers);
+    r.has_lb = true;
+    r.b_eff_gbps = b_eff * 8 / 1e9;
+    r.lb = ComputeLowerBound(workload.layers, b_eff);
+  }
+  if (FLAGS_json) {
+    PrintJson(r);
+  } else if (r.rank == 0) {
+    PrintText(r);
+  }
+  std::fflush(stdout);
+  worker->Shutdown();
+  if (r.wrong) {
+    std::fprintf(stderr, "ferry-train-sim: %llu wrong sums\n",
+                 static_cast<unsigned long long>(r.wrong));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("replays a model's training step on a Ferry cluster (run as a worker)");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  const ferry::NodeRole role = ferry::NodeRole::kWorker;
+  return ferry::RunRoleMain(argc, argv, &role, ferry::RunTrainSim);
+}

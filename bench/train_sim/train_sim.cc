@@ -1,0 +1,135 @@
+#include "bench/train_sim/train_sim.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+#include "common/util/status.h"
+
+namespace ferry {
+namespace {
+
+// Values change every kBlock elements, so a sum landing at a wrong offset shows.
+constexpr uint64_t kBlockShift = 10;
+
+Clock::duration Ms(double ms) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+double ElapsedMs(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+}  // namespace
+
+IterationSummary Summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  size_t n = ms.size();
+  IterationSummary s;
+  s.median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  s.p90_ms = ms[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
+  s.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(n);
+  s.min_ms = ms.front();
+  s.max_ms = ms.back();
+  return s;
+}
+
+TrainSim::TrainSim(Worker& worker, Workload workload, bool check)
+    : worker_(worker), workload_(std::move(workload)), check_(check) {
+  size_t layers = workload_.layers.size();
+  handles_.resize(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    const Layer& layer = workload_.layers[l];
+    names_.push_back(StrCat("train_sim/", l, "/", layer.name));
+    gradients_.emplace_back(layer.bytes / sizeof(float));
+    sums_.emplace_back(layer.bytes / sizeof(float));
+  }
+}
+
+std::vector<double> TrainSim::Run(int warmup, int iterations) {
+  for (size_t l = 0; l < workload_.layers.size(); ++l) {
+    worker_.DeclareTensor(names_[l], DataType::kFloat32,
+                          {static_cast<int64_t>(gradients_[l].size())});
+    if (!check_) Fill(l, 0);  // real bytes, filled once: the fill is not training's work
+  }
+  worker_.Barrier();
+  clock_ = Clock::now();
+  const int total = warmup + iterations;
+  std::vector<Clock::time_point> starts;
+  for (int it = 0; it <= total; ++it) {
+    starts.push_back(Forward(it));
+    if (it < total) Backward(it);
+  }
+  std::vector<double> ms;
+  for (int it = warmup; it < total; ++it) ms.push_back(ElapsedMs(starts[it], starts[it + 1]));
+  return ms;
+}
+
+Clock::time_point TrainSim::Forward(int iteration) {
+  Clock::time_point first;
+  for (size_t l = 0; l < workload_.layers.size(); ++l) {
+    Clock::time_point start = clock_;
+    if (handles_[l]) {
+      // The gate: this layer's parameters are updated once its sum is back.
+      if (!worker_.Poll(*handles_[l])) {
+        worker_.Wait(*handles_[l]);
+        start = std::max(clock_, Clock::now());
+      } else {
+        worker_.Wait(*handles_[l]);  // finished: releases the handle, throws if it failed
+      }
+      handles_[l].reset();
+      if (check_) Check(l, iteration - 1);
+    }
+    if (l == 0) first = start;
+    clock_ = start + Ms(workload_.layers[l].fwd_ms);
+    std::this_thread::sleep_until(clock_);
+  }
+  return first;
+}
+
+void TrainSim::Backward(int iteration) {
+  for (size_t l = workload_.layers.size(); l-- > 0;) {
+    clock_ += Ms(workload_.layers[l].bwd_ms);
+    if (check_) Fill(l, iteration);  // overlaps the emulated compute
+    std::this_thread::sleep_until(clock_);
+    handles_[l] = worker_.PushPullAsync(names_[l], gradients_[l].data(), sums_[l].data(),
+                                        DataType::kFloat32, gradients_[l].size(), false);
+  }
+}
+
+float TrainSim::Value(int rank, size_t layer, int iteration, uint64_t block) const {
+  // 1..16: sums over up to 2^20 workers stay exact in float32.
+  uint64_t v =
+      static_cast<uint64_t>(rank) + 3 * layer + 5 * static_cast<uint64_t>(iteration) + block;
+  return static_cast<float>(1 + v % 16);
+}
+
+void TrainSim::Fill(size_t layer, int iteration) {
+  std::vector<float>& g = gradients_[layer];
+  for (uint64_t i = 0; i < g.size(); ++i)
+    g[i] = Value(worker_.rank(), layer, iteration, i >> kBlockShift);
+}
+
+void TrainSim::Check(size_t layer, int iteration) {
+  const std::vector<float>& s = sums_[layer];
+  uint64_t wrong = 0;
+  for (uint64_t begin = 0; begin < s.size(); begin += uint64_t{1} << kBlockShift) {
+    uint64_t block = begin >> kBlockShift;
+    float expected = 0;
+    for (int r = 0; r < worker_.size(); ++r) expected += Value(r, layer, iteration, block);
+    uint64_t end = std::min<uint64_t>(s.size(), begin + (uint64_t{1} << kBlockShift));
+    for (uint64_t i = begin; i < end; ++i) wrong += s[i] != expected;
+  }
+  checked_ += s.size();
+  wrong_ += wrong;
+  if (wrong) {
+    LOG(ERROR) << wrong << " wrong sums of " << s.size() << " in " << names_[layer]
+               << ", iteration " << iteration;
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,81 @@
+#pragma once
+
+// TrainSim: replays a training workload's communication against a Ferry worker, as a
+// data-parallel training step would issue it.
+//
+//   TrainSim sim(*worker, ScaleWorkload(LoadWorkload(path), 0.25, 0.05), /*check=*/true);
+//   std::vector<double> ms = sim.Run(/*warmup=*/2, /*iterations=*/10);
+//
+// Each layer (forward order) is one float32 tensor, declared in forward order, so
+// Ferry's default priority favours the input side. One iteration:
+//   forward:  for l = 0..L-1: wait for layer l's sum of the previous iteration (the
+//             push_pull handle of that layer), then compute fwd_ms;
+//   backward: for l = L-1..0: compute bwd_ms, then PushPullAsync layer l's gradient.
+// Compute is a sleep on a nominal clock (as a GPU's stream runs on while the CPU posts):
+// a layer's compute starts when the previous one's ends, or when its gate opened if it
+// had to wait, so oversleeping never accumulates.
+//
+// Iteration i lasts from the start of its first forward layer to the start of iteration
+// i+1's; after the last iteration one more forward pass runs to mark its end (and to
+// wait for, and check, every sum).
+//
+// Values: with `check`, the gradient of layer l in iteration t is refilled every
+// iteration with small integers (depending on rank, layer, iteration and position) and
+// every sum is compared exactly; without it the gradients are filled once.
+// Not thread-safe: one caller thread.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/train_sim/workload.h"
+#include "common/util/clock.h"
+#include "worker/worker.h"
+
+namespace ferry {
+
+struct IterationSummary {
+  double median_ms = 0;
+  double p90_ms = 0;  // nearest rank
+  double mean_ms = 0;
+  double min_ms = 0;
+  double max_ms = 0;
+};
+
+// REQUIRES: ms not empty.
+IterationSummary Summarize(std::vector<double> ms);
+
+class TrainSim {
+ public:
+  // Borrows `worker` for its lifetime.
+  TrainSim(Worker& worker, Workload workload, bool check);
+
+  // Declares the tensors, meets the other workers at a barrier, runs warmup + iterations
+  // iterations and returns the durations (ms) of the last `iterations`.
+  // REQUIRES: warmup >= 0, iterations >= 1. Throws FerryError from the worker.
+  std::vector<double> Run(int warmup, int iterations);
+
+  uint64_t checked_values() const { return checked_; }
+  uint64_t wrong_values() const { return wrong_; }
+
+ private:
+  Clock::time_point Forward(int iteration);  // returns when layer 0's compute started
+  void Backward(int iteration);
+  void Fill(size_t layer, int iteration);
+  void Check(size_t layer, int iteration);
+  float Value(int rank, size_t layer, int iteration, uint64_t block) const;
+
+  Worker& worker_;
+  const Workload workload_;
+  const bool check_;
+  std::vector<std::string> names_;              // by layer
+  std::vector<std::vector<float>> gradients_;   // inputs of push_pull, by layer
+  std::vector<std::vector<float>> sums_;        // outputs, by layer
+  std::vector<std::optional<Handle>> handles_;  // the layer's push_pull in flight
+  Clock::time_point clock_;                     // when the emulated compute is free
+  uint64_t checked_ = 0;
+  uint64_t wrong_ = 0;
+};
+
+}  // namespace ferry
