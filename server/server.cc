@@ -344,6 +344,7 @@ void Server::Acknowledge(const std::string& identity, uint64_t request_id, uint6
 
 void Server::ReplyError(const std::string& identity, uint64_t request_id, uint64_t key,
                         ErrorCode code, const std::string& reason) {
+  LOG_EVERY_N(WARNING, 100) << "refused request " << request_id << ": " << reason;
   Message m = MakeMessage(proto::ERROR, cluster_.my_id());
   m.envelope.set_request_id(request_id);
   m.envelope.set_key(key);

@@ -104,6 +104,9 @@ int Van::Bind(const std::string& host, int port) {
   SetInt(router_, ZMQ_ROUTER_MANDATORY, 1);
   // A peer that reconnects (after a link failure) takes its routing id back at once.
   SetInt(router_, ZMQ_ROUTER_HANDOVER, 1);
+  // A connection that does not complete the ZMTP (and CURVE) handshake in time is
+  // closed: a flood of silent connections cannot hold descriptors for long.
+  SetInt(router_, ZMQ_HANDSHAKE_IVL, kHandshakeTimeoutMs);
   ApplyLinkOptions(router_);
   SetInt(router_, ZMQ_LINGER, options_.linger_ms);
   int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
@@ -117,7 +120,7 @@ int Van::Bind(const std::string& host, int port) {
   std::string monitor_endpoint = pipe_endpoint_ + "-monitor";
   if (zmq_socket_monitor(router_, monitor_endpoint.c_str(),
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED) == 0) {
     monitor_ = zmq_socket(context_, ZMQ_PAIR);
     if (monitor_ && zmq_connect(monitor_, monitor_endpoint.c_str()) != 0) {
       zmq_close(monitor_);
@@ -419,6 +422,20 @@ void Van::HandleMonitorEvent() {
   if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor_, 0);
   uint16_t id = 0;
   if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+  if (id == ZMQ_EVENT_DISCONNECTED) {
+    // ZeroMQ gives no reason: a peer that left looks like one it cut off for a frame
+    // over the limit or a protocol error.
+    uint64_t closed = ++closed_;
+    if (closed <= 20 || closed % 1000 == 0) {
+      LOG(INFO) << options_.name << ": an inbound connection closed (a peer that left, or one "
+                << "ZeroMQ cut off for a frame over the " << options_.max_message_bytes
+                << "-byte limit, FERRY_MAX_MESSAGE_BYTES, or a protocol error); " << closed
+                << " so far";
+    }
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
   uint64_t n = ++refused_;
   if (n <= 20 || n % 1000 == 0) {
     LOG(WARNING) << options_.name << ": a connection to " << FrameString(&address)
@@ -598,6 +615,7 @@ VanStats Van::stats() const {
   s.send_failures = send_failures_;
   s.connections_refused = refused_;
   s.injected_drops = injected_drops_;
+  s.connections_closed = closed_;
   return s;
 }
 

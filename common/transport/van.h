@@ -76,6 +76,7 @@ struct VanStats {
   uint64_t send_failures = 0;           // e.g. reply to a peer that disconnected
   uint64_t connections_refused = 0;     // failed the security check or handshake
   uint64_t injected_drops = 0;          // data messages dropped by fault injection
+  uint64_t connections_closed = 0;      // inbound connections that ended (any reason)
 };
 
 // Where a received message came from.
@@ -87,6 +88,8 @@ struct Origin {
 
 class Van {
  public:
+  // An inbound connection must complete its handshake within this time.
+  static constexpr int kHandshakeTimeoutMs = 10000;
   using Handler = std::function<void(Message&&, const Origin&)>;
 
   explicit Van(VanOptions options);
@@ -179,7 +182,7 @@ class Van {
 
   std::atomic<uint64_t> messages_sent_{0}, messages_received_{0}, bytes_sent_{0},
       bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0}, refused_{0},
-      injected_drops_{0};
+      injected_drops_{0}, closed_{0};
 };
 
 }  // namespace ferry

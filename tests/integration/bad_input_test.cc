@@ -9,10 +9,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <fstream>
 #include <string>
 #include <thread>
+#include <filesystem>
 
 #include "common/transport/message.h"
+#include "common/transport/van.h"
 #include "tests/support/process_group.h"
 
 namespace ferry::testing {
@@ -132,6 +135,149 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   EXPECT_NE(sched_log.find("registers with kind 'gpu' (FERRY_NODE_KIND): expected colocated or cpu"),
             std::string::npos)
       << sched_log;
+}
+
+TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
+  // Worker 1 is a member that speaks the protocol by hand (ferry-raw-member): each
+  // round it pushes a round far ahead, pulls a round it never pushed, pushes an old
+  // round, and sends its honest push twice. Worker 0 trains normally beside it.
+  ProcessGroup g;
+  int port = FreePort();
+  const int rounds = 8;
+  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, ClusterEnv("scheduler", 2, 1, port));
+  int server = g.Spawn("server", {BinaryPath("ferry-server")}, ClusterEnv("server", 2, 1, port));
+  auto e = ClusterEnv("worker", 2, 1, port);
+  e["DMLC_WORKER_ID"] = "0";
+  int honest = g.Spawn("worker0", {BinaryPath("ferry-test-worker"), "--mode=loop",
+                                   "--loop_rounds=" + std::to_string(rounds)}, e);
+  e["DMLC_WORKER_ID"] = "1";
+  int raw = g.Spawn("raw", {BinaryPath("ferry-raw-member"), "--rounds=" + std::to_string(rounds)}, e);
+  auto results = g.WaitAll(120000 * TimeScale());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << g.AllOutput();
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();
+  }
+  EXPECT_NE(g.Output(honest).find("OK loop rounds=8"), std::string::npos) << g.Output(honest);
+  // Per round: ahead + pull; from round 3 on also the old round.
+  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=21"), std::string::npos) << g.Output(raw);
+  std::string log = g.Output(server);
+  EXPECT_NE(log.find("but the key is at round"), std::string::npos) << log;
+  EXPECT_NE(log.find("duplicates dropped"), std::string::npos) << log;
+}
+
+// The resident memory of a process, in KiB.
+long RssKib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+long OpenDescriptors(pid_t pid) {
+  long n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// A ZMTP 3.0 peer (NULL mechanism) that announces one frame of `announced` bytes and
+// sends only a few: a server that believed the size would allocate it.
+void SendOversizedFrame(int port, uint64_t announced) {
+  std::string greeting(64, '\0');
+  greeting[0] = '\xff';
+  greeting[9] = '\x7f';
+  greeting[10] = 3;  // version 3.0
+  greeting.replace(12, 4, "NULL");
+  std::string body = std::string("\x05READY\x0bSocket-Type", 18) + std::string("\0\0\0\x06", 4) + "DEALER";
+  std::string ready = std::string(1, '\x04') + std::string(1, static_cast<char>(body.size())) + body;
+  std::string frame(1, '\x02');  // a long frame, the last of its message
+  for (int shift = 56; shift >= 0; shift -= 8) frame += static_cast<char>((announced >> shift) & 0xff);
+  frame += std::string(4096, 'x');
+  SendRawTcp(port, greeting + ready + frame);
+}
+
+// Opens `n` TCP connections to the port and leaves them silent; returns their fds.
+std::vector<int> OpenSilentConnections(int port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      fds.push_back(fd);
+    } else {
+      close(fd);
+    }
+  }
+  return fds;
+}
+
+TEST(BadInputTest, OversizedFramesAndConnectionFloodsCostTheServerNothing) {
+  ProcessGroup g;
+  int port = FreePort();
+  int server_port = FreePort();
+  auto env = [&](const std::string& role) {
+    auto e = ClusterEnv(role, 2, 1, port);
+    e["FERRY_MAX_MESSAGE_BYTES"] = "16777216";
+    return e;
+  };
+  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
+  auto server_env = env("server");
+  server_env["DMLC_PORT"] = std::to_string(server_port);
+  int server = g.Spawn("server", {BinaryPath("ferry-server")}, server_env);
+  std::vector<int> ws;
+  for (int w = 0; w < 2; ++w) {
+    auto e = env("worker");
+    e["DMLC_WORKER_ID"] = std::to_string(w);
+    ws.push_back(g.Spawn("worker" + std::to_string(w),
+                         {BinaryPath("ferry-test-worker"), "--mode=loop", "--loop_rounds=400",
+                          "--loop_sleep_ms=40"}, e));
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * TimeScale());
+  while (g.Output(ws[0]).find("round 10\n") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << g.AllOutput();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const pid_t pid = g.pid(server);
+  const long rss_before = RssKib(pid), fds_before = OpenDescriptors(pid);
+  // Frames announcing 8 GiB and 17 MiB (over the 16 MiB limit): refused from the header.
+  for (int i = 0; i < 10; ++i) {
+    SendOversizedFrame(server_port, 8ull << 30);
+    SendOversizedFrame(server_port, 17ull << 20);
+  }
+  // A flood of connections that never say anything.
+  std::vector<int> flood = OpenSilentConnections(server_port, 300);
+  ASSERT_GT(flood.size(), 250u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long fds_flooded = OpenDescriptors(pid);
+  // They are closed once the handshake deadline passed, although we keep them open.
+  auto until = std::chrono::steady_clock::now() +
+               std::chrono::milliseconds(Van::kHandshakeTimeoutMs + 5000 * TimeScale());
+  while (OpenDescriptors(pid) > fds_before + 5 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const long fds_after = OpenDescriptors(pid), rss_after = RssKib(pid);
+  for (int fd : flood) close(fd);
+  std::printf("server: %ld KiB -> %ld KiB resident; descriptors %ld, %ld during the flood, %ld "
+              "after the handshake deadline\n", rss_before, rss_after, fds_before, fds_flooded,
+              fds_after);
+  EXPECT_GT(fds_flooded, fds_before + 200) << "the flood did not reach the server?";
+  EXPECT_LE(fds_after, fds_before + 5) << "silent connections outlived the handshake deadline";
+  EXPECT_LT(rss_after, rss_before + 32 * 1024) << "an announced frame was allocated";
+  auto results = g.WaitAll(120000 * TimeScale());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << g.AllOutput();
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();
+  }
+  for (int w : ws) EXPECT_NE(g.Output(w).find("OK loop rounds=400"), std::string::npos);
+  EXPECT_NE(g.Output(server).find("-byte limit, FERRY_MAX_MESSAGE_BYTES"), std::string::npos)
+      << g.Output(server);
 }
 
 }  // namespace

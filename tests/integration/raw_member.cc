@@ -1,0 +1,216 @@
+// ferry-raw-member: a worker that registers properly but speaks the data protocol by
+// hand, to abuse a live server from inside the job (tests/integration/bad_input_test).
+//
+// It is worker rank 1 beside one ferry-test-worker --mode=loop (rank 0) and one server:
+// it pushes tensor "loop" (tensor id 0, one partition) with the values the loop mode
+// expects of rank 1, so rank 0's sums stay checkable, and before each honest push it
+// sends the abuse of the round:
+//   a push for a round far ahead, a PULL for a round it never pushed, a push of an
+//   old round, a push for a key nobody else uses, and its honest push twice.
+// Every abuse must be answered (an ERROR with the reason, or an acknowledgement for the
+// harmless ones) and the honest sum must be exact. Prints "OK abuse rounds=N errors=E".
+// Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value or a missing answer.
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "common/cluster/cluster_client.h"
+#include "common/cluster/role_main.h"
+#include "common/util/status.h"
+#include "worker/placement.h"
+
+DEFINE_int32(rounds, 10, "honest rounds (the loop worker must run as many)");
+
+namespace ferry {
+namespace {
+
+constexpr int kExitWrong = 3;
+constexpr uint64_t kCount = 1 << 16;  // the loop mode's tensor
+
+class Inbox {
+ public:
+  void Put(Message&& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    messages_.push_back(std::move(m));
+    cv_.notify_all();
+  }
+  // The next message answering `request` (others are kept); false after 20 s.
+  bool Take(uint64_t request, proto::MessageType type, Message* out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (true) {
+      for (auto it = messages_.begin(); it != messages_.end(); ++it) {
+        if (it->envelope.request_id() == request && it->type() == type) {
+          *out = std::move(*it);
+          messages_.erase(it);
+          return true;
+        }
+      }
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) return false;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Message> messages_;
+};
+
+class RawMember {
+ public:
+  explicit RawMember(const Config& config)
+      : van_(VanOptionsFor("raw-member", config)), cluster_(config, &van_, 0) {}
+
+  void Start() {
+    van_.Start([this](Message&& m, const Origin& o) {
+      if (!cluster_.HandleMessage(m, o)) inbox_.Put(std::move(m));
+    });
+    cluster_.Register();
+    FERRY_ENFORCE(cluster_.my_rank() == 1 && cluster_.table().num_servers() == 1,
+                  ErrorCode::kInvalidArgument, "ferry-raw-member must be worker 1 of a 1-server job");
+    const auto server = cluster_.table().Servers()[0];
+    van_.Connect(server.id(), StrCat("tcp://", server.host(), ":", server.port()),
+                 cluster_.routing_id());
+    server_ = server.id();
+  }
+
+  // Sends `m` with a fresh request id; returns the id.
+  uint64_t Send(Message m) {
+    uint64_t id = next_request_++;
+    m.envelope.set_request_id(id);
+    van_.Send(server_, std::move(m));
+    return id;
+  }
+
+  Message Push(uint64_t key, uint32_t round, const std::vector<float>& values) {
+    Message m = MakeMessage(proto::PUSH, cluster_.my_id());
+    m.envelope.set_key(key);
+    m.envelope.set_round(round);
+    m.envelope.set_dtype(proto::FLOAT32);
+    m.envelope.set_length(values.size() * sizeof(float));
+    m.envelope.set_tensor_hash(
+        key == MakeKey(0, 0) ? TensorHash("loop", DataType::kFloat32, {kCount}) : 12345);
+    m.payload = Buffer::Allocate(values.size() * sizeof(float));
+    std::memcpy(m.payload.data(), values.data(), m.payload.size());
+    return m;
+  }
+
+  Message Pull(uint64_t key, uint32_t round) {
+    Message m = MakeMessage(proto::PULL, cluster_.my_id());
+    m.envelope.set_key(key);
+    m.envelope.set_round(round);
+    return m;
+  }
+
+  // Expects an ERROR containing `words` for `request`.
+  bool ExpectError(uint64_t request, const std::string& words) {
+    Message m;
+    if (!inbox_.Take(request, proto::ERROR, &m)) {
+      std::fprintf(stderr, "no ERROR for request %llu (expected '%s')\n",
+                   static_cast<unsigned long long>(request), words.c_str());
+      return false;
+    }
+    const std::string& reason = m.envelope.error().reason();
+    std::printf("refused as expected: %s\n", reason.c_str());
+    if (reason.find(words) == std::string::npos) {
+      std::fprintf(stderr, "ERROR '%s' does not say '%s'\n", reason.c_str(), words.c_str());
+      return false;
+    }
+    errors_++;
+    return true;
+  }
+
+  bool Take(uint64_t request, proto::MessageType type, Message* out) {
+    return inbox_.Take(request, type, out);
+  }
+  int errors() const { return errors_; }
+  void Finish() { cluster_.Finalize(); }
+  ~RawMember() { van_.Stop(); }
+
+ private:
+  Van van_;
+  ClusterClient cluster_;
+  Inbox inbox_;
+  int server_ = -1;
+  uint64_t next_request_ = 1;
+  int errors_ = 0;
+};
+
+// The loop mode's values of rank `rank` in `round`, and their sum over `n` ranks.
+std::vector<float> LoopValues(int rank, int round) {
+  std::vector<float> v(kCount);
+  for (uint64_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((i + round) % 5 + rank);
+  return v;
+}
+
+bool ExactSum(const Message& result, int round) {
+  std::vector<float> a = LoopValues(0, round), b = LoopValues(1, round);
+  const float* got = reinterpret_cast<const float*>(result.payload.data());
+  if (result.payload.size() != kCount * sizeof(float)) return false;
+  for (uint64_t i = 0; i < kCount; ++i) {
+    if (got[i] != a[i] + b[i]) {
+      std::fprintf(stderr, "WRONG round %d element %llu: %g\n", round,
+                   static_cast<unsigned long long>(i), got[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+int AbuseRound(RawMember& m, int round) {
+  const uint64_t key = MakeKey(0, 0);
+  std::vector<float> values = LoopValues(1, round);
+  bool ok = m.ExpectError(m.Send(m.Push(key, round + 1000, values)), "for round");
+  ok &= m.ExpectError(m.Send(m.Pull(key, round + 5)), "no record of its push");
+  if (round >= 3) {
+    ok &= m.ExpectError(m.Send(m.Push(key, round - 3, values)),
+                        "only the previous round's sum is kept");
+  }
+  Message reply;
+  if (round == 0) {  // a key nobody else pushes: accepted (keys are defined by use), waits
+    uint64_t stray = m.Send(m.Push(MakeKey(77, 0), 0, {1.0f, 2.0f}));
+    ok &= m.Take(stray, proto::PUSH_ACK, &reply);
+  }
+  // The honest push, sent twice with one request id: added once.
+  Message push = m.Push(key, round, values);
+  Message twice = push;
+  uint64_t id = m.Send(std::move(push));
+  twice.envelope.set_request_id(id);
+  m.Send(std::move(twice));
+  if (!m.Take(id, proto::PUSH_RESULT, &reply)) {
+    std::fprintf(stderr, "no sum for round %d\n", round);
+    return kExitWrong;
+  }
+  if (!ok || !ExactSum(reply, round)) return kExitWrong;
+  std::printf("round %d exact\n", round);
+  std::fflush(stdout);
+  return 0;
+}
+
+int Run(const Config& config) {
+  RawMember m(config);
+  m.Start();
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    if (int code = AbuseRound(m, round)) return code;
+  }
+  m.Finish();
+  std::printf("OK abuse rounds=%d errors=%d\n", FLAGS_rounds, m.errors());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  const ferry::NodeRole role = ferry::NodeRole::kWorker;
+  return ferry::RunRoleMain(argc, argv, &role, ferry::Run);
+}
