@@ -65,6 +65,15 @@ int main(int argc, char** argv) {
   auto result = MakeMessage(proto::PUSH_RESULT, 1);
   result.envelope.set_length(16);
   Write(dir, "push_result", result, std::string(16, '\x02'));
+  auto ack = MakeMessage(proto::PUSH_ACK, 1);
+  ack.envelope.set_request_id(9);
+  ack.envelope.set_key(ferry::MakeKey(2, 1));
+  Write(dir, "push_ack", ack, "");
+  auto pull = MakeMessage(proto::PULL, 3);
+  pull.envelope.set_request_id(9);
+  pull.envelope.set_key(ferry::MakeKey(2, 1));
+  pull.envelope.set_round(4);
+  Write(dir, "pull", pull, "");
   auto err = MakeMessage(proto::ERROR, 1);
   err.envelope.mutable_error()->set_reason("mismatch");
   Write(dir, "error", err, "");
