@@ -44,6 +44,11 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each process (default 1)")
     p.add_argument("--format", choices=("text", "csv"), default="text")
     p.add_argument("--port", type=int, default=0, help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="run only this rank, in this process (one host of an emulated cluster); "
+                        "--nproc is the world size, --master the rendezvous, GLOO_SOCKET_IFNAME the "
+                        "interface (default eth0); rank 0 prints the table")
+    p.add_argument("--master", default="", help="ADDR:PORT of rank 0's rendezvous (with --rank)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds for init_process_group and for each collective (default 60)")
     p.add_argument("--deadline", type=float, default=1800.0,
@@ -82,7 +87,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, args, port, results):
+def worker(rank, args, init_method, results):
     """One rank. Puts ("row", ...) tuples (rank 0 only), then ("done", rank) or ("error", rank, text)."""
     try:
         import torch
@@ -90,7 +95,7 @@ def worker(rank, args, port, results):
 
         torch.set_num_threads(args.threads)
         timeout = datetime.timedelta(seconds=args.timeout)
-        dist.init_process_group(backend="gloo", init_method="tcp://127.0.0.1:%d" % port,
+        dist.init_process_group(backend="gloo", init_method=init_method,
                                 rank=rank, world_size=args.nproc, timeout=timeout)
         world = args.nproc
         # Values (i % 1024) + rank sum exactly to world * (i % 1024) + world * (world - 1) / 2.
@@ -136,8 +141,43 @@ def worker(rank, args, port, results):
         sys.exit(1)
 
 
+class Printer:
+    """Stands in for the result queue when one rank runs in this process."""
+
+    def __init__(self, args):
+        self.args, self.error = args, None
+
+    def put(self, msg):
+        if msg[0] == "row":
+            _, nbytes, time_us, gbps, min_us, max_us = msg
+            print("%d,%.2f,%.4f" % (nbytes, time_us, gbps) if self.args.format == "csv" else
+                  "%12d %12.2f %11.4f %12.2f %12.2f" % (nbytes, time_us, gbps, min_us, max_us), flush=True)
+        elif msg[0] == "error":
+            self.error = msg[2]
+
+
+def run_one_rank(args):
+    if not args.master:
+        print("gloo_allreduce: --rank needs --master ADDR:PORT", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+    out = Printer(args)
+    if args.rank == 0 and args.format == "csv":
+        print("bytes,time_us,algbw_GBps", flush=True)
+    try:
+        worker(args.rank, args, "tcp://" + args.master, out)
+    except SystemExit:
+        pass
+    if out.error:
+        print("gloo_allreduce: rank %d failed:\n%s" % (args.rank, out.error), file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.rank is not None:
+        return run_one_rank(args)
     # Loopback only: gloo binds its pairs to this interface (the rendezvous is on 127.0.0.1).
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch.multiprocessing as mp
@@ -145,7 +185,7 @@ def main(argv=None):
     port = args.port or free_port()
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, args, port, results), daemon=True)
+    procs = [ctx.Process(target=worker, args=(r, args, "tcp://127.0.0.1:%d" % port, results), daemon=True)
              for r in range(args.nproc)]
     for pr in procs:
         pr.start()
