@@ -175,13 +175,7 @@ void Server::HandlePush(Engine* engine, Work& work) {
     return;
   }
   if (config_.enable_async) {
-    PushVerdict verdict =
-        state.ClassifyAsync(rank, e.round(), e.length(), dtype, e.tensor_hash(), num_workers_);
-    if (verdict == PushVerdict::kAccumulate) {
-      HandleAsyncPush(work, state, rank);
-    } else {
-      RefusePush(work, state, rank, verdict);
-    }
+    HandleAsyncPush(work, state, rank);
     return;
   }
   if (engine->joined[rank]) {
@@ -288,6 +282,13 @@ void Server::AddPush(const KeyState& state, Buffer& dst, const Buffer& src) {
 
 void Server::HandleAsyncPush(Work& work, KeyState& state, int rank) {
   const proto::Envelope& e = work.message.envelope;
+  PushVerdict verdict = state.ClassifyAsync(rank, e.round(), e.length(),
+                                            static_cast<DataType>(e.dtype()), e.tensor_hash(),
+                                            num_workers_);
+  if (verdict != PushVerdict::kAccumulate) {
+    RefusePush(work, state, rank, verdict);  // a resend is answered with the parameters
+    return;
+  }
   Buffer& push = work.message.payload;
   if (!state.has_params) {
     state.sum = std::move(push);  // the first push of the key: the initial parameters

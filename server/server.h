@@ -84,8 +84,8 @@ class Server {
   void Accumulate(Engine* engine, Work& work, KeyState& state, int rank);
   // dst += src over the key's elements (split across threads when large).
   void AddPush(const KeyState& state, Buffer& dst, const Buffer& src);
-  // Async mode: applies the push's delta (or initial parameters) and answers with the
-  // parameters.
+  // Async mode: classifies the push, applies its delta (or initial parameters) once,
+  // and answers with the parameters.
   void HandleAsyncPush(Work& work, KeyState& state, int rank);
   // Replies to a push refused by Classify/ClassifyAsync (every verdict but kAccumulate).
   void RefusePush(Work& work, KeyState& state, int rank, PushVerdict verdict);
