@@ -52,12 +52,13 @@ double MedianMicros(std::vector<std::vector<float>>& bufs, size_t count, Sum sum
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   ferry::SumPool pool(FLAGS_threads - 1, 1);  // split every sum
-  std::printf("simd %s, %d threads per split sum\n",
-              ferry::SimdLevelName(ferry::ActiveSimdLevel()), FLAGS_threads);
+  std::printf("simd %s, %d threads per split sum\n", ferry::SimdLevelName(ferry::ActiveSimdLevel()),
+              FLAGS_threads);
   std::printf("%10s %14s %10s %8s\n", "bytes", "one_thread_us", "split_us", "speedup");
   for (int64_t bytes = FLAGS_min_bytes; bytes <= FLAGS_max_bytes; bytes *= 2) {
     const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-    const size_t n = std::max<size_t>(4, static_cast<size_t>((FLAGS_footprint_mb << 20) / bytes)) & ~size_t{1};
+    const size_t n =
+        std::max<size_t>(4, static_cast<size_t>((FLAGS_footprint_mb << 20) / bytes)) & ~size_t{1};
     std::vector<std::vector<float>> bufs(n, std::vector<float>(count, 1.0f));  // pages touched
     auto one = [](float* d, const float* s, size_t c) {
       ferry::SumInto(d, s, c, ferry::DataType::kFloat32);

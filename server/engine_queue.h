@@ -52,7 +52,7 @@ class EngineQueue {
     uint64_t segment;  // fences pushed before this item
     bool fence;        // a fence sorts after every item of its segment
     int32_t priority;
-    uint64_t seq;      // arrival order
+    uint64_t seq;  // arrival order
     T item;
   };
   // Heap order: true when `a` goes after `b`.

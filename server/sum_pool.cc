@@ -13,9 +13,9 @@ namespace ferry {
 struct SumPool::Job {
   uint8_t* dst = nullptr;
   const uint8_t* src = nullptr;
-  size_t count = 0;            // elements in all
-  size_t slice_count = 0;      // elements per slice (the last one takes the rest)
-  size_t elem = 0;             // bytes per element
+  size_t count = 0;        // elements in all
+  size_t slice_count = 0;  // elements per slice (the last one takes the rest)
+  size_t elem = 0;         // bytes per element
   DataType type = DataType::kFloat32;
   int slices = 0;
   std::atomic<int> next{0};
@@ -75,8 +75,8 @@ void SumPool::SumInto(void* dst, const void* src, size_t count, DataType type) {
   // a wait this long means a stuck thread; say so, but the slice still writes into
   // `dst`, so returning early is no option.
   std::unique_lock<std::mutex> lock(job->mu);
-  while (!job->cv.wait_for(lock, std::chrono::seconds(10),
-                           [&] { return job->done == job->slices; })) {
+  auto finished = [&job] { return job->done == job->slices; };
+  while (!job->cv.wait_for(lock, std::chrono::seconds(10), finished)) {
     LOG(WARNING) << "a sum of " << bytes << " bytes still waits for " << job->slices - job->done
                  << " slices after 10 s";
   }

@@ -52,8 +52,8 @@ class SumPool {
   void Retire(const std::shared_ptr<Job>& job);  // no helper takes it from now on
 
   const int64_t split_bytes_;
-  std::mutex mu_;               // guards jobs_ and stop_
-  std::condition_variable cv_;  // signalled on a new job or stop
+  std::mutex mu_;                          // guards jobs_ and stop_
+  std::condition_variable cv_;             // signalled on a new job or stop
   std::deque<std::shared_ptr<Job>> jobs_;  // jobs with slices perhaps left to claim
   bool stop_ = false;
   std::vector<std::thread> threads_;

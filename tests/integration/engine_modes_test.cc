@@ -33,8 +33,8 @@ struct Job {
     };
     group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
     for (int s = 0; s < num_servers; ++s) {
-      servers.push_back(group.Spawn("server" + std::to_string(s), {BinaryPath("ferry-server")},
-                                    env("server")));
+      servers.push_back(
+          group.Spawn("server" + std::to_string(s), {BinaryPath("ferry-server")}, env("server")));
     }
     for (int w = 0; w < num_workers; ++w) {
       auto e = env("worker");
@@ -152,8 +152,7 @@ TEST(EngineModesTest, DeterministicSumsWithJoiningWorkers) {
   // rank joins (Server::HandleJoin drains in rank order before completing rounds), and
   // the JOIN fences keep the next epoch behind the joins. Sums and averages exact.
   std::vector<std::string> args = {"--mode=join"};
-  Job job(2, {args, args, args},
-          {{"FERRY_DETERMINISTIC", "1"}, {"FERRY_PARTITION_BYTES", "4096"}});
+  Job job(2, {args, args, args}, {{"FERRY_DETERMINISTIC", "1"}, {"FERRY_PARTITION_BYTES", "4096"}});
   job.ExpectAllSucceed(120000);
   if (HasFatalFailure()) return;
   for (int w = 0; w < 3; ++w) {
@@ -186,8 +185,10 @@ TEST(EngineModesTest, AsyncWorkersGoAtTheirOwnPaceAndEveryDeltaCountsOnce) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const int after0 = job.LastStep(0), after1 = job.LastStep(1), after2 = job.LastStep(2);
   job.group.Kill(job.workers[2], SIGCONT);
-  std::printf("while worker 2 was stopped at step %d: worker 0 went from step %d to %d, "
-              "worker 1 from %d to %d\n", stopped_at, before0, after0, before1, after1);
+  std::printf(
+      "while worker 2 was stopped at step %d: worker 0 went from step %d to %d, "
+      "worker 1 from %d to %d\n",
+      stopped_at, before0, after0, before1, after1);
   EXPECT_EQ(after2, stopped_at) << "worker 2 ran while stopped";
   // Nobody waits for the stopped worker: the others advance (or finish).
   EXPECT_TRUE(after0 >= before0 + 20 || after0 == steps) << job.group.AllOutput();

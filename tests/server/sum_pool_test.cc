@@ -60,12 +60,34 @@ std::vector<uint8_t> RandomValues(DataType type, size_t count, uint32_t seed) {
     uint8_t* p = out.data() + i * DataTypeSize(type);
     const float v = f(rng);
     switch (type) {
-      case DataType::kFloat32: std::memcpy(p, &v, 4); break;
-      case DataType::kFloat64: { const double d = v * 1.000001; std::memcpy(p, &d, 8); break; }
-      case DataType::kFloat16: { const uint16_t h = FloatToHalf(v / 16); std::memcpy(p, &h, 2); break; }
-      case DataType::kBFloat16: { const uint16_t b = FloatToBFloat16(v); std::memcpy(p, &b, 2); break; }
-      case DataType::kInt32: { const uint32_t x = rng(); std::memcpy(p, &x, 4); break; }
-      case DataType::kInt64: { const uint64_t x = (uint64_t{rng()} << 32) | rng(); std::memcpy(p, &x, 8); break; }
+      case DataType::kFloat32:
+        std::memcpy(p, &v, 4);
+        break;
+      case DataType::kFloat64: {
+        const double d = v * 1.000001;
+        std::memcpy(p, &d, 8);
+        break;
+      }
+      case DataType::kFloat16: {
+        const uint16_t h = FloatToHalf(v / 16);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        const uint16_t b = FloatToBFloat16(v);
+        std::memcpy(p, &b, 2);
+        break;
+      }
+      case DataType::kInt32: {
+        const uint32_t x = rng();
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kInt64: {
+        const uint64_t x = (uint64_t{rng()} << 32) | rng();
+        std::memcpy(p, &x, 8);
+        break;
+      }
     }
   }
   return out;
@@ -77,10 +99,11 @@ TEST(SumPoolTest, SplitIsBitwiseEqualToOneSumForEveryTypeAndAlignment) {
     const DataType type = static_cast<DataType>(t);
     for (size_t count : {size_t{513}, size_t{4097}, size_t{65536 + 3}}) {
       for (size_t misalign : {size_t{0}, size_t{1}, size_t{6}}) {
-        SCOPED_TRACE(::testing::Message() << DataTypeName(type) << " count " << count
-                                          << " misaligned by " << misalign);
+        SCOPED_TRACE(::testing::Message()
+                     << DataTypeName(type) << " count " << count << " misaligned by " << misalign);
         const size_t bytes = count * DataTypeSize(type);
-        std::vector<uint8_t> a = RandomValues(type, count, 1 + t), b = RandomValues(type, count, 99);
+        std::vector<uint8_t> a = RandomValues(type, count, 1 + t),
+                             b = RandomValues(type, count, 99);
         // Unaligned copies of the same values, as received frames may be.
         std::vector<uint8_t> dst_storage(bytes + 16), src_storage(bytes + 16);
         uint8_t* dst = dst_storage.data() + misalign;
@@ -114,7 +137,8 @@ TEST(SumPoolTest, SeveralEnginesSplitAtOnce) {
   for (auto& t : engines) t.join();
   for (int e = 0; e < kEngines; ++e) {
     for (size_t i = 0; i < kCount; ++i) {
-      ASSERT_EQ(dst[e][i], 20.0f * static_cast<float>(i % 97)) << "engine " << e << " element " << i;
+      ASSERT_EQ(dst[e][i], 20.0f * static_cast<float>(i % 97))
+          << "engine " << e << " element " << i;
     }
   }
   EXPECT_EQ(pool.split_sums(), uint64_t{kEngines * 20});
