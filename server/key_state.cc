@@ -2,9 +2,18 @@
 
 namespace ferry {
 
-PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_length,
-                               DataType push_dtype, uint64_t push_hash, int num_workers) {
-  if (!failure.empty()) return PushVerdict::kFailed;
+int EngineForKey(uint64_t key, int engines) {
+  uint64_t x = key;  // splitmix64's finalizer: every input bit moves every output bit
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<int>(x % static_cast<uint64_t>(engines));
+}
+
+bool KeyState::Define(int rank, uint64_t push_length, DataType push_dtype, uint64_t push_hash,
+                      int num_workers) {
   if (!defined) {
     defined = true;
     length = push_length;
@@ -12,13 +21,32 @@ PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_leng
     tensor_hash = push_hash;
     defined_by_rank = rank;
     pushed.assign(num_workers, false);
+    held.assign(num_workers, Buffer());
+    next_round.assign(num_workers, 0);
   }
-  if (push_length != length || push_dtype != dtype || push_hash != tensor_hash) {
+  return push_length == length && push_dtype == dtype && push_hash == tensor_hash;
+}
+
+PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_length,
+                               DataType push_dtype, uint64_t push_hash, int num_workers) {
+  if (!failure.empty()) return PushVerdict::kFailed;
+  if (!Define(rank, push_length, push_dtype, push_hash, num_workers)) {
     return PushVerdict::kMismatch;
   }
   if (push_round == round) return pushed[rank] ? PushVerdict::kDuplicate : PushVerdict::kAccumulate;
   if (push_round > round) return PushVerdict::kAhead;
   return push_round + 1 == round && has_last ? PushVerdict::kPrevious : PushVerdict::kStale;
+}
+
+PushVerdict KeyState::ClassifyAsync(int rank, uint32_t push_round, uint64_t push_length,
+                                    DataType push_dtype, uint64_t push_hash, int num_workers) {
+  if (!failure.empty()) return PushVerdict::kFailed;
+  if (!Define(rank, push_length, push_dtype, push_hash, num_workers)) {
+    return PushVerdict::kMismatch;
+  }
+  const uint32_t next = next_round[rank];
+  if (push_round == next) return PushVerdict::kAccumulate;
+  return push_round < next ? PushVerdict::kDuplicate : PushVerdict::kAhead;
 }
 
 PushVerdict KeyState::ClassifyPull(int rank, uint32_t pull_round) const {
@@ -51,6 +79,8 @@ void KeyState::NextRound(int num_workers) {
   has_last = true;
   waiting.clear();
   pushed.assign(num_workers, false);
+  held.assign(num_workers, Buffer());
+  next_rank = 0;
   round++;
   rounds_completed++;
 }
@@ -58,6 +88,8 @@ void KeyState::NextRound(int num_workers) {
 void KeyState::Restart(int num_workers) {
   round = 0;
   pushed.assign(num_workers, false);
+  held.assign(num_workers, Buffer());
+  next_rank = 0;
   has_last = false;
   last_sum = Buffer();
   last_contributors = 0;

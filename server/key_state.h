@@ -21,9 +21,25 @@
 // the next round adopts a fresh frame: round r+1 fills while round r is still
 // being sent (and kept as `last_sum`), and no buffer is reused, ever: it is freed
 // once neither ZeroMQ nor `last_sum` holds it.
+//
+// Deterministic mode (FERRY_DETERMINISTIC=1): invariant: `sum` holds exactly the pushes
+// of the ranks below `next_rank`, added in ascending rank order (the lowest rank's
+// frame adopted, ranks that joined skipped); a push from rank next_rank or above waits
+// in `held` until every lower rank has pushed or joined. Float addition is not
+// associative, so this is what makes the bits of a sum independent of arrival order.
+//
+// Asynchronous mode (FERRY_ENABLE_ASYNC=1): `sum` holds the key's parameters, not a
+// round's sum. There are no rounds to complete; each worker still numbers its pushes
+// of a key (0, 1, 2, ... in order, one at a time), and `next_round[rank]` is the round
+// of its next push, so a resent push (round below next_round) is answered without
+// being added again. Round 0 carries the worker's initial parameters: the first to
+// arrive sets them, later ones are not added. Each later push is a delta, added into
+// its own received frame (new = delta + old), which becomes the parameters: the old
+// buffer, possibly still on the wire in replies, is never written again.
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/reduce/reduce.h"
@@ -48,6 +64,12 @@ enum class PushVerdict {
   kFailed,      // the key failed earlier; every push is refused
 };
 
+// The engine thread that owns `key`: splitmix64's finalizer of the key, modulo
+// `engines`. A key is (tensor id << 32) | partition index, so its low bits are the
+// partition index; libstdc++'s std::hash of an integer is the integer itself, which
+// put nearly every key on engine 0. REQUIRES: engines > 0.
+int EngineForKey(uint64_t key, int engines);
+
 struct KeyState {
   // Fixed by the first push ever seen for the key; every later push must agree.
   bool defined = false;
@@ -64,6 +86,12 @@ struct KeyState {
   bool has_last = false;              // round - 1 completed and its sum is kept
   Buffer last_sum;                    // the sum of round - 1 (see Resends above)
   uint32_t last_contributors = 0;     // how many pushes last_sum holds
+
+  std::vector<Buffer> held;           // deterministic mode: pushes waiting for their turn
+  int next_rank = 0;                  // deterministic mode: the next rank to add
+
+  bool has_params = false;            // async mode: `sum` holds the parameters
+  std::vector<uint32_t> next_round;   // async mode: by rank, the round of its next push
 
   std::string failure;                // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
@@ -82,11 +110,48 @@ struct KeyState {
   // was acknowledged): kPrevious (answer from last_sum), kDuplicate (the round is still
   // open and holds the push: acknowledge again), or kStale (no record of the push).
   PushVerdict ClassifyPull(int rank, uint32_t pull_round) const;
+  // Deterministic mode: adds every push whose turn has come into `sum`, in rank order
+  // (the first one adopted as the sum), skipping ranks that joined; stops at the first
+  // rank that has neither pushed nor joined. `add(sum, push)` adds one push into `sum`.
+  // REQUIRES: pushes were recorded (Record) with their frames in `held`.
+  template <typename Add>
+  void SumInRankOrder(const std::vector<bool>& joined, Add&& add);
+  // Async mode: defines the key on its first push (as Classify), then: kAccumulate
+  // (the worker's next round), kDuplicate (a round already applied: a resend),
+  // kAhead (a round after the next: protocol error), kMismatch or kFailed.
+  PushVerdict ClassifyAsync(int rank, uint32_t push_round, uint64_t push_length,
+                            DataType push_dtype, uint64_t push_hash, int num_workers);
+  // Async mode: `rank`'s push of its next round was applied.
+  void RecordAsync(int rank) { next_round[rank]++; }
   // Starts the next round (after the replies of this one were sent); the finished
   // round's sum becomes last_sum.
   void NextRound(int num_workers);
   // Every worker joined: rounds start over at 0 and nothing from before is resent.
   void Restart(int num_workers);
+
+ private:
+  // Fixes the definition on the first push; false if the push disagrees with it.
+  bool Define(int rank, uint64_t push_length, DataType push_dtype, uint64_t push_hash,
+              int num_workers);
 };
+
+template <typename Add>
+void KeyState::SumInRankOrder(const std::vector<bool>& joined, Add&& add) {
+  const int workers = static_cast<int>(pushed.size());
+  for (; next_rank < workers; ++next_rank) {
+    const size_t r = static_cast<size_t>(next_rank);
+    if (pushed[r]) {
+      Buffer push = std::move(held[r]);
+      held[r] = Buffer();
+      if (sum.empty()) {
+        sum = std::move(push);
+      } else if (!push.empty()) {
+        add(sum, push);
+      }
+    } else if (!(r < joined.size() && joined[r])) {
+      return;  // rank r has not pushed yet: later ranks wait for it
+    }
+  }
+}
 
 }  // namespace ferry

@@ -12,7 +12,8 @@ Server::Server(const Config& config)
     : config_(config),
       van_(VanOptionsFor("server", config)),
       port_(van_.Bind(config.bind_host, config.node_port)),
-      cluster_(config, &van_, port_) {
+      cluster_(config, &van_, port_),
+      sum_pool_(config.server_engine_threads - 1, config.server_split_bytes) {
   num_workers_ = config.num_workers;
   num_servers_ = config.num_servers;
   for (int i = 0; i < config.server_engine_threads; ++i) {
@@ -38,7 +39,10 @@ int Server::Run() {
   }
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
   LOG(INFO) << "server listening on " << config_.bind_host << ":" << port_ << " with "
-            << engines_.size() << " engine threads";
+            << engines_.size() << " engine threads; sums of " << config_.server_split_bytes
+            << " bytes and more split across threads"
+            << (config_.deterministic ? "; deterministic: rounds summed in worker-rank order" : "")
+            << (config_.enable_async ? "; asynchronous: pushes update the parameters at once" : "");
   int code = 0;
   try {
     cluster_.Register();
@@ -53,8 +57,9 @@ int Server::Run() {
   LOG(INFO) << "server done: " << s.pushes << " pushes, " << s.rounds_completed << " rounds, "
             << s.bytes_summed << " bytes summed, " << s.rejected_pushes << " rejected, "
             << s.duplicate_pushes << " duplicates dropped, " << s.results_resent
-            << " sums sent again, " << van_.stats().injected_drops << " messages dropped by "
-            << "fault injection";
+            << " sums sent again, " << s.pushes_held << " pushes held for rank order, "
+            << s.split_sums << " sums split, " << s.async_updates << " async updates, "
+            << van_.stats().injected_drops << " messages dropped by fault injection";
   van_.Stop();
   return code;
 }
@@ -67,6 +72,9 @@ ServerStats Server::stats() const {
   s.rejected_pushes = rejected_;
   s.duplicate_pushes = duplicates_;
   s.results_resent = results_resent_;
+  s.pushes_held = pushes_held_;
+  s.split_sums = sum_pool_.split_sums();
+  s.async_updates = async_updates_;
   return s;
 }
 
@@ -122,11 +130,11 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     OnJoin(m, origin.identity);
     return;
   }
-  uint64_t key = m.envelope.key();
-  Engine* e = engines_[std::hash<uint64_t>()(key) % engines_.size()].get();
+  Engine* e = engines_[EngineForKey(m.envelope.key(), static_cast<int>(engines_.size()))].get();
   {
     std::lock_guard<std::mutex> lock(e->mu);
-    e->queue.push_back(Work{std::move(m), origin.identity});
+    const int32_t priority = m.envelope.priority();
+    e->queue.Push(Work{std::move(m), origin.identity}, priority);
   }
   e->cv.notify_one();
 }
@@ -138,8 +146,7 @@ void Server::EngineLoop(Engine* engine) {
       std::unique_lock<std::mutex> lock(engine->mu);
       engine->cv.wait(lock, [engine] { return engine->stop || !engine->queue.empty(); });
       if (engine->stop) return;
-      work = std::move(engine->queue.front());
-      engine->queue.pop_front();
+      work = engine->queue.Pop();
     }
     if (work.message.type() == proto::JOIN) {
       HandleJoin(engine, cluster_.table().node(work.message.sender()).rank());
@@ -158,6 +165,19 @@ void Server::HandlePush(Engine* engine, Work& work) {
   const DataType dtype = static_cast<DataType>(e.dtype());
   KeyState& state = engine->keys[key];
   pushes_++;
+  if (e.async_mode() != config_.enable_async) {
+    rejected_++;
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kInvalidArgument,
+               StrCat("worker ", rank, " pushed ", KeyName(key), " in ",
+                      e.async_mode() ? "asynchronous" : "synchronous", " mode but this server runs ",
+                      config_.enable_async ? "asynchronous" : "synchronous",
+                      " training; set FERRY_ENABLE_ASYNC alike on every node"));
+    return;
+  }
+  if (config_.enable_async) {
+    HandleAsyncPush(work, state, rank);
+    return;
+  }
   if (engine->joined[rank]) {
     rejected_++;
     ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
@@ -165,7 +185,20 @@ void Server::HandlePush(Engine* engine, Work& work) {
                       "push again only once every worker has joined"));
     return;
   }
-  switch (state.Classify(rank, e.round(), e.length(), dtype, e.tensor_hash(), num_workers_)) {
+  PushVerdict verdict =
+      state.Classify(rank, e.round(), e.length(), dtype, e.tensor_hash(), num_workers_);
+  if (verdict == PushVerdict::kAccumulate) {
+    Accumulate(engine, work, state, rank);
+  } else {
+    RefusePush(work, state, rank, verdict);
+  }
+}
+
+void Server::RefusePush(Work& work, KeyState& state, int rank, PushVerdict verdict) {
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  const DataType dtype = static_cast<DataType>(e.dtype());
+  switch (verdict) {
     case PushVerdict::kFailed:
       rejected_++;
       ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, state.failure);
@@ -185,9 +218,13 @@ void Server::HandlePush(Engine* engine, Work& work) {
     }
     case PushVerdict::kDuplicate:
       duplicates_++;
-      Acknowledge(work.identity, e.request_id(), key);
       VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
               << " from worker " << rank;
+      if (config_.enable_async) {  // applied already: answer with the parameters
+        SendResult(work.identity, e.request_id(), key, state, e.round(), state.sum, 1);
+      } else {
+        Acknowledge(work.identity, e.request_id(), key);
+      }
       return;
     case PushVerdict::kPrevious:
       duplicates_++;
@@ -203,32 +240,81 @@ void Server::HandlePush(Engine* engine, Work& work) {
     case PushVerdict::kAhead:
       rejected_++;
       ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
-                 StrCat("push of ", KeyName(key), " for round ", e.round(),
-                        " but the key is at round ", state.round,
+                 StrCat("push of ", KeyName(key), " for round ", e.round(), " but ",
+                        config_.enable_async
+                            ? StrCat("worker ", rank, "'s next round is ", state.next_round[rank])
+                            : StrCat("the key is at round ", state.round),
                         " (a worker may push a round only after receiving the previous one)"));
       return;
     case PushVerdict::kAccumulate:
       break;
   }
-  // Accumulate: adopt the first push's frame as the sum, add the others into it.
-  if (state.sum.empty()) {
-    state.sum = std::move(work.message.payload);
+}
+
+void Server::Accumulate(Engine* engine, Work& work, KeyState& state, int rank) {
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  auto add = [this, &state](Buffer& sum, const Buffer& push) { AddPush(state, sum, push); };
+  if (config_.deterministic) {
+    state.held[rank] = std::move(work.message.payload);  // summed when its turn comes
+  } else if (state.sum.empty()) {
+    state.sum = std::move(work.message.payload);  // adopt the first push's frame as the sum
   } else {
-    SumInto(state.sum.data(), work.message.payload.data(), state.length / DataTypeSize(dtype),
-            dtype);
+    add(state.sum, work.message.payload);
   }
   bytes_summed_ += state.length;
-  if (state.Record(rank, PendingReply{e.sender(), work.identity, e.request_id()}, engine->joined)) {
+  const bool complete =
+      state.Record(rank, PendingReply{e.sender(), work.identity, e.request_id()}, engine->joined);
+  if (config_.deterministic) {
+    state.SumInRankOrder(engine->joined, add);
+    if (state.next_rank <= rank) pushes_held_++;  // waits for a lower rank
+  }
+  if (complete) {
     CompleteRound(key, state);  // the sum doubles as this push's acknowledgement
   } else {
     Acknowledge(work.identity, e.request_id(), key);
   }
 }
 
+void Server::AddPush(const KeyState& state, Buffer& dst, const Buffer& src) {
+  sum_pool_.SumInto(dst.data(), src.data(), state.length / DataTypeSize(state.dtype), state.dtype);
+}
+
+void Server::HandleAsyncPush(Work& work, KeyState& state, int rank) {
+  const proto::Envelope& e = work.message.envelope;
+  PushVerdict verdict = state.ClassifyAsync(rank, e.round(), e.length(),
+                                            static_cast<DataType>(e.dtype()), e.tensor_hash(),
+                                            num_workers_);
+  if (verdict != PushVerdict::kAccumulate) {
+    RefusePush(work, state, rank, verdict);  // a resend is answered with the parameters
+    return;
+  }
+  Buffer& push = work.message.payload;
+  if (!state.has_params) {
+    state.sum = std::move(push);  // the first push of the key: the initial parameters
+    state.has_params = true;
+  } else if (e.round() > 0) {
+    // new = delta + old, in the delta's frame: the old parameters may still be on the
+    // wire in replies and are never written again.
+    if (!push.empty()) {
+      AddPush(state, push, state.sum);
+      state.sum = std::move(push);
+    }
+    async_updates_++;
+  }  // else: another worker's initial values; the key has its parameters already
+  bytes_summed_ += state.length;
+  state.RecordAsync(rank);
+  SendResult(work.identity, e.request_id(), e.key(), state, e.round(), state.sum, 1);
+}
+
 void Server::HandlePull(Engine* engine, Work& work) {
   const proto::Envelope& e = work.message.envelope;
   const uint64_t key = e.key();
   const int rank = cluster_.table().node(e.sender()).rank();
+  if (config_.enable_async) {
+    HandleAsyncPull(engine, work, rank);
+    return;
+  }
   auto it = engine->keys.find(key);
   PushVerdict verdict = it == engine->keys.end() ? PushVerdict::kStale
                                                  : it->second.ClassifyPull(rank, e.round());
@@ -250,6 +336,23 @@ void Server::HandlePull(Engine* engine, Work& work) {
                         it == engine->keys.end() ? std::string()
                                                  : StrCat(" (the key is at round ", it->second.round, ")")));
   }
+}
+
+void Server::HandleAsyncPull(Engine* engine, Work& work, int rank) {
+  // Workers PULL only after an acknowledgement, which async mode never sends; answer
+  // all the same while the push is on record: the parameters hold it.
+  const proto::Envelope& e = work.message.envelope;
+  auto it = engine->keys.find(e.key());
+  if (it != engine->keys.end() && it->second.has_params && it->second.failure.empty() &&
+      e.round() < it->second.next_round[rank]) {
+    results_resent_++;
+    SendResult(work.identity, e.request_id(), e.key(), it->second, e.round(), it->second.sum, 1);
+    return;
+  }
+  rejected_++;
+  ReplyError(work.identity, e.request_id(), e.key(), ErrorCode::kBadMessage,
+             StrCat("worker ", rank, " asked for the parameters of ", KeyName(e.key()),
+                    " after round ", e.round(), " but this server has no record of that push"));
 }
 
 void Server::ResendResult(const std::string& identity, uint64_t request_id, uint64_t key,
@@ -278,12 +381,20 @@ void Server::SendResult(const std::string& identity, uint64_t request_id, uint64
 
 void Server::OnJoin(const Message& m, const std::string& identity) {
   int rank = cluster_.table().node(m.sender()).rank();
+  if (config_.enable_async) {
+    rejected_++;
+    ReplyError(identity, m.envelope.request_id(), 0, ErrorCode::kInvalidArgument,
+               StrCat("worker ", rank, " joined, but in asynchronous training no push waits for "
+                      "other workers: there is nothing to join"));
+    return;
+  }
   // Every engine sees the JOIN after the pushes this worker sent before it (same
-  // connection, queued in order), so a round it already pushed still counts it.
+  // connection, queued in order, and a JOIN is a fence in the engine's queue: see
+  // engine_queue.h), so a round it already pushed still counts it.
   for (auto& e : engines_) {
     {
       std::lock_guard<std::mutex> lock(e->mu);
-      e->queue.push_back(Work{Message(m), identity});
+      e->queue.PushFence(Work{Message(m), identity});
     }
     e->cv.notify_one();
   }
@@ -312,6 +423,12 @@ void Server::HandleJoin(Engine* engine, int rank) {
     return;
   }
   for (auto& [key, state] : engine->keys) {
+    if (config_.deterministic && state.defined) {
+      // A push held for this rank's turn may go now.
+      state.SumInRankOrder(engine->joined, [this, &state](Buffer& sum, const Buffer& push) {
+        AddPush(state, sum, push);
+      });
+    }
     if (state.Complete(engine->joined)) CompleteRound(key, state);
   }
 }
@@ -333,6 +450,7 @@ void Server::FailKey(uint64_t key, KeyState& state, const std::string& reason) {
   }
   state.waiting.clear();
   state.sum = Buffer();
+  state.held.assign(state.held.size(), Buffer());
 }
 
 void Server::Acknowledge(const std::string& identity, uint64_t request_id, uint64_t key) {

@@ -165,6 +165,9 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
   FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
+  FERRY_ENFORCE(!(average && config_.enable_async), ErrorCode::kInvalidArgument, "push_pull of '",
+                name, "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
+                "is the parameters, not a sum, so there is nothing to average");
   if (!tensor_ids_.count(name)) {
     LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "
               << tensors_.size() << " (declare tensors up front, in forward order, on every worker)";
@@ -245,6 +248,7 @@ Message Worker::BuildPush(const InFlight& f, uint64_t request) {
   m.envelope.set_length(p.bytes);
   m.envelope.set_priority(f.op->priority);
   m.envelope.set_tensor_hash(t.hash);
+  m.envelope.set_async_mode(config_.enable_async);
   if (p.bytes > 0) {
     std::shared_ptr<Operation> op = f.op;
     op->releases_left++;
@@ -508,6 +512,10 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
                        int root) {
   FERRY_ENFORCE(root >= 0 && root < num_workers_, ErrorCode::kInvalidArgument, "broadcast of '",
                 name, "': root rank ", root, " is not a worker rank (0..", num_workers_ - 1, ")");
+  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "broadcast of '", name,
+                "': not available in asynchronous training (FERRY_ENABLE_ASYNC=1); there the "
+                "servers hold the parameters, and every worker's first push_pull of a tensor "
+                "returns them");
   // A sum in which every worker but the root contributes zeros: exact for every dtype.
   Buffer zeros;
   const void* input = data;
@@ -541,6 +549,9 @@ void Worker::WaitForOwnOperations(std::unique_lock<std::mutex>& lock) {
 }
 
 void Worker::Join() {
+  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument,
+                "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
+                "waits for other workers, so a worker out of data simply stops pushing");
   {
     std::unique_lock<std::mutex> lock(mu_);
     WaitForOwnOperations(lock);

@@ -82,6 +82,12 @@ class Worker {
 
   // Sums `count` elements of `input` over all workers into `output` (averaged when
   // `average`). Returns at once; see the class comment for buffer lifetimes.
+  // Asynchronous training (FERRY_ENABLE_ASYNC=1): the servers hold the parameters. The
+  // first push_pull of a tensor sends the initial parameters (the first worker's to
+  // arrive are kept, the others' ignored); every later one sends a delta that the
+  // servers add at once, without waiting for other workers, and `output` receives the
+  // parameters with it applied (and whatever other workers applied meanwhile).
+  // `average` is refused there (the reply is not a sum), as are Broadcast and Join.
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority = std::nullopt);
   // True once the operation finished (successfully or not). Unknown handle: throws.

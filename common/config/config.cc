@@ -161,6 +161,18 @@ std::string ReadSecret(const EnvReader& r, std::vector<std::string>* warnings) {
   return secret;
 }
 
+// FERRY_DETERMINISTIC, FERRY_SERVER_SPLIT_BYTES (docs/servers.md).
+void ReadServerEngine(const EnvReader& r, Config* c) {
+  c->deterministic = r.Bool("FERRY_DETERMINISTIC", nullptr, false);
+  c->server_split_bytes =
+      r.Int("FERRY_SERVER_SPLIT_BYTES", nullptr, c->server_split_bytes, 0, 1LL << 40);
+  if (c->deterministic && c->enable_async) {
+    Invalid("FERRY_DETERMINISTIC", "1",
+            "asynchronous training (FERRY_ENABLE_ASYNC=1) has no rounds to sum in rank order: "
+            "every push is applied as it arrives; unset one of them");
+  }
+}
+
 }  // namespace
 
 const char* NodeRoleName(NodeRole role) {
@@ -276,11 +288,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.server_engine_threads = static_cast<int>(r.Int(
       "FERRY_SERVER_ENGINE_THREADS", "BYTEPS_SERVER_ENGINE_THREAD", c.server_engine_threads, 1, 256));
   c.enable_async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
-  if (c.enable_async) {
-    std::string used;
-    Invalid(r.Get("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", &used) ? used : "FERRY_ENABLE_ASYNC",
-            "1", "asynchronous training is not implemented in this version of Ferry; unset it");
-  }
+  ReadServerEngine(r, &c);
 
   c.connect_timeout_ms =
       r.Int("FERRY_CONNECT_TIMEOUT_MS", nullptr, c.connect_timeout_ms, 100, 86400000);
@@ -339,7 +347,8 @@ std::string Config::Summary() const {
                 " partition_bytes=", partition_bytes, " credit=", scheduling_credit,
                 (scheduling_credit_bytes > 0 ? StrCat(" credit_bytes=", scheduling_credit_bytes)
                                              : std::string()),
-                " engine_threads=", server_engine_threads,
+                " engine_threads=", server_engine_threads, " split_bytes=", server_split_bytes,
+                deterministic ? " deterministic" : "", enable_async ? " async" : "",
                 " heartbeat=", heartbeat_interval_ms, "/", heartbeat_timeout_ms, "ms",
                 " resend=", resend_timeout_ms, "ms link_timeout=", link_timeout_ms, "ms",
                 " security=", secret.empty() ? "none" : "CURVE",

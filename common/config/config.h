@@ -41,7 +41,7 @@ struct Config {
   int scheduling_credit = 4;       // partitions in flight per worker
   int64_t scheduling_credit_bytes = 0;  // if > 0, the credit in bytes instead
   int server_engine_threads = 4;
-  bool enable_async = false;
+  bool enable_async = false;       // FERRY_ENABLE_ASYNC: the servers hold the parameters
 
   int64_t connect_timeout_ms = 120000;
   int64_t heartbeat_interval_ms = 1000;
@@ -60,6 +60,12 @@ struct Config {
   // (PUSH, PUSH_ACK, PUSH_RESULT, PULL); hold every received message this long.
   double test_drop_percent = 0.0;
   int64_t test_delay_ms = 0;
+
+  // Server engines (docs/servers.md). deterministic: sum a round's pushes in worker-rank
+  // order (bitwise reproducible floats). server_split_bytes: a sum of at least this
+  // many bytes is cut into slices summed by several threads; 0 = never.
+  bool deterministic = false;
+  int64_t server_split_bytes = 1 << 20;
 
   // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
   // Never logged.

@@ -79,6 +79,8 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.scheduling_credit_bytes, 0);
   EXPECT_EQ(c.server_engine_threads, 4);
   EXPECT_FALSE(c.enable_async);
+  EXPECT_FALSE(c.deterministic);
+  EXPECT_EQ(c.server_split_bytes, 1 << 20);
   EXPECT_EQ(c.connect_timeout_ms, 120000);
   EXPECT_EQ(c.heartbeat_interval_ms, 1000);
   EXPECT_EQ(c.heartbeat_timeout_ms, 10000);
@@ -321,22 +323,34 @@ TEST(ConfigTest, FerryValueWinsOverAliasWithWarning) {
   EXPECT_TRUE(Contains(d.warnings[0], "BYTEPS_SCHEDULING_CREDIT"));
 }
 
-TEST(ConfigTest, AsyncIsRefused) {
+TEST(ConfigTest, AsyncIsReadWithItsAlias) {
   for (const char* value : {"1", "true", "yes", "on", "TRUE"}) {
     SCOPED_TRACE(value);
-    std::string msg =
-        ExpectInvalid(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}}), "FERRY_ENABLE_ASYNC");
-    EXPECT_TRUE(Contains(msg, "not implemented")) << msg;
+    EXPECT_TRUE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).enable_async);
   }
-  std::string msg =
-      ExpectInvalid(With(BaseEnv(), {{"BYTEPS_ENABLE_ASYNC", "1"}}), "BYTEPS_ENABLE_ASYNC");
-  EXPECT_TRUE(Contains(msg, "not implemented")) << msg;
+  EXPECT_TRUE(Read(With(BaseEnv(), {{"BYTEPS_ENABLE_ASYNC", "1"}})).enable_async);
   ExpectInvalid(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", "maybe"}}), "FERRY_ENABLE_ASYNC");
-
   for (const char* value : {"0", "false", "no", "off", ""}) {
     SCOPED_TRACE(value);
     EXPECT_FALSE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).enable_async);
   }
+}
+
+TEST(ConfigTest, ServerEngineSettings) {
+  Config c = Read(With(BaseEnv(), {{"FERRY_DETERMINISTIC", "1"},
+                                   {"FERRY_SERVER_SPLIT_BYTES", "65536"}}));
+  EXPECT_TRUE(c.deterministic);
+  EXPECT_EQ(c.server_split_bytes, 65536);
+  EXPECT_TRUE(Contains(c.Summary(), "deterministic")) << c.Summary();
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "0"}})).server_split_bytes, 0);
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "-1"}}), "FERRY_SERVER_SPLIT_BYTES");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "1M"}}), "FERRY_SERVER_SPLIT_BYTES");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_DETERMINISTIC", "sometimes"}}), "FERRY_DETERMINISTIC");
+  // Async mode has no rounds to order.
+  std::string msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_DETERMINISTIC", "1"}, {"BYTEPS_ENABLE_ASYNC", "1"}}),
+      "FERRY_DETERMINISTIC");
+  EXPECT_TRUE(Contains(msg, "FERRY_ENABLE_ASYNC")) << msg;
 }
 
 TEST(ConfigTest, HostNamesResolve) {

@@ -13,6 +13,16 @@
 //                  join every worker runs 2 more rounds together (rounds restart).
 // --mode=loop      push_pull one tensor until an error (for failure tests); prints
 //                  "round N" as it goes.
+// --mode=deterministic  (3 workers, FERRY_DETERMINISTIC=1) values like 1e8, 1, -1e8
+//                  whose float sum depends on the order of addition; each worker waits
+//                  a rank- and --det_seed-dependent time before each round, so pushes
+//                  arrive in different orders; every sum must equal the sum in rank
+//                  order bit for bit. Prints "checksum X" over every result.
+// --mode=async     (FERRY_ENABLE_ASYNC=1) round 0 sends the initial parameters, then
+//                  --steps deltas at --step_sleep_ms apart, each reply checked against
+//                  what can have been applied; after a barrier the parameters must be
+//                  the initial ones plus every worker's every delta, exactly. Also checks
+//                  that average, Broadcast and Join are refused. Prints "step N".
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
 
 #include <gflags/gflags.h>
@@ -22,6 +32,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -29,12 +40,16 @@
 #include "common/util/status.h"
 #include "worker/worker.h"
 
-DEFINE_string(mode, "sums", "sums, mismatch, join or loop");
+DEFINE_string(mode, "sums", "sums, mismatch, join, loop, deterministic or async");
 DEFINE_int32(tensors, 40, "tensors (sums mode)");
 DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
 DEFINE_int32(rounds, 20, "rounds (sums mode)");
 DEFINE_int32(loop_sleep_ms, 20, "pause between rounds (loop mode): compute time");
 DEFINE_int32(loop_rounds, 0, "loop mode: stop after this many rounds and shut down (0: never)");
+DEFINE_int32(det_seed, 0, "deterministic mode: shifts each rank's delay per round");
+DEFINE_int32(det_delay_ms, 4, "deterministic mode: delay unit before a round's pushes");
+DEFINE_int32(steps, 200, "async mode: deltas each worker pushes");
+DEFINE_int32(step_sleep_ms, 10, "async mode: pause between steps");
 
 namespace ferry {
 namespace {
@@ -201,6 +216,148 @@ int RunJoin(Worker& w) {
   return 0;
 }
 
+// --- deterministic ---------------------------------------------------------------
+
+// The six orders of (1e8, 1, -1e8) over ranks 0..2, scaled: whichever order of addition
+// differs from rank order changes some element's sum. Ranks above 2 push small integers.
+float OrderSensitiveValue(int rank, int round, uint64_t i) {
+  static const float kOrders[6][3] = {{1e8f, 1.0f, -1e8f}, {1e8f, -1e8f, 1.0f},
+                                      {1.0f, 1e8f, -1e8f}, {1.0f, -1e8f, 1e8f},
+                                      {-1e8f, 1e8f, 1.0f}, {-1e8f, 1.0f, 1e8f}};
+  if (rank > 2) return static_cast<float>(rank);
+  return kOrders[(i + static_cast<uint64_t>(round)) % 6][rank] * static_cast<float>(1 + i % 5);
+}
+
+uint64_t Fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+int RunDeterministic(Worker& w) {
+  const int n = w.size();
+  const std::vector<uint64_t> counts = {1000, 300001};  // one partition; several
+  std::vector<std::vector<float>> in(counts.size()), out(counts.size()), want(counts.size());
+  for (size_t t = 0; t < counts.size(); ++t) {
+    w.DeclareTensor(StrCat("det", t), DataType::kFloat32, {static_cast<int64_t>(counts[t])});
+    in[t].resize(counts[t]);
+    out[t].resize(counts[t]);
+    want[t].resize(counts[t]);
+  }
+  uint64_t checksum = 14695981039346656037ull;
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    // Ranks wait different times, in a different order every round and every seed.
+    const int slot = (w.rank() * 2 + round + FLAGS_det_seed) % n;
+    std::this_thread::sleep_for(std::chrono::milliseconds(slot * FLAGS_det_delay_ms));
+    std::vector<Handle> handles;
+    for (size_t t = 0; t < counts.size(); ++t) {
+      for (uint64_t i = 0; i < counts[t]; ++i) in[t][i] = OrderSensitiveValue(w.rank(), round, i);
+      handles.push_back(w.PushPullAsync(StrCat("det", t), in[t].data(), out[t].data(),
+                                        DataType::kFloat32, counts[t], false));
+    }
+    for (Handle h : handles) w.Wait(h);
+    for (size_t t = 0; t < counts.size(); ++t) {
+      for (uint64_t i = 0; i < counts[t]; ++i) {
+        float sum = OrderSensitiveValue(0, round, i);
+        for (int r = 1; r < n; ++r) sum += OrderSensitiveValue(r, round, i);  // rank order
+        want[t][i] = sum;
+      }
+      if (std::memcmp(out[t].data(), want[t].data(), counts[t] * sizeof(float)) != 0) {
+        for (uint64_t i = 0; i < counts[t]; ++i) {
+          if (std::memcmp(&out[t][i], &want[t][i], sizeof(float)) != 0) {
+            std::fprintf(stderr, "WRONG round %d tensor %zu element %llu: got %.9g, rank order gives %.9g\n",
+                         round, t, static_cast<unsigned long long>(i), out[t][i], want[t][i]);
+            break;
+          }
+        }
+        return kExitWrong;
+      }
+      checksum = Fnv1a(checksum, out[t].data(), counts[t] * sizeof(float));
+    }
+  }
+  std::printf("OK deterministic rounds=%d checksum %016llx\n", FLAGS_rounds,
+              static_cast<unsigned long long>(checksum));
+  return 0;
+}
+
+// --- async -------------------------------------------------------------------------
+
+float InitialValue(uint64_t i) { return static_cast<float>(i % 1000); }
+float Delta(int rank, int step, uint64_t i) {
+  return static_cast<float>((i + static_cast<uint64_t>(step + rank)) % 3 + 1);
+}
+
+template <typename F>
+int ExpectRefused(const char* what, F call) {
+  try {
+    call();
+  } catch (const FerryError& e) {
+    if (std::string(e.what()).find("asynchronous") != std::string::npos) {
+      std::printf("%s refused: %s\n", what, e.what());
+      return 0;
+    }
+    std::fprintf(stderr, "%s refused for the wrong reason: %s\n", what, e.what());
+    return kExitWrong;
+  }
+  std::fprintf(stderr, "%s was not refused in asynchronous mode\n", what);
+  return kExitWrong;
+}
+
+int CheckAsyncRefusals(Worker& w) {
+  std::vector<float> x(16, 1.0f);
+  if (ExpectRefused("average", [&] {
+        w.PushPull("async/refused", x.data(), x.data(), DataType::kFloat32, x.size(), true);
+      }) ||
+      ExpectRefused("broadcast", [&] { w.Broadcast("async/b", x.data(), DataType::kFloat32, 16, 0); }) ||
+      ExpectRefused("join", [&] { w.Join(); })) {
+    return kExitWrong;
+  }
+  return 0;
+}
+
+int RunAsync(Worker& w) {
+  if (CheckAsyncRefusals(w)) return kExitWrong;
+  const int n = w.size();
+  const uint64_t count = 300001;
+  std::vector<float> params(count), delta(count), own(count, 0.0f), total(count, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    for (int step = 1; step <= FLAGS_steps; ++step) {
+      for (uint64_t i = 0; i < count; ++i) total[i] += Delta(r, step, i);
+    }
+  }
+  // Round 0: the initial parameters (the same on every worker, as after a common seed).
+  for (uint64_t i = 0; i < count; ++i) delta[i] = InitialValue(i);
+  w.PushPull("async/params", delta.data(), params.data(), DataType::kFloat32, count, false);
+  for (int step = 1; step <= FLAGS_steps + 1; ++step) {
+    const bool last = step > FLAGS_steps;  // after the barrier: a zero delta reads them
+    if (last) {
+      w.Barrier();
+      std::fill(delta.begin(), delta.end(), 0.0f);
+    } else {
+      for (uint64_t i = 0; i < count; ++i) delta[i] = Delta(w.rank(), step, i);
+    }
+    w.PushPull("async/params", delta.data(), params.data(), DataType::kFloat32, count, false);
+    for (uint64_t i = 0; i < count; ++i) {
+      own[i] += delta[i];
+      // Applied: all of this worker's deltas, and any of the others'. Exact at the end.
+      const float applied = params[i] - InitialValue(i);
+      const bool ok = last ? applied == total[i]
+                           : applied >= own[i] && applied <= total[i] && applied == std::floor(applied);
+      if (!ok) {
+        std::fprintf(stderr, "WRONG step %d element %llu: parameters %.9g = initial %g + %.9g, "
+                     "own deltas %g, all deltas %g\n", step, static_cast<unsigned long long>(i),
+                     params[i], InitialValue(i), applied, own[i], total[i]);
+        return kExitWrong;
+      }
+    }
+    if (!last) std::printf("step %d\n", step);
+    std::fflush(stdout);
+    if (!last) std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_step_sleep_ms));
+  }
+  std::printf("OK async steps=%d final parameters exact\n", FLAGS_steps);
+  return 0;
+}
+
 int Run(const Config& config) {
   auto w = Worker::Create(config);
   int code;
@@ -212,6 +369,10 @@ int Run(const Config& config) {
     code = RunJoin(*w);
   } else if (FLAGS_mode == "loop") {
     code = RunLoop(*w);
+  } else if (FLAGS_mode == "deterministic") {
+    code = RunDeterministic(*w);
+  } else if (FLAGS_mode == "async") {
+    code = RunAsync(*w);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;

@@ -1,13 +1,18 @@
 // Tests of a server key's round bookkeeping (server/key_state.h): how Classify sorts
-// pushes, when Record completes a round, and what NextRound resets.
+// pushes, when Record completes a round, and what NextRound resets; the rank order of
+// deterministic sums, async mode's dedupe, and how keys spread over engine threads.
 
 #include "server/key_state.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "common/transport/message.h"
 
 namespace ferry {
 namespace {
@@ -250,6 +255,230 @@ TEST(KeyStateTest, JoinedWorkersAreNotWaitedFor) {
   EXPECT_EQ(k.waiting.size(), 2u);  // the sum holds two contributions
   KeyState empty;
   EXPECT_FALSE(empty.Complete({true, true, true})) << "nothing to answer";
+}
+
+// --- Deterministic mode: sums in rank order -------------------------------------
+
+Buffer Floats(const std::vector<float>& v) {
+  Buffer b = Buffer::Allocate(v.size() * sizeof(float));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<float> FloatsOf(const Buffer& b) {
+  std::vector<float> v(b.size() / sizeof(float));
+  std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+void AddFloats(Buffer& sum, const Buffer& push) {
+  SumInto(sum.data(), push.data(), sum.size() / sizeof(float), DataType::kFloat32);
+}
+
+// Pushes of `values[rank]` arriving in `order`, as the server takes them (Classify,
+// hold, Record, SumInRankOrder); returns the completed sum. Checks that the sum never
+// holds a rank above a missing one.
+std::vector<float> SumArriving(const std::vector<std::vector<float>>& values,
+                               const std::vector<int>& order, const std::vector<bool>& joined) {
+  const int workers = static_cast<int>(values.size());
+  const uint64_t length = values[0].size() * sizeof(float);
+  KeyState k;
+  bool complete = false;
+  for (int rank : order) {
+    EXPECT_EQ(k.Classify(rank, 0, length, DataType::kFloat32, kHash, workers),
+              PushVerdict::kAccumulate);
+    k.held[rank] = Floats(values[rank]);
+    complete = k.Record(rank, Reply(rank), joined);
+    k.SumInRankOrder(joined, AddFloats);
+    for (int r = 0; r < k.next_rank; ++r) {
+      EXPECT_TRUE(k.pushed[r] || joined[r]) << "rank " << r << " summed before it pushed";
+    }
+    for (int r = k.next_rank; r < workers; ++r) {
+      EXPECT_EQ(k.held[r].empty(), !k.pushed[r] || length == 0) << "rank " << r << " held";
+    }
+  }
+  EXPECT_TRUE(complete);
+  EXPECT_EQ(k.next_rank, workers);
+  return FloatsOf(k.sum);
+}
+
+TEST(KeyStateTest, RankOrderSumIsTheSameBitsForEveryArrivalOrder) {
+  // Float addition is not associative: (1e8 + 1) - 1e8 = 0 but (1e8 - 1e8) + 1 = 1.
+  const std::vector<std::vector<float>> values = {
+      {1e8f, 1.0f, -1e8f, 3.0f},  // rank 0
+      {1.0f, -1e8f, 1e8f, 1e8f},  // rank 1
+      {-1e8f, 1e8f, 1.0f, -1e8f}  // rank 2
+  };
+  std::vector<float> rank_order(4);
+  for (size_t i = 0; i < 4; ++i) rank_order[i] = (values[0][i] + values[1][i]) + values[2][i];
+  std::vector<int> order = {0, 1, 2};
+  std::vector<std::vector<float>> arrival_sums;
+  do {
+    SCOPED_TRACE(::testing::Message() << "arrival " << order[0] << order[1] << order[2]);
+    std::vector<float> sum = SumArriving(values, order, {false, false, false});
+    EXPECT_EQ(std::memcmp(sum.data(), rank_order.data(), 16), 0)
+        << sum[0] << " " << sum[1] << " " << sum[2] << " " << sum[3];
+    // What summing in arrival order would give, to show the values need the order.
+    std::vector<float> arrival(4);
+    for (size_t i = 0; i < 4; ++i) {
+      arrival[i] = (values[order[0]][i] + values[order[1]][i]) + values[order[2]][i];
+    }
+    arrival_sums.push_back(arrival);
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(rank_order, (std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f}));
+  std::sort(arrival_sums.begin(), arrival_sums.end());
+  arrival_sums.erase(std::unique(arrival_sums.begin(), arrival_sums.end()), arrival_sums.end());
+  EXPECT_GT(arrival_sums.size(), 1u) << "arrival order would change the sum";
+}
+
+TEST(KeyStateTest, RankOrderAdoptsTheLowestRankAndHoldsHigherOnes) {
+  KeyState k;
+  const std::vector<bool> none(kWorkers, false);
+  ASSERT_EQ(Push(k, 2, 0, 4), PushVerdict::kAccumulate);
+  Buffer two = Floats({2.0f});
+  k.held[2] = two;
+  k.Record(2, Reply(2), none);
+  k.SumInRankOrder(none, AddFloats);
+  EXPECT_EQ(k.next_rank, 0) << "rank 0 has not pushed: nothing is summed";
+  EXPECT_TRUE(k.sum.empty());
+  ASSERT_EQ(Push(k, 0, 0, 4), PushVerdict::kAccumulate);
+  Buffer zero = Floats({0.5f});
+  k.held[0] = zero;
+  k.Record(0, Reply(0), none);
+  k.SumInRankOrder(none, AddFloats);
+  EXPECT_EQ(k.next_rank, 1);
+  EXPECT_EQ(k.sum.data(), zero.data()) << "rank 0's frame adopted, not copied";
+  EXPECT_FALSE(k.held[2].empty()) << "rank 2 waits for rank 1";
+  ASSERT_EQ(Push(k, 1, 0, 4), PushVerdict::kAccumulate);
+  k.held[1] = Floats({0.25f});
+  EXPECT_TRUE(k.Record(1, Reply(1), none));
+  k.SumInRankOrder(none, AddFloats);
+  EXPECT_EQ(k.next_rank, kWorkers);
+  EXPECT_EQ(FloatsOf(k.sum), std::vector<float>{2.75f});
+  // The next round starts from rank 0 with nothing held.
+  k.NextRound(kWorkers);
+  EXPECT_EQ(k.next_rank, 0);
+  for (const Buffer& b : k.held) EXPECT_TRUE(b.empty());
+}
+
+TEST(KeyStateTest, RankOrderSkipsJoinedRanks) {
+  // Rank 1 joined: rank 2's push goes once rank 0 pushed, and also when rank 1 joins
+  // only after rank 2 pushed.
+  const std::vector<std::vector<float>> values = {{1e8f}, {0.0f}, {1.0f}};
+  std::vector<float> sum = SumArriving(values, {2, 0}, {false, true, false});
+  EXPECT_EQ(sum, std::vector<float>{1e8f + 1.0f});
+
+  KeyState k;
+  std::vector<bool> joined(kWorkers, false);
+  for (int rank : {2, 0}) {
+    ASSERT_EQ(Push(k, rank, 0, 4), PushVerdict::kAccumulate);
+    k.held[rank] = Floats(values[rank]);
+    EXPECT_FALSE(k.Record(rank, Reply(rank), joined));
+    k.SumInRankOrder(joined, AddFloats);
+  }
+  EXPECT_EQ(k.next_rank, 1);
+  joined[1] = true;  // what Server::HandleJoin does: drain, then complete
+  k.SumInRankOrder(joined, AddFloats);
+  EXPECT_EQ(k.next_rank, kWorkers);
+  EXPECT_TRUE(k.Complete(joined));
+  EXPECT_EQ(FloatsOf(k.sum), std::vector<float>{1e8f + 1.0f});
+}
+
+// --- Async mode ---------------------------------------------------------------
+
+PushVerdict AsyncPush(KeyState& k, int rank, uint32_t round, uint64_t length = kLength) {
+  return k.ClassifyAsync(rank, round, length, DataType::kFloat32, kHash, kWorkers);
+}
+
+TEST(KeyStateTest, AsyncRoundsPerWorkerDedupeResends) {
+  KeyState k;
+  ASSERT_EQ(AsyncPush(k, 1, 0), PushVerdict::kAccumulate);
+  EXPECT_EQ(k.next_round, std::vector<uint32_t>(kWorkers, 0));
+  k.RecordAsync(1);
+  EXPECT_EQ(AsyncPush(k, 1, 0), PushVerdict::kDuplicate) << "a resend of round 0";
+  EXPECT_EQ(AsyncPush(k, 1, 2), PushVerdict::kAhead);
+  // Workers go at their own pace: rank 0 is at round 0 while rank 1 runs ahead.
+  for (uint32_t round = 1; round < 10; ++round) {
+    ASSERT_EQ(AsyncPush(k, 1, round), PushVerdict::kAccumulate);
+    k.RecordAsync(1);
+    ASSERT_EQ(AsyncPush(k, 1, round), PushVerdict::kDuplicate);
+    ASSERT_EQ(AsyncPush(k, 1, round - 1), PushVerdict::kDuplicate);
+  }
+  EXPECT_EQ(AsyncPush(k, 0, 0), PushVerdict::kAccumulate);
+  EXPECT_EQ(AsyncPush(k, 0, 1), PushVerdict::kAhead);
+  EXPECT_EQ(k.next_round, (std::vector<uint32_t>{0, 10, 0}));
+  EXPECT_EQ(k.round, 0u) << "async mode has no key rounds";
+  // The definition still binds every worker.
+  EXPECT_EQ(AsyncPush(k, 2, 0, kLength + 4), PushVerdict::kMismatch);
+  k.failure = "broken";
+  EXPECT_EQ(AsyncPush(k, 0, 0), PushVerdict::kFailed);
+}
+
+// --- Engine threads: keys spread evenly -------------------------------------------
+
+// Keys of a model: tensor t has partitions(t) partitions; key = (t << 32) | partition.
+std::vector<uint64_t> ModelKeys(int tensors, int (*partitions)(int)) {
+  std::vector<uint64_t> keys;
+  for (int t = 0; t < tensors; ++t) {
+    for (int p = 0; p < partitions(t); ++p) keys.push_back(MakeKey(t, p));
+  }
+  return keys;
+}
+
+int OnePartition(int) { return 1; }
+// ResNet-50 at 4 MiB partitions: 161 one-partition tensors, a few large ones.
+int ResNetLike(int t) { return t % 20 == 19 ? 2 + t % 3 : 1; }
+// VGG-16-like: a few huge tensors of many partitions.
+int FewHuge(int t) { return t < 3 ? 100 + 17 * t : 1; }
+
+// The most and least keys any engine gets, relative to an even share.
+std::pair<double, double> Spread(const std::vector<uint64_t>& keys, int engines,
+                                 int (*engine_of)(uint64_t, int)) {
+  std::vector<int> count(engines, 0);
+  for (uint64_t k : keys) count[engine_of(k, engines)]++;
+  const double share = static_cast<double>(keys.size()) / engines;
+  return {*std::max_element(count.begin(), count.end()) / share,
+          *std::min_element(count.begin(), count.end()) / share};
+}
+
+int IdentityHash(uint64_t key, int engines) {  // what std::hash<uint64_t> % engines did
+  return static_cast<int>(std::hash<uint64_t>()(key) % static_cast<uint64_t>(engines));
+}
+
+TEST(KeyStateTest, KeysSpreadEvenlyOverEngines) {
+  struct Model {
+    const char* name;
+    int tensors;
+    int (*partitions)(int);
+  };
+  for (const Model& m : {Model{"single", 169, OnePartition}, Model{"resnet", 161, ResNetLike},
+                         Model{"vgg", 32, FewHuge}, Model{"bert", 400, OnePartition}}) {
+    std::vector<uint64_t> keys = ModelKeys(m.tensors, m.partitions);
+    for (int engines : {2, 3, 4, 8}) {
+      SCOPED_TRACE(::testing::Message() << m.name << " (" << keys.size() << " keys) on "
+                                        << engines << " engines");
+      auto [most, least] = Spread(keys, engines, EngineForKey);
+      // Random placement of n keys in e bins has a standard deviation of
+      // sqrt(n/e) keys per bin; these bounds leave 3 of them at 160 keys on 8 engines.
+      EXPECT_LT(most, 1.45);
+      EXPECT_GT(least, 0.55);
+      auto [old_most, old_least] = Spread(keys, engines, IdentityHash);
+      (void)old_most;
+      // With a power-of-two number of engines (the default is 4) the identity put
+      // every first partition on engine 0 (2^32 is 1 modulo 3, so 3 engines were fine).
+      if (m.partitions == OnePartition && (engines & (engines - 1)) == 0) {
+        EXPECT_EQ(old_least, 0.0) << "the identity hash left engines idle";
+      }
+    }
+  }
+  // Every engine index is in range, for any key.
+  for (uint64_t key : {uint64_t{0}, ~uint64_t{0}, uint64_t{1} << 63, MakeKey(0xffffffffu, 7)}) {
+    for (int engines : {1, 2, 7, 256}) {
+      int e = EngineForKey(key, engines);
+      EXPECT_GE(e, 0);
+      EXPECT_LT(e, engines);
+    }
+  }
 }
 
 }  // namespace
