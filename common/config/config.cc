@@ -236,6 +236,30 @@ std::string LocalAddressFor(const std::string& remote_ip) {
   return result;
 }
 
+namespace {
+
+// FERRY_SERVER_DEVICE: cpu (or unset/empty), gpu, gpu:N; FERRY_SERVER_GPU_STREAMS.
+void ReadServerDevice(const EnvReader& r, Config* c) {
+  const std::string text = r.Str("FERRY_SERVER_DEVICE", nullptr, "");
+  const char* kAllowed = "expected cpu, gpu or gpu:N (N: a CUDA device index from 0 to 255)";
+  if (text.empty() || text == "cpu") {
+    c->server_device = ServerDevice::kCpu;
+  } else if (text == "gpu") {
+    c->server_device = ServerDevice::kGpu;
+  } else if (text.rfind("gpu:", 0) == 0 && text.size() > 4 && text.size() <= 7 &&
+             text.find_first_not_of("0123456789", 4) == std::string::npos &&
+             std::stoi(text.substr(4)) <= 255) {
+    c->server_device = ServerDevice::kGpu;
+    c->server_gpu = std::stoi(text.substr(4));
+  } else {
+    Invalid("FERRY_SERVER_DEVICE", text, kAllowed);
+  }
+  c->server_gpu_streams = static_cast<int>(
+      r.Int("FERRY_SERVER_GPU_STREAMS", nullptr, c->server_gpu_streams, 1, 64));
+}
+
+}  // namespace
+
 Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role) {
   Config c;
   EnvReader r(env, &c.warnings);
@@ -287,6 +311,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
       r.Int("FERRY_SCHEDULING_CREDIT_BYTES", nullptr, 0, 0, 1LL << 40);
   c.server_engine_threads = static_cast<int>(r.Int(
       "FERRY_SERVER_ENGINE_THREADS", "BYTEPS_SERVER_ENGINE_THREAD", c.server_engine_threads, 1, 256));
+  ReadServerDevice(r, &c);
   c.enable_async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
   ReadServerEngine(r, &c);
 
@@ -349,6 +374,9 @@ std::string Config::Summary() const {
                                              : std::string()),
                 " engine_threads=", server_engine_threads, " split_bytes=", server_split_bytes,
                 deterministic ? " deterministic" : "", enable_async ? " async" : "",
+                (server_device == ServerDevice::kGpu
+                     ? StrCat(" device=gpu:", server_gpu, " gpu_streams=", server_gpu_streams)
+                     : std::string()),
                 " heartbeat=", heartbeat_interval_ms, "/", heartbeat_timeout_ms, "ms",
                 " resend=", resend_timeout_ms, "ms link_timeout=", link_timeout_ms, "ms",
                 " security=", secret.empty() ? "none" : "CURVE",

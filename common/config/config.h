@@ -19,6 +19,9 @@ namespace ferry {
 enum class NodeRole { kScheduler, kServer, kWorker };
 const char* NodeRoleName(NodeRole role);
 
+// What a server sums on (FERRY_SERVER_DEVICE).
+enum class ServerDevice { kCpu, kGpu };
+
 // Reads a variable; returns nullptr when unset. Tests inject their own environment.
 using EnvLookup = std::function<const char*(const char* name)>;
 EnvLookup ProcessEnvironment();
@@ -42,6 +45,14 @@ struct Config {
   int64_t scheduling_credit_bytes = 0;  // if > 0, the credit in bytes instead
   int server_engine_threads = 4;
   bool enable_async = false;       // FERRY_ENABLE_ASYNC: the servers hold the parameters
+
+  // The server's summation device: FERRY_SERVER_DEVICE=cpu (common/reduce), gpu or gpu:N
+  // (server/gpu/, on CUDA device N, default 0), with FERRY_SERVER_GPU_STREAMS CUDA
+  // streams per engine thread. Only the syntax is checked here; whether the GPU exists
+  // and can run Ferry's kernels is checked at server start-up (CheckGpuAvailable).
+  ServerDevice server_device = ServerDevice::kCpu;
+  int server_gpu = 0;
+  int server_gpu_streams = 2;
 
   int64_t connect_timeout_ms = 120000;
   int64_t heartbeat_interval_ms = 1000;

@@ -460,5 +460,33 @@ TEST(ConfigTest, ResendLinkAndFaultInjection) {
   EXPECT_TRUE(Contains(msg, "FERRY_RESEND_TIMEOUT_MS")) << msg;
 }
 
+TEST(ConfigTest, ServerDevice) {
+  Config c = Read(BaseEnv());
+  EXPECT_EQ(c.server_device, ServerDevice::kCpu);
+  EXPECT_EQ(c.server_gpu, 0);
+  EXPECT_EQ(c.server_gpu_streams, 2);
+  EXPECT_FALSE(Contains(c.Summary(), "device="));
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "cpu"}})).server_device, ServerDevice::kCpu);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", ""}})).server_device, ServerDevice::kCpu);
+  c = Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu"}}));
+  EXPECT_EQ(c.server_device, ServerDevice::kGpu);
+  EXPECT_EQ(c.server_gpu, 0);
+  c = Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu:3"}, {"FERRY_SERVER_GPU_STREAMS", "8"}}));
+  EXPECT_EQ(c.server_device, ServerDevice::kGpu);
+  EXPECT_EQ(c.server_gpu, 3);
+  EXPECT_EQ(c.server_gpu_streams, 8);
+  EXPECT_TRUE(Contains(c.Summary(), " device=gpu:3 gpu_streams=8")) << c.Summary();
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu:255"}})).server_gpu, 255);
+  for (const char* bad : {"GPU", "tpu", "gpu:", "gpu:-1", "gpu:256", "gpu:1x", "gpu:0000", "cuda"}) {
+    SCOPED_TRACE(bad);
+    std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", bad}}), "FERRY_SERVER_DEVICE");
+    EXPECT_TRUE(Contains(msg, "expected cpu, gpu or gpu:N")) << msg;
+  }
+  for (const char* bad : {"0", "65", "two"}) {
+    SCOPED_TRACE(bad);
+    ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_GPU_STREAMS", bad}}), "FERRY_SERVER_GPU_STREAMS");
+  }
+}
+
 }  // namespace
 }  // namespace ferry
