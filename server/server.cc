@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/transport/fused_push.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -94,8 +95,8 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     }
     return;
   }
-  if (!origin.inbound ||
-      (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN)) {
+  if (!origin.inbound || (m.type() != proto::PUSH && m.type() != proto::PULL &&
+                          m.type() != proto::JOIN && m.type() != proto::PUSH_FUSED)) {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
     return;
   }
@@ -122,6 +123,12 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     OnJoin(m, origin.identity);
     return;
   }
+  if (m.type() == proto::PUSH_FUSED) {
+    DispatchFusedPush(std::move(m), origin);
+    return;
+  }
+  // The arrival order of pushes, for tests of the workers' scheduling (TRACE level).
+  VLOG(2) << "arrived " << Describe(m) << " priority " << m.envelope.priority();
   uint64_t key = m.envelope.key();
   Engine* e = engines_[std::hash<uint64_t>()(key) % engines_.size()].get();
   {
@@ -129,6 +136,20 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     e->queue.push_back(Work{std::move(m), origin.identity});
   }
   e->cv.notify_one();
+}
+
+void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
+  std::vector<Message> pushes;
+  std::string error = SplitFusedPush(fused, &pushes);
+  if (!error.empty()) {  // the Van validated it already; this is a second line of defence
+    rejected_++;
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(fused) << ": " << error;
+    ReplyError(origin.identity, fused.envelope.request_id(), 0, ErrorCode::kBadMessage,
+               "fused push refused: " + error);
+    return;
+  }
+  // Each part is an ordinary push from here on, in the order the worker packed them.
+  for (Message& push : pushes) OnMessage(std::move(push), origin);
 }
 
 void Server::EngineLoop(Engine* engine) {
