@@ -13,6 +13,13 @@
 //                  join every worker runs 2 more rounds together (rounds restart).
 // --mode=loop      push_pull one tensor until an error (for failure tests); prints
 //                  "round N" as it goes.
+// --mode=order     scheduling order: --tensors small tensors (8 KiB) and one large
+//                  "blocker" (1 MiB), declared last (least urgent); each round pushes the
+//                  blocker, waits 50 ms (so it alone is in flight), then the others in
+//                  reverse declaration order (ready order opposite to priority order),
+//                  and checks every sum. The servers' TRACE log shows the arrival order.
+// --repartition=R:B,...  (sums mode) before round R call SetScheduling(B, 4 B): the
+//                  partition size changes mid-run; sums must stay exact.
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
 
 #include <gflags/gflags.h>
@@ -23,6 +30,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <thread>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/cluster/role_main.h"
@@ -35,6 +44,7 @@ DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
 DEFINE_int32(rounds, 20, "rounds (sums mode)");
 DEFINE_int32(loop_sleep_ms, 20, "pause between rounds (loop mode): compute time");
 DEFINE_int32(loop_rounds, 0, "loop mode: stop after this many rounds and shut down (0: never)");
+DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
 namespace {
@@ -43,6 +53,21 @@ constexpr int kExitWrong = 3;
 
 float Value(int rank, int round, int tensor, uint64_t i) {
   return static_cast<float>((i * 3 + tensor * 5 + rank * 7 + round * 11) % 16 + 1);
+}
+
+// --repartition: round -> partition bytes.
+std::map<int, int64_t> ParseRepartition() {
+  std::map<int, int64_t> out;
+  std::string s = FLAGS_repartition;
+  for (size_t at = 0; at < s.size();) {
+    size_t end = s.find(',', at);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(at, end - at);
+    size_t colon = item.find(':');
+    out[std::stoi(item.substr(0, colon))] = std::stoll(item.substr(colon + 1));
+    at = end + 1;
+  }
+  return out;
 }
 
 int RunSums(Worker& w) {
@@ -65,7 +90,13 @@ int RunSums(Worker& w) {
     out[t].resize(counts[t]);
   }
   const int n = w.size();
+  std::map<int, int64_t> repartition = ParseRepartition();
   for (int round = 0; round < FLAGS_rounds; ++round) {
+    if (repartition.count(round)) {
+      int64_t bytes = repartition[round];
+      w.SetScheduling(bytes, 4 * bytes);
+      std::printf("round %d: partition %lld bytes\n", round, static_cast<long long>(bytes));
+    }
     std::vector<Handle> handles(FLAGS_tensors);
     for (int t = FLAGS_tensors - 1; t >= 0; --t) {  // gradients become ready in reverse
       bool average = t % 2 == 1;
@@ -157,6 +188,39 @@ int RunLoop(Worker& w) {
   return 0;
 }
 
+int CheckAll(const std::vector<float>& v, float expected, const char* what, int round);
+
+int RunOrder(Worker& w) {
+  const int small = FLAGS_tensors;
+  std::vector<std::vector<float>> data(small + 1);
+  for (int t = 0; t <= small; ++t) {
+    data[t].resize(t < small ? 2048 : 262144);
+    w.DeclareTensor(t < small ? StrCat("order", t) : std::string("blocker"), DataType::kFloat32,
+                    {static_cast<int64_t>(data[t].size())});
+  }
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    std::vector<Handle> handles(small + 1);
+    for (int t = small; t >= 0; --t) {
+      std::fill(data[t].begin(), data[t].end(), static_cast<float>(w.rank() + t + round));
+      handles[t] = w.PushPullAsync(t < small ? StrCat("order", t) : std::string("blocker"),
+                                   data[t].data(), data[t].data(), DataType::kFloat32,
+                                   data[t].size(), false);
+      // The blocker goes alone: it holds the whole credit while the others queue up.
+      if (t == small) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (int t = 0; t <= small; ++t) w.Wait(handles[t]);
+    for (int t = 0; t <= small; ++t) {
+      float expected = static_cast<float>(w.size() * (t + round) + w.size() * (w.size() - 1) / 2);
+      if (CheckAll(data[t], expected, "order", round)) return kExitWrong;
+    }
+  }
+  WorkerStats s = w.stats();
+  std::printf("OK order rounds=%d fused_messages=%llu partitions_fused=%llu\n", FLAGS_rounds,
+              static_cast<unsigned long long>(s.fused_messages),
+              static_cast<unsigned long long>(s.partitions_fused));
+  return 0;
+}
+
 int CheckAll(const std::vector<float>& v, float expected, const char* what, int round) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] != expected) {
@@ -212,6 +276,8 @@ int Run(const Config& config) {
     code = RunJoin(*w);
   } else if (FLAGS_mode == "loop") {
     code = RunLoop(*w);
+  } else if (FLAGS_mode == "order") {
+    code = RunOrder(*w);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;

@@ -7,9 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -19,123 +17,10 @@
 
 #include "common/util/clock.h"
 #include "common/util/status.h"
+#include "tests/support/json.h"
 
 namespace ferry {
 namespace {
-
-// A JSON value and a strict parser (RFC 8259 minus \u surrogate checks).
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  bool b = false;
-  double number = 0;
-  std::string str;
-  std::vector<Json> items;
-  std::map<std::string, Json> fields;
-  const Json& operator[](const std::string& k) const {
-    static const Json kMissing;
-    auto it = fields.find(k);
-    return it == fields.end() ? kMissing : it->second;
-  }
-};
-
-class Parser {
- public:
-  explicit Parser(const std::string& text) : s_(text) {}
-  bool Parse(Json* out) {
-    if (!Value(out)) return false;
-    Space();
-    return at_ == s_.size();
-  }
-  size_t at() const { return at_; }
-
- private:
-  void Space() {
-    while (at_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[at_]))) at_++;
-  }
-  bool Eat(char c) {
-    Space();
-    if (at_ < s_.size() && s_[at_] == c) {
-      at_++;
-      return true;
-    }
-    return false;
-  }
-  bool Literal(const char* word) {
-    size_t n = std::strlen(word);
-    if (s_.compare(at_, n, word) != 0) return false;
-    at_ += n;
-    return true;
-  }
-  bool String(std::string* out) {
-    if (!Eat('"')) return false;
-    while (at_ < s_.size() && s_[at_] != '"') {
-      char c = s_[at_++];
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c != '\\') {
-        *out += c;
-        continue;
-      }
-      if (at_ >= s_.size()) return false;
-      char e = s_[at_++];
-      if (e == 'u') {
-        if (at_ + 4 > s_.size()) return false;
-        *out += static_cast<char>(std::stoi(s_.substr(at_, 4), nullptr, 16));
-        at_ += 4;
-      } else if (std::string("\"\\/bfnrt").find(e) != std::string::npos) {
-        *out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
-      } else {
-        return false;
-      }
-    }
-    return Eat('"');
-  }
-  bool Value(Json* v) {
-    Space();
-    if (at_ >= s_.size()) return false;
-    char c = s_[at_];
-    if (c == '{') {
-      v->kind = Json::kObject;
-      at_++;
-      if (Eat('}')) return true;
-      do {
-        std::string key;
-        Json item;
-        if (!String(&key) || !Eat(':') || !Value(&item)) return false;
-        v->fields[key] = std::move(item);
-      } while (Eat(','));
-      return Eat('}');
-    }
-    if (c == '[') {
-      v->kind = Json::kArray;
-      at_++;
-      if (Eat(']')) return true;
-      do {
-        v->items.emplace_back();
-        if (!Value(&v->items.back())) return false;
-      } while (Eat(','));
-      return Eat(']');
-    }
-    if (c == '"') {
-      v->kind = Json::kString;
-      return String(&v->str);
-    }
-    if (Literal("true") || Literal("false")) {
-      v->kind = Json::kBool;
-      v->b = s_[at_ - 1] == 'e' && s_[at_ - 2] == 'u';
-      return true;
-    }
-    if (Literal("null")) return true;
-    const char* begin = s_.c_str() + at_;
-    char* end = nullptr;
-    v->kind = Json::kNumber;
-    v->number = std::strtod(begin, &end);
-    if (end == begin) return false;
-    at_ += end - begin;
-    return true;
-  }
-  const std::string s_;
-  size_t at_ = 0;
-};
 
 std::string TempDir() {
   char dir[] = "/tmp/ferry-trace-test-XXXXXX";
@@ -143,12 +28,12 @@ std::string TempDir() {
   return dir;
 }
 
-Json ReadJson(const std::string& path) {
+testing::Json ReadJson(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  Json j;
-  Parser p(text.str());
+  testing::Json j;
+  testing::JsonParser p(text.str());
   EXPECT_TRUE(p.Parse(&j)) << "not valid JSON near byte " << p.at() << " of " << path;
   return j;
 }
@@ -182,10 +67,10 @@ TEST(TraceTest, WritesValidChromeTraceJson) {
     trace.Partition(p);
     trace.Instant("scheduling", t0 + 60, "{\"partition_bytes\":1024}");
   }  // the destructor closes the document
-  Json j = ReadJson(path);
-  ASSERT_EQ(j.kind, Json::kObject);
+  testing::Json j = ReadJson(path);
+  ASSERT_EQ(j.kind, testing::Json::kObject);
   EXPECT_EQ(j["displayTimeUnit"].str, "ms");
-  const std::vector<Json>& ev = j["traceEvents"].items;
+  const std::vector<testing::Json>& ev = j["traceEvents"].items;
   ASSERT_EQ(ev.size(), 1u + 1 + 10 + 8 + 1);  // metadata, instant, 2 partitions, instant
   EXPECT_EQ(ev[0]["ph"].str, "M");
   EXPECT_EQ(ev[0]["args"]["name"].str, "worker 3");

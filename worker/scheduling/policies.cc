@@ -37,17 +37,35 @@ bool PriorityPolicy::Next(const CreditState& credit, int64_t, Batch* out) {
   uint64_t bytes = it->bytes;
   out->tasks.push_back(*it);
   it = ready_.erase(it);
-  // Fusion takes only the tasks that come next in priority order anyway, so batches
-  // concatenate to exactly the unfused order.
-  while (fusion_bytes_ > 0 && it != ready_.end() && it->server == server &&
-         bytes + it->bytes <= fusion_bytes_ && out->tasks.size() < kMaxFusedPushes &&
-         (!with_credit_ || credit.Admits(bytes + it->bytes))) {
+  if (fusion_bytes_ > 0) Fuse(credit, server, bytes, it, out);
+  out->fuse_bytes = fusion_bytes_;
+  return true;
+}
+
+void PriorityPolicy::Fuse(const CreditState& credit, int server, uint64_t bytes,
+                          std::set<PushTask, ByPriority>::iterator it, Batch* out) {
+  // More tasks for the head's server, in priority order. A task for another server may
+  // be passed over (it goes on another connection), but only by strictly less urgent
+  // ones, so equal priorities keep their arrival order; a task for this server that
+  // cannot be taken ends the batch, so each server sees exact priority order.
+  bool passed = false;
+  int passed_priority = 0;  // the least urgent task passed over so far
+  for (size_t scanned = 0; it != ready_.end() && scanned < kMaxFusionScan; ++scanned) {
+    if (it->server != server) {
+      passed = true;
+      passed_priority = it->priority;
+      ++it;
+      continue;
+    }
+    if (bytes + it->bytes > fusion_bytes_ || out->tasks.size() >= kMaxFusedPushes ||
+        (with_credit_ && !credit.Admits(bytes + it->bytes)) ||
+        (passed && passed_priority <= it->priority)) {
+      return;
+    }
     bytes += it->bytes;
     out->tasks.push_back(*it);
     it = ready_.erase(it);
   }
-  out->fuse_bytes = fusion_bytes_;
-  return true;
 }
 
 void P3Policy::Ready(const PushTask& task, int64_t) { ready_.insert(task); }

@@ -12,11 +12,15 @@
 //   credit       ByteScheduler: priority + partitions + credit. The most urgent task
 //                goes only while the bytes in flight stay within the credit; if it does
 //                not fit, nothing goes (no smaller task slips past it), unless nothing
-//                is in flight, when it goes whatever its size. Small partitions for one
-//                server that follow each other in priority order are fused into one
-//                message of at most `fusion_bytes`. Order: priority, then arrival, and
-//                the concatenation of the batches is exactly that order (fusion never
-//                reorders). Credit: bytes in flight <= credit, or one task alone.
+//                is in flight, when it goes whatever its size. Fusion: the most urgent
+//                task takes along, into one message of at most `fusion_bytes`, the next
+//                ready tasks for the same server in priority order, passing over tasks
+//                for other servers only when those are strictly more urgent than the
+//                task taken. Order: per server, exactly priority then arrival; across
+//                servers, equal priorities keep arrival order, and a fused message puts
+//                less than `fusion_bytes` of less urgent data ahead of a more urgent
+//                task for another server. Credit: bytes in flight <= credit, or one
+//                task alone.
 //   p3           Priority-based parameter propagation: small slices (the partition size
 //                is FERRY_P3_SLICE_BYTES), most urgent first, at most one slice in
 //                flight per server connection. Order: priority, then arrival, per
@@ -82,6 +86,12 @@ class PriorityPolicy : public Policy {
   size_t queued() const override { return ready_.size(); }
 
  private:
+  // Ready tasks a fused batch looks at, at most (bounds the work under the queue's lock).
+  static constexpr size_t kMaxFusionScan = 1024;
+  // Adds tasks for `server` to `out` (which holds `bytes`), from `it` on.
+  void Fuse(const CreditState& credit, int server, uint64_t bytes,
+            std::set<PushTask, ByPriority>::iterator it, Batch* out);
+
   const bool with_credit_;
   const uint64_t fusion_bytes_;
   std::set<PushTask, ByPriority> ready_;
