@@ -49,7 +49,7 @@ struct Worker::Operation {
   uint8_t* output = nullptr;
   bool average = false;
   int priority = 0;
-  uint32_t layout = 0;    // the layout generation its partitions use (set when started)
+  uint32_t layout = 0;    // the layout generation its partitions use
   int replies_left = 0;   // partitions whose sum has not arrived
   int releases_left = 0;  // payloads handed to ZeroMQ and not yet released (resends add)
   bool started = false;
@@ -246,6 +246,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   op->output = static_cast<uint8_t*>(output);
   op->average = average;
   op->priority = priority ? *priority : t.priority;
+  op->layout = layout_;  // constant while any operation is unfinished (ApplyScheduling)
   op->start_us = NowUs();
   operations_[op->handle] = op;
   t.pending.push_back(op);
@@ -257,7 +258,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
 void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
   Tensor& t = *op->tensor;
   op->started = true;
-  op->layout = layout_;  // constant while any operation is unfinished (ApplyScheduling)
+  CHECK_EQ(op->layout, layout_) << "the layout changed under an unfinished operation";
   const Cut& cut = t.cuts[op->layout];
   op->replies_left = static_cast<int>(cut.parts.size());
   const int64_t now = NowUs();
@@ -495,7 +496,7 @@ void Worker::OnPushResult(Message&& m) {
   in_flight_.erase(it);
   const int64_t result_us = NowUs();
   const Tensor& t = *f.op->tensor;
-  const PartitionSpec& p = PartOf(f);
+  const PartitionSpec p = PartOf(f);  // a copy: used after the lock is let go
   std::string error;
   if (e.key() != KeyOf(f) || e.length() != p.bytes || e.dtype() != static_cast<int>(t.dtype) ||
       m.sender() != ServerId(p.server)) {
