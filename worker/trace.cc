@@ -49,8 +49,7 @@ void Trace::Event(const std::string& json) {
 void Trace::Partition(const PartitionTimes& p) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  auto edge = [&](const char* ph, const std::string& name, int64_t at_us,
-                  const std::string& args) {
+  auto edge = [&](const char* ph, const std::string& name, int64_t at_us, const std::string& args) {
     Event(StrCat("{\"ph\":\"", ph, "\",\"cat\":\"partition\",\"id\":", id, ",\"name\":", name,
                  ",\"pid\":", rank_, ",\"tid\":", p.server, ",\"ts\":", at_us - origin_us_, args,
                  "}"));

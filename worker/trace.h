@@ -36,8 +36,11 @@ struct PartitionTimes {
   int priority = 0;
   uint32_t round = 0;
   bool fused = false;
-  int64_t ready_us = 0, sent_us = 0, acked_us = 0 /* 0: answered without an ack */,
-          result_us = 0, done_us = 0;
+  int64_t ready_us = 0;
+  int64_t sent_us = 0;
+  int64_t acked_us = 0;  // 0: answered with the sum, without an acknowledgement
+  int64_t result_us = 0;
+  int64_t done_us = 0;
 };
 
 class Trace {
@@ -59,7 +62,7 @@ class Trace {
   const std::string path_;
   const int rank_;
   const int64_t origin_us_;
-  std::mutex mu_;          // guards out_, next_id_, first_, closed_
+  std::mutex mu_;  // guards out_, next_id_, first_, closed_
   std::ofstream out_;
   uint64_t next_id_ = 1;
   bool first_ = true;

@@ -54,7 +54,7 @@ struct Worker::Operation {
   int releases_left = 0;  // payloads handed to ZeroMQ and not yet released (resends add)
   bool started = false;
   bool done = false;
-  std::string error;      // set when done with a failure
+  std::string error;  // set when done with a failure
   int64_t start_us = 0;
   int64_t wait_deadline_ms = 0;  // set by the first wait: then + FERRY_OP_TIMEOUT_MS
 };
@@ -115,7 +115,8 @@ Worker::Worker(const Config& config)
       cluster_(config_, &van_, 0),
       queue_(MakePolicy(PolicyOptionsOf(config)),
              static_cast<uint64_t>(config.CreditBytesFor(config.InitialPartitionBytes()))),
-      scheduling_{config.InitialPartitionBytes(), config.CreditBytesFor(config.InitialPartitionBytes())} {}
+      scheduling_{config.InitialPartitionBytes(),
+                  config.CreditBytesFor(config.InitialPartitionBytes())} {}
 
 void Worker::Start() {
   KeepLargeBuffersInHeap();
@@ -153,9 +154,10 @@ void Worker::Start() {
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
             << " servers; scheduling policy " << queue_.policy_name() << ", "
             << Describe(scheduling_)
-            << (config_.autotune ? StrCat("; autotune over ", tuner_->grid().size(),
-                                          " candidates, ", config_.autotune_steps, " iterations each")
-                                 : std::string())
+            << (config_.autotune
+                    ? StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
+                             config_.autotune_steps, " iterations each")
+                    : std::string())
             << (trace_ ? "; trace " + trace_->path() : std::string());
 }
 
@@ -179,15 +181,16 @@ Worker::Tensor& Worker::DeclareLocked(const std::string& name, DataType dtype,
   FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(dtype)), ErrorCode::kInvalidArgument,
                 "tensor '", name, "': unknown dtype ", static_cast<int>(dtype));
   for (int64_t d : shape) {
-    FERRY_ENFORCE(d >= 0, ErrorCode::kInvalidArgument, "tensor '", name, "': negative dimension in shape ",
-                  ShapeString(shape));
+    FERRY_ENFORCE(d >= 0, ErrorCode::kInvalidArgument, "tensor '", name,
+                  "': negative dimension in shape ", ShapeString(shape));
   }
   auto it = tensor_ids_.find(name);
   if (it != tensor_ids_.end()) {
     Tensor& t = *tensors_[it->second];
-    FERRY_ENFORCE(t.dtype == dtype && CountOf(t.shape) == CountOf(shape), ErrorCode::kInvalidArgument,
-                  "tensor '", name, "' was declared as ", DataTypeName(t.dtype), ShapeString(t.shape),
-                  " and is now used as ", DataTypeName(dtype), ShapeString(shape));
+    FERRY_ENFORCE(t.dtype == dtype && CountOf(t.shape) == CountOf(shape),
+                  ErrorCode::kInvalidArgument, "tensor '", name, "' was declared as ",
+                  DataTypeName(t.dtype), ShapeString(t.shape), " and is now used as ",
+                  DataTypeName(dtype), ShapeString(shape));
     if (priority) t.priority = *priority;
     return t;
   }
@@ -200,7 +203,8 @@ Worker::Tensor& Worker::DeclareLocked(const std::string& name, DataType dtype,
   t->bytes = t->count * DataTypeSize(dtype);
   t->hash = TensorHash(name, dtype, shape);
   t->priority = priority ? *priority : -static_cast<int>(t->id);
-  uint64_t parts = PartitionCount(t->bytes, DataTypeSize(dtype), layouts_[layout_]->partition_bytes);
+  uint64_t parts =
+      PartitionCount(t->bytes, DataTypeSize(dtype), layouts_[layout_]->partition_bytes);
   FERRY_ENFORCE(parts <= kMaxPartitionsPerTensor, ErrorCode::kInvalidArgument, "tensor '", name,
                 "' of ", t->bytes, " bytes would have ", parts, " partitions of ",
                 layouts_[layout_]->partition_bytes, " bytes; at most ", kMaxPartitionsPerTensor,
@@ -236,7 +240,8 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
   if (!tensor_ids_.count(name)) {
     LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "
-              << tensors_.size() << " (declare tensors up front, in forward order, on every worker)";
+              << tensors_.size()
+              << " (declare tensors up front, in forward order, on every worker)";
   }
   Tensor& t = DeclareLocked(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
   auto op = std::make_shared<Operation>();
@@ -332,7 +337,8 @@ void Worker::SendBatch(const Batch& batch) {
     f.sent_us = now_us;
     if (open.size() <= static_cast<size_t>(task.server)) open.resize(task.server + 1, 0);
     size_t& slot = open[task.server];
-    if (slot == 0 || batch.fuse_bytes == 0 || packs[slot - 1].bytes + task.bytes > batch.fuse_bytes ||
+    if (slot == 0 || batch.fuse_bytes == 0 ||
+        packs[slot - 1].bytes + task.bytes > batch.fuse_bytes ||
         packs[slot - 1].pushes.size() >= kMaxFusedPushes) {
       packs.push_back(Pack{task.server, 0, {}});
       slot = packs.size();
@@ -424,9 +430,10 @@ void Worker::ResendOverdue() {
         out.emplace_back(p.server, BuildPush(f, request));
         stat_resends_++;
       }
-      LOG_EVERY_N(WARNING, 100) << "no answer from " << cluster_.table().Describe(ServerId(p.server))
-                                << " for " << KeyName(KeyOf(f)) << " of tensor '"
-                                << t.name << "' round " << f.round << "; sending "
+      LOG_EVERY_N(WARNING, 100) << "no answer from "
+                                << cluster_.table().Describe(ServerId(p.server)) << " for "
+                                << KeyName(KeyOf(f)) << " of tensor '" << t.name << "' round "
+                                << f.round << "; sending "
                                 << (f.credit_returned ? "a PULL for its sum" : "the push again")
                                 << " (attempt " << f.attempts << "; " << google::COUNTER
                                 << " resends so far)";
@@ -527,8 +534,8 @@ void Worker::OnPushResult(Message&& m) {
   }
   if (trace_ && error.empty()) {
     trace_->Partition(PartitionTimes{t.name, f.part, e.key(), p.server, p.bytes, f.op->priority,
-                                     f.round, f.fused, f.ready_us, f.sent_us, f.acked_us,
-                                     result_us, NowUs()});
+                                     f.round, f.fused, f.ready_us, f.sent_us, f.acked_us, result_us,
+                                     NowUs()});
   }
   FinishPartition(f.op, error);
 }
@@ -625,7 +632,8 @@ bool Worker::WaitFor(Handle handle, int64_t timeout_ms) {
   // The operation's deadline runs from the first wait for it, however it is sliced.
   if (op->wait_deadline_ms == 0) op->wait_deadline_ms = NowMs() + config_.op_timeout_ms;
   auto finished = [&] { return op->done && (op->error.empty() || copies_running_ == 0); };
-  auto until = Clock::now() + Millis(std::max<int64_t>(0, std::min(timeout_ms, op->wait_deadline_ms - NowMs())));
+  auto until = Clock::now() +
+               Millis(std::max<int64_t>(0, std::min(timeout_ms, op->wait_deadline_ms - NowMs())));
   cv_.wait_until(lock, until, finished);
   if (!finished()) {
     if (NowMs() < op->wait_deadline_ms) return false;
@@ -748,8 +756,8 @@ void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& 
   while (gen < layouts_.size() && layouts_[gen]->partition_bytes != bytes) gen++;
   if (gen == layouts_.size()) {
     FERRY_ENFORCE(layouts_.size() < kMaxLayouts, ErrorCode::kInvalidArgument,
-                  "cannot cut tensors with a ", kMaxLayouts + 1,
-                  "th partition size (", bytes, " bytes): keys hold ", kMaxLayouts, " layouts");
+                  "cannot cut tensors with a ", kMaxLayouts + 1, "th partition size (", bytes,
+                  " bytes): keys hold ", kMaxLayouts, " layouts");
     layouts_.push_back(std::make_unique<Layout>(bytes, server_weights_));
   }
   Layout& l = *layouts_[gen];
@@ -757,8 +765,8 @@ void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& 
     const Tensor& t = *tensors_[id];
     FERRY_ENFORCE(PartitionCount(t.bytes, DataTypeSize(t.dtype), bytes) <= kMaxPartitionsPerTensor,
                   ErrorCode::kInvalidArgument, "tensor '", t.name, "' of ", t.bytes,
-                  " bytes would have more than ", kMaxPartitionsPerTensor, " partitions of ",
-                  bytes, " bytes");
+                  " bytes would have more than ", kMaxPartitionsPerTensor, " partitions of ", bytes,
+                  " bytes");
   }
   while (l.cut < tensors_.size()) CutTensor(gen, *tensors_[l.cut]);
   layout_ = gen;
@@ -767,8 +775,8 @@ void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& 
   LOG(INFO) << "scheduling (" << why << "): " << Describe(choice) << "; layout " << gen;
   if (trace_) {
     trace_->Instant("scheduling", NowUs(),
-                    StrCat("{\"partition_bytes\":", choice.partition_bytes, ",\"credit_bytes\":",
-                           choice.credit_bytes, ",\"layout\":", gen, "}"));
+                    StrCat("{\"partition_bytes\":", choice.partition_bytes,
+                           ",\"credit_bytes\":", choice.credit_bytes, ",\"layout\":", gen, "}"));
   }
 }
 
@@ -807,9 +815,8 @@ void Worker::Join() {
   {
     // Every server must hold our JOIN before the others may leave the join barrier.
     std::unique_lock<std::mutex> lock(mu_);
-    bool acked = cv_.wait_for(lock, Millis(config_.op_timeout_ms), [this] {
-      return join_acks_ == num_servers_ || !failure_.empty();
-    });
+    bool acked = cv_.wait_for(lock, Millis(config_.op_timeout_ms),
+                              [this] { return join_acks_ == num_servers_ || !failure_.empty(); });
     if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", num_servers_ - join_acks_, " of ",
                   num_servers_, " servers did not acknowledge within ", config_.op_timeout_ms,

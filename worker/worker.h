@@ -69,14 +69,14 @@ using Handle = uint64_t;
 struct WorkerStats {
   uint64_t operations = 0;
   uint64_t partitions_pushed = 0;
-  uint64_t bytes_pushed = 0;         // payload bytes handed to ZeroMQ, without copy
-  uint64_t bytes_received = 0;       // payload bytes of sums received
-  uint64_t send_releases = 0;        // ZeroMQ release hooks fired for pushed partitions
-  uint64_t resends = 0;              // pushes sent again (no acknowledgement in time)
-  uint64_t pulls = 0;                // PULLs sent (acknowledged, but no sum in time)
-  uint64_t late_replies = 0;         // replies to requests already answered
-  uint64_t fused_messages = 0;       // PUSH_FUSED messages sent
-  uint64_t partitions_fused = 0;     // partitions that went inside them (copied)
+  uint64_t bytes_pushed = 0;      // payload bytes handed to ZeroMQ, without copy
+  uint64_t bytes_received = 0;    // payload bytes of sums received
+  uint64_t send_releases = 0;     // ZeroMQ release hooks fired for pushed partitions
+  uint64_t resends = 0;           // pushes sent again (no acknowledgement in time)
+  uint64_t pulls = 0;             // PULLs sent (acknowledged, but no sum in time)
+  uint64_t late_replies = 0;      // replies to requests already answered
+  uint64_t fused_messages = 0;    // PUSH_FUSED messages sent
+  uint64_t partitions_fused = 0;  // partitions that went inside them (copied)
   VanStats van;
 };
 
@@ -191,10 +191,10 @@ class Worker {
   void NoteLateReply(const Message& m);
   void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
-  void MaybeComplete(const std::shared_ptr<Operation>& op);   // REQUIRES: mu_ held
+  void MaybeComplete(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FailAll(const std::string& reason);
   Tensor& DeclareLocked(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                        std::optional<int> priority);  // REQUIRES: mu_ held
+                        std::optional<int> priority);        // REQUIRES: mu_ held
   std::string DescribeOperation(const Operation& op) const;  // REQUIRES: mu_ held
 
   Config config_;
@@ -206,33 +206,33 @@ class Worker {
   int num_servers_ = 0;
   std::vector<double> server_weights_;
   ScheduledQueue queue_;
-  std::unique_ptr<Trace> trace_;          // FERRY_TRACE_DIR; null when off
+  std::unique_ptr<Trace> trace_;  // FERRY_TRACE_DIR; null when off
 
-  mutable std::mutex mu_;                 // guards everything below
-  std::condition_variable cv_;            // signalled when an operation finishes
-  std::vector<std::unique_ptr<Tensor>> tensors_;        // by id
+  mutable std::mutex mu_;                         // guards everything below
+  std::condition_variable cv_;                    // signalled when an operation finishes
+  std::vector<std::unique_ptr<Tensor>> tensors_;  // by id
   // By layout generation (the key bits, message.h). Invariant: layouts_[layout_] has
   // cut every declared tensor; every layout cuts tensors in id order.
   std::vector<std::unique_ptr<Layout>> layouts_;
-  uint32_t layout_ = 0;                   // the generation new operations use
-  SchedulingChoice scheduling_;           // what new operations use
-  std::map<std::string, int> tensor_ids_;               // name -> id
+  uint32_t layout_ = 0;                    // the generation new operations use
+  SchedulingChoice scheduling_;            // what new operations use
+  std::map<std::string, int> tensor_ids_;  // name -> id
   std::unordered_map<Handle, std::shared_ptr<Operation>> operations_;
-  std::unordered_map<uint64_t, InFlight> in_flight_;    // request id -> partition
-  std::unordered_map<uint64_t, InFlight> queued_;      // task cookie -> partition
+  std::unordered_map<uint64_t, InFlight> in_flight_;  // request id -> partition
+  std::unordered_map<uint64_t, InFlight> queued_;     // task cookie -> partition
   Handle next_handle_ = 1;
   uint64_t next_request_ = 1;
   uint64_t next_cookie_ = 1;
-  std::string failure_;                   // non-empty: the job failed; every call throws
-  int copies_running_ = 0;                // sums being copied into outputs outside the lock
-  uint64_t join_request_ = 0;             // request id of the JOIN in progress
-  int join_acks_ = 0;                     // servers that acknowledged it
+  std::string failure_;        // non-empty: the job failed; every call throws
+  int copies_running_ = 0;     // copies outside the lock: sums to outputs, inputs to fused pushes
+  uint64_t join_request_ = 0;  // request id of the JOIN in progress
+  int join_acks_ = 0;          // servers that acknowledged it
   bool shut_down_ = false;
 
-  std::mutex step_mu_;                    // serializes StepBoundary; guards the three below
-  std::unique_ptr<Autotuner> tuner_;      // FERRY_AUTOTUNE; null when off or done
-  int64_t last_step_us_ = 0;              // the previous boundary (0: none yet)
-  uint64_t steps_ = 0;                    // boundaries so far
+  std::mutex step_mu_;                // serializes StepBoundary; guards the three below
+  std::unique_ptr<Autotuner> tuner_;  // FERRY_AUTOTUNE; null when off or done
+  int64_t last_step_us_ = 0;          // the previous boundary (0: none yet)
+  uint64_t steps_ = 0;                // boundaries so far
 
   std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},
       stat_bytes_received_{0}, stat_releases_{0}, stat_resends_{0}, stat_pulls_{0},

@@ -201,7 +201,8 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   c->bucket_timeout_ms = r.Int("FERRY_BUCKET_TIMEOUT_MS", nullptr, c->bucket_timeout_ms, 0, 60000);
   c->trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
   c->autotune = r.Bool("FERRY_AUTOTUNE", nullptr, false);
-  c->autotune_steps = static_cast<int>(r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->autotune_steps, 2, 1000));
+  c->autotune_steps =
+      static_cast<int>(r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->autotune_steps, 2, 1000));
   c->autotune_partition_bytes = r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
   c->autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
   // Every message a worker may send must pass the servers' size limit.
@@ -209,7 +210,9 @@ void ReadScheduling(const EnvReader& r, Config* c) {
       {"FERRY_P3_SLICE_BYTES", c->scheduling_policy == "p3" ? c->p3_slice_bytes : 0},
       {"FERRY_FUSION_BYTES", c->scheduling_policy == "credit" ? c->fusion_bytes : 0},
       {"FERRY_BUCKET_BYTES", c->scheduling_policy == "fifo-bucket" ? c->bucket_bytes : 0}};
-  for (int64_t p : c->autotune_partition_bytes) sizes.emplace_back("FERRY_AUTOTUNE_PARTITION_BYTES", p);
+  for (int64_t p : c->autotune_partition_bytes) {
+    sizes.emplace_back("FERRY_AUTOTUNE_PARTITION_BYTES", p);
+  }
   for (const auto& [name, bytes] : sizes) {
     if (c->max_message_bytes < bytes + 4096) {
       Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->max_message_bytes),

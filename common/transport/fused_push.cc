@@ -35,7 +35,8 @@ Message MakeFusedPush(int sender, const std::vector<const Message*>& pushes) {
   m.payload = Buffer::Allocate(total);
   uint64_t at = 0;
   for (const Message* p : pushes) {
-    if (!p->payload.empty()) std::memcpy(m.payload.bytes() + at, p->payload.data(), p->payload.size());
+    if (!p->payload.empty())
+      std::memcpy(m.payload.bytes() + at, p->payload.data(), p->payload.size());
     at += p->payload.size();
   }
   return m;

@@ -6,7 +6,9 @@
 namespace ferry {
 
 std::string KeyName(uint64_t key) {
-  if (KeyLayout(key) == 0) return StrCat("tensor ", KeyTensor(key), " partition ", KeyPartition(key));
+  if (KeyLayout(key) == 0) {
+    return StrCat("tensor ", KeyTensor(key), " partition ", KeyPartition(key));
+  }
   return StrCat("tensor ", KeyTensor(key), " partition ",
                 KeyPartition(key) & (kMaxPartitionsPerTensor - 1), " of layout ", KeyLayout(key));
 }

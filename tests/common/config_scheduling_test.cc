@@ -91,9 +91,9 @@ TEST(ConfigSchedulingTest, Refusals) {
   ExpectInvalid({{"FERRY_AUTOTUNE_CREDITS", "2, 4"}}, "FERRY_AUTOTUNE_CREDITS");
   ExpectInvalid({{"FERRY_AUTOTUNE_CREDITS", "0"}}, "FERRY_AUTOTUNE_CREDITS");
   // Every message a worker may send must fit the servers' limit.
-  ExpectInvalid({{"FERRY_SCHEDULING_POLICY", "fifo-bucket"},
-                 {"FERRY_MAX_MESSAGE_BYTES", "20000000"}},
-                "FERRY_BUCKET_BYTES (26214400)");
+  ExpectInvalid(
+      {{"FERRY_SCHEDULING_POLICY", "fifo-bucket"}, {"FERRY_MAX_MESSAGE_BYTES", "20000000"}},
+      "FERRY_BUCKET_BYTES (26214400)");
   ExpectInvalid({{"FERRY_PARTITION_BYTES", "65536"},
                  {"FERRY_MAX_MESSAGE_BYTES", "200000"},
                  {"FERRY_FUSION_BYTES", "300000"}},

@@ -36,13 +36,15 @@ Message Fused(const std::vector<Message>& pushes) {
   return MakeFusedPush(5, ptrs);
 }
 
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST(FusedPushTest, RoundTripSharesTheFrame) {
   std::vector<Message> pushes;
   pushes.push_back(Push(1, MakeKey(0, 0), DataType::kFloat16, 6, 0x11));  // odd offset after it
   pushes.push_back(Push(2, MakeLayoutKey(3, 2, 1), DataType::kFloat32, 16, 0x22));
-  pushes.push_back(Push(3, MakeKey(4, 0), DataType::kInt64, 0, 0));         // empty tensor
+  pushes.push_back(Push(3, MakeKey(4, 0), DataType::kInt64, 0, 0));  // empty tensor
   pushes.push_back(Push(4, MakeKey(5, 7), DataType::kFloat64, 8, 0x44));
   Message fused = Fused(pushes);
   EXPECT_EQ(fused.type(), proto::PUSH_FUSED);
@@ -98,10 +100,9 @@ TEST(FusedPushTest, ValidationIsStrict) {
   EXPECT_TRUE(Has(broken([](Message& m) { m.envelope.mutable_fused_push()->clear_pushes(); }),
                   "with 0 pushes"));
   EXPECT_TRUE(Has(broken([](Message& m) { m.envelope.set_length(17); }), "length field 17"));
-  EXPECT_TRUE(Has(broken([](Message& m) {
-                    m.envelope.mutable_fused_push()->mutable_pushes(1)->set_length(4);
-                  }),
-                  "add up to 12 bytes but the payload frame has 16"));
+  EXPECT_TRUE(Has(
+      broken([](Message& m) { m.envelope.mutable_fused_push()->mutable_pushes(1)->set_length(4); }),
+      "add up to 12 bytes but the payload frame has 16"));
   EXPECT_TRUE(Has(broken([](Message& m) {
                     m.envelope.mutable_fused_push()->mutable_pushes(0)->set_length(12);
                   }),

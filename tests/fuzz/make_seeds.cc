@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
     part.envelope.set_dtype(static_cast<proto::DataTypeProto>(dtypes[i]));
     part.envelope.set_length(sizes[i]);
     part.envelope.set_priority(-i);
-    if (sizes[i]) part.payload = ferry::Buffer::CopyOf(std::string(sizes[i], '\x03').data(), sizes[i]);
+    const std::string bytes(sizes[i], '\x03');
+    if (sizes[i]) part.payload = ferry::Buffer::CopyOf(bytes.data(), bytes.size());
     parts.push_back(std::move(part));
   }
   const ferry::Message fused = ferry::MakeFusedPush(3, {&parts[0], &parts[1], &parts[2]});

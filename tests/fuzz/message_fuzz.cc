@@ -49,8 +49,8 @@ void ServePush(const ferry::Message& m) {
                  workers);
   state.Classify(rank, m.envelope.round() + 1, m.envelope.length() + 1, dtype, 0, workers);
   if (!m.payload.empty()) {
-    ferry::SumInto(m.payload.data(), m.payload.data(), m.payload.size() / ferry::DataTypeSize(dtype),
-                   dtype);
+    ferry::SumInto(m.payload.data(), m.payload.data(),
+                   m.payload.size() / ferry::DataTypeSize(dtype), dtype);
   }
 }
 

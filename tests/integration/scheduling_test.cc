@@ -41,8 +41,8 @@ struct Cluster {
 
   // `program`: ferry-test-worker or ferry-train-sim with `args`.
   void Start(int num_servers, int num_workers, const std::string& program,
-             const std::vector<std::string>& args, const Env& common,
-             const Env& server_env = {}, const Env& worker_env = {}) {
+             const std::vector<std::string>& args, const Env& common, const Env& server_env = {},
+             const Env& worker_env = {}) {
     auto env = [&](const std::string& role, const Env& extra) {
       auto e = ClusterEnv(role, num_workers, num_servers, port);
       for (const auto& [k, v] : common) e[k] = v;
@@ -73,8 +73,8 @@ struct Cluster {
 };
 
 // A tiny workload: layers of 4 bytes to 300 KB, in backprop order as the CSVs list them.
-const std::vector<uint64_t> kLayerBytes = {4,     1024, 40000, 300000, 4,      65536, 8,   100000,
-                                           20000, 12,   250000, 512,  4096, 131072, 36,  80000};
+const std::vector<uint64_t> kLayerBytes = {4,     1024, 40000,  300000, 4,    65536,  8,  100000,
+                                           20000, 12,   250000, 512,    4096, 131072, 36, 80000};
 
 std::string WriteWorkload(const std::string& dir) {
   std::string path = dir + "/tiny_layers.csv";
@@ -173,8 +173,10 @@ void CheckTrace(const std::string& path) {
   EXPECT_EQ(steps, kWarmup + kIterations + 1);  // a boundary after every forward pass
   double worst = 0;
   for (double us : urgent_queue_us) worst = std::max(worst, us);
-  std::printf("%s: %d partitions, %d fused; the most urgent layer waited at most %.0f us in "
-              "the queue\n", path.c_str(), count["partition"], fused, worst);
+  std::printf(
+      "%s: %d partitions, %d fused; the most urgent layer waited at most %.0f us in "
+      "the queue\n",
+      path.c_str(), count["partition"], fused, worst);
 }
 
 class TrainSimPolicyTest : public ::testing::TestWithParam<std::string> {};
@@ -185,13 +187,11 @@ TEST_P(TrainSimPolicyTest, TinyWorkloadSumsExactly) {
   const std::string workload = WriteWorkload(c.group.dir());
   const std::string trace_dir = c.group.dir() + "/trace";
   ASSERT_EQ(mkdir(trace_dir.c_str(), 0755), 0);
-  Env env = {{"FERRY_SCHEDULING_POLICY", policy},
-             {"FERRY_PARTITION_BYTES", std::to_string(kPartition)},
-             {"FERRY_SCHEDULING_CREDIT", "2"},  // 128 KiB: far less than an iteration
-             {"FERRY_FUSION_BYTES", "32768"},
-             {"FERRY_P3_SLICE_BYTES", "20000"},
-             {"FERRY_BUCKET_BYTES", "200000"},
-             {"FERRY_BUCKET_TIMEOUT_MS", "2"}};
+  Env env = {
+      {"FERRY_SCHEDULING_POLICY", policy}, {"FERRY_PARTITION_BYTES", std::to_string(kPartition)},
+      {"FERRY_SCHEDULING_CREDIT", "2"},  // 128 KiB: far less than an iteration
+      {"FERRY_FUSION_BYTES", "32768"},     {"FERRY_P3_SLICE_BYTES", "20000"},
+      {"FERRY_BUCKET_BYTES", "200000"},    {"FERRY_BUCKET_TIMEOUT_MS", "2"}};
   if (policy == "credit") env["FERRY_TRACE_DIR"] = trace_dir;
   c.Start(2, 2, "ferry-train-sim", TrainSimArgs(workload, kIterations, kWarmup), env);
   c.ExpectAllExitZero(120000);
@@ -223,7 +223,9 @@ using Arrivals = std::map<std::pair<int, int>, std::vector<int>>;
 
 Arrivals ParseArrivals(const std::string& server_output) {
   Arrivals a;
-  std::regex line(R"(arrived PUSH from node (\d+) request \d+ tensor (\d+) partition \d+ round (\d+) \d+ bytes priority (-?\d+))");
+  std::regex line(
+      R"(arrived PUSH from node (\d+) request \d+ tensor (\d+) partition \d+ round (\d+) )"
+      R"(\d+ bytes priority (-?\d+))");
   for (std::sregex_iterator it(server_output.begin(), server_output.end(), line), end; it != end;
        ++it) {
     int node = std::stoi((*it)[1]), tensor = std::stoi((*it)[2]), round = std::stoi((*it)[3]);
@@ -247,7 +249,8 @@ std::vector<Arrivals> RunOrder(const std::string& policy) {
                     {"FERRY_FUSION_BYTES", "16384"},
                     {"FERRY_TEST_DELAY_MS", "300"}};
   c.Start(2, 2, "ferry-test-worker",
-          {"--mode=order", "--tensors=" + std::to_string(kSmall), "--rounds=" + std::to_string(kRounds)},
+          {"--mode=order", "--tensors=" + std::to_string(kSmall),
+           "--rounds=" + std::to_string(kRounds)},
           common, server_env, worker_env);
   c.ExpectAllExitZero(120000);
   std::vector<Arrivals> out;
@@ -345,7 +348,9 @@ TEST(SchedulingTest, AutotuneAgreesOnEveryWorkerAndSumsStayExact) {
   c.ExpectAllExitZero(120000);
   ExpectExactReports(c, 10);
   std::vector<std::string> chosen;
-  std::regex line(R"(autotune: chose (partition \d+ bytes, credit \d+ bytes) \(candidate (\d) of 4\) after 9 iterations)");
+  std::regex line(
+      R"(autotune: chose (partition \d+ bytes, credit \d+ bytes) \(candidate (\d) of 4\) )"
+      R"(after 9 iterations)");
   for (int w : c.workers) {
     std::string out = c.group.Output(w);
     std::smatch m;

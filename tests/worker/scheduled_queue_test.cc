@@ -45,8 +45,8 @@ PushTask Task(int priority, uint64_t bytes, uint64_t cookie, int server = 0) {
   return t;
 }
 
-std::unique_ptr<Policy> Make(const std::string& name, uint64_t fusion = 0,
-                             uint64_t bucket = 1000, int64_t timeout_us = 5000) {
+std::unique_ptr<Policy> Make(const std::string& name, uint64_t fusion = 0, uint64_t bucket = 1000,
+                             int64_t timeout_us = 5000) {
   PolicyOptions o;
   o.name = name;
   o.fusion_bytes = fusion;
@@ -257,7 +257,7 @@ TEST(P3PolicyTest, OneSliceInFlightPerServer) {
   EXPECT_EQ(MustNextOne(q), 0u);  // server 0
   EXPECT_EQ(MustNextOne(q), 2u);  // server 0 is busy: the most urgent for server 1
   MustBlock(q);
-  q.Push(Task(9, 100, 4, 0));     // urgent, but server 0 is busy
+  q.Push(Task(9, 100, 4, 0));  // urgent, but server 0 is busy
   MustBlock(q);
   q.Done(Task(5, 100, 0, 0));
   EXPECT_EQ(MustNextOne(q), 4u);  // the most urgent for server 0 now
@@ -272,9 +272,9 @@ TEST(BucketPolicyTest, ABucketGoesWhenFullInArrivalOrder) {
   ScheduledQueue q(Make("fifo-bucket", 0, /*bucket=*/100, /*timeout_us=*/5000), 1, clock.fn());
   q.Push(Task(0, 40, 0, 0));
   q.Push(Task(9, 40, 1, 1));
-  MustBlock(q);                  // 80 < 100, and no time passed
-  q.Push(Task(-9, 40, 2, 0));    // 120 >= 100: the bucket closes (DDP: the last one in)
-  q.Push(Task(3, 10, 3, 1));     // the next bucket
+  MustBlock(q);                // 80 < 100, and no time passed
+  q.Push(Task(-9, 40, 2, 0));  // 120 >= 100: the bucket closes (DDP: the last one in)
+  q.Push(Task(3, 10, 3, 1));   // the next bucket
   Batch b = MustNext(q);
   EXPECT_EQ(Cookies(b), (std::vector<uint64_t>{0, 1, 2}));
   EXPECT_EQ(b.fuse_bytes, 100u);
@@ -453,7 +453,8 @@ std::vector<Event> Stress(std::unique_ptr<Policy> policy, uint64_t credit, uint6
       std::mt19937 rng(1000 + p);
       for (int i = 0; i < kPerProducer; ++i) {
         q.Push(Task(static_cast<int>(rng() % 5) - 2, 1 + rng() % max_task,
-                    static_cast<uint64_t>(p * kPerProducer + i), static_cast<int>(rng() % kServers)));
+                    static_cast<uint64_t>(p * kPerProducer + i),
+                    static_cast<int>(rng() % kServers)));
         if (i % 100 == 0) std::this_thread::yield();
       }
     });
@@ -550,17 +551,23 @@ void CheckOrder(const std::vector<Event>& events, const Pick& pick, bool fifo_or
 TEST(ScheduledQueueStressTest, FifoKeepsArrivalOrderUnderConcurrency) {
   auto events = Stress(Make("fifo"), 1, 5000);
   CheckLifecycle(events);
-  CheckOrder(events, [](const std::vector<PushTask>& r, const std::vector<int>&) {
-    return r.empty() ? nullptr : &r.front();
-  }, /*fifo_order=*/true);
+  CheckOrder(
+      events,
+      [](const std::vector<PushTask>& r, const std::vector<int>&) {
+        return r.empty() ? nullptr : &r.front();
+      },
+      /*fifo_order=*/true);
 }
 
 TEST(ScheduledQueueStressTest, PriorityOrderUnderConcurrency) {
   auto events = Stress(Make("priority"), 1, 5000);
   CheckLifecycle(events);
-  CheckOrder(events, [](const std::vector<PushTask>& r, const std::vector<int>&) {
-    return r.empty() ? nullptr : &r.front();
-  }, false);
+  CheckOrder(
+      events,
+      [](const std::vector<PushTask>& r, const std::vector<int>&) {
+        return r.empty() ? nullptr : &r.front();
+      },
+      false);
 }
 
 // Bytes in flight at every hand-out, from the events.
@@ -647,12 +654,15 @@ TEST(ScheduledQueueStressTest, P3OneSlicePerServerUnderConcurrency) {
   auto events = Stress(Make("p3"), 1, 5000);
   CheckLifecycle(events);
   // The most urgent ready task among the servers with nothing in flight.
-  CheckOrder(events, [](const std::vector<PushTask>& r, const std::vector<int>& per_server) {
-    for (const PushTask& t : r) {
-      if (per_server[t.server] == 0) return &t;
-    }
-    return static_cast<const PushTask*>(nullptr);
-  }, false);
+  CheckOrder(
+      events,
+      [](const std::vector<PushTask>& r, const std::vector<int>& per_server) {
+        for (const PushTask& t : r) {
+          if (per_server[t.server] == 0) return &t;
+        }
+        return static_cast<const PushTask*>(nullptr);
+      },
+      false);
   std::vector<int> per_server(kServers, 0);
   for (const Event& e : events) {
     if (e.kind == Event::kOut) {
@@ -666,9 +676,12 @@ TEST(ScheduledQueueStressTest, P3OneSlicePerServerUnderConcurrency) {
 TEST(ScheduledQueueStressTest, BucketsKeepArrivalOrderUnderConcurrency) {
   auto events = Stress(Make("fifo-bucket", 0, /*bucket=*/20000, /*timeout_us=*/3000), 1, 5000);
   auto out = CheckLifecycle(events);
-  CheckOrder(events, [](const std::vector<PushTask>& r, const std::vector<int>&) {
-    return r.empty() ? nullptr : &r.front();
-  }, true);
+  CheckOrder(
+      events,
+      [](const std::vector<PushTask>& r, const std::vector<int>&) {
+        return r.empty() ? nullptr : &r.front();
+      },
+      true);
   // Buckets: all but the timer-closed ones reach the size.
   std::map<size_t, uint64_t> bucket_bytes;
   for (const Event& e : events) {

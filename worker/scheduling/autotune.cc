@@ -20,8 +20,8 @@ Autotuner::Autotuner(std::vector<SchedulingChoice> grid, int steps)
 
 std::vector<SchedulingChoice> Autotuner::Grid(int64_t partition, int credit,
                                               std::vector<int64_t> partitions,
-                                              std::vector<int64_t> credits,
-                                              int64_t min_partition, int64_t max_partition) {
+                                              std::vector<int64_t> credits, int64_t min_partition,
+                                              int64_t max_partition) {
   if (partitions.empty()) partitions = {partition / 4, partition, partition * 4};
   if (credits.empty()) credits = {std::max(1, credit / 2), credit, credit * 2};
   std::vector<SchedulingChoice> grid;

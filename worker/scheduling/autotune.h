@@ -30,7 +30,8 @@ struct SchedulingChoice {
     return partition_bytes == o.partition_bytes && credit_bytes == o.credit_bytes;
   }
 };
-std::string Describe(const SchedulingChoice& c);  // "partition 4194304 bytes, credit 16777216 bytes"
+// "partition 4194304 bytes, credit 16777216 bytes"
+std::string Describe(const SchedulingChoice& c);
 
 class Autotuner {
  public:
@@ -47,8 +48,8 @@ class Autotuner {
   // that size (empty: C/2, C, 2C, at least 1), without duplicates, in that order.
   static std::vector<SchedulingChoice> Grid(int64_t partition, int credit,
                                             std::vector<int64_t> partitions,
-                                            std::vector<int64_t> credits,
-                                            int64_t min_partition, int64_t max_partition);
+                                            std::vector<int64_t> credits, int64_t min_partition,
+                                            int64_t max_partition);
 
   // At an iteration boundary; `ms` is the iteration that just ended (< 0 at the first
   // boundary, which ends no measured iteration).
@@ -67,7 +68,7 @@ class Autotuner {
   const std::vector<SchedulingChoice> grid_;
   const int steps_;
   std::vector<double> scores_;
-  size_t current_ = 0;     // the candidate being measured
+  size_t current_ = 0;        // the candidate being measured
   int step_in_current_ = -1;  // iterations ended under it; -1 before the first boundary
   bool deciding_ = false;
   bool done_ = false;

@@ -10,7 +10,8 @@ std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
   if (o.name == "priority") return std::make_unique<PriorityPolicy>(false, 0);
   if (o.name == "credit") return std::make_unique<PriorityPolicy>(true, o.fusion_bytes);
   if (o.name == "p3") return std::make_unique<P3Policy>();
-  if (o.name == "fifo-bucket") return std::make_unique<BucketPolicy>(o.bucket_bytes, o.bucket_timeout_us);
+  if (o.name == "fifo-bucket")
+    return std::make_unique<BucketPolicy>(o.bucket_bytes, o.bucket_timeout_us);
   throw FerryError(ErrorCode::kInvalidConfig,
                    StrCat("unknown scheduling policy '", o.name,
                           "': expected fifo, priority, credit, p3 or fifo-bucket"));

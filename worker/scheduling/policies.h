@@ -46,10 +46,10 @@
 namespace ferry {
 
 struct PolicyOptions {
-  std::string name = "credit";          // fifo, priority, credit, p3 or fifo-bucket
-  uint64_t fusion_bytes = 262144;       // credit
-  uint64_t bucket_bytes = 26214400;     // fifo-bucket
-  int64_t bucket_timeout_us = 5000;     // fifo-bucket
+  std::string name = "credit";       // fifo, priority, credit, p3 or fifo-bucket
+  uint64_t fusion_bytes = 262144;    // credit
+  uint64_t bucket_bytes = 26214400;  // fifo-bucket
+  int64_t bucket_timeout_us = 5000;  // fifo-bucket
 };
 
 // Throws FerryError(kInvalidConfig) for an unknown name.
@@ -124,11 +124,11 @@ class BucketPolicy : public Policy {
 
   const uint64_t bucket_bytes_;
   const int64_t timeout_us_;
-  std::vector<PushTask> open_;               // the bucket filling now, arrival order
+  std::vector<PushTask> open_;  // the bucket filling now, arrival order
   uint64_t open_bytes_ = 0;
-  int64_t last_ready_us_ = 0;                // when the last task joined open_
+  int64_t last_ready_us_ = 0;                 // when the last task joined open_
   std::deque<std::vector<PushTask>> closed_;  // buckets ready to go, in order
-  size_t queued_ = 0;                        // tasks in open_ and closed_
+  size_t queued_ = 0;                         // tasks in open_ and closed_
 };
 
 }  // namespace ferry

@@ -25,11 +25,11 @@
 namespace ferry {
 
 struct PushTask {
-  int priority = 0;      // larger is more urgent (BytePS's convention)
-  uint64_t seq = 0;      // arrival order; set by ScheduledQueue::Push
+  int priority = 0;  // larger is more urgent (BytePS's convention)
+  uint64_t seq = 0;  // arrival order; set by ScheduledQueue::Push
   uint64_t bytes = 0;
-  int server = 0;        // the server rank the partition goes to
-  uint64_t cookie = 0;   // the caller's reference to the task
+  int server = 0;       // the server rank the partition goes to
+  uint64_t cookie = 0;  // the caller's reference to the task
 };
 
 // The queue's credit accounting, as a policy sees it in Next().
@@ -46,7 +46,8 @@ struct CreditState {
     return limit_bytes == kUnlimited || in_flight_bytes + bytes <= limit_bytes;
   }
   int InFlightTo(int server) const {
-    return server < static_cast<int>(in_flight_per_server.size()) ? in_flight_per_server[server] : 0;
+    return server < static_cast<int>(in_flight_per_server.size()) ? in_flight_per_server[server]
+                                                                  : 0;
   }
 };
 

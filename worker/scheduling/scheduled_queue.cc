@@ -81,8 +81,8 @@ bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
     if (wake_us != std::numeric_limits<int64_t>::max()) {
       // The policy's timer, at least 100 us away (a policy whose timer has passed
       // hands out at once; this only bounds a spin if one did not).
-      until = std::min(until, now + std::chrono::microseconds(
-                                        std::max<int64_t>(100, wake_us - now_())));
+      until = std::min(until,
+                       now + std::chrono::microseconds(std::max<int64_t>(100, wake_us - now_())));
     }
     cv_.wait_until(lock, until);
   }

@@ -68,14 +68,14 @@ class ScheduledQueue {
   uint64_t max_in_flight_bytes() const;
 
  private:
-  bool TryNextLocked(Batch* out);                    // REQUIRES: mu_ held
-  void CheckInvariants(const Batch& batch) const;    // REQUIRES: mu_ held
+  bool TryNextLocked(Batch* out);                  // REQUIRES: mu_ held
+  void CheckInvariants(const Batch& batch) const;  // REQUIRES: mu_ held
 
   const NowFn now_;
-  mutable std::mutex mu_;        // guards everything below, and the policy
-  std::condition_variable cv_;   // signalled on Push, Done, Close, SetCredit, Wake
+  mutable std::mutex mu_;       // guards everything below, and the policy
+  std::condition_variable cv_;  // signalled on Push, Done, Close, SetCredit, Wake
   std::unique_ptr<Policy> policy_;
-  CreditState credit_;           // limit_bytes: the credit (kUnlimited if unused)
+  CreditState credit_;  // limit_bytes: the credit (kUnlimited if unused)
   uint64_t credit_bytes_;
   uint64_t next_seq_ = 0;
   uint64_t max_in_flight_bytes_ = 0;
