@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/transport/fused_push.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -102,8 +103,8 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     }
     return;
   }
-  if (!origin.inbound ||
-      (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN)) {
+  if (!origin.inbound || (m.type() != proto::PUSH && m.type() != proto::PULL &&
+                          m.type() != proto::JOIN && m.type() != proto::PUSH_FUSED)) {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
     return;
   }
@@ -130,6 +131,12 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     OnJoin(m, origin.identity);
     return;
   }
+  if (m.type() == proto::PUSH_FUSED) {
+    DispatchFusedPush(std::move(m), origin);
+    return;
+  }
+  // The arrival order of pushes, for tests of the workers' scheduling (TRACE level).
+  VLOG(2) << "arrived " << Describe(m) << " priority " << m.envelope.priority();
   Engine* e = engines_[EngineForKey(m.envelope.key(), static_cast<int>(engines_.size()))].get();
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -137,6 +144,20 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     e->queue.Push(Work{std::move(m), origin.identity}, priority);
   }
   e->cv.notify_one();
+}
+
+void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
+  std::vector<Message> pushes;
+  std::string error = SplitFusedPush(fused, &pushes);
+  if (!error.empty()) {  // the Van validated it already; this is a second line of defence
+    rejected_++;
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(fused) << ": " << error;
+    ReplyError(origin.identity, fused.envelope.request_id(), 0, ErrorCode::kBadMessage,
+               "fused push refused: " + error);
+    return;
+  }
+  // Each part is an ordinary push from here on, in the order the worker packed them.
+  for (Message& push : pushes) OnMessage(std::move(push), origin);
 }
 
 void Server::EngineLoop(Engine* engine) {

@@ -77,6 +77,9 @@ class Server {
   };
 
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  // IO thread: splits a PUSH_FUSED into its pushes (zero-copy slices of its frame) and
+  // dispatches each as if it had arrived alone.
+  void DispatchFusedPush(Message&& fused, const Origin& origin);
   void EngineLoop(Engine* engine);
   void HandlePush(Engine* engine, Work& work);
   // Adds an accepted push of the current round (in rank order when deterministic) and

@@ -108,6 +108,20 @@ int ferry_join(void) {
   });
 }
 
+int ferry_step_boundary(void) {
+  return Guard([] {
+    Get().StepBoundary();
+    return 0;
+  });
+}
+
+int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes) {
+  return Guard([&] {
+    Get().SetScheduling(partition_bytes, credit_bytes);
+    return 0;
+  });
+}
+
 int ferry_shutdown(void) {
   return Guard([] {
     std::unique_ptr<ferry::Worker> w;

@@ -28,6 +28,12 @@ int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int
 int ferry_barrier(void);
 /* Uneven data: this worker has no more batches; returns once every worker joined. */
 int ferry_join(void);
+/* The end of a training iteration (Worker::StepBoundary): call once per iteration on
+ * every worker, with no push_pull in flight. */
+int ferry_step_boundary(void);
+/* Partition size and credit, both in bytes, from the next push_pull on (every worker,
+ * between iterations: Worker::SetScheduling). */
+int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes);
 int ferry_shutdown(void);
 const char* ferry_last_error(void);
 

@@ -5,10 +5,18 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/transport/fused_push.h"
 #include "common/util/clock.h"
 #include "common/util/status.h"
+#include "worker/scheduling/policies.h"
 
 namespace ferry {
+
+// A tensor cut in one layout.
+struct Worker::Cut {
+  std::vector<PartitionSpec> parts;  // empty: not cut in this layout yet
+  std::vector<uint32_t> rounds;      // next round, per partition
+};
 
 struct Worker::Tensor {
   uint32_t id = 0;
@@ -19,9 +27,19 @@ struct Worker::Tensor {
   uint64_t bytes = 0;
   uint64_t hash = 0;
   int priority = 0;
-  std::vector<PartitionSpec> parts;
-  std::vector<uint32_t> rounds;                    // next round, per partition
+  std::vector<Cut> cuts;                           // by layout generation
   std::deque<std::shared_ptr<Operation>> pending;  // front is the running operation
+};
+
+// One partition size, and the placement of every tensor cut with it. Cutting in id
+// order makes the placement a function of the declarations and the size alone, so
+// every worker computes the same, whenever it switches.
+struct Worker::Layout {
+  Layout(uint64_t bytes, const std::vector<double>& weights)
+      : partition_bytes(bytes), placement(weights) {}
+  uint64_t partition_bytes;
+  Placement placement;
+  uint32_t cut = 0;  // tensors 0..cut-1 are cut in this layout
 };
 
 struct Worker::Operation {
@@ -31,11 +49,12 @@ struct Worker::Operation {
   uint8_t* output = nullptr;
   bool average = false;
   int priority = 0;
+  uint32_t layout = 0;    // the layout generation its partitions use
   int replies_left = 0;   // partitions whose sum has not arrived
   int releases_left = 0;  // payloads handed to ZeroMQ and not yet released (resends add)
   bool started = false;
   bool done = false;
-  std::string error;      // set when done with a failure
+  std::string error;  // set when done with a failure
   int64_t start_us = 0;
   int64_t wait_deadline_ms = 0;  // set by the first wait: then + FERRY_OP_TIMEOUT_MS
 };
@@ -44,10 +63,13 @@ struct Worker::Operation {
 struct Worker::InFlight {
   std::shared_ptr<Operation> op;
   uint32_t part = 0;
+  PushTask task;                 // as queued: its credit is returned with it
   uint32_t round = 0;            // the key's round this push belongs to
   bool credit_returned = false;  // the server acknowledged the push (or answered it)
+  bool fused = false;            // first sent inside a PUSH_FUSED
   int attempts = 0;              // resends so far
   int64_t resend_at_ms = 0;      // no answer by then: resend (see ResendOverdue)
+  int64_t ready_us = 0, sent_us = 0, acked_us = 0;  // for the trace
 };
 
 namespace {
@@ -64,6 +86,21 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// How many partitions SplitTensor makes.
+uint64_t PartitionCount(uint64_t bytes, size_t element, uint64_t partition_bytes) {
+  uint64_t step = partition_bytes - partition_bytes % element;
+  return std::max<uint64_t>(1, (bytes + step - 1) / step);
+}
+
+PolicyOptions PolicyOptionsOf(const Config& c) {
+  PolicyOptions o;
+  o.name = c.scheduling_policy;
+  o.fusion_bytes = static_cast<uint64_t>(c.fusion_bytes);
+  o.bucket_bytes = static_cast<uint64_t>(c.bucket_bytes);
+  o.bucket_timeout_us = c.bucket_timeout_ms * 1000;
+  return o;
+}
+
 }  // namespace
 
 std::unique_ptr<Worker> Worker::Create(const Config& config) {
@@ -76,7 +113,10 @@ Worker::Worker(const Config& config)
     : config_(config),
       van_(VanOptionsFor("worker", config)),
       cluster_(config_, &van_, 0),
-      queue_(config.scheduling_credit, config.scheduling_credit_bytes) {}
+      queue_(MakePolicy(PolicyOptionsOf(config)),
+             static_cast<uint64_t>(config.CreditBytesFor(config.InitialPartitionBytes()))),
+      scheduling_{config.InitialPartitionBytes(),
+                  config.CreditBytesFor(config.InitialPartitionBytes())} {}
 
 void Worker::Start() {
   KeepLargeBuffersInHeap();
@@ -89,21 +129,36 @@ void Worker::Start() {
   num_workers_ = table.num_workers();
   num_servers_ = table.num_servers();
   SetLogNodeName(StrCat("worker ", rank_));
-  std::vector<double> weights;
   for (const auto& s : table.Servers()) {
-    weights.push_back(s.weight());
+    server_weights_.push_back(s.weight());
     van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id());
   }
-  placement_ = std::make_unique<Placement>(weights);
+  layouts_.push_back(std::make_unique<Layout>(scheduling_.partition_bytes, server_weights_));
+  if (!config_.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.trace_dir, rank_);
+  if (config_.autotune) {
+    const bool credit = queue_.policy_name() == "credit";
+    std::vector<SchedulingChoice> grid = Autotuner::Grid(
+        scheduling_.partition_bytes, config_.scheduling_credit, config_.autotune_partition_bytes,
+        credit ? config_.autotune_credits : std::vector<int64_t>{1}, 1024,
+        config_.max_message_bytes - 4096);
+    // Without credit the credit does not matter: each size keeps the configured one.
+    if (!credit) {
+      for (auto& c : grid) c.credit_bytes = config_.CreditBytesFor(c.partition_bytes);
+    }
+    tuner_ = std::make_unique<Autotuner>(std::move(grid), config_.autotune_steps);
+  }
   sender_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "sender");
     SenderLoop();
   });
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
-            << " servers; partition " << config_.partition_bytes << " bytes, credit "
-            << (config_.scheduling_credit_bytes > 0
-                    ? StrCat(config_.scheduling_credit_bytes, " bytes")
-                    : StrCat(config_.scheduling_credit, " partitions"));
+            << " servers; scheduling policy " << queue_.policy_name() << ", "
+            << Describe(scheduling_)
+            << (config_.autotune
+                    ? StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
+                             config_.autotune_steps, " iterations each")
+                    : std::string())
+            << (trace_ ? "; trace " + trace_->path() : std::string());
 }
 
 Worker::~Worker() {
@@ -126,15 +181,16 @@ Worker::Tensor& Worker::DeclareLocked(const std::string& name, DataType dtype,
   FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(dtype)), ErrorCode::kInvalidArgument,
                 "tensor '", name, "': unknown dtype ", static_cast<int>(dtype));
   for (int64_t d : shape) {
-    FERRY_ENFORCE(d >= 0, ErrorCode::kInvalidArgument, "tensor '", name, "': negative dimension in shape ",
-                  ShapeString(shape));
+    FERRY_ENFORCE(d >= 0, ErrorCode::kInvalidArgument, "tensor '", name,
+                  "': negative dimension in shape ", ShapeString(shape));
   }
   auto it = tensor_ids_.find(name);
   if (it != tensor_ids_.end()) {
     Tensor& t = *tensors_[it->second];
-    FERRY_ENFORCE(t.dtype == dtype && CountOf(t.shape) == CountOf(shape), ErrorCode::kInvalidArgument,
-                  "tensor '", name, "' was declared as ", DataTypeName(t.dtype), ShapeString(t.shape),
-                  " and is now used as ", DataTypeName(dtype), ShapeString(shape));
+    FERRY_ENFORCE(t.dtype == dtype && CountOf(t.shape) == CountOf(shape),
+                  ErrorCode::kInvalidArgument, "tensor '", name, "' was declared as ",
+                  DataTypeName(t.dtype), ShapeString(t.shape), " and is now used as ",
+                  DataTypeName(dtype), ShapeString(shape));
     if (priority) t.priority = *priority;
     return t;
   }
@@ -147,14 +203,31 @@ Worker::Tensor& Worker::DeclareLocked(const std::string& name, DataType dtype,
   t->bytes = t->count * DataTypeSize(dtype);
   t->hash = TensorHash(name, dtype, shape);
   t->priority = priority ? *priority : -static_cast<int>(t->id);
-  t->parts = SplitTensor(t->bytes, DataTypeSize(dtype), config_.partition_bytes);
-  for (auto& p : t->parts) p.server = placement_->Assign(p.bytes);
-  t->rounds.assign(t->parts.size(), 0);
+  uint64_t parts =
+      PartitionCount(t->bytes, DataTypeSize(dtype), layouts_[layout_]->partition_bytes);
+  FERRY_ENFORCE(parts <= kMaxPartitionsPerTensor, ErrorCode::kInvalidArgument, "tensor '", name,
+                "' of ", t->bytes, " bytes would have ", parts, " partitions of ",
+                layouts_[layout_]->partition_bytes, " bytes; at most ", kMaxPartitionsPerTensor,
+                " are possible: use larger partitions");
+  CutTensor(layout_, *t);
   VLOG(1) << "declared tensor '" << name << "' id " << t->id << " " << DataTypeName(dtype)
-          << ShapeString(shape) << " in " << t->parts.size() << " partitions";
+          << ShapeString(shape) << " in " << parts << " partitions";
   tensor_ids_[name] = static_cast<int>(t->id);
   tensors_.push_back(std::move(t));
   return *tensors_.back();
+}
+
+void Worker::CutTensor(uint32_t gen, Tensor& t) {
+  Layout& l = *layouts_[gen];
+  CHECK_EQ(l.cut, t.id) << "tensors are cut in declaration order";
+  Cut cut;
+  cut.parts = SplitTensor(t.bytes, DataTypeSize(t.dtype), l.partition_bytes);
+  CHECK_LE(cut.parts.size(), kMaxPartitionsPerTensor);
+  for (auto& p : cut.parts) p.server = l.placement.Assign(p.bytes);
+  cut.rounds.assign(cut.parts.size(), 0);
+  if (t.cuts.size() <= gen) t.cuts.resize(gen + 1);
+  t.cuts[gen] = std::move(cut);
+  l.cut++;
 }
 
 Handle Worker::PushPullAsync(const std::string& name, const void* input, void* output,
@@ -170,7 +243,8 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
                 "is the parameters, not a sum, so there is nothing to average");
   if (!tensor_ids_.count(name)) {
     LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "
-              << tensors_.size() << " (declare tensors up front, in forward order, on every worker)";
+              << tensors_.size()
+              << " (declare tensors up front, in forward order, on every worker)";
   }
   Tensor& t = DeclareLocked(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
   auto op = std::make_shared<Operation>();
@@ -180,6 +254,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   op->output = static_cast<uint8_t*>(output);
   op->average = average;
   op->priority = priority ? *priority : t.priority;
+  op->layout = layout_;  // constant while any operation is unfinished (ApplyScheduling)
   op->start_us = NowUs();
   operations_[op->handle] = op;
   t.pending.push_back(op);
@@ -191,12 +266,27 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
 void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
   Tensor& t = *op->tensor;
   op->started = true;
-  op->replies_left = static_cast<int>(t.parts.size());
-  for (uint32_t i = 0; i < t.parts.size(); ++i) {
-    uint64_t cookie = next_cookie_++;
-    queued_[cookie] = InFlight{op, i};
-    queue_.Push(PushTask{op->priority, 0, t.parts[i].bytes, cookie});
+  CHECK_EQ(op->layout, layout_) << "the layout changed under an unfinished operation";
+  const Cut& cut = t.cuts[op->layout];
+  op->replies_left = static_cast<int>(cut.parts.size());
+  const int64_t now = NowUs();
+  for (uint32_t i = 0; i < cut.parts.size(); ++i) {
+    InFlight f;
+    f.op = op;
+    f.part = i;
+    f.task = PushTask{op->priority, 0, cut.parts[i].bytes, cut.parts[i].server, next_cookie_++};
+    f.ready_us = now;
+    queued_[f.task.cookie] = f;
+    queue_.Push(f.task);
   }
+}
+
+const PartitionSpec& Worker::PartOf(const InFlight& f) const {
+  return f.op->tensor->cuts[f.op->layout].parts[f.part];
+}
+
+uint64_t Worker::KeyOf(const InFlight& f) const {
+  return MakeLayoutKey(f.op->tensor->id, f.op->layout, PartOf(f).index);
 }
 
 void Worker::SenderLoop() {
@@ -205,44 +295,99 @@ void Worker::SenderLoop() {
                               ? std::clamp<int64_t>(config_.resend_timeout_ms / 4, 5, 1000)
                               : 1000;
   while (true) {
-    PushTask task;
+    Batch batch;
     bool timed_out = false;
-    bool got = queue_.Next(&task, wake_ms, &timed_out);
+    bool got = queue_.Next(&batch, wake_ms, &timed_out);
     if (config_.resend_timeout_ms > 0) ResendOverdue();
     if (!got) {
       if (timed_out) continue;
       return;  // closed
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    SendBatch(batch);
+  }
+}
+
+namespace {
+
+// PUSH messages for one server, to go as one message: fused if more than one.
+struct Pack {
+  int server = 0;
+  uint64_t bytes = 0;
+  std::vector<Message> pushes;
+};
+
+}  // namespace
+
+void Worker::SendBatch(const Batch& batch) {
+  // Packs per server, in batch order; a pack is full at fuse_bytes or kMaxFusedPushes.
+  std::vector<Pack> packs;
+  std::vector<size_t> open;  // by server rank: index in packs + 1 of its open pack; 0 none
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t now_us = NowUs();
+  for (const PushTask& task : batch.tasks) {
     auto it = queued_.find(task.cookie);
     CHECK(it != queued_.end()) << "task without a partition";
     InFlight f = std::move(it->second);
     queued_.erase(it);
     if (f.op->done) {  // failed while queued: never sent
-      lock.unlock();
-      queue_.Done(task.bytes);
+      queue_.Done(task);
       continue;
     }
     Tensor& t = *f.op->tensor;
-    const PartitionSpec& p = t.parts[f.part];
     uint64_t request = next_request_++;
-    f.round = t.rounds[f.part]++;
+    f.round = t.cuts[f.op->layout].rounds[f.part]++;
     f.resend_at_ms = NowMs() + config_.resend_timeout_ms;
-    Message m = BuildPush(f, request);
+    f.sent_us = now_us;
+    if (open.size() <= static_cast<size_t>(task.server)) open.resize(task.server + 1, 0);
+    size_t& slot = open[task.server];
+    if (slot == 0 || batch.fuse_bytes == 0 ||
+        packs[slot - 1].bytes + task.bytes > batch.fuse_bytes ||
+        packs[slot - 1].pushes.size() >= kMaxFusedPushes) {
+      packs.push_back(Pack{task.server, 0, {}});
+      slot = packs.size();
+    }
+    packs[slot - 1].bytes += task.bytes;
+    packs[slot - 1].pushes.push_back(BuildPush(f, request));
     in_flight_[request] = std::move(f);
-    lock.unlock();
-    stat_parts_++;
-    stat_bytes_pushed_ += p.bytes;
-    van_.Send(ServerId(p.server), std::move(m));
+  }
+  int copies = 0;
+  for (const Pack& pack : packs) {
+    if (pack.pushes.size() < 2) continue;
+    copies++;
+    for (const Message& m : pack.pushes) in_flight_[m.envelope.request_id()].fused = true;
+  }
+  // A fused pack is copied outside the lock; a failed operation's Wait() returns only
+  // once no copy runs (copies_running_), so a caller never frees an input we read.
+  copies_running_ += copies;
+  lock.unlock();
+  for (Pack& pack : packs) {
+    stat_parts_ += pack.pushes.size();
+    stat_bytes_pushed_ += pack.bytes;
+    if (pack.pushes.size() == 1) {
+      van_.Send(ServerId(pack.server), std::move(pack.pushes.front()));
+      continue;
+    }
+    std::vector<const Message*> parts;
+    for (const Message& m : pack.pushes) parts.push_back(&m);
+    Message fused = MakeFusedPush(my_id_, parts);
+    stat_fused_messages_++;
+    stat_parts_fused_ += pack.pushes.size();
+    pack.pushes.clear();  // releases the borrowed inputs: their hooks take mu_
+    van_.Send(ServerId(pack.server), std::move(fused));
+  }
+  if (copies > 0) {
+    lock.lock();
+    copies_running_ -= copies;
+    cv_.notify_all();
   }
 }
 
 Message Worker::BuildPush(const InFlight& f, uint64_t request) {
   const Tensor& t = *f.op->tensor;
-  const PartitionSpec& p = t.parts[f.part];
+  const PartitionSpec& p = PartOf(f);
   Message m = MakeMessage(proto::PUSH, my_id_);
   m.envelope.set_request_id(request);
-  m.envelope.set_key(MakeKey(t.id, p.index));
+  m.envelope.set_key(KeyOf(f));
   m.envelope.set_round(f.round);
   m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
   m.envelope.set_length(p.bytes);
@@ -252,8 +397,8 @@ Message Worker::BuildPush(const InFlight& f, uint64_t request) {
   if (p.bytes > 0) {
     std::shared_ptr<Operation> op = f.op;
     op->releases_left++;
-    // Zero copy: ZeroMQ sends straight from the caller's input; the release hook
-    // tells us when it no longer reads it.
+    // Zero copy: ZeroMQ sends straight from the caller's input (or MakeFusedPush
+    // copies it); the release hook tells us when it no longer reads it.
     m.payload = Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op] {
       std::lock_guard<std::mutex> l(mu_);
       op->releases_left--;
@@ -275,22 +420,24 @@ void Worker::ResendOverdue() {
       // Back off: the timeout doubles per attempt, up to 32x.
       f.resend_at_ms = now + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
       const Tensor& t = *f.op->tensor;
-      const PartitionSpec& p = t.parts[f.part];
+      const PartitionSpec& p = PartOf(f);
       if (f.credit_returned) {
         // The server has the push; only its sum may have been lost.
         Message pull = MakeMessage(proto::PULL, my_id_);
         pull.envelope.set_request_id(request);
-        pull.envelope.set_key(MakeKey(t.id, p.index));
+        pull.envelope.set_key(KeyOf(f));
         pull.envelope.set_round(f.round);
         out.emplace_back(p.server, std::move(pull));
         stat_pulls_++;
       } else {
+        // Resends go alone (a fused push's parts each resend on their own timer).
         out.emplace_back(p.server, BuildPush(f, request));
         stat_resends_++;
       }
-      LOG_EVERY_N(WARNING, 100) << "no answer from " << cluster_.table().Describe(ServerId(p.server))
-                                << " for " << KeyName(MakeKey(t.id, p.index)) << " of tensor '"
-                                << t.name << "' round " << f.round << "; sending "
+      LOG_EVERY_N(WARNING, 100) << "no answer from "
+                                << cluster_.table().Describe(ServerId(p.server)) << " for "
+                                << KeyName(KeyOf(f)) << " of tensor '" << t.name << "' round "
+                                << f.round << "; sending "
                                 << (f.credit_returned ? "a PULL for its sum" : "the push again")
                                 << " (attempt " << f.attempts << "; " << google::COUNTER
                                 << " resends so far)";
@@ -323,7 +470,7 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
 void Worker::ReturnCredit(InFlight& f) {
   if (f.credit_returned) return;
   f.credit_returned = true;
-  queue_.Done(f.op->tensor->parts[f.part].bytes);
+  queue_.Done(f.task);
 }
 
 void Worker::OnAck(const Message& m) {
@@ -334,6 +481,7 @@ void Worker::OnAck(const Message& m) {
     return;
   }
   ReturnCredit(it->second);
+  if (it->second.acked_us == 0) it->second.acked_us = NowUs();
   // From now on only the sum is missing: ask for it if it does not come in time.
   it->second.resend_at_ms = NowMs() + config_.resend_timeout_ms;
 }
@@ -357,14 +505,14 @@ void Worker::OnPushResult(Message&& m) {
   }
   InFlight f = std::move(it->second);
   in_flight_.erase(it);
+  const int64_t result_us = NowUs();
   const Tensor& t = *f.op->tensor;
-  const PartitionSpec& p = t.parts[f.part];
+  const PartitionSpec p = PartOf(f);  // a copy: used after the lock is let go
   std::string error;
-  if (e.key() != MakeKey(t.id, p.index) || e.length() != p.bytes ||
-      e.dtype() != static_cast<int>(t.dtype) || m.sender() != ServerId(p.server)) {
+  if (e.key() != KeyOf(f) || e.length() != p.bytes || e.dtype() != static_cast<int>(t.dtype) ||
+      m.sender() != ServerId(p.server)) {
     error = StrCat(cluster_.table().Describe(m.sender()), " answered the push of ",
-                   KeyName(MakeKey(t.id, p.index)), " with ", Describe(m),
-                   ", which does not match the request");
+                   KeyName(KeyOf(f)), " with ", Describe(m), ", which does not match the request");
   }
   // The copy runs outside the lock. A failed operation's Wait() returns only once no
   // copy is running anywhere (copies_running_), and a failure marks every operation
@@ -387,6 +535,11 @@ void Worker::OnPushResult(Message&& m) {
     copies_running_--;
     cv_.notify_all();
     lock.unlock();
+  }
+  if (trace_ && error.empty()) {
+    trace_->Partition(PartitionTimes{t.name, f.part, e.key(), p.server, p.bytes, f.op->priority,
+                                     f.round, f.fused, f.ready_us, f.sent_us, f.acked_us, result_us,
+                                     NowUs()});
   }
   FinishPartition(f.op, error);
 }
@@ -460,15 +613,16 @@ bool Worker::Poll(Handle handle) {
 
 std::string Worker::DescribeOperation(const Operation& op) const {
   const Tensor& t = *op.tensor;
+  const std::vector<PartitionSpec>& parts = t.cuts[op.layout].parts;
   std::string s = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ", t.bytes,
-                         " bytes in ", t.parts.size(), " partitions)");
+                         " bytes in ", parts.size(), " partitions)");
   if (!op.started) return s + " is queued behind an earlier push_pull of the same tensor";
   s += StrCat(": ", op.replies_left, " partition(s) without a reply");
   int listed = 0;
   for (const auto& [request, f] : in_flight_) {
     if (f.op.get() != &op || listed++ >= 4) continue;
     s += StrCat("; partition ", f.part, " sent to ",
-                cluster_.table().Describe(ServerId(t.parts[f.part].server)));
+                cluster_.table().Describe(ServerId(parts[f.part].server)));
   }
   if (op.replies_left == 0) s += StrCat("; ZeroMQ still holds ", op.releases_left, " partition(s)");
   return s;
@@ -482,7 +636,8 @@ bool Worker::WaitFor(Handle handle, int64_t timeout_ms) {
   // The operation's deadline runs from the first wait for it, however it is sliced.
   if (op->wait_deadline_ms == 0) op->wait_deadline_ms = NowMs() + config_.op_timeout_ms;
   auto finished = [&] { return op->done && (op->error.empty() || copies_running_ == 0); };
-  auto until = Clock::now() + Millis(std::max<int64_t>(0, std::min(timeout_ms, op->wait_deadline_ms - NowMs())));
+  auto until = Clock::now() +
+               Millis(std::max<int64_t>(0, std::min(timeout_ms, op->wait_deadline_ms - NowMs())));
   cv_.wait_until(lock, until, finished);
   if (!finished()) {
     if (NowMs() < op->wait_deadline_ms) return false;
@@ -535,10 +690,108 @@ void Worker::Barrier() {
   cluster_.Barrier(proto::GROUP_WORKERS);
 }
 
-void Worker::WaitForOwnOperations(std::unique_lock<std::mutex>& lock) {
+void Worker::StepBoundary() {
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  Autotuner::Action action;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    const int64_t now = NowUs();
+    const double ms = last_step_us_ > 0 ? (now - last_step_us_) / 1000.0 : -1.0;
+    steps_++;
+    if (trace_) {
+      trace_->Instant(StrCat("step ", steps_), now,
+                      ms < 0 ? std::string("{}") : StrCat("{\"iteration_ms\":", ms, "}"));
+    }
+    if (tuner_) action = tuner_->OnStep(ms);
+    if (action.kind == Autotuner::Action::kSwitch) {
+      // Partitions change only with nothing in flight (with ferry.torch's CrossBarrier
+      // this iteration's pushes may still be on their way: the switch waits for them).
+      WaitForQuiet(lock, "StepBoundary");
+      ApplyScheduling(action.choice, StrCat("autotune candidate at iteration ", steps_));
+    }
+  }
+  if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
+  last_step_us_ = NowUs();  // after the decision's push_pull, which is no iteration's time
+}
+
+void Worker::FinishAutotune() {
+  // Every worker sums every worker's scores, so every worker picks the same candidate.
+  std::vector<double> summed = tuner_->scores();
+  PushPull("__ferry__/autotune", summed.data(), summed.data(), DataType::kFloat64, summed.size(),
+           false);
+  const size_t best = tuner_->Decide(summed);
+  const SchedulingChoice choice = tuner_->grid()[best];
+  std::string table;
+  const double scored = static_cast<double>(num_workers_) * (tuner_->steps() - 1);
+  for (size_t i = 0; i < summed.size(); ++i) {
+    table += StrCat(i ? "; " : "", Describe(tuner_->grid()[i]), ": ", summed[i] / scored, " ms");
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    WaitForQuiet(lock, "autotune");
+    ApplyScheduling(choice, "autotune chose it");
+  }
+  LOG(INFO) << "autotune: chose " << Describe(choice) << " (candidate " << best << " of "
+            << summed.size() << ") after " << steps_ << " iterations; mean iteration per "
+            << "candidate over all workers: " << table;
+  tuner_.reset();
+}
+
+void Worker::SetScheduling(int64_t partition_bytes, int64_t credit_bytes) {
+  FERRY_ENFORCE(partition_bytes >= 1024 && partition_bytes <= config_.max_message_bytes - 4096,
+                ErrorCode::kInvalidArgument, "SetScheduling: partition size ", partition_bytes,
+                " bytes is outside 1024..", config_.max_message_bytes - 4096,
+                " (FERRY_MAX_MESSAGE_BYTES - 4096)");
+  FERRY_ENFORCE(credit_bytes >= 1, ErrorCode::kInvalidArgument, "SetScheduling: credit of ",
+                credit_bytes, " bytes; it must be at least 1");
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitForQuiet(lock, "SetScheduling");
+  ApplyScheduling(SchedulingChoice{partition_bytes, credit_bytes}, "SetScheduling");
+}
+
+SchedulingChoice Worker::scheduling() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduling_;
+}
+
+void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& why) {
+  for (const auto& [handle, op] : operations_) {
+    CHECK(op->done) << "scheduling changed with an operation unfinished";
+  }
+  const uint64_t bytes = static_cast<uint64_t>(choice.partition_bytes);
+  uint32_t gen = 0;
+  while (gen < layouts_.size() && layouts_[gen]->partition_bytes != bytes) gen++;
+  if (gen == layouts_.size()) {
+    FERRY_ENFORCE(layouts_.size() < kMaxLayouts, ErrorCode::kInvalidArgument,
+                  "cannot cut tensors with a ", kMaxLayouts + 1, "th partition size (", bytes,
+                  " bytes): keys hold ", kMaxLayouts, " layouts");
+    layouts_.push_back(std::make_unique<Layout>(bytes, server_weights_));
+  }
+  Layout& l = *layouts_[gen];
+  for (uint32_t id = l.cut; id < tensors_.size(); ++id) {  // refuse before cutting any
+    const Tensor& t = *tensors_[id];
+    FERRY_ENFORCE(PartitionCount(t.bytes, DataTypeSize(t.dtype), bytes) <= kMaxPartitionsPerTensor,
+                  ErrorCode::kInvalidArgument, "tensor '", t.name, "' of ", t.bytes,
+                  " bytes would have more than ", kMaxPartitionsPerTensor, " partitions of ", bytes,
+                  " bytes");
+  }
+  while (l.cut < tensors_.size()) CutTensor(gen, *tensors_[l.cut]);
+  layout_ = gen;
+  scheduling_ = choice;
+  queue_.SetCredit(static_cast<uint64_t>(choice.credit_bytes));
+  LOG(INFO) << "scheduling (" << why << "): " << Describe(choice) << "; layout " << gen;
+  if (trace_) {
+    trace_->Instant("scheduling", NowUs(),
+                    StrCat("{\"partition_bytes\":", choice.partition_bytes,
+                           ",\"credit_bytes\":", choice.credit_bytes, ",\"layout\":", gen, "}"));
+  }
+}
+
+bool Worker::WaitForOwnOperations(std::unique_lock<std::mutex>& lock) {
   auto deadline = Clock::now() + Millis(config_.op_timeout_ms);
   // Operations nobody waited for still finish first.
-  cv_.wait_until(lock, deadline, [this] {
+  bool finished = cv_.wait_until(lock, deadline, [this] {
     if (!failure_.empty()) return true;
     for (const auto& [h, op] : operations_) {
       if (!op->done) return false;
@@ -546,6 +799,13 @@ void Worker::WaitForOwnOperations(std::unique_lock<std::mutex>& lock) {
     return true;
   });
   if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+  return finished;
+}
+
+void Worker::WaitForQuiet(std::unique_lock<std::mutex>& lock, const char* what) {
+  FERRY_ENFORCE(WaitForOwnOperations(lock), ErrorCode::kTimeout, what, ": this worker's ",
+                "push_pulls did not finish within ", config_.op_timeout_ms,
+                " ms (FERRY_OP_TIMEOUT_MS)");
 }
 
 void Worker::Join() {
@@ -566,9 +826,8 @@ void Worker::Join() {
   {
     // Every server must hold our JOIN before the others may leave the join barrier.
     std::unique_lock<std::mutex> lock(mu_);
-    bool acked = cv_.wait_for(lock, Millis(config_.op_timeout_ms), [this] {
-      return join_acks_ == num_servers_ || !failure_.empty();
-    });
+    bool acked = cv_.wait_for(lock, Millis(config_.op_timeout_ms),
+                              [this] { return join_acks_ == num_servers_ || !failure_.empty(); });
     if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", num_servers_ - join_acks_, " of ",
                   num_servers_, " servers did not acknowledge within ", config_.op_timeout_ms,
@@ -577,7 +836,9 @@ void Worker::Join() {
   LOG(INFO) << "worker " << rank_ << " joined; waiting for the other workers";
   cluster_.Barrier(proto::GROUP_JOIN, config_.join_timeout_ms);
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& t : tensors_) t->rounds.assign(t->parts.size(), 0);
+  for (auto& t : tensors_) {
+    for (Cut& cut : t->cuts) cut.rounds.assign(cut.parts.size(), 0);
+  }
   LOG(INFO) << "every worker joined; rounds start over";
 }
 
@@ -594,7 +855,10 @@ void Worker::Shutdown() {
             << s.partitions_pushed << " partitions, " << s.bytes_pushed << " bytes pushed, "
             << s.resends << " pushes sent again, " << s.pulls << " pulls, " << s.late_replies
             << " late replies dropped, " << s.van.injected_drops
-            << " messages dropped by fault injection";
+            << " messages dropped by fault injection, " << s.fused_messages << " fused messages of "
+            << s.partitions_fused << " partitions; at most " << queue_.max_in_flight_bytes()
+            << " bytes in flight";
+  if (trace_) trace_->Close();
 }
 
 WorkerStats Worker::stats() const {
@@ -607,13 +871,15 @@ WorkerStats Worker::stats() const {
   s.resends = stat_resends_;
   s.pulls = stat_pulls_;
   s.late_replies = stat_late_replies_;
+  s.fused_messages = stat_fused_messages_;
+  s.partitions_fused = stat_parts_fused_;
   s.van = van_.stats();
   return s;
 }
 
 std::vector<uint64_t> Worker::PlacedBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return placement_->loads();
+  return layouts_[layout_]->placement.loads();
 }
 
 std::string Worker::TensorName(uint32_t tensor_id) const {

@@ -12,7 +12,19 @@
 // the declaration index is the tensor id, and the default priority is -(index), so
 // layers near the input go first. A tensor first seen in PushPullAsync is declared
 // then. Each tensor is cut into partitions placed on servers by bytes (placement.h);
-// the partitions go out through a credit-limited priority queue (scheduled_queue.h).
+// the partitions go out through the scheduled queue in the order the scheduling policy
+// (FERRY_SCHEDULING_POLICY, worker/scheduling/policies.h) decides.
+//
+// Iterations: call StepBoundary() once per training iteration, at a point where this
+// worker has no push_pull in flight (after the optimizer step; ferry.torch's
+// DistributedOptimizer and ferry-train-sim do). It times the iterations, drives
+// FERRY_AUTOTUNE and marks the trace (FERRY_TRACE_DIR).
+//
+// Re-partitioning: SetScheduling() changes the partition size and the credit between
+// iterations. A tensor cut with another partition size uses fresh keys (a layout
+// generation in the key, common/transport/message.h), because a server fixes a key's
+// length at its first push; every worker computes the same cut and placement for each
+// partition size, and keeps each cut's rounds, so switching back reuses its keys.
 //
 // Buffers: `input` is sent without a copy, so it must stay unchanged until the
 // operation completes; `output` receives the sum (it may equal `input`). An operation
@@ -46,7 +58,9 @@
 #include "common/reduce/reduce.h"
 #include "common/transport/van.h"
 #include "worker/placement.h"
+#include "worker/scheduling/autotune.h"
 #include "worker/scheduling/scheduled_queue.h"
+#include "worker/trace.h"
 
 namespace ferry {
 
@@ -55,12 +69,14 @@ using Handle = uint64_t;
 struct WorkerStats {
   uint64_t operations = 0;
   uint64_t partitions_pushed = 0;
-  uint64_t bytes_pushed = 0;         // payload bytes handed to ZeroMQ, without copy
-  uint64_t bytes_received = 0;       // payload bytes of sums received
-  uint64_t send_releases = 0;        // ZeroMQ release hooks fired for pushed partitions
-  uint64_t resends = 0;              // pushes sent again (no acknowledgement in time)
-  uint64_t pulls = 0;                // PULLs sent (acknowledged, but no sum in time)
-  uint64_t late_replies = 0;         // replies to requests already answered
+  uint64_t bytes_pushed = 0;      // payload bytes handed to ZeroMQ, without copy
+  uint64_t bytes_received = 0;    // payload bytes of sums received
+  uint64_t send_releases = 0;     // ZeroMQ release hooks fired for pushed partitions
+  uint64_t resends = 0;           // pushes sent again (no acknowledgement in time)
+  uint64_t pulls = 0;             // PULLs sent (acknowledged, but no sum in time)
+  uint64_t late_replies = 0;      // replies to requests already answered
+  uint64_t fused_messages = 0;    // PUSH_FUSED messages sent
+  uint64_t partitions_fused = 0;  // partitions that went inside them (copied)
   VanStats van;
 };
 
@@ -107,6 +123,25 @@ class Worker {
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
   // Blocks until every worker called Barrier.
   void Barrier();
+  // The end of a training iteration. REQUIRES: every worker calls it the same number of
+  // times, at the same point of its sequence of push_pulls. Records the iteration's time
+  // (and a trace mark); with FERRY_AUTOTUNE=1 it switches to the tuner's next candidate
+  // (first waiting, deadline FERRY_OP_TIMEOUT_MS, for this worker's operations in
+  // flight: best called where there are none), or after the last candidate sums every
+  // worker's timings (a push_pull, so every worker must be here) and applies and logs
+  // the best. Without a switch it never waits.
+  void StepBoundary();
+  // Changes the partition size (bytes, 1024..FERRY_MAX_MESSAGE_BYTES-4096) and the
+  // credit (bytes, >= 1; used by the credit policy) for the operations started from now
+  // on. Waits for this worker's operations first (deadline FERRY_OP_TIMEOUT_MS): the
+  // partitions of a tensor change only with nothing in flight. REQUIRES: every worker
+  // makes the same call at the same point of its sequence of push_pulls (between
+  // iterations), or their keys differ and the sums never complete. At most 256
+  // different partition sizes per job. During an autotune search the tuner overrides it.
+  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes);
+  // What new operations use now.
+  SchedulingChoice scheduling() const;
+  std::string scheduling_policy() const { return queue_.policy_name(); }
   // For uneven data (Horovod's join): this worker has no more batches. Its operations
   // finish, the servers stop waiting for it (sums and averages from then on are over
   // the workers still pushing: PUSH_RESULT says how many contributed), and the call
@@ -124,7 +159,9 @@ class Worker {
   std::string TensorName(uint32_t tensor_id) const;
 
  private:
+  struct Cut;
   struct Tensor;
+  struct Layout;
   struct Operation;
   struct InFlight;
 
@@ -132,23 +169,38 @@ class Worker {
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
   void OnAck(const Message& m);
-  void WaitForOwnOperations(std::unique_lock<std::mutex>& lock);  // REQUIRES: lock holds mu_
+  // REQUIRES: lock holds mu_. Waits (FERRY_OP_TIMEOUT_MS) until every operation of this
+  // worker finished; false on timeout. Throws if the job failed.
+  bool WaitForOwnOperations(std::unique_lock<std::mutex>& lock);
+  // The same, throwing a timeout that names `what`.
+  void WaitForQuiet(std::unique_lock<std::mutex>& lock, const char* what);
   void OnPushResult(Message&& m);
   void ReturnCredit(InFlight& f);  // REQUIRES: mu_ held
   void OnError(const Message& m);
   void SenderLoop();
+  // Sends a batch from the queue: each task as a PUSH, or, per the batch's fusion
+  // limit, several to one server as one PUSH_FUSED.
+  void SendBatch(const Batch& batch);
   // REQUIRES: mu_ held. The PUSH of `f` as request `request`; counts its payload in
   // the operation's releases_left (ZeroMQ holds it until the hook fires).
   Message BuildPush(const InFlight& f, uint64_t request);
+  const PartitionSpec& PartOf(const InFlight& f) const;  // in the operation's layout
+  uint64_t KeyOf(const InFlight& f) const;
+  // REQUIRES: mu_ held. Cuts and places tensor `t` in layout `gen`.
+  void CutTensor(uint32_t gen, Tensor& t);
+  // REQUIRES: mu_ held, no operation of this worker unfinished. Switches new operations
+  // to partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
+  void ApplyScheduling(const SchedulingChoice& choice, const std::string& why);
+  void FinishAutotune();  // REQUIRES: step_mu_ held
   // Sender thread: sends again what got no answer within FERRY_RESEND_TIMEOUT_MS.
   void ResendOverdue();
   void NoteLateReply(const Message& m);
   void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
-  void MaybeComplete(const std::shared_ptr<Operation>& op);   // REQUIRES: mu_ held
+  void MaybeComplete(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FailAll(const std::string& reason);
   Tensor& DeclareLocked(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                        std::optional<int> priority);  // REQUIRES: mu_ held
+                        std::optional<int> priority);        // REQUIRES: mu_ held
   std::string DescribeOperation(const Operation& op) const;  // REQUIRES: mu_ held
 
   Config config_;
@@ -158,28 +210,39 @@ class Worker {
   int my_id_ = -1;
   int num_workers_ = 0;
   int num_servers_ = 0;
-  std::unique_ptr<Placement> placement_;
+  std::vector<double> server_weights_;
   ScheduledQueue queue_;
+  std::unique_ptr<Trace> trace_;  // FERRY_TRACE_DIR; null when off
 
-  mutable std::mutex mu_;                 // guards everything below
-  std::condition_variable cv_;            // signalled when an operation finishes
-  std::vector<std::unique_ptr<Tensor>> tensors_;        // by id
-  std::map<std::string, int> tensor_ids_;               // name -> id
+  mutable std::mutex mu_;                         // guards everything below
+  std::condition_variable cv_;                    // signalled when an operation finishes
+  std::vector<std::unique_ptr<Tensor>> tensors_;  // by id
+  // By layout generation (the key bits, message.h). Invariant: layouts_[layout_] has
+  // cut every declared tensor; every layout cuts tensors in id order.
+  std::vector<std::unique_ptr<Layout>> layouts_;
+  uint32_t layout_ = 0;                    // the generation new operations use
+  SchedulingChoice scheduling_;            // what new operations use
+  std::map<std::string, int> tensor_ids_;  // name -> id
   std::unordered_map<Handle, std::shared_ptr<Operation>> operations_;
-  std::unordered_map<uint64_t, InFlight> in_flight_;    // request id -> partition
-  std::unordered_map<uint64_t, InFlight> queued_;      // task cookie -> partition
+  std::unordered_map<uint64_t, InFlight> in_flight_;  // request id -> partition
+  std::unordered_map<uint64_t, InFlight> queued_;     // task cookie -> partition
   Handle next_handle_ = 1;
   uint64_t next_request_ = 1;
   uint64_t next_cookie_ = 1;
-  std::string failure_;                   // non-empty: the job failed; every call throws
-  int copies_running_ = 0;                // sums being copied into outputs outside the lock
-  uint64_t join_request_ = 0;             // request id of the JOIN in progress
-  int join_acks_ = 0;                     // servers that acknowledged it
+  std::string failure_;        // non-empty: the job failed; every call throws
+  int copies_running_ = 0;     // copies outside the lock: sums to outputs, inputs to fused pushes
+  uint64_t join_request_ = 0;  // request id of the JOIN in progress
+  int join_acks_ = 0;          // servers that acknowledged it
   bool shut_down_ = false;
+
+  std::mutex step_mu_;                // serializes StepBoundary; guards the three below
+  std::unique_ptr<Autotuner> tuner_;  // FERRY_AUTOTUNE; null when off or done
+  int64_t last_step_us_ = 0;          // the previous boundary (0: none yet)
+  uint64_t steps_ = 0;                // boundaries so far
 
   std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},
       stat_bytes_received_{0}, stat_releases_{0}, stat_resends_{0}, stat_pulls_{0},
-      stat_late_replies_{0};
+      stat_late_replies_{0}, stat_fused_messages_{0}, stat_parts_fused_{0};
   std::thread sender_;
 };
 

@@ -62,6 +62,9 @@ std::vector<double> TrainSim::Run(int warmup, int iterations) {
   std::vector<Clock::time_point> starts;
   for (int it = 0; it <= total; ++it) {
     starts.push_back(Forward(it));
+    // Forward waited for every sum of the last iteration: nothing is in flight, the
+    // point where Ferry may switch partition size and credit (FERRY_AUTOTUNE).
+    worker_.StepBoundary();
     if (it < total) Backward(it);
   }
   std::vector<double> ms;

@@ -17,7 +17,9 @@
 //
 // Iteration i lasts from the start of its first forward layer to the start of iteration
 // i+1's; after the last iteration one more forward pass runs to mark its end (and to
-// wait for, and check, every sum).
+// wait for, and check, every sum). Worker::StepBoundary() is called after each forward
+// pass, when every sum has been waited for (so FERRY_AUTOTUNE and SetScheduling can
+// switch there).
 //
 // Values: with `check`, the gradient of layer l in iteration t is refilled every
 // iteration with small integers (depending on rank, layer, iteration and position) and

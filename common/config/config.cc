@@ -104,6 +104,31 @@ class EnvReader {
 
   bool Has(const char* name) const { return env_(name) != nullptr; }
 
+  // A comma-separated list of integers, each in [min, max]; empty when unset.
+  std::vector<int64_t> IntList(const char* name, int64_t min, int64_t max) const {
+    std::string used;
+    const char* text = Get(name, nullptr, &used);
+    std::vector<int64_t> out;
+    if (!text) return out;
+    std::string s(text), item;
+    for (size_t at = 0; at <= s.size(); ++at) {
+      if (at < s.size() && s[at] != ',') {
+        item += s[at];
+        continue;
+      }
+      errno = 0;
+      char* end = nullptr;
+      long long v = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || errno != 0 || std::isspace(item[0]) || v < min ||
+          v > max) {
+        Invalid(used, s, StrCat("expected comma-separated integers from ", min, " to ", max));
+      }
+      out.push_back(v);
+      item.clear();
+    }
+    return out;
+  }
+
  private:
   const EnvLookup& env_;
   std::vector<std::string>* warnings_;
@@ -173,7 +198,50 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
   }
 }
 
+// FERRY_SCHEDULING_POLICY and its companions (the block at the end of Config's
+// scheduling settings). REQUIRES: partition_bytes and max_message_bytes read.
+void ReadScheduling(const EnvReader& r, Config* c) {
+  c->scheduling_policy = r.Str("FERRY_SCHEDULING_POLICY", nullptr, c->scheduling_policy);
+  const std::vector<std::string> policies = {"fifo", "priority", "credit", "p3", "fifo-bucket"};
+  if (std::find(policies.begin(), policies.end(), c->scheduling_policy) == policies.end()) {
+    Invalid("FERRY_SCHEDULING_POLICY", c->scheduling_policy,
+            "expected fifo, priority, credit, p3 or fifo-bucket");
+  }
+  c->fusion_bytes = r.Int("FERRY_FUSION_BYTES", nullptr, c->fusion_bytes, 0, 1LL << 30);
+  c->p3_slice_bytes = r.Int("FERRY_P3_SLICE_BYTES", nullptr, c->p3_slice_bytes, 1024, 1LL << 30);
+  c->bucket_bytes = r.Int("FERRY_BUCKET_BYTES", nullptr, c->bucket_bytes, 1024, 1LL << 32);
+  c->bucket_timeout_ms = r.Int("FERRY_BUCKET_TIMEOUT_MS", nullptr, c->bucket_timeout_ms, 0, 60000);
+  c->trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
+  c->autotune = r.Bool("FERRY_AUTOTUNE", nullptr, false);
+  c->autotune_steps =
+      static_cast<int>(r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->autotune_steps, 2, 1000));
+  c->autotune_partition_bytes = r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
+  c->autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
+  // Every message a worker may send must pass the servers' size limit.
+  std::vector<std::pair<const char*, int64_t>> sizes = {
+      {"FERRY_P3_SLICE_BYTES", c->scheduling_policy == "p3" ? c->p3_slice_bytes : 0},
+      {"FERRY_FUSION_BYTES", c->scheduling_policy == "credit" ? c->fusion_bytes : 0},
+      {"FERRY_BUCKET_BYTES", c->scheduling_policy == "fifo-bucket" ? c->bucket_bytes : 0}};
+  for (int64_t p : c->autotune_partition_bytes) {
+    sizes.emplace_back("FERRY_AUTOTUNE_PARTITION_BYTES", p);
+  }
+  for (const auto& [name, bytes] : sizes) {
+    if (c->max_message_bytes < bytes + 4096) {
+      Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->max_message_bytes),
+              StrCat("must exceed ", name, " (", bytes, ") by 4096"));
+    }
+  }
+}
+
 }  // namespace
+
+int64_t Config::InitialPartitionBytes() const {
+  return scheduling_policy == "p3" ? p3_slice_bytes : partition_bytes;
+}
+
+int64_t Config::CreditBytesFor(int64_t partition) const {
+  return scheduling_credit_bytes > 0 ? scheduling_credit_bytes : scheduling_credit * partition;
+}
 
 const char* NodeRoleName(NodeRole role) {
   switch (role) {
@@ -354,6 +422,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
             StrCat("must exceed FERRY_PARTITION_BYTES (", c.partition_bytes, ") by 4096"));
   }
 
+  ReadScheduling(r, &c);
   c.secret = ReadSecret(r, &c.warnings);
 
   std::string used;
@@ -369,7 +438,8 @@ std::string Config::SchedulerEndpoint() const {
 std::string Config::Summary() const {
   return StrCat("role=", NodeRoleName(role), " workers=", num_workers, " servers=", num_servers,
                 " scheduler=", root_host, ":", root_port, " host=", node_host,
-                " partition_bytes=", partition_bytes, " credit=", scheduling_credit,
+                " policy=", scheduling_policy, " partition_bytes=", InitialPartitionBytes(),
+                " credit=", scheduling_credit,
                 (scheduling_credit_bytes > 0 ? StrCat(" credit_bytes=", scheduling_credit_bytes)
                                              : std::string()),
                 " engine_threads=", server_engine_threads, " split_bytes=", server_split_bytes,

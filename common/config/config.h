@@ -68,7 +68,7 @@ struct Config {
   // reconnected (what it carried is resent by the above). 0 = rely on TCP alone.
   int64_t link_timeout_ms = 5000;
   // Fault injection, for tests only: drop this percentage of received data messages
-  // (PUSH, PUSH_ACK, PUSH_RESULT, PULL); hold every received message this long.
+  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, PULL); hold every received message this long.
   double test_drop_percent = 0.0;
   int64_t test_delay_ms = 0;
 
@@ -77,6 +77,23 @@ struct Config {
   // many bytes is cut into slices summed by several threads; 0 = never.
   bool deterministic = false;
   int64_t server_split_bytes = 1 << 20;
+
+  // --- Scheduling (worker/scheduling/policies.h; docs/configuration.md) ---
+  std::string scheduling_policy = "credit";  // fifo, priority, credit, p3 or fifo-bucket
+  int64_t fusion_bytes = 262144;       // credit: fuse small partitions up to this; 0 = never
+  int64_t p3_slice_bytes = 160000;     // p3: the partition size
+  int64_t bucket_bytes = 26214400;     // fifo-bucket: a bucket goes once it holds this much
+  int64_t bucket_timeout_ms = 5;       // fifo-bucket: ... or when no tensor came for this long
+  std::string trace_dir;               // non-empty: a Chrome-trace timeline per worker there
+  bool autotune = false;               // search partition size and credit online
+  int autotune_steps = 3;              // iterations per candidate; the first is not scored
+  std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition
+  std::vector<int64_t> autotune_credits;          // in partitions; empty: C/2, C, 2C
+  // The partition size a worker starts with: the slice size under p3, else partition_bytes.
+  int64_t InitialPartitionBytes() const;
+  // The credit in bytes with partitions of `partition` bytes: scheduling_credit_bytes if
+  // set, else scheduling_credit partitions' worth (BytePS counts credit in partitions).
+  int64_t CreditBytesFor(int64_t partition) const;
 
   // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
   // Never logged.

@@ -1,11 +1,16 @@
 #include "common/transport/message.h"
 
+#include "common/transport/fused_push.h"
 #include "common/util/status.h"
 
 namespace ferry {
 
 std::string KeyName(uint64_t key) {
-  return StrCat("tensor ", KeyTensor(key), " partition ", KeyPartition(key));
+  if (KeyLayout(key) == 0) {
+    return StrCat("tensor ", KeyTensor(key), " partition ", KeyPartition(key));
+  }
+  return StrCat("tensor ", KeyTensor(key), " partition ",
+                KeyPartition(key) & (kMaxPartitionsPerTensor - 1), " of layout ", KeyLayout(key));
 }
 
 Message MakeMessage(proto::MessageType type, int sender) {
@@ -49,6 +54,7 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
     case proto::BARRIER: return proto::Envelope::kBarrier;
     case proto::NODE_FAILED: return proto::Envelope::kFailure;
     case proto::ERROR: return proto::Envelope::kError;
+    case proto::PUSH_FUSED: return proto::Envelope::kFusedPush;
     default: return proto::Envelope::BODY_NOT_SET;
   }
 }
@@ -67,6 +73,7 @@ std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
   if (required != proto::Envelope::BODY_NOT_SET && e.body_case() != required) {
     return StrCat(MessageTypeName(e.type()), " without its body");
   }
+  if (e.type() == proto::PUSH_FUSED) return ValidateFusedPush(m, max_payload_bytes);
   if (!IsDataMessage(e.type())) {
     if (!m.payload.empty()) return StrCat(MessageTypeName(e.type()), " with a payload frame");
     return "";
@@ -94,6 +101,9 @@ std::string Describe(const Message& m) {
   if (e.request_id()) s += StrCat(" request ", e.request_id());
   if (e.type() == proto::PUSH || e.type() == proto::PUSH_RESULT) {
     s += StrCat(" ", KeyName(e.key()), " round ", e.round(), " ", e.length(), " bytes");
+  }
+  if (e.type() == proto::PUSH_FUSED) {
+    s += StrCat(" of ", e.fused_push().pushes_size(), " pushes, ", e.length(), " bytes");
   }
   return s;
 }

@@ -31,7 +31,18 @@ inline uint64_t MakeKey(uint32_t tensor_id, uint32_t partition) {
 }
 inline uint32_t KeyTensor(uint64_t key) { return static_cast<uint32_t>(key >> 32); }
 inline uint32_t KeyPartition(uint64_t key) { return static_cast<uint32_t>(key & 0xffffffffu); }
-std::string KeyName(uint64_t key);  // "tensor 3 partition 1"
+// Layout generations: a worker that cuts its tensors again with another partition size
+// (Worker::SetScheduling) uses fresh keys, because a server fixes a key's length at its
+// first push. The generation goes in the high 8 bits of the partition field, the
+// partition's index in the low 24; generation 0 gives the plain MakeKey(tensor, index).
+constexpr uint32_t kMaxLayouts = 256;
+constexpr uint32_t kMaxPartitionsPerTensor = 1u << 24;
+inline uint64_t MakeLayoutKey(uint32_t tensor_id, uint32_t layout, uint32_t index) {
+  return MakeKey(tensor_id, (layout << 24) | (index & (kMaxPartitionsPerTensor - 1)));
+}
+inline uint32_t KeyLayout(uint64_t key) { return KeyPartition(key) >> 24; }
+// "tensor 3 partition 1"; "tensor 3 partition 1 of layout 2" for a later generation.
+std::string KeyName(uint64_t key);
 
 // A message with the protocol version and sender filled in.
 Message MakeMessage(proto::MessageType type, int sender);

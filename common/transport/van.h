@@ -51,7 +51,7 @@ struct VanOptions {
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
   // Fault injection for tests: drop this percentage of received data messages
-  // (PUSH, PUSH_ACK, PUSH_RESULT, PULL), and hold every received message this long
+  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, PULL), and hold every received message this long
   // before handing it on (a fixed delay keeps each connection's order).
   double drop_percent = 0.0;
   int delay_ms = 0;

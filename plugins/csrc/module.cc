@@ -192,6 +192,34 @@ PYBIND11_MODULE(_core, m) {
       },
       py::call_guard<py::gil_scoped_release>(),
       "Uneven data: this worker has no more batches; returns once every worker joined.");
+  m.def(
+      "step_boundary",
+      [] {
+        auto w = Get();
+        w->StepBoundary();
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "The end of a training iteration (Worker::StepBoundary): times it, drives "
+      "FERRY_AUTOTUNE and marks FERRY_TRACE_DIR's timeline.");
+  m.def(
+      "set_scheduling",
+      [](int64_t partition_bytes, int64_t credit_bytes) {
+        auto w = Get();
+        w->SetScheduling(partition_bytes, credit_bytes);
+      },
+      py::arg("partition_bytes"), py::arg("credit_bytes"),
+      py::call_guard<py::gil_scoped_release>(),
+      "Partition size and credit (bytes) from the next push_pull on; waits for this "
+      "worker's operations. Call on every worker at the same point, between iterations.");
+  m.def("scheduling", [] {
+    auto w = Get();
+    ferry::SchedulingChoice c = w->scheduling();
+    py::dict d;
+    d["policy"] = w->scheduling_policy();
+    d["partition_bytes"] = c.partition_bytes;
+    d["credit_bytes"] = c.credit_bytes;
+    return d;
+  });
   m.def("stats", [] {
     ferry::WorkerStats s = Get()->stats();
     py::dict d;
@@ -200,6 +228,8 @@ PYBIND11_MODULE(_core, m) {
     d["bytes_pushed"] = s.bytes_pushed;
     d["bytes_received"] = s.bytes_received;
     d["send_releases"] = s.send_releases;
+    d["fused_messages"] = s.fused_messages;
+    d["partitions_fused"] = s.partitions_fused;
     return d;
   });
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/transport/fused_push.h"
 #include "common/transport/message.h"
 
 namespace {
@@ -62,6 +63,24 @@ int main(int argc, char** argv) {
     push.envelope.set_tensor_hash(0x1234);
     Write(dir, "push_dtype" + std::to_string(dtype), push, payload);
   }
+  // A fused push of three pushes (float16, float32, an empty int64 tensor), 22 bytes.
+  std::vector<ferry::Message> parts;
+  const int dtypes[] = {1, 0, 5};
+  const size_t sizes[] = {6, 16, 0};
+  for (int i = 0; i < 3; ++i) {
+    auto part = MakeMessage(proto::PUSH, 3);
+    part.envelope.set_request_id(10 + i);
+    part.envelope.set_key(ferry::MakeLayoutKey(i, 1, 0));
+    part.envelope.set_dtype(static_cast<proto::DataTypeProto>(dtypes[i]));
+    part.envelope.set_length(sizes[i]);
+    part.envelope.set_priority(-i);
+    const std::string bytes(sizes[i], '\x03');
+    if (sizes[i]) part.payload = ferry::Buffer::CopyOf(bytes.data(), bytes.size());
+    parts.push_back(std::move(part));
+  }
+  const ferry::Message fused = ferry::MakeFusedPush(3, {&parts[0], &parts[1], &parts[2]});
+  Write(dir, "push_fused", fused,
+        std::string(static_cast<const char*>(fused.payload.data()), fused.payload.size()));
   auto result = MakeMessage(proto::PUSH_RESULT, 1);
   result.envelope.set_length(16);
   Write(dir, "push_result", result, std::string(16, '\x02'));

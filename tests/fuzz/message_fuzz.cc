@@ -1,5 +1,6 @@
 // libFuzzer target for everything that parses bytes from the wire: envelope decoding,
-// message validation, and a server key's classification of a push.
+// message validation, the splitting of a fused push (PUSH_FUSED) into its pushes, and a
+// server key's classification of a push.
 //
 // Input layout (so the fuzzer can shape frames): byte 0 = number of frames (1..3, mod 4),
 // then per frame a little-endian u16 length and that many bytes (truncated at the end
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/transport/fused_push.h"
 #include "common/transport/message.h"
 #include "server/key_state.h"
 
@@ -36,6 +38,22 @@ std::vector<std::string> SplitFrames(const uint8_t* data, size_t size) {
   return frames;
 }
 
+// A valid push reaches a key: classify it as a server would, twice (the second is a
+// duplicate or a mismatch), then sum it into itself.
+void ServePush(const ferry::Message& m) {
+  ferry::KeyState state;
+  const int workers = 4;
+  int rank = static_cast<int>(static_cast<uint32_t>(m.sender()) % workers);
+  auto dtype = static_cast<ferry::DataType>(m.envelope.dtype());
+  state.Classify(rank, m.envelope.round(), m.envelope.length(), dtype, m.envelope.tensor_hash(),
+                 workers);
+  state.Classify(rank, m.envelope.round() + 1, m.envelope.length() + 1, dtype, 0, workers);
+  if (!m.payload.empty()) {
+    ferry::SumInto(m.payload.data(), m.payload.data(),
+                   m.payload.size() / ferry::DataTypeSize(dtype), dtype);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -51,19 +69,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   error = ferry::ValidateMessage(m, 1 << 20);
   (void)ferry::Describe(m);
-  if (!error.empty() || m.type() != ferry::proto::PUSH) return 0;
-  // A valid push reaches a key: classify it as a server would, twice (the second is a
-  // duplicate or a mismatch), then sum it into itself.
-  ferry::KeyState state;
-  const int workers = 4;
-  int rank = static_cast<int>(static_cast<uint32_t>(m.sender()) % workers);
-  auto dtype = static_cast<ferry::DataType>(m.envelope.dtype());
-  state.Classify(rank, m.envelope.round(), m.envelope.length(), dtype, m.envelope.tensor_hash(),
-                 workers);
-  state.Classify(rank, m.envelope.round() + 1, m.envelope.length() + 1, dtype, 0, workers);
-  if (!m.payload.empty()) {
-    ferry::SumInto(m.payload.data(), m.payload.data(), m.payload.size() / ferry::DataTypeSize(dtype),
-                   dtype);
+  if (!error.empty()) return 0;
+  if (m.type() == ferry::proto::PUSH) {
+    ServePush(m);
+  } else if (m.type() == ferry::proto::PUSH_FUSED) {
+    // A valid fused push is split as the server splits it (zero-copy slices of the
+    // frame), and every part must then be a valid push on its own.
+    std::vector<ferry::Message> pushes;
+    if (!ferry::SplitFusedPush(m, &pushes).empty()) __builtin_trap();
+    for (ferry::Message& p : pushes) {
+      if (!ferry::ValidateMessage(p, 1 << 20).empty()) __builtin_trap();
+      ServePush(p);
+    }
   }
   return 0;
 }

@@ -23,6 +23,13 @@
 //                  what can have been applied; after a barrier the parameters must be
 //                  the initial ones plus every worker's every delta, exactly. Also checks
 //                  that average, Broadcast and Join are refused. Prints "step N".
+// --mode=order     scheduling order: --tensors small tensors (8 KiB) and one large
+//                  "blocker" (1 MiB), declared last (least urgent); each round pushes the
+//                  blocker, waits 50 ms (so it alone is in flight), then the others in
+//                  reverse declaration order (ready order opposite to priority order),
+//                  and checks every sum. The servers' TRACE log shows the arrival order.
+// --repartition=R:B,...  (sums mode) before round R call SetScheduling(B, 4 B): the
+//                  partition size changes mid-run; sums must stay exact.
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
 
 #include <gflags/gflags.h>
@@ -34,6 +41,8 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/cluster/role_main.h"
@@ -50,6 +59,7 @@ DEFINE_int32(det_seed, 0, "deterministic mode: shifts each rank's delay per roun
 DEFINE_int32(det_delay_ms, 4, "deterministic mode: delay unit before a round's pushes");
 DEFINE_int32(steps, 200, "async mode: deltas each worker pushes");
 DEFINE_int32(step_sleep_ms, 10, "async mode: pause between steps");
+DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
 namespace {
@@ -58,6 +68,21 @@ constexpr int kExitWrong = 3;
 
 float Value(int rank, int round, int tensor, uint64_t i) {
   return static_cast<float>((i * 3 + tensor * 5 + rank * 7 + round * 11) % 16 + 1);
+}
+
+// --repartition: round -> partition bytes.
+std::map<int, int64_t> ParseRepartition() {
+  std::map<int, int64_t> out;
+  std::string s = FLAGS_repartition;
+  for (size_t at = 0; at < s.size();) {
+    size_t end = s.find(',', at);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(at, end - at);
+    size_t colon = item.find(':');
+    out[std::stoi(item.substr(0, colon))] = std::stoll(item.substr(colon + 1));
+    at = end + 1;
+  }
+  return out;
 }
 
 int RunSums(Worker& w) {
@@ -80,7 +105,13 @@ int RunSums(Worker& w) {
     out[t].resize(counts[t]);
   }
   const int n = w.size();
+  std::map<int, int64_t> repartition = ParseRepartition();
   for (int round = 0; round < FLAGS_rounds; ++round) {
+    if (repartition.count(round)) {
+      int64_t bytes = repartition[round];
+      w.SetScheduling(bytes, 4 * bytes);
+      std::printf("round %d: partition %lld bytes\n", round, static_cast<long long>(bytes));
+    }
     std::vector<Handle> handles(FLAGS_tensors);
     for (int t = FLAGS_tensors - 1; t >= 0; --t) {  // gradients become ready in reverse
       bool average = t % 2 == 1;
@@ -169,6 +200,39 @@ int RunLoop(Worker& w) {
     std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_loop_sleep_ms));
   }
   std::printf("OK loop rounds=%d\n", FLAGS_loop_rounds);
+  return 0;
+}
+
+int CheckAll(const std::vector<float>& v, float expected, const char* what, int round);
+
+int RunOrder(Worker& w) {
+  const int small = FLAGS_tensors;
+  std::vector<std::vector<float>> data(small + 1);
+  for (int t = 0; t <= small; ++t) {
+    data[t].resize(t < small ? 2048 : 262144);
+    w.DeclareTensor(t < small ? StrCat("order", t) : std::string("blocker"), DataType::kFloat32,
+                    {static_cast<int64_t>(data[t].size())});
+  }
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    std::vector<Handle> handles(small + 1);
+    for (int t = small; t >= 0; --t) {
+      std::fill(data[t].begin(), data[t].end(), static_cast<float>(w.rank() + t + round));
+      handles[t] = w.PushPullAsync(t < small ? StrCat("order", t) : std::string("blocker"),
+                                   data[t].data(), data[t].data(), DataType::kFloat32,
+                                   data[t].size(), false);
+      // The blocker goes alone: it holds the whole credit while the others queue up.
+      if (t == small) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (int t = 0; t <= small; ++t) w.Wait(handles[t]);
+    for (int t = 0; t <= small; ++t) {
+      float expected = static_cast<float>(w.size() * (t + round) + w.size() * (w.size() - 1) / 2);
+      if (CheckAll(data[t], expected, "order", round)) return kExitWrong;
+    }
+  }
+  WorkerStats s = w.stats();
+  std::printf("OK order rounds=%d fused_messages=%llu partitions_fused=%llu\n", FLAGS_rounds,
+              static_cast<unsigned long long>(s.fused_messages),
+              static_cast<unsigned long long>(s.partitions_fused));
   return 0;
 }
 
@@ -373,6 +437,8 @@ int Run(const Config& config) {
     code = RunDeterministic(*w);
   } else if (FLAGS_mode == "async") {
     code = RunAsync(*w);
+  } else if (FLAGS_mode == "order") {
+    code = RunOrder(*w);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;

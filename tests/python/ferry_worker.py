@@ -196,6 +196,24 @@ def mode_train(args, out):
     out["results"] = results
 
 
+def mode_scheduling(args, out):
+    """Changes partition size and credit between push_pulls (every worker at the same
+    point) and back; every sum must stay exact."""
+    rank, size = bps.rank(), bps.size()
+    out["before"] = bps.scheduling()
+    sums, seen = [], []
+    for step, partition in enumerate([None, 8192, 65536, 8192]):
+        if partition is not None:
+            bps.set_scheduling(partition, 4 * partition)
+        seen.append(bps.scheduling())
+        t = torch.arange(50000, dtype=torch.float32) + rank + step
+        sums.append(bps.push_pull(t, average=False, name="scheduling.t"))
+        bps.step_boundary()
+    out["sums"], out["seen"] = sums, seen
+    from ferry import _core
+    out["stats"] = _core.stats()
+
+
 def mode_mismatch(args, out):
     rank = bps.rank()
     outcomes = {}

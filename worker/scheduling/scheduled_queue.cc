@@ -2,53 +2,104 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
+
+#include "common/util/clock.h"
 
 namespace ferry {
 
-ScheduledQueue::ScheduledQueue(int credit_partitions, int64_t credit_bytes)
-    : credit_partitions_(credit_partitions), credit_bytes_(credit_bytes) {}
+ScheduledQueue::ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_bytes, NowFn now)
+    : now_(now ? std::move(now) : NowFn(NowUs)), policy_(std::move(policy)) {
+  CHECK(policy_);
+  SetCredit(credit_bytes);
+}
 
 void ScheduledQueue::Push(PushTask task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     task.seq = next_seq_++;
-    ready_.insert(task);
+    policy_->Ready(task, now_());
   }
   cv_.notify_all();
 }
 
-bool ScheduledQueue::CanRelease(const PushTask& t) const {
-  if (in_flight_ == 0) return true;
-  if (credit_bytes_ > 0) return in_flight_bytes_ + t.bytes <= static_cast<uint64_t>(credit_bytes_);
-  return in_flight_ < credit_partitions_;
+bool ScheduledQueue::TryNext(Batch* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !closed_ && TryNextLocked(out);
 }
 
-bool ScheduledQueue::Next(PushTask* out, int64_t timeout_ms, bool* timed_out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  *timed_out = false;
-  bool ready = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] {
-    return closed_ || (!ready_.empty() && CanRelease(*ready_.begin()));
-  });
-  if (closed_) return false;
-  if (!ready) {
-    *timed_out = true;
-    return false;
+bool ScheduledQueue::TryNextLocked(Batch* out) {
+  Batch batch;
+  if (!policy_->Next(credit_, now_(), &batch)) return false;
+  CheckInvariants(batch);
+  for (const PushTask& t : batch.tasks) {
+    credit_.in_flight_tasks++;
+    credit_.in_flight_bytes += t.bytes;
+    if (t.server >= static_cast<int>(credit_.in_flight_per_server.size())) {
+      credit_.in_flight_per_server.resize(t.server + 1, 0);
+    }
+    credit_.in_flight_per_server[t.server]++;
   }
-  *out = *ready_.begin();
-  ready_.erase(ready_.begin());
-  in_flight_++;
-  in_flight_bytes_ += out->bytes;
+  max_in_flight_bytes_ = std::max(max_in_flight_bytes_, credit_.in_flight_bytes);
+  *out = std::move(batch);
   return true;
 }
 
-void ScheduledQueue::Done(uint64_t bytes) {
+void ScheduledQueue::CheckInvariants(const Batch& batch) const {
+  CHECK(!batch.tasks.empty()) << policy_->name() << " handed out an empty batch";
+  if (policy_->uses_credit()) {
+    bool alone = credit_.idle() && batch.tasks.size() == 1;
+    CHECK(alone || credit_.Admits(batch.bytes()))
+        << policy_->name() << " exceeded the credit: " << credit_.in_flight_bytes << " + "
+        << batch.bytes() << " > " << credit_.limit_bytes;
+  }
+  if (int window = policy_->per_server_window(); window > 0) {
+    std::vector<int> per_server = credit_.in_flight_per_server;
+    for (const PushTask& t : batch.tasks) {
+      if (t.server >= static_cast<int>(per_server.size())) per_server.resize(t.server + 1, 0);
+      CHECK_LE(++per_server[t.server], window) << policy_->name() << ": server " << t.server;
+    }
+  }
+}
+
+bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  *timed_out = false;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (closed_) return false;
+    if (TryNextLocked(out)) return true;
+    auto now = Clock::now();
+    if (now >= deadline) {
+      *timed_out = true;
+      return false;
+    }
+    auto until = deadline;
+    int64_t wake_us = policy_->WakeAtUs();
+    if (wake_us != std::numeric_limits<int64_t>::max()) {
+      // The policy's timer, at least 100 us away (a policy whose timer has passed
+      // hands out at once; this only bounds a spin if one did not).
+      until = std::min(until,
+                       now + std::chrono::microseconds(std::max<int64_t>(100, wake_us - now_())));
+    }
+    cv_.wait_until(lock, until);
+  }
+}
+
+void ScheduledQueue::Done(const PushTask& task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    CHECK_GT(in_flight_, 0) << "credit returned twice";
-    CHECK_GE(in_flight_bytes_, bytes);
-    in_flight_--;
-    in_flight_bytes_ -= bytes;
+    CHECK_GT(credit_.in_flight_tasks, 0) << "credit returned twice";
+    CHECK_GE(credit_.in_flight_bytes, task.bytes);
+    CHECK(task.server < static_cast<int>(credit_.in_flight_per_server.size()) &&
+          credit_.in_flight_per_server[task.server] > 0)
+        << "credit returned twice for server " << task.server;
+    credit_.in_flight_tasks--;
+    credit_.in_flight_bytes -= task.bytes;
+    credit_.in_flight_per_server[task.server]--;
+    policy_->Done(task);
   }
   cv_.notify_all();
 }
@@ -61,28 +112,51 @@ void ScheduledQueue::Close() {
   cv_.notify_all();
 }
 
-void ScheduledQueue::SetCredit(int credit_partitions, int64_t credit_bytes) {
+void ScheduledQueue::Wake() { cv_.notify_all(); }
+
+void ScheduledQueue::SetCredit(uint64_t credit_bytes) {
+  CHECK_GE(credit_bytes, 1u);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    credit_partitions_ = credit_partitions;
     credit_bytes_ = credit_bytes;
+    credit_.limit_bytes = policy_->uses_credit() ? credit_bytes : CreditState::kUnlimited;
   }
   cv_.notify_all();
 }
 
+uint64_t ScheduledQueue::credit_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return credit_bytes_;
+}
+
+std::string ScheduledQueue::policy_name() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_->name();
+}
+
 int ScheduledQueue::in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return in_flight_;
+  return credit_.in_flight_tasks;
 }
 
 uint64_t ScheduledQueue::in_flight_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return in_flight_bytes_;
+  return credit_.in_flight_bytes;
+}
+
+int ScheduledQueue::in_flight_to(int server) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return credit_.InFlightTo(server);
 }
 
 size_t ScheduledQueue::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ready_.size();
+  return policy_->queued();
+}
+
+uint64_t ScheduledQueue::max_in_flight_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_in_flight_bytes_;
 }
 
 }  // namespace ferry

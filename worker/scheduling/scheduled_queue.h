@@ -1,78 +1,84 @@
 #pragma once
 
-// ScheduledQueue: decides which ready partition the worker pushes next.
-//
-// Order: highest priority first (larger = more urgent, as in BytePS: the default is
-// -(declaration index), so layers near the input go first); equal priorities keep
-// their arrival order.
+// ScheduledQueue: the worker's send queue. A Policy (policy.h, policies.h) decides the
+// order; the queue owns the credit accounting, the blocking and the clock.
 //
 // Credit: a task holds credit from the moment Next() hands it out until Done() is
 // called for it: when the server acknowledged the push (or answered it with the sum
-// or an error). The credit bounds this worker's own bytes on the way to the servers.
+// or an error). The credit bounds this worker's own bytes on the way to the servers,
+// and so how long a newly ready urgent partition can wait behind data already handed
+// to the transport: at most about one credit (ZeroMQ's queues and the socket buffers
+// hold only what is in flight, and that is within the credit).
 // It deliberately does not last until the sum is back: a sum waits for every worker's
 // push, and workers release partitions in different orders (gradients become ready at
 // different times), so a credit held until the sum can deadlock: worker A's credit is
-// all in partitions B has not sent yet, and B's in partitions A has not sent. Invariants, with credit counted
-// in partitions (C = FERRY_SCHEDULING_CREDIT) or bytes (B = FERRY_SCHEDULING_CREDIT_BYTES):
-//   - partitions in flight <= C (partition mode);
-//   - bytes in flight <= B + one partition (byte mode: a task larger than the credit
-//     left is released only when nothing is in flight, so no task waits forever);
-//   - every pushed task is eventually handed out (no starvation: whenever nothing is
-//     in flight the most urgent task goes, whatever its size).
-// Thread-safe.
+// all in partitions B has not sent yet, and B's in partitions A has not sent.
+//
+// Invariants (checked here with CHECK on every hand-out, and by the tests):
+//   - credit (policies with uses_credit()): bytes in flight <= the credit, except that
+//     when nothing is in flight one task goes whatever its size, so bytes in flight
+//     never exceed credit + one partition, and no task waits forever for credit;
+//   - window (per_server_window() > 0): tasks in flight to one server <= the window;
+//   - every pushed task is handed out exactly once, in the policy's order (equal
+//     priorities keep arrival order: Push numbers tasks in arrival order);
+//   - every task handed out is Done() exactly once (a second Done is a CHECK failure).
+// Thread-safe: any number of producers (Push), senders (Next) and acknowledgers (Done).
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <string>
+
+#include "worker/scheduling/policy.h"
 
 namespace ferry {
 
-struct PushTask {
-  int priority = 0;
-  uint64_t seq = 0;      // arrival order; set by Push
-  uint64_t bytes = 0;
-  uint64_t cookie = 0;   // the caller's reference to the task
-};
-
 class ScheduledQueue {
  public:
-  // credit_bytes > 0 selects byte mode, else at most credit_partitions in flight.
-  ScheduledQueue(int credit_partitions, int64_t credit_bytes);
+  // Microseconds on a monotonic clock; tests pass a fake one.
+  using NowFn = std::function<int64_t()>;
+
+  // `credit_bytes`: the credit, for policies that use one. REQUIRES: credit_bytes >= 1.
+  ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_bytes, NowFn now = nullptr);
 
   void Push(PushTask task);
-  // Blocks until a task may go under the credit, or the queue is closed (returns
-  // false). `timeout_ms` bounds one wait; returns false with *timed_out on expiry.
-  bool Next(PushTask* out, int64_t timeout_ms, bool* timed_out);
+  // Blocks until the policy hands out a batch (returns true), the queue is closed
+  // (false), or `timeout_ms` passed (false with *timed_out). `out` is overwritten only
+  // on success.
+  bool Next(Batch* out, int64_t timeout_ms, bool* timed_out);
+  // Next() that does not block.
+  bool TryNext(Batch* out);
   // Returns the credit of a task handed out by Next().
-  void Done(uint64_t bytes);
+  void Done(const PushTask& task);
   // Wakes every waiter; Next() returns false from now on.
   void Close();
+  // Re-evaluates blocked Next() calls: for fake clocks, after moving time.
+  void Wake();
 
-  void SetCredit(int credit_partitions, int64_t credit_bytes);
+  void SetCredit(uint64_t credit_bytes);
+  uint64_t credit_bytes() const;
+  std::string policy_name() const;
   int in_flight() const;
   uint64_t in_flight_bytes() const;
+  int in_flight_to(int server) const;
   size_t queued() const;
+  // The most bytes that were ever in flight at once (a record of the credit invariant).
+  uint64_t max_in_flight_bytes() const;
 
  private:
-  struct Order {
-    bool operator()(const PushTask& a, const PushTask& b) const {
-      if (a.priority != b.priority) return a.priority > b.priority;
-      return a.seq < b.seq;
-    }
-  };
-  bool CanRelease(const PushTask& t) const;  // REQUIRES: mu_ held
+  bool TryNextLocked(Batch* out);                  // REQUIRES: mu_ held
+  void CheckInvariants(const Batch& batch) const;  // REQUIRES: mu_ held
 
-  mutable std::mutex mu_;        // guards everything below
-  std::condition_variable cv_;   // signalled on Push, Done, Close, SetCredit
-  std::set<PushTask, Order> ready_;
+  const NowFn now_;
+  mutable std::mutex mu_;       // guards everything below, and the policy
+  std::condition_variable cv_;  // signalled on Push, Done, Close, SetCredit, Wake
+  std::unique_ptr<Policy> policy_;
+  CreditState credit_;  // limit_bytes: the credit (kUnlimited if unused)
+  uint64_t credit_bytes_;
   uint64_t next_seq_ = 0;
-  int credit_partitions_;
-  int64_t credit_bytes_;
-  int in_flight_ = 0;
-  uint64_t in_flight_bytes_ = 0;
+  uint64_t max_in_flight_bytes_ = 0;
   bool closed_ = false;
 };
 

@@ -26,6 +26,9 @@ from ferry.torch.ops import (
     num_servers,
     barrier,
     join,
+    step_boundary,
+    set_scheduling,
+    scheduling,
     declare,
     push_pull,
     push_pull_async,
@@ -52,7 +55,7 @@ from ferry.torch.cross_barrier import CrossBarrier
 __all__ = [
     "Compression", "Compressor", "FerryError", "Average", "Sum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "num_servers", "barrier", "join", "declare",
+    "num_servers", "barrier", "join", "step_boundary", "set_scheduling", "scheduling", "declare",
     "push_pull", "push_pull_async", "push_pull_inplace", "push_pull_async_inplace",
     "poll", "synchronize",
     "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",

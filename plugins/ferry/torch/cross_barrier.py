@@ -153,6 +153,9 @@ class CrossBarrier(object):
         # Forward order: the order the next forward needs the parameters in.
         self._pending = {p: opt._handles[p] for p in opt._ordered_params if p in opt._handles}
         opt._handles.clear()
+        # The iteration's end. This iteration's sums are still on their way; the core
+        # waits for them only at the iterations where FERRY_AUTOTUNE switches.
+        ops.step_boundary()
         return None
 
     def synchronize(self):

@@ -161,6 +161,28 @@ def join():
     _core.join()
 
 
+def step_boundary():
+    """The end of a training iteration: call it once per iteration on every worker
+    (DistributedOptimizer.step() and CrossBarrier.step() do). It times iterations, drives
+    FERRY_AUTOTUNE (which may switch partition size and credit here, on every worker at
+    once) and marks the FERRY_TRACE_DIR timeline."""
+    _require_init()
+    _core.step_boundary()
+
+
+def set_scheduling(partition_bytes, credit_bytes):
+    """Partition size and credit, in bytes, from the next push_pull on. Waits for this
+    worker's operations. Call it on every worker at the same point, between iterations."""
+    _require_init()
+    _core.set_scheduling(int(partition_bytes), int(credit_bytes))
+
+
+def scheduling():
+    """{'policy', 'partition_bytes', 'credit_bytes'}: what new push_pulls use."""
+    _require_init()
+    return _core.scheduling()
+
+
 def _require_init():
     if not _core.is_initialized() or _local is None:
         raise FerryError("ferry is not initialised: call ferry.torch.init() first")

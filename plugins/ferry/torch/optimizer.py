@@ -171,7 +171,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        result = super(self.__class__, self).step(closure)
+        # The iteration's end: every gradient is in (FERRY_AUTOTUNE may switch here).
+        ops.step_boundary()
+        return result
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:

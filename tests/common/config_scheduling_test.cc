@@ -1,0 +1,111 @@
+// Tests of the scheduling block of Config (FERRY_SCHEDULING_POLICY and its companions,
+// common/config/config.h): defaults, values, refusals that name the variable, and the
+// derived partition size and credit.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "common/config/config.h"
+#include "common/util/status.h"
+
+namespace ferry {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+Config Read(const Env& extra) {
+  Env env = {{"DMLC_ROLE", "worker"},       {"DMLC_NUM_WORKER", "2"},
+             {"DMLC_NUM_SERVER", "1"},      {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+             {"DMLC_PS_ROOT_PORT", "9000"}, {"DMLC_NODE_HOST", "127.0.0.1"}};
+  for (const auto& [k, v] : extra) env[k] = v;
+  return Config::FromEnvironment(MapEnvironment(env));
+}
+
+void ExpectInvalid(const Env& extra, const std::string& variable) {
+  try {
+    Read(extra);
+    ADD_FAILURE() << "accepted; expected an error naming " << variable;
+  } catch (const FerryError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+    EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConfigSchedulingTest, Defaults) {
+  Config c = Read({});
+  EXPECT_EQ(c.scheduling_policy, "credit");
+  EXPECT_EQ(c.fusion_bytes, 262144);
+  EXPECT_EQ(c.p3_slice_bytes, 160000);
+  EXPECT_EQ(c.bucket_bytes, 25 << 20);
+  EXPECT_EQ(c.bucket_timeout_ms, 5);
+  EXPECT_EQ(c.trace_dir, "");
+  EXPECT_FALSE(c.autotune);
+  EXPECT_EQ(c.autotune_steps, 3);
+  EXPECT_TRUE(c.autotune_partition_bytes.empty());
+  EXPECT_TRUE(c.autotune_credits.empty());
+  EXPECT_EQ(c.InitialPartitionBytes(), 4194304);
+  EXPECT_EQ(c.CreditBytesFor(4194304), 4 * 4194304);  // 4 partitions, as BytePS counts
+  EXPECT_NE(c.Summary().find("policy=credit"), std::string::npos);
+}
+
+TEST(ConfigSchedulingTest, Values) {
+  Config c = Read({{"FERRY_SCHEDULING_POLICY", "p3"},
+                   {"FERRY_P3_SLICE_BYTES", "65536"},
+                   {"FERRY_FUSION_BYTES", "0"},
+                   {"FERRY_BUCKET_BYTES", "1048576"},
+                   {"FERRY_BUCKET_TIMEOUT_MS", "0"},
+                   {"FERRY_TRACE_DIR", "/tmp/t"},
+                   {"FERRY_AUTOTUNE", "1"},
+                   {"FERRY_AUTOTUNE_STEPS", "5"},
+                   {"FERRY_AUTOTUNE_PARTITION_BYTES", "8192,1048576"},
+                   {"FERRY_AUTOTUNE_CREDITS", "1,16"},
+                   {"FERRY_SCHEDULING_CREDIT_BYTES", "100000"}});
+  EXPECT_EQ(c.scheduling_policy, "p3");
+  EXPECT_EQ(c.InitialPartitionBytes(), 65536);  // p3 cuts slices
+  EXPECT_EQ(c.fusion_bytes, 0);
+  EXPECT_EQ(c.bucket_bytes, 1048576);
+  EXPECT_EQ(c.bucket_timeout_ms, 0);
+  EXPECT_EQ(c.trace_dir, "/tmp/t");
+  EXPECT_TRUE(c.autotune);
+  EXPECT_EQ(c.autotune_steps, 5);
+  EXPECT_EQ(c.autotune_partition_bytes, (std::vector<int64_t>{8192, 1048576}));
+  EXPECT_EQ(c.autotune_credits, (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(c.CreditBytesFor(65536), 100000);  // given in bytes: independent of partitions
+  for (const char* p : {"fifo", "priority", "credit", "fifo-bucket"}) {
+    EXPECT_EQ(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling_policy, p);
+  }
+}
+
+TEST(ConfigSchedulingTest, Refusals) {
+  ExpectInvalid({{"FERRY_SCHEDULING_POLICY", "bytescheduler"}}, "FERRY_SCHEDULING_POLICY");
+  ExpectInvalid({{"FERRY_FUSION_BYTES", "-1"}}, "FERRY_FUSION_BYTES");
+  ExpectInvalid({{"FERRY_P3_SLICE_BYTES", "100"}}, "FERRY_P3_SLICE_BYTES");
+  ExpectInvalid({{"FERRY_BUCKET_BYTES", "lots"}}, "FERRY_BUCKET_BYTES");
+  ExpectInvalid({{"FERRY_AUTOTUNE", "maybe"}}, "FERRY_AUTOTUNE");
+  ExpectInvalid({{"FERRY_AUTOTUNE_STEPS", "1"}}, "FERRY_AUTOTUNE_STEPS");
+  ExpectInvalid({{"FERRY_AUTOTUNE_PARTITION_BYTES", "8192,,16384"}},
+                "FERRY_AUTOTUNE_PARTITION_BYTES");
+  ExpectInvalid({{"FERRY_AUTOTUNE_PARTITION_BYTES", "512"}}, "FERRY_AUTOTUNE_PARTITION_BYTES");
+  ExpectInvalid({{"FERRY_AUTOTUNE_CREDITS", "2, 4"}}, "FERRY_AUTOTUNE_CREDITS");
+  ExpectInvalid({{"FERRY_AUTOTUNE_CREDITS", "0"}}, "FERRY_AUTOTUNE_CREDITS");
+  // Every message a worker may send must fit the servers' limit.
+  ExpectInvalid(
+      {{"FERRY_SCHEDULING_POLICY", "fifo-bucket"}, {"FERRY_MAX_MESSAGE_BYTES", "20000000"}},
+      "FERRY_BUCKET_BYTES (26214400)");
+  ExpectInvalid({{"FERRY_PARTITION_BYTES", "65536"},
+                 {"FERRY_MAX_MESSAGE_BYTES", "200000"},
+                 {"FERRY_FUSION_BYTES", "300000"}},
+                "FERRY_FUSION_BYTES");
+  ExpectInvalid({{"FERRY_PARTITION_BYTES", "65536"},
+                 {"FERRY_MAX_MESSAGE_BYTES", "200000"},
+                 {"FERRY_FUSION_BYTES", "65536"},
+                 {"FERRY_AUTOTUNE_PARTITION_BYTES", "65536,262144"}},
+                "FERRY_AUTOTUNE_PARTITION_BYTES");
+  // The bucket size does not matter unless the policy is fifo-bucket.
+  EXPECT_NO_THROW(Read({{"FERRY_MAX_MESSAGE_BYTES", "20000000"}}));
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,81 @@
+// Tests of the Autotuner (worker/scheduling/autotune.h): the grid, the state machine
+// that every worker runs in step, the scoring (warm-up iteration not scored) and the
+// decision from summed scores.
+
+#include "worker/scheduling/autotune.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace ferry {
+namespace {
+
+TEST(AutotuneTest, DefaultGridAroundTheConfiguration) {
+  auto grid = Autotuner::Grid(4 << 20, 4, {}, {}, 1024, 64 << 20);
+  ASSERT_EQ(grid.size(), 9u);
+  EXPECT_EQ(grid[0], (SchedulingChoice{1 << 20, 2 * (1 << 20)}));
+  EXPECT_EQ(grid[4], (SchedulingChoice{4 << 20, 4 * (4 << 20)}));
+  EXPECT_EQ(grid[8], (SchedulingChoice{16 << 20, 8 * (16 << 20)}));
+}
+
+TEST(AutotuneTest, GridClampsAndDropsDuplicates) {
+  // P/4 and P clamp to the same minimum; credit 1 gives C/2 = 1 = C.
+  auto grid = Autotuner::Grid(2048, 1, {}, {}, 2048, 4096);
+  ASSERT_EQ(grid.size(), 4u);
+  EXPECT_EQ(grid[0], (SchedulingChoice{2048, 2048}));
+  EXPECT_EQ(grid[1], (SchedulingChoice{2048, 4096}));
+  EXPECT_EQ(grid[2], (SchedulingChoice{4096, 4096}));
+  EXPECT_EQ(grid[3], (SchedulingChoice{4096, 8192}));
+  auto given = Autotuner::Grid(1 << 20, 4, {8192, 16384}, {3}, 1024, 1 << 30);
+  EXPECT_EQ(given, (std::vector<SchedulingChoice>{{8192, 3 * 8192}, {16384, 3 * 16384}}));
+}
+
+TEST(AutotuneTest, TriesEachCandidateThenAsksForADecision) {
+  std::vector<SchedulingChoice> grid = {{1024, 1024}, {2048, 4096}, {4096, 4096}};
+  Autotuner t(grid, /*steps=*/3);
+  auto a = t.OnStep(-1);  // the first boundary
+  EXPECT_EQ(a.kind, Autotuner::Action::kSwitch);
+  EXPECT_EQ(a.choice, grid[0]);
+  std::vector<Autotuner::Action::Kind> kinds;
+  // Candidate c's iterations last 100 (warm-up, not scored), then 10 * (c + 1) each.
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(t.OnStep(100).kind, Autotuner::Action::kNone);
+    EXPECT_EQ(t.OnStep(10.0 * (c + 1)).kind, Autotuner::Action::kNone);
+    auto end = t.OnStep(10.0 * (c + 1));
+    if (c < 2) {
+      EXPECT_EQ(end.kind, Autotuner::Action::kSwitch);
+      EXPECT_EQ(end.choice, grid[c + 1]);
+    } else {
+      EXPECT_EQ(end.kind, Autotuner::Action::kDecide);
+    }
+  }
+  EXPECT_EQ(t.scores(), (std::vector<double>{20, 40, 60}));
+  EXPECT_EQ(t.OnStep(5).kind, Autotuner::Action::kNone);  // waits for Decide
+  // The workers' sums decide, not this worker's own scores.
+  EXPECT_EQ(t.Decide({300, 100, 200}), 1u);
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(t.OnStep(5).kind, Autotuner::Action::kNone);
+}
+
+TEST(AutotuneTest, TiesGoToTheLowerIndex) {
+  Autotuner t({{1024, 1}, {2048, 1}, {4096, 1}}, 2);
+  t.OnStep(-1);
+  while (t.OnStep(1).kind != Autotuner::Action::kDecide) {
+  }
+  EXPECT_EQ(t.Decide({7, 5, 5}), 1u);
+}
+
+TEST(AutotuneTest, WorkersWithDifferentTimesSwitchAtTheSameBoundaries) {
+  std::vector<SchedulingChoice> grid = {{1024, 1}, {2048, 1}};
+  Autotuner fast(grid, 4), slow(grid, 4);
+  for (int step = 0; step < 12; ++step) {
+    auto a = fast.OnStep(step == 0 ? -1 : 1.0);
+    auto b = slow.OnStep(step == 0 ? -1 : 1000.0 * step);
+    EXPECT_EQ(a.kind, b.kind) << "boundary " << step;
+    EXPECT_EQ(a.choice, b.choice) << "boundary " << step;
+  }
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,122 @@
+// Tests of the worker's Chrome-trace writer (worker/trace.h): the file is valid JSON
+// (checked by a strict little parser here), in the Trace Event Format, with each
+// partition's stages as nested async slices in order, instants, and escaped names.
+
+#include "worker/trace.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+#include "tests/support/json.h"
+
+namespace ferry {
+namespace {
+
+std::string TempDir() {
+  char dir[] = "/tmp/ferry-trace-test-XXXXXX";
+  EXPECT_NE(mkdtemp(dir), nullptr);
+  return dir;
+}
+
+testing::Json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  testing::Json j;
+  testing::JsonParser p(text.str());
+  EXPECT_TRUE(p.Parse(&j)) << "not valid JSON near byte " << p.at() << " of " << path;
+  return j;
+}
+
+TEST(TraceTest, WritesValidChromeTraceJson) {
+  std::string dir = TempDir();
+  std::string path;
+  {
+    Trace trace(dir, 3);
+    path = trace.path();
+    EXPECT_EQ(path, dir + "/ferry-worker-3.json");
+    int64_t t0 = NowUs();
+    trace.Instant("step 1", t0, "{}");
+    PartitionTimes p;
+    p.tensor = "layer \"1\"\\weight\n";  // quotes, backslash, control character
+    p.partition = 2;
+    p.key = 77;
+    p.server = 1;
+    p.bytes = 4096;
+    p.priority = -1;
+    p.round = 5;
+    p.fused = true;
+    p.ready_us = t0 + 10;
+    p.sent_us = t0 + 20;
+    p.acked_us = t0 + 30;
+    p.result_us = t0 + 50;
+    p.done_us = t0 + 55;
+    trace.Partition(p);
+    p.acked_us = 0;  // answered with the sum at once: no "server" stage
+    p.fused = false;
+    trace.Partition(p);
+    trace.Instant("scheduling", t0 + 60, "{\"partition_bytes\":1024}");
+  }  // the destructor closes the document
+  testing::Json j = ReadJson(path);
+  ASSERT_EQ(j.kind, testing::Json::kObject);
+  EXPECT_EQ(j["displayTimeUnit"].str, "ms");
+  const std::vector<testing::Json>& ev = j["traceEvents"].items;
+  ASSERT_EQ(ev.size(), 1u + 1 + 10 + 8 + 1);  // metadata, instant, 2 partitions, instant
+  EXPECT_EQ(ev[0]["ph"].str, "M");
+  EXPECT_EQ(ev[0]["args"]["name"].str, "worker 3");
+  EXPECT_EQ(ev[1]["ph"].str, "i");
+  EXPECT_EQ(ev[1]["name"].str, "step 1");
+  // The first partition: its slice, then queue, push, server, return, nested in order.
+  std::vector<std::string> names, phases;
+  double last_ts = -1;
+  for (size_t i = 2; i < 12; ++i) {
+    EXPECT_EQ(ev[i]["cat"].str, "partition");
+    EXPECT_EQ(ev[i]["id"].number, 1);
+    EXPECT_EQ(ev[i]["pid"].number, 3);
+    EXPECT_EQ(ev[i]["tid"].number, 1);
+    EXPECT_GE(ev[i]["ts"].number, last_ts) << "stages out of time order";
+    last_ts = ev[i]["ts"].number;
+    names.push_back(ev[i]["name"].str);
+    phases.push_back(ev[i]["ph"].str);
+  }
+  const std::string part = "layer \"1\"\\weight\n[2]";
+  EXPECT_EQ(names, (std::vector<std::string>{part, "queue", "queue", "push", "push", "server",
+                                             "server", "return", "return", part}));
+  EXPECT_EQ(phases, (std::vector<std::string>{"b", "b", "e", "b", "e", "b", "e", "b", "e", "e"}));
+  EXPECT_EQ(ev[2]["args"]["key"].number, 77);
+  EXPECT_EQ(ev[2]["args"]["bytes"].number, 4096);
+  EXPECT_EQ(ev[2]["args"]["priority"].number, -1);
+  EXPECT_EQ(ev[2]["args"]["round"].number, 5);
+  EXPECT_TRUE(ev[2]["args"]["fused"].b);
+  EXPECT_EQ(ev[6]["ts"].number - ev[5]["ts"].number, 10);  // push: sent -> acknowledged
+  EXPECT_EQ(ev[12]["id"].number, 2);
+  EXPECT_FALSE(ev[12]["args"]["fused"].b);
+  EXPECT_EQ(ev[17]["name"].str, "return");  // no "server" stage without an ack
+  EXPECT_EQ(ev.back()["name"].str, "scheduling");
+  EXPECT_EQ(ev.back()["args"]["partition_bytes"].number, 1024);
+  std::remove(path.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(TraceTest, UnwritableDirectoryIsAConfigurationError) {
+  try {
+    Trace trace("/nonexistent/ferry-trace", 0);
+    FAIL() << "opened a trace in a directory that does not exist";
+  } catch (const FerryError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+    EXPECT_NE(std::string(e.what()).find("FERRY_TRACE_DIR"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry

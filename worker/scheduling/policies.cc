@@ -1,0 +1,116 @@
+#include "worker/scheduling/policies.h"
+
+#include "common/transport/fused_push.h"
+#include "common/util/status.h"
+
+namespace ferry {
+
+std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
+  if (o.name == "fifo") return std::make_unique<FifoPolicy>();
+  if (o.name == "priority") return std::make_unique<PriorityPolicy>(false, 0);
+  if (o.name == "credit") return std::make_unique<PriorityPolicy>(true, o.fusion_bytes);
+  if (o.name == "p3") return std::make_unique<P3Policy>();
+  if (o.name == "fifo-bucket")
+    return std::make_unique<BucketPolicy>(o.bucket_bytes, o.bucket_timeout_us);
+  throw FerryError(ErrorCode::kInvalidConfig,
+                   StrCat("unknown scheduling policy '", o.name,
+                          "': expected fifo, priority, credit, p3 or fifo-bucket"));
+}
+
+void FifoPolicy::Ready(const PushTask& task, int64_t) { ready_.push_back(task); }
+
+bool FifoPolicy::Next(const CreditState&, int64_t, Batch* out) {
+  if (ready_.empty()) return false;
+  out->tasks.push_back(ready_.front());
+  ready_.pop_front();
+  return true;
+}
+
+void PriorityPolicy::Ready(const PushTask& task, int64_t) { ready_.insert(task); }
+
+bool PriorityPolicy::Next(const CreditState& credit, int64_t, Batch* out) {
+  auto it = ready_.begin();
+  if (it == ready_.end()) return false;
+  // Head of line: when the most urgent task does not fit, nothing goes, so an urgent
+  // partition never waits behind a smaller, less urgent one that slipped ahead.
+  if (with_credit_ && !credit.idle() && !credit.Admits(it->bytes)) return false;
+  const int server = it->server;
+  uint64_t bytes = it->bytes;
+  out->tasks.push_back(*it);
+  it = ready_.erase(it);
+  if (fusion_bytes_ > 0) Fuse(credit, server, bytes, it, out);
+  out->fuse_bytes = fusion_bytes_;
+  return true;
+}
+
+void PriorityPolicy::Fuse(const CreditState& credit, int server, uint64_t bytes,
+                          std::set<PushTask, ByPriority>::iterator it, Batch* out) {
+  // More tasks for the head's server, in priority order. A task for another server may
+  // be passed over (it goes on another connection), but only by strictly less urgent
+  // ones, so equal priorities keep their arrival order; a task for this server that
+  // cannot be taken ends the batch, so each server sees exact priority order.
+  bool passed = false;
+  int passed_priority = 0;  // the least urgent task passed over so far
+  for (size_t scanned = 0; it != ready_.end() && scanned < kMaxFusionScan; ++scanned) {
+    if (it->server != server) {
+      passed = true;
+      passed_priority = it->priority;
+      ++it;
+      continue;
+    }
+    if (bytes + it->bytes > fusion_bytes_ || out->tasks.size() >= kMaxFusedPushes ||
+        (with_credit_ && !credit.Admits(bytes + it->bytes)) ||
+        (passed && passed_priority <= it->priority)) {
+      return;
+    }
+    bytes += it->bytes;
+    out->tasks.push_back(*it);
+    it = ready_.erase(it);
+  }
+}
+
+void P3Policy::Ready(const PushTask& task, int64_t) { ready_.insert(task); }
+
+bool P3Policy::Next(const CreditState& credit, int64_t, Batch* out) {
+  // The most urgent slice whose server connection is idle.
+  for (auto it = ready_.begin(); it != ready_.end(); ++it) {
+    if (credit.InFlightTo(it->server) == 0) {
+      out->tasks.push_back(*it);
+      ready_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+void BucketPolicy::Ready(const PushTask& task, int64_t now_us) {
+  open_.push_back(task);
+  open_bytes_ += task.bytes;
+  last_ready_us_ = now_us;
+  queued_++;
+  // As DDP: the task that reaches the size closes the bucket (so a bucket exceeds
+  // bucket_bytes by less than one partition).
+  if (open_bytes_ >= bucket_bytes_) CloseBucket();
+}
+
+void BucketPolicy::CloseBucket() {
+  closed_.push_back(std::move(open_));
+  open_.clear();
+  open_bytes_ = 0;
+}
+
+bool BucketPolicy::Next(const CreditState&, int64_t now_us, Batch* out) {
+  if (closed_.empty() && !open_.empty() && now_us >= WakeAtUs()) CloseBucket();
+  if (closed_.empty()) return false;
+  out->tasks = std::move(closed_.front());
+  closed_.pop_front();
+  out->fuse_bytes = bucket_bytes_;
+  queued_ -= out->tasks.size();
+  return true;
+}
+
+int64_t BucketPolicy::WakeAtUs() const {
+  return open_.empty() ? Policy::WakeAtUs() : last_ready_us_ + timeout_us_;
+}
+
+}  // namespace ferry

@@ -1,0 +1,134 @@
+#pragma once
+
+// The scheduling policies (FERRY_SCHEDULING_POLICY). Each states what it guarantees;
+// tests/worker/policies_test.cc checks every statement with a fake clock.
+//
+//   fifo         Readiness order, no credit, no fusion: every partition is sent the
+//                moment its gradient is ready (wait-free backprop, BytePS's default).
+//                Order: arrival order, exactly.
+//   priority     Most urgent first (larger priority; by default the layers nearest the
+//                input), no credit: what is ready goes at once, but a backlog drains
+//                in priority order. Order: priority, then arrival.
+//   credit       ByteScheduler: priority + partitions + credit. The most urgent task
+//                goes only while the bytes in flight stay within the credit; if it does
+//                not fit, nothing goes (no smaller task slips past it), unless nothing
+//                is in flight, when it goes whatever its size. Fusion: the most urgent
+//                task takes along, into one message of at most `fusion_bytes`, the next
+//                ready tasks for the same server in priority order, passing over tasks
+//                for other servers only when those are strictly more urgent than the
+//                task taken. Order: per server, exactly priority then arrival; across
+//                servers, equal priorities keep arrival order, and a fused message puts
+//                less than `fusion_bytes` of less urgent data ahead of a more urgent
+//                task for another server. Credit: bytes in flight <= credit, or one
+//                task alone.
+//   p3           Priority-based parameter propagation: small slices (the partition size
+//                is FERRY_P3_SLICE_BYTES), most urgent first, at most one slice in
+//                flight per server connection. Order: priority, then arrival, per
+//                server (a task for an idle server may pass one whose server is busy).
+//   fifo-bucket  DDP / Horovod tensor fusion: ready partitions collect in a bucket in
+//                arrival order; the bucket goes, whole, once it holds `bucket_bytes`
+//                or once no partition became ready for `bucket_timeout_us` (the end of
+//                backward), and buckets go in order. Each bucket is one fused message
+//                per server. No credit. Order: arrival order, exactly.
+//
+// Every policy hands out every task eventually, provided every task handed out is
+// eventually done (its credit returned) and time advances (fifo-bucket's timer).
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "worker/scheduling/policy.h"
+
+namespace ferry {
+
+struct PolicyOptions {
+  std::string name = "credit";       // fifo, priority, credit, p3 or fifo-bucket
+  uint64_t fusion_bytes = 262144;    // credit
+  uint64_t bucket_bytes = 26214400;  // fifo-bucket
+  int64_t bucket_timeout_us = 5000;  // fifo-bucket
+};
+
+// Throws FerryError(kInvalidConfig) for an unknown name.
+std::unique_ptr<Policy> MakePolicy(const PolicyOptions& options);
+
+// Most urgent first; equal priorities in arrival order.
+struct ByPriority {
+  bool operator()(const PushTask& a, const PushTask& b) const {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    return a.seq < b.seq;
+  }
+};
+
+class FifoPolicy : public Policy {
+ public:
+  std::string name() const override { return "fifo"; }
+  void Ready(const PushTask& task, int64_t now_us) override;
+  bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
+  size_t queued() const override { return ready_.size(); }
+
+ private:
+  std::deque<PushTask> ready_;  // arrival order
+};
+
+// `priority` (with_credit false, no fusion) and `credit` (with_credit true).
+class PriorityPolicy : public Policy {
+ public:
+  PriorityPolicy(bool with_credit, uint64_t fusion_bytes)
+      : with_credit_(with_credit), fusion_bytes_(fusion_bytes) {}
+  std::string name() const override { return with_credit_ ? "credit" : "priority"; }
+  bool uses_credit() const override { return with_credit_; }
+  void Ready(const PushTask& task, int64_t now_us) override;
+  bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
+  size_t queued() const override { return ready_.size(); }
+
+ private:
+  // Ready tasks a fused batch looks at, at most (bounds the work under the queue's lock).
+  static constexpr size_t kMaxFusionScan = 1024;
+  // Adds tasks for `server` to `out` (which holds `bytes`), from `it` on.
+  void Fuse(const CreditState& credit, int server, uint64_t bytes,
+            std::set<PushTask, ByPriority>::iterator it, Batch* out);
+
+  const bool with_credit_;
+  const uint64_t fusion_bytes_;
+  std::set<PushTask, ByPriority> ready_;
+};
+
+class P3Policy : public Policy {
+ public:
+  std::string name() const override { return "p3"; }
+  int per_server_window() const override { return 1; }
+  void Ready(const PushTask& task, int64_t now_us) override;
+  bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
+  size_t queued() const override { return ready_.size(); }
+
+ private:
+  std::set<PushTask, ByPriority> ready_;
+};
+
+class BucketPolicy : public Policy {
+ public:
+  BucketPolicy(uint64_t bucket_bytes, int64_t timeout_us)
+      : bucket_bytes_(bucket_bytes), timeout_us_(timeout_us) {}
+  std::string name() const override { return "fifo-bucket"; }
+  void Ready(const PushTask& task, int64_t now_us) override;
+  bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
+  int64_t WakeAtUs() const override;
+  size_t queued() const override { return queued_; }
+
+ private:
+  void CloseBucket();
+
+  const uint64_t bucket_bytes_;
+  const int64_t timeout_us_;
+  std::vector<PushTask> open_;  // the bucket filling now, arrival order
+  uint64_t open_bytes_ = 0;
+  int64_t last_ready_us_ = 0;                 // when the last task joined open_
+  std::deque<std::vector<PushTask>> closed_;  // buckets ready to go, in order
+  size_t queued_ = 0;                         // tasks in open_ and closed_
+};
+
+}  // namespace ferry

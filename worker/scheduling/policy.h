@@ -1,0 +1,90 @@
+#pragma once
+
+// Policy: decides which ready partitions a worker pushes next, and how they travel.
+//
+// A policy sees three events, all from the ScheduledQueue (scheduled_queue.h), which
+// calls them under its own lock (a policy needs no locking of its own):
+//   Ready(task)   a partition's gradient is ready to push;
+//   Next(credit)  the sender may send: return the next batch that may go now, given
+//                 the credit the queue accounts for (bytes and tasks in flight, in
+//                 total and per server), or nothing;
+//   Done(task)    a task handed out earlier no longer holds credit (its push was
+//                 acknowledged, answered, or failed).
+// Time comes in as an argument (microseconds on the queue's clock), so tests drive
+// policies with a fake clock.
+//
+// The policies (policies.h): fifo, priority, credit (ByteScheduler, the default), p3
+// and fifo-bucket. Their order and credit invariants are stated there.
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+struct PushTask {
+  int priority = 0;  // larger is more urgent (BytePS's convention)
+  uint64_t seq = 0;  // arrival order; set by ScheduledQueue::Push
+  uint64_t bytes = 0;
+  int server = 0;       // the server rank the partition goes to
+  uint64_t cookie = 0;  // the caller's reference to the task
+};
+
+// The queue's credit accounting, as a policy sees it in Next().
+struct CreditState {
+  static constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
+  uint64_t limit_bytes = kUnlimited;  // the credit (kUnlimited for policies without one)
+  uint64_t in_flight_bytes = 0;
+  int in_flight_tasks = 0;
+  std::vector<int> in_flight_per_server;  // by server rank (shorter: 0 beyond its end)
+
+  bool idle() const { return in_flight_tasks == 0; }
+  // Whether `bytes` more may go within the credit.
+  bool Admits(uint64_t bytes) const {
+    return limit_bytes == kUnlimited || in_flight_bytes + bytes <= limit_bytes;
+  }
+  int InFlightTo(int server) const {
+    return server < static_cast<int>(in_flight_per_server.size()) ? in_flight_per_server[server]
+                                                                  : 0;
+  }
+};
+
+// Tasks handed out together. The sender packs a batch's tasks for one server, in batch
+// order, into PUSH_FUSED messages of at most `fuse_bytes` (and kMaxFusedPushes pushes);
+// a task that ends up alone goes as a zero-copy PUSH. 0: every task alone.
+struct Batch {
+  std::vector<PushTask> tasks;
+  uint64_t fuse_bytes = 0;
+
+  uint64_t bytes() const {
+    uint64_t b = 0;
+    for (const PushTask& t : tasks) b += t.bytes;
+    return b;
+  }
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  // Whether the queue's byte credit applies (the queue then refuses a batch that does
+  // not fit, unless nothing is in flight and the batch is one task).
+  virtual bool uses_credit() const { return false; }
+  // > 0: at most this many tasks in flight to one server (p3's one slice per connection).
+  virtual int per_server_window() const { return 0; }
+
+  virtual void Ready(const PushTask& task, int64_t now_us) = 0;
+  // Fills `out` (cleared by the caller) and returns true, or returns false if nothing
+  // may go now.
+  virtual bool Next(const CreditState& credit, int64_t now_us, Batch* out) = 0;
+  virtual void Done(const PushTask& /*task*/) {}
+  // When Next() may have a batch without another Ready() or Done(): a timer. The
+  // default: never.
+  virtual int64_t WakeAtUs() const { return std::numeric_limits<int64_t>::max(); }
+  // Tasks ready and not yet handed out.
+  virtual size_t queued() const = 0;
+};
+
+}  // namespace ferry

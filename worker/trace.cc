@@ -1,0 +1,87 @@
+#include "worker/trace.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+
+namespace ferry {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+Trace::Trace(const std::string& dir, int rank)
+    : path_(StrCat(dir, "/ferry-worker-", rank, ".json")), rank_(rank), origin_us_(NowUs()) {
+  out_.open(path_, std::ios::out | std::ios::trunc);
+  FERRY_ENFORCE(out_.good(), ErrorCode::kInvalidConfig, "invalid configuration: FERRY_TRACE_DIR='",
+                dir, "': cannot write ", path_, ": ", std::strerror(errno));
+  out_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  Event(StrCat("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", rank_,
+               ",\"args\":{\"name\":", JsonString(StrCat("worker ", rank_)), "}}"));
+}
+
+Trace::~Trace() { Close(); }
+
+void Trace::Event(const std::string& json) {
+  if (closed_) return;
+  if (!first_) out_ << ",\n";
+  first_ = false;
+  out_ << json;
+}
+
+void Trace::Partition(const PartitionTimes& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  auto edge = [&](const char* ph, const std::string& name, int64_t at_us, const std::string& args) {
+    Event(StrCat("{\"ph\":\"", ph, "\",\"cat\":\"partition\",\"id\":", id, ",\"name\":", name,
+                 ",\"pid\":", rank_, ",\"tid\":", p.server, ",\"ts\":", at_us - origin_us_, args,
+                 "}"));
+  };
+  auto stage = [&](const char* name, int64_t from_us, int64_t to_us) {
+    edge("b", JsonString(name), from_us, "");
+    edge("e", JsonString(name), to_us, "");
+  };
+  const std::string name = JsonString(StrCat(p.tensor, "[", p.partition, "]"));
+  edge("b", name, p.ready_us,
+       StrCat(",\"args\":{\"key\":", p.key, ",\"server\":", p.server, ",\"bytes\":", p.bytes,
+              ",\"priority\":", p.priority, ",\"round\":", p.round,
+              ",\"fused\":", p.fused ? "true" : "false", "}"));
+  stage("queue", p.ready_us, p.sent_us);
+  stage("push", p.sent_us, p.acked_us ? p.acked_us : p.result_us);
+  if (p.acked_us) stage("server", p.acked_us, p.result_us);
+  stage("return", p.result_us, p.done_us);
+  edge("e", name, p.done_us, "");
+}
+
+void Trace::Instant(const std::string& name, int64_t at_us, const std::string& args_json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Event(StrCat("{\"ph\":\"i\",\"s\":\"p\",\"name\":", JsonString(name), ",\"pid\":", rank_,
+               ",\"tid\":0,\"ts\":", at_us - origin_us_, ",\"args\":", args_json, "}"));
+}
+
+void Trace::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  out_ << "\n]}\n";
+  out_.close();
+}
+
+}  // namespace ferry

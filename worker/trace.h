@@ -1,0 +1,75 @@
+#pragma once
+
+// Trace: a Chrome-trace timeline of one worker (FERRY_TRACE_DIR), loadable in
+// chrome://tracing and Perfetto (ui.perfetto.dev).
+//
+// File: <dir>/ferry-worker-<rank>.json, in the Trace Event Format's object form
+// {"traceEvents": [...], "displayTimeUnit": "ms"}, written as events happen and closed
+// by Close() (or the destructor). Times are microseconds since the trace opened.
+//
+// Events:
+//   - each pushed partition is an async slice (ph "b"/"e", cat "partition", its own id)
+//     named "<tensor>[<partition>]", with args key, server, bytes, priority, round,
+//     fused; nested in it, the stages
+//       "queue"   ready (its gradient was handed to Ferry) -> handed to the transport,
+//       "push"    handed to the transport -> acknowledged by the server (or answered),
+//       "server"  acknowledged -> the sum arrived (waiting for the other workers, summing),
+//       "return"  the sum arrived -> copied into the output;
+//   - instant events (ph "i"): "step <n>" at each iteration boundary, and "scheduling"
+//     when the partition size or credit changes, with the values in args.
+// Thread-safe.
+
+#include <cstdint>
+#include <fstream>
+#include <mutex>
+#include <string>
+
+namespace ferry {
+
+// One partition's way through the worker, for Trace::Partition. Times: NowUs().
+struct PartitionTimes {
+  std::string tensor;
+  uint32_t partition = 0;
+  uint64_t key = 0;
+  int server = 0;
+  uint64_t bytes = 0;
+  int priority = 0;
+  uint32_t round = 0;
+  bool fused = false;
+  int64_t ready_us = 0;
+  int64_t sent_us = 0;
+  int64_t acked_us = 0;  // 0: answered with the sum, without an acknowledgement
+  int64_t result_us = 0;
+  int64_t done_us = 0;
+};
+
+class Trace {
+ public:
+  // Opens the file; throws FerryError(kInvalidConfig) naming it if it cannot.
+  Trace(const std::string& dir, int rank);
+  ~Trace();
+
+  void Partition(const PartitionTimes& p);
+  // An instant event; `args_json` is a JSON object ("{}" for none).
+  void Instant(const std::string& name, int64_t at_us, const std::string& args_json);
+  // Ends the JSON document; later events are dropped. Idempotent.
+  void Close();
+  const std::string& path() const { return path_; }
+
+ private:
+  void Event(const std::string& json);  // REQUIRES: mu_ held
+
+  const std::string path_;
+  const int rank_;
+  const int64_t origin_us_;
+  std::mutex mu_;  // guards out_, next_id_, first_, closed_
+  std::ofstream out_;
+  uint64_t next_id_ = 1;
+  bool first_ = true;
+  bool closed_ = false;
+};
+
+// `s` as a JSON string literal, quotes included.
+std::string JsonString(const std::string& s);
+
+}  // namespace ferry
