@@ -55,7 +55,7 @@ class PerfRun(Run):
     def __init__(self, args, k, name):
         cluster = SimpleNamespace(workers=args.workers, servers=0, colocate=True, extra_servers=k,
                                   log_level=args.log_level, bin=args.bin)
-        env = {"FERRY_PARTITION_BYTES": str(args.partition_bytes)}
+        env = dict({"FERRY_PARTITION_BYTES": str(args.partition_bytes)}, **args.env)
         super().__init__(cluster, "perf", args.rate, 1.0, env, name)
         self.bench, self.k = args, k
 
@@ -184,6 +184,8 @@ def main():
     p.add_argument("--bytes", default="100M", help="bytes per worker (K, M, G: powers of 1024)")
     p.add_argument("--partition-bytes", type=int, default=1 << 20,
                    help="FERRY_PARTITION_BYTES (small partitions spread evenly over 4-8 servers)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an extra environment variable for every Ferry process (repeatable)")
     p.add_argument("--iters", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
@@ -194,6 +196,7 @@ def main():
     p.add_argument("--plot", help="a PNG to draw")
     args = p.parse_args()
     args.ks = [int(k) for k in args.ks.split(",")]
+    args.env = dict(item.split("=", 1) for item in args.env)
     args.nbytes = parse_bytes(args.bytes)
     args.bin = os.path.abspath(args.bin)
     why = ferry_netns.unavailable_reason()
