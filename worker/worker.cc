@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/transport/fused_push.h"
 #include "common/util/clock.h"
@@ -68,11 +69,16 @@ struct Worker::InFlight {
   bool credit_returned = false;  // the server acknowledged the push (or answered it)
   bool fused = false;            // first sent inside a PUSH_FUSED
   int attempts = 0;              // resends so far
-  int64_t resend_at_ms = 0;      // no answer by then: resend (see ResendOverdue)
+  // No answer by then: resend (see ResendOverdue). kNotOnTheWire while ZeroMQ still
+  // queues the push here: the timer starts when its bytes have left (the payload's
+  // release), so a deep local queue (fifo, big models, slow links) causes no resends.
+  int64_t resend_at_ms = 0;
   int64_t ready_us = 0, sent_us = 0, acked_us = 0;  // for the trace
 };
 
 namespace {
+
+constexpr int64_t kNotOnTheWire = std::numeric_limits<int64_t>::max();
 
 uint64_t CountOf(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -336,7 +342,7 @@ void Worker::SendBatch(const Batch& batch) {
     Tensor& t = *f.op->tensor;
     uint64_t request = next_request_++;
     f.round = t.cuts[f.op->layout].rounds[f.part]++;
-    f.resend_at_ms = NowMs() + config_.resend_timeout_ms;
+    f.resend_at_ms = PartOf(f).bytes > 0 ? kNotOnTheWire : NowMs() + config_.resend_timeout_ms;
     f.sent_us = now_us;
     if (open.size() <= static_cast<size_t>(task.server)) open.resize(task.server + 1, 0);
     size_t& slot = open[task.server];
@@ -368,8 +374,20 @@ void Worker::SendBatch(const Batch& batch) {
       continue;
     }
     std::vector<const Message*> parts;
-    for (const Message& m : pack.pushes) parts.push_back(&m);
+    std::vector<uint64_t> requests;
+    for (const Message& m : pack.pushes) {
+      parts.push_back(&m);
+      requests.push_back(m.envelope.request_id());
+    }
     Message fused = MakeFusedPush(my_id_, parts);
+    if (!fused.payload.empty()) {
+      // The parts' resend timers start once ZeroMQ let go of the fused copy.
+      Buffer copy = fused.payload;
+      fused.payload = Buffer::Borrow(copy.data(), copy.size(), [this, copy, requests] {
+        std::lock_guard<std::mutex> l(mu_);
+        for (uint64_t r : requests) StartResendTimer(r);
+      });
+    }
     stat_fused_messages_++;
     stat_parts_fused_ += pack.pushes.size();
     pack.pushes.clear();  // releases the borrowed inputs: their hooks take mu_
@@ -399,14 +417,28 @@ Message Worker::BuildPush(const InFlight& f, uint64_t request) {
     op->releases_left++;
     // Zero copy: ZeroMQ sends straight from the caller's input (or MakeFusedPush
     // copies it); the release hook tells us when it no longer reads it.
-    m.payload = Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op] {
+    m.payload = Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op, request] {
       std::lock_guard<std::mutex> l(mu_);
+      auto it = in_flight_.find(request);
+      // A part of a fused push was copied, not sent: the fused copy starts its timer
+      // (above). Its resends go alone (attempts > 0) and start their own.
+      if (it != in_flight_.end() && (!it->second.fused || it->second.attempts > 0)) {
+        StartResendTimer(request);
+      }
       op->releases_left--;
       stat_releases_++;
       MaybeComplete(op);
     });
   }
   return m;
+}
+
+void Worker::StartResendTimer(uint64_t request) {
+  auto it = in_flight_.find(request);
+  if (it == in_flight_.end() || it->second.resend_at_ms != kNotOnTheWire) return;
+  // Back off: the timeout doubles per attempt, up to 32x.
+  it->second.resend_at_ms =
+      NowMs() + config_.resend_timeout_ms * (int64_t{1} << std::min(it->second.attempts, 5));
 }
 
 void Worker::ResendOverdue() {
@@ -417,8 +449,11 @@ void Worker::ResendOverdue() {
     for (auto& [request, f] : in_flight_) {
       if (f.op->done || now < f.resend_at_ms) continue;
       f.attempts++;
-      // Back off: the timeout doubles per attempt, up to 32x.
-      f.resend_at_ms = now + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
+      // Back off: the timeout doubles per attempt, up to 32x. A resent payload starts
+      // its timer when ZeroMQ has sent it (StartResendTimer from its release).
+      const bool payload = !f.credit_returned && PartOf(f).bytes > 0;
+      f.resend_at_ms = payload ? kNotOnTheWire
+                               : now + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
       const Tensor& t = *f.op->tensor;
       const PartitionSpec& p = PartOf(f);
       if (f.credit_returned) {

@@ -194,6 +194,8 @@ class Worker {
   void FinishAutotune();  // REQUIRES: step_mu_ held
   // Sender thread: sends again what got no answer within FERRY_RESEND_TIMEOUT_MS.
   void ResendOverdue();
+  // REQUIRES: mu_ held. The push `request` is on the wire: its resend timer starts.
+  void StartResendTimer(uint64_t request);
   void NoteLateReply(const Message& m);
   void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
