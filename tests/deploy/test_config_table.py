@@ -45,6 +45,15 @@ INVALID = {
     "FERRY_SERVER_GPU_STREAMS": "0",
     "FERRY_TEST_DELAY_MS": "forever",
     "FERRY_TEST_DROP_PERCENT": "150",
+    "FERRY_SCHEDULING_POLICY": "random",
+    "FERRY_FUSION_BYTES": "-1",
+    "FERRY_P3_SLICE_BYTES": "10",
+    "FERRY_BUCKET_BYTES": "1",
+    "FERRY_BUCKET_TIMEOUT_MS": "-5",
+    "FERRY_AUTOTUNE": "perhaps",
+    "FERRY_AUTOTUNE_STEPS": "1",
+    "FERRY_AUTOTUNE_PARTITION_BYTES": "1M,2M",
+    "FERRY_AUTOTUNE_CREDITS": "0",
 }
 
 # Documented variables the programs do not read, or that accept any value.
@@ -52,6 +61,8 @@ NOT_READ_BY_THE_PROGRAMS = {
     "DMLC_INTERFACE": "read by ferry-launch (tests/deploy/test_launcher.py)",
     "FERRY_LOCAL_SIZE": "read by ferry-launch and the plugin (tests/deploy/test_launcher.py)",
     "FERRY_LOCAL_RANK": "set by ferry-launch, read by the plugin",
+    "FERRY_TRACE_DIR": "any directory: a worker that cannot write its trace there stops with "
+                       "exit 2 naming it (tests/worker/trace_test.cc)",
 }
 
 
