@@ -24,6 +24,7 @@
 // runs RunCompletions between work items, and the sum goes out from OnSumReady (the key
 // is `summing` meanwhile: key_state.h). Deterministic mode works on both devices (pushes
 // go to the device in rank order); asynchronous mode is CPU only (CheckServerSettings).
+// GPU servers start no SumPool helper threads.
 
 #include <atomic>
 #include <condition_variable>

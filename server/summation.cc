@@ -31,7 +31,7 @@ class CpuSummation : public Summation {
 class GpuSummation : public Summation {
  public:
   GpuSummation(std::unique_ptr<GpuSummer> summer, SumReady ready)
-      : summer_(std::move(summer)), ready_(std::move(ready)) {}
+      : ready_(std::move(ready)), summer_(std::move(summer)) {}
 
   void Add(uint64_t key, KeyState& state, Buffer push) override {
     // Copied into pinned staging before Add returns: `push` (the received frame) is
@@ -51,8 +51,9 @@ class GpuSummation : public Summation {
   size_t RunCompletions() override { return summer_->RunCompletions(); }
 
  private:
-  std::unique_ptr<GpuSummer> summer_;
+  // ready_ first: the summer (destroyed first) holds closures that call it.
   const SumReady ready_;
+  std::unique_ptr<GpuSummer> summer_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct Device {
   std::string server;  // the server program
   bool real_gpu = false;
 };
+
+// Test names and ctest's list show the device's name, not the bytes of the struct.
+void PrintTo(const Device& d, std::ostream* os) { *os << d.name; }
 
 class GpuClusterTest : public ::testing::TestWithParam<Device> {
  protected:
