@@ -143,8 +143,7 @@ TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
   job.ExpectAllSucceed(300000);
   if (HasFatalFailure()) return;
   for (int w : job.workers) {
-    EXPECT_NE(job.group.Output(w).find("OK rounds=12"), std::string::npos)
-        << job.group.Output(w);
+    EXPECT_NE(job.group.Output(w).find("OK rounds=12"), std::string::npos) << job.group.Output(w);
   }
   job.ExpectServersOnGpu();
   std::vector<int> all = job.servers;
@@ -178,7 +177,7 @@ TEST_P(GpuClusterTest, DeterministicSumsAreBitwiseInRankOrder) {
     EXPECT_NE(out.find("OK deterministic rounds=10"), std::string::npos) << out;
     std::smatch m;
     checksums.push_back(std::regex_search(out, m, std::regex("checksum ([0-9a-f]+)")) ? m[1].str()
-                                                                                       : "none");
+                                                                                      : "none");
   }
   for (const std::string& c : checksums) EXPECT_EQ(c, checksums[0]);
   EXPECT_NE(checksums[0], "none");
@@ -201,11 +200,12 @@ TEST_P(GpuClusterTest, JoiningWorkersAndRestartedRounds) {
   job.ExpectServersOnGpu();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Devices, GpuClusterTest,
-    ::testing::Values(Device{"RealGpu", "ferry-server", true},
-                      Device{"FakeGpu", "ferry-test-fake-gpu-server", false}),
-    [](const ::testing::TestParamInfo<Device>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Devices, GpuClusterTest,
+                         ::testing::Values(Device{"RealGpu", "ferry-server", true},
+                                           Device{"FakeGpu", "ferry-test-fake-gpu-server", false}),
+                         [](const ::testing::TestParamInfo<Device>& info) {
+                           return info.param.name;
+                         });
 
 TEST(FakeGpuClusterTest, ResendsWhileASumIsOnItsWayAreAnsweredNotAdded) {
   // No message is lost, but every 8th sum takes 600 ms to come back, twice the resend

@@ -38,8 +38,9 @@ class FakeGpuSummer::Pool : public std::enable_shared_from_this<Pool> {
     if (block == nullptr) block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     CHECK(block != nullptr) << "out of memory for a " << bytes << "-byte sum";
     std::shared_ptr<Pool> self = shared_from_this();
-    return Buffer(block, bytes,
-                  std::shared_ptr<void>(block, [self, bytes](void* b) { self->Release(b, bytes); }));
+    return Buffer(block, bytes, std::shared_ptr<void>(block, [self, bytes](void* b) {
+                    self->Release(b, bytes);
+                  }));
   }
   size_t allocated() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -89,8 +90,10 @@ void FakeGpuSummer::Add(uint64_t key, const void* src, size_t bytes, DataType ty
   CheckThread();
   CheckFailed();
   if (faults_.fail_after_adds > 0 && ++adds_ >= static_cast<uint64_t>(faults_.fail_after_adds)) {
-    failure_ = StrCat("cudaMemcpyAsync(...) failed: cudaErrorLaunchFailure (injected by "
-                      "FakeGpuSummer after ", adds_, " adds)");
+    failure_ = StrCat(
+        "cudaMemcpyAsync(...) failed: cudaErrorLaunchFailure (injected by "
+        "FakeGpuSummer after ",
+        adds_, " adds)");
     CheckFailed();
   }
   FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(type)), ErrorCode::kInvalidArgument,
@@ -109,9 +112,9 @@ void FakeGpuSummer::Add(uint64_t key, const void* src, size_t bytes, DataType ty
     it = keys_.emplace(key, std::move(k)).first;
   }
   KeySum& k = it->second;
-  FERRY_ENFORCE(k.bytes == bytes && k.type == type, ErrorCode::kInvalidArgument,
-                "GpuSummer: key ", key, " holds ", k.bytes, " bytes of ", DataTypeName(k.type),
-                "; Add got ", bytes, " bytes of ", DataTypeName(type));
+  FERRY_ENFORCE(k.bytes == bytes && k.type == type, ErrorCode::kInvalidArgument, "GpuSummer: key ",
+                key, " holds ", k.bytes, " bytes of ", DataTypeName(k.type), "; Add got ", bytes,
+                " bytes of ", DataTypeName(type));
   if (bytes > 0) {
     if (k.open) {
       SumInto(k.accumulator.data(), src, bytes / DataTypeSize(type), type);
@@ -135,10 +138,11 @@ void FakeGpuSummer::Finish(uint64_t key, Done done) {
   ++finishes_;
   const bool slow = faults_.slow_every > 0 && finishes_ % faults_.slow_every == 0;
   const auto delay =
-      slow ? std::chrono::microseconds(int64_t{faults_.slow_ms} * 1000)
-           : std::chrono::microseconds(faults_.max_delay_us > 0
-                                           ? rng_() % static_cast<uint32_t>(faults_.max_delay_us + 1)
-                                           : 0);
+      slow
+          ? std::chrono::microseconds(int64_t{faults_.slow_ms} * 1000)
+          : std::chrono::microseconds(faults_.max_delay_us > 0
+                                          ? rng_() % static_cast<uint32_t>(faults_.max_delay_us + 1)
+                                          : 0);
   p.due = Clock::now() + delay;
   p.done = std::move(done);
   k.open = false;

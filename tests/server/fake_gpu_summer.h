@@ -86,15 +86,15 @@ class FakeGpuSummer : public GpuSummer {
   const GpuSummerOptions options_;
   const FakeGpuFaults faults_;
   std::shared_ptr<Pool> pool_;
-  std::thread::id owner_;  // the thread of the first call
+  std::thread::id owner_;                      // the thread of the first call
   std::unordered_map<uint64_t, KeySum> keys_;  // owner thread only
   size_t next_lane_ = 0;
   uint64_t adds_ = 0, finishes_ = 0;
   std::string failure_;  // non-empty: every call throws it
   std::mt19937 rng_{12345};
 
-  mutable std::mutex mu_;       // guards lanes_, pending_ and stop_
-  std::condition_variable cv_;  // signalled on a new pending sum or stop
+  mutable std::mutex mu_;                      // guards lanes_, pending_ and stop_
+  std::condition_variable cv_;                 // signalled on a new pending sum or stop
   std::vector<std::deque<PendingSum>> lanes_;  // per stream, in Finish order, due ascending
   size_t pending_ = 0;
   bool stop_ = false;
