@@ -65,7 +65,7 @@ bool KeyState::Record(int rank, const PendingReply& reply, const std::vector<boo
 }
 
 bool KeyState::Complete(const std::vector<bool>& joined) const {
-  if (waiting.empty()) return false;
+  if (waiting.empty() || summing) return false;
   for (size_t r = 0; r < pushed.size(); ++r) {
     if (!pushed[r] && !(r < joined.size() && joined[r])) return false;
   }
@@ -86,6 +86,8 @@ void KeyState::NextRound(int num_workers) {
 }
 
 void KeyState::Restart(int num_workers) {
+  summing = false;
+  ++generation;
   round = 0;
   pushed.assign(num_workers, false);
   held.assign(num_workers, Buffer());

@@ -22,6 +22,17 @@
 // being sent (and kept as `last_sum`), and no buffer is reused, ever: it is freed
 // once neither ZeroMQ nor `last_sum` holds it.
 //
+// Sums that come later (FERRY_SERVER_DEVICE=gpu, server/summation.h): between a
+// round's completion and the arrival of its sum the key is `summing`: still at round r,
+// every pusher recorded in `pushed` and `waiting`. So a resent push or a PULL of round r
+// is a duplicate (acknowledged again, not added), Complete() is false (a JOIN meanwhile
+// does not finish the round twice), and no push of r+1 can come (no worker has the sum
+// of r). When the sum arrives the server moves the key on exactly as the CPU path does
+// at completion. The sum is pinned host memory from a pool and follows the buffer
+// invariant above: its block is reused only once neither ZeroMQ nor `last_sum` holds
+// it (server/gpu/pinned_pool.h). `generation` changes whenever a round is abandoned
+// (Restart, a failed key): a sum finished under an older generation answers nobody.
+//
 // Deterministic mode (FERRY_DETERMINISTIC=1): invariant: `sum` holds exactly the pushes
 // of the ranks below `next_rank`, added in ascending rank order (the lowest rank's
 // frame adopted, ranks that joined skipped); a push from rank next_rank or above waits
@@ -82,6 +93,8 @@ struct KeyState {
   Buffer sum;                         // this round's running sum (empty: no push yet)
   std::vector<bool> pushed;           // by worker rank, for this round
   std::vector<PendingReply> waiting;  // pushers of this round, in arrival order
+  bool summing = false;               // complete; its sum is on its way (see above)
+  uint64_t generation = 0;            // bumped when a round is abandoned (see above)
 
   bool has_last = false;              // round - 1 completed and its sum is kept
   Buffer last_sum;                    // the sum of round - 1 (see Resends above)
@@ -104,7 +117,7 @@ struct KeyState {
   // Records an accepted push from `rank`; returns true when the round is complete.
   bool Record(int rank, const PendingReply& reply, const std::vector<bool>& joined);
   // Whether every worker has pushed this round or joined (has no more pushes), with
-  // at least one push to answer.
+  // at least one push to answer, and the round is not already summing.
   bool Complete(const std::vector<bool>& joined) const;
   // What to do with a PULL (a worker asking for the sum of `pull_round` after its push
   // was acknowledged): kPrevious (answer from last_sum), kDuplicate (the round is still
@@ -116,6 +129,12 @@ struct KeyState {
   // REQUIRES: pushes were recorded (Record) with their frames in `held`.
   template <typename Add>
   void SumInRankOrder(const std::vector<bool>& joined, Add&& add);
+  // Deterministic mode, for any summation (server/summation.h): hands every push whose
+  // turn has come to `take(Buffer push)`, in rank order, skipping ranks that joined;
+  // stops at the first rank that has neither pushed nor joined. SumInRankOrder is this
+  // with `take` = adopt the first push as `sum`, add the others into it.
+  template <typename Take>
+  void TakeInRankOrder(const std::vector<bool>& joined, Take&& take);
   // Async mode: defines the key on its first push (as Classify), then: kAccumulate
   // (the worker's next round), kDuplicate (a round already applied: a resend),
   // kAhead (a round after the next: protocol error), kMismatch or kFailed.
@@ -126,7 +145,9 @@ struct KeyState {
   // Starts the next round (after the replies of this one were sent); the finished
   // round's sum becomes last_sum.
   void NextRound(int num_workers);
-  // Every worker joined: rounds start over at 0 and nothing from before is resent.
+  // Every worker joined: rounds start over at 0 and nothing from before is resent; a
+  // new generation (a sum still on its way is dropped when it arrives).
+  // REQUIRES: no push waiting (the server fails such a key first).
   void Restart(int num_workers);
 
  private:
@@ -137,17 +158,24 @@ struct KeyState {
 
 template <typename Add>
 void KeyState::SumInRankOrder(const std::vector<bool>& joined, Add&& add) {
+  TakeInRankOrder(joined, [this, &add](Buffer push) {
+    if (sum.empty()) {
+      sum = std::move(push);
+    } else if (!push.empty()) {
+      add(sum, push);
+    }
+  });
+}
+
+template <typename Take>
+void KeyState::TakeInRankOrder(const std::vector<bool>& joined, Take&& take) {
   const int workers = static_cast<int>(pushed.size());
   for (; next_rank < workers; ++next_rank) {
     const size_t r = static_cast<size_t>(next_rank);
     if (pushed[r]) {
       Buffer push = std::move(held[r]);
       held[r] = Buffer();
-      if (sum.empty()) {
-        sum = std::move(push);
-      } else if (!push.empty()) {
-        add(sum, push);
-      }
+      take(std::move(push));
     } else if (!(r < joined.size() && joined[r])) {
       return;  // rank r has not pushed yet: later ranks wait for it
     }

@@ -8,19 +8,15 @@
 
 namespace {
 
-// FERRY_SERVER_DEVICE=gpu: a server without a usable GPU exits 2 here, before joining.
-// The GPU engine (server/gpu/gpu_summer.h) is not wired into the engine threads yet, so
-// a server with a usable GPU is refused too, rather than silently summing on the CPU.
+// Refuses what this server cannot run before it joins, with exit code 2 and the reason:
+// settings it does not support together (CheckServerSettings: FERRY_SERVER_DEVICE=gpu
+// with FERRY_ENABLE_ASYNC=1), and FERRY_SERVER_DEVICE=gpu without a usable GPU (built
+// without CUDA, no driver, no such GPU, no kernels for it: CheckGpuAvailable).
 void CheckServerDevice(const ferry::Config& config) {
+  ferry::CheckServerSettings(config);
   if (config.server_device != ferry::ServerDevice::kGpu) return;
   const ferry::GpuInfo gpu = ferry::CheckGpuAvailable(config.server_gpu);
   LOG(INFO) << "summation device: " << gpu.Describe();
-  throw ferry::FerryError(
-      ferry::ErrorCode::kInvalidConfig,
-      ferry::StrCat("FERRY_SERVER_DEVICE=gpu:", config.server_gpu, ": ", gpu.Describe(),
-                    " is usable, but this ferry-server does not sum on the GPU yet (the engine "
-                    "in server/gpu/ is not wired into the server's engine threads); set "
-                    "FERRY_SERVER_DEVICE=cpu"));
 }
 
 }  // namespace

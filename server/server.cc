@@ -3,25 +3,72 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <chrono>
+#include <utility>
 
 #include "common/transport/fused_push.h"
 #include "common/util/status.h"
 
 namespace ferry {
 
-Server::Server(const Config& config)
+namespace {
+
+// GPU: how long an engine with sums in flight sleeps without a wake-up before it looks
+// for finished sums itself. on_ready wakes it at once; this is only the safety net.
+constexpr std::chrono::milliseconds kSumPollInterval{50};
+
+}  // namespace
+
+void CheckServerSettings(const Config& config) {
+  FERRY_ENFORCE(!(config.server_device == ServerDevice::kGpu && config.enable_async),
+                ErrorCode::kInvalidConfig,
+                "FERRY_SERVER_DEVICE=gpu with FERRY_ENABLE_ASYNC=1: asynchronous training is "
+                "not supported on the GPU engine (it sums rounds; asynchronous training keeps "
+                "parameters and answers every push at once); set FERRY_SERVER_DEVICE=cpu");
+}
+
+Server::Server(const Config& config, GpuSummerFactory gpu_summers)
     : config_(config),
       van_(VanOptionsFor("server", config)),
       port_(van_.Bind(config.bind_host, config.node_port)),
       cluster_(config, &van_, port_),
-      sum_pool_(config.server_engine_threads - 1, config.server_split_bytes) {
+      // GPU engines never sum on the CPU (asynchronous mode, the pool's other user, is
+      // refused with a GPU): no helper threads.
+      sum_pool_(config.server_device == ServerDevice::kGpu ? 0 : config.server_engine_threads - 1,
+                config.server_split_bytes) {
+  CheckServerSettings(config);
   num_workers_ = config.num_workers;
   num_servers_ = config.num_servers;
+  if (config.server_device == ServerDevice::kGpu && !gpu_summers) gpu_summers = GpuSummer::Create;
   for (int i = 0; i < config.server_engine_threads; ++i) {
     engines_.push_back(std::make_unique<Engine>());
-    engines_.back()->joined.assign(num_workers_, false);
+    Engine* e = engines_.back().get();
+    e->joined.assign(num_workers_, false);
+    e->summation = MakeSummation(e, gpu_summers);
   }
   joined_.assign(num_workers_, false);
+}
+
+std::unique_ptr<Summation> Server::MakeSummation(Engine* engine,
+                                                 const GpuSummerFactory& gpu_summers) {
+  if (config_.server_device == ServerDevice::kCpu) return MakeCpuSummation(&sum_pool_);
+  GpuSummerOptions options;
+  options.device = config_.server_gpu;
+  options.streams = config_.server_gpu_streams;
+  // Runs on a CUDA thread. Sets the flag under the engine's mutex, so the wake-up cannot
+  // fall between the engine's look at its predicate and its wait. The engine thread
+  // never holds `mu` while it calls into the summer, so this never waits on the GPU.
+  options.on_ready = [engine] {
+    {
+      std::lock_guard<std::mutex> lock(engine->mu);
+      engine->sums_ready = true;
+    }
+    engine->cv.notify_one();
+  };
+  return MakeGpuSummation(gpu_summers(options),
+                          [this, engine](uint64_t key, uint64_t generation, Buffer sum) {
+                            OnSumReady(engine, key, generation, std::move(sum));
+                          });
 }
 
 Server::~Server() {
@@ -43,7 +90,11 @@ int Server::Run() {
             << engines_.size() << " engine threads; sums of " << config_.server_split_bytes
             << " bytes and more split across threads"
             << (config_.deterministic ? "; deterministic: rounds summed in worker-rank order" : "")
-            << (config_.enable_async ? "; asynchronous: pushes update the parameters at once" : "");
+            << (config_.enable_async ? "; asynchronous: pushes update the parameters at once" : "")
+            << (config_.server_device == ServerDevice::kGpu
+                    ? StrCat("; sums on GPU ", config_.server_gpu, " with ",
+                             config_.server_gpu_streams, " CUDA streams per engine thread")
+                    : std::string());
   int code = 0;
   try {
     cluster_.Register();
@@ -60,7 +111,11 @@ int Server::Run() {
             << s.duplicate_pushes << " duplicates dropped, " << s.results_resent
             << " sums sent again, " << s.pushes_held << " pushes held for rank order, "
             << s.split_sums << " sums split, " << s.async_updates << " async updates, "
-            << van_.stats().injected_drops << " messages dropped by fault injection";
+            << van_.stats().injected_drops << " messages dropped by fault injection"
+            << (config_.server_device == ServerDevice::kGpu
+                    ? StrCat(", ", s.device_sums, " sums from the GPU (", s.device_sums_dropped,
+                             " of abandoned rounds dropped)")
+                    : std::string());
   van_.Stop();
   return code;
 }
@@ -76,6 +131,8 @@ ServerStats Server::stats() const {
   s.pushes_held = pushes_held_;
   s.split_sums = sum_pool_.split_sums();
   s.async_updates = async_updates_;
+  s.device_sums = device_sums_;
+  s.device_sums_dropped = device_sums_dropped_;
   return s;
 }
 
@@ -161,20 +218,54 @@ void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
 }
 
 void Server::EngineLoop(Engine* engine) {
+  // CPU engines never set sums_ready nor have sums in flight: for them this is a plain
+  // wait for the next work item, as it always was.
+  auto woken = [engine] { return engine->stop || engine->sums_ready || !engine->queue.empty(); };
   while (true) {
     Work work;
+    bool have_work = false;
+    bool sums_ready = false;
     {
       std::unique_lock<std::mutex> lock(engine->mu);
-      engine->cv.wait(lock, [engine] { return engine->stop || !engine->queue.empty(); });
+      if (engine->sums_in_flight == 0) {
+        engine->cv.wait(lock, woken);
+      } else if (!engine->cv.wait_for(lock, kSumPollInterval, woken)) {
+        engine->sums_ready = true;  // no wake-up for a while: look anyway
+      }
       if (engine->stop) return;
-      work = engine->queue.Pop();
+      // Cleared before RunCompletions: a sum that arrives during it sets the flag again.
+      sums_ready = std::exchange(engine->sums_ready, false);
+      if (!engine->queue.empty()) {
+        work = engine->queue.Pop();
+        have_work = true;
+      }
     }
-    if (work.message.type() == proto::JOIN) {
-      HandleJoin(engine, cluster_.table().node(work.message.sender()).rank());
-    } else if (work.message.type() == proto::PULL) {
-      HandlePull(engine, work);
-    } else {
-      HandlePush(engine, work);
+    // Nothing on the CPU path throws FerryError; a GPU failure does (FailEngine).
+    if (sums_ready && !engine->failed) {  // sums first: they release waiting workers
+      try {
+        engine->summation->RunCompletions();
+      } catch (const FerryError& e) {
+        FailEngine(engine, e.what());
+      }
+    }
+    if (!have_work) continue;
+    try {
+      if (work.message.type() == proto::JOIN) {
+        HandleJoin(engine, cluster_.table().node(work.message.sender()).rank());
+      } else if (work.message.type() == proto::PULL) {
+        HandlePull(engine, work);
+      } else {
+        HandlePush(engine, work);
+      }
+    } catch (const FerryError& e) {
+      FailEngine(engine, e.what());
+      if (work.message.type() == proto::PUSH) {
+        // The push being added when the GPU failed is in no round's `waiting` (or, if
+        // it is, it was answered already and the worker ignores a second answer).
+        const proto::Envelope& env = work.message.envelope;
+        ReplyError(work.identity, env.request_id(), env.key(), ErrorCode::kInternal,
+                   StrCat(KeyName(env.key()), ": the server's summation failed: ", e.what()));
+      }
     }
   }
 }
@@ -196,7 +287,7 @@ void Server::HandlePush(Engine* engine, Work& work) {
     return;
   }
   if (config_.enable_async) {
-    HandleAsyncPush(work, state, rank);
+    HandleAsyncPush(engine, work, state, rank);
     return;
   }
   if (engine->joined[rank]) {
@@ -211,11 +302,12 @@ void Server::HandlePush(Engine* engine, Work& work) {
   if (verdict == PushVerdict::kAccumulate) {
     Accumulate(engine, work, state, rank);
   } else {
-    RefusePush(work, state, rank, verdict);
+    RefusePush(engine, work, state, rank, verdict);
   }
 }
 
-void Server::RefusePush(Work& work, KeyState& state, int rank, PushVerdict verdict) {
+void Server::RefusePush(Engine* engine, Work& work, KeyState& state, int rank,
+                        PushVerdict verdict) {
   const proto::Envelope& e = work.message.envelope;
   const uint64_t key = e.key();
   const DataType dtype = static_cast<DataType>(e.dtype());
@@ -234,7 +326,7 @@ void Server::RefusePush(Work& work, KeyState& state, int rank, PushVerdict verdi
           std::dec, "); declare the same tensors (name, dtype, shape) in the same order on "
           "every worker");
       ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, reason);
-      FailKey(key, state, reason);
+      FailKey(engine, key, state, reason);
       return;
     }
     case PushVerdict::kDuplicate:
@@ -275,23 +367,25 @@ void Server::RefusePush(Work& work, KeyState& state, int rank, PushVerdict verdi
 void Server::Accumulate(Engine* engine, Work& work, KeyState& state, int rank) {
   const proto::Envelope& e = work.message.envelope;
   const uint64_t key = e.key();
-  auto add = [this, &state](Buffer& sum, const Buffer& push) { AddPush(state, sum, push); };
+  // A summing round has every worker recorded or joined, and joined workers' pushes are
+  // refused before Classify: a push of it can only be a duplicate.
+  CHECK(!state.summing) << KeyName(key) << ": a push accepted into a round already summing";
+  Summation& summation = *engine->summation;
   if (config_.deterministic) {
     state.held[rank] = std::move(work.message.payload);  // summed when its turn comes
-  } else if (state.sum.empty()) {
-    state.sum = std::move(work.message.payload);  // adopt the first push's frame as the sum
   } else {
-    add(state.sum, work.message.payload);
+    summation.Add(key, state, std::move(work.message.payload));
   }
   bytes_summed_ += state.length;
   const bool complete =
       state.Record(rank, PendingReply{e.sender(), work.identity, e.request_id()}, engine->joined);
   if (config_.deterministic) {
-    state.SumInRankOrder(engine->joined, add);
+    state.TakeInRankOrder(engine->joined,
+                          [&](Buffer push) { summation.Add(key, state, std::move(push)); });
     if (state.next_rank <= rank) pushes_held_++;  // waits for a lower rank
   }
   if (complete) {
-    CompleteRound(key, state);  // the sum doubles as this push's acknowledgement
+    CompleteRound(engine, key, state);  // the sum doubles as this push's acknowledgement
   } else {
     Acknowledge(work.identity, e.request_id(), key);
   }
@@ -301,13 +395,13 @@ void Server::AddPush(const KeyState& state, Buffer& dst, const Buffer& src) {
   sum_pool_.SumInto(dst.data(), src.data(), state.length / DataTypeSize(state.dtype), state.dtype);
 }
 
-void Server::HandleAsyncPush(Work& work, KeyState& state, int rank) {
+void Server::HandleAsyncPush(Engine* engine, Work& work, KeyState& state, int rank) {
   const proto::Envelope& e = work.message.envelope;
   PushVerdict verdict = state.ClassifyAsync(rank, e.round(), e.length(),
                                             static_cast<DataType>(e.dtype()), e.tensor_hash(),
                                             num_workers_);
   if (verdict != PushVerdict::kAccumulate) {
-    RefusePush(work, state, rank, verdict);  // a resend is answered with the parameters
+    RefusePush(engine, work, state, rank, verdict);  // a resend is answered with the parameters
     return;
   }
   Buffer& push = work.message.payload;
@@ -436,25 +530,60 @@ void Server::HandleJoin(Engine* engine, int rank) {
     // worker restarts its rounds at 0.
     engine->joined.assign(num_workers_, false);
     for (auto& [key, state] : engine->keys) {
-      if (!state.waiting.empty()) {  // only a worker pushing after its own JOIN does this
-        FailKey(key, state, StrCat(KeyName(key), " had pushes waiting when every worker had joined"));
+      // Only a worker pushing after its own JOIN leaves pushes waiting (a summing round
+      // too: its pushers get the sum only once it arrived, and join only after that).
+      if (!state.waiting.empty()) {
+        FailKey(engine, key, state,
+                StrCat(KeyName(key), " had pushes waiting when every worker had joined"));
       }
-      state.Restart(num_workers_);
+      engine->summation->Reset(key);  // no open round may carry over into round 0
+      state.Restart(num_workers_);    // new generation: a sum still on its way is dropped
     }
     return;
   }
-  for (auto& [key, state] : engine->keys) {
-    if (config_.deterministic && state.defined) {
-      // A push held for this rank's turn may go now.
-      state.SumInRankOrder(engine->joined, [this, &state](Buffer& sum, const Buffer& push) {
-        AddPush(state, sum, push);
+  for (auto& entry : engine->keys) {
+    const uint64_t key = entry.first;
+    KeyState& state = entry.second;
+    if (config_.deterministic && state.defined && state.failure.empty()) {
+      // A push held for this rank's turn may go now. (A failed key holds nothing.)
+      state.TakeInRankOrder(engine->joined, [&](Buffer push) {
+        engine->summation->Add(key, state, std::move(push));
       });
     }
-    if (state.Complete(engine->joined)) CompleteRound(key, state);
+    if (state.Complete(engine->joined)) CompleteRound(engine, key, state);
   }
 }
 
-void Server::CompleteRound(uint64_t key, KeyState& state) {
+void Server::CompleteRound(Engine* engine, uint64_t key, KeyState& state) {
+  if (engine->summation->Finish(key, state)) {
+    SendRound(key, state);  // the sum is in state.sum now
+    return;
+  }
+  // The sum comes to OnSumReady. Until then the key stays at this round with every
+  // pusher recorded: resent pushes and PULLs of it are acknowledged again.
+  state.summing = true;
+  engine->sums_in_flight++;
+}
+
+void Server::OnSumReady(Engine* engine, uint64_t key, uint64_t generation, Buffer sum) {
+  engine->sums_in_flight--;
+  device_sums_++;
+  auto it = engine->keys.find(key);  // keys are never erased; looked up, never held
+  if (it == engine->keys.end() || it->second.generation != generation) {
+    // The round was abandoned (the key failed, or every worker joined) after Finish:
+    // nobody waits for this sum. Dropping it returns its pinned block to the pool.
+    device_sums_dropped_++;
+    return;
+  }
+  KeyState& state = it->second;
+  // Only FailKey and Restart end a summing round, and both change the generation.
+  CHECK(state.summing) << KeyName(key) << ": a sum arrived for a round that is not summing";
+  state.summing = false;
+  state.sum = std::move(sum);
+  SendRound(key, state);
+}
+
+void Server::SendRound(uint64_t key, KeyState& state) {
   for (const PendingReply& p : state.waiting) {
     SendResult(p.identity, p.request_id, key, state, state.round, state.sum,
                static_cast<uint32_t>(state.waiting.size()));
@@ -463,15 +592,42 @@ void Server::CompleteRound(uint64_t key, KeyState& state) {
   rounds_++;
 }
 
-void Server::FailKey(uint64_t key, KeyState& state, const std::string& reason) {
+void Server::FailKey(Engine* engine, uint64_t key, KeyState& state, const std::string& reason) {
   LOG(ERROR) << reason;
+  DropKey(engine, key, state, ErrorCode::kMismatch, reason);
+}
+
+void Server::DropKey(Engine* engine, uint64_t key, KeyState& state, ErrorCode code,
+                     const std::string& reason) {
   state.failure = reason;
   for (const PendingReply& p : state.waiting) {
-    ReplyError(p.identity, p.request_id, key, ErrorCode::kMismatch, reason);
+    ReplyError(p.identity, p.request_id, key, code, reason);
   }
   state.waiting.clear();
   state.sum = Buffer();
   state.held.assign(state.held.size(), Buffer());
+  // A sum still on its way answers nobody now (OnSumReady drops it), and the device
+  // keeps no open round for the key.
+  state.summing = false;
+  state.generation++;
+  engine->summation->Reset(key);
+}
+
+void Server::FailEngine(Engine* engine, const std::string& reason) {
+  const std::string why = StrCat("the server's summation failed: ", reason);
+  if (!engine->failed) {
+    LOG(ERROR) << why << "; every key of this engine fails, and the server leaves the job";
+  }
+  // No more completions are looked for (a broken GPU would throw every time), so the
+  // engine waits for work alone again; sums still on their way are never delivered.
+  engine->failed = true;
+  engine->sums_in_flight = 0;
+  for (auto& [key, state] : engine->keys) {
+    if (state.failure.empty()) {
+      DropKey(engine, key, state, ErrorCode::kInternal, StrCat(KeyName(key), ": ", why));
+    }
+  }
+  cluster_.Fail(why);
 }
 
 void Server::Acknowledge(const std::string& identity, uint64_t request_id, uint64_t key) {

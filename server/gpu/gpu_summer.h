@@ -5,9 +5,9 @@
 // The CPU engine (server/server.h, server/key_state.h) adopts a round's first push as
 // the sum and adds each later push into it with common/reduce. GpuSummer does the same
 // on a GPU, with the same arithmetic (server/gpu/sum_kernels.h), and maps onto the
-// server's model like this:
+// server's model like this (the server calls it through server/summation.h):
 //
-//   server (CPU engine today)               with a GpuSummer
+//   server, CPU engine                      with a GpuSummer
 //   -------------------------               ----------------
 //   an engine thread owns its keys          one GpuSummer per engine thread, used by
 //                                           that thread only (it is not thread-safe)

@@ -481,5 +481,65 @@ TEST(KeyStateTest, KeysSpreadEvenlyOverEngines) {
   }
 }
 
+// Sums that arrive later (GPU, server/summation.h): between completion and the sum the
+// key is `summing`; the server sets the flag, KeyState keeps the round as it is.
+TEST(KeyStateTest, SummingRoundTakesResendsAsDuplicatesAndDoesNotCompleteAgain) {
+  KeyState k;
+  const std::vector<bool> none(kWorkers, false);
+  bool complete = false;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    ASSERT_EQ(Push(k, rank, 0), PushVerdict::kAccumulate);
+    complete = k.Record(rank, Reply(rank), none);
+  }
+  ASSERT_TRUE(complete);
+  k.summing = true;  // Finish returned false: the sum is on its way
+  EXPECT_FALSE(k.Complete(none)) << "a JOIN meanwhile must not finish the round twice";
+  EXPECT_FALSE(k.Complete({true, true, true}));
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_EQ(Push(k, rank, 0), PushVerdict::kDuplicate) << "a resend: acknowledged again";
+    EXPECT_EQ(k.ClassifyPull(rank, 0), PushVerdict::kDuplicate) << "a PULL: acknowledged again";
+  }
+  EXPECT_EQ(Push(k, 0, 1), PushVerdict::kAhead) << "nobody has the sum of round 0 yet";
+  // The sum arrives: the round moves on as on the CPU.
+  k.summing = false;
+  k.sum = Floats({1.0f});
+  k.NextRound(kWorkers);
+  EXPECT_EQ(k.round, 1u);
+  EXPECT_EQ(Push(k, 0, 0), PushVerdict::kPrevious);
+  EXPECT_EQ(Push(k, 0, 1), PushVerdict::kAccumulate);
+}
+
+TEST(KeyStateTest, RestartStartsANewGeneration) {
+  KeyState k;
+  ASSERT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
+  const uint64_t before = k.generation;
+  k.summing = true;
+  k.Restart(kWorkers);
+  EXPECT_FALSE(k.summing);
+  EXPECT_NE(k.generation, before) << "a sum finished before the restart must be recognised";
+}
+
+TEST(KeyStateTest, TakeInRankOrderHandsOverPushesInRankOrder) {
+  // The GPU path takes each push in rank order (to Add it on the device) instead of
+  // summing into `sum`; `sum` stays untouched.
+  KeyState k;
+  const std::vector<bool> joined = {false, true, false};  // rank 1 joined
+  std::vector<float> taken;
+  auto take = [&taken](Buffer push) { taken.push_back(FloatsOf(push)[0]); };
+  ASSERT_EQ(Push(k, 2, 0, 4), PushVerdict::kAccumulate);
+  k.held[2] = Floats({2.0f});
+  k.Record(2, Reply(2), joined);
+  k.TakeInRankOrder(joined, take);
+  EXPECT_TRUE(taken.empty()) << "rank 2 waits for rank 0";
+  ASSERT_EQ(Push(k, 0, 0, 4), PushVerdict::kAccumulate);
+  k.held[0] = Floats({0.5f});
+  EXPECT_TRUE(k.Record(0, Reply(0), joined));
+  k.TakeInRankOrder(joined, take);
+  EXPECT_EQ(taken, (std::vector<float>{0.5f, 2.0f})) << "rank 0, then (1 joined) rank 2";
+  EXPECT_EQ(k.next_rank, kWorkers);
+  EXPECT_TRUE(k.sum.empty());
+  EXPECT_TRUE(k.held[0].empty() && k.held[2].empty()) << "handed over, not kept";
+}
+
 }  // namespace
 }  // namespace ferry

@@ -154,7 +154,9 @@ int FreePort() {
 }
 
 std::string BinaryPath(const std::string& name) {
-  return std::string(FERRY_BINARY_DIR) + "/" + name;
+  // FERRY_TEST_BIN_DIR: programs copied to another machine (scripts/gpu-checks --pack).
+  const char* dir = std::getenv("FERRY_TEST_BIN_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : FERRY_BINARY_DIR) + "/" + name;
 }
 
 int TimeScale() {

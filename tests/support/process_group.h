@@ -57,7 +57,8 @@ class ProcessGroup {
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
 
-// Paths of the built programs (set by CMake).
+// Paths of the built programs: the build's bin directory (set by CMake), or
+// $FERRY_TEST_BIN_DIR when set (programs copied elsewhere: scripts/gpu-checks --pack).
 std::string BinaryPath(const std::string& name);
 
 // Slow builds (ThreadSanitizer) stretch every test deadline by FERRY_TEST_TIME_SCALE

@@ -1,0 +1,261 @@
+// Integration tests of servers that sum on a GPU (FERRY_SERVER_DEVICE=gpu): a real
+// scheduler, servers and workers as processes on loopback, with exact sums checked by
+// every worker (ferry-test-worker), also when messages are dropped and resent, in
+// deterministic mode, and with workers joining.
+//
+// Every case runs twice:
+//  - RealGpu: ferry-server on this machine's GPU. Skipped, with the reason, without a
+//    usable GPU; fails instead under FERRY_REQUIRE_GPU=1 (scripts/gpu-checks runs it so).
+//  - FakeGpu: ferry-test-fake-gpu-server, the same server with a CPU stand-in for the
+//    GPU summer (tests/server/fake_gpu_summer.h) that keeps its contract: sums delivered
+//    later, from another thread's wake-up, some of them after longer than the workers'
+//    resend timeout. This runs everywhere and covers the server's GPU path (OnSumReady,
+//    resends while a sum is on its way, joins, generations); only CUDA itself is not in it.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <ostream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/server/gpu/gpu_test_support.h"
+#include "tests/support/process_group.h"
+
+namespace ferry::testing {
+namespace {
+
+struct Device {
+  std::string name;
+  std::string server;  // the server program
+  bool real_gpu = false;
+};
+
+// Test names and ctest's list show the device's name, not the bytes of the struct.
+void PrintTo(const Device& d, std::ostream* os) { *os << d.name; }
+
+class GpuClusterTest : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam().real_gpu) FERRY_SKIP_WITHOUT_GPU();
+  }
+
+  // The fake's fault flags for this case; the real GPU takes none.
+  std::vector<std::string> ServerArgs(const std::vector<std::string>& fake_args) const {
+    return GetParam().real_gpu ? std::vector<std::string>{} : fake_args;
+  }
+};
+
+struct Job {
+  ProcessGroup group;
+  int port = FreePort();
+  std::vector<int> servers, workers;
+
+  Job(const std::string& server, const std::vector<std::string>& server_args, int num_servers,
+      int num_workers, const std::vector<std::string>& worker_args,
+      const std::map<std::string, std::string>& extra) {
+    auto env = [&](const std::string& role) {
+      auto e = ClusterEnv(role, num_workers, num_servers, port);
+      e["FERRY_SERVER_DEVICE"] = "gpu";
+      for (const auto& [k, v] : extra) e[k] = v;
+      return e;
+    };
+    group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
+    for (int s = 0; s < num_servers; ++s) {
+      std::vector<std::string> argv = {BinaryPath(server)};
+      argv.insert(argv.end(), server_args.begin(), server_args.end());
+      servers.push_back(group.Spawn("server" + std::to_string(s), argv, env("server")));
+    }
+    for (int w = 0; w < num_workers; ++w) {
+      auto e = env("worker");
+      e["DMLC_WORKER_ID"] = std::to_string(w);
+      std::vector<std::string> argv = {BinaryPath("ferry-test-worker")};
+      argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+      workers.push_back(group.Spawn("worker" + std::to_string(w), argv, e));
+    }
+  }
+
+  // Every process exits 0 within `timeout_ms`.
+  void ExpectAllSucceed(long timeout_ms) {
+    auto results = group.WaitAll(timeout_ms * TimeScale());
+    for (size_t i = 0; i < results.size(); ++i) {
+      ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << group.AllOutput();
+      ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << group.AllOutput();
+    }
+  }
+
+  // The sum over the outputs of `procs` of the number logged before `label`.
+  uint64_t Logged(const std::vector<int>& procs, const std::string& label) const {
+    uint64_t total = 0;
+    std::regex pattern("([0-9]+) " + label);
+    for (int p : procs) {
+      std::string out = group.Output(p);
+      for (std::sregex_iterator it(out.begin(), out.end(), pattern), end; it != end; ++it) {
+        total += std::stoull((*it)[1]);
+      }
+    }
+    return total;
+  }
+
+  // Every server summed on the GPU (or its stand-in): said so at start and at the end.
+  void ExpectServersOnGpu() const {
+    for (int s : servers) {
+      const std::string out = group.Output(s);
+      EXPECT_NE(out.find("sums on GPU 0 with"), std::string::npos) << out;
+      EXPECT_NE(out.find("summation device: "), std::string::npos) << out;
+    }
+    EXPECT_GT(Logged(servers, "sums from the GPU"), 0u) << group.AllOutput();
+  }
+};
+
+TEST_P(GpuClusterTest, SumsAreExact) {
+  // 20 tensors from 1 element to 4 MiB in 256 KiB partitions over 2 servers with 2
+  // engine threads each and 3 CUDA streams per engine: many keys per stream; every
+  // other tensor averaged.
+  Job job(GetParam().server, ServerArgs({}), 2, 3,
+          {"--mode=sums", "--tensors=20", "--max_bytes=4194304", "--rounds=6"},
+          {{"FERRY_PARTITION_BYTES", "262144"},
+           {"FERRY_SERVER_ENGINE_THREADS", "2"},
+           {"FERRY_SERVER_GPU_STREAMS", "3"}});
+  job.ExpectAllSucceed(180000);
+  if (HasFatalFailure()) return;
+  for (int w : job.workers) {
+    EXPECT_NE(job.group.Output(w).find("OK rounds=6"), std::string::npos) << job.group.Output(w);
+  }
+  job.ExpectServersOnGpu();
+  EXPECT_EQ(job.Logged(job.servers, "sums from the GPU"), job.Logged(job.servers, "rounds,"))
+      << "every round's sum came from the GPU\n"
+      << job.group.AllOutput();
+}
+
+TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
+  // 1% of data messages (pushes, acknowledgements, sums, PULLs) dropped: lost pushes are
+  // resent, a push whose reply was lost is resent or PULLed and must be answered without
+  // being added twice. The stand-in also holds every 20th sum for 700 ms, longer than the
+  // resend timeout, so resent pushes and PULLs arrive while that round's sum is on its
+  // way (they must be acknowledged again, not added).
+  Job job(GetParam().server, ServerArgs({"--slow_every=20", "--slow_ms=700"}), 2, 2,
+          {"--mode=sums", "--tensors=16", "--max_bytes=262144", "--rounds=12"},
+          {{"FERRY_PARTITION_BYTES", "16384"},
+           {"FERRY_TEST_DROP_PERCENT", "1"},
+           {"FERRY_RESEND_TIMEOUT_MS", "300"}});
+  job.ExpectAllSucceed(300000);
+  if (HasFatalFailure()) return;
+  for (int w : job.workers) {
+    EXPECT_NE(job.group.Output(w).find("OK rounds=12"), std::string::npos) << job.group.Output(w);
+  }
+  job.ExpectServersOnGpu();
+  std::vector<int> all = job.servers;
+  all.insert(all.end(), job.workers.begin(), job.workers.end());
+  const uint64_t dropped = job.Logged(all, "messages dropped by fault injection");
+  const uint64_t resent =
+      job.Logged(job.workers, "pushes sent again") + job.Logged(job.workers, "pulls");
+  const uint64_t answered =
+      job.Logged(job.servers, "duplicates dropped") + job.Logged(job.servers, "sums sent again");
+  std::printf("%s: %llu messages dropped, %llu resends, %llu duplicates answered\n",
+              GetParam().name.c_str(), static_cast<unsigned long long>(dropped),
+              static_cast<unsigned long long>(resent), static_cast<unsigned long long>(answered));
+  EXPECT_GT(dropped, 0u) << job.group.AllOutput();
+  EXPECT_GT(resent, 0u) << job.group.AllOutput();
+  EXPECT_GT(answered, 0u) << job.group.AllOutput();
+}
+
+TEST_P(GpuClusterTest, DeterministicSumsAreBitwiseInRankOrder) {
+  // Values whose float sum depends on the order of addition, pushed in varying orders:
+  // every sum must equal the rank-order sum bit for bit (pushes go to the GPU in rank
+  // order), and every worker must see the same results.
+  Job job(GetParam().server, ServerArgs({}), 2, 3, {"--mode=deterministic", "--rounds=10"},
+          {{"FERRY_DETERMINISTIC", "1"},
+           {"FERRY_PARTITION_BYTES", "262144"},
+           {"FERRY_SERVER_ENGINE_THREADS", "2"}});
+  job.ExpectAllSucceed(180000);
+  if (HasFatalFailure()) return;
+  std::vector<std::string> checksums;
+  for (int w : job.workers) {
+    const std::string out = job.group.Output(w);
+    EXPECT_NE(out.find("OK deterministic rounds=10"), std::string::npos) << out;
+    std::smatch m;
+    checksums.push_back(std::regex_search(out, m, std::regex("checksum ([0-9a-f]+)")) ? m[1].str()
+                                                                                      : "none");
+  }
+  for (const std::string& c : checksums) EXPECT_EQ(c, checksums[0]);
+  EXPECT_NE(checksums[0], "none");
+  EXPECT_GT(job.Logged(job.servers, "pushes held for rank order"), 0u) << job.group.AllOutput();
+  job.ExpectServersOnGpu();
+}
+
+TEST_P(GpuClusterTest, JoiningWorkersAndRestartedRounds) {
+  // Uneven data: worker r pushes 3 + 2r rounds, then joins; rounds complete over the
+  // workers still pushing (a JOIN completes rounds, whose sums then come from the GPU);
+  // after every worker joined, rounds restart at 0 for 2 more rounds together.
+  Job job(GetParam().server, ServerArgs({}), 2, 3, {"--mode=join"},
+          {{"FERRY_PARTITION_BYTES", "4096"}});
+  job.ExpectAllSucceed(120000);
+  if (HasFatalFailure()) return;
+  for (int w = 0; w < 3; ++w) {
+    const std::string out = job.group.Output(job.workers[w]);
+    EXPECT_NE(out.find("OK join rounds=" + std::to_string(3 + 2 * w)), std::string::npos) << out;
+  }
+  job.ExpectServersOnGpu();
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuClusterTest,
+                         ::testing::Values(Device{"RealGpu", "ferry-server", true},
+                                           Device{"FakeGpu", "ferry-test-fake-gpu-server", false}),
+                         [](const ::testing::TestParamInfo<Device>& info) {
+                           return info.param.name;
+                         });
+
+TEST(FakeGpuClusterTest, ResendsWhileASumIsOnItsWayAreAnsweredNotAdded) {
+  // No message is lost, but every 8th sum takes 600 ms to come back, twice the resend
+  // timeout: the worker whose push completed that round resends it, and the others, whose
+  // pushes were acknowledged, send PULLs, all while the round is complete but its sum is
+  // not there yet. Each must be acknowledged again (not added: the sums stay exact), and
+  // the sum must still reach everyone once it arrives.
+  Job job("ferry-test-fake-gpu-server", {"--slow_every=8", "--slow_ms=600"}, 1, 3,
+          {"--mode=sums", "--tensors=6", "--max_bytes=65536", "--rounds=8"},
+          {{"FERRY_PARTITION_BYTES", "16384"},
+           {"FERRY_SERVER_ENGINE_THREADS", "2"},
+           {"FERRY_RESEND_TIMEOUT_MS", "300"}});
+  job.ExpectAllSucceed(180000);
+  if (HasFatalFailure()) return;
+  for (int w : job.workers) {
+    EXPECT_NE(job.group.Output(w).find("OK rounds=8"), std::string::npos) << job.group.Output(w);
+  }
+  const uint64_t resent = job.Logged(job.workers, "pushes sent again");
+  const uint64_t pulls = job.Logged(job.workers, "pulls");
+  const uint64_t duplicates = job.Logged(job.servers, "duplicates dropped");
+  std::printf("%llu pushes sent again, %llu PULLs, %llu duplicate pushes acknowledged again\n",
+              static_cast<unsigned long long>(resent), static_cast<unsigned long long>(pulls),
+              static_cast<unsigned long long>(duplicates));
+  EXPECT_GT(resent + pulls, 0u) << job.group.AllOutput();
+  EXPECT_EQ(job.Logged(job.servers, "messages dropped by fault injection"), 0u);
+}
+
+TEST(FakeGpuClusterTest, SummationFailureFailsTheJobWithTheReason) {
+  // The stand-in fails as a broken GPU would (the 40th push an engine adds, and every
+  // call after it): the pushers waiting are told why, the server leaves the job, and
+  // nothing hangs.
+  Job job("ferry-test-fake-gpu-server", {"--fail_after_adds=40"}, 1, 2,
+          {"--mode=sums", "--tensors=8", "--max_bytes=65536", "--rounds=20"},
+          {{"FERRY_PARTITION_BYTES", "4096"}, {"FERRY_SERVER_ENGINE_THREADS", "1"}});
+  auto results = job.group.WaitAll(120000 * TimeScale());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << job.group.AllOutput();
+  }
+  const std::string server = job.group.Output(job.servers[0]);
+  EXPECT_EQ(results[job.servers[0]].exit_code, 1) << server;
+  EXPECT_NE(server.find("the server's summation failed: cudaMemcpyAsync(...) failed"),
+            std::string::npos)
+      << server;
+  bool told = false;
+  for (int w : job.workers) {
+    EXPECT_NE(results[w].exit_code, 0) << job.group.Output(w);
+    told = told || job.group.Output(w).find("summation failed") != std::string::npos;
+  }
+  EXPECT_TRUE(told) << "no worker was told why\n" << job.group.AllOutput();
+}
+
+}  // namespace
+}  // namespace ferry::testing
