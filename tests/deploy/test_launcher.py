@@ -141,8 +141,15 @@ def test_signals_reach_every_local_worker_and_the_exit_code_follows(tmp_path, lo
     (tmp_path / "w.py").write_text(RECORDER)
     mark = tmp_path / "got"
     with Procs(tmp_path) as procs:
-        p = procs.start("launch", [LAUNCH, "--local-size", local_size, PYTHON, tmp_path / "w.py", mark],
-                        clean_env(dict(CLUSTER, DMLC_ROLE="worker")))
+        # Under nohup every child starts with SIGHUP ignored, and a shell cannot trap a
+        # signal ignored at its start (the launcher then rightly ignores it): give the
+        # launcher the default disposition a terminal session would.
+        previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        try:
+            p = procs.start("launch", [LAUNCH, "--local-size", local_size, PYTHON, tmp_path / "w.py", mark],
+                            clean_env(dict(CLUSTER, DMLC_ROLE="worker")))
+        finally:
+            signal.signal(signal.SIGHUP, previous)
         deadline = time.monotonic() + 30
         while len(list(tmp_path.glob("got.ready.*"))) < local_size:
             assert p.poll() is None and time.monotonic() < deadline, procs.output("launch")
