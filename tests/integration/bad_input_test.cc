@@ -269,7 +269,13 @@ TEST(BadInputTest, OversizedFramesAndConnectionFloodsCostTheServerNothing) {
               fds_after);
   EXPECT_GT(fds_flooded, fds_before + 200) << "the flood did not reach the server?";
   EXPECT_LE(fds_after, fds_before + 5) << "silent connections outlived the handshake deadline";
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's quarantine keeps freed memory resident (up to 256 MiB): the
+  // bound is checked in the normal build.
+  (void)rss_before;
+#else
   EXPECT_LT(rss_after, rss_before + 32 * 1024) << "an announced frame was allocated";
+#endif
   auto results = g.WaitAll(120000 * TimeScale());
   for (size_t i = 0; i < results.size(); ++i) {
     ASSERT_TRUE(results[i].exited) << g.AllOutput();
