@@ -21,16 +21,23 @@
 namespace ferry::testing {
 namespace {
 
-void SendRawTcp(int port, const std::string& bytes) {
+// A TCP connection to 127.0.0.1:port; -1 if it failed.
+int ConnectLoopback(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    ssize_t n = write(fd, bytes.data(), bytes.size());
-    (void)n;
-  }
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+void SendRawTcp(int port, const std::string& bytes) {
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return;
+  ssize_t n = write(fd, bytes.data(), bytes.size());
+  (void)n;
   close(fd);
 }
 
@@ -204,16 +211,8 @@ void SendOversizedFrame(int port, uint64_t announced) {
 std::vector<int> OpenSilentConnections(int port, int n) {
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      fds.push_back(fd);
-    } else {
-      close(fd);
-    }
+    int fd = ConnectLoopback(port);
+    if (fd >= 0) fds.push_back(fd);
   }
   return fds;
 }
