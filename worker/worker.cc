@@ -436,9 +436,12 @@ Message Worker::BuildPush(const InFlight& f, uint64_t request) {
 void Worker::StartResendTimer(uint64_t request) {
   auto it = in_flight_.find(request);
   if (it == in_flight_.end() || it->second.resend_at_ms != kNotOnTheWire) return;
+  it->second.resend_at_ms = NowMs() + ResendDelayMs(it->second.attempts);
+}
+
+int64_t Worker::ResendDelayMs(int attempts) const {
   // Back off: the timeout doubles per attempt, up to 32x.
-  it->second.resend_at_ms =
-      NowMs() + config_.resend_timeout_ms * (int64_t{1} << std::min(it->second.attempts, 5));
+  return config_.resend_timeout_ms * (int64_t{1} << std::min(attempts, 5));
 }
 
 void Worker::ResendOverdue() {
@@ -452,8 +455,7 @@ void Worker::ResendOverdue() {
       // Back off: the timeout doubles per attempt, up to 32x. A resent payload starts
       // its timer when ZeroMQ has sent it (StartResendTimer from its release).
       const bool payload = !f.credit_returned && PartOf(f).bytes > 0;
-      f.resend_at_ms = payload ? kNotOnTheWire
-                               : now + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
+      f.resend_at_ms = payload ? kNotOnTheWire : now + ResendDelayMs(f.attempts);
       const Tensor& t = *f.op->tensor;
       const PartitionSpec& p = PartOf(f);
       if (f.credit_returned) {
@@ -517,8 +519,10 @@ void Worker::OnAck(const Message& m) {
   }
   ReturnCredit(it->second);
   if (it->second.acked_us == 0) it->second.acked_us = NowUs();
-  // From now on only the sum is missing: ask for it if it does not come in time.
-  it->second.resend_at_ms = NowMs() + config_.resend_timeout_ms;
+  // From now on only the sum is missing: ask for it if it does not come in time. A PULL
+  // for a sum that other workers still hold up is acknowledged again: keep backing off,
+  // or a straggler makes every other worker PULL each partition every timeout.
+  it->second.resend_at_ms = NowMs() + ResendDelayMs(it->second.attempts);
 }
 
 void Worker::NoteLateReply(const Message& m) {

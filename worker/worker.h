@@ -196,6 +196,8 @@ class Worker {
   void ResendOverdue();
   // REQUIRES: mu_ held. The push `request` is on the wire: its resend timer starts.
   void StartResendTimer(uint64_t request);
+  // FERRY_RESEND_TIMEOUT_MS after `attempts` resends: doubling per attempt, up to 32x.
+  int64_t ResendDelayMs(int attempts) const;
   void NoteLateReply(const Message& m);
   void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
   void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
