@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "common/util/clock.h"
 #include "common/util/status.h"
@@ -187,13 +188,26 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
 }
 
 void LocalRoot::OnDisconnect() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::string gone, unknown;
-  for (int lr = 1; lr < local_size_; ++lr) {
-    const Peer& p = peers_[lr];
-    if (!p.hello || p.bye) continue;
-    const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
-    (ProcessGone(p.pid) ? gone : unknown) += (gone.empty() && unknown.empty() ? "" : ", ") + who;
+  // A dying process closes its socket a moment before it is a zombie: look for the
+  // ended one for up to 500 ms, to name it.
+  for (int attempt = 0; attempt < 50 && gone.empty(); ++attempt) {
+    if (attempt > 0) {
+      lock.unlock();
+      std::this_thread::sleep_for(Millis(10));
+      lock.lock();
+    }
+    gone.clear();
+    unknown.clear();
+    for (int lr = 1; lr < local_size_; ++lr) {
+      const Peer& p = peers_[lr];
+      if (!p.hello || p.bye) continue;
+      const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
+      std::string& list = ProcessGone(p.pid) ? gone : unknown;
+      list += (list.empty() ? "" : ", ") + who;
+    }
+    if (unknown.empty()) break;  // every peer without BYE is gone, or none is missing
   }
   if (!gone.empty()) {
     Fail(StrCat(Me(), ": ", gone, " disconnected before shutting down: the process ended"));
