@@ -122,5 +122,48 @@ TEST(LocalGroupTest, AKilledLocalProcessEndsItsRootAndTheJobWithAClearError) {
   EXPECT_EQ(c.LeftoverSegments(), std::vector<std::string>{});
 }
 
+TEST(LocalGroupTest, AKilledLocalRootEndsItsPeersAtOnce) {
+  LocalCluster c;
+  c.Start({"--mode=die", "--die_rank=0", "--die_round=3"},
+          {{"FERRY_OP_TIMEOUT_MS", std::to_string(30000 * TimeScale())}});
+  const int root = c.workers[0], peer = c.workers[1];
+  ChildResult p = c.group.Wait(peer, 60000 * TimeScale());
+  ASSERT_TRUE(p.exited) << "the peer hung\n" << c.group.AllOutput();
+  EXPECT_EQ(p.exit_code, 1) << c.group.AllOutput();
+  // Noticed through the socket, well before FERRY_OP_TIMEOUT_MS.
+  EXPECT_LT(p.elapsed_ms, 20000 * TimeScale()) << c.group.AllOutput();
+  const std::string want = "local rank 1 (pid " + std::to_string(c.group.pid(peer)) +
+                           "): the local root (local rank 0, pid " +
+                           std::to_string(c.group.pid(root)) + ") disconnected";
+  EXPECT_NE(c.group.Output(peer).find(want), std::string::npos) << c.group.Output(peer);
+  for (int i : {c.workers[2], c.workers[3]}) {
+    ChildResult o = c.group.Wait(i, 60000 * TimeScale());
+    ASSERT_TRUE(o.exited) << "process " << i << " hung\n" << c.group.AllOutput();
+    EXPECT_NE(o.exit_code, 0) << c.group.Output(i);
+  }
+  EXPECT_EQ(c.LeftoverSegments(), std::vector<std::string>{});
+}
+
+TEST(LocalGroupTest, AStalledLocalProcessEndsItsRootAtTheDeadlineNamingIt) {
+  LocalCluster c;
+  // Global rank 3 (machine 1, local rank 1) stops calling Ferry for 8 s; its root's
+  // push_pull gives up at FERRY_OP_TIMEOUT_MS = 2 s, naming it.
+  c.Start({"--mode=die", "--die_rank=3", "--die_round=3", "--stall_ms=8000"},
+          {{"FERRY_OP_TIMEOUT_MS", std::to_string(2000 * TimeScale())}});
+  const int root = c.workers[2], staller = c.workers[3];
+  ChildResult r = c.group.Wait(root, 60000 * TimeScale());
+  ASSERT_TRUE(r.exited) << "the local root hung\n" << c.group.AllOutput();
+  EXPECT_EQ(r.exit_code, 1) << c.group.AllOutput();
+  const std::string want = "(FERRY_OP_TIMEOUT_MS): PUSH_PULL of 'loop': waiting for local rank(s) 1 (pid " +
+                           std::to_string(c.group.pid(staller)) + ")";
+  EXPECT_NE(c.group.Output(root).find(want), std::string::npos) << c.group.Output(root);
+  // Back from its stall, the staller's next call fails: its root is gone.
+  ChildResult s = c.group.Wait(staller, 60000 * TimeScale());
+  ASSERT_TRUE(s.exited) << c.group.AllOutput();
+  EXPECT_EQ(s.exit_code, 1) << c.group.Output(staller);
+  EXPECT_NE(c.group.Output(staller).find("disconnected"), std::string::npos) << c.group.Output(staller);
+  EXPECT_EQ(c.LeftoverSegments(), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -7,8 +7,9 @@
 //              every rank. Then a broadcast from global rank --bcast_root, a barrier,
 //              and "OK rounds=N rank=R size=S local=L/LS".
 // --mode=die   push_pull one tensor in a loop ("round N"); the process of global rank
-//              --die_rank kills itself (SIGKILL) at round --die_round; the others must
-//              end with an error.
+//              --die_rank kills itself (SIGKILL) at round --die_round, or with
+//              --stall_ms > 0 stops calling Ferry that long instead, then goes on; the
+//              others must end with an error.
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value.
 
 #include <gflags/gflags.h>
@@ -32,6 +33,7 @@ DEFINE_int32(rounds, 5, "rounds (sums mode)");
 DEFINE_int32(bcast_root, 3, "global rank broadcasting (sums mode)");
 DEFINE_int32(die_rank, 1, "die mode: the global rank that kills itself");
 DEFINE_int32(die_round, 3, "die mode: the round at which it does");
+DEFINE_int32(stall_ms, 0, "die mode: stall this long instead of dying");
 
 namespace ferry {
 namespace {
@@ -106,7 +108,11 @@ int Sums(LocalGroup& g) {
 int Die(LocalGroup& g) {
   std::vector<float> v(100000, 1.0f);
   for (int round = 0;; ++round) {
-    if (g.rank() == FLAGS_die_rank && round == FLAGS_die_round) {
+    if (g.rank() == FLAGS_die_rank && round == FLAGS_die_round && FLAGS_stall_ms > 0) {
+      std::printf("stalling (pid %d)\n", getpid());
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_stall_ms));
+    } else if (g.rank() == FLAGS_die_rank && round == FLAGS_die_round) {
       std::printf("killing myself (pid %d)\n", getpid());
       std::fflush(stdout);
       raise(SIGKILL);
