@@ -98,6 +98,19 @@ TEST(LocalGroupTest, TwoMachinesOfTwoProcessesSumAverageAndBroadcastExactly) {
   EXPECT_EQ(c.LeftoverSegments(), std::vector<std::string>{});
 }
 
+TEST(LocalGroupTest, LocalRanksThatDisagreeOnATensorFailTheirGroupSayingSo) {
+  LocalCluster c;
+  c.Start({"--mode=mismatch"}, {{"FERRY_OP_TIMEOUT_MS", std::to_string(20000 * TimeScale())}});
+  for (int i : {c.workers[0], c.workers[1]}) {  // machine 0: global rank 1 differs
+    ChildResult r = c.group.Wait(i, 60000 * TimeScale());
+    ASSERT_TRUE(r.exited) << c.group.AllOutput();
+    EXPECT_EQ(r.exit_code, 1) << c.group.Output(i);
+    EXPECT_NE(c.group.Output(i).find("local ranks disagree on round 0 of 'm': local rank "),
+              std::string::npos)
+        << c.group.Output(i);
+  }
+}
+
 TEST(LocalGroupTest, AKilledLocalProcessEndsItsRootAndTheJobWithAClearError) {
   LocalCluster c;
   // Global rank 1 is machine 0's local rank 1; its root is global rank 0.

@@ -10,6 +10,8 @@
 //              --die_rank kills itself (SIGKILL) at round --die_round, or with
 //              --stall_ms > 0 stops calling Ferry that long instead, then goes on; the
 //              others must end with an error.
+// --mode=mismatch  global rank 1 push_pulls tensor "m" with 11 elements, the others with
+//              10: its group must fail with an error saying the local ranks disagree.
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value.
 
 #include <gflags/gflags.h>
@@ -124,13 +126,22 @@ int Die(LocalGroup& g) {
   }
 }
 
+int Mismatch(LocalGroup& g) {
+  std::vector<float> v(11, 1.0f);
+  g.PushPull("m", v.data(), v.data(), DataType::kFloat32, g.rank() == 1 ? 11 : 10, false);
+  std::printf("WRONG: the mismatched push_pull succeeded\n");
+  return kExitWrong;
+}
+
 int Main() {
   Config config = Config::FromEnvironment(ProcessEnvironment());
   std::unique_ptr<LocalGroup> g = LocalGroup::Create(config);
   std::printf("rank %d of %d, local rank %d of %d, pid %d\n", g->rank(), g->size(),
               g->local_rank(), g->local_size(), getpid());
   std::fflush(stdout);
-  const int code = FLAGS_mode == "die" ? Die(*g) : Sums(*g);
+  const int code = FLAGS_mode == "die"        ? Die(*g)
+                   : FLAGS_mode == "mismatch" ? Mismatch(*g)
+                                              : Sums(*g);
   if (code != 0) return code;
   g->Shutdown();
   return 0;

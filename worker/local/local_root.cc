@@ -270,15 +270,17 @@ LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind
     round.count = count;
     round.average = average;
     round.root = root;
-  } else {
-    FERRY_ENFORCE(round.kind == kind && round.dtype == dtype && round.count == count &&
-                      round.average == average && round.root == root,
-                  ErrorCode::kMismatch, "local ranks disagree on round ", rs.base + index, " of '",
-                  key, "': local rank ", lr, " called ", LocalOpName(kind), " (", count, " x ",
-                  DataTypeName(dtype), ", average ", average, ", root ", root, ") where another ",
-                  "called ", LocalOpName(round.kind), " (", round.count, " x ",
-                  DataTypeName(round.dtype), ", average ", round.average, ", root ", round.root,
-                  ")");
+  } else if (round.kind != kind || round.dtype != dtype || round.count != count ||
+             round.average != average || round.root != root) {
+    // The group cannot go on: the ranks' sequences of calls differ.
+    const std::string why = StrCat(
+        "local ranks disagree on round ", rs.base + index, " of '", key, "': local rank ", lr,
+        " called ", LocalOpName(kind), " (", count, " x ", DataTypeName(dtype), ", average ",
+        average, ", root ", root, ") where another called ", LocalOpName(round.kind), " (",
+        round.count, " x ", DataTypeName(round.dtype), ", average ", round.average, ", root ",
+        round.root, ")");
+    Fail(why);
+    throw FerryError(ErrorCode::kMismatch, why);
   }
   round.have[lr] = true;
   round.seq[lr] = seq;

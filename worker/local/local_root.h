@@ -75,7 +75,8 @@ class LocalRoot {
   void OnMessage(LocalMessage&& m);  // IO thread
   void OnDisconnect();               // IO thread
   void OnTick();                     // IO thread: polls the Worker's operations
-  // REQUIRES: mu_ held. Adds local rank `lr`'s submission to its next round of `key`.
+  // REQUIRES: mu_ held. Adds local rank `lr`'s submission to its next round of `key`. A
+  // submission that disagrees with the round's others fails the group (kMismatch).
   Round& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,
                 bool average, int root, uint64_t seq);
   void TryStart(const std::string& key);   // REQUIRES: mu_ held
