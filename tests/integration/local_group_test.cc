@@ -40,8 +40,8 @@ struct LocalCluster {
         e["FERRY_LOCAL_RANK"] = std::to_string(l);
         std::vector<std::string> argv = {BinaryPath("ferry-local-test-worker")};
         argv.insert(argv.end(), args.begin(), args.end());
-        workers.push_back(group.Spawn(
-            "worker" + std::to_string(m) + "." + std::to_string(l), argv, e));
+        workers.push_back(
+            group.Spawn("worker" + std::to_string(m) + "." + std::to_string(l), argv, e));
       }
     }
   }
@@ -78,7 +78,8 @@ TEST(LocalGroupTest, TwoMachinesOfTwoProcessesSumAverageAndBroadcastExactly) {
     for (int l = 0; l < kLocal; ++l) {
       const std::string out = c.group.Output(c.workers[m * kLocal + l]);
       std::smatch match;
-      ASSERT_TRUE(std::regex_search(out, match, std::regex("OK rounds=5 rank=(\\d+) size=(\\d+) local=(\\d+)/(\\d+)")))
+      ASSERT_TRUE(std::regex_search(
+          out, match, std::regex("OK rounds=5 rank=(\\d+) size=(\\d+) local=(\\d+)/(\\d+)")))
           << out;
       EXPECT_EQ(match[1], std::to_string(m * kLocal + l)) << out;  // DMLC_WORKER_ID x L + local
       EXPECT_EQ(match[2], "4") << out;
@@ -167,14 +168,16 @@ TEST(LocalGroupTest, AStalledLocalProcessEndsItsRootAtTheDeadlineNamingIt) {
   ChildResult r = c.group.Wait(root, 60000 * TimeScale());
   ASSERT_TRUE(r.exited) << "the local root hung\n" << c.group.AllOutput();
   EXPECT_EQ(r.exit_code, 1) << c.group.AllOutput();
-  const std::string want = "(FERRY_OP_TIMEOUT_MS): PUSH_PULL of 'loop': waiting for local rank(s) 1 (pid " +
-                           std::to_string(c.group.pid(staller)) + ")";
+  const std::string want =
+      "(FERRY_OP_TIMEOUT_MS): PUSH_PULL of 'loop': waiting for local rank(s) 1 (pid " +
+      std::to_string(c.group.pid(staller)) + ")";
   EXPECT_NE(c.group.Output(root).find(want), std::string::npos) << c.group.Output(root);
   // Back from its stall, the staller's next call fails: its root is gone.
   ChildResult s = c.group.Wait(staller, 60000 * TimeScale());
   ASSERT_TRUE(s.exited) << c.group.AllOutput();
   EXPECT_EQ(s.exit_code, 1) << c.group.Output(staller);
-  EXPECT_NE(c.group.Output(staller).find("disconnected"), std::string::npos) << c.group.Output(staller);
+  EXPECT_NE(c.group.Output(staller).find("disconnected"), std::string::npos)
+      << c.group.Output(staller);
   EXPECT_EQ(c.LeftoverSegments(), std::vector<std::string>{});
 }
 

@@ -48,7 +48,8 @@ float Value(int rank, int round, int tensor, uint64_t i) {
 
 uint64_t Elems(int t) {
   if (t == 0) return 1;
-  return std::max<uint64_t>(1, static_cast<uint64_t>(FLAGS_max_elems) >> (2 * (FLAGS_tensors - 1 - t)));
+  return std::max<uint64_t>(
+      1, static_cast<uint64_t>(FLAGS_max_elems) >> (2 * (FLAGS_tensors - 1 - t)));
 }
 
 int Sums(LocalGroup& g) {
@@ -66,7 +67,8 @@ int Sums(LocalGroup& g) {
       handles.push_back(g.PushPullAsync("t" + std::to_string(t), data[t].data(), data[t].data(),
                                         DataType::kFloat32, data[t].size(), t % 2 == 1));
     }
-    for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int32_t>(rank * 1000 + i + round);
+    for (size_t i = 0; i < ints.size(); ++i)
+      ints[i] = static_cast<int32_t>(rank * 1000 + i + round);
     g.PushPull("ints", ints.data(), ints.data(), DataType::kInt32, ints.size(), false);
     for (Handle h : handles) g.Wait(h);
     for (int t = 0; t < FLAGS_tensors; ++t) {
@@ -136,8 +138,8 @@ int Mismatch(LocalGroup& g) {
 int Main() {
   Config config = Config::FromEnvironment(ProcessEnvironment());
   std::unique_ptr<LocalGroup> g = LocalGroup::Create(config);
-  std::printf("rank %d of %d, local rank %d of %d, pid %d\n", g->rank(), g->size(),
-              g->local_rank(), g->local_size(), getpid());
+  std::printf("rank %d of %d, local rank %d of %d, pid %d\n", g->rank(), g->size(), g->local_rank(),
+              g->local_size(), getpid());
   std::fflush(stdout);
   const int code = FLAGS_mode == "die"        ? Die(*g)
                    : FLAGS_mode == "mismatch" ? Mismatch(*g)

@@ -102,8 +102,8 @@ bool LocalGroup::WaitFor(Handle handle, int64_t timeout_ms) {
   return worker_->WaitFor(handle, timeout_ms);
 }
 
-void LocalGroup::PushPull(const std::string& name, const void* input, void* output,
-                          DataType dtype, uint64_t count, bool average) {
+void LocalGroup::PushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                          uint64_t count, bool average) {
   Wait(PushPullAsync(name, input, output, dtype, count, average));
 }
 

@@ -82,7 +82,7 @@ class LocalGroup {
   int DeclareLocally(const std::string& name, DataType dtype, const std::vector<int64_t>& shape);
 
   const Config config_;
-  std::unique_ptr<Worker> worker_;  // L = 1
+  std::unique_ptr<Worker> worker_;   // L = 1
   std::unique_ptr<LocalRoot> root_;  // L > 1, local rank 0
   std::unique_ptr<LocalPeer> peer_;  // L > 1, other local ranks
 

@@ -43,14 +43,22 @@ bool More(void* socket) {
 
 const char* LocalOpName(LocalOp op) {
   switch (op) {
-    case LocalOp::kHello: return "HELLO";
-    case LocalOp::kWelcome: return "WELCOME";
-    case LocalOp::kPushPull: return "PUSH_PULL";
-    case LocalOp::kBroadcast: return "BROADCAST";
-    case LocalOp::kBarrier: return "BARRIER";
-    case LocalOp::kBye: return "BYE";
-    case LocalOp::kDone: return "DONE";
-    case LocalOp::kFail: return "FAIL";
+    case LocalOp::kHello:
+      return "HELLO";
+    case LocalOp::kWelcome:
+      return "WELCOME";
+    case LocalOp::kPushPull:
+      return "PUSH_PULL";
+    case LocalOp::kBroadcast:
+      return "BROADCAST";
+    case LocalOp::kBarrier:
+      return "BARRIER";
+    case LocalOp::kBye:
+      return "BYE";
+    case LocalOp::kDone:
+      return "DONE";
+    case LocalOp::kFail:
+      return "FAIL";
   }
   return "?";
 }
@@ -74,7 +82,8 @@ LocalLink::LocalLink(bool bind, const std::string& socket, const std::string& ro
            "zmq_socket_monitor");
   monitor_ = zmq_socket(context_, ZMQ_PAIR);
   CheckZmq(zmq_connect(monitor_, monitor.c_str()), "monitor connect");
-  const int rc = bind ? zmq_bind(socket_, endpoint_.c_str()) : zmq_connect(socket_, endpoint_.c_str());
+  const int rc =
+      bind ? zmq_bind(socket_, endpoint_.c_str()) : zmq_connect(socket_, endpoint_.c_str());
   if (rc != 0) {
     const std::string error = zmq_strerror(zmq_errno());
     Stop();
@@ -145,8 +154,8 @@ void LocalLink::Drain() {
   }
   for (const LocalMessage& m : out) {
     if (bind_ && zmq_send(socket_, m.peer.data(), m.peer.size(), ZMQ_SNDMORE) < 0) {
-      LOG(WARNING) << "local group: " << LocalOpName(static_cast<LocalOp>(m.header.op))
-                   << " to " << m.peer << " not sent: " << zmq_strerror(zmq_errno());
+      LOG(WARNING) << "local group: " << LocalOpName(static_cast<LocalOp>(m.header.op)) << " to "
+                   << m.peer << " not sent: " << zmq_strerror(zmq_errno());
       continue;
     }
     zmq_send(socket_, &m.header, sizeof m.header, ZMQ_SNDMORE);

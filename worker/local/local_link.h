@@ -34,20 +34,22 @@ enum class LocalOp : uint32_t {
 };
 const char* LocalOpName(LocalOp op);
 
+// Travels as raw bytes: both ends run on one machine with one libferry (a frame of another
+// size is dropped as malformed).
 struct LocalHeader {
-  uint32_t op = 0;          // LocalOp
-  int32_t local_rank = 0;   // the sender's
-  int32_t pid = 0;          // the sender's
+  uint32_t op = 0;         // LocalOp
+  int32_t local_rank = 0;  // the sender's
+  int32_t pid = 0;         // the sender's
   int32_t dtype = 0;
-  uint64_t count = 0;       // elements
-  uint64_t seq = 0;         // the local rank's operation number; kDone echoes it
+  uint64_t count = 0;  // elements
+  uint64_t seq = 0;    // the local rank's operation number; kDone echoes it
   int32_t average = 0;
   int32_t root = -1;        // kBroadcast: the source's global rank
   int32_t rank = -1;        // kWelcome: the receiver's global rank
   int32_t size = 0;         // kWelcome: global size
   int32_t num_servers = 0;  // kWelcome
   uint32_t reserved = 0;
-  uint64_t shm_bytes = 0;   // > 0: `text` names a new slot segment of this size
+  uint64_t shm_bytes = 0;  // > 0: `text` names a new slot segment of this size
 };
 
 struct LocalMessage {
@@ -83,9 +85,9 @@ class LocalLink {
 
  private:
   void Loop();
-  void Drain();        // sends the outbox (IO thread)
-  bool ReceiveOne();   // one message from the socket to on_message_; false if none
-  bool MonitorEvent(); // true if the event was a disconnect
+  void Drain();         // sends the outbox (IO thread)
+  bool ReceiveOne();    // one message from the socket to on_message_; false if none
+  bool MonitorEvent();  // true if the event was a disconnect
 
   const bool bind_;
   std::string endpoint_;
@@ -97,7 +99,7 @@ class LocalLink {
   OnMessage on_message_;
   OnEvent on_disconnect_, on_tick_;
 
-  std::mutex out_mu_;                // guards outbox_ and stopping_
+  std::mutex out_mu_;  // guards outbox_ and stopping_
   std::deque<LocalMessage> outbox_;
   bool stopping_ = false;
   std::thread thread_;

@@ -131,8 +131,8 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
     // The slot is the root's until DONE of the previous operation on this tensor.
     if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms),
                       [&] { return !slot.busy || !failure_.empty(); })) {
-      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ",
-                  config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS) for the previous operation "
+      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ", config_.op_timeout_ms,
+                  " ms (FERRY_OP_TIMEOUT_MS) for the previous operation "
                   "on that tensor"));
     }
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);

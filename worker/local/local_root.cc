@@ -45,25 +45,25 @@ struct LocalRoot::Round {
   uint64_t count = 0;
   bool average = false;
   int root = -1;
-  std::vector<bool> have;      // by local rank: submitted
-  std::vector<uint64_t> seq;   // by local rank: its operation number (echoed in DONE)
+  std::vector<bool> have;       // by local rank: submitted
+  std::vector<uint64_t> seq;    // by local rank: its operation number (echoed in DONE)
   const void* input = nullptr;  // the root's
   void* output = nullptr;       // the root's
   std::shared_ptr<Op> op;       // the root's operation
   std::optional<int> priority;  // the root's
   bool started = false;
-  Handle worker_handle = 0;     // push_pull: the Worker's operation on the staging buffer
+  Handle worker_handle = 0;  // push_pull: the Worker's operation on the staging buffer
 };
 
 struct LocalRoot::Rounds {
-  uint64_t base = 0;            // the round number of q.front()
+  uint64_t base = 0;  // the round number of q.front()
   std::deque<Round> q;
-  std::vector<uint64_t> next;   // by local rank: its next round number
-  std::vector<char> staging;    // the front round's sum (see the header's invariants)
+  std::vector<uint64_t> next;  // by local rank: its next round number
+  std::vector<char> staging;   // the front round's sum (see the header's invariants)
 };
 
 struct LocalRoot::Peer {
-  std::string id;   // routing id
+  std::string id;  // routing id
   int pid = 0;
   bool hello = false;
   bool bye = false;
@@ -109,8 +109,8 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
       if (!r->peers_[lr].hello) missing += StrCat(missing.empty() ? "" : ", ", lr);
     }
     r->Fail(StrCat(r->Me(), ": local rank(s) ", missing, " did not connect to ",
-                   r->link_->endpoint(), " within FERRY_CONNECT_TIMEOUT_MS=",
-                   config.connect_timeout_ms, " ms"));
+                   r->link_->endpoint(),
+                   " within FERRY_CONNECT_TIMEOUT_MS=", config.connect_timeout_ms, " ms"));
   }
   FERRY_ENFORCE(r->failure_.empty(), ErrorCode::kPeerFailed, r->failure_);
   for (int lr = 1; lr < r->local_size_; ++lr) {
@@ -123,9 +123,8 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     w.header.num_servers = r->worker_->num_servers();
     r->link_->Send(std::move(w));
   }
-  LOG(INFO) << "local group of " << r->local_size_ << " at " << r->link_->endpoint()
-            << ": ranks " << r->rank() << ".." << r->rank() + r->local_size_ - 1 << " of "
-            << r->size();
+  LOG(INFO) << "local group of " << r->local_size_ << " at " << r->link_->endpoint() << ": ranks "
+            << r->rank() << ".." << r->rank() + r->local_size_ - 1 << " of " << r->size();
   return r;
 }
 
@@ -134,8 +133,8 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
   const LocalHeader& h = m.header;
   const int lr = h.local_rank;
   if (lr < 1 || lr >= local_size_) {
-    LOG(WARNING) << "local group: dropped a message from local rank " << lr
-                 << " (expected 1.." << local_size_ - 1 << ")";
+    LOG(WARNING) << "local group: dropped a message from local rank " << lr << " (expected 1.."
+                 << local_size_ - 1 << ")";
     return;
   }
   Peer& peer = peers_[lr];
@@ -212,8 +211,8 @@ void LocalRoot::OnDisconnect() {
   if (!gone.empty()) {
     Fail(StrCat(Me(), ": ", gone, " disconnected before shutting down: the process ended"));
   } else if (!unknown.empty()) {
-    Fail(StrCat(Me(), ": a local process disconnected before shutting down (one of ", unknown,
-                ")"));
+    Fail(
+        StrCat(Me(), ": a local process disconnected before shutting down (one of ", unknown, ")"));
   }
 }
 
@@ -273,12 +272,12 @@ LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind
   } else if (round.kind != kind || round.dtype != dtype || round.count != count ||
              round.average != average || round.root != root) {
     // The group cannot go on: the ranks' sequences of calls differ.
-    const std::string why = StrCat(
-        "local ranks disagree on round ", rs.base + index, " of '", key, "': local rank ", lr,
-        " called ", LocalOpName(kind), " (", count, " x ", DataTypeName(dtype), ", average ",
-        average, ", root ", root, ") where another called ", LocalOpName(round.kind), " (",
-        round.count, " x ", DataTypeName(round.dtype), ", average ", round.average, ", root ",
-        round.root, ")");
+    const std::string why =
+        StrCat("local ranks disagree on round ", rs.base + index, " of '", key, "': local rank ",
+               lr, " called ", LocalOpName(kind), " (", count, " x ", DataTypeName(dtype),
+               ", average ", average, ", root ", root, ") where another called ",
+               LocalOpName(round.kind), " (", round.count, " x ", DataTypeName(round.dtype),
+               ", average ", round.average, ", root ", round.root, ")");
     Fail(why);
     throw FerryError(ErrorCode::kMismatch, why);
   }
@@ -309,8 +308,7 @@ void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
   }
   try {
     round.worker_handle = worker_->PushPullAsync(key, rs.staging.data(), rs.staging.data(),
-                                                 round.dtype, round.count, false,
-                                                 round.priority);
+                                                 round.dtype, round.count, false, round.priority);
   } catch (const FerryError& e) {
     Fail(StrCat("push_pull of '", key, "': ", e.what()));
     return;
@@ -378,8 +376,8 @@ std::string LocalRoot::Missing(const Round& round) const {
 }
 
 std::string LocalRoot::Describe(const Op& op) const {
-  const std::string what = StrCat(LocalOpName(op.kind), " of '",
-                                  op.key == kBarrierKey ? "barrier" : op.key, "'");
+  const std::string what =
+      StrCat(LocalOpName(op.kind), " of '", op.key == kBarrierKey ? "barrier" : op.key, "'");
   auto it = rounds_.find(op.key);
   if (it == rounds_.end()) return what;
   for (const Round& round : it->second.q) {
@@ -430,9 +428,8 @@ bool LocalRoot::WaitFor(Handle handle, int64_t timeout_ms) {
   cv_.wait_for(lock, Millis(wait), [&] { return op->done; });
   if (!op->done) {
     if (NowMs() < op->deadline_ms) return false;
-    throw FerryError(ErrorCode::kTimeout,
-                     StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
-                            " ms (FERRY_OP_TIMEOUT_MS): ", Describe(*op)));
+    throw FerryError(ErrorCode::kTimeout, StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
+                                                 " ms (FERRY_OP_TIMEOUT_MS): ", Describe(*op)));
   }
   ops_.erase(handle);
   if (!op->error.empty()) throw FerryError(ErrorCode::kPeerFailed, op->error);
@@ -530,12 +527,12 @@ void LocalRoot::Shutdown() {
     }
     return true;
   };
-  if (failure_.empty() &&
-      !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                    [&] { return all_bye() || !failure_.empty(); })) {
+  if (failure_.empty() && !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
+                                        [&] { return all_bye() || !failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < local_size_; ++lr) {
-      if (!peers_[lr].bye) missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
+      if (!peers_[lr].bye)
+        missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
     }
     Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing, " to shut down"));

@@ -79,7 +79,7 @@ class LocalRoot {
   // submission that disagrees with the round's others fails the group (kMismatch).
   Round& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,
                 bool average, int root, uint64_t seq);
-  void TryStart(const std::string& key);   // REQUIRES: mu_ held
+  void TryStart(const std::string& key);                   // REQUIRES: mu_ held
   void StartPushPull(const std::string& key, Rounds& rs);  // REQUIRES: mu_ held
   // REQUIRES: mu_ held. The front round of `key` is over: results to the peers' slots
   // (and DONE), the root's operation finished, the next round may start.
@@ -88,9 +88,9 @@ class LocalRoot {
   // the round `op` belongs to is the front one and every rank submitted it.
   void WaitStarted(std::unique_lock<std::mutex>& lock, const std::string& key,
                    const std::shared_ptr<Op>& op);
-  void Fail(const std::string& reason);  // REQUIRES: mu_ held
-  std::string Missing(const Round& round) const;  // REQUIRES: mu_ held
-  std::string Describe(const Op& op) const;       // REQUIRES: mu_ held
+  void Fail(const std::string& reason);            // REQUIRES: mu_ held
+  std::string Missing(const Round& round) const;   // REQUIRES: mu_ held
+  std::string Describe(const Op& op) const;        // REQUIRES: mu_ held
   void* SlotData(int lr, const std::string& key);  // REQUIRES: mu_ held
   std::string Me() const;
 
@@ -99,9 +99,9 @@ class LocalRoot {
   std::unique_ptr<LocalLink> link_;
   std::unique_ptr<Worker> worker_;
 
-  mutable std::mutex mu_;           // guards everything below
-  std::condition_variable cv_;      // signalled on every change of a round, op or peer
-  std::vector<Peer> peers_;         // by local rank; [0] is unused (this process)
+  mutable std::mutex mu_;                 // guards everything below
+  std::condition_variable cv_;            // signalled on every change of a round, op or peer
+  std::vector<Peer> peers_;               // by local rank; [0] is unused (this process)
   std::map<std::string, Rounds> rounds_;  // by tensor name (or the barrier's key)
   std::unordered_map<Handle, std::shared_ptr<Op>> ops_;
   Handle next_handle_ = 1;

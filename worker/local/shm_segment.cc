@@ -18,8 +18,8 @@ void* MapFd(int fd, size_t bytes, const std::string& name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   close(fd);
-  FERRY_ENFORCE(p != MAP_FAILED, ErrorCode::kInternal, "mmap of shared memory ", name, " (",
-                bytes, " bytes): ", std::strerror(err));
+  FERRY_ENFORCE(p != MAP_FAILED, ErrorCode::kInternal, "mmap of shared memory ", name, " (", bytes,
+                " bytes): ", std::strerror(err));
   return p;
 }
 
@@ -27,15 +27,15 @@ void* MapFd(int fd, size_t bytes, const std::string& name) {
 
 std::unique_ptr<ShmSegment> ShmSegment::Create(const std::string& name, size_t bytes) {
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  FERRY_ENFORCE(fd >= 0, ErrorCode::kInternal, "shm_open(", name, ") to create: ",
-                std::strerror(errno));
+  FERRY_ENFORCE(fd >= 0, ErrorCode::kInternal, "shm_open(", name,
+                ") to create: ", std::strerror(errno));
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     close(fd);
     shm_unlink(name.c_str());
-    throw FerryError(ErrorCode::kInternal, StrCat("ftruncate of shared memory ", name, " to ",
-                                                  bytes, " bytes: ", std::strerror(err),
-                                                  " (is /dev/shm large enough?)"));
+    throw FerryError(ErrorCode::kInternal,
+                     StrCat("ftruncate of shared memory ", name, " to ", bytes,
+                            " bytes: ", std::strerror(err), " (is /dev/shm large enough?)"));
   }
   void* p = nullptr;
   try {
@@ -49,14 +49,14 @@ std::unique_ptr<ShmSegment> ShmSegment::Create(const std::string& name, size_t b
 
 std::unique_ptr<ShmSegment> ShmSegment::OpenAndUnlink(const std::string& name, size_t bytes) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  FERRY_ENFORCE(fd >= 0, ErrorCode::kInternal, "shm_open(", name, ") to map: ",
-                std::strerror(errno));
+  FERRY_ENFORCE(fd >= 0, ErrorCode::kInternal, "shm_open(", name,
+                ") to map: ", std::strerror(errno));
   shm_unlink(name.c_str());  // both sides have it mapped (or open) now
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
     close(fd);
-    throw FerryError(ErrorCode::kBadMessage, StrCat("shared memory ", name, " holds ",
-                                                    st.st_size, " bytes, expected ", bytes));
+    throw FerryError(ErrorCode::kBadMessage, StrCat("shared memory ", name, " holds ", st.st_size,
+                                                    " bytes, expected ", bytes));
   }
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, MapFd(fd, bytes, name), bytes, false));
 }
