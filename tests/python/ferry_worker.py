@@ -307,6 +307,11 @@ def mode_local(args, out):
         bps.join()
     except bps.FerryError as e:
         out["join_error"] = str(e)
+    if bps.local_rank() != 0:
+        try:
+            bps.set_scheduling(65536, 262144)
+        except bps.FerryError as e:
+            out["scheduling_error"] = str(e)
     bps.barrier()
 
 

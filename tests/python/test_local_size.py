@@ -54,6 +54,9 @@ def test_two_machines_of_two_local_processes(cluster, tmp_path):
             w.add_(torch.full((1, 4), mean), alpha=-0.5)
         assert torch.equal(r["w"], w), (rank, r["w"], w)
         assert "Join (uneven data) is not supported with FERRY_LOCAL_SIZE=2" in r["join_error"], r
+        if r["local_rank"] != 0:   # only the local root partitions tensors
+            assert ("SetScheduling is not available on local rank 1 (FERRY_LOCAL_SIZE=2)"
+                    in r["scheduling_error"]), r
     sched = c.log("scheduler")
     assert "all 2 servers and 2 workers registered" in sched, sched[-3000:]
     left = [n for n in os.listdir("/dev/shm") for r in res.values() if n.startswith("ferry-%d-" % r["pid"])]
