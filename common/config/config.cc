@@ -340,6 +340,12 @@ void ReadLocalGroup(const EnvReader& r, Config* c) {
   }
   c->local_rank = static_cast<int>(
       r.Int("FERRY_LOCAL_RANK", "BYTEPS_LOCAL_RANK", 0, 0, c->local_size - 1));
+  if (c->role == NodeRole::kWorker && c->local_size > 1 && !r.Has("FERRY_LOCAL_RANK") &&
+      !r.Has("BYTEPS_LOCAL_RANK")) {
+    Invalid("FERRY_LOCAL_RANK", "",
+            StrCat("must be set (0..", c->local_size - 1, ") in each of the FERRY_LOCAL_SIZE=",
+                   c->local_size, " processes of a machine; ferry-launch --local-size sets it"));
+  }
   c->local_socket = r.Str("FERRY_LOCAL_SOCKET", nullptr, "");
   const bool socket_ok =
       c->local_socket.size() <= 100 &&

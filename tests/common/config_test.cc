@@ -498,10 +498,14 @@ TEST(ConfigTest, LocalGroupSettings) {
   EXPECT_EQ(c.local_size, 4);
   EXPECT_EQ(c.local_rank, 3);
   EXPECT_EQ(c.LocalSocketName(), "ferry-local-127.0.0.1:9000-w1");
-  c = Read(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_SOCKET", "job-7.a:b_c"}}));
+  c = Read(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "0"},
+                            {"FERRY_LOCAL_SOCKET", "job-7.a:b_c"}}));
   EXPECT_EQ(c.LocalSocketName(), "job-7.a:b_c");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "2"}}),
                 "FERRY_LOCAL_RANK");
+  // Without a local rank every process would think it is the root.
+  const std::string unset = ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}}), "FERRY_LOCAL_RANK");
+  EXPECT_TRUE(Contains(unset, "ferry-launch --local-size sets it")) << unset;
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "0"}}), "FERRY_LOCAL_SIZE");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SOCKET", "a/b"}}), "FERRY_LOCAL_SOCKET");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SOCKET", std::string(101, 'x')}}),
@@ -511,7 +515,8 @@ TEST(ConfigTest, LocalGroupSettings) {
   EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_LOCAL_SIZE", "gpus"}})).local_size,
             1);
   const std::string m = ExpectInvalid(
-      With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_ENABLE_ASYNC", "1"}}), "FERRY_ENABLE_ASYNC");
+      With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),
+      "FERRY_ENABLE_ASYNC");
   EXPECT_TRUE(Contains(m, "FERRY_LOCAL_SIZE=2")) << m;
 }
 
