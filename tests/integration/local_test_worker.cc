@@ -70,6 +70,7 @@ int Sums(LocalGroup& g) {
     for (size_t i = 0; i < ints.size(); ++i)
       ints[i] = static_cast<int32_t>(rank * 1000 + i + round);
     g.PushPull("ints", ints.data(), ints.data(), DataType::kInt32, ints.size(), false);
+    g.PushPull("empty", nullptr, nullptr, DataType::kFloat64, 0, true);  // no elements at all
     for (Handle h : handles) g.Wait(h);
     for (int t = 0; t < FLAGS_tensors; ++t) {
       for (uint64_t i = 0; i < data[t].size(); ++i) {
