@@ -91,7 +91,7 @@ void Shutdown() {
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "Native core of the ferry package: wraps ferry::Worker (see ferry.torch).";
+  m.doc() = "Native core of the ferry package: wraps ferry::LocalGroup (see ferry.torch).";
 
   static py::exception<ferry::FerryError> error(m, "FerryError", PyExc_RuntimeError);
   g_error_type = error.ptr();
