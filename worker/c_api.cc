@@ -6,12 +6,12 @@
 #include <string>
 
 #include "common/util/status.h"
-#include "worker/worker.h"
+#include "worker/local/local_group.h"
 
 namespace {
 
 std::mutex g_mu;                          // guards g_worker
-std::unique_ptr<ferry::Worker> g_worker;  // the process's worker
+std::unique_ptr<ferry::LocalGroup> g_worker;  // the process's worker (local_group.h)
 thread_local std::string g_last_error;
 
 // Runs `body`, turning a FerryError into -code and the thread's last error.
@@ -28,7 +28,7 @@ auto Guard(F body) -> decltype(body()) {
   }
 }
 
-ferry::Worker& Get() {
+ferry::LocalGroup& Get() {
   std::lock_guard<std::mutex> lock(g_mu);
   FERRY_ENFORCE(g_worker != nullptr, ferry::ErrorCode::kInvalidArgument,
                 "ferry is not initialised: call ferry_init() first");
@@ -53,13 +53,15 @@ int ferry_init(void) {
     FERRY_ENFORCE(config.role == ferry::NodeRole::kWorker, ferry::ErrorCode::kInvalidConfig,
                   "ferry_init() runs in a worker, but DMLC_ROLE=", ferry::NodeRoleName(config.role));
     ferry::InitLogging("ferry", config, "worker");
-    g_worker = ferry::Worker::Create(config);
+    g_worker = ferry::LocalGroup::Create(config);
     return 0;
   });
 }
 
 int ferry_rank(void) { return Guard([] { return Get().rank(); }); }
 int ferry_size(void) { return Guard([] { return Get().size(); }); }
+int ferry_local_rank(void) { return Guard([] { return Get().local_rank(); }); }
+int ferry_local_size(void) { return Guard([] { return Get().local_size(); }); }
 
 int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int ndim) {
   return Guard([&] {
@@ -124,7 +126,7 @@ int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes) {
 
 int ferry_shutdown(void) {
   return Guard([] {
-    std::unique_ptr<ferry::Worker> w;
+    std::unique_ptr<ferry::LocalGroup> w;
     {
       std::lock_guard<std::mutex> lock(g_mu);
       w = std::move(g_worker);

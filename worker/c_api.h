@@ -5,7 +5,11 @@
  *
  * Functions return 0 (or a non-negative value) on success and a negative ferry error
  * code (-ErrorCode, common/util/status.h) on failure; ferry_last_error() then gives the
- * message (thread-local, valid until the thread's next call). */
+ * message (thread-local, valid until the thread's next call).
+ *
+ * With FERRY_LOCAL_SIZE > 1 the calls go through the machine's local group
+ * (worker/local/local_group.h): rank and size count processes, ferry_join is refused,
+ * and ferry_set_scheduling works on local rank 0 only. */
 
 #include <stdint.h>
 
@@ -17,7 +21,9 @@ extern "C" {
 
 int ferry_init(void);                       /* reads the environment, joins the cluster */
 int ferry_rank(void);
-int ferry_size(void);
+int ferry_size(void);                       /* machines x FERRY_LOCAL_SIZE */
+int ferry_local_rank(void);                 /* FERRY_LOCAL_RANK (0 without a local group) */
+int ferry_local_size(void);                 /* FERRY_LOCAL_SIZE (1 without a local group) */
 int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int ndim);
 /* priority: INT32_MIN for the default (-(declaration index)). Returns a handle > 0. */
 int64_t ferry_push_pull_async(const char* name, const void* input, void* output, int dtype,

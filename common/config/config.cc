@@ -326,6 +326,42 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
       r.Int("FERRY_SERVER_GPU_STREAMS", nullptr, c->server_gpu_streams, 1, 64));
 }
 
+// FERRY_LOCAL_SIZE, FERRY_LOCAL_RANK (and the BYTEPS_ names), FERRY_LOCAL_SOCKET.
+void ReadLocalGroup(const EnvReader& r, Config* c) {
+  std::string used;
+  const char* size = r.Get("FERRY_LOCAL_SIZE", "BYTEPS_LOCAL_SIZE", &used);
+  // "gpus" is ferry-launch's to resolve; a server or scheduler sharing the workers'
+  // environment (a k8s ConfigMap) ignores it, a worker needs the number.
+  if (size && std::string(size) == "gpus" && c->role != NodeRole::kWorker) {
+    c->local_size = 1;
+  } else {
+    c->local_size =
+        static_cast<int>(r.Int("FERRY_LOCAL_SIZE", "BYTEPS_LOCAL_SIZE", 1, 1, 9999));
+  }
+  c->local_rank = static_cast<int>(
+      r.Int("FERRY_LOCAL_RANK", "BYTEPS_LOCAL_RANK", 0, 0, c->local_size - 1));
+  if (c->role == NodeRole::kWorker && c->local_size > 1 && !r.Has("FERRY_LOCAL_RANK") &&
+      !r.Has("BYTEPS_LOCAL_RANK")) {
+    Invalid("FERRY_LOCAL_RANK", "",
+            StrCat("must be set (0..", c->local_size - 1, ") in each of the FERRY_LOCAL_SIZE=",
+                   c->local_size, " processes of a machine; ferry-launch --local-size sets it"));
+  }
+  c->local_socket = r.Str("FERRY_LOCAL_SOCKET", nullptr, "");
+  const bool socket_ok =
+      c->local_socket.size() <= 100 &&
+      c->local_socket.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                        "0123456789._:-") == std::string::npos;
+  if (!socket_ok) {
+    Invalid("FERRY_LOCAL_SOCKET", c->local_socket,
+            "expected at most 100 characters from A-Z a-z 0-9 . _ : - (an abstract socket name)");
+  }
+  if (c->role == NodeRole::kWorker && c->local_size > 1 && c->enable_async) {
+    Invalid("FERRY_ENABLE_ASYNC", "1",
+            StrCat("asynchronous training is not supported with FERRY_LOCAL_SIZE=",
+                   c->local_size, " (the local reduction sums gradients, not parameters)"));
+  }
+}
+
 }  // namespace
 
 Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role) {
@@ -382,6 +418,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   ReadServerDevice(r, &c);
   c.enable_async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
   ReadServerEngine(r, &c);
+  ReadLocalGroup(r, &c);
 
   c.connect_timeout_ms =
       r.Int("FERRY_CONNECT_TIMEOUT_MS", nullptr, c.connect_timeout_ms, 100, 86400000);
@@ -433,6 +470,12 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
 
 std::string Config::SchedulerEndpoint() const {
   return StrCat("tcp://", root_host, ":", root_port);
+}
+
+std::string Config::LocalSocketName() const {
+  if (!local_socket.empty()) return local_socket;
+  return StrCat("ferry-local-", root_host, ":", root_port, "-w",
+                worker_id < 0 ? std::string("any") : std::to_string(worker_id));
 }
 
 std::string Config::Summary() const {

@@ -40,6 +40,15 @@ struct Config {
   int node_port = 0;               // DMLC_PORT; 0 = any free port
   std::string node_kind;           // FERRY_NODE_KIND: "", "colocated" or "cpu"
 
+  // Intra-machine reduction (worker/local/local_group.h). local_size processes on one
+  // machine share its DMLC_WORKER_ID; only local rank 0 registers with the scheduler.
+  // num_workers (DMLC_NUM_WORKER) counts machines. local_socket: the abstract ipc
+  // socket name of the machine's local group (FERRY_LOCAL_SOCKET; empty = derived from
+  // the scheduler address, port and DMLC_WORKER_ID, see LocalSocketName()).
+  int local_size = 1;              // FERRY_LOCAL_SIZE / BYTEPS_LOCAL_SIZE
+  int local_rank = 0;              // FERRY_LOCAL_RANK / BYTEPS_LOCAL_RANK
+  std::string local_socket;        // FERRY_LOCAL_SOCKET
+
   int64_t partition_bytes = 4194304;
   int scheduling_credit = 4;       // partitions in flight per worker
   int64_t scheduling_credit_bytes = 0;  // if > 0, the credit in bytes instead
@@ -111,6 +120,11 @@ struct Config {
 
   // Scheduler address as a ZeroMQ endpoint.
   std::string SchedulerEndpoint() const;
+  // The name of this machine's local group socket (Linux abstract namespace, so no file
+  // to clean up): local_socket if set, else one derived from the scheduler's address and
+  // port and DMLC_WORKER_ID, so two jobs (or two machines of one job on loopback) on one
+  // host do not collide.
+  std::string LocalSocketName() const;
   // One line describing the settings, for the start-up log.
   std::string Summary() const;
 };

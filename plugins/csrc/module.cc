@@ -1,6 +1,7 @@
 // ferry._core: the native half of the `ferry` Python package (ferry.torch is the other).
 //
-// A thin pybind11 wrapper of the C++ ferry::Worker (worker/worker.h), one per process.
+// A thin pybind11 wrapper of the C++ ferry::LocalGroup (worker/local/local_group.h: a
+// ferry::Worker, or with FERRY_LOCAL_SIZE > 1 the machine's local group), one per process.
 // Tensors cross as raw addresses (tensor.data_ptr()) plus dtype code and element
 // count, so this file needs no torch headers; ferry/torch/*.py keeps the tensors alive
 // while the core uses their memory.
@@ -25,19 +26,19 @@
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "common/util/status.h"
-#include "worker/worker.h"
+#include "worker/local/local_group.h"
 
 namespace py = pybind11;
 
 namespace {
 
 std::mutex g_mu;                          // guards g_worker
-std::shared_ptr<ferry::Worker> g_worker;  // the process's worker; empty when not initialised
+std::shared_ptr<ferry::LocalGroup> g_worker;  // the process's worker; empty when not initialised
 PyObject* g_error_type = nullptr;         // ferry._core.FerryError
 
 // The worker for one call. A shared_ptr, so shutdown() on one thread cannot destroy
 // the worker under a call still running on another.
-std::shared_ptr<ferry::Worker> Get() {
+std::shared_ptr<ferry::LocalGroup> Get() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_worker) {
     throw ferry::FerryError(ferry::ErrorCode::kInvalidArgument,
@@ -71,11 +72,11 @@ void Init() {
   } else {
     ferry::InitLogging("ferry", config, "worker");
   }
-  g_worker = ferry::Worker::Create(config);
+  g_worker = ferry::LocalGroup::Create(config);
 }
 
 void Shutdown() {
-  std::shared_ptr<ferry::Worker> w;
+  std::shared_ptr<ferry::LocalGroup> w;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     w = std::move(g_worker);
@@ -90,7 +91,7 @@ void Shutdown() {
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "Native core of the ferry package: wraps ferry::Worker (see ferry.torch).";
+  m.doc() = "Native core of the ferry package: wraps ferry::LocalGroup (see ferry.torch).";
 
   static py::exception<ferry::FerryError> error(m, "FerryError", PyExc_RuntimeError);
   g_error_type = error.ptr();
@@ -128,6 +129,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("rank", [] { return Get()->rank(); });
   m.def("size", [] { return Get()->size(); });
   m.def("num_servers", [] { return Get()->num_servers(); });
+  m.def("local_rank", [] { return Get()->local_rank(); });
+  m.def("local_size", [] { return Get()->local_size(); });
 
   m.def(
       "declare",

@@ -488,5 +488,37 @@ TEST(ConfigTest, ServerDevice) {
   }
 }
 
+TEST(ConfigTest, LocalGroupSettings) {
+  Config c = Read(BaseEnv());
+  EXPECT_EQ(c.local_size, 1);
+  EXPECT_EQ(c.local_rank, 0);
+  EXPECT_EQ(c.LocalSocketName(), "ferry-local-127.0.0.1:9000-wany");
+  c = Read(With(BaseEnv(), {{"BYTEPS_LOCAL_SIZE", "4"}, {"BYTEPS_LOCAL_RANK", "3"},
+                            {"DMLC_WORKER_ID", "1"}}));
+  EXPECT_EQ(c.local_size, 4);
+  EXPECT_EQ(c.local_rank, 3);
+  EXPECT_EQ(c.LocalSocketName(), "ferry-local-127.0.0.1:9000-w1");
+  c = Read(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "0"},
+                            {"FERRY_LOCAL_SOCKET", "job-7.a:b_c"}}));
+  EXPECT_EQ(c.LocalSocketName(), "job-7.a:b_c");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "2"}}),
+                "FERRY_LOCAL_RANK");
+  // Without a local rank every process would think it is the root.
+  const std::string unset = ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}}), "FERRY_LOCAL_RANK");
+  EXPECT_TRUE(Contains(unset, "ferry-launch --local-size sets it")) << unset;
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "0"}}), "FERRY_LOCAL_SIZE");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SOCKET", "a/b"}}), "FERRY_LOCAL_SOCKET");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SOCKET", std::string(101, 'x')}}),
+                "FERRY_LOCAL_SOCKET");
+  // 'gpus' is for ferry-launch: a worker needs the number, a server ignores it.
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "gpus"}}), "FERRY_LOCAL_SIZE");
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_LOCAL_SIZE", "gpus"}})).local_size,
+            1);
+  const std::string m = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),
+      "FERRY_ENABLE_ASYNC");
+  EXPECT_TRUE(Contains(m, "FERRY_LOCAL_SIZE=2")) << m;
+}
+
 }  // namespace
 }  // namespace ferry

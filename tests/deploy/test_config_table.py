@@ -54,13 +54,14 @@ INVALID = {
     "FERRY_AUTOTUNE_STEPS": "1",
     "FERRY_AUTOTUNE_PARTITION_BYTES": "1M,2M",
     "FERRY_AUTOTUNE_CREDITS": "0",
+    "FERRY_LOCAL_SIZE": "0",
+    "FERRY_LOCAL_RANK": "3",           # with FERRY_LOCAL_SIZE unset (1): 0 only
+    "FERRY_LOCAL_SOCKET": "has space",
 }
 
 # Documented variables the programs do not read, or that accept any value.
 NOT_READ_BY_THE_PROGRAMS = {
     "DMLC_INTERFACE": "read by ferry-launch (tests/deploy/test_launcher.py)",
-    "FERRY_LOCAL_SIZE": "read by ferry-launch and the plugin (tests/deploy/test_launcher.py)",
-    "FERRY_LOCAL_RANK": "set by ferry-launch, read by the plugin",
     "FERRY_TRACE_DIR": "any directory: a worker that cannot write its trace there stops with "
                        "exit 2 naming it (tests/worker/trace_test.cc)",
 }

@@ -116,10 +116,10 @@ def test_every_role_gets_what_it_needs(docs):
     assert [p["containerPort"] for p in c["ports"]] == [int(env["DMLC_PORT"])]
     assert "DMLC_PORT" in " ".join(c["readinessProbe"]["exec"]["command"])
 
-    # Workers: as many as DMLC_NUM_WORKER (one process each), ranks from the pod ordinal,
-    # the training example with the package on PYTHONPATH; no port.
+    # Workers: as many pods as DMLC_NUM_WORKER (machines, whatever FERRY_LOCAL_SIZE), ranks
+    # from the pod ordinal, the training example with the package on PYTHONPATH; no port.
     c, env = container_env(docs, workers)
-    assert workers["spec"]["replicas"] * int(env.get("FERRY_LOCAL_SIZE", 1)) == int(num_worker)
+    assert workers["spec"]["replicas"] == int(num_worker)
     assert env["DMLC_WORKER_ID"] == ("field", "metadata.labels['apps.kubernetes.io/pod-index']")
     assert env["PYTHONPATH"] == "/usr/local/lib/ferry/python"
     assert c["args"] == ["ferry-launch", "python3", "/usr/local/share/ferry/examples/train_digits.py"]

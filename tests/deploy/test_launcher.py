@@ -1,6 +1,7 @@
 """scripts/ferry-launch: DMLC_ROLE decides; exit codes; local size; DMLC_INTERFACE;
 signals forwarded; SIGTERM to a node's ferry-launch ends the whole cluster promptly."""
 
+import re
 import signal
 import subprocess
 import time
@@ -73,12 +74,24 @@ def test_a_worker_runs_the_command_with_its_exit_code():
 
 
 def test_local_size_starts_one_worker_per_local_rank():
-    script = "echo rank=$FERRY_LOCAL_RANK/$FERRY_LOCAL_SIZE id=$DMLC_WORKER_ID bps=$BYTEPS_LOCAL_RANK/$BYTEPS_LOCAL_SIZE"
+    # BytePS's convention: DMLC_NUM_WORKER counts machines, every local process keeps the
+    # machine's DMLC_WORKER_ID, and the copies share one local group socket.
+    script = ("echo rank=$FERRY_LOCAL_RANK/$FERRY_LOCAL_SIZE id=$DMLC_WORKER_ID "
+              "bps=$BYTEPS_LOCAL_RANK/$BYTEPS_LOCAL_SIZE socket=$FERRY_LOCAL_SOCKET")
     code, out = launch(["--local-size", "3", "sh", "-c", script], DMLC_ROLE="worker", DMLC_WORKER_ID="1",
-                       **dict(CLUSTER, DMLC_NUM_WORKER="6"))
+                       **dict(CLUSTER, DMLC_NUM_WORKER="2"))
     assert code == 0, out
-    assert sorted(out.split("\n")[:-1]) == ["rank=%d/3 id=%d bps=%d/3" % (i, 3 + i, i) for i in range(3)]
-    # FERRY_LOCAL_SIZE does the same; without DMLC_WORKER_ID the ranks come in join order.
+    lines = sorted(out.split("\n")[:-1])
+    sockets = {line.split("socket=")[1] for line in lines}
+    assert len(sockets) == 1 and re.fullmatch(r"ferry-local-\d+-\d+", sockets.pop()), out
+    assert [line.split(" socket=")[0] for line in lines] == [
+        "rank=%d/3 id=1 bps=%d/3" % (i, i) for i in range(3)]
+    # A local size above DMLC_NUM_WORKER is fine (1 machine of 5 processes); a socket
+    # name already set is kept.
+    code, out = launch(["sh", "-c", "echo $FERRY_LOCAL_RANK $FERRY_LOCAL_SOCKET"], DMLC_ROLE="worker",
+                       FERRY_LOCAL_SIZE="5", FERRY_LOCAL_SOCKET="mine", **dict(CLUSTER, DMLC_NUM_WORKER="1"))
+    assert code == 0 and sorted(out.split("\n")[:-1]) == ["%d mine" % i for i in range(5)], out
+    # FERRY_LOCAL_SIZE does the same; without DMLC_WORKER_ID the machines join in any order.
     code, out = launch(["sh", "-c", "echo id=${DMLC_WORKER_ID:-none}"], DMLC_ROLE="worker",
                        FERRY_LOCAL_SIZE="2", **CLUSTER)
     assert code == 0 and out.split() == ["id=none", "id=none"], out
@@ -91,8 +104,9 @@ def test_local_size_starts_one_worker_per_local_rank():
 @pytest.mark.parametrize("args,env,message", [
     (["--local-size", "0"], {}, "--local-size='0': expected a number"),
     (["--local-size", "x"], {}, "--local-size='x': expected a number"),
-    ([], {"FERRY_LOCAL_SIZE": "5"}, "FERRY_LOCAL_SIZE=5 but DMLC_NUM_WORKER=4"),
-    (["--local-size", "2"], {"DMLC_WORKER_ID": "2"}, "gives worker ranks 4..5, but DMLC_NUM_WORKER=4"),
+    (["--local-size", "2"], {"DMLC_WORKER_ID": "4"},
+     "DMLC_WORKER_ID=4, but DMLC_NUM_WORKER=4; DMLC_NUM_WORKER counts worker machines"),
+    ([], {"FERRY_LOCAL_SIZE": "2", "DMLC_WORKER_ID": "x"}, "DMLC_WORKER_ID='x': expected an integer"),
     (["--local-size", "gpus"], {"CUDA_VISIBLE_DEVICES": ""}, "no GPU found"),   # CUDA sees none
 ])
 def test_bad_local_sizes_are_exit_code_2(args, env, message):

@@ -19,13 +19,13 @@ def test_three_servers_and_three_workers_on_loopback(tmp_path):
 
 
 def test_two_jobs_of_three_plus_three_at_once(tmp_path):
-    """Two jobs on one machine at the same time, each 3 servers + 3 workers started through
-    ferry-launch (the workers as one ferry-launch --local-size 3)."""
+    """Two jobs on one machine at the same time, each 3 servers and 1 worker machine of 3
+    processes (one ferry-launch --local-size 3: a local group of its own per job)."""
     need_binaries()
     launch = SCRIPTS / "ferry-launch"
     with Procs(tmp_path) as procs:
         for job in ("a", "b"):
-            env = clean_env({"DMLC_NUM_WORKER": "3", "DMLC_NUM_SERVER": "3", "DMLC_PS_ROOT_URI": "127.0.0.1",
+            env = clean_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "3", "DMLC_PS_ROOT_URI": "127.0.0.1",
                              "DMLC_PS_ROOT_PORT": str(free_port()), "DMLC_NODE_HOST": "127.0.0.1",
                              "FERRY_BIN": str(FERRY_BIN), "FERRY_LOG_LEVEL": "WARNING",
                              "FERRY_CONNECT_TIMEOUT_MS": "60000"})

@@ -73,7 +73,7 @@ def test_dry_run_shows_each_nodes_environment_with_the_secret_masked(hosts):
     roles = [re.search(r"export DMLC_ROLE=(\w+)", n).group(1) for n in nodes]
     assert roles == ["scheduler", "server", "server", "worker", "worker", "worker"]
     for n in nodes:
-        assert "export DMLC_NUM_WORKER=6" in n            # 3 machines x 2 local workers
+        assert "export DMLC_NUM_WORKER=3" in n            # 3 machines (of 2 local workers each)
         assert "export DMLC_NUM_SERVER=2" in n
         assert "export DMLC_PS_ROOT_URI=127.0.0.1" in n
         assert "export DMLC_NODE_HOST=127.0.0.1" in n

@@ -280,6 +280,41 @@ def mode_kill(args, out):
     out["steps"] = steps
 
 
+def mode_local(args, out):
+    """Run by ferry-launch --local-size 2 on each "machine": size() counts processes; exact
+    push_pull sums and averages, a broadcast from the last rank, DistributedOptimizer."""
+    from ferry import _core
+    rank, size = bps.rank(), bps.size()
+    out.update(size=size, local_rank=bps.local_rank(), local_size=bps.local_size(), pid=os.getpid(),
+               core_local=(_core.local_rank(), _core.local_size()))
+    out["sums"] = {str(dtype): bps.push_pull(values((1031,), dtype, rank), average=False,
+                                             name="local.sum.%s" % dtype)
+                   for dtype in (torch.float32, torch.float16, torch.int64)}
+    out["avg"] = bps.push_pull(values((257,), torch.float32, rank), average=True, name="local.avg")
+    out["bcast"] = bps.broadcast(torch.full((5,), float(rank)), root_rank=size - 1, name="local.bcast")
+    torch.manual_seed(rank)   # different weights on every rank until broadcast_parameters
+    model = torch.nn.Linear(4, 1, bias=False)
+    opt = bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters())
+    bps.broadcast_parameters(model.state_dict(), root_rank=size - 1)
+    out["w0"] = model.weight.detach().clone()
+    for step in range(3):
+        opt.zero_grad()
+        model(torch.full((1, 4), float(rank + 1 + step))).sum().backward()   # grad = rank+1+step
+        opt.step()
+    out["w"] = model.weight.detach().clone()
+    try:
+        bps.join()
+    except bps.FerryError as e:
+        out["join_error"] = str(e)
+    if bps.local_rank() != 0:
+        try:
+            bps.set_scheduling(65536, 262144)
+        except bps.FerryError as e:
+            out["scheduling_error"] = str(e)
+    bps.barrier()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
@@ -290,6 +325,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--ready", default="")
     args = p.parse_args()
+    # ferry-launch --local-size starts several copies with one command line.
+    args.out = args.out.replace("%LOCAL_RANK%", os.environ.get("FERRY_LOCAL_RANK", "0"))
     out = {}
     bps.init()
     out["rank"] = bps.rank()

@@ -26,7 +26,7 @@
 #include "common/reduce/reduce.h"
 #include "common/util/clock.h"
 #include "common/util/status.h"
-#include "worker/worker.h"
+#include "worker/local/local_group.h"
 
 DEFINE_string(b, "4K", "smallest tensor size in bytes (suffixes K, M, G: powers of 1024)");
 DEFINE_string(e, "256M", "largest tensor size in bytes");
@@ -110,7 +110,7 @@ int RunPerf(const Config& config) {
   uint64_t min_bytes = ParseSize("b", FLAGS_b), max_bytes = ParseSize("e", FLAGS_e);
   size_t element = DataTypeSize(dtype);
 
-  auto worker = Worker::Create(config);
+  auto worker = LocalGroup::Create(config);  // with FERRY_LOCAL_SIZE > 1, a local group
   if (FLAGS_idle_seconds > 0) {
     std::this_thread::sleep_for(std::chrono::seconds(FLAGS_idle_seconds));
     worker->Shutdown();

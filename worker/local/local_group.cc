@@ -1,0 +1,160 @@
+#include "worker/local/local_group.h"
+
+#include "common/util/status.h"
+#include "worker/local/local_peer.h"
+#include "worker/local/local_root.h"
+
+namespace ferry {
+
+LocalGroup::LocalGroup(const Config& config) : config_(config) {}
+
+LocalGroup::~LocalGroup() = default;
+
+std::unique_ptr<LocalGroup> LocalGroup::Create(const Config& config) {
+  FERRY_ENFORCE(config.local_size == 1 || !config.enable_async, ErrorCode::kInvalidConfig,
+                "FERRY_ENABLE_ASYNC=1 is not supported with FERRY_LOCAL_SIZE=", config.local_size);
+  std::unique_ptr<LocalGroup> g(new LocalGroup(config));
+  if (config.local_size == 1) {
+    g->worker_ = Worker::Create(config);
+  } else if (config.local_rank == 0) {
+    g->root_ = LocalRoot::Create(config);
+  } else {
+    g->peer_ = LocalPeer::Create(config);
+  }
+  return g;
+}
+
+Worker& LocalGroup::WorkerFor(const char* what) const {
+  if (worker_) return *worker_;
+  if (root_) return root_->worker();
+  throw FerryError(ErrorCode::kInvalidArgument,
+                   StrCat(what, " is not available on local rank ", config_.local_rank,
+                          " (FERRY_LOCAL_SIZE=", config_.local_size,
+                          "): only local rank 0 talks to the servers; make the call there"));
+}
+
+int LocalGroup::rank() const {
+  if (root_) return root_->rank();
+  if (peer_) return peer_->rank();
+  return worker_->rank();
+}
+
+int LocalGroup::size() const {
+  if (root_) return root_->size();
+  if (peer_) return peer_->size();
+  return worker_->size();
+}
+
+int LocalGroup::num_servers() const {
+  return peer_ ? peer_->num_servers() : WorkerFor("num_servers").num_servers();
+}
+
+int LocalGroup::DeclareTensor(const std::string& name, DataType dtype,
+                              const std::vector<int64_t>& shape, std::optional<int> priority) {
+  if (peer_) return DeclareLocally(name, dtype, shape);
+  return WorkerFor("DeclareTensor").DeclareTensor(name, dtype, shape, priority);
+}
+
+int LocalGroup::DeclareLocally(const std::string& name, DataType dtype,
+                               const std::vector<int64_t>& shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = declared_.find(name);
+  if (it == declared_.end()) {
+    const int id = static_cast<int>(declared_.size());
+    declared_[name] = Declared{id, dtype, shape};
+    return id;
+  }
+  FERRY_ENFORCE(it->second.dtype == dtype && it->second.shape == shape, ErrorCode::kMismatch,
+                "tensor '", name, "' declared again with another dtype or shape (",
+                DataTypeName(dtype), " vs ", DataTypeName(it->second.dtype), ")");
+  return it->second.id;
+}
+
+Handle LocalGroup::PushPullAsync(const std::string& name, const void* input, void* output,
+                                 DataType dtype, uint64_t count, bool average,
+                                 std::optional<int> priority) {
+  if (worker_) return worker_->PushPullAsync(name, input, output, dtype, count, average, priority);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    operations_++;
+  }
+  if (root_) {
+    return root_->PushPullAsync(name, input, output, dtype, count, average, priority);
+  }
+  return peer_->PushPullAsync(name, input, output, dtype, count, average);
+}
+
+bool LocalGroup::Poll(Handle handle) {
+  if (root_) return root_->Poll(handle);
+  if (peer_) return peer_->Poll(handle);
+  return worker_->Poll(handle);
+}
+
+void LocalGroup::Wait(Handle handle) {
+  if (root_) return root_->Wait(handle);
+  if (peer_) return peer_->Wait(handle);
+  worker_->Wait(handle);
+}
+
+bool LocalGroup::WaitFor(Handle handle, int64_t timeout_ms) {
+  if (root_) return root_->WaitFor(handle, timeout_ms);
+  if (peer_) return peer_->WaitFor(handle, timeout_ms);
+  return worker_->WaitFor(handle, timeout_ms);
+}
+
+void LocalGroup::PushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                          uint64_t count, bool average) {
+  Wait(PushPullAsync(name, input, output, dtype, count, average));
+}
+
+void LocalGroup::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
+                           int root) {
+  if (root_) return root_->Broadcast(name, data, dtype, count, root);
+  if (peer_) return peer_->Broadcast(name, data, dtype, count, root);
+  worker_->Broadcast(name, data, dtype, count, root);
+}
+
+void LocalGroup::Barrier() {
+  if (root_) return root_->Barrier();
+  if (peer_) return peer_->Barrier();
+  worker_->Barrier();
+}
+
+void LocalGroup::StepBoundary() {
+  if (peer_) return;  // the root times the machine's iterations
+  WorkerFor("StepBoundary").StepBoundary();
+}
+
+void LocalGroup::SetScheduling(int64_t partition_bytes, int64_t credit_bytes) {
+  WorkerFor("SetScheduling").SetScheduling(partition_bytes, credit_bytes);
+}
+
+SchedulingChoice LocalGroup::scheduling() const { return WorkerFor("scheduling()").scheduling(); }
+
+std::string LocalGroup::scheduling_policy() const {
+  return WorkerFor("scheduling_policy()").scheduling_policy();
+}
+
+void LocalGroup::Join() {
+  FERRY_ENFORCE(config_.local_size == 1, ErrorCode::kInvalidArgument,
+                "Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+                ": the local group reduces every rank's tensors together, so every local rank "
+                "must push every round");
+  worker_->Join();
+}
+
+void LocalGroup::Shutdown() {
+  if (root_) return root_->Shutdown();
+  if (peer_) return peer_->Shutdown();
+  worker_->Shutdown();
+}
+
+WorkerStats LocalGroup::stats() const {
+  if (!peer_) return WorkerFor("stats").stats();
+  WorkerStats s;
+  std::lock_guard<std::mutex> lock(mu_);
+  s.operations = operations_;
+  return s;
+}
+
+}  // namespace ferry

@@ -1,0 +1,108 @@
+#pragma once
+
+// LocalLink: the control channel between the processes of one machine's local group
+// (local_group.h). A ZeroMQ ROUTER (the local root, bound) or DEALER (every other local
+// rank, connected) on an abstract ipc:// socket, owned by one IO thread ("ferry-local").
+//
+// Messages are small: a fixed header, the tensor name, and one text field (a shared
+// memory name or an error). Tensor data never travels here: it is in shared memory
+// (shm_segment.h). Callbacks run on the IO thread, without any lock of this class held,
+// so they may call Send.
+//
+// A disconnect of the other end (a process that died, or closed its socket) is reported
+// through `on_disconnect` (a ZeroMQ socket monitor).
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ferry {
+
+enum class LocalOp : uint32_t {
+  kHello = 1,  // rank -> root: I am local rank `local_rank`, process `pid`
+  kWelcome,    // root -> rank: global rank/size, the root's pid
+  kPushPull,   // rank -> root: my input is in my slot for `name`; root -> rank (kDone)
+  kBroadcast,  // rank -> root: my data is in my slot; `root` is the global source rank
+  kBarrier,    // rank -> root
+  kBye,        // rank -> root: I shut down; root -> rank: the job shut down (`text`: error)
+  kDone,       // root -> rank: operation `seq` finished; the result is in the slot
+  kFail,       // root -> rank: the group failed; `text` says why
+};
+const char* LocalOpName(LocalOp op);
+
+// Travels as raw bytes: both ends run on one machine with one libferry (a frame of another
+// size is dropped as malformed).
+struct LocalHeader {
+  uint32_t op = 0;         // LocalOp
+  int32_t local_rank = 0;  // the sender's
+  int32_t pid = 0;         // the sender's
+  int32_t dtype = 0;
+  uint64_t count = 0;  // elements
+  uint64_t seq = 0;    // the local rank's operation number; kDone echoes it
+  int32_t average = 0;
+  int32_t root = -1;        // kBroadcast: the source's global rank
+  int32_t rank = -1;        // kWelcome: the receiver's global rank
+  int32_t size = 0;         // kWelcome: global size
+  int32_t num_servers = 0;  // kWelcome
+  uint32_t reserved = 0;
+  uint64_t shm_bytes = 0;  // > 0: `text` names a new slot segment of this size
+};
+
+struct LocalMessage {
+  std::string peer;  // the ROUTER's routing id of the other end (root side only)
+  LocalHeader header;
+  std::string name;  // tensor name
+  std::string text;  // shared memory name, or error text
+};
+
+class LocalLink {
+ public:
+  using OnMessage = std::function<void(LocalMessage&&)>;
+  using OnEvent = std::function<void()>;
+
+  // bind: the root (ROUTER, binds "ipc://@<socket>"); otherwise a DEALER connecting
+  // there with routing id `routing_id`. Throws FerryError (e.g. the name is taken).
+  LocalLink(bool bind, const std::string& socket, const std::string& routing_id);
+  ~LocalLink();  // Stop()
+  LocalLink(const LocalLink&) = delete;
+  LocalLink& operator=(const LocalLink&) = delete;
+
+  // Starts the IO thread. `on_tick` runs at least every `tick_ms` (and after every
+  // message): the root polls its Worker's operations there.
+  void Start(OnMessage on_message, OnEvent on_disconnect, OnEvent on_tick);
+  // Queues `m` for the IO thread. Thread-safe.
+  void Send(LocalMessage m);
+  // The poll interval of the IO thread: short while the root has operations out.
+  void SetTickMs(int tick_ms) { tick_ms_ = tick_ms; }
+  // Sends what is queued (waiting at most 1 s for the other ends), stops the thread and
+  // closes the socket. Idempotent.
+  void Stop();
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  void Loop();
+  void Drain();         // sends the outbox (IO thread)
+  bool ReceiveOne();    // one message from the socket to on_message_; false if none
+  bool MonitorEvent();  // true if the event was a disconnect
+
+  const bool bind_;
+  std::string endpoint_;
+  void* context_ = nullptr;
+  void* socket_ = nullptr;
+  void* monitor_ = nullptr;
+  int wake_fd_ = -1;  // eventfd: Send wakes the IO thread
+  std::atomic<int> tick_ms_{100};
+  OnMessage on_message_;
+  OnEvent on_disconnect_, on_tick_;
+
+  std::mutex out_mu_;  // guards outbox_ and stopping_
+  std::deque<LocalMessage> outbox_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,89 @@
+#pragma once
+
+// LocalPeer: local rank 1..L-1 of a machine's local group (local_group.h). It creates no
+// Worker: it connects to the local root's socket, copies each input into its slot (a
+// shared memory segment per tensor, created here and mapped by the root), sends the
+// submission, and on DONE copies the result from the slot to the output.
+//
+// Slot invariant: a slot is written by this process until its submission is sent, then
+// belongs to the root until DONE arrives; a second operation on the same tensor waits
+// for that DONE first (so a peer has at most one operation per tensor in flight). The
+// input may be reused as soon as PushPullAsync returns (it was copied); the output must
+// live until the operation finished.
+//
+// Every wait has a deadline: FERRY_CONNECT_TIMEOUT_MS x 2 for the WELCOME (the root
+// first registers with the scheduler, which may take that long), FERRY_OP_TIMEOUT_MS for
+// each operation; a root that dies is noticed at once (socket disconnect).
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/reduce/reduce.h"
+#include "worker/local/local_link.h"
+#include "worker/local/shm_segment.h"
+#include "worker/worker.h"
+
+namespace ferry {
+
+class LocalPeer {
+ public:
+  // Connects to the local root and waits for its WELCOME. Throws FerryError.
+  static std::unique_ptr<LocalPeer> Create(const Config& config);
+  ~LocalPeer();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int num_servers() const { return num_servers_; }
+
+  Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
+                       uint64_t count, bool average);
+  bool Poll(Handle handle);
+  bool WaitFor(Handle handle, int64_t timeout_ms);
+  void Wait(Handle handle);
+  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
+  void Barrier();
+  // Waits for this rank's operations, says BYE, and waits (FERRY_OP_TIMEOUT_MS) for the
+  // root's word that the job shut down. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Op;
+  struct Slot {
+    std::unique_ptr<ShmSegment> segment;
+    bool busy = false;  // submitted, no DONE yet: the root owns it
+  };
+
+  explicit LocalPeer(const Config& config);
+  void OnMessage(LocalMessage&& m);  // IO thread
+  void OnDisconnect();               // IO thread
+  // Copies `input` into the slot of `name` and sends the submission; returns the handle.
+  Handle Submit(LocalOp kind, const std::string& name, const void* input, void* output,
+                DataType dtype, uint64_t count, bool average, int root);
+  void Fail(const std::string& reason);  // REQUIRES: mu_ held
+  std::string Me() const;
+
+  const Config config_;
+  std::unique_ptr<LocalLink> link_;
+  int rank_ = -1, size_ = 0, num_servers_ = 0;
+
+  mutable std::mutex mu_;       // guards everything below
+  std::condition_variable cv_;  // signalled on WELCOME, DONE, BYE and failure
+  bool welcomed_ = false;
+  int root_pid_ = 0;
+  std::map<std::string, Slot> slots_;  // by tensor name
+  std::unordered_map<Handle, std::shared_ptr<Op>> ops_;
+  std::map<uint64_t, std::shared_ptr<Op>> by_seq_;  // in flight, by operation number
+  uint64_t next_seq_ = 1;
+  uint64_t next_segment_ = 0;
+  std::string failure_;
+  bool bye_sent_ = false, bye_received_ = false;
+  std::string bye_error_;
+};
+
+}  // namespace ferry

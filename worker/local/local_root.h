@@ -1,0 +1,112 @@
+#pragma once
+
+// LocalRoot: local rank 0 of a machine's local group (local_group.h). It alone owns a
+// Worker (registered with the scheduler, talking to the servers); the other local ranks
+// (LocalPeer) hand it their inputs through shared memory and get the results back there.
+//
+// Rounds: the k-th push_pull (or broadcast) of tensor T on every local rank forms round k
+// of T. A round starts once every local rank has submitted it, in round order per tensor
+// (as the Worker runs a tensor's operations). A push_pull round sums the L inputs into the
+// tensor's staging buffer (common/reduce), push_pulls that (a sum, never an average)
+// through the Worker, divides by size() when averaging, and writes the result to the
+// root's output and to every other rank's slot, then sends each a DONE.
+//
+// Buffer ownership (the invariants that make this safe without copies of slots):
+// - A peer's slot for T (its shared memory segment) is written by the peer until it sends
+//   its submission, then belongs to the root until the root sends DONE for it; a peer has
+//   at most one operation per tensor in flight (it waits for DONE before reusing a slot).
+// - The staging buffer of T is used by the front round of T only, from its start until it
+//   finishes; the next round of T cannot start earlier, since its peers' submissions wait
+//   for this round's DONE.
+// - The root's own input and output follow the Worker's contract (worker.h): they must
+//   live, and the input stay unchanged, until the operation finished.
+//
+// Threads: the caller's threads, and the "ferry-local" IO thread of the link (messages
+// from the peers; polls the Worker's operations). Every blocking wait has a deadline.
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/reduce/reduce.h"
+#include "worker/local/local_link.h"
+#include "worker/local/shm_segment.h"
+#include "worker/worker.h"
+
+namespace ferry {
+
+class LocalRoot {
+ public:
+  // Binds the local socket, registers the Worker, then waits (FERRY_CONNECT_TIMEOUT_MS)
+  // for the other local ranks' HELLO and welcomes them. Throws FerryError.
+  static std::unique_ptr<LocalRoot> Create(const Config& config);
+  ~LocalRoot();
+
+  int rank() const { return worker_->rank() * local_size_; }
+  int size() const { return worker_->size() * local_size_; }
+  Worker& worker() { return *worker_; }
+
+  Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
+                       uint64_t count, bool average, std::optional<int> priority);
+  bool Poll(Handle handle);
+  bool WaitFor(Handle handle, int64_t timeout_ms);
+  void Wait(Handle handle);
+  // `root`: a global rank (machine rank x local size + local rank).
+  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
+  void Barrier();
+  // Waits for the other local ranks' BYE (FERRY_OP_TIMEOUT_MS), shuts the Worker down,
+  // and tells them how that went. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Op;
+  struct Round;
+  struct Rounds;
+  struct Peer;
+
+  explicit LocalRoot(const Config& config);
+  void OnMessage(LocalMessage&& m);  // IO thread
+  void OnDisconnect();               // IO thread
+  void OnTick();                     // IO thread: polls the Worker's operations
+  // REQUIRES: mu_ held. Adds local rank `lr`'s submission to its next round of `key`. A
+  // submission that disagrees with the round's others fails the group (kMismatch).
+  Round& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,
+                bool average, int root, uint64_t seq);
+  void TryStart(const std::string& key);                   // REQUIRES: mu_ held
+  void StartPushPull(const std::string& key, Rounds& rs);  // REQUIRES: mu_ held
+  // REQUIRES: mu_ held. The front round of `key` is over: results to the peers' slots
+  // (and DONE), the root's operation finished, the next round may start.
+  void FinishRound(const std::string& key, const void* result);
+  // REQUIRES: mu_ held. Root's blocking collectives (broadcast, barrier): waits until
+  // the round `op` belongs to is the front one and every rank submitted it.
+  void WaitStarted(std::unique_lock<std::mutex>& lock, const std::string& key,
+                   const std::shared_ptr<Op>& op);
+  void Fail(const std::string& reason);            // REQUIRES: mu_ held
+  std::string Missing(const Round& round) const;   // REQUIRES: mu_ held
+  std::string Describe(const Op& op) const;        // REQUIRES: mu_ held
+  void* SlotData(int lr, const std::string& key);  // REQUIRES: mu_ held
+  std::string Me() const;
+
+  const Config config_;
+  const int local_size_;
+  std::unique_ptr<LocalLink> link_;
+  std::unique_ptr<Worker> worker_;
+
+  mutable std::mutex mu_;                 // guards everything below
+  std::condition_variable cv_;            // signalled on every change of a round, op or peer
+  std::vector<Peer> peers_;               // by local rank; [0] is unused (this process)
+  std::map<std::string, Rounds> rounds_;  // by tensor name (or the barrier's key)
+  std::unordered_map<Handle, std::shared_ptr<Op>> ops_;
+  Handle next_handle_ = 1;
+  std::string failure_;  // non-empty: the group failed; every call throws
+  bool shut_down_ = false;
+};
+
+}  // namespace ferry
