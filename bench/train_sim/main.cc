@@ -77,6 +77,7 @@ struct Report {
   double b_eff_gbps;
   LowerBound lb;
   uint64_t checked, wrong;
+  SchedulingChoice scheduling;  // at the end (FERRY_AUTOTUNE's pick, or as configured)
 };
 
 void PrintJson(const Report& r) {
@@ -99,7 +100,9 @@ void PrintJson(const Report& r) {
              ",\"p90_ms\":", Num(r.summary.p90_ms), ",\"mean_ms\":", Num(r.summary.mean_ms),
              ",\"min_ms\":", Num(r.summary.min_ms), ",\"max_ms\":", Num(r.summary.max_ms),
              ",\"lb\":", lb, ",\"check\":", FLAGS_check ? "true" : "false",
-             ",\"checked_values\":", r.checked, ",\"wrong_values\":", r.wrong, "}");
+             ",\"checked_values\":", r.checked, ",\"wrong_values\":", r.wrong,
+             ",\"partition_bytes\":", r.scheduling.partition_bytes,
+             ",\"credit_bytes\":", r.scheduling.credit_bytes, "}");
   std::printf("%s\n", json.c_str());
 }
 
@@ -138,11 +141,12 @@ int RunTrainSim(const Config& config) {
   auto worker = Worker::Create(config);
   TrainSim sim(*worker, workload, FLAGS_check);
   Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
-           0};
+           0, {}};
   r.ms = sim.Run(FLAGS_warmup, FLAGS_iterations);
   r.summary = Summarize(r.ms);
   r.checked = sim.checked_values();
   r.wrong = sim.wrong_values();
+  r.scheduling = worker->scheduling();
   if (FLAGS_rate_gbps > 0) {
     double server_gbps = FLAGS_server_rate_gbps > 0 ? FLAGS_server_rate_gbps : FLAGS_rate_gbps;
     double b_eff =

@@ -49,7 +49,7 @@ struct Config {
   int local_rank = 0;              // FERRY_LOCAL_RANK / BYTEPS_LOCAL_RANK
   std::string local_socket;        // FERRY_LOCAL_SOCKET
 
-  int64_t partition_bytes = 4194304;
+  int64_t partition_bytes = 1048576;
   int scheduling_credit = 4;       // partitions in flight per worker
   int64_t scheduling_credit_bytes = 0;  // if > 0, the credit in bytes instead
   int server_engine_threads = 4;
