@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/transport/fused_push.h"
+#include "common/transport/rows_message.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -111,6 +112,7 @@ int Server::Run() {
             << s.duplicate_pushes << " duplicates dropped, " << s.results_resent
             << " sums sent again, " << s.pushes_held << " pushes held for rank order, "
             << s.split_sums << " sums split, " << s.async_updates << " async updates, "
+            << s.rows_pushes << " rows pushes of " << s.rows_summed << " rows, "
             << van_.stats().injected_drops << " messages dropped by fault injection"
             << (config_.server_device == ServerDevice::kGpu
                     ? StrCat(", ", s.device_sums, " sums from the GPU (", s.device_sums_dropped,
@@ -133,6 +135,8 @@ ServerStats Server::stats() const {
   s.async_updates = async_updates_;
   s.device_sums = device_sums_;
   s.device_sums_dropped = device_sums_dropped_;
+  s.rows_pushes = rows_pushes_;
+  s.rows_summed = rows_summed_;
   return s;
 }
 
@@ -161,7 +165,8 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     return;
   }
   if (!origin.inbound || (m.type() != proto::PUSH && m.type() != proto::PULL &&
-                          m.type() != proto::JOIN && m.type() != proto::PUSH_FUSED)) {
+                          m.type() != proto::JOIN && m.type() != proto::PUSH_FUSED &&
+                          m.type() != proto::ROWS_PUSH)) {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
     return;
   }
@@ -254,6 +259,8 @@ void Server::EngineLoop(Engine* engine) {
         HandleJoin(engine, cluster_.table().node(work.message.sender()).rank());
       } else if (work.message.type() == proto::PULL) {
         HandlePull(engine, work);
+      } else if (work.message.type() == proto::ROWS_PUSH) {
+        HandleRowsPush(engine, work);
       } else {
         HandlePush(engine, work);
       }
@@ -540,7 +547,19 @@ void Server::HandleJoin(Engine* engine, int rank) {
       engine->summation->Reset(key);  // no open round may carry over into round 0
       state.Restart(num_workers_);    // new generation: a sum still on its way is dropped
     }
+    for (auto& [key, state] : engine->row_keys) {
+      if (state.failure.empty() && state.Contributors() > 0) {
+        FailRowKey(key, state,
+                   StrCat(RowsKeyName(key), " had pushes waiting when every worker had joined"));
+      }
+      state.Restart(num_workers_);
+    }
     return;
+  }
+  for (auto& [key, state] : engine->row_keys) {
+    if (state.failure.empty() && state.defined && state.Complete(engine->joined)) {
+      SendRowsRound(key, state);
+    }
   }
   for (auto& entry : engine->keys) {
     const uint64_t key = entry.first;
@@ -647,6 +666,138 @@ void Server::ReplyError(const std::string& identity, uint64_t request_id, uint64
   m.envelope.mutable_error()->set_code(static_cast<int>(code));
   m.envelope.mutable_error()->set_reason(reason);
   van_.Reply(identity, std::move(m));
+}
+
+void Server::HandleRowsPush(Engine* engine, Work& work) {
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  const int rank = cluster_.table().node(e.sender()).rank();
+  rows_pushes_++;
+  if (config_.enable_async || engine->joined[rank]) {
+    rejected_++;
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kInvalidArgument,
+               StrCat("worker ", rank, " pushed ", RowsKeyName(key),
+                      config_.enable_async
+                          ? " but sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)"
+                          : " after joining; a worker may push again only once every worker "
+                            "has joined"));
+    return;
+  }
+  RowKeyState& state = engine->row_keys[key];
+  const proto::RowsHeader& h = e.rows();
+  PushVerdict verdict = state.Classify(rank, e.round(), h.total_rows(), h.row_elements(),
+                                       static_cast<DataType>(e.dtype()), e.tensor_hash(),
+                                       num_workers_);
+  if (verdict != PushVerdict::kAccumulate) {
+    RefuseRowsPush(engine, work, state, rank, verdict);
+    return;
+  }
+  std::string bad = state.CheckRowIds(RowIdsOf(work.message), h.num_rows());
+  if (!bad.empty()) {
+    // The round can never complete without this worker's push: fail the key, so the
+    // other workers waiting on it get the reason instead of a timeout.
+    rejected_++;
+    std::string reason = StrCat("worker ", rank, " pushed ", RowsKeyName(key), " round ",
+                                e.round(), ": ", bad);
+    ReplyError(work.identity, e.request_id(), key, ErrorCode::kInvalidArgument, reason);
+    FailRowKey(key, state, reason);
+    return;
+  }
+  rows_summed_ += h.num_rows();
+  RowsPush push{std::move(work.message.payload), h.num_rows(),
+                PendingReply{e.sender(), work.identity, e.request_id()}};
+  if (state.Record(rank, std::move(push), engine->joined)) {
+    SendRowsRound(key, state);  // the rows' sums double as this push's acknowledgement
+  } else {
+    Acknowledge(work.identity, e.request_id(), key);
+  }
+}
+
+void Server::RefuseRowsPush(Engine* engine, Work& work, RowKeyState& state, int rank,
+                            PushVerdict verdict) {
+  (void)engine;
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  switch (verdict) {
+    case PushVerdict::kFailed:
+      rejected_++;
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, state.failure);
+      return;
+    case PushVerdict::kMismatch: {
+      rejected_++;
+      const proto::RowsHeader& h = e.rows();
+      std::string reason = StrCat(
+          "workers disagree on ", RowsKeyName(key), ": worker ", rank, " pushed rows of ",
+          h.row_elements(), " ", DataTypeName(static_cast<DataType>(e.dtype())),
+          " elements of a tensor of ", h.total_rows(), " rows (tensor hash ", std::hex,
+          e.tensor_hash(), std::dec, ") but worker ", state.defined_by_rank, " pushed rows of ",
+          state.row_elements, " ", DataTypeName(state.dtype), " elements of a tensor of ",
+          state.total_rows, " rows (tensor hash ", std::hex, state.tensor_hash, std::dec,
+          "); declare the same tensors (name, dtype, shape) in the same order on every worker");
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, reason);
+      FailRowKey(key, state, reason);
+      return;
+    }
+    case PushVerdict::kDuplicate:
+      duplicates_++;
+      Acknowledge(work.identity, e.request_id(), key);
+      return;
+    case PushVerdict::kPrevious:
+      duplicates_++;
+      results_resent_++;
+      SendRowsResult(work.identity, e.request_id(), key, state, state.round - 1,
+                     state.last_results[rank], state.last_contributors);
+      return;
+    default:  // kStale, kAhead
+      rejected_++;
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+                 StrCat("push of ", RowsKeyName(key), " for round ", e.round(),
+                        " but the key is at round ", state.round,
+                        " (a worker may push a round only after receiving the previous one)"));
+      return;
+  }
+}
+
+void Server::SendRowsRound(uint64_t key, RowKeyState& state) {
+  std::vector<Buffer> results = state.SumRound();
+  const uint32_t contributors = static_cast<uint32_t>(state.Contributors());
+  for (size_t r = 0; r < state.pushed.size(); ++r) {
+    if (!state.pushed[r]) continue;
+    const PendingReply& p = state.pushes[r].reply;
+    SendRowsResult(p.identity, p.request_id, key, state, state.round, results[r], contributors);
+  }
+  state.NextRound(std::move(results), num_workers_);
+  rounds_++;
+}
+
+void Server::SendRowsResult(const std::string& identity, uint64_t request_id, uint64_t key,
+                            const RowKeyState& state, uint32_t round, const Buffer& values,
+                            uint32_t contributors) {
+  Message reply = MakeMessage(proto::ROWS_RESULT, cluster_.my_id());
+  reply.envelope.set_request_id(request_id);
+  reply.envelope.set_key(key);
+  reply.envelope.set_round(round);
+  reply.envelope.set_dtype(static_cast<proto::DataTypeProto>(state.dtype));
+  reply.envelope.set_length(values.size());
+  reply.envelope.set_tensor_hash(state.tensor_hash);
+  reply.envelope.set_contributors(contributors);
+  proto::RowsHeader* h = reply.envelope.mutable_rows();
+  const uint64_t row_bytes = state.row_elements * DataTypeSize(state.dtype);
+  h->set_num_rows(values.size() / row_bytes);
+  h->set_row_elements(state.row_elements);
+  reply.payload = values;  // shared with last_results, kept for resends
+  van_.Reply(identity, std::move(reply));
+}
+
+void Server::FailRowKey(uint64_t key, RowKeyState& state, const std::string& reason) {
+  LOG(ERROR) << reason;
+  state.failure = reason;
+  for (size_t r = 0; r < state.pushed.size(); ++r) {
+    if (!state.pushed[r]) continue;
+    const PendingReply& p = state.pushes[r].reply;
+    ReplyError(p.identity, p.request_id, key, ErrorCode::kMismatch, reason);
+  }
+  state.DropPushes();
 }
 
 }  // namespace ferry

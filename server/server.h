@@ -41,6 +41,7 @@
 #include "common/util/status.h"
 #include "server/engine_queue.h"
 #include "server/key_state.h"
+#include "server/row_key_state.h"
 #include "server/sum_pool.h"
 #include "server/summation.h"
 
@@ -58,6 +59,8 @@ struct ServerStats {
   uint64_t async_updates = 0;     // async mode: deltas added to parameters
   uint64_t device_sums = 0;       // GPU: sums that came back from the device
   uint64_t device_sums_dropped = 0;  // GPU: of those, sums of rounds abandoned meanwhile
+  uint64_t rows_pushes = 0;       // ROWS_PUSH messages handled (PushPullRows)
+  uint64_t rows_summed = 0;       // rows they carried that were added into a round
 };
 
 // Refuses settings a server cannot run with: FERRY_SERVER_DEVICE=gpu with
@@ -96,6 +99,7 @@ class Server {
     bool stop = false;
     bool sums_ready = false;      // GPU: a sum reached host memory since the last look
     std::unordered_map<uint64_t, KeyState> keys;  // owned by this engine's thread only
+    std::unordered_map<uint64_t, RowKeyState> row_keys;  // sparse rows; this thread only
     std::vector<bool> joined;  // by worker rank; this engine's thread only
     int sums_in_flight = 0;    // GPU: Finishes whose sum has not arrived; engine thread only
     bool failed = false;       // the summation threw (FailEngine); engine thread only
@@ -125,6 +129,19 @@ class Server {
   // worker joined, the join is over: every key restarts at round 0.
   void HandleJoin(Engine* engine, int rank);
   void OnJoin(const Message& m, const std::string& identity);  // IO thread
+  // Sparse rows (ROWS_PUSH, row_key_state.h): classifies, checks the row ids, holds the
+  // push, and answers: the rows' sums if it completed the round, an acknowledgement
+  // otherwise. Sums are always on the CPU, in rank order.
+  void HandleRowsPush(Engine* engine, Work& work);
+  void RefuseRowsPush(Engine* engine, Work& work, RowKeyState& state, int rank,
+                      PushVerdict verdict);
+  // Sums the round and answers every pusher with exactly the rows it listed.
+  void SendRowsRound(uint64_t key, RowKeyState& state);
+  void SendRowsResult(const std::string& identity, uint64_t request_id, uint64_t key,
+                      const RowKeyState& state, uint32_t round, const Buffer& values,
+                      uint32_t contributors);
+  // The key fails for good: every pusher waiting is told `reason`.
+  void FailRowKey(uint64_t key, RowKeyState& state, const std::string& reason);
   // A PULL: a worker whose push was acknowledged asks for the round's sum again.
   void HandlePull(Engine* engine, Work& work);
   void HandleAsyncPull(Engine* engine, Work& work, int rank);
@@ -170,7 +187,7 @@ class Server {
 
   std::atomic<uint64_t> pushes_{0}, bytes_summed_{0}, rounds_{0}, rejected_{0}, duplicates_{0},
       results_resent_{0}, pushes_held_{0}, async_updates_{0}, device_sums_{0},
-      device_sums_dropped_{0};
+      device_sums_dropped_{0}, rows_pushes_{0}, rows_summed_{0};
 };
 
 }  // namespace ferry

@@ -1,6 +1,7 @@
 #include "common/transport/message.h"
 
 #include "common/transport/fused_push.h"
+#include "common/transport/rows_message.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -55,6 +56,8 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
     case proto::NODE_FAILED: return proto::Envelope::kFailure;
     case proto::ERROR: return proto::Envelope::kError;
     case proto::PUSH_FUSED: return proto::Envelope::kFusedPush;
+    case proto::ROWS_PUSH: return proto::Envelope::kRows;
+    case proto::ROWS_RESULT: return proto::Envelope::kRows;
     default: return proto::Envelope::BODY_NOT_SET;
   }
 }
@@ -74,6 +77,9 @@ std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
     return StrCat(MessageTypeName(e.type()), " without its body");
   }
   if (e.type() == proto::PUSH_FUSED) return ValidateFusedPush(m, max_payload_bytes);
+  if (e.type() == proto::ROWS_PUSH || e.type() == proto::ROWS_RESULT) {
+    return ValidateRowsMessage(m, max_payload_bytes);
+  }
   if (!IsDataMessage(e.type())) {
     if (!m.payload.empty()) return StrCat(MessageTypeName(e.type()), " with a payload frame");
     return "";
@@ -104,6 +110,10 @@ std::string Describe(const Message& m) {
   }
   if (e.type() == proto::PUSH_FUSED) {
     s += StrCat(" of ", e.fused_push().pushes_size(), " pushes, ", e.length(), " bytes");
+  }
+  if (e.type() == proto::ROWS_PUSH || e.type() == proto::ROWS_RESULT) {
+    s += StrCat(" ", RowsKeyName(e.key()), " round ", e.round(), " ", e.rows().num_rows(),
+                " rows, ", e.length(), " bytes");
   }
   return s;
 }
