@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/transport/fused_push.h"
+#include "common/transport/rows_message.h"
 #include "common/util/clock.h"
 #include "common/util/status.h"
 #include "worker/scheduling/policies.h"
@@ -29,6 +30,7 @@ struct Worker::Tensor {
   uint64_t hash = 0;
   int priority = 0;
   std::vector<Cut> cuts;                           // by layout generation
+  std::vector<uint32_t> rows_rounds;  // by server rank: next round of its rows key (lazy)
   std::deque<std::shared_ptr<Operation>> pending;  // front is the running operation
 };
 
@@ -58,6 +60,24 @@ struct Worker::Operation {
   std::string error;  // set when done with a failure
   int64_t start_us = 0;
   int64_t wait_deadline_ms = 0;  // set by the first wait: then + FERRY_OP_TIMEOUT_MS
+  // Sparse rows (PushPullRowsAsync): `input` is unused; each server gets one ROWS_PUSH.
+  bool rows = false;
+  uint64_t row_elements = 0;
+  uint64_t row_bytes = 0;
+  std::vector<Message> row_pushes;  // by server rank, built at the call; sent at the start
+  // By server rank: for each row its push carries, the row's index in the caller's
+  // list (where its sum goes in `output`). Fixed at the call, read without the lock.
+  std::vector<std::vector<uint64_t>> row_positions;
+};
+
+// A ROWS_PUSH between its send and its reply.
+struct Worker::RowsInFlight {
+  std::shared_ptr<Operation> op;
+  int server = 0;
+  Message push;          // kept for resends: its payload is owned, never borrowed
+  bool acked = false;    // the server holds it; only the sums may be missing
+  int attempts = 0;      // resends so far
+  int64_t resend_at_ms = 0;
 };
 
 // A partition between the queue and its reply.
@@ -272,6 +292,10 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
 void Worker::StartOperation(const std::shared_ptr<Operation>& op) {
   Tensor& t = *op->tensor;
   op->started = true;
+  if (op->rows) {
+    StartRowsOperation(op);
+    return;
+  }
   CHECK_EQ(op->layout, layout_) << "the layout changed under an unfinished operation";
   const Cut& cut = t.cuts[op->layout];
   op->replies_left = static_cast<int>(cut.parts.size());
@@ -479,6 +503,7 @@ void Worker::ResendOverdue() {
                                 << " (attempt " << f.attempts << "; " << google::COUNTER
                                 << " resends so far)";
     }
+    ResendOverdueRows(now, &out);
   }
   for (auto& [server, m] : out) van_.Send(ServerId(server), std::move(m));
 }
@@ -494,11 +519,13 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     if (m.envelope.request_id() == join_request_) join_acks_++;
     cv_.notify_all();
   } else if (m.type() == proto::PUSH_ACK) {
-    OnAck(m);
+    if (!OnRowsAck(m)) OnAck(m);
   } else if (m.type() == proto::PUSH_RESULT) {
     OnPushResult(std::move(m));
+  } else if (m.type() == proto::ROWS_RESULT) {
+    OnRowsResult(std::move(m));
   } else if (m.type() == proto::ERROR) {
-    OnError(m);
+    if (!OnRowsError(m)) OnError(m);
   } else {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
   }
@@ -652,6 +679,18 @@ bool Worker::Poll(Handle handle) {
 
 std::string Worker::DescribeOperation(const Operation& op) const {
   const Tensor& t = *op.tensor;
+  if (op.rows) {
+    std::string s = StrCat("push_pull_rows of tensor '", t.name, "' (id ", t.id, ")");
+    if (!op.started) return s + " is queued behind an earlier operation on the same tensor";
+    s += StrCat(": ", op.replies_left, " server(s) without a reply");
+    for (const auto& [request, f] : rows_in_flight_) {
+      if (f.op.get() != &op) continue;
+      s += StrCat("; ", cluster_.table().Describe(ServerId(f.server)),
+                  f.acked ? " holds its rows, waiting for other workers"
+                          : " has not acknowledged its rows");
+    }
+    return s;
+  }
   const std::vector<PartitionSpec>& parts = t.cuts[op.layout].parts;
   std::string s = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ", t.bytes,
                          " bytes in ", parts.size(), " partitions)");
@@ -700,6 +739,11 @@ void Worker::Wait(Handle handle) {
 void Worker::PushPull(const std::string& name, const void* input, void* output, DataType dtype,
                       uint64_t count, bool average) {
   Wait(PushPullAsync(name, input, output, dtype, count, average));
+}
+
+void Worker::PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                          const void* values, void* output, DataType dtype, bool average) {
+  Wait(PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average));
 }
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
@@ -877,6 +921,7 @@ void Worker::Join() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& t : tensors_) {
     for (Cut& cut : t->cuts) cut.rounds.assign(cut.parts.size(), 0);
+    t->rows_rounds.assign(t->rows_rounds.size(), 0);
   }
   LOG(INFO) << "every worker joined; rounds start over";
 }
@@ -912,6 +957,10 @@ WorkerStats Worker::stats() const {
   s.late_replies = stat_late_replies_;
   s.fused_messages = stat_fused_messages_;
   s.partitions_fused = stat_parts_fused_;
+  s.rows_operations = stat_rows_ops_;
+  s.rows_pushed = stat_rows_pushed_;
+  s.rows_bytes_pushed = stat_rows_bytes_pushed_;
+  s.rows_bytes_received = stat_rows_bytes_received_;
   s.van = van_.stats();
   return s;
 }
@@ -924,6 +973,237 @@ std::vector<uint64_t> Worker::PlacedBytes() const {
 std::string Worker::TensorName(uint32_t tensor_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return tensor_id < tensors_.size() ? tensors_[tensor_id]->name : "?";
+}
+
+// ---- Sparse rows (PushPullRows) ----
+
+namespace {
+
+// The server rank owning the row that starts at byte `row_offset`: the server of the
+// partition holding that byte in the dense placement. REQUIRES: parts sorted by
+// offset, covering the tensor, row_offset inside it.
+int ServerOfRow(const std::vector<PartitionSpec>& parts, uint64_t row_offset) {
+  auto it = std::upper_bound(parts.begin(), parts.end(), row_offset,
+                             [](uint64_t at, const PartitionSpec& p) { return at < p.offset; });
+  return std::prev(it)->server;
+}
+
+}  // namespace
+
+Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                                 const void* values, void* output, DataType dtype, bool average,
+                                 std::optional<int> priority) {
+  FERRY_ENFORCE(num_rows == 0 || (rows && values && output), ErrorCode::kInvalidArgument,
+                "push_pull_rows of '", name, "': null buffer");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull_rows of '", name,
+                "' after Shutdown()");
+  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
+                "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
+  auto id = tensor_ids_.find(name);
+  FERRY_ENFORCE(id != tensor_ids_.end(), ErrorCode::kInvalidArgument, "push_pull_rows of '",
+                name, "': declare the tensor first (DeclareTensor) with its shape [rows, ...]");
+  Tensor& t = *tensors_[id->second];
+  FERRY_ENFORCE(t.dtype == dtype, ErrorCode::kInvalidArgument, "push_pull_rows of tensor '", name,
+                "' with ", DataTypeName(dtype), " values, but it was declared as ",
+                DataTypeName(t.dtype), ShapeString(t.shape));
+  FERRY_ENFORCE(!t.shape.empty() && t.shape[0] > 0 && t.count > 0, ErrorCode::kInvalidArgument,
+                "push_pull_rows of tensor '", name, "' declared as ", ShapeString(t.shape),
+                ": it needs at least one row of at least one element");
+  const uint64_t total_rows = static_cast<uint64_t>(t.shape[0]);
+  for (uint64_t j = 0; j < num_rows; ++j) {
+    FERRY_ENFORCE(rows[j] >= 0 && static_cast<uint64_t>(rows[j]) < total_rows,
+                  ErrorCode::kInvalidArgument, "push_pull_rows of tensor '", name, "' ",
+                  DataTypeName(t.dtype), ShapeString(t.shape), ": row id ", rows[j],
+                  " (position ", j, " of ", num_rows, ") is outside its rows 0..",
+                  total_rows - 1);
+  }
+  auto op = std::make_shared<Operation>();
+  op->handle = next_handle_++;
+  op->tensor = &t;
+  op->output = static_cast<uint8_t*>(output);
+  op->average = average;
+  op->priority = priority ? *priority : t.priority;
+  op->layout = layout_;
+  op->start_us = NowUs();
+  op->rows = true;
+  op->row_elements = t.count / total_rows;
+  op->row_bytes = op->row_elements * DataTypeSize(dtype);
+  BuildRowPushes(*op, rows, num_rows, values);
+  operations_[op->handle] = op;
+  t.pending.push_back(op);
+  if (t.pending.size() == 1) StartOperation(op);
+  stat_rows_ops_++;
+  stat_rows_pushed_ += num_rows;
+  return op->handle;
+}
+
+void Worker::BuildRowPushes(Operation& op, const int64_t* rows, uint64_t num_rows,
+                            const void* values) {
+  const Tensor& t = *op.tensor;
+  const std::vector<PartitionSpec>& parts = t.cuts[op.layout].parts;
+  op.row_positions.assign(num_servers_, {});
+  for (uint64_t j = 0; j < num_rows; ++j) {
+    const uint64_t row = static_cast<uint64_t>(rows[j]);
+    op.row_positions[ServerOfRow(parts, row * op.row_bytes)].push_back(j);
+  }
+  const uint64_t limit = static_cast<uint64_t>(config_.max_message_bytes);
+  for (int s = 0; s < num_servers_; ++s) {
+    const std::vector<uint64_t>& positions = op.row_positions[s];
+    const uint64_t n = positions.size();
+    uint64_t bytes = 0;
+    FERRY_ENFORCE(RowsPayloadBytes(n, op.row_elements, t.dtype, true, &bytes) && bytes <= limit,
+                  ErrorCode::kInvalidArgument, "push_pull_rows of tensor '", t.name, "': ", n,
+                  " rows for server ", s, " make a message of more than ", limit,
+                  " bytes (FERRY_MAX_MESSAGE_BYTES); push fewer rows per call");
+    Message m = MakeMessage(proto::ROWS_PUSH, my_id_);
+    m.envelope.set_key(RowsKey(t.id, static_cast<uint32_t>(s)));
+    m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
+    m.envelope.set_length(bytes);
+    m.envelope.set_priority(op.priority);
+    m.envelope.set_tensor_hash(t.hash);
+    proto::RowsHeader* h = m.envelope.mutable_rows();
+    h->set_num_rows(n);
+    h->set_row_elements(op.row_elements);
+    h->set_total_rows(static_cast<uint64_t>(t.shape[0]));
+    if (n > 0) {
+      // Owned, never borrowed: sending and resending it runs no hook that takes mu_.
+      m.payload = Buffer::Allocate(bytes);
+      int64_t* ids = static_cast<int64_t*>(m.payload.data());
+      uint8_t* dst = m.payload.bytes() + n * sizeof(int64_t);
+      const uint8_t* src = static_cast<const uint8_t*>(values);
+      for (uint64_t k = 0; k < n; ++k) {
+        ids[k] = rows[positions[k]];
+        std::memcpy(dst + k * op.row_bytes, src + positions[k] * op.row_bytes, op.row_bytes);
+      }
+    }
+    op.row_pushes.push_back(std::move(m));
+  }
+}
+
+void Worker::StartRowsOperation(const std::shared_ptr<Operation>& op) {
+  Tensor& t = *op->tensor;
+  if (t.rows_rounds.empty()) t.rows_rounds.assign(num_servers_, 0);
+  op->replies_left = num_servers_;
+  const int64_t resend_at = config_.resend_timeout_ms > 0 ? NowMs() + config_.resend_timeout_ms
+                                                          : kNotOnTheWire;
+  for (int s = 0; s < num_servers_; ++s) {
+    // Every server gets a push each round, also with no rows: its round completes only
+    // once every worker pushed it.
+    Message m = std::move(op->row_pushes[s]);
+    const uint64_t request = next_request_++;
+    m.envelope.set_request_id(request);
+    m.envelope.set_round(t.rows_rounds[s]++);
+    stat_rows_bytes_pushed_ += m.payload.size();
+    rows_in_flight_[request] = RowsInFlight{op, s, m, false, 0, resend_at};
+    // Under mu_: safe because the payload is owned (BuildRowPushes), so the Van runs no
+    // release hook of ours; Send never blocks.
+    van_.Send(ServerId(s), std::move(m));
+  }
+  op->row_pushes.clear();
+}
+
+bool Worker::OnRowsAck(const Message& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rows_in_flight_.find(m.envelope.request_id());
+  if (it == rows_in_flight_.end()) return false;
+  it->second.acked = true;
+  // From now on only the sums are missing: ask for them if they do not come in time.
+  if (config_.resend_timeout_ms > 0) it->second.resend_at_ms = NowMs() + config_.resend_timeout_ms;
+  return true;
+}
+
+void Worker::ResendOverdueRows(int64_t now_ms, std::vector<std::pair<int, Message>>* out) {
+  for (auto it = rows_in_flight_.begin(); it != rows_in_flight_.end();) {
+    const uint64_t request = it->first;
+    RowsInFlight& f = it->second;
+    if (f.op->done) {  // failed (another server's error): nobody waits for this reply
+      it = rows_in_flight_.erase(it);
+      continue;
+    }
+    ++it;
+    if (now_ms < f.resend_at_ms) continue;
+    f.attempts++;
+    // Back off: the timeout doubles per attempt, up to 32x.
+    f.resend_at_ms = now_ms + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
+    if (f.acked) {
+      // The server holds the rows: a header-only PULL (with the rows body, which marks a
+      // rows key) asks for the sums again.
+      Message pull = MakeMessage(proto::PULL, my_id_);
+      pull.envelope.set_request_id(request);
+      pull.envelope.set_key(f.push.envelope.key());
+      pull.envelope.set_round(f.push.envelope.round());
+      *pull.envelope.mutable_rows() = f.push.envelope.rows();
+      out->emplace_back(f.server, std::move(pull));
+      stat_pulls_++;
+    } else {
+      out->emplace_back(f.server, f.push);  // shares the payload; the server deduplicates
+      stat_resends_++;
+    }
+    LOG_EVERY_N(WARNING, 100) << "no answer from " << cluster_.table().Describe(ServerId(f.server))
+                              << " for " << RowsKeyName(f.push.envelope.key()) << " round "
+                              << f.push.envelope.round() << "; sending "
+                              << (f.acked ? "a PULL for its sums" : "the rows again")
+                              << " (attempt " << f.attempts << ")";
+  }
+}
+
+void Worker::OnRowsResult(Message&& m) {
+  const proto::Envelope& e = m.envelope;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = rows_in_flight_.find(e.request_id());
+  if (it == rows_in_flight_.end()) {
+    NoteLateReply(m);
+    return;
+  }
+  RowsInFlight f = std::move(it->second);
+  rows_in_flight_.erase(it);
+  const std::shared_ptr<Operation> op = f.op;
+  const Tensor& t = *op->tensor;
+  const std::vector<uint64_t>& positions = op->row_positions[f.server];
+  std::string error;
+  if (m.sender() != ServerId(f.server) || e.key() != f.push.envelope.key() ||
+      e.dtype() != static_cast<int>(t.dtype) || e.rows().num_rows() != positions.size() ||
+      e.rows().row_elements() != op->row_elements) {
+    error = StrCat(cluster_.table().Describe(m.sender()), " answered the rows of tensor '",
+                   t.name, "' with ", Describe(m), ", which does not match the request");
+  }
+  // The copy runs outside the lock, as in OnPushResult (copies_running_).
+  const bool deliver = error.empty() && !op->done && !positions.empty();
+  if (deliver) copies_running_++;
+  lock.unlock();
+  if (deliver) {
+    // Rows of different servers go to disjoint rows of `output` (each position once).
+    const uint32_t n = e.contributors() > 0 ? e.contributors() : static_cast<uint32_t>(num_workers_);
+    for (size_t j = 0; j < positions.size(); ++j) {
+      uint8_t* dst = op->output + positions[j] * op->row_bytes;
+      std::memcpy(dst, m.payload.bytes() + j * op->row_bytes, op->row_bytes);
+      if (op->average) Scale(dst, 1.0 / n, op->row_elements, t.dtype);
+    }
+    stat_rows_bytes_received_ += m.payload.size();
+    lock.lock();
+    copies_running_--;
+    cv_.notify_all();
+    lock.unlock();
+  }
+  FinishPartition(op, error);
+}
+
+bool Worker::OnRowsError(const Message& m) {
+  const proto::Envelope& e = m.envelope;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = rows_in_flight_.find(e.request_id());
+  if (it == rows_in_flight_.end()) return false;
+  const std::shared_ptr<Operation> op = it->second.op;
+  rows_in_flight_.erase(it);
+  const Tensor& t = *op->tensor;
+  std::string error = StrCat("push_pull_rows of tensor '", t.name, "' (id ", t.id, ", ",
+                             DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
+                             cluster_.table().Describe(m.sender()), ": ", e.error().reason());
+  lock.unlock();
+  FinishPartition(op, error);
+  return true;
 }
 
 }  // namespace ferry

@@ -77,6 +77,10 @@ struct WorkerStats {
   uint64_t late_replies = 0;      // replies to requests already answered
   uint64_t fused_messages = 0;    // PUSH_FUSED messages sent
   uint64_t partitions_fused = 0;  // partitions that went inside them (copied)
+  uint64_t rows_operations = 0;    // PushPullRows calls
+  uint64_t rows_pushed = 0;        // rows they listed (duplicates count each time)
+  uint64_t rows_bytes_pushed = 0;  // ROWS_PUSH payload bytes (row ids + values), first sends
+  uint64_t rows_bytes_received = 0;  // ROWS_RESULT payload bytes
   VanStats van;
 };
 
@@ -116,6 +120,28 @@ class Worker {
   // operation's deadline (FERRY_OP_TIMEOUT_MS from its first wait) has passed. Lets a
   // caller wait in slices, e.g. to notice Ctrl-C.
   bool WaitFor(Handle handle, int64_t timeout_ms);
+  // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
+  // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
+  // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
+  // rows[j]. When every worker has made its call of this round (each worker calls once
+  // per round, possibly with num_rows 0), `output` row j receives the sum over all
+  // workers' pushes of this round of row rows[j] (a duplicate id within one push counts
+  // each time; averaged over the workers when `average`). Rows nobody pushed are never
+  // materialised anywhere. Sums are added in worker-rank order: bit-identical whatever
+  // the arrival order. The rows travel to the server owning their first byte in the
+  // dense placement (one message per server per call, also with no rows).
+  // REQUIRES: the tensor was declared (DeclareTensor) with its shape; same dtype.
+  // `values` is copied before the call returns; `output` (num_rows rows) must live
+  // until the operation finished. Throws FerryError (kInvalidArgument) on a row id out
+  // of range, naming it; a server that sees inconsistent pushes fails the tensor's rows
+  // with a reason naming the workers (Wait throws it). Runs in order with the tensor's
+  // other operations; not in asynchronous training.
+  Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                           const void* values, void* output, DataType dtype, bool average,
+                           std::optional<int> priority = std::nullopt);
+  // PushPullRowsAsync + Wait.
+  void PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                    const void* values, void* output, DataType dtype, bool average);
   // PushPullAsync + Wait.
   void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
                 uint64_t count, bool average);
@@ -164,6 +190,7 @@ class Worker {
   struct Layout;
   struct Operation;
   struct InFlight;
+  struct RowsInFlight;
 
   explicit Worker(const Config& config);
   void Start();
@@ -175,6 +202,16 @@ class Worker {
   // The same, throwing a timeout that names `what`.
   void WaitForQuiet(std::unique_lock<std::mutex>& lock, const char* what);
   void OnPushResult(Message&& m);
+  // Sparse rows. REQUIRES (all but OnRowsResult): mu_ held.
+  // Packs the caller's rows into one ROWS_PUSH per server (request id and round unset).
+  void BuildRowPushes(Operation& op, const int64_t* rows, uint64_t num_rows, const void* values);
+  // Sends the operation's ROWS_PUSHes with fresh request ids and the next rounds.
+  void StartRowsOperation(const std::shared_ptr<Operation>& op);
+  void OnRowsResult(Message&& m);
+  bool OnRowsAck(const Message& m);    // false: not a rows request
+  bool OnRowsError(const Message& m);  // false: not a rows request; lock not held
+  // Sender thread: resends overdue rows requests into `out` (server rank, message).
+  void ResendOverdueRows(int64_t now_ms, std::vector<std::pair<int, Message>>* out);
   void ReturnCredit(InFlight& f);  // REQUIRES: mu_ held
   void OnError(const Message& m);
   void SenderLoop();
@@ -230,6 +267,7 @@ class Worker {
   std::unordered_map<Handle, std::shared_ptr<Operation>> operations_;
   std::unordered_map<uint64_t, InFlight> in_flight_;  // request id -> partition
   std::unordered_map<uint64_t, InFlight> queued_;     // task cookie -> partition
+  std::unordered_map<uint64_t, RowsInFlight> rows_in_flight_;  // request id -> rows request
   Handle next_handle_ = 1;
   uint64_t next_request_ = 1;
   uint64_t next_cookie_ = 1;
@@ -246,7 +284,8 @@ class Worker {
 
   std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},
       stat_bytes_received_{0}, stat_releases_{0}, stat_resends_{0}, stat_pulls_{0},
-      stat_late_replies_{0}, stat_fused_messages_{0}, stat_parts_fused_{0};
+      stat_late_replies_{0}, stat_fused_messages_{0}, stat_parts_fused_{0}, stat_rows_ops_{0},
+      stat_rows_pushed_{0}, stat_rows_bytes_pushed_{0}, stat_rows_bytes_received_{0};
   std::thread sender_;
 };
 

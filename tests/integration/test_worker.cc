@@ -28,6 +28,22 @@
 //                  blocker, waits 50 ms (so it alone is in flight), then the others in
 //                  reverse declaration order (ready order opposite to priority order),
 //                  and checks every sum. The servers' TRACE log shows the arrival order.
+// --mode=rows     sparse rows: tensor "embedding" [--rows_total, 8] float32; each round
+//                  every worker pushes rows shared by all workers, rows only it pushes,
+//                  rows spread over the whole tensor (overlapping by chance), duplicate
+//                  ids, and (rank 1, round 2) no rows at all; checks every returned row
+//                  exactly against the per-row totals computed locally from every
+//                  worker's generator. Also: a row id out of range and a negative one
+//                  are refused by name; a dense tensor keeps summing alongside.
+// --mode=rows_bytes  bytes on the wire: tensor "huge" [1000000, 16] float32 (64 MiB
+//                  dense); PushPullRows of 10 rows, then of 1000 rows; prints the
+//                  worker's bytes sent for each and fails unless they grow with the rows
+//                  and stay far below the dense size.
+// --mode=rows_mismatch  rank 0 declares "rows_mismatched" [1000, 8], the others [1000, 4];
+//                  every worker's PushPullRows must fail naming it, and then tensor
+//                  "after" must still sum.
+// --mode=rows_timeout  rank 0 calls PushPullRows, the others never do: rank 0 must get a
+//                  timeout (FERRY_OP_TIMEOUT_MS) naming the operation, not hang.
 // --repartition=R:B,...  (sums mode) before round R call SetScheduling(B, 4 B): the
 //                  partition size changes mid-run; sums must stay exact.
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
@@ -49,7 +65,7 @@
 #include "common/util/status.h"
 #include "worker/worker.h"
 
-DEFINE_string(mode, "sums", "sums, mismatch, join, loop, deterministic or async");
+DEFINE_string(mode, "sums", "sums, mismatch, join, loop, deterministic, async, order, rows or rows_bytes");
 DEFINE_int32(tensors, 40, "tensors (sums mode)");
 DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
 DEFINE_int32(rounds, 20, "rounds (sums mode)");
@@ -59,6 +75,7 @@ DEFINE_int32(det_seed, 0, "deterministic mode: shifts each rank's delay per roun
 DEFINE_int32(det_delay_ms, 4, "deterministic mode: delay unit before a round's pushes");
 DEFINE_int32(steps, 200, "async mode: deltas each worker pushes");
 DEFINE_int32(step_sleep_ms, 10, "async mode: pause between steps");
+DEFINE_int64(rows_total, 100000, "rows mode: rows of the embedding tensor");
 DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
@@ -422,6 +439,186 @@ int RunAsync(Worker& w) {
   return 0;
 }
 
+constexpr int64_t kRowDim = 8;
+
+float RowValue(int rank, int round, int64_t row, int64_t k) {
+  return static_cast<float>((row * 3 + k * 5 + rank * 7 + round * 11) % 16 + 1);
+}
+
+// Worker `rank`'s row ids in round `round` (deterministic: every worker can compute
+// every other worker's list).
+std::vector<int64_t> RowsOf(int rank, int round, int64_t total) {
+  std::vector<int64_t> rows;
+  if (rank == 1 && round == 2) return rows;  // an empty push still completes the round
+  for (int64_t i = 0; i < 40; ++i) rows.push_back((i * 13 + round) % 64);  // shared
+  for (int64_t i = 0; i < 50; ++i) rows.push_back(total / 2 + rank * 1000 + round * 60 + i);
+  for (int64_t i = 0; i < 300; ++i) rows.push_back((i * 7919 + round * 31 + rank * 13) % total);
+  rows.push_back(total - 1);       // the last row, by every worker
+  rows.push_back(rows[3]);         // duplicates: each occurrence adds
+  rows.push_back(rows[45]);
+  rows.push_back(rows[45]);
+  std::reverse(rows.begin() + 10, rows.begin() + 30);  // not sorted
+  return rows;
+}
+
+int CheckRowRefused(Worker& w, int64_t bad) {
+  std::vector<int64_t> rows = {0, bad};
+  std::vector<float> values(2 * kRowDim, 1.0f), out(2 * kRowDim);
+  try {
+    w.PushPullRows("embedding", rows.data(), rows.size(), values.data(), out.data(),
+                   DataType::kFloat32, false);
+  } catch (const FerryError& e) {
+    std::string what = e.what();
+    std::printf("error as expected: %s\n", e.what());
+    if (what.find("'embedding'") == std::string::npos ||
+        what.find("row id " + std::to_string(bad)) == std::string::npos) {
+      return kExitWrong;
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "no error for row id %lld\n", static_cast<long long>(bad));
+  return kExitWrong;
+}
+
+int RunRows(Worker& w) {
+  const int64_t total = FLAGS_rows_total;
+  w.DeclareTensor("embedding", DataType::kFloat32, {total, kRowDim});
+  w.DeclareTensor("dense", DataType::kFloat32, {1000});
+  const int n = w.size();
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    if (round == 1) {
+      if (CheckRowRefused(w, total) != 0 || CheckRowRefused(w, -1) != 0) return kExitWrong;
+    }
+    std::vector<int64_t> rows = RowsOf(w.rank(), round, total);
+    std::vector<float> values(rows.size() * kRowDim), out(rows.size() * kRowDim, -1.0f);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      for (int64_t k = 0; k < kRowDim; ++k) {
+        values[j * kRowDim + k] = RowValue(w.rank(), round, rows[j], k);
+      }
+    }
+    Handle h = w.PushPullRowsAsync("embedding", rows.data(), rows.size(), values.data(),
+                                   out.data(), DataType::kFloat32, false);
+    std::vector<float> dense(1000, static_cast<float>(w.rank() + round));
+    w.PushPull("dense", dense.data(), dense.data(), DataType::kFloat32, dense.size(), false);
+    w.Wait(h);
+    // Expected: per row, the sum over every worker's every occurrence of it.
+    std::map<int64_t, std::vector<float>> totals;
+    for (int r = 0; r < n; ++r) {
+      for (int64_t row : RowsOf(r, round, total)) {
+        std::vector<float>& t = totals[row];
+        t.resize(kRowDim, 0.0f);
+        for (int64_t k = 0; k < kRowDim; ++k) t[k] += RowValue(r, round, row, k);
+      }
+    }
+    for (size_t j = 0; j < rows.size(); ++j) {
+      for (int64_t k = 0; k < kRowDim; ++k) {
+        if (out[j * kRowDim + k] != totals[rows[j]][k]) {
+          std::fprintf(stderr, "WRONG round %d position %zu row %lld element %lld: got %g expected %g\n",
+                       round, j, static_cast<long long>(rows[j]), static_cast<long long>(k),
+                       out[j * kRowDim + k], totals[rows[j]][k]);
+          return kExitWrong;
+        }
+      }
+    }
+    const float dense_expected = n * round + n * (n - 1) / 2.0f;
+    for (float v : dense) {
+      if (v != dense_expected) return kExitWrong;
+    }
+    std::printf("round %d: %zu rows exact\n", round, rows.size());
+    std::fflush(stdout);
+  }
+  WorkerStats s = w.stats();
+  std::printf("OK rows rounds=%d rows_pushed=%llu rows_bytes_pushed=%llu\n", FLAGS_rounds,
+              static_cast<unsigned long long>(s.rows_pushed),
+              static_cast<unsigned long long>(s.rows_bytes_pushed));
+  return 0;
+}
+
+// Bytes this worker's transport sent during one PushPullRows of `count` rows.
+uint64_t RowsCallBytes(Worker& w, int64_t count, int64_t total, int64_t dim) {
+  std::vector<int64_t> rows(count);
+  for (int64_t j = 0; j < count; ++j) rows[j] = (j * 999331) % total;  // distinct, every worker
+  std::vector<float> values(count * dim, 1.0f), out(count * dim);
+  const uint64_t before = w.stats().van.bytes_sent;
+  w.PushPullRows("huge", rows.data(), rows.size(), values.data(), out.data(), DataType::kFloat32,
+                 false);
+  for (int64_t j = 0; j < count * dim; ++j) {
+    if (out[j] != static_cast<float>(w.size())) return 0;  // every worker sent 1.0 for it
+  }
+  return w.stats().van.bytes_sent - before;
+}
+
+int RunRowsBytes(Worker& w) {
+  const int64_t total = 1000000, dim = 16;
+  const uint64_t dense = total * dim * sizeof(float);
+  w.DeclareTensor("huge", DataType::kFloat32, {total, dim});
+  const uint64_t small = RowsCallBytes(w, 10, total, dim);
+  const uint64_t large = RowsCallBytes(w, 1000, total, dim);
+  const uint64_t row_wire = sizeof(int64_t) + dim * sizeof(float);
+  std::printf("rows bytes: 10 rows %llu, 1000 rows %llu, dense %llu\n",
+              static_cast<unsigned long long>(small), static_cast<unsigned long long>(large),
+              static_cast<unsigned long long>(dense));
+  // Each call: the rows (ids + values) plus one envelope per server (and perhaps a
+  // heartbeat): nothing proportional to the tensor.
+  const bool ok = small >= 10 * row_wire && small < 10 * row_wire + 4096 &&
+                  large >= 1000 * row_wire && large < 1000 * row_wire + 4096 &&
+                  large < dense / 500;
+  if (!ok) {
+    std::fprintf(stderr, "WRONG: bytes on the wire do not scale with the rows\n");
+    return kExitWrong;
+  }
+  std::printf("OK rows bytes scale with rows\n");
+  return 0;
+}
+
+int RunRowsMismatch(Worker& w) {
+  const int64_t dim = w.rank() == 0 ? 8 : 4;
+  w.DeclareTensor("rows_mismatched", DataType::kFloat32, {1000, dim});
+  std::vector<int64_t> rows = {1, 2, 999};
+  std::vector<float> values(rows.size() * dim, 1.0f), out(rows.size() * dim);
+  try {
+    w.PushPullRows("rows_mismatched", rows.data(), rows.size(), values.data(), out.data(),
+                   DataType::kFloat32, false);
+    std::fprintf(stderr, "no error for a mismatched rows tensor\n");
+    return kExitWrong;
+  } catch (const FerryError& e) {
+    std::printf("error as expected: %s\n", e.what());
+    if (std::string(e.what()).find("'rows_mismatched'") == std::string::npos) return kExitWrong;
+  }
+  std::vector<float> after(1000, static_cast<float>(w.rank() + 1));
+  w.PushPull("after", after.data(), after.data(), DataType::kFloat32, after.size(), false);
+  for (float v : after) {
+    if (v != w.size() * (w.size() + 1) / 2.0f) return kExitWrong;
+  }
+  std::printf("OK other keys still served\n");
+  return 0;
+}
+
+int RunRowsTimeout(Worker& w) {
+  w.DeclareTensor("embedding", DataType::kFloat32, {1000, 8});
+  if (w.rank() != 0) {
+    w.Barrier();  // after rank 0 timed out
+    return 0;
+  }
+  std::vector<int64_t> rows = {5};
+  std::vector<float> values(8, 1.0f), out(8);
+  int code = kExitWrong;
+  try {
+    w.PushPullRows("embedding", rows.data(), rows.size(), values.data(), out.data(),
+                   DataType::kFloat32, false);
+    std::fprintf(stderr, "no timeout though no other worker pushed\n");
+  } catch (const FerryError& e) {
+    std::printf("error as expected: %s\n", e.what());
+    if (e.code() == ErrorCode::kTimeout &&
+        std::string(e.what()).find("push_pull_rows of tensor 'embedding'") != std::string::npos) {
+      std::printf("OK rows timeout\n");
+      code = 0;
+    }
+  }
+  w.Barrier();
+  return code;
+}
+
 int Run(const Config& config) {
   auto w = Worker::Create(config);
   int code;
@@ -439,6 +636,14 @@ int Run(const Config& config) {
     code = RunAsync(*w);
   } else if (FLAGS_mode == "order") {
     code = RunOrder(*w);
+  } else if (FLAGS_mode == "rows") {
+    code = RunRows(*w);
+  } else if (FLAGS_mode == "rows_bytes") {
+    code = RunRowsBytes(*w);
+  } else if (FLAGS_mode == "rows_mismatch") {
+    code = RunRowsMismatch(*w);
+  } else if (FLAGS_mode == "rows_timeout") {
+    code = RunRowsTimeout(*w);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;
