@@ -434,6 +434,10 @@ void Server::HandlePull(Engine* engine, Work& work) {
   const proto::Envelope& e = work.message.envelope;
   const uint64_t key = e.key();
   const int rank = cluster_.table().node(e.sender()).rank();
+  if (e.body_case() == proto::Envelope::kRows) {
+    HandleRowsPull(engine, work, rank);
+    return;
+  }
   if (config_.enable_async) {
     HandleAsyncPull(engine, work, rank);
     return;
@@ -787,6 +791,33 @@ void Server::SendRowsResult(const std::string& identity, uint64_t request_id, ui
   h->set_row_elements(state.row_elements);
   reply.payload = values;  // shared with last_results, kept for resends
   van_.Reply(identity, std::move(reply));
+}
+
+void Server::HandleRowsPull(Engine* engine, Work& work, int rank) {
+  const proto::Envelope& e = work.message.envelope;
+  const uint64_t key = e.key();
+  auto it = engine->row_keys.find(key);
+  if (it != engine->row_keys.end() && it->second.defined) {
+    RowKeyState& state = it->second;
+    if (!state.failure.empty()) {
+      ReplyError(work.identity, e.request_id(), key, ErrorCode::kMismatch, state.failure);
+      return;
+    }
+    if (e.round() == state.round && state.pushed[rank]) {  // still waiting for others
+      Acknowledge(work.identity, e.request_id(), key);
+      return;
+    }
+    if (e.round() + 1 == state.round && state.has_last && state.answered_last[rank]) {
+      results_resent_++;
+      SendRowsResult(work.identity, e.request_id(), key, state, e.round(),
+                     state.last_results[rank], state.last_contributors);
+      return;
+    }
+  }
+  rejected_++;
+  ReplyError(work.identity, e.request_id(), key, ErrorCode::kBadMessage,
+             StrCat("worker ", rank, " asked for the sums of ", RowsKeyName(key), " round ",
+                    e.round(), " but this server has no record of its push"));
 }
 
 void Server::FailRowKey(uint64_t key, RowKeyState& state, const std::string& reason) {

@@ -135,6 +135,8 @@ class Server {
   void HandleRowsPush(Engine* engine, Work& work);
   void RefuseRowsPush(Engine* engine, Work& work, RowKeyState& state, int rank,
                       PushVerdict verdict);
+  // A PULL with a rows body: resends the sums of a rows push that was acknowledged.
+  void HandleRowsPull(Engine* engine, Work& work, int rank);
   // Sums the round and answers every pusher with exactly the rows it listed.
   void SendRowsRound(uint64_t key, RowKeyState& state);
   void SendRowsResult(const std::string& identity, uint64_t request_id, uint64_t key,
