@@ -80,6 +80,17 @@ int64_t ferry_push_pull_async(const char* name, const void* input, void* output,
   });
 }
 
+int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64_t num_rows,
+                                   const void* values, void* output, int dtype, int average,
+                                   int32_t priority) {
+  return Guard([&]() -> int64_t {
+    std::optional<int> p;
+    if (priority != INT32_MIN) p = priority;
+    return static_cast<int64_t>(Get().PushPullRowsAsync(name, rows, num_rows, values, output,
+                                                        Type(dtype), average != 0, p));
+  });
+}
+
 int ferry_poll(int64_t handle) { return Guard([&] { return Get().Poll(handle) ? 1 : 0; }); }
 
 int ferry_wait(int64_t handle) {

@@ -28,6 +28,12 @@ int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int 
 /* priority: INT32_MIN for the default (-(declaration index)). Returns a handle > 0. */
 int64_t ferry_push_pull_async(const char* name, const void* input, void* output, int dtype,
                               uint64_t count, int average, int32_t priority);
+/* Sparse rows (Worker::PushPullRowsAsync): `num_rows` row ids of tensor `name`
+ * (declared first with its shape [rows, ...]); `values` and `output` hold num_rows rows.
+ * Every worker calls it once per round. Returns a handle > 0 for ferry_wait/ferry_poll. */
+int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64_t num_rows,
+                                   const void* values, void* output, int dtype, int average,
+                                   int32_t priority);
 int ferry_poll(int64_t handle);             /* 1 done, 0 running, < 0 error */
 int ferry_wait(int64_t handle);
 int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int root);

@@ -154,6 +154,20 @@ PYBIND11_MODULE(_core, m) {
       "Starts a push_pull of `count` elements at address `input` into `output`; returns a "
       "handle. Both buffers must stay alive (and input unchanged) until wait() returns.");
 
+  m.def(
+      "push_pull_rows_async",
+      [](const std::string& name, uintptr_t rows, uint64_t num_rows, uintptr_t values,
+         uintptr_t output, int dtype, bool average, std::optional<int> priority) {
+        return Get()->PushPullRowsAsync(name, static_cast<const int64_t*>(Address(rows)),
+                                        num_rows, Address(values),
+                                        const_cast<void*>(Address(output)), Type(dtype),
+                                        average, priority);
+      },
+      py::arg("name"), py::arg("rows"), py::arg("num_rows"), py::arg("values"),
+      py::arg("output"), py::arg("dtype"), py::arg("average"),
+      py::arg("priority") = py::none(),
+      "Starts a sparse-rows push_pull (Worker::PushPullRowsAsync): `num_rows` int64 row ids "
+      "at address `rows`, their rows at `values`; the sums go to `output`. Returns a handle.");
   m.def("poll", [](uint64_t handle) { return Get()->Poll(handle); }, py::arg("handle"));
   m.def(
       "wait",
@@ -233,6 +247,11 @@ PYBIND11_MODULE(_core, m) {
     d["send_releases"] = s.send_releases;
     d["fused_messages"] = s.fused_messages;
     d["partitions_fused"] = s.partitions_fused;
+    d["rows_operations"] = s.rows_operations;
+    d["rows_pushed"] = s.rows_pushed;
+    d["rows_bytes_pushed"] = s.rows_bytes_pushed;
+    d["rows_bytes_received"] = s.rows_bytes_received;
+    d["van_bytes_sent"] = s.van.bytes_sent;
     return d;
   });
 }

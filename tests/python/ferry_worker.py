@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import ferry.torch as bps
+from ferry import _core
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64]
 SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 7), (1031,), (257, 129), (0,)]
@@ -313,6 +314,63 @@ def mode_local(args, out):
         except bps.FerryError as e:
             out["scheduling_error"] = str(e)
     bps.barrier()
+
+
+ROWS_TOTAL, ROWS_DIM, ROWS_ROUNDS = 5000, 4, 4
+
+
+def rows_of(rank, rnd):
+    """Worker `rank`'s row ids in round `rnd`: shared, own, spread and duplicate rows
+    (rank 1 pushes none in round 2)."""
+    if rank == 1 and rnd == 2:
+        return torch.zeros(0, dtype=torch.int64)
+    shared = [(i * 5 + rnd) % 32 for i in range(20)]
+    own = [2500 + rank * 500 + rnd * 40 + i for i in range(30)]
+    spread = [(i * 7919 + rnd * 31 + rank * 13) % ROWS_TOTAL for i in range(100)]
+    ids = shared + own + spread + [ROWS_TOTAL - 1, shared[3], own[0]]
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def row_values(ids, rank, rnd, dtype):
+    """Small integers per (row, column, rank, round): exact in float16 sums too."""
+    cols = torch.arange(ROWS_DIM, dtype=torch.int64)
+    v = (ids.unsqueeze(1) * 3 + cols * 5 + rank * 7 + rnd * 11) % 16 + 1
+    return v.to(dtype)
+
+
+def mode_rows(args, out):
+    rank = bps.rank()
+    weight = torch.zeros(ROWS_TOTAL, ROWS_DIM)
+    bps.declare("emb", weight)                 # declared with the weight's full shape
+    results = {}
+    for rnd in range(ROWS_ROUNDS):
+        ids = rows_of(rank, rnd)
+        results[("emb", rnd)] = bps.push_pull_rows(row_values(ids, rank, rnd, torch.float32),
+                                                   ids, "emb")
+        results[("emb16", rnd)] = bps.push_pull_rows(row_values(ids, rank, rnd, torch.float16),
+                                                     ids, "emb16", num_rows=ROWS_TOTAL)
+        h = bps.push_pull_rows_async(row_values(ids, rank, rnd, torch.float32), ids, "emb.avg",
+                                     average=True, num_rows=ROWS_TOTAL)
+        results[("avg", rnd)] = bps.synchronize(h)
+    errors = {}
+    for what, fn in [
+        ("out_of_range", lambda: bps.push_pull_rows(torch.ones(1, ROWS_DIM),
+                                                    torch.tensor([ROWS_TOTAL]), "emb")),
+        ("int32_ids", lambda: bps.push_pull_rows(torch.ones(1, ROWS_DIM),
+                                                 torch.tensor([1], dtype=torch.int32), "emb")),
+        ("undeclared", lambda: bps.push_pull_rows(torch.ones(1, ROWS_DIM),
+                                                  torch.tensor([1]), "never.declared")),
+    ]:
+        try:
+            fn()
+            errors[what] = None
+        except Exception as e:  # noqa: BLE001 - recorded for the test
+            errors[what] = (type(e).__name__, str(e))
+    # The tensor keeps serving after the refusals.
+    ids = rows_of(rank, ROWS_ROUNDS)
+    results[("emb", ROWS_ROUNDS)] = bps.push_pull_rows(
+        row_values(ids, rank, ROWS_ROUNDS, torch.float32), ids, "emb")
+    out.update(rows=results, errors=errors, stats=_core.stats())
 
 
 def main():

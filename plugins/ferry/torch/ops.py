@@ -371,6 +371,50 @@ def push_pull_inplace(tensor, average=True, name=None, priority=None):
     return synchronize(push_pull_async_inplace(tensor, average, name, priority))
 
 
+# ----------------------------------------------------------------------------- sparse rows
+
+def push_pull_rows_async(values, row_ids, name, average=False, num_rows=None, priority=None):
+    """Starts a sparse-rows push_pull of tensor `name` (an embedding-style [R, ...]
+    tensor): only the listed rows travel. `row_ids`: 1-D int64 CPU tensor of row ids in
+    [0, R), any order, duplicates allowed; `values`: one row per id ([len(row_ids), ...],
+    the tensor's row shape and dtype). Returns a handle; synchronize() returns a new
+    tensor shaped like `values` whose row j is the sum over all workers' pushes of this
+    round of row row_ids[j] (a duplicate id counts each time; average=True divides by the
+    number of workers). Every worker calls it once per round, possibly with no rows.
+
+    The tensor must be declared with its full shape: declare(name, weight) beforehand,
+    or num_rows=R here (shape [R] + values.shape[1:]). See docs/servers.md, Sparse rows."""
+    _check_tensor(values, "values of '%s'" % name)
+    _check_tensor(row_ids, "row_ids of '%s'" % name)
+    if row_ids.dtype != torch.int64 or row_ids.dim() != 1:
+        raise TypeError("ferry.torch: row_ids of '%s' must be a 1-D int64 tensor, got %s of "
+                        "shape %s" % (name, row_ids.dtype, tuple(row_ids.shape)))
+    if values.dim() < 1 or values.shape[0] != row_ids.numel():
+        raise ValueError("ferry.torch: values of '%s' must hold one row per row id: %d ids "
+                         "but values of shape %s" % (name, row_ids.numel(), tuple(values.shape)))
+    code = _dtype_code(values, "values of '%s'" % name)
+    if num_rows is not None:
+        _declare(name, code, (int(num_rows),) + tuple(values.shape[1:]))
+    elif name not in _declared:
+        raise ValueError("ferry.torch: push_pull_rows of '%s': declare the tensor first "
+                         "(ferry.torch.declare(name, weight)) or pass num_rows=" % name)
+    if priority is not None:
+        priority = int(priority)
+    vals = values.contiguous()
+    ids = row_ids.contiguous()
+    output = torch.empty(values.shape, dtype=values.dtype)
+    handle = _core.push_pull_rows_async(name, ids.data_ptr(), ids.numel(), vals.data_ptr(),
+                                        output.data_ptr(), code, bool(average), priority)
+    with _lock:
+        _pending[handle] = _Pending(name, (vals, ids, output), output, None)
+    return handle
+
+
+def push_pull_rows(values, row_ids, name, average=False, num_rows=None, priority=None):
+    """push_pull_rows_async + synchronize: returns the summed rows (see there)."""
+    return synchronize(push_pull_rows_async(values, row_ids, name, average, num_rows, priority))
+
+
 # Horovod names (op=Average or Sum; average=... is accepted too).
 def _average(average, op):
     if op is not None and average is not None:
