@@ -3,6 +3,7 @@
 // parsing and the log description.
 
 #include "common/transport/message.h"
+#include "common/transport/rows_message.h"
 
 #include <gtest/gtest.h>
 
@@ -289,6 +290,67 @@ TEST(MessageTest, DescribeMentionsTheKey) {
   std::string h = Describe(MakeMessage(proto::HEARTBEAT, 9));
   EXPECT_TRUE(Contains(h, "HEARTBEAT")) << h;
   EXPECT_TRUE(Contains(h, "node 9")) << h;
+}
+
+// A valid ROWS_PUSH of `rows` rows of 4 float32 elements of a 100-row tensor.
+Message GoodRowsPush(uint64_t rows = 3) {
+  Message m = MakeMessage(proto::ROWS_PUSH, 5);
+  m.envelope.set_key(RowsKey(3, 1));
+  m.envelope.set_dtype(proto::FLOAT32);
+  m.envelope.set_request_id(43);
+  m.envelope.mutable_rows()->set_num_rows(rows);
+  m.envelope.mutable_rows()->set_row_elements(4);
+  m.envelope.mutable_rows()->set_total_rows(100);
+  if (rows > 0) m.payload = Buffer::Allocate(rows * (8 + 4 * sizeof(float)));
+  m.envelope.set_length(m.payload.size());
+  return m;
+}
+
+TEST(MessageTest, RowsMessagesAreCheckedAgainstTheirHeader) {
+  EXPECT_EQ(ValidateMessage(GoodRowsPush(), kLimit), "");
+  EXPECT_EQ(ValidateMessage(GoodRowsPush(0), kLimit), "");  // a round with no rows
+  Message no_body = GoodRowsPush();
+  no_body.envelope.clear_rows();
+  EXPECT_TRUE(Contains(ValidateMessage(no_body, kLimit), "ROWS_PUSH without its body"));
+  Message short_payload = GoodRowsPush();
+  short_payload.envelope.mutable_rows()->set_num_rows(4);
+  EXPECT_TRUE(Contains(ValidateMessage(short_payload, kLimit), "4 rows of 4 float32 elements"));
+  Message empty_rows = GoodRowsPush();
+  empty_rows.envelope.mutable_rows()->set_row_elements(0);
+  EXPECT_TRUE(Contains(ValidateMessage(empty_rows, kLimit), "rows of 0 elements"));
+  Message no_tensor = GoodRowsPush();
+  no_tensor.envelope.mutable_rows()->set_total_rows(0);
+  EXPECT_TRUE(Contains(ValidateMessage(no_tensor, kLimit), "a tensor of 0 rows"));
+  Message overflow = GoodRowsPush();
+  overflow.envelope.mutable_rows()->set_num_rows(1ull << 62);
+  EXPECT_NE(ValidateMessage(overflow, kLimit), "");
+  overflow.envelope.mutable_rows()->set_num_rows(1);
+  overflow.envelope.mutable_rows()->set_row_elements(1ull << 63);
+  EXPECT_NE(ValidateMessage(overflow, kLimit), "");
+  EXPECT_TRUE(Contains(ValidateMessage(GoodRowsPush(50000), kLimit), "exceeds the limit"));
+  // A result carries the values only (no ids).
+  Message result = MakeMessage(proto::ROWS_RESULT, 1);
+  result.envelope.set_dtype(proto::FLOAT16);
+  result.envelope.mutable_rows()->set_num_rows(3);
+  result.envelope.mutable_rows()->set_row_elements(5);
+  result.payload = Buffer::Allocate(3 * 5 * 2);
+  result.envelope.set_length(result.payload.size());
+  EXPECT_EQ(ValidateMessage(result, kLimit), "");
+  result.payload = Buffer::Allocate(3 * 5 * 2 + 3 * 8);
+  result.envelope.set_length(result.payload.size());
+  EXPECT_NE(ValidateMessage(result, kLimit), "");
+  EXPECT_EQ(Describe(GoodRowsPush()),
+            "ROWS_PUSH from node 5 request 43 rows of tensor 3 on server 1 round 0 3 rows, 72 bytes");
+}
+
+TEST(MessageTest, RowsPayloadBytesRefusesOverflow) {
+  uint64_t bytes = 0;
+  EXPECT_TRUE(RowsPayloadBytes(10, 16, DataType::kFloat32, true, &bytes));
+  EXPECT_EQ(bytes, 10u * (8 + 64));
+  EXPECT_TRUE(RowsPayloadBytes(10, 16, DataType::kFloat16, false, &bytes));
+  EXPECT_EQ(bytes, 320u);
+  EXPECT_FALSE(RowsPayloadBytes(1, 1ull << 62, DataType::kFloat32, false, &bytes));
+  EXPECT_FALSE(RowsPayloadBytes(1ull << 61, 1, DataType::kFloat64, true, &bytes));
 }
 
 }  // namespace

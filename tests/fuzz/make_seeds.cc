@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/transport/fused_push.h"
+#include "common/transport/rows_message.h"
 #include "common/transport/message.h"
 
 namespace {
@@ -96,5 +97,27 @@ int main(int argc, char** argv) {
   auto err = MakeMessage(proto::ERROR, 1);
   err.envelope.mutable_error()->set_reason("mismatch");
   Write(dir, "error", err, "");
+  // Sparse rows: 3 rows (ids 4, 0, 4) of 2 float32 elements; the sums of the same rows.
+  auto rows = MakeMessage(proto::ROWS_PUSH, 3);
+  rows.envelope.set_request_id(11);
+  rows.envelope.set_key(ferry::RowsKey(2, 1));
+  rows.envelope.set_round(5);
+  rows.envelope.set_dtype(proto::FLOAT32);
+  rows.envelope.mutable_rows()->set_num_rows(3);
+  rows.envelope.mutable_rows()->set_row_elements(2);
+  rows.envelope.mutable_rows()->set_total_rows(10);
+  std::string row_payload;
+  for (int64_t id : {4, 0, 4}) row_payload.append(reinterpret_cast<const char*>(&id), sizeof id);
+  row_payload.append(3 * 2 * sizeof(float), '\x04');
+  rows.envelope.set_length(row_payload.size());
+  Write(dir, "rows_push", rows, row_payload);
+  auto rows_result = MakeMessage(proto::ROWS_RESULT, 1);
+  rows_result.envelope.set_request_id(11);
+  rows_result.envelope.set_key(ferry::RowsKey(2, 1));
+  rows_result.envelope.set_dtype(proto::FLOAT32);
+  rows_result.envelope.mutable_rows()->set_num_rows(3);
+  rows_result.envelope.mutable_rows()->set_row_elements(2);
+  rows_result.envelope.set_length(3 * 2 * sizeof(float));
+  Write(dir, "rows_result", rows_result, std::string(3 * 2 * sizeof(float), '\x05'));
   return 0;
 }

@@ -1,6 +1,7 @@
 // libFuzzer target for everything that parses bytes from the wire: envelope decoding,
-// message validation, the splitting of a fused push (PUSH_FUSED) into its pushes, and a
-// server key's classification of a push.
+// message validation, the splitting of a fused push (PUSH_FUSED) into its pushes, a
+// server key's classification of a push, and a sparse-rows push (ROWS_PUSH) checked and
+// summed as a server's rows key would.
 //
 // Input layout (so the fuzzer can shape frames): byte 0 = number of frames (1..3, mod 4),
 // then per frame a little-endian u16 length and that many bytes (truncated at the end
@@ -17,7 +18,9 @@
 
 #include "common/transport/fused_push.h"
 #include "common/transport/message.h"
+#include "common/transport/rows_message.h"
 #include "server/key_state.h"
+#include "server/row_key_state.h"
 
 namespace {
 
@@ -54,6 +57,26 @@ void ServePush(const ferry::Message& m) {
   }
 }
 
+// A valid ROWS_PUSH reaches a rows key: classified, its row ids checked against the
+// header's total_rows, and (if they pass) summed with itself as two workers' pushes.
+void ServeRows(const ferry::Message& m) {
+  ferry::RowKeyState state;
+  const int workers = 2;
+  const ferry::proto::RowsHeader& h = m.envelope.rows();
+  auto dtype = static_cast<ferry::DataType>(m.envelope.dtype());
+  if (state.Classify(0, 0, h.total_rows(), h.row_elements(), dtype, m.envelope.tensor_hash(),
+                     workers) != ferry::PushVerdict::kAccumulate) {
+    __builtin_trap();  // a fresh key takes a first push of round 0
+  }
+  if (!state.CheckRowIds(ferry::RowIdsOf(m), h.num_rows()).empty()) return;
+  ferry::RowsPush push{m.payload, h.num_rows(), {}};
+  std::vector<ferry::Buffer> sums = ferry::SumRows({&push, &push}, h.row_elements(), dtype);
+  if (sums.size() != 2 || sums[0].size() != h.num_rows() * h.row_elements() *
+                                              ferry::DataTypeSize(dtype)) {
+    __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -72,6 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!error.empty()) return 0;
   if (m.type() == ferry::proto::PUSH) {
     ServePush(m);
+  } else if (m.type() == ferry::proto::ROWS_PUSH) {
+    ServeRows(m);
   } else if (m.type() == ferry::proto::PUSH_FUSED) {
     // A valid fused push is split as the server splits it (zero-copy slices of the
     // frame), and every part must then be a valid push on its own.
