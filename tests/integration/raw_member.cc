@@ -6,7 +6,10 @@
 // expects of rank 1, so rank 0's sums stay checkable, and before each honest push it
 // sends the abuse of the round:
 //   a push for a round far ahead, a PULL for a round it never pushed, a push of an
-//   old round, a push for a key nobody else uses, and its honest push twice.
+//   old round, a push for a key nobody else uses, and its honest push twice. In round 0
+//   also sparse rows: a ROWS_PUSH with a row id out of range (refused; the rows key
+//   fails), another push to that key (refused with the same reason), a ROWS_PUSH of a
+//   round ahead, and a rows PULL for a push never made.
 // Every abuse must be answered (an ERROR with the reason, or an acknowledgement for the
 // harmless ones) and the honest sum must be exact. Prints "OK abuse rounds=N errors=E".
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value or a missing answer.
@@ -24,6 +27,7 @@
 
 #include "common/cluster/cluster_client.h"
 #include "common/cluster/role_main.h"
+#include "common/transport/rows_message.h"
 #include "common/util/status.h"
 #include "worker/placement.h"
 
@@ -103,6 +107,25 @@ class RawMember {
     return m;
   }
 
+  // A ROWS_PUSH of rows `ids` (one float each) of a 100-row tensor.
+  Message RowsPush(uint64_t key, uint32_t round, const std::vector<int64_t>& ids) {
+    Message m = MakeMessage(proto::ROWS_PUSH, cluster_.my_id());
+    m.envelope.set_key(key);
+    m.envelope.set_round(round);
+    m.envelope.set_dtype(proto::FLOAT32);
+    m.envelope.set_tensor_hash(54321);
+    m.envelope.mutable_rows()->set_num_rows(ids.size());
+    m.envelope.mutable_rows()->set_row_elements(1);
+    m.envelope.mutable_rows()->set_total_rows(100);
+    m.payload = Buffer::Allocate(ids.size() * (sizeof(int64_t) + sizeof(float)));
+    std::memcpy(m.payload.data(), ids.data(), ids.size() * sizeof(int64_t));
+    std::vector<float> ones(ids.size(), 1.0f);
+    std::memcpy(m.payload.bytes() + ids.size() * sizeof(int64_t), ones.data(),
+                ones.size() * sizeof(float));
+    m.envelope.set_length(m.payload.size());
+    return m;
+  }
+
   Message Pull(uint64_t key, uint32_t round) {
     Message m = MakeMessage(proto::PULL, cluster_.my_id());
     m.envelope.set_key(key);
@@ -178,6 +201,16 @@ int AbuseRound(RawMember& m, int round) {
   if (round == 0) {  // a key nobody else pushes: accepted (keys are defined by use), waits
     uint64_t stray = m.Send(m.Push(MakeKey(77, 0), 0, {1.0f, 2.0f}));
     ok &= m.Take(stray, proto::PUSH_ACK, &reply);
+    // Sparse rows on keys nobody else uses.
+    ok &= m.ExpectError(m.Send(m.RowsPush(RowsKey(77, 0), 0, {3, 100})),
+                        "row id 100 (position 1 of 2) is outside the tensor's rows 0..99");
+    ok &= m.ExpectError(m.Send(m.RowsPush(RowsKey(77, 0), 0, {3})), "row id 100");
+    uint64_t first = m.Send(m.RowsPush(RowsKey(78, 0), 0, {5, 5}));
+    ok &= m.Take(first, proto::PUSH_ACK, &reply);  // waits for rank 0, which never comes
+    ok &= m.ExpectError(m.Send(m.RowsPush(RowsKey(78, 0), 4, {5})), "for round 4");
+    Message rows_pull = m.Pull(RowsKey(79, 0), 0);
+    rows_pull.envelope.mutable_rows()->set_row_elements(1);
+    ok &= m.ExpectError(m.Send(std::move(rows_pull)), "no record of its push");
   }
   // The honest push, sent twice with one request id: added once.
   Message push = m.Push(key, round, values);
