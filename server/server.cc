@@ -693,7 +693,7 @@ void Server::HandleRowsPush(Engine* engine, Work& work) {
                                        static_cast<DataType>(e.dtype()), e.tensor_hash(),
                                        num_workers_);
   if (verdict != PushVerdict::kAccumulate) {
-    RefuseRowsPush(engine, work, state, rank, verdict);
+    RefuseRowsPush(work, state, rank, verdict);
     return;
   }
   std::string bad = state.CheckRowIds(RowIdsOf(work.message), h.num_rows());
@@ -717,9 +717,7 @@ void Server::HandleRowsPush(Engine* engine, Work& work) {
   }
 }
 
-void Server::RefuseRowsPush(Engine* engine, Work& work, RowKeyState& state, int rank,
-                            PushVerdict verdict) {
-  (void)engine;
+void Server::RefuseRowsPush(Work& work, RowKeyState& state, int rank, PushVerdict verdict) {
   const proto::Envelope& e = work.message.envelope;
   const uint64_t key = e.key();
   switch (verdict) {

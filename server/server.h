@@ -25,6 +25,10 @@
 // is `summing` meanwhile: key_state.h). Deterministic mode works on both devices (pushes
 // go to the device in rank order); asynchronous mode is CPU only (CheckServerSettings).
 // GPU servers start no SumPool helper threads.
+//
+// Sparse rows (ROWS_PUSH, Worker::PushPullRows): each engine also owns rows keys (one per
+// tensor), apart from the dense keys; a round's row pushes are held and summed in rank
+// order on the CPU when the round completes (row_key_state.h, docs/servers.md).
 
 #include <atomic>
 #include <condition_variable>
@@ -133,8 +137,7 @@ class Server {
   // push, and answers: the rows' sums if it completed the round, an acknowledgement
   // otherwise. Sums are always on the CPU, in rank order.
   void HandleRowsPush(Engine* engine, Work& work);
-  void RefuseRowsPush(Engine* engine, Work& work, RowKeyState& state, int rank,
-                      PushVerdict verdict);
+  void RefuseRowsPush(Work& work, RowKeyState& state, int rank, PushVerdict verdict);
   // A PULL with a rows body: resends the sums of a rows push that was acknowledged.
   void HandleRowsPull(Engine* engine, Work& work, int rank);
   // Sums the round and answers every pusher with exactly the rows it listed.

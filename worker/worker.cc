@@ -940,7 +940,8 @@ void Worker::Shutdown() {
             << s.resends << " pushes sent again, " << s.pulls << " pulls, " << s.late_replies
             << " late replies dropped, " << s.van.injected_drops
             << " messages dropped by fault injection, " << s.fused_messages << " fused messages of "
-            << s.partitions_fused << " partitions; at most " << queue_.max_in_flight_bytes()
+            << s.partitions_fused << " partitions, " << s.rows_operations << " push_pull_rows of "
+            << s.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
             << " bytes in flight";
   if (trace_) trace_->Close();
 }

@@ -35,7 +35,7 @@
 //                  exactly against the per-row totals computed locally from every
 //                  worker's generator. Also: a row id out of range and a negative one
 //                  are refused by name; a dense tensor keeps summing alongside.
-// --mode=rows_bytes  bytes on the wire: tensor "huge" [1000000, 16] float32 (64 MiB
+// --mode=rows_bytes  bytes on the wire: tensor "huge" [1000000, 16] float32 (64 MB
 //                  dense); PushPullRows of 10 rows, then of 1000 rows; prints the
 //                  worker's bytes sent for each and fails unless they grow with the rows
 //                  and stay far below the dense size.
