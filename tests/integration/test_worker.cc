@@ -451,7 +451,9 @@ std::vector<int64_t> RowsOf(int rank, int round, int64_t total) {
   std::vector<int64_t> rows;
   if (rank == 1 && round == 2) return rows;  // an empty push still completes the round
   for (int64_t i = 0; i < 40; ++i) rows.push_back((i * 13 + round) % 64);  // shared
-  for (int64_t i = 0; i < 50; ++i) rows.push_back(total / 2 + rank * 1000 + round * 60 + i);
+  // Only this worker pushes these (disjoint across workers for up to 160 rounds of a
+  // 100000-row tensor).
+  for (int64_t i = 0; i < 50; ++i) rows.push_back(total / 2 + rank * 10000 + round * 60 + i);
   for (int64_t i = 0; i < 300; ++i) rows.push_back((i * 7919 + round * 31 + rank * 13) % total);
   rows.push_back(total - 1);       // the last row, by every worker
   rows.push_back(rows[3]);         // duplicates: each occurrence adds
