@@ -11,6 +11,8 @@
 // --mode=join      uneven data: worker r pushes 3 + 2r rounds, then joins; sums and
 //                  averages must cover exactly the workers still pushing; after the
 //                  join every worker runs 2 more rounds together (rounds restart).
+//                  Sparse rows alike: a row every worker pushes sums over the workers
+//                  still pushing, a worker's own row holds its value alone.
 // --mode=loop      push_pull one tensor until an error (for failure tests); prints
 //                  "round N" as it goes.
 // --mode=deterministic  (3 workers, FERRY_DETERMINISTIC=1) values like 1e8, 1, -1e8
@@ -268,13 +270,21 @@ int RunJoin(Worker& w) {
   const int n = w.size();
   auto rounds_of = [](int rank) { return 3 + 2 * rank; };
   std::vector<float> sum(1000), avg(3000);
+  // Sparse rows too: row 0 by everyone, row 100 + rank by this worker alone (2 elements).
+  w.DeclareTensor("join/rows", DataType::kFloat32, {1000, 2});
+  const std::vector<int64_t> rows = {0, 100 + w.rank()};
+  std::vector<float> row_values(4), row_sums(4);
   for (int round = 0; round < rounds_of(w.rank()); ++round) {
     std::fill(sum.begin(), sum.end(), static_cast<float>(w.rank() + 1));
     std::fill(avg.begin(), avg.end(), static_cast<float>(w.rank() + 1));
+    std::fill(row_values.begin(), row_values.end(), static_cast<float>(w.rank() + 1));
     Handle hs = w.PushPullAsync("join/sum", sum.data(), sum.data(), DataType::kFloat32, sum.size(), false);
     Handle ha = w.PushPullAsync("join/avg", avg.data(), avg.data(), DataType::kFloat32, avg.size(), true);
+    Handle hr = w.PushPullRowsAsync("join/rows", rows.data(), rows.size(), row_values.data(),
+                                    row_sums.data(), DataType::kFloat32, false);
     w.Wait(hs);
     w.Wait(ha);
+    w.Wait(hr);
     float total = 0;
     int active = 0;
     for (int r = 0; r < n; ++r) {
@@ -283,7 +293,10 @@ int RunJoin(Worker& w) {
         ++active;
       }
     }
-    if (CheckAll(sum, total, "sum", round) || CheckAll(avg, total / active, "average", round)) {
+    const float mine = static_cast<float>(w.rank() + 1);
+    if (CheckAll(sum, total, "sum", round) || CheckAll(avg, total / active, "average", round) ||
+        CheckAll({row_sums[0], row_sums[1]}, total, "shared row", round) ||
+        CheckAll({row_sums[2], row_sums[3]}, mine, "own row", round)) {
       return kExitWrong;
     }
   }
@@ -292,6 +305,13 @@ int RunJoin(Worker& w) {
     std::fill(sum.begin(), sum.end(), static_cast<float>(w.rank() + 1));
     w.PushPull("join/sum", sum.data(), sum.data(), DataType::kFloat32, sum.size(), false);
     if (CheckAll(sum, n * (n + 1) / 2.0f, "sum after join", round)) return kExitWrong;
+    std::fill(row_values.begin(), row_values.end(), static_cast<float>(w.rank() + 1));
+    w.PushPullRows("join/rows", rows.data(), rows.size(), row_values.data(), row_sums.data(),
+                   DataType::kFloat32, false);
+    if (CheckAll({row_sums[0], row_sums[1]}, n * (n + 1) / 2.0f, "shared row after join",
+                 round)) {
+      return kExitWrong;
+    }
   }
   std::printf("OK join rounds=%d\n", rounds_of(w.rank()));
   return 0;
