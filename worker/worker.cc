@@ -1110,8 +1110,12 @@ bool Worker::OnRowsAck(const Message& m) {
   auto it = rows_in_flight_.find(m.envelope.request_id());
   if (it == rows_in_flight_.end()) return false;
   it->second.acked = true;
-  // From now on only the sums are missing: ask for them if they do not come in time.
-  if (config_.resend_timeout_ms > 0) it->second.resend_at_ms = NowMs() + config_.resend_timeout_ms;
+  // From now on only the sums are missing: ask for them if they do not come in time,
+  // backing off (a PULL while other workers still hold the round up is acknowledged
+  // again, as in OnAck).
+  if (config_.resend_timeout_ms > 0) {
+    it->second.resend_at_ms = NowMs() + ResendDelayMs(it->second.attempts);
+  }
   return true;
 }
 
@@ -1126,8 +1130,7 @@ void Worker::ResendOverdueRows(int64_t now_ms, std::vector<std::pair<int, Messag
     ++it;
     if (now_ms < f.resend_at_ms) continue;
     f.attempts++;
-    // Back off: the timeout doubles per attempt, up to 32x.
-    f.resend_at_ms = now_ms + config_.resend_timeout_ms * (int64_t{1} << std::min(f.attempts, 5));
+    f.resend_at_ms = now_ms + ResendDelayMs(f.attempts);
     if (f.acked) {
       // The server holds the rows: a header-only PULL (with the rows body, which marks a
       // rows key) asks for the sums again.
