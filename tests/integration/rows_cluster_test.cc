@@ -17,7 +17,8 @@ struct RowsCluster {
   std::vector<int> servers, workers;
 
   void Start(int num_servers, int num_workers, const std::vector<std::string>& worker_args,
-             const std::map<std::string, std::string>& extra = {}) {
+             const std::map<std::string, std::string>& extra = {},
+             const std::string& worker_binary = "ferry-test-worker") {
     auto env = [&](const std::string& role) {
       auto e = ClusterEnv(role, num_workers, num_servers, port);
       for (const auto& [k, v] : extra) e[k] = v;
@@ -31,7 +32,7 @@ struct RowsCluster {
     for (int w = 0; w < num_workers; ++w) {
       auto e = env("worker");
       e["DMLC_WORKER_ID"] = std::to_string(w);
-      std::vector<std::string> argv = {BinaryPath("ferry-test-worker")};
+      std::vector<std::string> argv = {BinaryPath(worker_binary)};
       argv.insert(argv.end(), worker_args.begin(), worker_args.end());
       workers.push_back(group.Spawn("worker" + std::to_string(w), argv, e));
     }
@@ -131,6 +132,12 @@ TEST(RowsClusterTest, RowsWithoutTheOtherWorkersEndAtTheOperationDeadline) {
   c.ExpectSuccess(60000, "");
   EXPECT_NE(c.group.Output(c.workers[0]).find("OK rows timeout"), std::string::npos)
       << c.group.AllOutput();
+}
+
+TEST(RowsClusterTest, TheCApiSumsRowsAndRefusesBadIds) {
+  RowsCluster c;
+  c.Start(2, 3, {}, {}, "ferry-test-c-rows");
+  c.ExpectSuccess(60000, "OK c api rows");
 }
 
 }  // namespace
