@@ -61,14 +61,14 @@ PushVerdict RowKeyState::Classify(int rank, uint32_t push_round, uint64_t push_t
     last_results.assign(num_workers, Buffer());
     answered_last.assign(num_workers, false);
   }
-  if (push_total_rows != total_rows || push_row_elements != row_elements ||
-      push_dtype != dtype || push_hash != tensor_hash) {
+  if (push_total_rows != total_rows || push_row_elements != row_elements || push_dtype != dtype ||
+      push_hash != tensor_hash) {
     return PushVerdict::kMismatch;
   }
   if (push_round == round) return pushed[rank] ? PushVerdict::kDuplicate : PushVerdict::kAccumulate;
   if (push_round > round) return PushVerdict::kAhead;
   return push_round + 1 == round && has_last && answered_last[rank] ? PushVerdict::kPrevious
-                                                                   : PushVerdict::kStale;
+                                                                    : PushVerdict::kStale;
 }
 
 std::string RowKeyState::CheckRowIds(const int64_t* ids, uint64_t num_rows) const {

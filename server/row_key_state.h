@@ -57,9 +57,9 @@ struct RowKeyState {
   uint64_t tensor_hash = 0;
   int defined_by_rank = -1;
 
-  uint32_t round = 0;             // the round being accumulated
-  std::vector<bool> pushed;       // by worker rank, for this round
-  std::vector<RowsPush> pushes;   // by worker rank: this round's held pushes
+  uint32_t round = 0;            // the round being accumulated
+  std::vector<bool> pushed;      // by worker rank, for this round
+  std::vector<RowsPush> pushes;  // by worker rank: this round's held pushes
 
   bool has_last = false;             // round - 1 completed and its replies are kept
   std::vector<Buffer> last_results;  // by rank: its reply of round - 1 (empty: none)

@@ -26,8 +26,8 @@ struct RowsCluster {
     };
     group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
     for (int s = 0; s < num_servers; ++s) {
-      servers.push_back(group.Spawn("server" + std::to_string(s), {BinaryPath("ferry-server")},
-                                    env("server")));
+      servers.push_back(
+          group.Spawn("server" + std::to_string(s), {BinaryPath("ferry-server")}, env("server")));
     }
     for (int w = 0; w < num_workers; ++w) {
       auto e = env("worker");
@@ -92,15 +92,16 @@ TEST(RowsClusterTest, DroppedMessagesAreResentAndRowSumsStayExact) {
   const uint64_t dropped = CountLogged(workers, "messages dropped by fault injection") +
                            CountLogged(servers, "messages dropped by fault injection");
   const uint64_t resent = CountLogged(workers, "pushes sent again") + CountLogged(workers, "pulls");
-  const uint64_t deduplicated = CountLogged(servers, "duplicates dropped") +
-                                CountLogged(servers, "sums sent again");
+  const uint64_t deduplicated =
+      CountLogged(servers, "duplicates dropped") + CountLogged(servers, "sums sent again");
   EXPECT_GT(dropped, 0u) << c.group.AllOutput();
   EXPECT_GT(resent, 0u) << c.group.AllOutput();
   EXPECT_GT(deduplicated, 0u) << c.group.AllOutput();
-  std::printf("fault injection: %llu messages dropped, %llu resends and pulls, %llu answered "
-              "from the server's records\n",
-              static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(resent),
-              static_cast<unsigned long long>(deduplicated));
+  std::printf(
+      "fault injection: %llu messages dropped, %llu resends and pulls, %llu answered "
+      "from the server's records\n",
+      static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(resent),
+      static_cast<unsigned long long>(deduplicated));
 }
 
 TEST(RowsClusterTest, BytesOnTheWireGrowWithTheRowsNotTheTensor) {
@@ -109,12 +110,11 @@ TEST(RowsClusterTest, BytesOnTheWireGrowWithTheRowsNotTheTensor) {
   c.ExpectSuccess(60000, "OK rows bytes scale with rows");
   std::smatch m;
   const std::string out = c.group.Output(c.workers[0]);
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("10 rows ([0-9]+), 1000 rows ([0-9]+)")))
-      << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("10 rows ([0-9]+), 1000 rows ([0-9]+)"))) << out;
   const uint64_t small = std::stoull(m[1]), large = std::stoull(m[2]);
   const uint64_t dense = 1000000ull * 16 * 4;
-  EXPECT_GT(large, 50 * small) << out;    // 100x the rows: close to 100x the bytes
-  EXPECT_LT(large * 500, dense) << out;   // 1000 of 1M rows: under 0.2% of the dense size
+  EXPECT_GT(large, 50 * small) << out;   // 100x the rows: close to 100x the bytes
+  EXPECT_LT(large * 500, dense) << out;  // 1000 of 1M rows: under 0.2% of the dense size
   std::printf("bytes sent by one worker: 10 rows %llu, 1000 rows %llu; dense tensor %llu\n",
               static_cast<unsigned long long>(small), static_cast<unsigned long long>(large),
               static_cast<unsigned long long>(dense));

@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <map>
+#include <functional>
+#include <vector>
 
 namespace ferry {
 namespace {
@@ -32,18 +33,16 @@ std::vector<float> Floats(const Buffer& b) {
 TEST(SumRowsTest, OverlappingDisjointAndDuplicateRowsSumExactly) {
   const uint64_t dim = 3;
   // Worker a: rows 5, 9, 5 (duplicate), 100; worker b: rows 9, 7; worker c: no rows.
-  RowsPush a = MakePush<float>({5, 9, 5, 100}, dim, [](int64_t id, uint64_t k) {
-    return static_cast<float>(id + k);
-  });
-  RowsPush b = MakePush<float>({9, 7}, dim, [](int64_t id, uint64_t k) {
-    return static_cast<float>(1000 + id * 10 + k);
-  });
+  RowsPush a = MakePush<float>({5, 9, 5, 100}, dim,
+                               [](int64_t id, uint64_t k) { return static_cast<float>(id + k); });
+  RowsPush b = MakePush<float>(
+      {9, 7}, dim, [](int64_t id, uint64_t k) { return static_cast<float>(1000 + id * 10 + k); });
   RowsPush c = MakePush<float>({}, dim, [](int64_t, uint64_t) { return 0.0f; });
   std::vector<Buffer> out = SumRows({&a, &b, &c}, dim, DataType::kFloat32);
   ASSERT_EQ(out.size(), 3u);
   // Row 5: twice from a = 2 * (5 + k). Row 9: a (9 + k) + b (1090 + k). Row 100: a only.
-  EXPECT_EQ(Floats(out[0]), (std::vector<float>{10, 12, 14, 1099, 1101, 1103, 10, 12, 14,
-                                                100, 101, 102}));
+  EXPECT_EQ(Floats(out[0]),
+            (std::vector<float>{10, 12, 14, 1099, 1101, 1103, 10, 12, 14, 100, 101, 102}));
   EXPECT_EQ(Floats(out[1]), (std::vector<float>{1099, 1101, 1103, 1070, 1071, 1072}));
   EXPECT_TRUE(out[2].empty());
 }
@@ -53,9 +52,8 @@ TEST(SumRowsTest, Float16GoesThroughTheReduceKernels) {
   RowsPush a = MakePush<uint16_t>({1, 2}, dim, [](int64_t id, uint64_t k) {
     return FloatToHalf(static_cast<float>(id) + 0.5f * k);
   });
-  RowsPush b = MakePush<uint16_t>({2, 2}, dim, [](int64_t, uint64_t k) {
-    return FloatToHalf(0.25f * k);
-  });
+  RowsPush b =
+      MakePush<uint16_t>({2, 2}, dim, [](int64_t, uint64_t k) { return FloatToHalf(0.25f * k); });
   std::vector<Buffer> out = SumRows({&a, &b}, dim, DataType::kFloat16);
   const uint16_t* row2 = reinterpret_cast<const uint16_t*>(out[0].bytes()) + dim;
   for (uint64_t k = 0; k < dim; ++k) {
@@ -77,9 +75,8 @@ TEST(SumRowsTest, RankOrderMakesTheBitsIndependentOfArrival) {
 TEST(RowKeyStateTest, RoundsDuplicatesAndResendsOfThePreviousRound) {
   RowKeyState s;
   const std::vector<bool> joined(2, false);
-  auto value = std::function<float(int64_t, uint64_t)>([](int64_t id, uint64_t) {
-    return static_cast<float>(id);
-  });
+  auto value = std::function<float(int64_t, uint64_t)>(
+      [](int64_t id, uint64_t) { return static_cast<float>(id); });
   EXPECT_EQ(s.Classify(0, 0, 10, 2, DataType::kFloat32, 7, 2), PushVerdict::kAccumulate);
   EXPECT_FALSE(s.Record(0, MakePush<float>({3, 4}, 2, value), joined));
   EXPECT_EQ(s.Classify(0, 0, 10, 2, DataType::kFloat32, 7, 2), PushVerdict::kDuplicate);
@@ -107,7 +104,8 @@ TEST(RowKeyStateTest, ShapeDtypeOrHashMismatchAndBadRowIds) {
   const int64_t high[] = {0, 10};
   const int64_t negative[] = {-1};
   EXPECT_EQ(s.CheckRowIds(good, 2), "");
-  EXPECT_EQ(s.CheckRowIds(high, 2), "row id 10 (position 1 of 2) is outside the tensor's rows 0..9");
+  EXPECT_EQ(s.CheckRowIds(high, 2),
+            "row id 10 (position 1 of 2) is outside the tensor's rows 0..9");
   EXPECT_NE(s.CheckRowIds(negative, 1).find("row id -1"), std::string::npos);
   s.failure = "failed";
   EXPECT_EQ(s.Classify(0, 0, 10, 2, DataType::kFloat32, 7, 2), PushVerdict::kFailed);
