@@ -308,6 +308,10 @@ def mode_local(args, out):
         bps.join()
     except bps.FerryError as e:
         out["join_error"] = str(e)
+    try:
+        bps.push_pull_rows(torch.ones(1, 4), torch.tensor([0]), "local.rows", num_rows=10)
+    except bps.FerryError as e:
+        out["rows_error"] = str(e)
     if bps.local_rank() != 0:
         try:
             bps.set_scheduling(65536, 262144)

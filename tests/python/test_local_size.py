@@ -54,6 +54,8 @@ def test_two_machines_of_two_local_processes(cluster, tmp_path):
             w.add_(torch.full((1, 4), mean), alpha=-0.5)
         assert torch.equal(r["w"], w), (rank, r["w"], w)
         assert "Join (uneven data) is not supported with FERRY_LOCAL_SIZE=2" in r["join_error"], r
+        assert ("push_pull_rows of 'local.rows' is not supported with FERRY_LOCAL_SIZE=2"
+                in r["rows_error"]), r
         if r["local_rank"] != 0:   # only the local root partitions tensors
             assert ("SetScheduling is not available on local rank 1 (FERRY_LOCAL_SIZE=2)"
                     in r["scheduling_error"]), r

@@ -102,6 +102,22 @@ bool LocalGroup::WaitFor(Handle handle, int64_t timeout_ms) {
   return worker_->WaitFor(handle, timeout_ms);
 }
 
+Handle LocalGroup::PushPullRowsAsync(const std::string& name, const int64_t* rows,
+                                     uint64_t num_rows, const void* values, void* output,
+                                     DataType dtype, bool average, std::optional<int> priority) {
+  FERRY_ENFORCE(worker_ != nullptr, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
+                "' is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+                ": the local group reduces dense tensors only (its ranks' row lists would have "
+                "to be merged first); run one process per DMLC_WORKER_ID for sparse rows");
+  return worker_->PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average,
+                                    priority);
+}
+
+void LocalGroup::PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                              const void* values, void* output, DataType dtype, bool average) {
+  Wait(PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average));
+}
+
 void LocalGroup::PushPull(const std::string& name, const void* input, void* output, DataType dtype,
                           uint64_t count, bool average) {
   Wait(PushPullAsync(name, input, output, dtype, count, average));

@@ -14,7 +14,8 @@
 //
 // Every local rank makes the same calls in the same order per tensor (as every worker
 // does in a job): push_pull, broadcast (root: a global rank) and barrier are collectives
-// of the group. Not available with L > 1: Join (uneven data), FERRY_ENABLE_ASYNC, and,
+// of the group. Not available with L > 1: Join (uneven data), sparse rows
+// (PushPullRows), FERRY_ENABLE_ASYNC, and,
 // on local ranks other than 0, SetScheduling / scheduling() (the root alone partitions
 // tensors; make the call there). These throw FerryError naming the reason.
 // StepBoundary on a non-root rank does nothing (the root times the iteration).
@@ -56,6 +57,14 @@ class LocalGroup {
   // copied before the call returns; the output must live until the operation finished.
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority = std::nullopt);
+  // As Worker::PushPullRowsAsync (sparse rows). Only with FERRY_LOCAL_SIZE = 1: a local
+  // group would have to merge its ranks' row lists before the root pushes; with L > 1
+  // it throws FerryError (kInvalidArgument) naming the reason.
+  Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                           const void* values, void* output, DataType dtype, bool average,
+                           std::optional<int> priority = std::nullopt);
+  void PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                    const void* values, void* output, DataType dtype, bool average);
   bool Poll(Handle handle);
   void Wait(Handle handle);
   bool WaitFor(Handle handle, int64_t timeout_ms);
