@@ -74,7 +74,7 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.bind_host, "127.0.0.1");
   EXPECT_EQ(c.node_port, 0);
   EXPECT_EQ(c.node_kind, "");
-  EXPECT_EQ(c.partition_bytes, 4194304);
+  EXPECT_EQ(c.partition_bytes, 1048576);
   EXPECT_EQ(c.scheduling_credit, 4);
   EXPECT_EQ(c.scheduling_credit_bytes, 0);
   EXPECT_EQ(c.server_engine_threads, 4);

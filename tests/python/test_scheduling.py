@@ -89,7 +89,7 @@ def test_set_scheduling_between_push_pulls(cluster, policy):
     for r in res:
         assert "traceback" not in r, r.get("traceback")
         assert r["before"]["policy"] == policy
-        first = 16384 if policy == "p3" else 4194304
+        first = 16384 if policy == "p3" else 1048576  # FERRY_PARTITION_BYTES default
         assert [s["partition_bytes"] for s in r["seen"]] == [first, 8192, 65536, 8192]
         assert [s["credit_bytes"] for s in r["seen"]][1:] == [32768, 262144, 32768]
         for step, got in enumerate(r["sums"]):
