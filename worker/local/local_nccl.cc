@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <glog/logging.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -109,14 +110,19 @@ class NcclGroup : public LocalNccl {
     if (id_taken_) return "";
     id_taken_ = true;
     ncclUniqueId id;
-    CheckNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    CheckNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", false);
     return std::string(id.internal, sizeof id.internal);
   }
 
   void Go(const std::string& name, const std::string& unique_id) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) return;  // every tensor failed with it
     auto it = queued_.find(name);
-    CHECK(it != queued_.end() && !it->second.empty()) << "GO for '" << name << "' not submitted";
+    if (it == queued_.end() || it->second.empty()) {
+      FailLocked(StrCat(Me(), ": GO for device tensor '", name,
+                        "', which this process did not submit"));
+      return;
+    }
     const uint64_t ticket = it->second.front();
     it->second.pop_front();
     if (it->second.empty()) queued_.erase(it);
@@ -183,10 +189,14 @@ class NcclGroup : public LocalNccl {
                      StrCat(Me(), ": CUDA call ", call, " failed: ", CudaText(r)));
   }
 
-  void CheckNccl(ncclResult_t r, const char* call) const {
+  // `on_thread`: called on the "ferry-nccl" thread, which alone may read comm_.
+  void CheckNccl(ncclResult_t r, const char* call, bool on_thread = true) const {
     if (r == ncclSuccess || r == ncclInProgress) return;
-    throw FerryError(ErrorCode::kInternal, StrCat(Me(), ": NCCL call ", call, " failed: ",
-                                                  ncclGetErrorString(r), " (", r, ")"));
+    const char* last = ncclGetLastError(on_thread ? comm_ : nullptr);
+    throw FerryError(ErrorCode::kInternal,
+                     StrCat(Me(), ": NCCL call ", call, " failed: ", ncclGetErrorString(r), " (",
+                            static_cast<int>(r), ")",
+                            last != nullptr && *last != 0 ? StrCat(": ", last) : std::string()));
   }
 
   // The caller's thread: the GPU of t's memory. Throws naming what is wrong.
@@ -313,6 +323,7 @@ class NcclGroup : public LocalNccl {
     // The root's output is the machine's sum; a peer's output is not written here.
     CheckNccl(ncclReduce(t.input, t.output, t.count, type, ncclSum, 0, comm_, stream_),
               "ncclReduce");
+    WaitComm("ncclReduce of '" + t.name + "' (enqueueing)");  // non-blocking: may be pending
     WaitStream("ncclReduce of '" + t.name + "'");
     if (local_rank_ == 0) {
       if (host_bytes_ < bytes) {
@@ -332,6 +343,7 @@ class NcclGroup : public LocalNccl {
     }
     CheckNccl(ncclBroadcast(t.output, t.output, t.count, type, 0, comm_, stream_),
               "ncclBroadcast");
+    WaitComm("ncclBroadcast of '" + t.name + "' (enqueueing)");
     WaitStream("ncclBroadcast of '" + t.name + "'");
   }
 
