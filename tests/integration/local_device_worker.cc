@@ -43,6 +43,13 @@ void Check(cudaError_t r, const char* call) {
   if (r != cudaSuccess) throw CudaError{StrCat(call, ": ", cudaGetErrorString(r))};
 }
 
+template <typename T>
+T* DeviceAlloc(uint64_t n) {
+  void* p = nullptr;
+  Check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
+
 float Value(int rank, int round, int tensor, uint64_t i) {
   return static_cast<float>((i * 3 + tensor * 5 + rank * 7 + round * 11) % 16 + 1);
 }
@@ -57,9 +64,8 @@ std::string FloatTensor(LocalGroup& g, int gpu, int t) {
   Check(cudaSetDevice(gpu), "cudaSetDevice");  // the current GPU is per thread
   const uint64_t n = Elems(t);
   const bool average = t % 2 == 1, in_place = !average;
-  float *in = nullptr, *out = nullptr;
-  Check(cudaMalloc(&in, n * sizeof(float)), "cudaMalloc");
-  Check(cudaMalloc(&out, n * sizeof(float)), "cudaMalloc");
+  float* in = DeviceAlloc<float>(n);
+  float* out = DeviceAlloc<float>(n);
   std::vector<float> host(n);
   std::string wrong;
   for (int round = 0; round < FLAGS_rounds && wrong.empty(); ++round) {
@@ -88,8 +94,7 @@ std::string FloatTensor(LocalGroup& g, int gpu, int t) {
 std::string IntTensor(LocalGroup& g, int gpu) {
   Check(cudaSetDevice(gpu), "cudaSetDevice");
   const uint64_t n = 1000;
-  int32_t* d = nullptr;
-  Check(cudaMalloc(&d, n * sizeof(int32_t)), "cudaMalloc");
+  int32_t* d = DeviceAlloc<int32_t>(n);
   std::vector<int32_t> host(n);
   std::string wrong;
   for (int round = 0; round < FLAGS_rounds && wrong.empty(); ++round) {
