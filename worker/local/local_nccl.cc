@@ -128,6 +128,7 @@ class NcclGroup : public LocalNccl {
     if (it->second.empty()) queued_.erase(it);
     if (!unique_id.empty()) unique_id_ = unique_id;
     items_[ticket].progress_ms = NowMs();
+    items_[ticket].go = true;
     runnable_.push_back(ticket);
     cv_.notify_all();
   }
@@ -139,23 +140,25 @@ class NcclGroup : public LocalNccl {
                   ticket);
     Item& item = it->second;
     // The thread's own deadlines (each step, FERRY_OP_TIMEOUT_MS; the Worker's for the
-    // machine's push_pull) end a started round first; this one ends a round that never
-    // started (a local rank that does not call) or a stuck thread.
+    // machine's push_pull) end a started round first; this one ends a round without a GO
+    // (a local rank that does not call), or one the thread does not get to.
     while (item.stage != Stage::kDone) {
-      const int64_t deadline =
-          item.progress_ms + (item.stage == Stage::kQueued ? 1 : 2) * op_timeout_ms_;
+      const int64_t deadline = item.progress_ms + (item.go ? 2 : 1) * op_timeout_ms_;
       if (NowMs() >= deadline) {
         const std::string why =
-            item.stage == Stage::kQueued
-                ? StrCat(Me(), ": push_pull of device tensor '", item.t.name,
-                         "' did not start within ", op_timeout_ms_,
-                         " ms (FERRY_OP_TIMEOUT_MS): the local root starts a round once every "
-                         "local rank has called it")
-                : StrCat(Me(), ": push_pull of device tensor '", item.t.name,
-                         "' made no progress within ", op_timeout_ms_,
-                         " ms (FERRY_OP_TIMEOUT_MS)");
+            !item.go ? StrCat(Me(), ": push_pull of device tensor '", item.t.name,
+                              "' did not start within ", op_timeout_ms_,
+                              " ms (FERRY_OP_TIMEOUT_MS): the local root starts a round once "
+                              "every local rank has called it")
+                     : StrCat(Me(), ": push_pull of device tensor '", item.t.name,
+                              "' made no progress within ", 2 * op_timeout_ms_,
+                              " ms (2 x FERRY_OP_TIMEOUT_MS)",
+                              item.stage == Stage::kQueued ? ", queued behind earlier rounds"
+                                                           : "");
         FailLocked(why);
         Erase(it);
+        lock.unlock();
+        on_failure_(why);  // without mu_: the owner's Fail calls ours
         throw FerryError(ErrorCode::kTimeout, why);
       }
       cv_.wait_for(lock, Millis(deadline - NowMs()));
@@ -175,8 +178,9 @@ class NcclGroup : public LocalNccl {
     DeviceTensor t;
     cudaEvent_t ready = nullptr;  // recorded on t.stream at Submit
     Stage stage = Stage::kQueued;
+    bool go = false;  // its GO came: it waits for the thread, or runs
     std::string error;
-    int64_t progress_ms = 0;  // submitted, started, or last step done
+    int64_t progress_ms = 0;  // submitted, GO, or the thread's last step done
   };
 
   std::string Me() const {
@@ -347,10 +351,12 @@ class NcclGroup : public LocalNccl {
     WaitStream("ncclBroadcast of '" + t.name + "'");
   }
 
-  void Touch() {  // a step of the running round is done: its Wait deadline moves on
+  // A step of the running round is done: the deadlines of the rounds with a GO (running,
+  // or queued behind it) move on.
+  void Touch() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ticket, item] : items_) {
-      if (item.stage == Stage::kStarted) item.progress_ms = NowMs();
+      if (item.go && item.stage != Stage::kDone) item.progress_ms = NowMs();
     }
   }
 
