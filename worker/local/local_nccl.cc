@@ -143,7 +143,7 @@ class NcclGroup : public LocalNccl {
     // machine's push_pull) end a started round first; this one ends a round without a GO
     // (a local rank that does not call), or one the thread does not get to.
     while (item.stage != Stage::kDone) {
-      const int64_t deadline = item.progress_ms + (item.go ? 2 : 1) * op_timeout_ms_;
+      const int64_t deadline = item.progress_ms + (item.go ? 3 : 1) * op_timeout_ms_;
       if (NowMs() >= deadline) {
         const std::string why =
             !item.go ? StrCat(Me(), ": push_pull of device tensor '", item.t.name,
@@ -151,8 +151,8 @@ class NcclGroup : public LocalNccl {
                               " ms (FERRY_OP_TIMEOUT_MS): the local root starts a round once "
                               "every local rank has called it")
                      : StrCat(Me(), ": push_pull of device tensor '", item.t.name,
-                              "' made no progress within ", 2 * op_timeout_ms_,
-                              " ms (2 x FERRY_OP_TIMEOUT_MS)",
+                              "' made no progress within ", 3 * op_timeout_ms_,
+                              " ms (3 x FERRY_OP_TIMEOUT_MS)",
                               item.stage == Stage::kQueued ? ", queued behind earlier rounds"
                                                            : "");
         FailLocked(why);
@@ -348,7 +348,9 @@ class NcclGroup : public LocalNccl {
     CheckNccl(ncclBroadcast(t.output, t.output, t.count, type, 0, comm_, stream_),
               "ncclBroadcast");
     WaitComm("ncclBroadcast of '" + t.name + "' (enqueueing)");
-    WaitStream("ncclBroadcast of '" + t.name + "'");
+    // A peer's broadcast also waits for the root's push_pull through the servers (whose
+    // own deadline is FERRY_OP_TIMEOUT_MS): the root fails first and aborts.
+    WaitStream("ncclBroadcast of '" + t.name + "'", local_rank_ == 0 ? 1 : 2);
   }
 
   // A step of the running round is done: the deadlines of the rounds with a GO (running,
@@ -399,9 +401,10 @@ class NcclGroup : public LocalNccl {
     }
   }
 
-  // Polls the stream (and the communicator's errors) until its work is done.
-  void WaitStream(const std::string& what) {
-    const int64_t deadline = NowMs() + op_timeout_ms_;
+  // Polls the stream (and the communicator's errors) until its work is done, for at most
+  // `timeouts` x FERRY_OP_TIMEOUT_MS.
+  void WaitStream(const std::string& what, int timeouts = 1) {
+    const int64_t deadline = NowMs() + timeouts * op_timeout_ms_;
     for (int spins = 0;; ++spins) {
       const cudaError_t r = cudaStreamQuery(stream_);
       if (r == cudaSuccess) {
@@ -428,8 +431,9 @@ class NcclGroup : public LocalNccl {
     }
     if (NowMs() < deadline) return;
     throw FerryError(ErrorCode::kTimeout,
-                     StrCat(Me(), ": ", what, " did not finish within ", op_timeout_ms_,
-                            " ms (FERRY_OP_TIMEOUT_MS); is every local rank alive and calling?"));
+                     StrCat(Me(), ": ", what,
+                            " did not finish by its deadline (FERRY_OP_TIMEOUT_MS=", op_timeout_ms_,
+                            " ms); is every local rank alive and calling?"));
   }
 
   const int local_rank_, local_size_;
