@@ -23,10 +23,12 @@
 // The communicator (local rank r of L, on the GPU of the first tensor) is made at the
 // first round: the root's first GO carries the NCCL unique id.
 //
-// Every wait has a deadline of FERRY_OP_TIMEOUT_MS (each step of a round; a queued
-// tensor that is not started), ending in FerryError(kTimeout) that names the step; a
-// failed CUDA or NCCL call throws FerryError naming the call and the local rank. After
-// a failure the communicator is aborted and every later call fails with that error.
+// Every wait has a deadline, ending in FerryError(kTimeout) that names the step: each
+// step of a round FERRY_OP_TIMEOUT_MS (a peer's broadcast twice that: the root's
+// push_pull through the servers is inside it), a tensor without a GO as long, and Wait
+// three times that without progress (a backstop). A failed CUDA or NCCL call throws
+// FerryError naming the call and the local rank. After a failure the communicator is
+// aborted, the owner's group fails (OnFailure), and every later call fails with it.
 //
 // Thread-safe.
 
