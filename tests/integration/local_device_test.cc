@@ -72,8 +72,7 @@ TEST(LocalDeviceTest, OneMachineOfTwoLocalRanksReducesWithNccl) {
     // Two ranks on one GPU: NCCL's refusal must be the set-up's clear error.
     for (int w : c.workers) {
       const std::string out = c.group.Output(w);
-      ASSERT_NE(out.find("the set-up of the NCCL communicator (2 ranks, GPU 0)"),
-                std::string::npos)
+      ASSERT_NE(out.find("the set-up of the NCCL communicator (2 ranks, GPU 0)"), std::string::npos)
           << c.group.AllOutput();
     }
     std::cout << "NOTE: NCCL refused two local ranks on the one GPU here, with a clear error; "

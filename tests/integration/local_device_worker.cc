@@ -73,8 +73,7 @@ std::string FloatTensor(LocalGroup& g, int gpu, int t) {
     Check(cudaMemcpy(in, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
     float* result = in_place ? in : out;
     g.PushPullDevice("f" + std::to_string(t), in, result, DataType::kFloat32, n, average);
-    Check(cudaMemcpy(host.data(), result, n * sizeof(float), cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
+    Check(cudaMemcpy(host.data(), result, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
     for (uint64_t i = 0; i < n; ++i) {
       float want = 0;
       for (int r = 0; r < g.size(); ++r) want += Value(r, round, t, i);
@@ -106,8 +105,8 @@ std::string IntTensor(LocalGroup& g, int gpu) {
       int64_t want = 0;
       for (int r = 0; r < g.size(); ++r) want += r * 1000 + static_cast<int64_t>(i) + round;
       if (host[i] != want) {
-        wrong = StrCat("WRONG ints round ", round, " element ", i, ": ", host[i], ", expected ",
-                       want);
+        wrong =
+            StrCat("WRONG ints round ", round, " element ", i, ": ", host[i], ", expected ", want);
         break;
       }
     }

@@ -119,8 +119,8 @@ class NcclGroup : public LocalNccl {
     if (!failure_.empty()) return;  // every tensor failed with it
     auto it = queued_.find(name);
     if (it == queued_.end() || it->second.empty()) {
-      FailLocked(StrCat(Me(), ": GO for device tensor '", name,
-                        "', which this process did not submit"));
+      FailLocked(
+          StrCat(Me(), ": GO for device tensor '", name, "', which this process did not submit"));
       return;
     }
     const uint64_t ticket = it->second.front();
@@ -153,8 +153,7 @@ class NcclGroup : public LocalNccl {
                      : StrCat(Me(), ": push_pull of device tensor '", item.t.name,
                               "' made no progress within ", 3 * op_timeout_ms_,
                               " ms (3 x FERRY_OP_TIMEOUT_MS)",
-                              item.stage == Stage::kQueued ? ", queued behind earlier rounds"
-                                                           : "");
+                              item.stage == Stage::kQueued ? ", queued behind earlier rounds" : "");
         FailLocked(why);
         Erase(it);
         lock.unlock();
@@ -219,11 +218,10 @@ class NcclGroup : public LocalNccl {
     for (const void* p : {t.input, static_cast<const void*>(t.output)}) {
       cudaPointerAttributes attr;
       const cudaError_t a = cudaPointerGetAttributes(&attr, p);
-      FERRY_ENFORCE(a == cudaSuccess && (attr.type == cudaMemoryTypeDevice ||
-                                         attr.type == cudaMemoryTypeManaged),
+      FERRY_ENFORCE(a == cudaSuccess &&
+                        (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
                     ErrorCode::kInvalidArgument, Me(), ": push_pull of device tensor '", t.name,
-                    "': ", p == t.input ? "input" : "output", " ", p,
-                    " is not CUDA device memory",
+                    "': ", p == t.input ? "input" : "output", " ", p, " is not CUDA device memory",
                     a == cudaSuccess ? std::string() : StrCat(" (", CudaText(a), ")"));
       FERRY_ENFORCE(device < 0 || attr.device == device, ErrorCode::kInvalidArgument, Me(),
                     ": push_pull of device tensor '", t.name, "': input on GPU ", device,
@@ -345,8 +343,7 @@ class NcclGroup : public LocalNccl {
       CheckCuda(cudaMemcpyAsync(t.output, host_, bytes, cudaMemcpyHostToDevice, stream_),
                 "cudaMemcpyAsync (host to device)");
     }
-    CheckNccl(ncclBroadcast(t.output, t.output, t.count, type, 0, comm_, stream_),
-              "ncclBroadcast");
+    CheckNccl(ncclBroadcast(t.output, t.output, t.count, type, 0, comm_, stream_), "ncclBroadcast");
     WaitComm("ncclBroadcast of '" + t.name + "' (enqueueing)");
     // A peer's broadcast also waits for the root's push_pull through the servers (whose
     // own deadline is FERRY_OP_TIMEOUT_MS): the root fails first and aborts.
@@ -382,8 +379,8 @@ class NcclGroup : public LocalNccl {
     config.blocking = 0;
     CheckNccl(ncclCommInitRankConfig(&comm_, local_size_, uid, local_rank_, &config),
               "ncclCommInitRankConfig");
-    WaitComm(StrCat("the set-up of the NCCL communicator (", local_size_, " ranks, GPU ", device,
-                    ")"));
+    WaitComm(
+        StrCat("the set-up of the NCCL communicator (", local_size_, " ranks, GPU ", device, ")"));
     LOG(INFO) << Me() << ": NCCL communicator of " << local_size_ << " local ranks on GPU "
               << device;
   }
@@ -447,9 +444,9 @@ class NcclGroup : public LocalNccl {
   void* host_ = nullptr;  // pinned: the root's machine sum
   size_t host_bytes_ = 0;
 
-  std::mutex mu_;               // guards everything below
-  std::condition_variable cv_;  // signalled on GO, on a finished round, on failure and stop
-  std::map<uint64_t, Item> items_;                      // by ticket, until Wait takes it
+  std::mutex mu_;                   // guards everything below
+  std::condition_variable cv_;      // signalled on GO, on a finished round, on failure and stop
+  std::map<uint64_t, Item> items_;  // by ticket, until Wait takes it
   std::map<std::string, std::deque<uint64_t>> queued_;  // submitted, no GO yet, by name
   std::deque<uint64_t> runnable_;                       // GO received, in GO order
   uint64_t next_ticket_ = 1;
@@ -463,9 +460,8 @@ class NcclGroup : public LocalNccl {
 
 }  // namespace
 
-std::unique_ptr<LocalNccl> LocalNccl::Create(int local_rank, int local_size,
-                                             int64_t op_timeout_ms, MachinePushPull push_pull,
-                                             OnFailure on_failure) {
+std::unique_ptr<LocalNccl> LocalNccl::Create(int local_rank, int local_size, int64_t op_timeout_ms,
+                                             MachinePushPull push_pull, OnFailure on_failure) {
   return std::make_unique<NcclGroup>(local_rank, local_size, op_timeout_ms, std::move(push_pull),
                                      std::move(on_failure));
 }

@@ -47,7 +47,7 @@ struct DeviceTensor {
   const void* input = nullptr;  // CUDA device memory of this process's GPU
   void* output = nullptr;       // likewise; may equal input
   DataType dtype = DataType::kFloat32;
-  uint64_t count = 0;           // elements
+  uint64_t count = 0;  // elements
   bool average = false;
   // The cudaStream_t the input was written on (the round waits for its work submitted
   // before the call); null: the legacy default stream.

@@ -176,8 +176,8 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
       case LocalOp::kDevicePushPull:
         if (!failure_.empty()) return;  // the peer was told
         FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
-        Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count,
-               h.average != 0, -1, h.seq);
+        Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count, h.average != 0,
+               -1, h.seq);
         TryStart(DeviceKey(m.name));
         break;
       case LocalOp::kBarrier:
