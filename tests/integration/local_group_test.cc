@@ -112,6 +112,26 @@ TEST(LocalGroupTest, LocalRanksThatDisagreeOnATensorFailTheirGroupSayingSo) {
   }
 }
 
+// A host pointer passed as a CUDA device tensor (LocalGroup::PushPullDevice) is refused
+// on every rank with the reason this build and machine give, and the group goes on.
+TEST(LocalGroupTest, AHostPointerPassedAsADeviceTensorIsRefusedSayingWhy) {
+  LocalCluster c;
+  c.Start({"--mode=device_refused"});
+  auto results = c.group.WaitAll(60000 * TimeScale());
+  const std::regex why(
+      "REFUSED: .*(this Ferry was built without NCCL|no usable GPU here|"
+      "input 0x[0-9a-f]+ is not CUDA device memory)");
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << c.group.AllOutput();
+    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << c.group.AllOutput();
+  }
+  for (int w : c.workers) {
+    const std::string out = c.group.Output(w);
+    EXPECT_TRUE(std::regex_search(out, why)) << out;
+    EXPECT_NE(out.find("OK rank="), std::string::npos) << out;
+  }
+}
+
 TEST(LocalGroupTest, AKilledLocalProcessEndsItsRootAndTheJobWithAClearError) {
   LocalCluster c;
   // Global rank 1 is machine 0's local rank 1; its root is global rank 0.

@@ -12,6 +12,10 @@
 //              others must end with an error.
 // --mode=mismatch  global rank 1 push_pulls tensor "m" with 11 elements, the others with
 //              10: its group must fail with an error saying the local ranks disagree.
+// --mode=device_refused  push_pull of a host pointer as a device tensor: every rank must
+//              get a FerryError at once (printed "REFUSED: <message>"; the reason
+//              depends on the build: no NCCL, no GPU, not device memory), then a host
+//              push_pull must still work.
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value.
 
 #include <gflags/gflags.h>
@@ -136,6 +140,24 @@ int Mismatch(LocalGroup& g) {
   return kExitWrong;
 }
 
+int DeviceRefused(LocalGroup& g) {
+  std::vector<float> v(10, 1.0f);
+  try {
+    g.PushPullDevice("d", v.data(), v.data(), DataType::kFloat32, v.size(), false);
+    std::printf("WRONG: a host pointer passed as a device tensor was accepted\n");
+    return kExitWrong;
+  } catch (const FerryError& e) {
+    std::printf("REFUSED: %s\n", e.what());
+  }
+  g.PushPull("h", v.data(), v.data(), DataType::kFloat32, v.size(), false);
+  if (v[0] != static_cast<float>(g.size())) {
+    std::printf("WRONG: host push_pull after the refusal gave %g\n", v[0]);
+    return kExitWrong;
+  }
+  std::printf("OK rank=%d\n", g.rank());
+  return 0;
+}
+
 int Main() {
   Config config = Config::FromEnvironment(ProcessEnvironment());
   std::unique_ptr<LocalGroup> g = LocalGroup::Create(config);
@@ -144,6 +166,7 @@ int Main() {
   std::fflush(stdout);
   const int code = FLAGS_mode == "die"        ? Die(*g)
                    : FLAGS_mode == "mismatch" ? Mismatch(*g)
+                   : FLAGS_mode == "device_refused" ? DeviceRefused(*g)
                                               : Sums(*g);
   if (code != 0) return code;
   g->Shutdown();

@@ -123,6 +123,44 @@ void LocalGroup::PushPull(const std::string& name, const void* input, void* outp
   Wait(PushPullAsync(name, input, output, dtype, count, average));
 }
 
+void LocalGroup::PushPullDevice(const std::string& name, const void* input, void* output,
+                                DataType dtype, uint64_t count, bool average, void* stream) {
+  FERRY_ENFORCE(LocalNccl::Built(), ErrorCode::kInvalidArgument, "push_pull of '", name,
+                "': a CUDA device tensor, but this Ferry was built without NCCL (rebuild with "
+                "CUDA and NCCL found), or copy the tensor to host memory first");
+  DeviceTensor t;
+  t.name = name;
+  t.input = input;
+  t.output = output;
+  t.dtype = dtype;
+  t.count = count;
+  t.average = average;
+  t.stream = stream;
+  if (!worker_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      operations_++;
+    }
+    if (root_) return root_->PushPullDevice(t);
+    return peer_->PushPullDevice(t);
+  }
+  uint64_t ticket = 0;
+  {
+    // L = 1: this process is its own root; the order of its calls is the order of GOs.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!nccl_) {
+      nccl_ = LocalNccl::Create(0, 1, config_.op_timeout_ms,
+                                [w = worker_.get()](const DeviceTensor& d, void* host) {
+                                  w->PushPull(d.name, host, host, d.dtype, d.count, d.average);
+                                },
+                                [](const std::string&) {});
+    }
+    ticket = nccl_->Submit(t);
+    nccl_->Go(name, nccl_->TakeUniqueId());
+  }
+  nccl_->Wait(ticket);
+}
+
 void LocalGroup::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                            int root) {
   if (root_) return root_->Broadcast(name, data, dtype, count, root);

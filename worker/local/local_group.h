@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "worker/local/local_nccl.h"
 #include "worker/worker.h"
 
 namespace ferry {
@@ -70,6 +71,16 @@ class LocalGroup {
   bool WaitFor(Handle handle, int64_t timeout_ms);
   void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
                 uint64_t count, bool average);
+  // PushPull of a tensor in CUDA device memory (input and output on this process's GPU,
+  // one GPU per local rank), through the NCCL backend (local_nccl.h): NCCL reduces the
+  // local ranks' tensors on the GPUs, the root push_pulls the machine's sum through its
+  // Worker, NCCL broadcasts the result. `stream`: the cudaStream_t the input was written
+  // on (null: the default stream). Blocks until the output holds the result. With
+  // L = 1 the same path (a communicator of one rank). A collective of the group like
+  // PushPull; the rounds of a name's device tensor are counted apart from its host
+  // ones. Throws FerryError, e.g. in a build without NCCL (LocalNccl::Built()).
+  void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
+                      uint64_t count, bool average, void* stream = nullptr);
   // Every rank's `data` becomes global rank `root`'s.
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
   void Barrier();
@@ -100,9 +111,11 @@ class LocalGroup {
     DataType dtype;
     std::vector<int64_t> shape;
   };
-  mutable std::mutex mu_;                     // guards declared_ and operations_
+  mutable std::mutex mu_;  // guards declared_, operations_ and the making of nccl_
   std::map<std::string, Declared> declared_;  // non-root ranks' declarations
   uint64_t operations_ = 0;
+  // L = 1: made at the first device push_pull; destroyed before worker_.
+  std::unique_ptr<LocalNccl> nccl_;
 };
 
 }  // namespace ferry

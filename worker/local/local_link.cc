@@ -59,6 +59,8 @@ const char* LocalOpName(LocalOp op) {
       return "DONE";
     case LocalOp::kFail:
       return "FAIL";
+    case LocalOp::kDevicePushPull:
+      return "DEVICE_PUSH_PULL";
   }
   return "?";
 }

@@ -31,6 +31,9 @@ enum class LocalOp : uint32_t {
   kBye,        // rank -> root: I shut down; root -> rank: the job shut down (`text`: error)
   kDone,       // root -> rank: operation `seq` finished; the result is in the slot
   kFail,       // root -> rank: the group failed; `text` says why
+  // rank -> root: I called push_pull of device tensor `name` (local_nccl.h);
+  // root -> rank: GO, run that round now (`text`: the NCCL unique id, first round only)
+  kDevicePushPull,
 };
 const char* LocalOpName(LocalOp op);
 

@@ -88,6 +88,13 @@ void LocalPeer::OnMessage(LocalMessage&& m) {
     case LocalOp::kFail:
       Fail(StrCat(Me(), ": the local root (pid ", root_pid_, ") reported: ", m.text));
       break;
+    case LocalOp::kDevicePushPull:  // GO: the root started this round on every rank
+      if (!nccl_ || !failure_.empty()) {
+        if (!nccl_) Fail(StrCat(Me(), ": GO for device tensor '", m.name, "' never submitted"));
+        return;
+      }
+      nccl_->Go(m.name, m.text);
+      break;
     case LocalOp::kBye:
       bye_received_ = true;
       bye_error_ = m.text;
@@ -109,6 +116,7 @@ void LocalPeer::Fail(const std::string& reason) {
   if (!failure_.empty()) return;
   failure_ = reason;
   LOG(ERROR) << reason;
+  if (nccl_) nccl_->Fail(reason);
   for (auto& [handle, op] : ops_) {
     if (!op->done) {
       op->done = true;
@@ -171,6 +179,36 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
 Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average) {
   return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1);
+}
+
+void LocalPeer::PushPullDevice(const DeviceTensor& t) {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
+    FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, "push_pull of '", t.name,
+                  "' after Shutdown()");
+    if (!nccl_) {
+      nccl_ = LocalNccl::Create(config_.local_rank, config_.local_size, config_.op_timeout_ms,
+                                nullptr, [this](const std::string& reason) {
+                                  std::lock_guard<std::mutex> lock(mu_);
+                                  Fail(reason);
+                                });
+    }
+    // Queued before the root hears of it, so that its GO finds it.
+    ticket = nccl_->Submit(t);
+    LocalMessage m;
+    m.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
+    m.header.local_rank = config_.local_rank;
+    m.header.pid = getpid();
+    m.header.dtype = static_cast<int32_t>(t.dtype);
+    m.header.count = t.count;
+    m.header.seq = next_seq_++;
+    m.header.average = t.average ? 1 : 0;
+    m.name = t.name;
+    link_->Send(std::move(m));
+  }
+  nccl_->Wait(ticket);
 }
 
 bool LocalPeer::Poll(Handle handle) {

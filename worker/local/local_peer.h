@@ -26,6 +26,7 @@
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "worker/local/local_link.h"
+#include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
 #include "worker/worker.h"
 
@@ -46,6 +47,10 @@ class LocalPeer {
   bool Poll(Handle handle);
   bool WaitFor(Handle handle, int64_t timeout_ms);
   void Wait(Handle handle);
+  // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): queued
+  // there, announced to the root, run at the root's GO. Blocks until the output holds
+  // the result. Throws FerryError.
+  void PushPullDevice(const DeviceTensor& t);
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
   void Barrier();
   // Waits for this rank's operations, says BYE, and waits (FERRY_OP_TIMEOUT_MS) for the
@@ -84,6 +89,7 @@ class LocalPeer {
   std::string failure_;
   bool bye_sent_ = false, bye_received_ = false;
   std::string bye_error_;
+  std::unique_ptr<LocalNccl> nccl_;  // made at the first device push_pull
 };
 
 }  // namespace ferry

@@ -16,6 +16,11 @@ namespace ferry {
 namespace {
 
 const char kBarrierKey[] = "__ferry__/local_barrier";  // the rounds of Barrier()
+// The rounds of device tensor T are counted under kDevicePrefix + T: a host and a device
+// push_pull of one name are rounds of two sequences.
+const char kDevicePrefix[] = "__ferry__/device/";
+
+std::string DeviceKey(const std::string& name) { return kDevicePrefix + name; }
 
 // True when process `pid` has ended (gone, or a zombie nobody reaped yet).
 bool ProcessGone(int pid) {
@@ -168,6 +173,13 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
         TryStart(m.name);
         break;
       }
+      case LocalOp::kDevicePushPull:
+        if (!failure_.empty()) return;  // the peer was told
+        FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
+        Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count, h.average != 0,
+               -1, h.seq);
+        TryStart(DeviceKey(m.name));
+        break;
       case LocalOp::kBarrier:
         if (!failure_.empty()) return;
         Submit(kBarrierKey, lr, op, DataType::kFloat32, 0, false, -1, h.seq);
@@ -294,8 +306,65 @@ void LocalRoot::TryStart(const std::string& key) {
     if (!h) return;
   }
   round.started = true;
+  if (round.kind == LocalOp::kDevicePushPull) return StartDevice(key, rs);
   if (round.kind == LocalOp::kPushPull) StartPushPull(key, rs);
   cv_.notify_all();  // broadcast and barrier: the root's caller takes it from here
+}
+
+void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
+  const std::string name = key.substr(sizeof kDevicePrefix - 1);
+  std::string unique_id;
+  try {
+    unique_id = nccl_->TakeUniqueId();
+  } catch (const FerryError& e) {
+    Fail(StrCat("push_pull of device tensor '", name, "': ", e.what()));
+    return;
+  }
+  // GO in the same order to every rank: each runs its rounds in the order of its GOs
+  // (one socket per peer keeps the order).
+  for (int lr = 1; lr < local_size_; ++lr) {
+    LocalMessage go;
+    go.peer = peers_[lr].id;
+    go.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
+    go.header.seq = rs.q.front().seq[lr];
+    go.name = name;
+    go.text = unique_id;
+    link_->Send(std::move(go));
+  }
+  nccl_->Go(name, unique_id);
+  rs.q.pop_front();
+  rs.base++;
+  cv_.notify_all();
+  TryStart(key);
+}
+
+void LocalRoot::MachinePushPull(const DeviceTensor& t, void* host) {
+  // A sum, never an average: the division is by size(), not by the machines.
+  worker_->PushPull(t.name, host, host, t.dtype, t.count, false);
+  if (t.average && t.count > 0) Scale(host, 1.0 / size(), t.count, t.dtype);
+}
+
+void LocalRoot::PushPullDevice(const DeviceTensor& t) {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
+    FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", t.name,
+                  "' after Shutdown()");
+    if (!nccl_) {
+      nccl_ = LocalNccl::Create(
+          0, local_size_, config_.op_timeout_ms,
+          [this](const DeviceTensor& d, void* host) { MachinePushPull(d, host); },
+          [this](const std::string& reason) {
+            std::lock_guard<std::mutex> lock(mu_);
+            Fail(reason);
+          });
+    }
+    ticket = nccl_->Submit(t);  // before the round can start: its GO finds it queued
+    Submit(DeviceKey(t.name), 0, LocalOp::kDevicePushPull, t.dtype, t.count, t.average, -1, 0);
+    TryStart(DeviceKey(t.name));
+  }
+  nccl_->Wait(ticket);
 }
 
 void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
@@ -348,6 +417,7 @@ void LocalRoot::Fail(const std::string& reason) {
   if (!failure_.empty()) return;
   failure_ = reason;
   LOG(ERROR) << reason;
+  if (nccl_) nccl_->Fail(reason);
   for (auto& [handle, op] : ops_) {
     if (!op->done) {
       op->done = true;

@@ -37,6 +37,7 @@
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "worker/local/local_link.h"
+#include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
 #include "worker/worker.h"
 
@@ -58,6 +59,10 @@ class LocalRoot {
   bool Poll(Handle handle);
   bool WaitFor(Handle handle, int64_t timeout_ms);
   void Wait(Handle handle);
+  // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): its rounds
+  // are counted here as the host tensors' are (under a key of their own), and the root
+  // sends every round's GO. Blocks until the output holds the result. Throws FerryError.
+  void PushPullDevice(const DeviceTensor& t);
   // `root`: a global rank (machine rank x local size + local rank).
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
   void Barrier();
@@ -81,6 +86,11 @@ class LocalRoot {
                 bool average, int root, uint64_t seq);
   void TryStart(const std::string& key);                   // REQUIRES: mu_ held
   void StartPushPull(const std::string& key, Rounds& rs);  // REQUIRES: mu_ held
+  // REQUIRES: mu_ held. Every rank submitted the front device round of `key`: GO to every
+  // rank (this one included); the round is over here (the backend runs the rest).
+  void StartDevice(const std::string& key, Rounds& rs);
+  // The "ferry-nccl" thread: the machine's sum of `t` (host memory) through the Worker.
+  void MachinePushPull(const DeviceTensor& t, void* host);
   // REQUIRES: mu_ held. The front round of `key` is over: results to the peers' slots
   // (and DONE), the root's operation finished, the next round may start.
   void FinishRound(const std::string& key, const void* result);
@@ -107,6 +117,8 @@ class LocalRoot {
   Handle next_handle_ = 1;
   std::string failure_;  // non-empty: the group failed; every call throws
   bool shut_down_ = false;
+  // Made at the first device push_pull; destroyed before the Worker it pushes through.
+  std::unique_ptr<LocalNccl> nccl_;
 };
 
 }  // namespace ferry
