@@ -45,8 +45,8 @@ TEST(ConfigSchedulingTest, Defaults) {
   EXPECT_EQ(c.autotune_steps, 3);
   EXPECT_TRUE(c.autotune_partition_bytes.empty());
   EXPECT_TRUE(c.autotune_credits.empty());
-  EXPECT_EQ(c.InitialPartitionBytes(), 4194304);
-  EXPECT_EQ(c.CreditBytesFor(4194304), 4 * 4194304);  // 4 partitions, as BytePS counts
+  EXPECT_EQ(c.InitialPartitionBytes(), 1048576);
+  EXPECT_EQ(c.CreditBytesFor(1048576), 4 * 1048576);  // 4 partitions, as BytePS counts
   EXPECT_NE(c.Summary().find("policy=credit"), std::string::npos);
 }
 
