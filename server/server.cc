@@ -696,6 +696,7 @@ void Server::HandleRowsPush(Engine* engine, Work& work) {
     RefuseRowsPush(work, state, rank, verdict);
     return;
   }
+  AlignRowsPayload(work.message);
   std::string bad = state.CheckRowIds(RowIdsOf(work.message), h.num_rows());
   if (!bad.empty()) {
     // The round can never complete without this worker's push: fail the key, so the

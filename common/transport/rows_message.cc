@@ -1,5 +1,7 @@
 #include "common/transport/rows_message.h"
 
+#include <cstdint>
+
 #include "common/util/status.h"
 
 namespace ferry {
@@ -44,6 +46,12 @@ std::string ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes) {
                   m.payload.size(), " bytes");
   }
   return "";
+}
+
+void AlignRowsPayload(Message& m) {
+  if (reinterpret_cast<uintptr_t>(m.payload.data()) % alignof(int64_t) != 0) {
+    m.payload = Buffer::CopyOf(m.payload.data(), m.payload.size());
+  }
 }
 
 }  // namespace ferry

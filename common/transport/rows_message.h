@@ -38,7 +38,12 @@ bool RowsPayloadBytes(uint64_t num_rows, uint64_t row_elements, DataType dtype, 
 // Checks a ROWS_PUSH or ROWS_RESULT as described above. "" when valid, else the reason.
 std::string ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes);
 
-// A ROWS_PUSH's parts. REQUIRES: m passed ValidateRowsMessage.
+// ZeroMQ may hand a received frame at any offset of its receive buffer, but row ids are
+// read as int64_t and values by the summation kernels: a misaligned payload is copied
+// once into an aligned buffer (a rows push is small: only the rows listed).
+void AlignRowsPayload(Message& m);
+
+// A ROWS_PUSH's parts. REQUIRES: m passed ValidateRowsMessage and AlignRowsPayload.
 inline const int64_t* RowIdsOf(const Message& m) {
   return static_cast<const int64_t*>(m.payload.data());
 }

@@ -68,8 +68,10 @@ void ServeRows(const ferry::Message& m) {
                      workers) != ferry::PushVerdict::kAccumulate) {
     __builtin_trap();  // a fresh key takes a first push of round 0
   }
-  if (!state.CheckRowIds(ferry::RowIdsOf(m), h.num_rows()).empty()) return;
-  ferry::RowsPush push{m.payload, h.num_rows(), {}};
+  ferry::Message aligned = m;  // as the server does: ids are read as int64_t
+  ferry::AlignRowsPayload(aligned);
+  if (!state.CheckRowIds(ferry::RowIdsOf(aligned), h.num_rows()).empty()) return;
+  ferry::RowsPush push{aligned.payload, h.num_rows(), {}};
   std::vector<ferry::Buffer> sums = ferry::SumRows({&push, &push}, h.row_elements(), dtype);
   if (sums.size() != 2 || sums[0].size() != h.num_rows() * h.row_elements() *
                                               ferry::DataTypeSize(dtype)) {

@@ -16,7 +16,7 @@ RowsPush MakePush(const std::vector<int64_t>& ids, uint64_t dim,
   RowsPush p;
   p.num_rows = ids.size();
   p.payload = Buffer::Allocate(ids.size() * (sizeof(int64_t) + dim * sizeof(T)));
-  std::memcpy(p.payload.data(), ids.data(), ids.size() * sizeof(int64_t));
+  if (!ids.empty()) std::memcpy(p.payload.data(), ids.data(), ids.size() * sizeof(int64_t));
   T* values = reinterpret_cast<T*>(p.payload.bytes() + ids.size() * sizeof(int64_t));
   for (size_t j = 0; j < ids.size(); ++j) {
     for (uint64_t k = 0; k < dim; ++k) values[j * dim + k] = value(ids[j], k);
