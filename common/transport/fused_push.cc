@@ -51,14 +51,7 @@ std::string ValidateFusedPush(const Message& m, uint64_t max_payload_bytes) {
     return StrCat("PUSH_FUSED with ", pushes.size(), " pushes (1 to ", kMaxFusedPushes,
                   " allowed)");
   }
-  if (e.length() != m.payload.size()) {
-    return StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(),
-                  " bytes");
-  }
-  if (m.payload.size() > max_payload_bytes) {
-    return StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ",
-                  max_payload_bytes);
-  }
+  if (std::string bad = CheckPayloadFrame(m, max_payload_bytes); !bad.empty()) return bad;
   uint64_t total = 0;
   for (int i = 0; i < pushes.size(); ++i) {
     const proto::SubPush& s = pushes[i];

@@ -64,6 +64,19 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
 
 }  // namespace
 
+std::string CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes) {
+  const proto::Envelope& e = m.envelope;
+  if (e.length() != m.payload.size()) {
+    return StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(),
+                  " bytes");
+  }
+  if (m.payload.size() > max_payload_bytes) {
+    return StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ",
+                  max_payload_bytes);
+  }
+  return "";
+}
+
 std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
   const proto::Envelope& e = m.envelope;
   if (e.version() != kProtocolVersion) {
@@ -85,14 +98,7 @@ std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
     return "";
   }
   if (!IsValidDataType(e.dtype())) return StrCat("unknown dtype ", static_cast<int>(e.dtype()));
-  if (e.length() != m.payload.size()) {
-    return StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(),
-                  " bytes");
-  }
-  if (m.payload.size() > max_payload_bytes) {
-    return StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ",
-                  max_payload_bytes);
-  }
+  if (std::string bad = CheckPayloadFrame(m, max_payload_bytes); !bad.empty()) return bad;
   size_t element = DataTypeSize(static_cast<DataType>(e.dtype()));
   if (m.payload.size() % element != 0) {
     return StrCat("payload of ", m.payload.size(), " bytes is not a whole number of ",

@@ -52,6 +52,9 @@ Message MakeMessage(proto::MessageType type, int sender);
 // with length and dtype, frame size under `max_payload_bytes`. Returns an empty
 // string when valid, else the reason.
 std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes);
+// The checks every message with a payload shares: the envelope's length field matches the
+// payload frame, and the frame is within max_payload_bytes. "" when both hold, else the reason.
+std::string CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes);
 
 // Parses an envelope frame. Returns false (and `error`) on bytes that do not parse.
 bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::string* error);

@@ -29,14 +29,7 @@ std::string ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes) {
   const proto::RowsHeader& h = e.rows();
   if (h.row_elements() == 0) return type + " with rows of 0 elements";
   if (e.type() == proto::ROWS_PUSH && h.total_rows() == 0) return type + " of a tensor of 0 rows";
-  if (e.length() != m.payload.size()) {
-    return StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(),
-                  " bytes");
-  }
-  if (m.payload.size() > max_payload_bytes) {
-    return StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ",
-                  max_payload_bytes);
-  }
+  if (std::string bad = CheckPayloadFrame(m, max_payload_bytes); !bad.empty()) return bad;
   uint64_t expected = 0;
   if (!RowsPayloadBytes(h.num_rows(), h.row_elements(), static_cast<DataType>(e.dtype()),
                         e.type() == proto::ROWS_PUSH, &expected) ||
