@@ -43,28 +43,27 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/cluster/cluster_client.h"
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "common/transport/van.h"
-#include "worker/placement.h"
+#include "worker/dense_push_pull.h"
+#include "worker/operation_kind.h"
+#include "worker/operation_table.h"
+#include "worker/rows_push_pull.h"
 #include "worker/scheduling/autotune.h"
 #include "worker/scheduling/scheduled_queue.h"
+#include "worker/tensor_catalog.h"
 #include "worker/trace.h"
 
 namespace ferry {
-
-using Handle = uint64_t;
 
 struct WorkerStats {
   uint64_t operations = 0;
@@ -108,8 +107,13 @@ class Worker {
   // servers add at once, without waiting for other workers, and `output` receives the
   // parameters with it applied (and whatever other workers applied meanwhile).
   // `average` is refused there (the reply is not a sum), as are Broadcast and Join.
+  // `done` (optional): runs once the operation finished, instead of a Wait (the handle
+  // is released then; see operation_table.h for the thread it runs on and its contract:
+  // it must not block). An operation with a callback fails with a timeout
+  // FERRY_OP_TIMEOUT_MS after this call if it has not finished by then.
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
-                       uint64_t count, bool average, std::optional<int> priority = std::nullopt);
+                       uint64_t count, bool average, std::optional<int> priority = std::nullopt,
+                       CompletionCallback done = nullptr);
   // True once the operation finished (successfully or not). Unknown handle: throws.
   bool Poll(Handle handle);
   // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws
@@ -120,6 +124,9 @@ class Worker {
   // operation's deadline (FERRY_OP_TIMEOUT_MS from its first wait) has passed. Lets a
   // caller wait in slices, e.g. to notice Ctrl-C.
   bool WaitFor(Handle handle, int64_t timeout_ms);
+  // Waits at most `timeout_ms` for any of `handles`: returns the first finished one in
+  // the list (Wait on it next: it throws its error), or 0 if none finished in time.
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms);
   // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
   // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
   // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
@@ -136,9 +143,11 @@ class Worker {
   // of range, naming it; a server that sees inconsistent pushes fails the tensor's rows
   // with a reason naming the workers (Wait throws it). Runs in order with the tensor's
   // other operations; not in asynchronous training.
+  // `done`: as for PushPullAsync.
   Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
                            const void* values, void* output, DataType dtype, bool average,
-                           std::optional<int> priority = std::nullopt);
+                           std::optional<int> priority = std::nullopt,
+                           CompletionCallback done = nullptr);
   // PushPullRowsAsync + Wait.
   void PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
                     const void* values, void* output, DataType dtype, bool average);
@@ -185,64 +194,27 @@ class Worker {
   std::string TensorName(uint32_t tensor_id) const;
 
  private:
-  struct Cut;
-  struct Tensor;
-  struct Layout;
-  struct Operation;
-  struct InFlight;
-  struct RowsInFlight;
-
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
-  void OnAck(const Message& m);
+  void SenderLoop();
+  void ResendOverdue();  // sender thread: every kind's overdue requests
   // REQUIRES: lock holds mu_. Waits (FERRY_OP_TIMEOUT_MS) until every operation of this
   // worker finished; false on timeout. Throws if the job failed.
   bool WaitForOwnOperations(std::unique_lock<std::mutex>& lock);
   // The same, throwing a timeout that names `what`.
   void WaitForQuiet(std::unique_lock<std::mutex>& lock, const char* what);
-  void OnPushResult(Message&& m);
-  // Sparse rows. REQUIRES (all but OnRowsResult): mu_ held.
-  // Packs the caller's rows into one ROWS_PUSH per server (request id and round unset).
-  void BuildRowPushes(Operation& op, const int64_t* rows, uint64_t num_rows, const void* values);
-  // Sends the operation's ROWS_PUSHes with fresh request ids and the next rounds.
-  void StartRowsOperation(const std::shared_ptr<Operation>& op);
-  void OnRowsResult(Message&& m);
-  bool OnRowsAck(const Message& m);    // false: not a rows request
-  bool OnRowsError(const Message& m);  // false: not a rows request; lock not held
-  // Sender thread: resends overdue rows requests into `out` (server rank, message).
-  void ResendOverdueRows(int64_t now_ms, std::vector<std::pair<int, Message>>* out);
-  void ReturnCredit(InFlight& f);  // REQUIRES: mu_ held
-  void OnError(const Message& m);
-  void SenderLoop();
-  // Sends a batch from the queue: each task as a PUSH, or, per the batch's fusion
-  // limit, several to one server as one PUSH_FUSED.
-  void SendBatch(const Batch& batch);
-  // REQUIRES: mu_ held. The PUSH of `f` as request `request`; counts its payload in
-  // the operation's releases_left (ZeroMQ holds it until the hook fires).
-  Message BuildPush(const InFlight& f, uint64_t request);
-  const PartitionSpec& PartOf(const InFlight& f) const;  // in the operation's layout
-  uint64_t KeyOf(const InFlight& f) const;
-  // REQUIRES: mu_ held. Cuts and places tensor `t` in layout `gen`.
-  void CutTensor(uint32_t gen, Tensor& t);
   // REQUIRES: mu_ held, no operation of this worker unfinished. Switches new operations
   // to partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
   void ApplyScheduling(const SchedulingChoice& choice, const std::string& why);
   void FinishAutotune();  // REQUIRES: step_mu_ held
-  // Sender thread: sends again what got no answer within FERRY_RESEND_TIMEOUT_MS.
-  void ResendOverdue();
-  // REQUIRES: mu_ held. The push `request` is on the wire: its resend timer starts.
-  void StartResendTimer(uint64_t request);
-  // FERRY_RESEND_TIMEOUT_MS after `attempts` resends: doubling per attempt, up to 32x.
-  int64_t ResendDelayMs(int attempts) const;
-  void NoteLateReply(const Message& m);
-  void StartOperation(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
-  void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
-  void MaybeComplete(const std::shared_ptr<Operation>& op);  // REQUIRES: mu_ held
+  // REQUIRES: mu_ held. Checks that new operations may start (no failure, no shutdown).
+  void CheckRunning(const char* what, const std::string& name) const;
+  // REQUIRES: mu_ held. A new operation of tensor `t`, registered in the table.
+  std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
+                                          CompletionCallback done);
   void FailAll(const std::string& reason);
-  Tensor& DeclareLocked(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                        std::optional<int> priority);        // REQUIRES: mu_ held
-  std::string DescribeOperation(const Operation& op) const;  // REQUIRES: mu_ held
+  std::string DescribeOperation(Handle handle);  // takes mu_
 
   Config config_;
   Van van_;
@@ -251,30 +223,24 @@ class Worker {
   int my_id_ = -1;
   int num_workers_ = 0;
   int num_servers_ = 0;
-  std::vector<double> server_weights_;
   ScheduledQueue queue_;
   std::unique_ptr<Trace> trace_;  // FERRY_TRACE_DIR; null when off
+  WorkerCounters counters_;
+  OperationTable table_;  // every handle; its own lock, taken inside mu_ (never around it)
 
-  mutable std::mutex mu_;                         // guards everything below
-  std::condition_variable cv_;                    // signalled when an operation finishes
-  std::vector<std::unique_ptr<Tensor>> tensors_;  // by id
-  // By layout generation (the key bits, message.h). Invariant: layouts_[layout_] has
-  // cut every declared tensor; every layout cuts tensors in id order.
-  std::vector<std::unique_ptr<Layout>> layouts_;
-  uint32_t layout_ = 0;                    // the generation new operations use
-  SchedulingChoice scheduling_;            // what new operations use
-  std::map<std::string, int> tensor_ids_;  // name -> id
-  std::unordered_map<Handle, std::shared_ptr<Operation>> operations_;
-  std::unordered_map<uint64_t, InFlight> in_flight_;  // request id -> partition
-  std::unordered_map<uint64_t, InFlight> queued_;     // task cookie -> partition
-  std::unordered_map<uint64_t, RowsInFlight> rows_in_flight_;  // request id -> rows request
-  Handle next_handle_ = 1;
-  uint64_t next_request_ = 1;
-  uint64_t next_cookie_ = 1;
-  std::string failure_;        // non-empty: the job failed; every call throws
-  int copies_running_ = 0;     // copies outside the lock: sums to outputs, inputs to fused pushes
-  uint64_t join_request_ = 0;  // request id of the JOIN in progress
-  int join_acks_ = 0;          // servers that acknowledged it
+  // Guards the catalog, the kinds' requests in flight, the operations' progress (see
+  // operation_kind.h), scheduling_, failure_, shut_down_ and the join state below.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                // signalled on a JOIN_ACK and on failure
+  std::unique_ptr<TensorCatalog> catalog_;    // made once the servers are known
+  std::unique_ptr<WorkerContext> ctx_;        // for the kinds below
+  std::unique_ptr<Sequencer> sequencer_;      // one operation per tensor at a time
+  std::unique_ptr<DensePushPull> dense_;
+  std::unique_ptr<RowsPushPull> rows_;
+  SchedulingChoice scheduling_;  // what new operations use
+  std::string failure_;          // non-empty: the job failed; every call throws
+  uint64_t join_request_ = 0;    // request id of the JOIN in progress
+  int join_acks_ = 0;            // servers that acknowledged it
   bool shut_down_ = false;
 
   std::mutex step_mu_;                // serializes StepBoundary; guards the three below
@@ -282,11 +248,7 @@ class Worker {
   int64_t last_step_us_ = 0;          // the previous boundary (0: none yet)
   uint64_t steps_ = 0;                // boundaries so far
 
-  std::atomic<uint64_t> stat_ops_{0}, stat_parts_{0}, stat_bytes_pushed_{0},
-      stat_bytes_received_{0}, stat_releases_{0}, stat_resends_{0}, stat_pulls_{0},
-      stat_late_replies_{0}, stat_fused_messages_{0}, stat_parts_fused_{0}, stat_rows_ops_{0},
-      stat_rows_pushed_{0}, stat_rows_bytes_pushed_{0}, stat_rows_bytes_received_{0};
-  std::thread sender_;
+  std::thread sender_;  // the "sender": batches from the queue, and resends
 };
 
 }  // namespace ferry

@@ -102,10 +102,9 @@ LocalLink::LocalLink(bool bind, const std::string& socket, const std::string& ro
 
 LocalLink::~LocalLink() { Stop(); }
 
-void LocalLink::Start(OnMessage on_message, OnEvent on_disconnect, OnEvent on_tick) {
+void LocalLink::Start(OnMessage on_message, OnEvent on_disconnect) {
   on_message_ = std::move(on_message);
   on_disconnect_ = std::move(on_disconnect);
-  on_tick_ = std::move(on_tick);
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "ferry-local");
     Loop();
@@ -128,7 +127,9 @@ void LocalLink::Loop() {
     zmq_pollitem_t items[3] = {{socket_, 0, ZMQ_POLLIN, 0},
                                {monitor_, 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    zmq_poll(items, 3, tick_ms_.load());
+    // Sends wake the thread (eventfd), messages and disconnects come on the sockets; the
+    // timeout only guards against a missed wake-up.
+    zmq_poll(items, 3, 1000);
     if (items[2].revents & ZMQ_POLLIN) {
       uint64_t n;
       ssize_t ignored = read(wake_fd_, &n, sizeof n);
@@ -144,7 +145,6 @@ void LocalLink::Loop() {
     while (ReceiveOne()) {
     }
     if ((items[1].revents & ZMQ_POLLIN) && MonitorEvent()) on_disconnect_();
-    on_tick_();
   }
 }
 

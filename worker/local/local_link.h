@@ -74,13 +74,11 @@ class LocalLink {
   LocalLink(const LocalLink&) = delete;
   LocalLink& operator=(const LocalLink&) = delete;
 
-  // Starts the IO thread. `on_tick` runs at least every `tick_ms` (and after every
-  // message): the root polls its Worker's operations there.
-  void Start(OnMessage on_message, OnEvent on_disconnect, OnEvent on_tick);
+  // Starts the IO thread: it runs `on_message` for every message and `on_disconnect`
+  // when a connection drops. It sleeps until a message comes or Send wakes it.
+  void Start(OnMessage on_message, OnEvent on_disconnect);
   // Queues `m` for the IO thread. Thread-safe.
   void Send(LocalMessage m);
-  // The poll interval of the IO thread: short while the root has operations out.
-  void SetTickMs(int tick_ms) { tick_ms_ = tick_ms; }
   // Sends what is queued (waiting at most 1 s for the other ends), stops the thread and
   // closes the socket. Idempotent.
   void Stop();
@@ -98,9 +96,8 @@ class LocalLink {
   void* socket_ = nullptr;
   void* monitor_ = nullptr;
   int wake_fd_ = -1;  // eventfd: Send wakes the IO thread
-  std::atomic<int> tick_ms_{100};
   OnMessage on_message_;
-  OnEvent on_disconnect_, on_tick_;
+  OnEvent on_disconnect_;
 
   std::mutex out_mu_;  // guards outbox_ and stopping_
   std::deque<LocalMessage> outbox_;

@@ -37,7 +37,7 @@ std::unique_ptr<LocalPeer> LocalPeer::Create(const Config& config) {
   p->link_ = std::make_unique<LocalLink>(false, config.LocalSocketName(),
                                          StrCat("local-", config.local_rank));
   p->link_->Start([q = p.get()](LocalMessage&& m) { q->OnMessage(std::move(m)); },
-                  [q = p.get()] { q->OnDisconnect(); }, [] {});
+                  [q = p.get()] { q->OnDisconnect(); });
   LocalMessage hello;
   hello.header.op = static_cast<uint32_t>(LocalOp::kHello);
   hello.header.local_rank = config.local_rank;

@@ -80,6 +80,10 @@ LocalRoot::LocalRoot(const Config& config)
 
 LocalRoot::~LocalRoot() {
   if (link_) link_->Stop();
+  // The Worker's completion callbacks use this object's members: no callback may run
+  // once they are gone (members are destroyed after this body, worker_ among the last).
+  nccl_.reset();
+  worker_.reset();
 }
 
 std::string LocalRoot::Me() const {
@@ -90,7 +94,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   std::unique_ptr<LocalRoot> r(new LocalRoot(config));
   r->link_ = std::make_unique<LocalLink>(true, config.LocalSocketName(), "");
   r->link_->Start([p = r.get()](LocalMessage&& m) { p->OnMessage(std::move(m)); },
-                  [p = r.get()] { p->OnDisconnect(); }, [p = r.get()] { p->OnTick(); });
+                  [p = r.get()] { p->OnDisconnect(); });
   std::unique_ptr<Worker> worker;
   try {
     worker = Worker::Create(config);
@@ -228,40 +232,21 @@ void LocalRoot::OnDisconnect() {
   }
 }
 
-void LocalRoot::OnTick() {
-  std::vector<std::pair<std::string, Handle>> out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!worker_) return;
-    for (auto& [key, rs] : rounds_) {
-      if (!rs.q.empty() && rs.q.front().worker_handle != 0) {
-        out.emplace_back(key, rs.q.front().worker_handle);
-      }
-    }
-    link_->SetTickMs(out.empty() ? 100 : 1);
+void LocalRoot::OnMachineDone(const std::string& key, const Verdict& verdict) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rounds_.find(key);
+  if (it == rounds_.end() || it->second.q.empty() || it->second.q.front().worker_handle == 0) {
+    return;  // the group failed meanwhile
   }
-  for (const auto& [key, handle] : out) {
-    std::string error;
-    bool done = false;
-    try {
-      done = worker_->WaitFor(handle, 0);  // its deadline runs from the first poll
-    } catch (const FerryError& e) {
-      error = e.what();
-      done = true;
-    }
-    if (!done) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    Rounds& rs = rounds_[key];
-    if (!error.empty()) {
-      Fail(StrCat("push_pull of '", key, "' failed: ", error));
-      rs.q.front().worker_handle = 0;
-      continue;
-    }
-    Round& round = rs.q.front();
-    round.worker_handle = 0;
-    if (round.average) Scale(rs.staging.data(), 1.0 / size(), round.count, round.dtype);
-    FinishRound(key, rs.staging.data());
+  Rounds& rs = it->second;
+  Round& round = rs.q.front();
+  round.worker_handle = 0;
+  if (!verdict.ok()) {
+    Fail(StrCat("push_pull of '", key, "' failed: ", verdict.error));
+    return;
   }
+  if (round.average) Scale(rs.staging.data(), 1.0 / size(), round.count, round.dtype);
+  FinishRound(key, rs.staging.data());
 }
 
 LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
@@ -376,13 +361,14 @@ void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
     SumInto(rs.staging.data(), SlotData(lr, key), round.count, round.dtype);
   }
   try {
-    round.worker_handle = worker_->PushPullAsync(key, rs.staging.data(), rs.staging.data(),
-                                                 round.dtype, round.count, false, round.priority);
+    // The Worker finishes it on its completion thread (OnMachineDone), or fails it with a
+    // timeout FERRY_OP_TIMEOUT_MS from now.
+    round.worker_handle = worker_->PushPullAsync(
+        key, rs.staging.data(), rs.staging.data(), round.dtype, round.count, false,
+        round.priority, [this, key](Handle, const Verdict& v) { OnMachineDone(key, v); });
   } catch (const FerryError& e) {
     Fail(StrCat("push_pull of '", key, "': ", e.what()));
-    return;
   }
-  link_->SetTickMs(1);
 }
 
 void LocalRoot::FinishRound(const std::string& key, const void* result) {

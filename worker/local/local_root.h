@@ -21,8 +21,9 @@
 // - The root's own input and output follow the Worker's contract (worker.h): they must
 //   live, and the input stay unchanged, until the operation finished.
 //
-// Threads: the caller's threads, and the "ferry-local" IO thread of the link (messages
-// from the peers; polls the Worker's operations). Every blocking wait has a deadline.
+// Threads: the caller's threads, the "ferry-local" IO thread of the link (messages from
+// the peers), and the Worker's completion thread ("ferry-done": a machine's push_pull
+// finished, OnMachineDone). Every blocking wait has a deadline; nothing polls.
 
 #include <condition_variable>
 #include <deque>
@@ -79,7 +80,9 @@ class LocalRoot {
   explicit LocalRoot(const Config& config);
   void OnMessage(LocalMessage&& m);  // IO thread
   void OnDisconnect();               // IO thread
-  void OnTick();                     // IO thread: polls the Worker's operations
+  // The Worker's completion thread: the machine's push_pull of the front round of `key`
+  // finished; the round finishes (or the group fails).
+  void OnMachineDone(const std::string& key, const Verdict& verdict);
   // REQUIRES: mu_ held. Adds local rank `lr`'s submission to its next round of `key`. A
   // submission that disagrees with the round's others fails the group (kMismatch).
   Round& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,

@@ -1,0 +1,302 @@
+#include "worker/dense_push_pull.h"
+
+#include <glog/logging.h>
+
+#include <cstring>
+
+#include "common/transport/fused_push.h"
+#include "common/util/clock.h"
+#include "common/util/status.h"
+
+namespace ferry {
+
+namespace {
+
+// PUSH messages for one server, to go as one message: fused if more than one.
+struct Pack {
+  int server = 0;
+  uint64_t bytes = 0;
+  std::vector<Message> pushes;
+};
+
+}  // namespace
+
+DensePushPull::DensePushPull(WorkerContext& ctx, ScheduledQueue& queue)
+    : ctx_(ctx), queue_(queue), in_flight_(ctx.config.resend_timeout_ms) {}
+
+void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
+  const Cut& cut = op->tensor->cuts[op->layout];
+  op->replies_left = static_cast<int>(cut.parts.size());
+  const int64_t now = NowUs();
+  for (uint32_t i = 0; i < cut.parts.size(); ++i) {
+    InFlight f;
+    f.op = op;
+    f.part = i;
+    f.task = PushTask{op->priority, 0, cut.parts[i].bytes, cut.parts[i].server, next_cookie_++};
+    f.ready_us = now;
+    queued_[f.task.cookie] = f;
+    queue_.Push(f.task);
+  }
+}
+
+const PartitionSpec& DensePushPull::PartOf(const InFlight& f) const {
+  return f.op->tensor->cuts[f.op->layout].parts[f.part];
+}
+
+uint64_t DensePushPull::KeyOf(const InFlight& f) const {
+  return MakeLayoutKey(f.op->tensor->id, f.op->layout, PartOf(f).index);
+}
+
+void DensePushPull::SendBatch(const Batch& batch) {
+  // Packs per server, in batch order; a pack is full at fuse_bytes or kMaxFusedPushes.
+  std::vector<Pack> packs;
+  std::vector<size_t> open;  // by server rank: index in packs + 1 of its open pack; 0 none
+  std::vector<Handle> held;  // operations whose inputs a fused copy reads
+  std::unique_lock<std::mutex> lock(ctx_.mu);
+  const int64_t now_us = NowUs();
+  for (const PushTask& task : batch.tasks) {
+    auto it = queued_.find(task.cookie);
+    CHECK(it != queued_.end()) << "task without a partition";
+    InFlight f = std::move(it->second);
+    queued_.erase(it);
+    if (f.op->done) {  // failed while queued: never sent
+      queue_.Done(task);
+      continue;
+    }
+    const uint64_t request = ctx_.next_request++;
+    f.round = f.op->tensor->cuts[f.op->layout].rounds[f.part]++;
+    f.sent_us = now_us;
+    if (open.size() <= static_cast<size_t>(task.server)) open.resize(task.server + 1, 0);
+    size_t& slot = open[task.server];
+    if (slot == 0 || batch.fuse_bytes == 0 ||
+        packs[slot - 1].bytes + task.bytes > batch.fuse_bytes ||
+        packs[slot - 1].pushes.size() >= kMaxFusedPushes) {
+      packs.push_back(Pack{task.server, 0, {}});
+      slot = packs.size();
+    }
+    packs[slot - 1].bytes += task.bytes;
+    packs[slot - 1].pushes.push_back(BuildPush(f, request));
+    const bool borrowed = PartOf(f).bytes > 0;
+    in_flight_.Add(request, std::move(f), borrowed);
+  }
+  for (const Pack& pack : packs) {
+    if (pack.pushes.size() < 2) continue;
+    for (const Message& m : pack.pushes) {
+      InFlight* f = in_flight_.Find(m.envelope.request_id());
+      f->fused = true;
+      // A fused pack is copied outside the lock: a failed operation's Wait() returns
+      // only once its holds are gone, so a caller never frees an input we read.
+      ctx_.table.Hold(f->op->handle);
+      held.push_back(f->op->handle);
+    }
+  }
+  lock.unlock();
+  for (Pack& pack : packs) {
+    ctx_.counters.partitions_pushed += pack.pushes.size();
+    ctx_.counters.bytes_pushed += pack.bytes;
+    if (pack.pushes.size() == 1) {
+      ctx_.van.Send(ServerId(pack.server), std::move(pack.pushes.front()));
+      continue;
+    }
+    std::vector<const Message*> parts;
+    std::vector<uint64_t> requests;
+    for (const Message& m : pack.pushes) {
+      parts.push_back(&m);
+      requests.push_back(m.envelope.request_id());
+    }
+    Message fused = MakeFusedPush(ctx_.my_id, parts);
+    if (!fused.payload.empty()) {
+      // The parts' resend timers start once ZeroMQ let go of the fused copy.
+      Buffer copy = fused.payload;
+      fused.payload = Buffer::Borrow(copy.data(), copy.size(), [this, copy, requests] {
+        std::lock_guard<std::mutex> l(ctx_.mu);
+        for (uint64_t r : requests) in_flight_.OnWire(r);
+      });
+    }
+    ctx_.counters.fused_messages++;
+    ctx_.counters.partitions_fused += pack.pushes.size();
+    pack.pushes.clear();  // releases the borrowed inputs: their hooks take mu
+    ctx_.van.Send(ServerId(pack.server), std::move(fused));
+  }
+  for (Handle h : held) ctx_.table.Unhold(h);
+}
+
+Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
+  const TensorInfo& t = *f.op->tensor;
+  const PartitionSpec& p = PartOf(f);
+  Message m = MakeMessage(proto::PUSH, ctx_.my_id);
+  m.envelope.set_request_id(request);
+  m.envelope.set_key(KeyOf(f));
+  m.envelope.set_round(f.round);
+  m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
+  m.envelope.set_length(p.bytes);
+  m.envelope.set_priority(f.op->priority);
+  m.envelope.set_tensor_hash(t.hash);
+  m.envelope.set_async_mode(ctx_.config.enable_async);
+  if (p.bytes > 0) {
+    std::shared_ptr<Operation> op = f.op;
+    op->releases_left++;
+    // Zero copy: ZeroMQ sends straight from the caller's input (or MakeFusedPush
+    // copies it); the release hook tells us when it no longer reads it.
+    m.payload =
+        Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op, request] {
+          std::lock_guard<std::mutex> l(ctx_.mu);
+          InFlight* f = in_flight_.Find(request);
+          // A part of a fused push was copied, not sent: the fused
+          // copy starts its timer (above). Its resends go alone
+          // (attempts > 0) and start their own.
+          if (f && (!f->fused || f->attempts > 0)) {
+            in_flight_.OnWire(request);
+          }
+          op->releases_left--;
+          ctx_.counters.send_releases++;
+          ctx_.sequencer->MaybeComplete(op);
+        });
+  }
+  return m;
+}
+
+void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) {
+  in_flight_.ResendOverdue(
+      now_ms, [](const InFlight& f) { return f.op->done; }, /*erase_skipped=*/false,
+      [&](uint64_t request, InFlight& f) {
+        const TensorInfo& t = *f.op->tensor;
+        const PartitionSpec& p = PartOf(f);
+        // A resent payload starts its timer when ZeroMQ has sent it (OnWire from its
+        // release); a PULL's runs from now.
+        const bool payload = !f.credit_returned && p.bytes > 0;
+        if (f.credit_returned) {
+          // The server has the push; only its sum may have been lost.
+          Message pull = MakeMessage(proto::PULL, ctx_.my_id);
+          pull.envelope.set_request_id(request);
+          pull.envelope.set_key(KeyOf(f));
+          pull.envelope.set_round(f.round);
+          out->emplace_back(p.server, std::move(pull));
+          ctx_.counters.pulls++;
+        } else {
+          // Resends go alone (a fused push's parts each resend on their own timer).
+          out->emplace_back(p.server, BuildPush(f, request));
+          ctx_.counters.resends++;
+        }
+        LOG_EVERY_N(WARNING, 100) << "no answer from "
+                                  << ctx_.cluster.table().Describe(ServerId(p.server)) << " for "
+                                  << KeyName(KeyOf(f)) << " of tensor '" << t.name << "' round "
+                                  << f.round << "; sending "
+                                  << (f.credit_returned ? "a PULL for its sum" : "the push again")
+                                  << " (attempt " << f.attempts << "; " << google::COUNTER
+                                  << " resends so far)";
+        return payload;
+      });
+}
+
+void DensePushPull::ReturnCredit(InFlight& f) {
+  if (f.credit_returned) return;
+  f.credit_returned = true;
+  queue_.Done(f.task);
+}
+
+bool DensePushPull::OnAck(const Message& m) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  // From now on only the sum is missing: ask for it if it does not come in time (the
+  // tracker backs off; see request_tracker.h).
+  InFlight* f = in_flight_.Ack(m.envelope.request_id());
+  if (!f) {
+    ctx_.NoteLateReply(m);
+    return true;
+  }
+  ReturnCredit(*f);
+  if (f->acked_us == 0) f->acked_us = NowUs();
+  return true;
+}
+
+void DensePushPull::Deliver(const InFlight& f, const PartitionSpec& p, const Message& m) {
+  const TensorInfo& t = *f.op->tensor;
+  // The output slice belongs to this partition alone until the operation completes.
+  std::memcpy(f.op->output + p.offset, m.payload.data(), p.bytes);
+  if (f.op->average) {
+    // Averages are over the workers whose pushes the sum holds (fewer after a join).
+    const uint32_t n = m.envelope.contributors() > 0 ? m.envelope.contributors()
+                                                     : static_cast<uint32_t>(ctx_.num_workers);
+    Scale(f.op->output + p.offset, 1.0 / n, p.bytes / DataTypeSize(t.dtype), t.dtype);
+  }
+  ctx_.counters.bytes_received += p.bytes;
+}
+
+bool DensePushPull::OnResult(Message&& m) {
+  const proto::Envelope& e = m.envelope;
+  std::unique_lock<std::mutex> lock(ctx_.mu);
+  std::optional<InFlight> taken = in_flight_.Take(e.request_id());
+  if (!taken) {
+    ctx_.NoteLateReply(m);
+    return true;
+  }
+  InFlight& f = *taken;
+  const int64_t result_us = NowUs();
+  const TensorInfo& t = *f.op->tensor;
+  const PartitionSpec p = PartOf(f);  // a copy: used after the lock is let go
+  std::string error;
+  if (e.key() != KeyOf(f) || e.length() != p.bytes || e.dtype() != static_cast<int>(t.dtype) ||
+      m.sender() != ServerId(p.server)) {
+    error = StrCat(ctx_.cluster.table().Describe(m.sender()), " answered the push of ",
+                   KeyName(KeyOf(f)), " with ", ::ferry::Describe(m),
+                   ", which does not match the request");
+  }
+  // The copy runs outside the lock, under a hold: a failed operation's Wait() returns
+  // only once its holds are gone, and a failure marks every operation done, so no copy
+  // starts after it: a caller that frees its buffers after catching the error never
+  // races with us.
+  const bool deliver = error.empty() && !f.op->done && p.bytes > 0;
+  if (deliver) ctx_.table.Hold(f.op->handle);
+  ReturnCredit(f);
+  lock.unlock();
+  if (deliver) {
+    Deliver(f, p, m);
+    ctx_.table.Unhold(f.op->handle);
+  }
+  if (ctx_.trace && error.empty()) {
+    ctx_.trace->Partition(PartitionTimes{t.name, f.part, e.key(), p.server, p.bytes, f.op->priority,
+                                         f.round, f.fused, f.ready_us, f.sent_us, f.acked_us,
+                                         result_us, NowUs()});
+  }
+  ctx_.sequencer->FinishPartition(f.op, error);
+  return true;
+}
+
+bool DensePushPull::OnError(const Message& m) {
+  const proto::Envelope& e = m.envelope;
+  std::unique_lock<std::mutex> lock(ctx_.mu);
+  std::optional<InFlight> taken = in_flight_.Take(e.request_id());
+  if (!taken) {
+    LOG(WARNING) << ctx_.cluster.table().Describe(m.sender())
+                 << " reported: " << e.error().reason();
+    return true;
+  }
+  InFlight& f = *taken;
+  const TensorInfo& t = *f.op->tensor;
+  std::string error = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ",
+                             DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
+                             ctx_.cluster.table().Describe(m.sender()), ": ", e.error().reason());
+  ReturnCredit(f);
+  lock.unlock();
+  ctx_.sequencer->FinishPartition(f.op, error);
+  return true;
+}
+
+std::string DensePushPull::Describe(const Operation& op) const {
+  const TensorInfo& t = *op.tensor;
+  const std::vector<PartitionSpec>& parts = t.cuts[op.layout].parts;
+  std::string s = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ", t.bytes,
+                         " bytes in ", parts.size(), " partitions)");
+  if (!op.started) return s + " is queued behind an earlier push_pull of the same tensor";
+  s += StrCat(": ", op.replies_left, " partition(s) without a reply");
+  int listed = 0;
+  for (const auto& [request, f] : in_flight_.requests()) {
+    if (f.op.get() != &op || listed++ >= 4) continue;
+    s += StrCat("; partition ", f.part, " sent to ",
+                ctx_.cluster.table().Describe(ServerId(parts[f.part].server)));
+  }
+  if (op.replies_left == 0) s += StrCat("; ZeroMQ still holds ", op.releases_left, " partition(s)");
+  return s;
+}
+
+}  // namespace ferry

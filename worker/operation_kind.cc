@@ -1,0 +1,88 @@
+#include "worker/operation_kind.h"
+
+#include <glog/logging.h>
+
+namespace ferry {
+
+void WorkerContext::NoteLateReply(const Message& m) {
+  counters.late_replies++;
+  if (config.resend_timeout_ms > 0) {
+    VLOG(1) << "dropped " << Describe(m) << ": answered already (a resend crossed its reply)";
+  } else {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
+  }
+}
+
+void Sequencer::Submit(const std::shared_ptr<Operation>& op, OperationKind& kind) {
+  const uint32_t id = op->tensor->id;
+  if (pending_.size() <= id) pending_.resize(id + 1);
+  pending_[id].push_back(Queued{op, &kind});
+  if (pending_[id].size() == 1) {
+    op->started = true;
+    kind.Start(op);
+  }
+}
+
+void Sequencer::Pop(const std::shared_ptr<Operation>& op) {
+  auto& q = pending_[op->tensor->id];
+  if (q.empty() || q.front().op != op) return;
+  q.pop_front();
+  if (q.empty()) return;
+  Queued& next = q.front();
+  next.op->started = true;
+  next.kind->Start(next.op);
+}
+
+void Sequencer::FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  op->replies_left--;
+  if (!error.empty() && !op->done) {
+    LOG(ERROR) << error;
+    op->done = true;
+    ctx_.table.Finish(op->handle, Verdict{ErrorCode::kMismatch, error});
+    Pop(op);
+    return;
+  }
+  MaybeComplete(op);
+}
+
+void Sequencer::MaybeComplete(const std::shared_ptr<Operation>& op) {
+  if (op->done || op->replies_left > 0 || op->releases_left > 0) return;
+  op->done = true;
+  auto& q = pending_[op->tensor->id];
+  CHECK(!q.empty() && q.front().op == op) << "operations of a tensor out of order";
+  ctx_.table.Finish(op->handle, Verdict{});
+  Pop(op);
+}
+
+void Sequencer::Abandon(const std::shared_ptr<Operation>& op) {
+  if (op->done) return;
+  op->done = true;
+  Pop(op);
+}
+
+void Sequencer::FailAll() {
+  for (auto& q : pending_) {
+    for (Queued& e : q) e.op->done = true;
+  }
+}
+
+const Operation* Sequencer::Find(Handle handle) const {
+  for (const auto& q : pending_) {
+    for (const Queued& e : q) {
+      if (e.op->handle == handle) return e.op.get();
+    }
+  }
+  return nullptr;
+}
+
+bool Sequencer::AnyUnfinished() const {
+  for (const auto& q : pending_) {
+    for (const Queued& e : q) {
+      if (!e.op->done) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ferry

@@ -1,0 +1,138 @@
+#pragma once
+
+// What the Worker's kinds of operation share: the Operation record, the context they
+// work in, and the interface each kind implements (compare Horovod's
+// ops/collective_operations.h: one class per kind of operation).
+//
+//   Worker (facade: API, catalog, handles)  --Start-->  DensePushPull / RowsPushPull
+//        ^                                                 | requests to servers
+//        |  FinishPartition / MaybeComplete (Sequencer)    v
+//        +-------------- replies (van-io), releases (ZeroMQ), resends (sender)
+//
+// Locking: one lock, WorkerContext::mu, guards the catalog, every kind's requests in
+// flight, the operations' progress counters and the tensors' queues of operations.
+// The kinds take it themselves on the threads that reach them (van-io for replies,
+// ZeroMQ's IO thread for payload releases, the sender thread for sends and resends);
+// methods marked REQUIRES(mu) are called with it held. Copies of payloads run outside
+// it, under a hold of the operation (OperationTable::Hold).
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/cluster/cluster_client.h"
+#include "common/config/config.h"
+#include "common/transport/van.h"
+#include "worker/operation_table.h"
+#include "worker/tensor_catalog.h"
+#include "worker/trace.h"
+
+namespace ferry {
+
+// The counters of a Worker (WorkerStats is their snapshot).
+struct WorkerCounters {
+  std::atomic<uint64_t> operations{0}, partitions_pushed{0}, bytes_pushed{0}, bytes_received{0},
+      send_releases{0}, resends{0}, pulls{0}, late_replies{0}, fused_messages{0},
+      partitions_fused{0}, rows_operations{0}, rows_pushed{0}, rows_bytes_pushed{0},
+      rows_bytes_received{0};
+};
+
+// Sparse rows of one operation (RowsPushPull), fixed at the call.
+struct RowsPlan {
+  uint64_t row_elements = 0;
+  uint64_t row_bytes = 0;
+  std::vector<Message> pushes;  // by server rank, built at the call; sent at the start
+  // By server rank: for each row its push carries, the row's index in the caller's list
+  // (where its sum goes in `output`). Read without the lock.
+  std::vector<std::vector<uint64_t>> positions;
+};
+
+// One push_pull (dense or rows) of one tensor, from the call until it finished.
+struct Operation {
+  Handle handle = 0;  // in the Worker's OperationTable
+  TensorInfo* tensor = nullptr;
+  const uint8_t* input = nullptr;
+  uint8_t* output = nullptr;
+  bool average = false;
+  int priority = 0;
+  uint32_t layout = 0;    // the layout generation its partitions use
+  int replies_left = 0;   // partitions (rows: servers) whose answer has not arrived
+  int releases_left = 0;  // payloads handed to ZeroMQ and not yet released (resends add)
+  bool started = false;
+  bool done = false;  // no more writes to `output`; finished in the table
+  int64_t start_us = 0;
+  std::unique_ptr<RowsPlan> rows;  // sparse rows; null for a dense push_pull
+};
+
+class Sequencer;
+
+// What a kind of operation works with; owned by the Worker, valid for its lifetime.
+struct WorkerContext {
+  const Config& config;
+  Van& van;
+  ClusterClient& cluster;
+  OperationTable& table;
+  WorkerCounters& counters;
+  Trace* trace = nullptr;  // FERRY_TRACE_DIR; null when off
+  std::mutex& mu;          // see the file comment
+  Sequencer* sequencer = nullptr;
+  int my_id = -1;
+  int num_workers = 0;
+  int num_servers = 0;
+  uint64_t next_request = 1;  // GUARDED_BY(mu): request ids, shared by every kind
+  void NoteLateReply(const Message& m);
+};
+
+class OperationKind {
+ public:
+  virtual ~OperationKind() = default;
+  // Sends (or queues) the operation's requests. REQUIRES: mu held.
+  virtual void Start(const std::shared_ptr<Operation>& op) = 0;
+  // Replies for a request of this kind (van-io thread; takes mu). False: not ours.
+  virtual bool OnAck(const Message& m) = 0;
+  virtual bool OnResult(Message&& m) = 0;
+  virtual bool OnError(const Message& m) = 0;
+  // Sender thread, resends on: what to send again, as (server rank, message).
+  // REQUIRES: mu held.
+  virtual void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) = 0;
+  // What the unfinished operation waits for, for a timeout. REQUIRES: mu held.
+  virtual std::string Describe(const Operation& op) const = 0;
+};
+
+// The operations of each tensor run one at a time, in call order.
+class Sequencer {
+ public:
+  explicit Sequencer(WorkerContext& ctx) : ctx_(ctx) {}
+  // Queues `op` behind its tensor's earlier operations; starts it if none. REQUIRES: mu.
+  void Submit(const std::shared_ptr<Operation>& op, OperationKind& kind);
+  // One partition (rows: one server) of `op` was answered (`error` empty) or failed.
+  // Takes mu.
+  void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
+  // Finishes `op` if every answer came and ZeroMQ released every payload. REQUIRES: mu.
+  void MaybeComplete(const std::shared_ptr<Operation>& op);
+  // Every unfinished operation is done (the table failed them). REQUIRES: mu.
+  void FailAll();
+  // `op` failed outside the protocol (its deadline passed): it is done, and the next
+  // operation of its tensor starts. REQUIRES: mu.
+  void Abandon(const std::shared_ptr<Operation>& op);
+  // The unfinished operation with `handle`, or null. REQUIRES: mu.
+  const Operation* Find(Handle handle) const;
+  // True while any operation is unfinished. REQUIRES: mu.
+  bool AnyUnfinished() const;
+
+ private:
+  struct Queued {
+    std::shared_ptr<Operation> op;
+    OperationKind* kind;
+  };
+  void Pop(const std::shared_ptr<Operation>& op);  // REQUIRES: mu; starts the next
+  WorkerContext& ctx_;
+  std::vector<std::deque<Queued>> pending_;  // by tensor id; front is the running one
+};
+
+}  // namespace ferry

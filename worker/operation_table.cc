@@ -1,0 +1,235 @@
+#include "worker/operation_table.h"
+
+#include <glog/logging.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/util/clock.h"
+
+namespace ferry {
+
+OperationTable::OperationTable(int64_t timeout_ms, DescribeFn describe, std::string who)
+    : timeout_ms_(timeout_ms), describe_(std::move(describe)), who_(std::move(who)) {
+  callback_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ferry-done");
+    CallbackLoop();
+  });
+}
+
+OperationTable::~OperationTable() { Close(); }
+
+void OperationTable::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  callbacks_cv_.notify_all();
+  if (!callback_thread_.joinable()) return;
+  if (callback_thread_.get_id() == std::this_thread::get_id()) {
+    callback_thread_.detach();  // a callback destroyed the owner: it returns into the loop's end
+  } else {
+    callback_thread_.join();
+  }
+}
+
+Handle OperationTable::Add(CompletionCallback callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Handle h = next_handle_++;
+  Entry& e = entries_[h];
+  if (callback) {
+    e.callback = std::move(callback);
+    e.deadline_ms = NowMs() + timeout_ms_;
+    deadline_added_ = true;  // a new deadline to watch
+    callbacks_cv_.notify_all();
+  }
+  if (!failure_.empty()) {
+    e.finished = true;
+    e.verdict = Verdict{ErrorCode::kPeerFailed, failure_};
+    if (e.callback) QueueCallback(h, e);
+  }
+  return h;
+}
+
+OperationTable::Entry& OperationTable::Find(Handle handle) {
+  auto it = entries_.find(handle);
+  FERRY_ENFORCE(it != entries_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
+  return it->second;
+}
+
+void OperationTable::QueueCallback(Handle handle, Entry& e) {
+  ready_.push_back(Ready{handle, e.verdict, std::move(e.callback)});
+  entries_.erase(handle);  // nobody waits on a handle with a callback
+  callbacks_cv_.notify_all();
+}
+
+bool OperationTable::Finish(Handle handle, Verdict verdict) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.finished) return false;
+  Entry& e = it->second;
+  e.finished = true;
+  e.verdict = std::move(verdict);
+  if (Visible(e)) {
+    cv_.notify_all();
+    if (e.callback) QueueCallback(handle, e);
+  }
+  return true;
+}
+
+void OperationTable::FailAll(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.empty()) return;
+  failure_ = reason;
+  std::vector<Handle> done;
+  for (auto& [h, e] : entries_) {
+    if (e.finished) continue;
+    e.finished = true;
+    e.verdict = Verdict{ErrorCode::kPeerFailed, reason};
+    if (Visible(e) && e.callback) done.push_back(h);
+  }
+  for (Handle h : done) QueueCallback(h, entries_[h]);
+  cv_.notify_all();
+}
+
+void OperationTable::Hold(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Find(handle).holds++;
+}
+
+void OperationTable::Unhold(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = Find(handle);
+  CHECK_GT(e.holds, 0) << "Unhold without Hold of operation " << handle;
+  if (--e.holds == 0 && e.finished) {
+    cv_.notify_all();
+    if (e.callback) QueueCallback(handle, e);
+  }
+}
+
+bool OperationTable::Poll(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Visible(Find(handle));
+}
+
+bool OperationTable::WaitFor(Handle handle, int64_t slice_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Entry* e = &Find(handle);
+  // The operation's deadline runs from the first wait for it, however it is sliced.
+  if (e->deadline_ms == 0) e->deadline_ms = NowMs() + timeout_ms_;
+  const int64_t deadline = e->deadline_ms;
+  auto until = Clock::now() + Millis(std::max<int64_t>(0, std::min(slice_ms, deadline - NowMs())));
+  // entries_ may rehash while we sleep: look the entry up again on every wake.
+  cv_.wait_until(lock, until, [&] { return Visible(Find(handle)); });
+  e = &Find(handle);
+  if (!Visible(*e)) {
+    if (NowMs() < deadline) return false;
+    lock.unlock();
+    throw FerryError(ErrorCode::kTimeout,
+                     StrCat(who_, who_.empty() ? "" : ": ", "timed out after ", timeout_ms_,
+                            " ms (FERRY_OP_TIMEOUT_MS): ", describe_(handle)));
+  }
+  Verdict v = std::move(e->verdict);
+  entries_.erase(handle);
+  if (!v.ok()) throw FerryError(v.code, v.error);
+  return true;
+}
+
+void OperationTable::Wait(Handle handle) {
+  while (!WaitFor(handle, timeout_ms_)) {
+  }
+}
+
+Handle OperationTable::WaitAny(const std::vector<Handle>& handles, int64_t slice_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  int64_t deadline = std::numeric_limits<int64_t>::max();
+  for (Handle h : handles) {
+    Entry& e = Find(h);
+    if (e.deadline_ms == 0) e.deadline_ms = NowMs() + timeout_ms_;
+    deadline = std::min(deadline, e.deadline_ms);
+  }
+  Handle found = 0;
+  auto any = [&] {
+    for (Handle h : handles) {
+      if (Visible(Find(h))) {
+        found = h;
+        return true;
+      }
+    }
+    return false;
+  };
+  // Past a deadline the wait returns at once: the caller's Wait on that handle throws.
+  const int64_t wait = std::max<int64_t>(0, std::min(slice_ms, deadline - NowMs()));
+  cv_.wait_until(lock, Clock::now() + Millis(wait), any);
+  if (found == 0 && NowMs() >= deadline) {
+    for (Handle h : handles) {
+      if (Find(h).deadline_ms <= NowMs()) return h;  // its Wait reports the timeout
+    }
+  }
+  return found;
+}
+
+bool OperationTable::WaitAll(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, Millis(timeout_ms), [this] {
+    if (!failure_.empty()) return true;
+    for (const auto& [h, e] : entries_) {
+      if (!Visible(e)) return false;
+    }
+    return true;
+  });
+}
+
+size_t OperationTable::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size() + ready_.size();
+}
+
+void OperationTable::TimeOut(Handle handle) {
+  const std::string what = describe_(handle);  // no lock held: describe may take its owner's
+  Finish(handle,
+         Verdict{ErrorCode::kTimeout, StrCat(who_, who_.empty() ? "" : ": ", "timed out after ",
+                                             timeout_ms_, " ms (FERRY_OP_TIMEOUT_MS): ", what)});
+}
+
+void OperationTable::CallbackLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (!ready_.empty()) {
+      Ready r = std::move(ready_.front());
+      ready_.pop_front();
+      lock.unlock();
+      r.callback(r.handle, r.verdict);
+      lock.lock();
+      continue;
+    }
+    // Operations with a callback have no waiter: their deadlines are watched here.
+    const int64_t now = NowMs();
+    int64_t next = std::numeric_limits<int64_t>::max();
+    std::vector<Handle> overdue;
+    for (const auto& [h, e] : entries_) {
+      if (!e.callback || e.finished) continue;
+      if (e.deadline_ms <= now) {
+        overdue.push_back(h);
+      } else {
+        next = std::min(next, e.deadline_ms);
+      }
+    }
+    if (!overdue.empty()) {
+      lock.unlock();
+      for (Handle h : overdue) TimeOut(h);
+      lock.lock();
+      continue;
+    }
+    auto wake = [this] { return stop_ || !ready_.empty() || deadline_added_; };
+    if (next == std::numeric_limits<int64_t>::max()) {
+      callbacks_cv_.wait(lock, wake);
+    } else {
+      callbacks_cv_.wait_for(lock, Millis(next - now), wake);
+    }
+    deadline_added_ = false;
+  }
+}
+
+}  // namespace ferry

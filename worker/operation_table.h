@@ -1,0 +1,139 @@
+#pragma once
+
+// OperationTable: the handles of one role's asynchronous operations, their deadlines,
+// the waits on them and their completion callbacks. One table serves every kind of
+// operation of a Worker (push_pull, sparse rows), of a LocalRoot and of a LocalPeer.
+//
+//   Handle h = table.Add(callback);        // an unfinished operation
+//   ... the protocol works; when it is over:
+//   table.Finish(h, "");                   // or an error: the first verdict counts
+//   table.Wait(h, describe);               // throws the error; the handle is released
+//
+// Lifecycle of a handle: Add -> (Hold/Unhold)* -> Finish -> released by the Wait (or
+// WaitFor returning true) that saw it finished, or at once when it has a callback.
+//
+// Holds: a protocol that works on an operation's buffers outside its own lock (copies of
+// sums into the output, of inputs into a fused push) holds the operation meanwhile. A
+// finished operation is reported finished (Poll, Wait, WaitAny, callback) only once no
+// hold remains, so a caller that frees its buffers after the error never races a copy.
+//
+// Deadlines: an operation waited on fails its wait FERRY_OP_TIMEOUT_MS (`timeout_ms`)
+// after its first wait, however the wait is sliced (WaitFor). An operation with a
+// callback has no waiter: its deadline runs from Add, and when it passes the table
+// finishes it with a timeout error that `describe` words (the callback reports it).
+//
+// Completion callbacks run on the table's own thread ("ferry-done"), one at a time in
+// the order the operations finished, with no lock of the table or of its owner held.
+// A callback must not block (the next callbacks wait for it); it may call back into its
+// owner (e.g. start another operation) but must not Wait on a handle of this table.
+//
+// Thread-safe. Lock order: an owner may call any method with its own lock held, except
+// the waits (Wait, WaitFor, WaitAny, WaitAll), which block; the table calls out (describe,
+// callbacks) with no lock of its own held.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/util/status.h"
+
+namespace ferry {
+
+using Handle = uint64_t;
+
+// How an operation ended: `error` empty = success; otherwise `code` and the reason.
+struct Verdict {
+  ErrorCode code = ErrorCode::kOk;
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+
+using CompletionCallback = std::function<void(Handle, const Verdict&)>;
+// Words what an unfinished operation waits for, for a timeout's message. Called with no
+// lock of the table held.
+using DescribeFn = std::function<std::string(Handle)>;
+
+class OperationTable {
+ public:
+  // `timeout_ms`: FERRY_OP_TIMEOUT_MS. `describe`: for timeouts (see above); `who`
+  // prefixes timeout messages (e.g. "local root of ..."; empty: none).
+  OperationTable(int64_t timeout_ms, DescribeFn describe, std::string who = "");
+  ~OperationTable();  // Close()
+  // Stops and joins the callback thread; callbacks still queued are dropped. The owner
+  // calls it before the state its callbacks use goes. Idempotent.
+  void Close();
+  OperationTable(const OperationTable&) = delete;
+  OperationTable& operator=(const OperationTable&) = delete;
+
+  // A new unfinished operation; `callback` (may be empty) runs once when it finished.
+  Handle Add(CompletionCallback callback = nullptr);
+  // The operation is over. The first verdict counts; later ones and unknown handles
+  // (already released) are ignored. Returns true if this call finished it.
+  bool Finish(Handle handle, Verdict verdict);
+  // Every unfinished operation fails with `reason` (code kPeerFailed); so does every
+  // operation added from now on, at once.
+  void FailAll(const std::string& reason);
+  void Hold(Handle handle);    // see Holds above; REQUIRES: the handle is known
+  void Unhold(Handle handle);  // one per Hold
+
+  // True once the operation finished. Unknown handle: throws kInvalidArgument.
+  bool Poll(Handle handle);
+  // Waits at most `slice_ms`: true (handle released) once finished, false if not yet.
+  // Throws the operation's error, or kTimeout once its deadline passed (the message
+  // names what it waits for, via describe).
+  bool WaitFor(Handle handle, int64_t slice_ms);
+  void Wait(Handle handle);  // WaitFor until finished
+  // Waits at most `slice_ms` for any of `handles` to finish; returns the first finished
+  // one in the list (not released: Wait on it next), or 0. Unknown handle: throws.
+  // Each handle's deadline starts with this wait, as with WaitFor.
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t slice_ms);
+  // Waits until every operation added so far finished (or the table failed), at most
+  // `timeout_ms`; false on timeout. Holds count as unfinished.
+  bool WaitAll(int64_t timeout_ms);
+  // Operations not yet released.
+  size_t size() const;
+
+ private:
+  struct Entry {
+    bool finished = false;
+    int holds = 0;
+    Verdict verdict;
+    int64_t deadline_ms = 0;  // 0: not waited on yet
+    CompletionCallback callback;
+  };
+  // REQUIRES: mu_ held.
+  Entry& Find(Handle handle);
+  bool Visible(const Entry& e) const { return e.finished && e.holds == 0; }
+  void QueueCallback(Handle handle, Entry& e);  // REQUIRES: mu_ held, e visible
+  void CallbackLoop();
+  void TimeOut(Handle handle);  // no lock held: fails `handle` if it is still running
+
+  const int64_t timeout_ms_;
+  const DescribeFn describe_;
+  const std::string who_;
+
+  mutable std::mutex mu_;                 // guards everything below
+  std::condition_variable cv_;            // signalled when an operation becomes visible as finished
+  std::condition_variable callbacks_cv_;  // signalled on a queued callback and on stop
+  std::unordered_map<Handle, Entry> entries_;
+  Handle next_handle_ = 1;
+  std::string failure_;  // non-empty: FailAll ran
+  struct Ready {
+    Handle handle;
+    Verdict verdict;
+    CompletionCallback callback;
+  };
+  std::deque<Ready> ready_;      // callbacks to run, in finishing order
+  bool deadline_added_ = false;  // an operation with a callback came since the last scan
+  bool stop_ = false;
+  std::thread callback_thread_;
+};
+
+}  // namespace ferry
