@@ -77,6 +77,10 @@ PYBIND11_MODULE(_core, m) {
         "Waits for this worker's operations and ends the job once every worker has. "
         "Idempotent; raises FerryError if the job failed. Every later call raises "
         "FerryError (code kShutdown).");
+  m.def(
+      "require_initialized", [] { Get(); },
+      "Raises FerryError unless initialised (before init(): not initialised; after "
+      "shutdown(): shut down).");
   m.def("rank", [] { return Get()->rank(); });
   m.def("size", [] { return Get()->size(); });
   m.def("num_servers", [] { return Get()->num_servers(); });
