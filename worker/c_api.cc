@@ -71,7 +71,7 @@ int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64
     std::optional<int> p;
     if (priority != INT32_MIN) p = priority;
     return static_cast<int64_t>(Get()->PushPullRowsAsync(name, rows, num_rows, values, output,
-                                                        Type(dtype), average != 0, p));
+                                                         Type(dtype), average != 0, p));
   });
 }
 

@@ -69,14 +69,18 @@ PYBIND11_MODULE(_core, m) {
   // Ferry has no CUDA data path in this build: GPU tensors are refused by ferry.torch.
   m.attr("CUDA") = false;
 
-  m.def("init", [] { ferry::BindingCore::Process().Init(); }, py::call_guard<py::gil_scoped_release>(),
-        "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker. "
-        "Idempotent.");
+  m.def(
+      "init", [] { ferry::BindingCore::Process().Init(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker. "
+      "Idempotent; raises FerryError (code kShutdown) after shutdown().");
   m.def("is_initialized", [] { return ferry::BindingCore::Process().IsInitialized(); });
-  m.def("shutdown", [] { ferry::BindingCore::Process().Shutdown(); }, py::call_guard<py::gil_scoped_release>(),
-        "Waits for this worker's operations and ends the job once every worker has. "
-        "Idempotent; raises FerryError if the job failed. Every later call raises "
-        "FerryError (code kShutdown).");
+  m.def(
+      "shutdown", [] { ferry::BindingCore::Process().Shutdown(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Waits for this worker's operations and ends the job once every worker has. "
+      "Idempotent; raises FerryError if the job failed. Every later call raises "
+      "FerryError (code kShutdown).");
   m.def(
       "require_initialized", [] { Get(); },
       "Raises FerryError unless initialised (before init(): not initialised; after "
