@@ -2,16 +2,13 @@
 
 #include <climits>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "common/util/status.h"
-#include "worker/local/local_group.h"
+#include "worker/binding_core.h"
 
 namespace {
 
-std::mutex g_mu;                          // guards g_worker
-std::unique_ptr<ferry::LocalGroup> g_worker;  // the process's worker (local_group.h)
 thread_local std::string g_last_error;
 
 // Runs `body`, turning a FerryError into -code and the thread's last error.
@@ -28,45 +25,32 @@ auto Guard(F body) -> decltype(body()) {
   }
 }
 
-ferry::LocalGroup& Get() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  FERRY_ENFORCE(g_worker != nullptr, ferry::ErrorCode::kInvalidArgument,
-                "ferry is not initialised: call ferry_init() first");
-  return *g_worker;
-}
+// The group for one call (binding_core.h): each C function holds the shared_ptr for its
+// whole call, so ferry_shutdown() on another thread cannot destroy the group under it.
+std::shared_ptr<ferry::LocalGroup> Get() { return ferry::BindingCore::Process().Get(); }
 
-ferry::DataType Type(int dtype) {
-  FERRY_ENFORCE(ferry::IsValidDataType(dtype), ferry::ErrorCode::kInvalidArgument, "unknown dtype ",
-                dtype);
-  return static_cast<ferry::DataType>(dtype);
-}
+ferry::DataType Type(int dtype) { return ferry::BindingCore::CheckedDataType(dtype); }
 
 }  // namespace
 
 extern "C" {
 
 int ferry_init(void) {
-  return Guard([]() -> int {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_worker) return 0;
-    ferry::Config config = ferry::Config::FromEnvironment(ferry::ProcessEnvironment());
-    FERRY_ENFORCE(config.role == ferry::NodeRole::kWorker, ferry::ErrorCode::kInvalidConfig,
-                  "ferry_init() runs in a worker, but DMLC_ROLE=", ferry::NodeRoleName(config.role));
-    ferry::InitLogging("ferry", config, "worker");
-    g_worker = ferry::LocalGroup::Create(config);
+  return Guard([] {
+    ferry::BindingCore::Process().Init();
     return 0;
   });
 }
 
-int ferry_rank(void) { return Guard([] { return Get().rank(); }); }
-int ferry_size(void) { return Guard([] { return Get().size(); }); }
-int ferry_local_rank(void) { return Guard([] { return Get().local_rank(); }); }
-int ferry_local_size(void) { return Guard([] { return Get().local_size(); }); }
+int ferry_rank(void) { return Guard([] { return Get()->rank(); }); }
+int ferry_size(void) { return Guard([] { return Get()->size(); }); }
+int ferry_local_rank(void) { return Guard([] { return Get()->local_rank(); }); }
+int ferry_local_size(void) { return Guard([] { return Get()->local_size(); }); }
 
 int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int ndim) {
   return Guard([&] {
     std::vector<int64_t> dims(shape, shape + ndim);
-    return Get().DeclareTensor(name, Type(dtype), dims);
+    return Get()->DeclareTensor(name, Type(dtype), dims);
   });
 }
 
@@ -76,7 +60,7 @@ int64_t ferry_push_pull_async(const char* name, const void* input, void* output,
     std::optional<int> p;
     if (priority != INT32_MIN) p = priority;
     return static_cast<int64_t>(
-        Get().PushPullAsync(name, input, output, Type(dtype), count, average != 0, p));
+        Get()->PushPullAsync(name, input, output, Type(dtype), count, average != 0, p));
   });
 }
 
@@ -86,63 +70,58 @@ int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64
   return Guard([&]() -> int64_t {
     std::optional<int> p;
     if (priority != INT32_MIN) p = priority;
-    return static_cast<int64_t>(Get().PushPullRowsAsync(name, rows, num_rows, values, output,
-                                                        Type(dtype), average != 0, p));
+    return static_cast<int64_t>(Get()->PushPullRowsAsync(name, rows, num_rows, values, output,
+                                                         Type(dtype), average != 0, p));
   });
 }
 
-int ferry_poll(int64_t handle) { return Guard([&] { return Get().Poll(handle) ? 1 : 0; }); }
+int ferry_poll(int64_t handle) { return Guard([&] { return Get()->Poll(handle) ? 1 : 0; }); }
 
 int ferry_wait(int64_t handle) {
   return Guard([&] {
-    Get().Wait(handle);
+    Get()->Wait(handle);
     return 0;
   });
 }
 
 int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int root) {
   return Guard([&] {
-    Get().Broadcast(name, data, Type(dtype), count, root);
+    Get()->Broadcast(name, data, Type(dtype), count, root);
     return 0;
   });
 }
 
 int ferry_barrier(void) {
   return Guard([] {
-    Get().Barrier();
+    Get()->Barrier();
     return 0;
   });
 }
 
 int ferry_join(void) {
   return Guard([] {
-    Get().Join();
+    Get()->Join();
     return 0;
   });
 }
 
 int ferry_step_boundary(void) {
   return Guard([] {
-    Get().StepBoundary();
+    Get()->StepBoundary();
     return 0;
   });
 }
 
 int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes) {
   return Guard([&] {
-    Get().SetScheduling(partition_bytes, credit_bytes);
+    Get()->SetScheduling(partition_bytes, credit_bytes);
     return 0;
   });
 }
 
 int ferry_shutdown(void) {
   return Guard([] {
-    std::unique_ptr<ferry::LocalGroup> w;
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      w = std::move(g_worker);
-    }
-    if (w) w->Shutdown();
+    ferry::BindingCore::Process().Shutdown();
     return 0;
   });
 }

@@ -9,7 +9,14 @@
  *
  * With FERRY_LOCAL_SIZE > 1 the calls go through the machine's local group
  * (worker/local/local_group.h): rank and size count processes, ferry_join is refused,
- * and ferry_set_scheduling works on local rank 0 only. */
+ * and ferry_set_scheduling works on local rank 0 only.
+ *
+ * One owner (worker/binding_core.h, shared with the Python extension): every function is
+ * thread-safe, and each holds the worker for its whole call, so ferry_shutdown() on one
+ * thread never destroys it under a call still running on another (that call finishes or
+ * returns its error). Before ferry_init() calls return -7 (kInvalidArgument, "not
+ * initialised"); after ferry_shutdown() they return -6 (kShutdown, "ferry was shut
+ * down"), ferry_init() included. DMLC_ROLE may be unset (else: worker). */
 
 #include <stdint.h>
 
@@ -46,7 +53,7 @@ int ferry_step_boundary(void);
 /* Partition size and credit, both in bytes, from the next push_pull on (every worker,
  * between iterations: Worker::SetScheduling). */
 int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes);
-int ferry_shutdown(void);
+int ferry_shutdown(void); /* idempotent; concurrent callers take turns */
 const char* ferry_last_error(void);
 
 #ifdef __cplusplus

@@ -1,7 +1,9 @@
 // ferry._core: the native half of the `ferry` Python package (ferry.torch is the other).
 //
 // A thin pybind11 wrapper of the C++ ferry::LocalGroup (worker/local/local_group.h: a
-// ferry::Worker, or with FERRY_LOCAL_SIZE > 1 the machine's local group), one per process.
+// ferry::Worker, or with FERRY_LOCAL_SIZE > 1 the machine's local group), one per process,
+// owned by ferry::BindingCore (worker/binding_core.h) as the C API's is: the same
+// configuration, role check, error messages and lifetime rules in both bindings.
 // Tensors cross as raw addresses (tensor.data_ptr()) plus dtype code and element
 // count, so this file needs no torch headers; ferry/torch/*.py keeps the tensors alive
 // while the core uses their memory.
@@ -14,79 +16,30 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <glog/logging.h>
-
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "common/util/status.h"
-#include "worker/local/local_group.h"
+#include "worker/binding_core.h"
 
 namespace py = pybind11;
 
 namespace {
 
-std::mutex g_mu;                          // guards g_worker
-std::shared_ptr<ferry::LocalGroup> g_worker;  // the process's worker; empty when not initialised
-PyObject* g_error_type = nullptr;         // ferry._core.FerryError
+PyObject* g_error_type = nullptr;  // ferry._core.FerryError
 
-// The worker for one call. A shared_ptr, so shutdown() on one thread cannot destroy
-// the worker under a call still running on another.
-std::shared_ptr<ferry::LocalGroup> Get() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_worker) {
-    throw ferry::FerryError(ferry::ErrorCode::kInvalidArgument,
-                            "ferry is not initialised: call ferry.torch.init() first");
-  }
-  return g_worker;
-}
+// The worker for one call (worker/binding_core.h, the owner shared with the C API). A
+// shared_ptr, so shutdown() on one thread cannot destroy the worker under a call still
+// running on another.
+std::shared_ptr<ferry::LocalGroup> Get() { return ferry::BindingCore::Process().Get(); }
 
-ferry::DataType Type(int dtype) {
-  FERRY_ENFORCE(ferry::IsValidDataType(dtype), ferry::ErrorCode::kInvalidArgument,
-                "unknown ferry dtype code ", dtype);
-  return static_cast<ferry::DataType>(dtype);
-}
+ferry::DataType Type(int dtype) { return ferry::BindingCore::CheckedDataType(dtype); }
 
 const void* Address(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-
-void Init() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_worker) return;
-  // Workers need not set DMLC_ROLE; if set, it must say worker.
-  const ferry::NodeRole role = ferry::NodeRole::kWorker;
-  ferry::Config config = ferry::Config::FromEnvironment(ferry::ProcessEnvironment(), &role);
-  if (google::IsGoogleLoggingInitialized()) {
-    // Someone else in this process (another library) started glog: only apply our
-    // settings; InitGoogleLogging may run once per process.
-    FLAGS_logtostderr = true;
-    FLAGS_minloglevel = config.log_level;
-    FLAGS_v = config.log_verbosity;
-    ferry::SetLogNodeName("worker");
-    for (const auto& w : config.warnings) LOG(WARNING) << w;
-  } else {
-    ferry::InitLogging("ferry", config, "worker");
-  }
-  g_worker = ferry::LocalGroup::Create(config);
-}
-
-void Shutdown() {
-  std::shared_ptr<ferry::LocalGroup> w;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    w = std::move(g_worker);
-    g_worker.reset();
-  }
-  if (!w) return;
-  // Even when Shutdown throws (the job failed), the worker is dropped: its threads
-  // stop and its sockets close when the last caller lets go.
-  w->Shutdown();
-}
 
 }  // namespace
 
@@ -116,21 +69,32 @@ PYBIND11_MODULE(_core, m) {
   // Ferry has no CUDA data path in this build: GPU tensors are refused by ferry.torch.
   m.attr("CUDA") = false;
 
-  m.def("init", &Init, py::call_guard<py::gil_scoped_release>(),
-        "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker. "
-        "Idempotent.");
-  m.def("is_initialized", [] {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return static_cast<bool>(g_worker);
-  });
-  m.def("shutdown", &Shutdown, py::call_guard<py::gil_scoped_release>(),
-        "Waits for this worker's operations and ends the job once every worker has. "
-        "Idempotent; raises FerryError if the job failed.");
+  m.def(
+      "init", [] { ferry::BindingCore::Process().Init(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker. "
+      "Idempotent; raises FerryError (code kShutdown) after shutdown().");
+  m.def("is_initialized", [] { return ferry::BindingCore::Process().IsInitialized(); });
+  m.def(
+      "shutdown", [] { ferry::BindingCore::Process().Shutdown(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Waits for this worker's operations and ends the job once every worker has. "
+      "Idempotent; raises FerryError if the job failed. Every later call raises "
+      "FerryError (code kShutdown).");
+  m.def(
+      "require_initialized", [] { Get(); },
+      "Raises FerryError unless initialised (before init(): not initialised; after "
+      "shutdown(): shut down).");
   m.def("rank", [] { return Get()->rank(); });
   m.def("size", [] { return Get()->size(); });
   m.def("num_servers", [] { return Get()->num_servers(); });
   m.def("local_rank", [] { return Get()->local_rank(); });
   m.def("local_size", [] { return Get()->local_size(); });
+  m.def(
+      "local_size_from_environment",
+      [] { return ferry::BindingCore::Process().LocalSizeFromEnvironment(); },
+      "True if the launcher set FERRY_LOCAL_SIZE / BYTEPS_LOCAL_SIZE: then local_rank() and "
+      "local_size() are its word (checked by the core's configuration).");
 
   m.def(
       "declare",

@@ -140,5 +140,14 @@ TEST(RowsClusterTest, TheCApiSumsRowsAndRefusesBadIds) {
   c.ExpectSuccess(60000, "OK c api rows");
 }
 
+// The C API's lifetime rule (worker/binding_core.h): ferry_shutdown() while another thread
+// is inside push_pull / wait calls lets those finish and fails the next with kShutdown;
+// no crash, no "not initialised" (tests/integration/c_api_shutdown_worker.c).
+TEST(RowsClusterTest, TheCApiShutsDownUnderACallOnAnotherThread) {
+  RowsCluster c;
+  c.Start(1, 1, {}, {}, "ferry-test-c-shutdown");
+  c.ExpectSuccess(60000, "OK c api shutdown");
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -9,7 +9,7 @@ after a failure for the rest of the process, since ZeroMQ may still hold the mem
 import atexit
 import hashlib
 import io
-import os
+import itertools
 import pickle
 import socket
 import sys
@@ -40,7 +40,7 @@ _DTYPES = {
     torch.int32: _core.INT32,
     torch.int64: _core.INT64,
 }
-# Broadcast also carries these, widened to int32 (a broadcast copies values exactly).
+# The core's broadcast also carries these, widened to int32 (it copies values exactly).
 _WIDENED_FOR_BROADCAST = (torch.bool, torch.uint8, torch.int8, torch.int16)
 
 Average = "average"
@@ -50,7 +50,8 @@ _lock = threading.Lock()   # guards the module state below
 _pending = {}              # handle -> _Pending: tensors the core uses until wait()
 _keepalive = []            # tensors of failed operations: ZeroMQ may still read them
 _declared = {}             # name -> (dtype code, shape) declared to the core
-_local = None              # (local_rank, local_size)
+_local = None              # (local_rank, local_size), found at init()
+_finished_handles = itertools.count(-1, -1)  # handles of operations done when started
 _atexit_registered = False
 
 
@@ -62,6 +63,15 @@ class _Pending(object):
         self.tensors = tensors    # every tensor whose memory the core reads or writes
         self.result = result      # what synchronize() returns
         self.finish = finish      # callable run after a successful wait (copy-back)
+
+
+def _finished(name, result):
+    """A handle for an operation the core already finished (a broadcast): synchronize()
+    returns `result` without waiting."""
+    handle = next(_finished_handles)
+    with _lock:
+        _pending[handle] = _Pending(name, (), result)
+    return handle
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -125,17 +135,24 @@ def size():
 def local_rank():
     """This worker's rank among the workers on its machine.
 
-    From BYTEPS_LOCAL_RANK / FERRY_LOCAL_RANK when set, else computed at init() from
-    every worker's host name."""
-    _require_init()
-    return _local[0]
+    The core's (FERRY_LOCAL_RANK / BYTEPS_LOCAL_RANK) when the launcher set
+    FERRY_LOCAL_SIZE / BYTEPS_LOCAL_SIZE, else computed at init() from every worker's
+    host name."""
+    return _local_pair()[0]
 
 
 def local_size():
-    """The number of workers on this machine (BYTEPS_LOCAL_SIZE / FERRY_LOCAL_SIZE, or
-    computed at init() from every worker's host name)."""
-    _require_init()
-    return _local[1]
+    """The number of workers on this machine: the core's (FERRY_LOCAL_SIZE /
+    BYTEPS_LOCAL_SIZE) when the launcher set it, else computed at init() from every
+    worker's host name."""
+    return _local_pair()[1]
+
+
+def _local_pair():
+    local = _local
+    if local is None:  # not initialised (the core raises its error), or init() under way
+        return _core.local_rank(), _core.local_size()
+    return local
 
 
 def num_servers():
@@ -157,7 +174,6 @@ def join():
     FERRY_JOIN_TIMEOUT_MS); then every worker may train on (the next epoch). Returns None
     (Horovod returns the last rank to join; Ferry does not track it).
     """
-    _require_init()
     _core.join()
 
 
@@ -166,26 +182,18 @@ def step_boundary():
     (DistributedOptimizer.step() and CrossBarrier.step() do). It times iterations, drives
     FERRY_AUTOTUNE (which may switch partition size and credit here, on every worker at
     once) and marks the FERRY_TRACE_DIR timeline."""
-    _require_init()
     _core.step_boundary()
 
 
 def set_scheduling(partition_bytes, credit_bytes):
     """Partition size and credit, in bytes, from the next push_pull on. Waits for this
     worker's operations. Call it on every worker at the same point, between iterations."""
-    _require_init()
     _core.set_scheduling(int(partition_bytes), int(credit_bytes))
 
 
 def scheduling():
     """{'policy', 'partition_bytes', 'credit_bytes'}: what new push_pulls use."""
-    _require_init()
     return _core.scheduling()
-
-
-def _require_init():
-    if not _core.is_initialized() or _local is None:
-        raise FerryError("ferry is not initialised: call ferry.torch.init() first")
 
 
 def _find_local_rank():
@@ -197,22 +205,11 @@ def _find_local_rank():
     ids[rank()] = host_id
     synchronize(push_pull_async_inplace(ids, average=False, name="ferry.init.host_ids"))
     same = (ids == host_id)
-    found = int(same[:rank()].sum()), int(same.sum())
-    # A launcher's word wins (ferry-launch --local-size, bpslaunch).
-    for prefix in ("FERRY_", "BYTEPS_"):
-        r, s = os.environ.get(prefix + "LOCAL_RANK"), os.environ.get(prefix + "LOCAL_SIZE")
-        if r is None or s is None:
-            continue
-        try:
-            r, s = int(r), int(s)
-        except ValueError:
-            raise ValueError("%sLOCAL_RANK=%r / %sLOCAL_SIZE=%r: expected integers"
-                             % (prefix, r, prefix, s))
-        if not 0 <= r < s:
-            raise ValueError("%sLOCAL_RANK=%d must be in 0..%sLOCAL_SIZE-1=%d"
-                             % (prefix, r, prefix, s - 1))
-        return r, s
-    return found
+    # A launcher's word wins (ferry-launch --local-size, bpslaunch): the core read and
+    # checked FERRY_LOCAL_RANK / FERRY_LOCAL_SIZE (or the BYTEPS_ names) at init.
+    if _core.local_size_from_environment():
+        return _core.local_rank(), _core.local_size()
+    return int(same[:rank()].sum()), int(same.sum())
 
 
 # ----------------------------------------------------------------------------- checks
@@ -318,7 +315,7 @@ def poll(handle):
     """True once the operation of `handle` finished (then synchronize() does not block)."""
     if handle not in _pending:
         raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
-    return _core.poll(handle)
+    return handle < 0 or _core.poll(handle)
 
 
 def synchronize(handle):
@@ -330,7 +327,7 @@ def synchronize(handle):
         raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
     try:
         # Wait in slices so that Ctrl-C (KeyboardInterrupt) is noticed between them.
-        while not _core.wait_for(handle, 200):
+        while handle > 0 and not _core.wait_for(handle, 200):
             pass
     except BaseException:
         # The core may have given up before ZeroMQ let go of the input: keep it alive.
@@ -452,25 +449,24 @@ def _check_root(root_rank):
 
 
 def broadcast_async_(tensor, root_rank, name=None):
-    """Starts replacing `tensor` on every worker by root_rank's; returns a handle.
+    """Replaces `tensor` on every worker by root_rank's; returns a handle for synchronize(),
+    which returns `tensor`.
 
-    A push_pull sum to which every worker but the root contributes zeros: exact for
-    every dtype. bool and 8/16-bit integer tensors travel widened to int32."""
-    name = "broadcast." + (name or _auto_name("broadcast", tensor))
+    The core's broadcast (LocalGroup::Broadcast: a sum to which every worker but the root
+    contributes zeros, exact for every dtype) has finished when this returns, so the
+    handle is already done. bool and 8/16-bit integer tensors travel widened to int32."""
+    name = name or _auto_name("broadcast", tensor)
     _check_tensor(tensor, "tensor '%s'" % name)
     _check_root(root_rank)
-    root = rank() == root_rank
     if tensor.dtype in _WIDENED_FOR_BROADCAST:
-        wide = tensor.to(torch.int32).contiguous() if root else torch.zeros(tensor.shape, dtype=torch.int32)
-        return _start(wide, wide, False, name, None, result=tensor,
-                      finish=lambda: tensor.copy_(wide))
-    _dtype_code(tensor, "tensor '%s'" % name)
-    if root:
-        return _push_pull_async(tensor, tensor, False, name, None)
-    zeros = torch.zeros(tensor.shape, dtype=tensor.dtype)
-    if tensor.is_contiguous():
-        return _start(zeros, tensor, False, name, None)
-    return _start(zeros, zeros, False, name, None, result=tensor, finish=lambda: tensor.copy_(zeros))
+        buf = tensor.to(torch.int32)
+    else:
+        buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+    code = _dtype_code(buf, "tensor '%s'" % name)
+    _core.broadcast(name, buf.data_ptr(), code, buf.numel(), root_rank)
+    if buf is not tensor:
+        tensor.copy_(buf)
+    return _finished(name, tensor)
 
 
 def broadcast_(tensor, root_rank, name=None):

@@ -63,8 +63,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        if not ops.is_initialized():
-            raise ops.FerryError("ferry is not initialised: call ferry.torch.init() first")
+        ops._core.require_initialized()  # the core's FerryError unless initialised
         # Declare every gradient now, in forward order: the declaration index is the
         # tensor id and -(id) its default priority (nearest the input = most urgent).
         for p in self._ordered_params:

@@ -1,0 +1,91 @@
+#pragma once
+
+// BindingCore: the one owner of a process's ferry::LocalGroup (local/local_group.h) behind
+// every binding: the C API (c_api.cc) and the Python extension ferry._core
+// (plugins/csrc/module.cc) both go through it, so they read the configuration, check the
+// role, start logging and refuse calls in the same way, with the same messages.
+//
+// States: not initialised -> Init() -> initialised -> Shutdown() -> shut down (final: a
+// process joins one job once).
+//   Get() before Init():   FerryError kInvalidArgument, kNotInitialisedMessage.
+//   Get() after Shutdown(): FerryError kShutdown, kShutDownMessage; Init() likewise.
+//
+// Lifetime: Get() hands out a shared_ptr, and every call a binding makes holds it for the
+// whole call. Shutdown() drops only the core's reference: a call in progress on another
+// thread (say, waiting on a handle) keeps the group alive and returns (done, or with the
+// group's error); the group is destroyed when the last such call lets go, on that call's
+// thread.
+//
+// Thread-safety: every method may be called from any thread at any time. Init() and
+// Shutdown() take turns: a Shutdown() during an Init() waits for it to finish, a second
+// Shutdown() waits for the first to finish and then returns. Get() and IsInitialized()
+// never wait for them. Errors throw FerryError.
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/config/config.h"
+#include "common/reduce/reduce.h"
+#include "worker/local/local_group.h"
+
+namespace ferry {
+
+class BindingCore {
+ public:
+  // The message of Get() before Init() ("not initialised" is what callers match).
+  static constexpr const char* kNotInitialisedMessage =
+      "ferry is not initialised: call ferry_init() (C) or ferry.torch.init() (Python) first";
+  // The message of Get() and Init() after Shutdown().
+  static constexpr const char* kShutDownMessage =
+      "ferry was shut down: no call may follow shutdown (ferry_shutdown() in C, "
+      "ferry.torch.shutdown() in Python), and a process joins one job once";
+
+  BindingCore() = default;
+  BindingCore(const BindingCore&) = delete;
+  BindingCore& operator=(const BindingCore&) = delete;
+
+  // The process's core, shared by every binding linked into one library. Never destroyed
+  // (a group still running at exit is not torn down under static destructors).
+  static BindingCore& Process();
+
+  // Reads the environment (Config::FromEnvironment with the role fixed to worker:
+  // DMLC_ROLE may be unset, else it must say worker), starts logging (InitLogging) and
+  // joins the cluster (LocalGroup::Create; blocks until every node registered).
+  // Idempotent while initialised; throws kShutdown after Shutdown(), or the error of the
+  // configuration or of joining (then the core stays not initialised).
+  void Init() { Init(ProcessEnvironment()); }
+  void Init(const EnvLookup& env);
+
+  // The group for one call: hold it until the call returns. Throws (see above).
+  std::shared_ptr<LocalGroup> Get() const;
+
+  // True between Init() and Shutdown().
+  bool IsInitialized() const;
+
+  // Whether the launcher gave the local group's shape (FERRY_LOCAL_SIZE or
+  // BYTEPS_LOCAL_SIZE was set at Init()): then Get()->local_rank() and local_size() are
+  // its word, validated by Config. Throws like Get().
+  bool LocalSizeFromEnvironment() const;
+
+  // A binding's dtype code (worker/c_api.h: 0 float32 .. 5 int64) as a DataType; throws
+  // kInvalidArgument "unknown ferry dtype code N" for any other.
+  static DataType CheckedDataType(int code);
+
+  // Waits for this worker's operations and leaves the job (LocalGroup::Shutdown), then
+  // drops the core's reference. Idempotent; a no-op before Init(). The core is shut down
+  // afterwards even when LocalGroup::Shutdown throws (the job failed): that error reaches
+  // the first caller only.
+  void Shutdown();
+
+ private:
+  enum class State { kNotInitialised, kInitialised, kShutDown };
+
+  std::mutex turn_mu_;     // held through Init() and Shutdown(): they take turns
+  mutable std::mutex mu_;  // guards the members below; never held across a blocking call
+  State state_ = State::kNotInitialised;
+  std::shared_ptr<LocalGroup> group_;  // set while kInitialised
+  bool local_size_from_env_ = false;
+};
+
+}  // namespace ferry
