@@ -10,8 +10,8 @@
 
 namespace ferry {
 
-OperationTable::OperationTable(int64_t timeout_ms, DescribeFn describe, std::string who)
-    : timeout_ms_(timeout_ms), describe_(std::move(describe)), who_(std::move(who)) {
+OperationTable::OperationTable(int64_t timeout_ms, TimeoutMessageFn timeout_message)
+    : timeout_ms_(timeout_ms), timeout_message_(std::move(timeout_message)) {
   callback_thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "ferry-done");
     CallbackLoop();
@@ -126,9 +126,7 @@ bool OperationTable::WaitFor(Handle handle, int64_t slice_ms) {
   if (!Visible(*e)) {
     if (NowMs() < deadline) return false;
     lock.unlock();
-    throw FerryError(ErrorCode::kTimeout,
-                     StrCat(who_, who_.empty() ? "" : ": ", "timed out after ", timeout_ms_,
-                            " ms (FERRY_OP_TIMEOUT_MS): ", describe_(handle)));
+    throw FerryError(ErrorCode::kTimeout, timeout_message_(handle));
   }
   Verdict v = std::move(e->verdict);
   entries_.erase(handle);
@@ -187,10 +185,8 @@ size_t OperationTable::size() const {
 }
 
 void OperationTable::TimeOut(Handle handle) {
-  const std::string what = describe_(handle);  // no lock held: describe may take its owner's
-  Finish(handle,
-         Verdict{ErrorCode::kTimeout, StrCat(who_, who_.empty() ? "" : ": ", "timed out after ",
-                                             timeout_ms_, " ms (FERRY_OP_TIMEOUT_MS): ", what)});
+  // No lock held: the message may take its owner's lock.
+  Finish(handle, Verdict{ErrorCode::kTimeout, timeout_message_(handle)});
 }
 
 void OperationTable::CallbackLoop() {

@@ -20,7 +20,8 @@
 // Deadlines: an operation waited on fails its wait FERRY_OP_TIMEOUT_MS (`timeout_ms`)
 // after its first wait, however the wait is sliced (WaitFor). An operation with a
 // callback has no waiter: its deadline runs from Add, and when it passes the table
-// finishes it with a timeout error that `describe` words (the callback reports it).
+// finishes it with the timeout error that `timeout_message` words (the callback reports
+// it).
 //
 // Completion callbacks run on the table's own thread ("ferry-done"), one at a time in
 // the order the operations finished, with no lock of the table or of its owner held.
@@ -29,7 +30,7 @@
 //
 // Thread-safe. Lock order: an owner may call any method with its own lock held, except
 // the waits (Wait, WaitFor, WaitAny, WaitAll), which block; the table calls out (describe,
-// callbacks) with no lock of its own held.
+// callbacks, timeout_message) with no lock of its own held.
 
 #include <condition_variable>
 #include <cstdint>
@@ -56,15 +57,14 @@ struct Verdict {
 };
 
 using CompletionCallback = std::function<void(Handle, const Verdict&)>;
-// Words what an unfinished operation waits for, for a timeout's message. Called with no
-// lock of the table held.
-using DescribeFn = std::function<std::string(Handle)>;
+// The message of an unfinished operation's timeout (kTimeout), naming what it waits for.
+// Called with no lock of the table held.
+using TimeoutMessageFn = std::function<std::string(Handle)>;
 
 class OperationTable {
  public:
-  // `timeout_ms`: FERRY_OP_TIMEOUT_MS. `describe`: for timeouts (see above); `who`
-  // prefixes timeout messages (e.g. "local root of ..."; empty: none).
-  OperationTable(int64_t timeout_ms, DescribeFn describe, std::string who = "");
+  // `timeout_ms`: FERRY_OP_TIMEOUT_MS; `timeout_message`: see Deadlines above.
+  OperationTable(int64_t timeout_ms, TimeoutMessageFn timeout_message);
   ~OperationTable();  // Close()
   // Stops and joins the callback thread; callbacks still queued are dropped. The owner
   // calls it before the state its callbacks use goes. Idempotent.
@@ -87,7 +87,7 @@ class OperationTable {
   bool Poll(Handle handle);
   // Waits at most `slice_ms`: true (handle released) once finished, false if not yet.
   // Throws the operation's error, or kTimeout once its deadline passed (the message
-  // names what it waits for, via describe).
+  // names what it waits for).
   bool WaitFor(Handle handle, int64_t slice_ms);
   void Wait(Handle handle);  // WaitFor until finished
   // Waits at most `slice_ms` for any of `handles` to finish; returns the first finished
@@ -116,8 +116,7 @@ class OperationTable {
   void TimeOut(Handle handle);  // no lock held: fails `handle` if it is still running
 
   const int64_t timeout_ms_;
-  const DescribeFn describe_;
-  const std::string who_;
+  const TimeoutMessageFn timeout_message_;
 
   mutable std::mutex mu_;                 // guards everything below
   std::condition_variable cv_;            // signalled when an operation becomes visible as finished

@@ -37,7 +37,11 @@ Worker::Worker(const Config& config)
       cluster_(config_, &van_, 0),
       queue_(MakePolicy(PolicyOptionsOf(config)),
              static_cast<uint64_t>(config.CreditBytesFor(config.InitialPartitionBytes()))),
-      table_(config.op_timeout_ms, [this](Handle h) { return DescribeOperation(h); }),
+      table_(config.op_timeout_ms,
+             [this](Handle h) {
+               return StrCat("timed out after ", config_.op_timeout_ms,
+                             " ms (FERRY_OP_TIMEOUT_MS): ", DescribeOperation(h));
+             }),
       scheduling_{config.InitialPartitionBytes(),
                   config.CreditBytesFor(config.InitialPartitionBytes())} {}
 

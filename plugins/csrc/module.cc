@@ -151,6 +151,15 @@ PYBIND11_MODULE(_core, m) {
       "Waits at most timeout_ms: True once finished (raises FerryError if it failed), "
       "False if still running.");
   m.def(
+      "wait_any",
+      [](const std::vector<uint64_t>& handles, int64_t timeout_ms) {
+        auto w = Get();
+        return w->WaitAny(handles, timeout_ms);
+      },
+      py::arg("handles"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>(),
+      "Waits at most timeout_ms for any of the handles: the first finished one in the "
+      "list (wait on it next: it raises its error), or 0 if none finished in time.");
+  m.def(
       "broadcast",
       [](const std::string& name, uintptr_t data, int dtype, uint64_t count, int root) {
         auto w = Get();

@@ -102,6 +102,12 @@ bool LocalGroup::WaitFor(Handle handle, int64_t timeout_ms) {
   return worker_->WaitFor(handle, timeout_ms);
 }
 
+Handle LocalGroup::WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
+  if (root_) return root_->WaitAny(handles, timeout_ms);
+  if (peer_) return peer_->WaitAny(handles, timeout_ms);
+  return worker_->WaitAny(handles, timeout_ms);
+}
+
 Handle LocalGroup::PushPullRowsAsync(const std::string& name, const int64_t* rows,
                                      uint64_t num_rows, const void* values, void* output,
                                      DataType dtype, bool average, std::optional<int> priority) {

@@ -69,6 +69,8 @@ class LocalGroup {
   bool Poll(Handle handle);
   void Wait(Handle handle);
   bool WaitFor(Handle handle, int64_t timeout_ms);
+  // As Worker::WaitAny: the first finished of `handles`, or 0 after `timeout_ms`.
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms);
   void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
                 uint64_t count, bool average);
   // PushPull of a tensor in CUDA device memory (input and output on this process's GPU,

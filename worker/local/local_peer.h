@@ -28,6 +28,7 @@
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
+#include "worker/operation_table.h"
 #include "worker/worker.h"
 
 namespace ferry {
@@ -46,6 +47,9 @@ class LocalPeer {
                        uint64_t count, bool average);
   bool Poll(Handle handle);
   bool WaitFor(Handle handle, int64_t timeout_ms);
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
+    return table_.WaitAny(handles, timeout_ms);
+  }
   void Wait(Handle handle);
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): queued
   // there, announced to the root, run at the root's GO. Blocks until the output holds
@@ -71,18 +75,20 @@ class LocalPeer {
   Handle Submit(LocalOp kind, const std::string& name, const void* input, void* output,
                 DataType dtype, uint64_t count, bool average, int root);
   void Fail(const std::string& reason);  // REQUIRES: mu_ held
+  std::string TimeoutMessage(Handle handle) const;  // takes mu_
   std::string Me() const;
 
   const Config config_;
   std::unique_ptr<LocalLink> link_;
   int rank_ = -1, size_ = 0, num_servers_ = 0;
 
+  OperationTable table_;  // this rank's handles; its own lock, taken inside mu_
+
   mutable std::mutex mu_;       // guards everything below
   std::condition_variable cv_;  // signalled on WELCOME, DONE, BYE and failure
   bool welcomed_ = false;
   int root_pid_ = 0;
   std::map<std::string, Slot> slots_;  // by tensor name
-  std::unordered_map<Handle, std::shared_ptr<Op>> ops_;
   std::map<uint64_t, std::shared_ptr<Op>> by_seq_;  // in flight, by operation number
   uint64_t next_seq_ = 1;
   uint64_t next_segment_ = 0;

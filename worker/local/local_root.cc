@@ -15,73 +15,83 @@ namespace ferry {
 
 namespace {
 
-const char kBarrierKey[] = "__ferry__/local_barrier";  // the rounds of Barrier()
-// The rounds of device tensor T are counted under kDevicePrefix + T: a host and a device
-// push_pull of one name are rounds of two sequences.
+const char kBarrierKey[] = "__ferry__/local_barrier"; // the rounds of Barrier()
+// The rounds of device tensor T are counted under kDevicePrefix + T: a host and
+// a device push_pull of one name are rounds of two sequences.
 const char kDevicePrefix[] = "__ferry__/device/";
 
-std::string DeviceKey(const std::string& name) { return kDevicePrefix + name; }
+std::string DeviceKey(const std::string &name) { return kDevicePrefix + name; }
 
 // True when process `pid` has ended (gone, or a zombie nobody reaped yet).
 bool ProcessGone(int pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  if (pid <= 0)
+    return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH)
+    return true;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(stat, line)) return true;
+  if (!std::getline(stat, line))
+    return true;
   const size_t paren = line.rfind(')');
   return paren != std::string::npos && paren + 2 < line.size() &&
          (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
 }
 
-}  // namespace
-
-struct LocalRoot::Op {
-  std::string key;
-  LocalOp kind = LocalOp::kPushPull;
-  bool done = false;
-  std::string error;
-  int64_t deadline_ms = 0;  // from the first wait
-};
+} // namespace
 
 struct LocalRoot::Round {
-  LocalOp kind = LocalOp::kHello;  // kHello: no submission yet
+  LocalOp kind = LocalOp::kHello; // kHello: no submission yet
   DataType dtype = DataType::kFloat32;
   uint64_t count = 0;
   bool average = false;
   int root = -1;
-  std::vector<bool> have;       // by local rank: submitted
-  std::vector<uint64_t> seq;    // by local rank: its operation number (echoed in DONE)
-  const void* input = nullptr;  // the root's
-  void* output = nullptr;       // the root's
-  std::shared_ptr<Op> op;       // the root's operation
-  std::optional<int> priority;  // the root's
+  std::vector<bool> have; // by local rank: submitted
+  std::vector<uint64_t>
+      seq; // by local rank: its operation number (echoed in DONE)
+  const void *input = nullptr; // the root's
+  void *output = nullptr;      // the root's
+  uint64_t op_id = 0; // the root's operation (0: the root has not called yet)
+  Handle handle = 0;  // the root's push_pull, in table_ (0: none)
+  std::optional<int> priority; // the root's
   bool started = false;
-  Handle worker_handle = 0;  // push_pull: the Worker's operation on the staging buffer
+  Handle worker_handle =
+      0; // push_pull: the Worker's operation on the staging buffer
 };
 
 struct LocalRoot::Rounds {
-  uint64_t base = 0;  // the round number of q.front()
+  uint64_t base = 0; // the round number of q.front()
   std::deque<Round> q;
-  std::vector<uint64_t> next;  // by local rank: its next round number
-  std::vector<char> staging;   // the front round's sum (see the header's invariants)
+  std::vector<uint64_t> next; // by local rank: its next round number
+  std::vector<char>
+      staging; // the front round's sum (see the header's invariants)
 };
 
 struct LocalRoot::Peer {
-  std::string id;  // routing id
+  std::string id; // routing id
   int pid = 0;
   bool hello = false;
   bool bye = false;
-  std::map<std::string, std::unique_ptr<ShmSegment>> slots;  // by tensor name
+  std::map<std::string, std::unique_ptr<ShmSegment>> slots; // by tensor name
 };
 
-LocalRoot::LocalRoot(const Config& config)
-    : config_(config), local_size_(config.local_size), peers_(config.local_size) {}
+LocalRoot::LocalRoot(const Config &config)
+    : config_(config), local_size_(config.local_size),
+      table_(config.op_timeout_ms,
+             [this](Handle h) {
+               std::lock_guard<std::mutex> lock(mu_);
+               return StrCat(
+                   Me(), ": timed out after ", config_.op_timeout_ms,
+                   " ms (FERRY_OP_TIMEOUT_MS): ",
+                   Describe([h](const Round &r) { return r.handle == h; }));
+             }),
+      peers_(config.local_size) {}
 
 LocalRoot::~LocalRoot() {
-  if (link_) link_->Stop();
-  // The Worker's completion callbacks use this object's members: no callback may run
-  // once they are gone (members are destroyed after this body, worker_ among the last).
+  if (link_)
+    link_->Stop();
+  // The Worker's completion callbacks use this object's members: no callback
+  // may run once they are gone (members are destroyed after this body, worker_
+  // among the last).
   nccl_.reset();
   worker_.reset();
 }
@@ -90,15 +100,16 @@ std::string LocalRoot::Me() const {
   return StrCat("local root (local rank 0, pid ", getpid(), ")");
 }
 
-std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
+std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
   std::unique_ptr<LocalRoot> r(new LocalRoot(config));
   r->link_ = std::make_unique<LocalLink>(true, config.LocalSocketName(), "");
-  r->link_->Start([p = r.get()](LocalMessage&& m) { p->OnMessage(std::move(m)); },
-                  [p = r.get()] { p->OnDisconnect(); });
+  r->link_->Start(
+      [p = r.get()](LocalMessage &&m) { p->OnMessage(std::move(m)); },
+      [p = r.get()] { p->OnDisconnect(); });
   std::unique_ptr<Worker> worker;
   try {
     worker = Worker::Create(config);
-  } catch (const FerryError& e) {
+  } catch (const FerryError &e) {
     std::lock_guard<std::mutex> lock(r->mu_);
     r->Fail(StrCat("the local root could not join the cluster: ", e.what()));
     throw;
@@ -107,7 +118,8 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   r->worker_ = std::move(worker);
   auto all_here = [&] {
     for (int lr = 1; lr < r->local_size_; ++lr) {
-      if (!r->peers_[lr].hello) return false;
+      if (!r->peers_[lr].hello)
+        return false;
     }
     return true;
   };
@@ -115,11 +127,12 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
                        [&] { return all_here() || !r->failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < r->local_size_; ++lr) {
-      if (!r->peers_[lr].hello) missing += StrCat(missing.empty() ? "" : ", ", lr);
+      if (!r->peers_[lr].hello)
+        missing += StrCat(missing.empty() ? "" : ", ", lr);
     }
     r->Fail(StrCat(r->Me(), ": local rank(s) ", missing, " did not connect to ",
-                   r->link_->endpoint(),
-                   " within FERRY_CONNECT_TIMEOUT_MS=", config.connect_timeout_ms, " ms"));
+                   r->link_->endpoint(), " within FERRY_CONNECT_TIMEOUT_MS=",
+                   config.connect_timeout_ms, " ms"));
   }
   FERRY_ENFORCE(r->failure_.empty(), ErrorCode::kPeerFailed, r->failure_);
   for (int lr = 1; lr < r->local_size_; ++lr) {
@@ -132,72 +145,82 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     w.header.num_servers = r->worker_->num_servers();
     r->link_->Send(std::move(w));
   }
-  LOG(INFO) << "local group of " << r->local_size_ << " at " << r->link_->endpoint() << ": ranks "
-            << r->rank() << ".." << r->rank() + r->local_size_ - 1 << " of " << r->size();
+  LOG(INFO) << "local group of " << r->local_size_ << " at "
+            << r->link_->endpoint() << ": ranks " << r->rank() << ".."
+            << r->rank() + r->local_size_ - 1 << " of " << r->size();
   return r;
 }
 
-void LocalRoot::OnMessage(LocalMessage&& m) {
+void LocalRoot::OnMessage(LocalMessage &&m) {
   std::lock_guard<std::mutex> lock(mu_);
-  const LocalHeader& h = m.header;
+  const LocalHeader &h = m.header;
   const int lr = h.local_rank;
   if (lr < 1 || lr >= local_size_) {
-    LOG(WARNING) << "local group: dropped a message from local rank " << lr << " (expected 1.."
-                 << local_size_ - 1 << ")";
+    LOG(WARNING) << "local group: dropped a message from local rank " << lr
+                 << " (expected 1.." << local_size_ - 1 << ")";
     return;
   }
-  Peer& peer = peers_[lr];
+  Peer &peer = peers_[lr];
   const LocalOp op = static_cast<LocalOp>(h.op);
   try {
     switch (op) {
-      case LocalOp::kHello:
-        if (peer.hello && peer.pid != h.pid) {
-          Fail(StrCat("two processes claim local rank ", lr, ": pids ", peer.pid, " and ", h.pid,
-                      " (FERRY_LOCAL_RANK must differ on one machine)"));
-          return;
-        }
-        peer.id = m.peer;
-        peer.pid = h.pid;
-        peer.hello = true;
-        break;
-      case LocalOp::kPushPull:
-      case LocalOp::kBroadcast: {
-        if (!failure_.empty()) return;  // the peer was told
-        const size_t bytes = h.count * DataTypeSize(static_cast<DataType>(h.dtype));
-        FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
-        if (h.shm_bytes > 0) {
-          peer.slots[m.name] = ShmSegment::OpenAndUnlink(m.text, h.shm_bytes);
-        }
-        auto slot = peer.slots.find(m.name);
-        FERRY_ENFORCE(slot != peer.slots.end() && slot->second->size() >= bytes,
-                      ErrorCode::kBadMessage, "local rank ", lr, ": ", LocalOpName(op), " of '",
-                      m.name, "' (", bytes, " bytes) without a slot that large");
-        Submit(m.name, lr, op, static_cast<DataType>(h.dtype), h.count, h.average != 0, h.root,
-               h.seq);
-        TryStart(m.name);
-        break;
+    case LocalOp::kHello:
+      if (peer.hello && peer.pid != h.pid) {
+        Fail(StrCat("two processes claim local rank ", lr, ": pids ", peer.pid,
+                    " and ", h.pid,
+                    " (FERRY_LOCAL_RANK must differ on one machine)"));
+        return;
       }
-      case LocalOp::kDevicePushPull:
-        if (!failure_.empty()) return;  // the peer was told
-        FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
-        Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count, h.average != 0,
-               -1, h.seq);
-        TryStart(DeviceKey(m.name));
-        break;
-      case LocalOp::kBarrier:
-        if (!failure_.empty()) return;
-        Submit(kBarrierKey, lr, op, DataType::kFloat32, 0, false, -1, h.seq);
-        TryStart(kBarrierKey);
-        break;
-      case LocalOp::kBye:
-        peer.bye = true;
-        break;
-      default:
-        LOG(WARNING) << "local group: unexpected " << LocalOpName(op) << " from local rank " << lr;
+      peer.id = m.peer;
+      peer.pid = h.pid;
+      peer.hello = true;
+      break;
+    case LocalOp::kPushPull:
+    case LocalOp::kBroadcast: {
+      if (!failure_.empty())
+        return; // the peer was told
+      const size_t bytes =
+          h.count * DataTypeSize(static_cast<DataType>(h.dtype));
+      FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage,
+                    "bad dtype ", h.dtype);
+      if (h.shm_bytes > 0) {
+        peer.slots[m.name] = ShmSegment::OpenAndUnlink(m.text, h.shm_bytes);
+      }
+      auto slot = peer.slots.find(m.name);
+      FERRY_ENFORCE(slot != peer.slots.end() && slot->second->size() >= bytes,
+                    ErrorCode::kBadMessage, "local rank ", lr, ": ",
+                    LocalOpName(op), " of '", m.name, "' (", bytes,
+                    " bytes) without a slot that large");
+      Submit(m.name, lr, op, static_cast<DataType>(h.dtype), h.count,
+             h.average != 0, h.root, h.seq);
+      TryStart(m.name);
+      break;
     }
-  } catch (const FerryError& e) {
-    Fail(StrCat(Me(), ": bad ", LocalOpName(op), " from local rank ", lr, " (pid ", peer.pid,
-                "): ", e.what()));
+    case LocalOp::kDevicePushPull:
+      if (!failure_.empty())
+        return; // the peer was told
+      FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage,
+                    "bad dtype ", h.dtype);
+      Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count,
+             h.average != 0, -1, h.seq);
+      TryStart(DeviceKey(m.name));
+      break;
+    case LocalOp::kBarrier:
+      if (!failure_.empty())
+        return;
+      Submit(kBarrierKey, lr, op, DataType::kFloat32, 0, false, -1, h.seq);
+      TryStart(kBarrierKey);
+      break;
+    case LocalOp::kBye:
+      peer.bye = true;
+      break;
+    default:
+      LOG(WARNING) << "local group: unexpected " << LocalOpName(op)
+                   << " from local rank " << lr;
+    }
+  } catch (const FerryError &e) {
+    Fail(StrCat(Me(), ": bad ", LocalOpName(op), " from local rank ", lr,
+                " (pid ", peer.pid, "): ", e.what()));
   }
   cv_.notify_all();
 }
@@ -205,8 +228,8 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
 void LocalRoot::OnDisconnect() {
   std::unique_lock<std::mutex> lock(mu_);
   std::string gone, unknown;
-  // A dying process closes its socket a moment before it is a zombie: look for the
-  // ended one for up to 500 ms, to name it.
+  // A dying process closes its socket a moment before it is a zombie: look for
+  // the ended one for up to 500 ms, to name it.
   for (int attempt = 0; attempt < 50 && gone.empty(); ++attempt) {
     if (attempt > 0) {
       lock.unlock();
@@ -216,65 +239,76 @@ void LocalRoot::OnDisconnect() {
     gone.clear();
     unknown.clear();
     for (int lr = 1; lr < local_size_; ++lr) {
-      const Peer& p = peers_[lr];
-      if (!p.hello || p.bye) continue;
+      const Peer &p = peers_[lr];
+      if (!p.hello || p.bye)
+        continue;
       const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
-      std::string& list = ProcessGone(p.pid) ? gone : unknown;
+      std::string &list = ProcessGone(p.pid) ? gone : unknown;
       list += (list.empty() ? "" : ", ") + who;
     }
-    if (unknown.empty()) break;  // every peer without BYE is gone, or none is missing
+    if (unknown.empty())
+      break; // every peer without BYE is gone, or none is missing
   }
   if (!gone.empty()) {
-    Fail(StrCat(Me(), ": ", gone, " disconnected before shutting down: the process ended"));
+    Fail(StrCat(Me(), ": ", gone,
+                " disconnected before shutting down: the process ended"));
   } else if (!unknown.empty()) {
-    Fail(
-        StrCat(Me(), ": a local process disconnected before shutting down (one of ", unknown, ")"));
+    Fail(StrCat(Me(),
+                ": a local process disconnected before shutting down (one of ",
+                unknown, ")"));
   }
 }
 
-void LocalRoot::OnMachineDone(const std::string& key, const Verdict& verdict) {
+void LocalRoot::OnMachineDone(const std::string &key, const Verdict &verdict) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rounds_.find(key);
-  if (it == rounds_.end() || it->second.q.empty() || it->second.q.front().worker_handle == 0) {
-    return;  // the group failed meanwhile
+  if (it == rounds_.end() || it->second.q.empty() ||
+      it->second.q.front().worker_handle == 0) {
+    return; // the group failed meanwhile
   }
-  Rounds& rs = it->second;
-  Round& round = rs.q.front();
+  Rounds &rs = it->second;
+  Round &round = rs.q.front();
   round.worker_handle = 0;
   if (!verdict.ok()) {
     Fail(StrCat("push_pull of '", key, "' failed: ", verdict.error));
     return;
   }
-  if (round.average) Scale(rs.staging.data(), 1.0 / size(), round.count, round.dtype);
+  if (round.average)
+    Scale(rs.staging.data(), 1.0 / size(), round.count, round.dtype);
   FinishRound(key, rs.staging.data());
 }
 
-LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
-                                    uint64_t count, bool average, int root, uint64_t seq) {
-  Rounds& rs = rounds_[key];
-  if (rs.next.empty()) rs.next.assign(local_size_, 0);
+LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr,
+                                    LocalOp kind, DataType dtype,
+                                    uint64_t count, bool average, int root,
+                                    uint64_t seq) {
+  Rounds &rs = rounds_[key];
+  if (rs.next.empty())
+    rs.next.assign(local_size_, 0);
   const uint64_t index = rs.next[lr]++ - rs.base;
   while (rs.q.size() <= index) {
     rs.q.emplace_back();
     rs.q.back().have.assign(local_size_, false);
     rs.q.back().seq.assign(local_size_, 0);
   }
-  Round& round = rs.q[index];
+  Round &round = rs.q[index];
   if (round.kind == LocalOp::kHello) {
     round.kind = kind;
     round.dtype = dtype;
     round.count = count;
     round.average = average;
     round.root = root;
-  } else if (round.kind != kind || round.dtype != dtype || round.count != count ||
-             round.average != average || round.root != root) {
+  } else if (round.kind != kind || round.dtype != dtype ||
+             round.count != count || round.average != average ||
+             round.root != root) {
     // The group cannot go on: the ranks' sequences of calls differ.
     const std::string why =
-        StrCat("local ranks disagree on round ", rs.base + index, " of '", key, "': local rank ",
-               lr, " called ", LocalOpName(kind), " (", count, " x ", DataTypeName(dtype),
-               ", average ", average, ", root ", root, ") where another called ",
-               LocalOpName(round.kind), " (", round.count, " x ", DataTypeName(round.dtype),
-               ", average ", round.average, ", root ", round.root, ")");
+        StrCat("local ranks disagree on round ", rs.base + index, " of '", key,
+               "': local rank ", lr, " called ", LocalOpName(kind), " (", count,
+               " x ", DataTypeName(dtype), ", average ", average, ", root ",
+               root, ") where another called ", LocalOpName(round.kind), " (",
+               round.count, " x ", DataTypeName(round.dtype), ", average ",
+               round.average, ", root ", round.root, ")");
     Fail(why);
     throw FerryError(ErrorCode::kMismatch, why);
   }
@@ -283,30 +317,35 @@ LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind
   return round;
 }
 
-void LocalRoot::TryStart(const std::string& key) {
-  Rounds& rs = rounds_[key];
-  if (rs.q.empty() || rs.q.front().started || !failure_.empty()) return;
-  Round& round = rs.q.front();
+void LocalRoot::TryStart(const std::string &key) {
+  Rounds &rs = rounds_[key];
+  if (rs.q.empty() || rs.q.front().started || !failure_.empty())
+    return;
+  Round &round = rs.q.front();
   for (bool h : round.have) {
-    if (!h) return;
+    if (!h)
+      return;
   }
   round.started = true;
-  if (round.kind == LocalOp::kDevicePushPull) return StartDevice(key, rs);
-  if (round.kind == LocalOp::kPushPull) StartPushPull(key, rs);
-  cv_.notify_all();  // broadcast and barrier: the root's caller takes it from here
+  if (round.kind == LocalOp::kDevicePushPull)
+    return StartDevice(key, rs);
+  if (round.kind == LocalOp::kPushPull)
+    StartPushPull(key, rs);
+  cv_.notify_all(); // broadcast and barrier: the root's caller takes it from
+                    // here
 }
 
-void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
+void LocalRoot::StartDevice(const std::string &key, Rounds &rs) {
   const std::string name = key.substr(sizeof kDevicePrefix - 1);
   std::string unique_id;
   try {
     unique_id = nccl_->TakeUniqueId();
-  } catch (const FerryError& e) {
+  } catch (const FerryError &e) {
     Fail(StrCat("push_pull of device tensor '", name, "': ", e.what()));
     return;
   }
-  // GO in the same order to every rank: each runs its rounds in the order of its GOs
-  // (one socket per peer keeps the order).
+  // GO in the same order to every rank: each runs its rounds in the order of
+  // its GOs (one socket per peer keeps the order).
   for (int lr = 1; lr < local_size_; ++lr) {
     LocalMessage go;
     go.peer = peers_[lr].id;
@@ -323,13 +362,14 @@ void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
   TryStart(key);
 }
 
-void LocalRoot::MachinePushPull(const DeviceTensor& t, void* host) {
+void LocalRoot::MachinePushPull(const DeviceTensor &t, void *host) {
   // A sum, never an average: the division is by size(), not by the machines.
   worker_->PushPull(t.name, host, host, t.dtype, t.count, false);
-  if (t.average && t.count > 0) Scale(host, 1.0 / size(), t.count, t.dtype);
+  if (t.average && t.count > 0)
+    Scale(host, 1.0 / size(), t.count, t.dtype);
 }
 
-void LocalRoot::PushPullDevice(const DeviceTensor& t) {
+void LocalRoot::PushPullDevice(const DeviceTensor &t) {
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -339,79 +379,86 @@ void LocalRoot::PushPullDevice(const DeviceTensor& t) {
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
           0, local_size_, config_.op_timeout_ms,
-          [this](const DeviceTensor& d, void* host) { MachinePushPull(d, host); },
-          [this](const std::string& reason) {
+          [this](const DeviceTensor &d, void *host) {
+            MachinePushPull(d, host);
+          },
+          [this](const std::string &reason) {
             std::lock_guard<std::mutex> lock(mu_);
             Fail(reason);
           });
     }
-    ticket = nccl_->Submit(t);  // before the round can start: its GO finds it queued
-    Submit(DeviceKey(t.name), 0, LocalOp::kDevicePushPull, t.dtype, t.count, t.average, -1, 0);
+    ticket =
+        nccl_->Submit(t); // before the round can start: its GO finds it queued
+    Submit(DeviceKey(t.name), 0, LocalOp::kDevicePushPull, t.dtype, t.count,
+           t.average, -1, 0);
     TryStart(DeviceKey(t.name));
   }
   nccl_->Wait(ticket);
 }
 
-void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
-  Round& round = rs.q.front();
+void LocalRoot::StartPushPull(const std::string &key, Rounds &rs) {
+  Round &round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   rs.staging.resize(bytes);
-  if (bytes > 0) std::memcpy(rs.staging.data(), round.input, bytes);
+  if (bytes > 0)
+    std::memcpy(rs.staging.data(), round.input, bytes);
   for (int lr = 1; lr < local_size_; ++lr) {
     SumInto(rs.staging.data(), SlotData(lr, key), round.count, round.dtype);
   }
   try {
-    // The Worker finishes it on its completion thread (OnMachineDone), or fails it with a
-    // timeout FERRY_OP_TIMEOUT_MS from now.
+    // The Worker finishes it on its completion thread (OnMachineDone), or fails
+    // it with a timeout FERRY_OP_TIMEOUT_MS from now.
     round.worker_handle = worker_->PushPullAsync(
-        key, rs.staging.data(), rs.staging.data(), round.dtype, round.count, false,
-        round.priority, [this, key](Handle, const Verdict& v) { OnMachineDone(key, v); });
-  } catch (const FerryError& e) {
+        key, rs.staging.data(), rs.staging.data(), round.dtype, round.count,
+        false, round.priority,
+        [this, key](Handle, const Verdict &v) { OnMachineDone(key, v); });
+  } catch (const FerryError &e) {
     Fail(StrCat("push_pull of '", key, "': ", e.what()));
   }
 }
 
-void LocalRoot::FinishRound(const std::string& key, const void* result) {
-  Rounds& rs = rounds_[key];
-  Round& round = rs.q.front();
+void LocalRoot::FinishRound(const std::string &key, const void *result) {
+  Rounds &rs = rounds_[key];
+  Round &round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   if (round.output && round.output != result && bytes > 0) {
     std::memcpy(round.output, result, bytes);
   }
   for (int lr = 1; lr < local_size_; ++lr) {
-    if (bytes > 0) std::memcpy(SlotData(lr, key), result, bytes);
+    if (bytes > 0)
+      std::memcpy(SlotData(lr, key), result, bytes);
     LocalMessage done;
     done.peer = peers_[lr].id;
     done.header.op = static_cast<uint32_t>(LocalOp::kDone);
     done.header.seq = round.seq[lr];
     link_->Send(std::move(done));
   }
-  if (round.op) round.op->done = true;
+  if (round.handle)
+    table_.Finish(round.handle, Verdict{});
   rs.q.pop_front();
   rs.base++;
   cv_.notify_all();
   TryStart(key);
 }
 
-void* LocalRoot::SlotData(int lr, const std::string& key) {
+void *LocalRoot::SlotData(int lr, const std::string &key) {
   auto it = peers_[lr].slots.find(key);
-  CHECK(it != peers_[lr].slots.end()) << "no slot of local rank " << lr << " for " << key;
+  CHECK(it != peers_[lr].slots.end())
+      << "no slot of local rank " << lr << " for " << key;
   return it->second->data();
 }
 
-void LocalRoot::Fail(const std::string& reason) {
-  if (!failure_.empty()) return;
+void LocalRoot::Fail(const std::string &reason) {
+  if (!failure_.empty())
+    return;
   failure_ = reason;
   LOG(ERROR) << reason;
-  if (nccl_) nccl_->Fail(reason);
-  for (auto& [handle, op] : ops_) {
-    if (!op->done) {
-      op->done = true;
-      op->error = reason;
-    }
-  }
+  if (nccl_)
+    nccl_->Fail(reason);
+  table_.FailAll(reason);
   for (int lr = 1; lr < local_size_; ++lr) {
-    if (!peers_[lr].hello) continue;
+    if (!peers_[lr].hello)
+      continue;
     LocalMessage fail;
     fail.peer = peers_[lr].id;
     fail.header.op = static_cast<uint32_t>(LocalOp::kFail);
@@ -421,7 +468,7 @@ void LocalRoot::Fail(const std::string& reason) {
   cv_.notify_all();
 }
 
-std::string LocalRoot::Missing(const Round& round) const {
+std::string LocalRoot::Missing(const Round &round) const {
   std::string s;
   for (int lr = 1; lr < local_size_; ++lr) {
     if (round.have.empty() || !round.have[lr]) {
@@ -431,102 +478,88 @@ std::string LocalRoot::Missing(const Round& round) const {
   return s;
 }
 
-std::string LocalRoot::Describe(const Op& op) const {
-  const std::string what =
-      StrCat(LocalOpName(op.kind), " of '", op.key == kBarrierKey ? "barrier" : op.key, "'");
-  auto it = rounds_.find(op.key);
-  if (it == rounds_.end()) return what;
-  for (const Round& round : it->second.q) {
-    if (round.op.get() != &op) continue;
-    if (!round.started) {
-      const std::string missing = Missing(round);
-      if (!missing.empty()) return StrCat(what, ": waiting for local rank(s) ", missing);
-      return StrCat(what, ": queued behind an earlier operation of the same tensor");
+std::string
+LocalRoot::Describe(const std::function<bool(const Round &)> &is_op) const {
+  for (const auto &[key, rs] : rounds_) {
+    for (const Round &round : rs.q) {
+      if (!is_op(round))
+        continue;
+      const std::string what =
+          StrCat(LocalOpName(round.kind), " of '",
+                 key == kBarrierKey ? "barrier" : key, "'");
+      if (!round.started) {
+        const std::string missing = Missing(round);
+        if (!missing.empty())
+          return StrCat(what, ": waiting for local rank(s) ", missing);
+        return StrCat(
+            what, ": queued behind an earlier operation of the same tensor");
+      }
+      return StrCat(what,
+                    ": waiting for the servers' sum (the machine's push_pull)");
     }
-    return StrCat(what, ": waiting for the servers' sum (the machine's push_pull)");
   }
-  return what;
+  return "an operation that has just finished";
 }
 
-Handle LocalRoot::PushPullAsync(const std::string& name, const void* input, void* output,
-                                DataType dtype, uint64_t count, bool average,
-                                std::optional<int> priority) {
+Handle LocalRoot::PushPullAsync(const std::string &name, const void *input,
+                                void *output, DataType dtype, uint64_t count,
+                                bool average, std::optional<int> priority) {
   std::lock_guard<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
-  auto op = std::make_shared<Op>();
-  op->key = name;
-  Round& round = Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
+  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name,
+                "' after Shutdown()");
+  Round &round =
+      Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
   round.input = input;
   round.output = output;
-  round.op = op;
+  round.op_id = next_op_id_++;
   round.priority = priority;
-  const Handle h = next_handle_++;
-  ops_[h] = op;
+  round.handle = table_.Add();
+  const Handle h = round.handle;
   TryStart(name);
   return h;
 }
 
-bool LocalRoot::Poll(Handle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = ops_.find(handle);
-  FERRY_ENFORCE(it != ops_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
-  return it->second->done;
-}
+bool LocalRoot::Poll(Handle handle) { return table_.Poll(handle); }
 
 bool LocalRoot::WaitFor(Handle handle, int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto it = ops_.find(handle);
-  FERRY_ENFORCE(it != ops_.end(), ErrorCode::kInvalidArgument, "unknown handle ", handle);
-  std::shared_ptr<Op> op = it->second;
-  if (op->deadline_ms == 0) op->deadline_ms = NowMs() + config_.op_timeout_ms;
-  const int64_t wait = std::max<int64_t>(0, std::min(timeout_ms, op->deadline_ms - NowMs()));
-  cv_.wait_for(lock, Millis(wait), [&] { return op->done; });
-  if (!op->done) {
-    if (NowMs() < op->deadline_ms) return false;
-    throw FerryError(ErrorCode::kTimeout, StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
-                                                 " ms (FERRY_OP_TIMEOUT_MS): ", Describe(*op)));
-  }
-  ops_.erase(handle);
-  if (!op->error.empty()) throw FerryError(ErrorCode::kPeerFailed, op->error);
-  return true;
+  return table_.WaitFor(handle, timeout_ms);
 }
 
-void LocalRoot::Wait(Handle handle) {
-  while (!WaitFor(handle, config_.op_timeout_ms)) {
-  }
-}
+void LocalRoot::Wait(Handle handle) { table_.Wait(handle); }
 
-void LocalRoot::WaitStarted(std::unique_lock<std::mutex>& lock, const std::string& key,
-                            const std::shared_ptr<Op>& op) {
+void LocalRoot::WaitStarted(std::unique_lock<std::mutex> &lock,
+                            const std::string &key, uint64_t op_id) {
   auto started = [&] {
-    if (!failure_.empty()) return true;
-    const Rounds& rs = rounds_[key];
-    return !rs.q.empty() && rs.q.front().op == op && rs.q.front().started;
+    if (!failure_.empty())
+      return true;
+    const Rounds &rs = rounds_[key];
+    return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
   if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms), started)) {
-    const std::string why = StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
-                                   " ms (FERRY_OP_TIMEOUT_MS): ", Describe(*op));
+    const std::string why =
+        StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
+               " ms (FERRY_OP_TIMEOUT_MS): ",
+               Describe([op_id](const Round &r) { return r.op_id == op_id; }));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
   }
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
 }
 
-void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
-                          int root) {
-  FERRY_ENFORCE(root >= 0 && root < size(), ErrorCode::kInvalidArgument, "broadcast of '", name,
-                "': root rank ", root, " is not a rank (0..", size() - 1, ")");
+void LocalRoot::Broadcast(const std::string &name, void *data, DataType dtype,
+                          uint64_t count, int root) {
+  FERRY_ENFORCE(root >= 0 && root < size(), ErrorCode::kInvalidArgument,
+                "broadcast of '", name, "': root rank ", root,
+                " is not a rank (0..", size() - 1, ")");
   std::unique_lock<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  auto op = std::make_shared<Op>();
-  op->key = name;
-  op->kind = LocalOp::kBroadcast;
-  Round& round = Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
+  Round &round =
+      Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
   round.output = data;
-  round.op = op;
+  const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(name);
-  WaitStarted(lock, name, op);
+  WaitStarted(lock, name, op_id);
   // The round is ours until FinishRound: no peer touches its slot meanwhile.
   const int machine = root / local_size_, source = root % local_size_;
   const size_t bytes = count * DataTypeSize(dtype);
@@ -537,7 +570,7 @@ void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, u
   std::string error;
   try {
     worker_->Broadcast(name, data, dtype, count, machine);
-  } catch (const FerryError& e) {
+  } catch (const FerryError &e) {
     error = e.what();
   }
   lock.lock();
@@ -551,18 +584,16 @@ void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, u
 void LocalRoot::Barrier() {
   std::unique_lock<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  auto op = std::make_shared<Op>();
-  op->key = kBarrierKey;
-  op->kind = LocalOp::kBarrier;
-  Round& round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
-  round.op = op;
+  Round &round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32,
+                        0, false, -1, 0);
+  const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(kBarrierKey);
-  WaitStarted(lock, kBarrierKey, op);
+  WaitStarted(lock, kBarrierKey, op_id);
   lock.unlock();
   std::string error;
   try {
     worker_->Barrier();
-  } catch (const FerryError& e) {
+  } catch (const FerryError &e) {
     error = e.what();
   }
   lock.lock();
@@ -575,23 +606,28 @@ void LocalRoot::Barrier() {
 
 void LocalRoot::Shutdown() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (shut_down_) return;
+  if (shut_down_)
+    return;
   shut_down_ = true;
   auto all_bye = [&] {
     for (int lr = 1; lr < local_size_; ++lr) {
-      if (!peers_[lr].bye) return false;
+      if (!peers_[lr].bye)
+        return false;
     }
     return true;
   };
-  if (failure_.empty() && !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                                        [&] { return all_bye() || !failure_.empty(); })) {
+  if (failure_.empty() &&
+      !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
+                    [&] { return all_bye() || !failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < local_size_; ++lr) {
       if (!peers_[lr].bye)
-        missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
+        missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ",
+                          peers_[lr].pid, ")");
     }
     Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
-                " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing, " to shut down"));
+                " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing,
+                " to shut down"));
   }
   const std::string failure = failure_;
   lock.unlock();
@@ -599,7 +635,7 @@ void LocalRoot::Shutdown() {
   if (failure.empty()) {
     try {
       worker_->Shutdown();
-    } catch (const FerryError& e) {
+    } catch (const FerryError &e) {
       error = e.what();
     }
   }
@@ -614,11 +650,11 @@ void LocalRoot::Shutdown() {
     }
   }
   lock.unlock();
-  link_->Stop();  // sends the BYEs first
-  // After a failure the Worker is not shut down (that would wait for every other
-  // worker, which may wait for us): the process ends, and the scheduler's heartbeats
-  // tell the others.
+  link_->Stop(); // sends the BYEs first
+  // After a failure the Worker is not shut down (that would wait for every
+  // other worker, which may wait for us): the process ends, and the scheduler's
+  // heartbeats tell the others.
   FERRY_ENFORCE(error.empty(), ErrorCode::kPeerFailed, error);
 }
 
-}  // namespace ferry
+} // namespace ferry

@@ -27,6 +27,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,7 @@
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
+#include "worker/operation_table.h"
 #include "worker/worker.h"
 
 namespace ferry {
@@ -59,6 +61,9 @@ class LocalRoot {
                        uint64_t count, bool average, std::optional<int> priority);
   bool Poll(Handle handle);
   bool WaitFor(Handle handle, int64_t timeout_ms);
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
+    return table_.WaitAny(handles, timeout_ms);
+  }
   void Wait(Handle handle);
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): its rounds
   // are counted here as the host tensors' are (under a key of their own), and the root
@@ -72,7 +77,6 @@ class LocalRoot {
   void Shutdown();
 
  private:
-  struct Op;
   struct Round;
   struct Rounds;
   struct Peer;
@@ -100,10 +104,11 @@ class LocalRoot {
   // REQUIRES: mu_ held. Root's blocking collectives (broadcast, barrier): waits until
   // the round `op` belongs to is the front one and every rank submitted it.
   void WaitStarted(std::unique_lock<std::mutex>& lock, const std::string& key,
-                   const std::shared_ptr<Op>& op);
+                   uint64_t op_id);
   void Fail(const std::string& reason);            // REQUIRES: mu_ held
   std::string Missing(const Round& round) const;   // REQUIRES: mu_ held
-  std::string Describe(const Op& op) const;        // REQUIRES: mu_ held
+  // What the root's operation in the round `is_op` picks waits for. REQUIRES: mu_ held.
+  std::string Describe(const std::function<bool(const Round&)>& is_op) const;
   void* SlotData(int lr, const std::string& key);  // REQUIRES: mu_ held
   std::string Me() const;
 
@@ -112,12 +117,13 @@ class LocalRoot {
   std::unique_ptr<LocalLink> link_;
   std::unique_ptr<Worker> worker_;
 
+  OperationTable table_;  // the root's push_pull handles; its own lock, taken inside mu_
+
   mutable std::mutex mu_;                 // guards everything below
   std::condition_variable cv_;            // signalled on every change of a round, op or peer
   std::vector<Peer> peers_;               // by local rank; [0] is unused (this process)
   std::map<std::string, Rounds> rounds_;  // by tensor name (or the barrier's key)
-  std::unordered_map<Handle, std::shared_ptr<Op>> ops_;
-  Handle next_handle_ = 1;
+  uint64_t next_op_id_ = 1;  // the root's operations, for Round::op_id
   std::string failure_;  // non-empty: the group failed; every call throws
   bool shut_down_ = false;
   // Made at the first device push_pull; destroyed before the Worker it pushes through.

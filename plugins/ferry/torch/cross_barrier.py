@@ -104,12 +104,14 @@ class CrossBarrier(object):
         return check
 
     def _apply_arrived(self):
-        # In forward order, up to the first sum still on its way: the servers answer
-        # roughly in priority order (forward order), so this costs a poll or two.
-        for p, (handle, _) in list(self._pending.items()):
-            if not ops.poll(handle):
-                break
-            self._apply(p)
+        # Every update whose sum has arrived, asking the core (one call per update, none
+        # waits): the sums come roughly in priority (forward) order.
+        by_handle = {handle: p for p, (handle, _) in self._pending.items()}
+        while by_handle:
+            done = ops.wait_any(list(by_handle), 0)
+            if done is None:
+                return
+            self._apply(by_handle.pop(done))
 
     def _apply(self, p):
         handle, ctx = self._pending.pop(p)

@@ -318,6 +318,20 @@ def poll(handle):
     return handle < 0 or _core.poll(handle)
 
 
+def wait_any(handles, timeout_ms=0):
+    """The first handle in `handles` whose operation finished, waiting at most
+    `timeout_ms` (in C++, without the GIL); None if none finished in time. Synchronize it
+    next (that raises its error, if it failed)."""
+    for h in handles:
+        if h not in _pending:
+            raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (h,))
+        if h < 0:
+            return h
+    if not handles:
+        return None
+    return _core.wait_any(list(handles), int(timeout_ms)) or None
+
+
 def synchronize(handle):
     """Waits for the operation of `handle` and returns its result tensor. Raises
     FerryError with the core's message if it failed (a dead node, a mismatch, a timeout)."""
