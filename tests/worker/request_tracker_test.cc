@@ -34,7 +34,8 @@ TEST(RequestTrackerTest, OverdueRequestsAreResentWithTheAttemptCounted) {
   auto never = [](const Req&) { return false; };
   std::vector<uint64_t> resent;
   const int64_t now = NowMs();
-  t.ResendOverdue(now + 50, never, false, [&](uint64_t id, Req&) { return resent.push_back(id), false; });
+  t.ResendOverdue(now + 50, never, false,
+                  [&](uint64_t id, Req&) { return resent.push_back(id), false; });
   EXPECT_TRUE(resent.empty());
   t.ResendOverdue(now + 150, never, false, [&](uint64_t id, Req& r) {
     resent.push_back(id);

@@ -38,7 +38,8 @@ TEST(TensorCatalogTest, ARedeclarationMustMatchAndMayChangeThePriority) {
     FAIL() << "accepted";
   } catch (const FerryError& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_STREQ(e.what(), "tensor 'w' was declared as float32[4,4] and is now used as float32[17]");
+    EXPECT_STREQ(e.what(),
+                 "tensor 'w' was declared as float32[4,4] and is now used as float32[17]");
   }
   EXPECT_THROW(c.Declare("x", DataType::kFloat32, {-1}, std::nullopt), FerryError);
   EXPECT_EQ(c.size(), 1u);

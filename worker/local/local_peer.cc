@@ -13,7 +13,7 @@ namespace ferry {
 
 struct LocalPeer::Op {
   uint64_t seq = 0;
-  Handle handle = 0; // in table_
+  Handle handle = 0;  // in table_
   LocalOp kind = LocalOp::kPushPull;
   std::string name;
   void *output = nullptr;
@@ -21,12 +21,11 @@ struct LocalPeer::Op {
 };
 
 LocalPeer::LocalPeer(const Config &config)
-    : config_(config), table_(config.op_timeout_ms,
-                              [this](Handle h) { return TimeoutMessage(h); }) {}
+    : config_(config),
+      table_(config.op_timeout_ms, [this](Handle h) { return TimeoutMessage(h); }) {}
 
 LocalPeer::~LocalPeer() {
-  if (link_)
-    link_->Stop();
+  if (link_) link_->Stop();
 }
 
 std::string LocalPeer::Me() const {
@@ -37,9 +36,8 @@ std::unique_ptr<LocalPeer> LocalPeer::Create(const Config &config) {
   std::unique_ptr<LocalPeer> p(new LocalPeer(config));
   p->link_ = std::make_unique<LocalLink>(false, config.LocalSocketName(),
                                          StrCat("local-", config.local_rank));
-  p->link_->Start(
-      [q = p.get()](LocalMessage &&m) { q->OnMessage(std::move(m)); },
-      [q = p.get()] { q->OnDisconnect(); });
+  p->link_->Start([q = p.get()](LocalMessage &&m) { q->OnMessage(std::move(m)); },
+                  [q = p.get()] { q->OnDisconnect(); });
   LocalMessage hello;
   hello.header.op = static_cast<uint32_t>(LocalOp::kHello);
   hello.header.local_rank = config.local_rank;
@@ -49,13 +47,11 @@ std::unique_ptr<LocalPeer> LocalPeer::Create(const Config &config) {
   const int64_t wait_ms = 2 * config.connect_timeout_ms;
   if (!p->cv_.wait_for(lock, Millis(wait_ms),
                        [&] { return p->welcomed_ || !p->failure_.empty(); })) {
-    throw FerryError(
-        ErrorCode::kTimeout,
-        StrCat(
-            p->Me(), ": no WELCOME from the local root (local rank 0) at ",
-            p->link_->endpoint(), " within ", wait_ms,
-            " ms (2 x FERRY_CONNECT_TIMEOUT_MS): is local rank 0 running, with "
-            "the same DMLC_WORKER_ID and scheduler address?"));
+    throw FerryError(ErrorCode::kTimeout,
+                     StrCat(p->Me(), ": no WELCOME from the local root (local rank 0) at ",
+                            p->link_->endpoint(), " within ", wait_ms,
+                            " ms (2 x FERRY_CONNECT_TIMEOUT_MS): is local rank 0 running, with "
+                            "the same DMLC_WORKER_ID and scheduler address?"));
   }
   FERRY_ENFORCE(p->failure_.empty(), ErrorCode::kPeerFailed, p->failure_);
   return p;
@@ -65,82 +61,73 @@ void LocalPeer::OnMessage(LocalMessage &&m) {
   std::lock_guard<std::mutex> lock(mu_);
   const LocalHeader &h = m.header;
   switch (static_cast<LocalOp>(h.op)) {
-  case LocalOp::kWelcome:
-    rank_ = h.rank;
-    size_ = h.size;
-    num_servers_ = h.num_servers;
-    root_pid_ = h.pid;
-    welcomed_ = true;
-    break;
-  case LocalOp::kDone: {
-    auto it = by_seq_.find(h.seq);
-    if (it == by_seq_.end()) {
-      LOG(WARNING) << Me() << ": DONE for unknown operation " << h.seq;
-      return;
+    case LocalOp::kWelcome:
+      rank_ = h.rank;
+      size_ = h.size;
+      num_servers_ = h.num_servers;
+      root_pid_ = h.pid;
+      welcomed_ = true;
+      break;
+    case LocalOp::kDone: {
+      auto it = by_seq_.find(h.seq);
+      if (it == by_seq_.end()) {
+        LOG(WARNING) << Me() << ": DONE for unknown operation " << h.seq;
+        return;
+      }
+      std::shared_ptr<Op> op = it->second;
+      by_seq_.erase(it);
+      if (op->kind != LocalOp::kBarrier) {
+        Slot &slot = slots_[op->name];
+        slot.segment->Unlink();  // the root has mapped it
+        if (op->bytes > 0) std::memcpy(op->output, slot.segment->data(), op->bytes);
+        slot.busy = false;
+      }
+      table_.Finish(op->handle, Verdict{});
+      break;
     }
-    std::shared_ptr<Op> op = it->second;
-    by_seq_.erase(it);
-    if (op->kind != LocalOp::kBarrier) {
-      Slot &slot = slots_[op->name];
-      slot.segment->Unlink(); // the root has mapped it
-      if (op->bytes > 0)
-        std::memcpy(op->output, slot.segment->data(), op->bytes);
-      slot.busy = false;
-    }
-    table_.Finish(op->handle, Verdict{});
-    break;
-  }
-  case LocalOp::kFail:
-    Fail(StrCat(Me(), ": the local root (pid ", root_pid_,
-                ") reported: ", m.text));
-    break;
-  case LocalOp::kDevicePushPull: // GO: the root started this round on every
-                                 // rank
-    if (!nccl_ || !failure_.empty()) {
-      if (!nccl_)
-        Fail(StrCat(Me(), ": GO for device tensor '", m.name,
-                    "' never submitted"));
-      return;
-    }
-    nccl_->Go(m.name, m.text);
-    break;
-  case LocalOp::kBye:
-    bye_received_ = true;
-    bye_error_ = m.text;
-    break;
-  default:
-    LOG(WARNING) << Me() << ": unexpected "
-                 << LocalOpName(static_cast<LocalOp>(h.op));
+    case LocalOp::kFail:
+      Fail(StrCat(Me(), ": the local root (pid ", root_pid_, ") reported: ", m.text));
+      break;
+    case LocalOp::kDevicePushPull:  // GO: the root started this round on every
+                                    // rank
+      if (!nccl_ || !failure_.empty()) {
+        if (!nccl_) Fail(StrCat(Me(), ": GO for device tensor '", m.name, "' never submitted"));
+        return;
+      }
+      nccl_->Go(m.name, m.text);
+      break;
+    case LocalOp::kBye:
+      bye_received_ = true;
+      bye_error_ = m.text;
+      break;
+    default:
+      LOG(WARNING) << Me() << ": unexpected " << LocalOpName(static_cast<LocalOp>(h.op));
   }
   cv_.notify_all();
 }
 
 void LocalPeer::OnDisconnect() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (bye_received_)
-    return;
+  if (bye_received_) return;
   Fail(StrCat(Me(), ": the local root (local rank 0, pid ", root_pid_,
               ") disconnected: it ended or failed"));
 }
 
 void LocalPeer::Fail(const std::string &reason) {
-  if (!failure_.empty())
-    return;
+  if (!failure_.empty()) return;
   failure_ = reason;
   LOG(ERROR) << reason;
-  if (nccl_)
-    nccl_->Fail(reason);
+  if (nccl_) nccl_->Fail(reason);
   table_.FailAll(reason);
   cv_.notify_all();
 }
 
-Handle LocalPeer::Submit(LocalOp kind, const std::string &name,
-                         const void *input, void *output, DataType dtype,
-                         uint64_t count, bool average, int root) {
+Handle LocalPeer::Submit(LocalOp kind, const std::string &name, const void *input, void *output,
+                         DataType dtype, uint64_t count, bool average, int root) {
   std::unique_lock<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, LocalOpName(kind), " of '",
-                name, "' after Shutdown()");
+  FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, LocalOpName(kind), " of '", name,
+                "' after Shutdown()");
   const size_t bytes = count * DataTypeSize(dtype);
   LocalMessage m;
   if (kind != LocalOp::kBarrier) {
@@ -149,23 +136,19 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string &name,
     // tensor.
     if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms),
                       [&] { return !slot.busy || !failure_.empty(); })) {
-      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ",
-                  config_.op_timeout_ms,
+      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ", config_.op_timeout_ms,
                   " ms (FERRY_OP_TIMEOUT_MS) for the previous operation "
                   "on that tensor"));
     }
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
     if (!slot.segment || slot.segment->size() < bytes) {
       const size_t size = std::max<size_t>(bytes, 64);
-      slot.segment =
-          ShmSegment::Create(StrCat("/ferry-", getpid(), "-",
-                                    config_.local_rank, "-", next_segment_++),
-                             size);
+      slot.segment = ShmSegment::Create(
+          StrCat("/ferry-", getpid(), "-", config_.local_rank, "-", next_segment_++), size);
       m.header.shm_bytes = size;
       m.text = slot.segment->name();
     }
-    if (bytes > 0)
-      std::memcpy(slot.segment->data(), input, bytes);
+    if (bytes > 0) std::memcpy(slot.segment->data(), input, bytes);
     slot.busy = true;
   }
   auto op = std::make_shared<Op>();
@@ -189,11 +172,9 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string &name,
   return op->handle;
 }
 
-Handle LocalPeer::PushPullAsync(const std::string &name, const void *input,
-                                void *output, DataType dtype, uint64_t count,
-                                bool average) {
-  return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average,
-                -1);
+Handle LocalPeer::PushPullAsync(const std::string &name, const void *input, void *output,
+                                DataType dtype, uint64_t count, bool average) {
+  return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1);
 }
 
 void LocalPeer::PushPullDevice(const DeviceTensor &t) {
@@ -201,12 +182,10 @@ void LocalPeer::PushPullDevice(const DeviceTensor &t) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-    FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, "push_pull of '", t.name,
-                  "' after Shutdown()");
+    FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, "push_pull of '", t.name, "' after Shutdown()");
     if (!nccl_) {
-      nccl_ = LocalNccl::Create(config_.local_rank, config_.local_size,
-                                config_.op_timeout_ms, nullptr,
-                                [this](const std::string &reason) {
+      nccl_ = LocalNccl::Create(config_.local_rank, config_.local_size, config_.op_timeout_ms,
+                                nullptr, [this](const std::string &reason) {
                                   std::lock_guard<std::mutex> lock(mu_);
                                   Fail(reason);
                                 });
@@ -238,36 +217,29 @@ void LocalPeer::Wait(Handle handle) { table_.Wait(handle); }
 std::string LocalPeer::TimeoutMessage(Handle handle) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto &[seq, op] : by_seq_) {
-    if (op->handle != handle)
-      continue;
+    if (op->handle != handle) continue;
     return StrCat(Me(), ": ", LocalOpName(op->kind), " of '", op->name,
-                  "': no answer from the local root (pid ", root_pid_,
-                  ") within ", config_.op_timeout_ms,
-                  " ms (FERRY_OP_TIMEOUT_MS)");
+                  "': no answer from the local root (pid ", root_pid_, ") within ",
+                  config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
   }
-  return StrCat(Me(), ": operation ", handle,
-                ": no answer from the local root (pid ", root_pid_, ") within ",
-                config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
+  return StrCat(Me(), ": operation ", handle, ": no answer from the local root (pid ", root_pid_,
+                ") within ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
 }
 
-void LocalPeer::Broadcast(const std::string &name, void *data, DataType dtype,
-                          uint64_t count, int root) {
-  FERRY_ENFORCE(root >= 0 && root < size_, ErrorCode::kInvalidArgument,
-                "broadcast of '", name, "': root rank ", root,
-                " is not a rank (0..", size_ - 1, ")");
-  Wait(
-      Submit(LocalOp::kBroadcast, name, data, data, dtype, count, false, root));
+void LocalPeer::Broadcast(const std::string &name, void *data, DataType dtype, uint64_t count,
+                          int root) {
+  FERRY_ENFORCE(root >= 0 && root < size_, ErrorCode::kInvalidArgument, "broadcast of '", name,
+                "': root rank ", root, " is not a rank (0..", size_ - 1, ")");
+  Wait(Submit(LocalOp::kBroadcast, name, data, data, dtype, count, false, root));
 }
 
 void LocalPeer::Barrier() {
-  Wait(Submit(LocalOp::kBarrier, "", nullptr, nullptr, DataType::kFloat32, 0,
-              false, -1));
+  Wait(Submit(LocalOp::kBarrier, "", nullptr, nullptr, DataType::kFloat32, 0, false, -1));
 }
 
 void LocalPeer::Shutdown() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (bye_sent_)
-    return;
+  if (bye_sent_) return;
   auto quiet = [&] { return by_seq_.empty() || !failure_.empty(); };
   if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms), quiet)) {
     Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
@@ -283,15 +255,15 @@ void LocalPeer::Shutdown() {
     if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms),
                       [&] { return bye_received_ || !failure_.empty(); })) {
       Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
-                  " ms (FERRY_OP_TIMEOUT_MS) for the local root (pid ",
-                  root_pid_, ") to shut the job down"));
+                  " ms (FERRY_OP_TIMEOUT_MS) for the local root (pid ", root_pid_,
+                  ") to shut the job down"));
     }
   }
   const std::string error = !failure_.empty() ? failure_ : bye_error_;
-  slots_.clear(); // unmaps; unlinks names the root never mapped
+  slots_.clear();  // unmaps; unlinks names the root never mapped
   lock.unlock();
   link_->Stop();
   FERRY_ENFORCE(error.empty(), ErrorCode::kPeerFailed, error);
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -15,7 +15,7 @@ namespace ferry {
 
 namespace {
 
-const char kBarrierKey[] = "__ferry__/local_barrier"; // the rounds of Barrier()
+const char kBarrierKey[] = "__ferry__/local_barrier";  // the rounds of Barrier()
 // The rounds of device tensor T are counted under kDevicePrefix + T: a host and
 // a device push_pull of one name are rounds of two sequences.
 const char kDevicePrefix[] = "__ferry__/device/";
@@ -24,71 +24,64 @@ std::string DeviceKey(const std::string &name) { return kDevicePrefix + name; }
 
 // True when process `pid` has ended (gone, or a zombie nobody reaped yet).
 bool ProcessGone(int pid) {
-  if (pid <= 0)
-    return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH)
-    return true;
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(stat, line))
-    return true;
+  if (!std::getline(stat, line)) return true;
   const size_t paren = line.rfind(')');
   return paren != std::string::npos && paren + 2 < line.size() &&
          (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
 }
 
-} // namespace
+}  // namespace
 
 struct LocalRoot::Round {
-  LocalOp kind = LocalOp::kHello; // kHello: no submission yet
+  LocalOp kind = LocalOp::kHello;  // kHello: no submission yet
   DataType dtype = DataType::kFloat32;
   uint64_t count = 0;
   bool average = false;
   int root = -1;
-  std::vector<bool> have; // by local rank: submitted
-  std::vector<uint64_t>
-      seq; // by local rank: its operation number (echoed in DONE)
-  const void *input = nullptr; // the root's
-  void *output = nullptr;      // the root's
-  uint64_t op_id = 0; // the root's operation (0: the root has not called yet)
-  Handle handle = 0;  // the root's push_pull, in table_ (0: none)
-  std::optional<int> priority; // the root's
+  std::vector<bool> have;       // by local rank: submitted
+  std::vector<uint64_t> seq;    // by local rank: its operation number (echoed in DONE)
+  const void *input = nullptr;  // the root's
+  void *output = nullptr;       // the root's
+  uint64_t op_id = 0;           // the root's operation (0: the root has not called yet)
+  Handle handle = 0;            // the root's push_pull, in table_ (0: none)
+  std::optional<int> priority;  // the root's
   bool started = false;
-  Handle worker_handle =
-      0; // push_pull: the Worker's operation on the staging buffer
+  Handle worker_handle = 0;  // push_pull: the Worker's operation on the staging buffer
 };
 
 struct LocalRoot::Rounds {
-  uint64_t base = 0; // the round number of q.front()
+  uint64_t base = 0;  // the round number of q.front()
   std::deque<Round> q;
-  std::vector<uint64_t> next; // by local rank: its next round number
-  std::vector<char>
-      staging; // the front round's sum (see the header's invariants)
+  std::vector<uint64_t> next;  // by local rank: its next round number
+  std::vector<char> staging;   // the front round's sum (see the header's invariants)
 };
 
 struct LocalRoot::Peer {
-  std::string id; // routing id
+  std::string id;  // routing id
   int pid = 0;
   bool hello = false;
   bool bye = false;
-  std::map<std::string, std::unique_ptr<ShmSegment>> slots; // by tensor name
+  std::map<std::string, std::unique_ptr<ShmSegment>> slots;  // by tensor name
 };
 
 LocalRoot::LocalRoot(const Config &config)
-    : config_(config), local_size_(config.local_size),
+    : config_(config),
+      local_size_(config.local_size),
       table_(config.op_timeout_ms,
              [this](Handle h) {
                std::lock_guard<std::mutex> lock(mu_);
-               return StrCat(
-                   Me(), ": timed out after ", config_.op_timeout_ms,
-                   " ms (FERRY_OP_TIMEOUT_MS): ",
-                   Describe([h](const Round &r) { return r.handle == h; }));
+               return StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
+                             " ms (FERRY_OP_TIMEOUT_MS): ",
+                             Describe([h](const Round &r) { return r.handle == h; }));
              }),
       peers_(config.local_size) {}
 
 LocalRoot::~LocalRoot() {
-  if (link_)
-    link_->Stop();
+  if (link_) link_->Stop();
   // The Worker's completion callbacks use this object's members: no callback
   // may run once they are gone (members are destroyed after this body, worker_
   // among the last).
@@ -103,9 +96,8 @@ std::string LocalRoot::Me() const {
 std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
   std::unique_ptr<LocalRoot> r(new LocalRoot(config));
   r->link_ = std::make_unique<LocalLink>(true, config.LocalSocketName(), "");
-  r->link_->Start(
-      [p = r.get()](LocalMessage &&m) { p->OnMessage(std::move(m)); },
-      [p = r.get()] { p->OnDisconnect(); });
+  r->link_->Start([p = r.get()](LocalMessage &&m) { p->OnMessage(std::move(m)); },
+                  [p = r.get()] { p->OnDisconnect(); });
   std::unique_ptr<Worker> worker;
   try {
     worker = Worker::Create(config);
@@ -118,8 +110,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
   r->worker_ = std::move(worker);
   auto all_here = [&] {
     for (int lr = 1; lr < r->local_size_; ++lr) {
-      if (!r->peers_[lr].hello)
-        return false;
+      if (!r->peers_[lr].hello) return false;
     }
     return true;
   };
@@ -127,12 +118,11 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
                        [&] { return all_here() || !r->failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < r->local_size_; ++lr) {
-      if (!r->peers_[lr].hello)
-        missing += StrCat(missing.empty() ? "" : ", ", lr);
+      if (!r->peers_[lr].hello) missing += StrCat(missing.empty() ? "" : ", ", lr);
     }
     r->Fail(StrCat(r->Me(), ": local rank(s) ", missing, " did not connect to ",
-                   r->link_->endpoint(), " within FERRY_CONNECT_TIMEOUT_MS=",
-                   config.connect_timeout_ms, " ms"));
+                   r->link_->endpoint(),
+                   " within FERRY_CONNECT_TIMEOUT_MS=", config.connect_timeout_ms, " ms"));
   }
   FERRY_ENFORCE(r->failure_.empty(), ErrorCode::kPeerFailed, r->failure_);
   for (int lr = 1; lr < r->local_size_; ++lr) {
@@ -145,9 +135,8 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
     w.header.num_servers = r->worker_->num_servers();
     r->link_->Send(std::move(w));
   }
-  LOG(INFO) << "local group of " << r->local_size_ << " at "
-            << r->link_->endpoint() << ": ranks " << r->rank() << ".."
-            << r->rank() + r->local_size_ - 1 << " of " << r->size();
+  LOG(INFO) << "local group of " << r->local_size_ << " at " << r->link_->endpoint() << ": ranks "
+            << r->rank() << ".." << r->rank() + r->local_size_ - 1 << " of " << r->size();
   return r;
 }
 
@@ -156,71 +145,62 @@ void LocalRoot::OnMessage(LocalMessage &&m) {
   const LocalHeader &h = m.header;
   const int lr = h.local_rank;
   if (lr < 1 || lr >= local_size_) {
-    LOG(WARNING) << "local group: dropped a message from local rank " << lr
-                 << " (expected 1.." << local_size_ - 1 << ")";
+    LOG(WARNING) << "local group: dropped a message from local rank " << lr << " (expected 1.."
+                 << local_size_ - 1 << ")";
     return;
   }
   Peer &peer = peers_[lr];
   const LocalOp op = static_cast<LocalOp>(h.op);
   try {
     switch (op) {
-    case LocalOp::kHello:
-      if (peer.hello && peer.pid != h.pid) {
-        Fail(StrCat("two processes claim local rank ", lr, ": pids ", peer.pid,
-                    " and ", h.pid,
-                    " (FERRY_LOCAL_RANK must differ on one machine)"));
-        return;
+      case LocalOp::kHello:
+        if (peer.hello && peer.pid != h.pid) {
+          Fail(StrCat("two processes claim local rank ", lr, ": pids ", peer.pid, " and ", h.pid,
+                      " (FERRY_LOCAL_RANK must differ on one machine)"));
+          return;
+        }
+        peer.id = m.peer;
+        peer.pid = h.pid;
+        peer.hello = true;
+        break;
+      case LocalOp::kPushPull:
+      case LocalOp::kBroadcast: {
+        if (!failure_.empty()) return;  // the peer was told
+        const size_t bytes = h.count * DataTypeSize(static_cast<DataType>(h.dtype));
+        FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
+        if (h.shm_bytes > 0) {
+          peer.slots[m.name] = ShmSegment::OpenAndUnlink(m.text, h.shm_bytes);
+        }
+        auto slot = peer.slots.find(m.name);
+        FERRY_ENFORCE(slot != peer.slots.end() && slot->second->size() >= bytes,
+                      ErrorCode::kBadMessage, "local rank ", lr, ": ", LocalOpName(op), " of '",
+                      m.name, "' (", bytes, " bytes) without a slot that large");
+        Submit(m.name, lr, op, static_cast<DataType>(h.dtype), h.count, h.average != 0, h.root,
+               h.seq);
+        TryStart(m.name);
+        break;
       }
-      peer.id = m.peer;
-      peer.pid = h.pid;
-      peer.hello = true;
-      break;
-    case LocalOp::kPushPull:
-    case LocalOp::kBroadcast: {
-      if (!failure_.empty())
-        return; // the peer was told
-      const size_t bytes =
-          h.count * DataTypeSize(static_cast<DataType>(h.dtype));
-      FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage,
-                    "bad dtype ", h.dtype);
-      if (h.shm_bytes > 0) {
-        peer.slots[m.name] = ShmSegment::OpenAndUnlink(m.text, h.shm_bytes);
-      }
-      auto slot = peer.slots.find(m.name);
-      FERRY_ENFORCE(slot != peer.slots.end() && slot->second->size() >= bytes,
-                    ErrorCode::kBadMessage, "local rank ", lr, ": ",
-                    LocalOpName(op), " of '", m.name, "' (", bytes,
-                    " bytes) without a slot that large");
-      Submit(m.name, lr, op, static_cast<DataType>(h.dtype), h.count,
-             h.average != 0, h.root, h.seq);
-      TryStart(m.name);
-      break;
-    }
-    case LocalOp::kDevicePushPull:
-      if (!failure_.empty())
-        return; // the peer was told
-      FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage,
-                    "bad dtype ", h.dtype);
-      Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count,
-             h.average != 0, -1, h.seq);
-      TryStart(DeviceKey(m.name));
-      break;
-    case LocalOp::kBarrier:
-      if (!failure_.empty())
-        return;
-      Submit(kBarrierKey, lr, op, DataType::kFloat32, 0, false, -1, h.seq);
-      TryStart(kBarrierKey);
-      break;
-    case LocalOp::kBye:
-      peer.bye = true;
-      break;
-    default:
-      LOG(WARNING) << "local group: unexpected " << LocalOpName(op)
-                   << " from local rank " << lr;
+      case LocalOp::kDevicePushPull:
+        if (!failure_.empty()) return;  // the peer was told
+        FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
+        Submit(DeviceKey(m.name), lr, op, static_cast<DataType>(h.dtype), h.count, h.average != 0,
+               -1, h.seq);
+        TryStart(DeviceKey(m.name));
+        break;
+      case LocalOp::kBarrier:
+        if (!failure_.empty()) return;
+        Submit(kBarrierKey, lr, op, DataType::kFloat32, 0, false, -1, h.seq);
+        TryStart(kBarrierKey);
+        break;
+      case LocalOp::kBye:
+        peer.bye = true;
+        break;
+      default:
+        LOG(WARNING) << "local group: unexpected " << LocalOpName(op) << " from local rank " << lr;
     }
   } catch (const FerryError &e) {
-    Fail(StrCat(Me(), ": bad ", LocalOpName(op), " from local rank ", lr,
-                " (pid ", peer.pid, "): ", e.what()));
+    Fail(StrCat(Me(), ": bad ", LocalOpName(op), " from local rank ", lr, " (pid ", peer.pid,
+                "): ", e.what()));
   }
   cv_.notify_all();
 }
@@ -240,31 +220,26 @@ void LocalRoot::OnDisconnect() {
     unknown.clear();
     for (int lr = 1; lr < local_size_; ++lr) {
       const Peer &p = peers_[lr];
-      if (!p.hello || p.bye)
-        continue;
+      if (!p.hello || p.bye) continue;
       const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
       std::string &list = ProcessGone(p.pid) ? gone : unknown;
       list += (list.empty() ? "" : ", ") + who;
     }
-    if (unknown.empty())
-      break; // every peer without BYE is gone, or none is missing
+    if (unknown.empty()) break;  // every peer without BYE is gone, or none is missing
   }
   if (!gone.empty()) {
-    Fail(StrCat(Me(), ": ", gone,
-                " disconnected before shutting down: the process ended"));
+    Fail(StrCat(Me(), ": ", gone, " disconnected before shutting down: the process ended"));
   } else if (!unknown.empty()) {
-    Fail(StrCat(Me(),
-                ": a local process disconnected before shutting down (one of ",
-                unknown, ")"));
+    Fail(
+        StrCat(Me(), ": a local process disconnected before shutting down (one of ", unknown, ")"));
   }
 }
 
 void LocalRoot::OnMachineDone(const std::string &key, const Verdict &verdict) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rounds_.find(key);
-  if (it == rounds_.end() || it->second.q.empty() ||
-      it->second.q.front().worker_handle == 0) {
-    return; // the group failed meanwhile
+  if (it == rounds_.end() || it->second.q.empty() || it->second.q.front().worker_handle == 0) {
+    return;  // the group failed meanwhile
   }
   Rounds &rs = it->second;
   Round &round = rs.q.front();
@@ -273,18 +248,14 @@ void LocalRoot::OnMachineDone(const std::string &key, const Verdict &verdict) {
     Fail(StrCat("push_pull of '", key, "' failed: ", verdict.error));
     return;
   }
-  if (round.average)
-    Scale(rs.staging.data(), 1.0 / size(), round.count, round.dtype);
+  if (round.average) Scale(rs.staging.data(), 1.0 / size(), round.count, round.dtype);
   FinishRound(key, rs.staging.data());
 }
 
-LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr,
-                                    LocalOp kind, DataType dtype,
-                                    uint64_t count, bool average, int root,
-                                    uint64_t seq) {
+LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr, LocalOp kind, DataType dtype,
+                                    uint64_t count, bool average, int root, uint64_t seq) {
   Rounds &rs = rounds_[key];
-  if (rs.next.empty())
-    rs.next.assign(local_size_, 0);
+  if (rs.next.empty()) rs.next.assign(local_size_, 0);
   const uint64_t index = rs.next[lr]++ - rs.base;
   while (rs.q.size() <= index) {
     rs.q.emplace_back();
@@ -298,17 +269,15 @@ LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr,
     round.count = count;
     round.average = average;
     round.root = root;
-  } else if (round.kind != kind || round.dtype != dtype ||
-             round.count != count || round.average != average ||
-             round.root != root) {
+  } else if (round.kind != kind || round.dtype != dtype || round.count != count ||
+             round.average != average || round.root != root) {
     // The group cannot go on: the ranks' sequences of calls differ.
     const std::string why =
-        StrCat("local ranks disagree on round ", rs.base + index, " of '", key,
-               "': local rank ", lr, " called ", LocalOpName(kind), " (", count,
-               " x ", DataTypeName(dtype), ", average ", average, ", root ",
-               root, ") where another called ", LocalOpName(round.kind), " (",
-               round.count, " x ", DataTypeName(round.dtype), ", average ",
-               round.average, ", root ", round.root, ")");
+        StrCat("local ranks disagree on round ", rs.base + index, " of '", key, "': local rank ",
+               lr, " called ", LocalOpName(kind), " (", count, " x ", DataTypeName(dtype),
+               ", average ", average, ", root ", root, ") where another called ",
+               LocalOpName(round.kind), " (", round.count, " x ", DataTypeName(round.dtype),
+               ", average ", round.average, ", root ", round.root, ")");
     Fail(why);
     throw FerryError(ErrorCode::kMismatch, why);
   }
@@ -319,20 +288,16 @@ LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr,
 
 void LocalRoot::TryStart(const std::string &key) {
   Rounds &rs = rounds_[key];
-  if (rs.q.empty() || rs.q.front().started || !failure_.empty())
-    return;
+  if (rs.q.empty() || rs.q.front().started || !failure_.empty()) return;
   Round &round = rs.q.front();
   for (bool h : round.have) {
-    if (!h)
-      return;
+    if (!h) return;
   }
   round.started = true;
-  if (round.kind == LocalOp::kDevicePushPull)
-    return StartDevice(key, rs);
-  if (round.kind == LocalOp::kPushPull)
-    StartPushPull(key, rs);
-  cv_.notify_all(); // broadcast and barrier: the root's caller takes it from
-                    // here
+  if (round.kind == LocalOp::kDevicePushPull) return StartDevice(key, rs);
+  if (round.kind == LocalOp::kPushPull) StartPushPull(key, rs);
+  cv_.notify_all();  // broadcast and barrier: the root's caller takes it from
+                     // here
 }
 
 void LocalRoot::StartDevice(const std::string &key, Rounds &rs) {
@@ -365,8 +330,7 @@ void LocalRoot::StartDevice(const std::string &key, Rounds &rs) {
 void LocalRoot::MachinePushPull(const DeviceTensor &t, void *host) {
   // A sum, never an average: the division is by size(), not by the machines.
   worker_->PushPull(t.name, host, host, t.dtype, t.count, false);
-  if (t.average && t.count > 0)
-    Scale(host, 1.0 / size(), t.count, t.dtype);
+  if (t.average && t.count > 0) Scale(host, 1.0 / size(), t.count, t.dtype);
 }
 
 void LocalRoot::PushPullDevice(const DeviceTensor &t) {
@@ -379,18 +343,14 @@ void LocalRoot::PushPullDevice(const DeviceTensor &t) {
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
           0, local_size_, config_.op_timeout_ms,
-          [this](const DeviceTensor &d, void *host) {
-            MachinePushPull(d, host);
-          },
+          [this](const DeviceTensor &d, void *host) { MachinePushPull(d, host); },
           [this](const std::string &reason) {
             std::lock_guard<std::mutex> lock(mu_);
             Fail(reason);
           });
     }
-    ticket =
-        nccl_->Submit(t); // before the round can start: its GO finds it queued
-    Submit(DeviceKey(t.name), 0, LocalOp::kDevicePushPull, t.dtype, t.count,
-           t.average, -1, 0);
+    ticket = nccl_->Submit(t);  // before the round can start: its GO finds it queued
+    Submit(DeviceKey(t.name), 0, LocalOp::kDevicePushPull, t.dtype, t.count, t.average, -1, 0);
     TryStart(DeviceKey(t.name));
   }
   nccl_->Wait(ticket);
@@ -400,8 +360,7 @@ void LocalRoot::StartPushPull(const std::string &key, Rounds &rs) {
   Round &round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   rs.staging.resize(bytes);
-  if (bytes > 0)
-    std::memcpy(rs.staging.data(), round.input, bytes);
+  if (bytes > 0) std::memcpy(rs.staging.data(), round.input, bytes);
   for (int lr = 1; lr < local_size_; ++lr) {
     SumInto(rs.staging.data(), SlotData(lr, key), round.count, round.dtype);
   }
@@ -409,8 +368,7 @@ void LocalRoot::StartPushPull(const std::string &key, Rounds &rs) {
     // The Worker finishes it on its completion thread (OnMachineDone), or fails
     // it with a timeout FERRY_OP_TIMEOUT_MS from now.
     round.worker_handle = worker_->PushPullAsync(
-        key, rs.staging.data(), rs.staging.data(), round.dtype, round.count,
-        false, round.priority,
+        key, rs.staging.data(), rs.staging.data(), round.dtype, round.count, false, round.priority,
         [this, key](Handle, const Verdict &v) { OnMachineDone(key, v); });
   } catch (const FerryError &e) {
     Fail(StrCat("push_pull of '", key, "': ", e.what()));
@@ -425,16 +383,14 @@ void LocalRoot::FinishRound(const std::string &key, const void *result) {
     std::memcpy(round.output, result, bytes);
   }
   for (int lr = 1; lr < local_size_; ++lr) {
-    if (bytes > 0)
-      std::memcpy(SlotData(lr, key), result, bytes);
+    if (bytes > 0) std::memcpy(SlotData(lr, key), result, bytes);
     LocalMessage done;
     done.peer = peers_[lr].id;
     done.header.op = static_cast<uint32_t>(LocalOp::kDone);
     done.header.seq = round.seq[lr];
     link_->Send(std::move(done));
   }
-  if (round.handle)
-    table_.Finish(round.handle, Verdict{});
+  if (round.handle) table_.Finish(round.handle, Verdict{});
   rs.q.pop_front();
   rs.base++;
   cv_.notify_all();
@@ -443,22 +399,18 @@ void LocalRoot::FinishRound(const std::string &key, const void *result) {
 
 void *LocalRoot::SlotData(int lr, const std::string &key) {
   auto it = peers_[lr].slots.find(key);
-  CHECK(it != peers_[lr].slots.end())
-      << "no slot of local rank " << lr << " for " << key;
+  CHECK(it != peers_[lr].slots.end()) << "no slot of local rank " << lr << " for " << key;
   return it->second->data();
 }
 
 void LocalRoot::Fail(const std::string &reason) {
-  if (!failure_.empty())
-    return;
+  if (!failure_.empty()) return;
   failure_ = reason;
   LOG(ERROR) << reason;
-  if (nccl_)
-    nccl_->Fail(reason);
+  if (nccl_) nccl_->Fail(reason);
   table_.FailAll(reason);
   for (int lr = 1; lr < local_size_; ++lr) {
-    if (!peers_[lr].hello)
-      continue;
+    if (!peers_[lr].hello) continue;
     LocalMessage fail;
     fail.peer = peers_[lr].id;
     fail.header.op = static_cast<uint32_t>(LocalOp::kFail);
@@ -478,38 +430,30 @@ std::string LocalRoot::Missing(const Round &round) const {
   return s;
 }
 
-std::string
-LocalRoot::Describe(const std::function<bool(const Round &)> &is_op) const {
+std::string LocalRoot::Describe(const std::function<bool(const Round &)> &is_op) const {
   for (const auto &[key, rs] : rounds_) {
     for (const Round &round : rs.q) {
-      if (!is_op(round))
-        continue;
+      if (!is_op(round)) continue;
       const std::string what =
-          StrCat(LocalOpName(round.kind), " of '",
-                 key == kBarrierKey ? "barrier" : key, "'");
+          StrCat(LocalOpName(round.kind), " of '", key == kBarrierKey ? "barrier" : key, "'");
       if (!round.started) {
         const std::string missing = Missing(round);
-        if (!missing.empty())
-          return StrCat(what, ": waiting for local rank(s) ", missing);
-        return StrCat(
-            what, ": queued behind an earlier operation of the same tensor");
+        if (!missing.empty()) return StrCat(what, ": waiting for local rank(s) ", missing);
+        return StrCat(what, ": queued behind an earlier operation of the same tensor");
       }
-      return StrCat(what,
-                    ": waiting for the servers' sum (the machine's push_pull)");
+      return StrCat(what, ": waiting for the servers' sum (the machine's push_pull)");
     }
   }
   return "an operation that has just finished";
 }
 
-Handle LocalRoot::PushPullAsync(const std::string &name, const void *input,
-                                void *output, DataType dtype, uint64_t count,
-                                bool average, std::optional<int> priority) {
+Handle LocalRoot::PushPullAsync(const std::string &name, const void *input, void *output,
+                                DataType dtype, uint64_t count, bool average,
+                                std::optional<int> priority) {
   std::lock_guard<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name,
-                "' after Shutdown()");
-  Round &round =
-      Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
+  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
+  Round &round = Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
   round.input = input;
   round.output = output;
   round.op_id = next_op_id_++;
@@ -528,18 +472,16 @@ bool LocalRoot::WaitFor(Handle handle, int64_t timeout_ms) {
 
 void LocalRoot::Wait(Handle handle) { table_.Wait(handle); }
 
-void LocalRoot::WaitStarted(std::unique_lock<std::mutex> &lock,
-                            const std::string &key, uint64_t op_id) {
+void LocalRoot::WaitStarted(std::unique_lock<std::mutex> &lock, const std::string &key,
+                            uint64_t op_id) {
   auto started = [&] {
-    if (!failure_.empty())
-      return true;
+    if (!failure_.empty()) return true;
     const Rounds &rs = rounds_[key];
     return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
   if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms), started)) {
     const std::string why =
-        StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
-               " ms (FERRY_OP_TIMEOUT_MS): ",
+        StrCat(Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
                Describe([op_id](const Round &r) { return r.op_id == op_id; }));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
@@ -547,15 +489,13 @@ void LocalRoot::WaitStarted(std::unique_lock<std::mutex> &lock,
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
 }
 
-void LocalRoot::Broadcast(const std::string &name, void *data, DataType dtype,
-                          uint64_t count, int root) {
-  FERRY_ENFORCE(root >= 0 && root < size(), ErrorCode::kInvalidArgument,
-                "broadcast of '", name, "': root rank ", root,
-                " is not a rank (0..", size() - 1, ")");
+void LocalRoot::Broadcast(const std::string &name, void *data, DataType dtype, uint64_t count,
+                          int root) {
+  FERRY_ENFORCE(root >= 0 && root < size(), ErrorCode::kInvalidArgument, "broadcast of '", name,
+                "': root rank ", root, " is not a rank (0..", size() - 1, ")");
   std::unique_lock<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  Round &round =
-      Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
+  Round &round = Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
   round.output = data;
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(name);
@@ -584,8 +524,7 @@ void LocalRoot::Broadcast(const std::string &name, void *data, DataType dtype,
 void LocalRoot::Barrier() {
   std::unique_lock<std::mutex> lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  Round &round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32,
-                        0, false, -1, 0);
+  Round &round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(kBarrierKey);
   WaitStarted(lock, kBarrierKey, op_id);
@@ -606,28 +545,23 @@ void LocalRoot::Barrier() {
 
 void LocalRoot::Shutdown() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (shut_down_)
-    return;
+  if (shut_down_) return;
   shut_down_ = true;
   auto all_bye = [&] {
     for (int lr = 1; lr < local_size_; ++lr) {
-      if (!peers_[lr].bye)
-        return false;
+      if (!peers_[lr].bye) return false;
     }
     return true;
   };
-  if (failure_.empty() &&
-      !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                    [&] { return all_bye() || !failure_.empty(); })) {
+  if (failure_.empty() && !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
+                                        [&] { return all_bye() || !failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < local_size_; ++lr) {
       if (!peers_[lr].bye)
-        missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ",
-                          peers_[lr].pid, ")");
+        missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
     }
     Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
-                " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing,
-                " to shut down"));
+                " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing, " to shut down"));
   }
   const std::string failure = failure_;
   lock.unlock();
@@ -650,11 +584,11 @@ void LocalRoot::Shutdown() {
     }
   }
   lock.unlock();
-  link_->Stop(); // sends the BYEs first
+  link_->Stop();  // sends the BYEs first
   // After a failure the Worker is not shut down (that would wait for every
   // other worker, which may wait for us): the process ends, and the scheduler's
   // heartbeats tell the others.
   FERRY_ENFORCE(error.empty(), ErrorCode::kPeerFailed, error);
 }
 
-} // namespace ferry
+}  // namespace ferry
