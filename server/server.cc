@@ -36,8 +36,8 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
       van_(VanOptionsFor("server", config)),
       port_(van_.Bind(config.bind_host, config.node_port)),
       cluster_(config, &van_, port_),
-      // GPU engines never sum on the CPU (asynchronous mode, the pool's other user, is
-      // refused with a GPU): no helper threads.
+      // GPU engines never add dense keys on the CPU (both dense protocols go through the
+      // GPU summation; rows are summed by the engine thread alone): no helper threads.
       sum_pool_(config.server_device == ServerDevice::kGpu ? 0 : config.server_engine_threads - 1,
                 config.server_split_bytes) {
   CheckServerSettings(config);

@@ -36,13 +36,11 @@
 // (CheckServerSettings), although ParamProtocol goes through the same seam. GPU servers
 // start no SumPool helper threads.
 
-#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/cluster/cluster_client.h"
