@@ -12,17 +12,14 @@ int EngineForKey(uint64_t key, int engines) {
   return static_cast<int>(x % static_cast<uint64_t>(engines));
 }
 
-bool KeyState::Define(int rank, uint64_t push_length, DataType push_dtype, uint64_t push_hash,
-                      int num_workers) {
+bool KeyDefinition::Define(int rank, uint64_t push_length, DataType push_dtype,
+                           uint64_t push_hash) {
   if (!defined) {
     defined = true;
     length = push_length;
     dtype = push_dtype;
     tensor_hash = push_hash;
     defined_by_rank = rank;
-    pushed.assign(num_workers, false);
-    held.assign(num_workers, Buffer());
-    next_round.assign(num_workers, 0);
   }
   return push_length == length && push_dtype == dtype && push_hash == tensor_hash;
 }
@@ -30,23 +27,14 @@ bool KeyState::Define(int rank, uint64_t push_length, DataType push_dtype, uint6
 PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_length,
                                DataType push_dtype, uint64_t push_hash, int num_workers) {
   if (!failure.empty()) return PushVerdict::kFailed;
-  if (!Define(rank, push_length, push_dtype, push_hash, num_workers)) {
-    return PushVerdict::kMismatch;
+  if (!defined) {
+    pushed.assign(num_workers, false);
+    held.assign(num_workers, Buffer());
   }
+  if (!Define(rank, push_length, push_dtype, push_hash)) return PushVerdict::kMismatch;
   if (push_round == round) return pushed[rank] ? PushVerdict::kDuplicate : PushVerdict::kAccumulate;
   if (push_round > round) return PushVerdict::kAhead;
   return push_round + 1 == round && has_last ? PushVerdict::kPrevious : PushVerdict::kStale;
-}
-
-PushVerdict KeyState::ClassifyAsync(int rank, uint32_t push_round, uint64_t push_length,
-                                    DataType push_dtype, uint64_t push_hash, int num_workers) {
-  if (!failure.empty()) return PushVerdict::kFailed;
-  if (!Define(rank, push_length, push_dtype, push_hash, num_workers)) {
-    return PushVerdict::kMismatch;
-  }
-  const uint32_t next = next_round[rank];
-  if (push_round == next) return PushVerdict::kAccumulate;
-  return push_round < next ? PushVerdict::kDuplicate : PushVerdict::kAhead;
 }
 
 PushVerdict KeyState::ClassifyPull(int rank, uint32_t pull_round) const {

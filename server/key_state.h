@@ -1,6 +1,8 @@
 #pragma once
 
-// KeyState: one key's round bookkeeping on a server.
+// KeyState: one dense key's round bookkeeping on a server (synchronous training,
+// RoundProtocol in round_protocol.h). Every field is touched by the engine thread that owns
+// the key only.
 //
 // Round invariant: a worker pushes round r+1 of a key only after it received the
 // sum of round r, and the server sends that sum only when round r is complete. So
@@ -39,14 +41,8 @@
 // in `held` until every lower rank has pushed or joined. Float addition is not
 // associative, so this is what makes the bits of a sum independent of arrival order.
 //
-// Asynchronous mode (FERRY_ENABLE_ASYNC=1): `sum` holds the key's parameters, not a
-// round's sum. There are no rounds to complete; each worker still numbers its pushes
-// of a key (0, 1, 2, ... in order, one at a time), and `next_round[rank]` is the round
-// of its next push, so a resent push (round below next_round) is answered without
-// being added again. Round 0 carries the worker's initial parameters: the first to
-// arrive sets them, later ones are not added. Each later push is a delta, added into
-// its own received frame (new = delta + old), which becomes the parameters: the old
-// buffer, possibly still on the wire in replies, is never written again.
+// Asynchronous mode (FERRY_ENABLE_ASYNC=1) keeps parameters, not rounds: ParamState
+// (param_protocol.h) is its key state; only the definition (KeyDefinition) is shared.
 
 #include <cstdint>
 #include <string>
@@ -60,7 +56,7 @@ namespace ferry {
 
 struct PendingReply {
   int worker_id = -1;
-  std::string identity;   // the worker's connection on the server's ROUTER
+  std::string identity;  // the worker's connection on the server's ROUTER
   uint64_t request_id = 0;
 };
 
@@ -81,14 +77,20 @@ enum class PushVerdict {
 // put nearly every key on engine 0. REQUIRES: engines > 0.
 int EngineForKey(uint64_t key, int engines);
 
-struct KeyState {
-  // Fixed by the first push ever seen for the key; every later push must agree.
+// A dense key's definition: fixed by the first push ever seen for the key; every later
+// push must agree.
+struct KeyDefinition {
   bool defined = false;
   uint64_t length = 0;
   DataType dtype = DataType::kFloat32;
   uint64_t tensor_hash = 0;
   int defined_by_rank = -1;
 
+  // Fixes the definition on the first push; false if the push disagrees with it.
+  bool Define(int rank, uint64_t push_length, DataType push_dtype, uint64_t push_hash);
+};
+
+struct KeyState : KeyDefinition {
   uint32_t round = 0;                 // the round being accumulated
   Buffer sum;                         // this round's running sum (empty: no push yet)
   std::vector<bool> pushed;           // by worker rank, for this round
@@ -96,17 +98,14 @@ struct KeyState {
   bool summing = false;               // complete; its sum is on its way (see above)
   uint64_t generation = 0;            // bumped when a round is abandoned (see above)
 
-  bool has_last = false;              // round - 1 completed and its sum is kept
-  Buffer last_sum;                    // the sum of round - 1 (see Resends above)
-  uint32_t last_contributors = 0;     // how many pushes last_sum holds
+  bool has_last = false;           // round - 1 completed and its sum is kept
+  Buffer last_sum;                 // the sum of round - 1 (see Resends above)
+  uint32_t last_contributors = 0;  // how many pushes last_sum holds
 
-  std::vector<Buffer> held;           // deterministic mode: pushes waiting for their turn
-  int next_rank = 0;                  // deterministic mode: the next rank to add
+  std::vector<Buffer> held;  // deterministic mode: pushes waiting for their turn
+  int next_rank = 0;         // deterministic mode: the next rank to add
 
-  bool has_params = false;            // async mode: `sum` holds the parameters
-  std::vector<uint32_t> next_round;   // async mode: by rank, the round of its next push
-
-  std::string failure;                // non-empty: the key is failed for good
+  std::string failure;  // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
   uint64_t bytes_pushed = 0;
 
@@ -135,13 +134,6 @@ struct KeyState {
   // with `take` = adopt the first push as `sum`, add the others into it.
   template <typename Take>
   void TakeInRankOrder(const std::vector<bool>& joined, Take&& take);
-  // Async mode: defines the key on its first push (as Classify), then: kAccumulate
-  // (the worker's next round), kDuplicate (a round already applied: a resend),
-  // kAhead (a round after the next: protocol error), kMismatch or kFailed.
-  PushVerdict ClassifyAsync(int rank, uint32_t push_round, uint64_t push_length,
-                            DataType push_dtype, uint64_t push_hash, int num_workers);
-  // Async mode: `rank`'s push of its next round was applied.
-  void RecordAsync(int rank) { next_round[rank]++; }
   // Starts the next round (after the replies of this one were sent); the finished
   // round's sum becomes last_sum.
   void NextRound(int num_workers);
@@ -149,11 +141,6 @@ struct KeyState {
   // new generation (a sum still on its way is dropped when it arrives).
   // REQUIRES: no push waiting (the server fails such a key first).
   void Restart(int num_workers);
-
- private:
-  // Fixes the definition on the first push; false if the push disagrees with it.
-  bool Define(int rank, uint64_t push_length, DataType push_dtype, uint64_t push_hash,
-              int num_workers);
 };
 
 template <typename Add>

@@ -9,19 +9,18 @@ class CpuSummation : public Summation {
  public:
   explicit CpuSummation(SumPool* pool) : pool_(pool) {}
 
-  void Add(uint64_t, KeyState& state, Buffer push) override {
-    if (state.sum.empty()) {
+  void Add(uint64_t, DataType dtype, uint64_t length, Buffer& sum, Buffer push) override {
+    if (sum.empty()) {
       // Adopt the first push's frame as the sum: no copy. Later rounds adopt fresh
       // frames, so this buffer is never written again once the round is sent
       // (key_state.h, buffer invariant).
-      state.sum = std::move(push);
+      sum = std::move(push);
     } else if (!push.empty()) {
-      pool_->SumInto(state.sum.data(), push.data(), state.length / DataTypeSize(state.dtype),
-                     state.dtype);
+      pool_->SumInto(sum.data(), push.data(), length / DataTypeSize(dtype), dtype);
     }
   }
-  bool Finish(uint64_t, KeyState&) override { return true; }  // state.sum is the sum
-  void Reset(uint64_t) override {}  // the round lives in state.sum: the server drops it
+  bool Finish(uint64_t, uint64_t) override { return true; }  // `sum` is the sum
+  void Reset(uint64_t) override {}  // the open sum lives in the caller's `sum`: it drops it
   size_t RunCompletions() override { return 0; }
 
  private:
@@ -33,18 +32,17 @@ class GpuSummation : public Summation {
   GpuSummation(std::unique_ptr<GpuSummer> summer, SumReady ready)
       : ready_(std::move(ready)), summer_(std::move(summer)) {}
 
-  void Add(uint64_t key, KeyState& state, Buffer push) override {
+  void Add(uint64_t key, DataType dtype, uint64_t, Buffer&, Buffer push) override {
     // Copied into pinned staging before Add returns: `push` (the received frame) is
     // released when this function returns, and ZeroMQ may reuse its memory.
-    summer_->Add(key, push.data(), push.size(), state.dtype);
+    summer_->Add(key, push.data(), push.size(), dtype);
   }
-  bool Finish(uint64_t key, KeyState& state) override {
-    // The closure holds the key and the generation, never a KeyState&: the server
+  bool Finish(uint64_t key, uint64_t generation) override {
+    // The closure holds the key and the generation, never a key's state: the protocol
     // looks the key up again when the sum arrives and checks the generation. It runs
     // only inside summer_->RunCompletions (called from this object), so `this` is alive.
-    summer_->Finish(key, [this, key, generation = state.generation](Buffer sum) {
-      ready_(key, generation, std::move(sum));
-    });
+    summer_->Finish(
+        key, [this, key, generation](Buffer sum) { ready_(key, generation, std::move(sum)); });
     return false;
   }
   void Reset(uint64_t key) override { summer_->Reset(key); }

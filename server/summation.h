@@ -3,23 +3,23 @@
 // Summation: what adds a round's pushes together for one engine thread: the CPU
 // (common/reduce through the SumPool) or a GPU (server/gpu/gpu_summer.h,
 // FERRY_SERVER_DEVICE=gpu). The one seam between the server's round bookkeeping
-// (server.cc, key_state.h: which pushes count, in which order, who is answered) and the
-// device: the server decides, the Summation only adds. The server holds a Summation per
-// engine and never asks which device it is.
+// (key_protocol.h, key_state.h: which pushes count, in which order, who is answered) and the
+// device: the protocols decide (server/key_protocol.h), the Summation only adds. Each engine
+// holds one Summation, shared by its dense protocol (RoundProtocol adds a round's pushes,
+// ParamProtocol a delta and the parameters), and never asks which device it is.
 //
 // What differs, and the whole of it:
-//  - CPU: Add adopts the round's first push frame as `state.sum` and adds later pushes
-//    into it (exactly what the server did before this seam existed); Finish returns
-//    true: the sum is in `state.sum` now.
+//  - CPU: Add adopts the first push frame of a sum as `sum` and adds later pushes into it
+//    (exactly what the server did before this seam existed); Finish returns true: the
+//    sum is in `sum` now.
 //  - GPU: Add copies the push to the GPU (the frame may be dropped when Add returns) and
-//    leaves `state.sum` empty; Finish returns false: the sum reaches host memory later
-//    and is handed to the SumReady callback, on the engine thread, from a later
-//    RunCompletions.
+//    leaves `sum` empty; Finish returns false: the sum reaches host memory later and is
+//    handed to the SumReady callback, on the engine thread, from a later RunCompletions.
 //
-// Round generations: Finish passes `state.generation` (at the time of Finish) to
-// SumReady with the sum. The server bumps a key's generation whenever it abandons the
-// key's round (a join restart, a failed key), so a sum that arrives for an abandoned
-// round is recognised and dropped (server.cc, OnSumReady).
+// Generations: Finish passes the key's `generation` to SumReady with the sum. A protocol
+// bumps a key's generation whenever it abandons the key's open sum (a join restart, a
+// failed key), so a sum that arrives for an abandoned round is recognised and dropped
+// (RoundProtocol::OnSumReady, ParamProtocol::OnSumReady).
 //
 // Not thread-safe: one engine thread calls everything, and SumReady runs on it.
 
@@ -28,9 +28,9 @@
 #include <functional>
 #include <memory>
 
+#include "common/reduce/reduce.h"
 #include "common/transport/buffer.h"
 #include "server/gpu/gpu_summer.h"
-#include "server/key_state.h"
 #include "server/sum_pool.h"
 
 namespace ferry {
@@ -43,14 +43,15 @@ class Summation {
 
   virtual ~Summation() = default;
 
-  // Adds `push` (state.length bytes of state.dtype) to the key's open round; the first
-  // push of a round opens it. REQUIRES: the key is defined (KeyState::Classify).
-  // GPU: may throw FerryError (a failed CUDA call, a GPU past its deadline).
-  virtual void Add(uint64_t key, KeyState& state, Buffer push) = 0;
-  // Ends the key's open round. Returns true when its sum is in `state.sum` now (CPU);
-  // false when it will go to SumReady(key, state.generation, sum) from a later
-  // RunCompletions (GPU). REQUIRES: at least one Add since the round opened.
-  virtual bool Finish(uint64_t key, KeyState& state) = 0;
+  // Adds `push` (`length` bytes of `dtype`, the key's definition) to the key's open sum;
+  // the first push of a sum opens it. CPU: the running sum is `sum` (the caller's, kept
+  // between calls); GPU: `sum` stays empty. GPU: may throw FerryError (a failed CUDA call,
+  // a GPU past its deadline).
+  virtual void Add(uint64_t key, DataType dtype, uint64_t length, Buffer& sum, Buffer push) = 0;
+  // Ends the key's open sum. Returns true when it is in the `sum` given to Add now (CPU);
+  // false when it will go to SumReady(key, generation, sum) from a later RunCompletions
+  // (GPU). REQUIRES: at least one Add since the sum opened.
+  virtual bool Finish(uint64_t key, uint64_t generation) = 0;
   // Drops the key's open round, if any; a sum already finished is still delivered
   // (with its old generation). Never throws.
   virtual void Reset(uint64_t key) = 0;

@@ -1,6 +1,7 @@
 // Tests of a server key's round bookkeeping (server/key_state.h): how Classify sorts
 // pushes, when Record completes a round, and what NextRound resets; the rank order of
-// deterministic sums, async mode's dedupe, and how keys spread over engine threads.
+// deterministic sums, and how keys spread over engine threads. (Async mode's keys:
+// ParamState, tests/server/key_protocol_test.cc.)
 
 #include "server/key_state.h"
 
@@ -382,36 +383,6 @@ TEST(KeyStateTest, RankOrderSkipsJoinedRanks) {
   EXPECT_EQ(k.next_rank, kWorkers);
   EXPECT_TRUE(k.Complete(joined));
   EXPECT_EQ(FloatsOf(k.sum), std::vector<float>{1e8f + 1.0f});
-}
-
-// --- Async mode ---------------------------------------------------------------
-
-PushVerdict AsyncPush(KeyState& k, int rank, uint32_t round, uint64_t length = kLength) {
-  return k.ClassifyAsync(rank, round, length, DataType::kFloat32, kHash, kWorkers);
-}
-
-TEST(KeyStateTest, AsyncRoundsPerWorkerDedupeResends) {
-  KeyState k;
-  ASSERT_EQ(AsyncPush(k, 1, 0), PushVerdict::kAccumulate);
-  EXPECT_EQ(k.next_round, std::vector<uint32_t>(kWorkers, 0));
-  k.RecordAsync(1);
-  EXPECT_EQ(AsyncPush(k, 1, 0), PushVerdict::kDuplicate) << "a resend of round 0";
-  EXPECT_EQ(AsyncPush(k, 1, 2), PushVerdict::kAhead);
-  // Workers go at their own pace: rank 0 is at round 0 while rank 1 runs ahead.
-  for (uint32_t round = 1; round < 10; ++round) {
-    ASSERT_EQ(AsyncPush(k, 1, round), PushVerdict::kAccumulate);
-    k.RecordAsync(1);
-    ASSERT_EQ(AsyncPush(k, 1, round), PushVerdict::kDuplicate);
-    ASSERT_EQ(AsyncPush(k, 1, round - 1), PushVerdict::kDuplicate);
-  }
-  EXPECT_EQ(AsyncPush(k, 0, 0), PushVerdict::kAccumulate);
-  EXPECT_EQ(AsyncPush(k, 0, 1), PushVerdict::kAhead);
-  EXPECT_EQ(k.next_round, (std::vector<uint32_t>{0, 10, 0}));
-  EXPECT_EQ(k.round, 0u) << "async mode has no key rounds";
-  // The definition still binds every worker.
-  EXPECT_EQ(AsyncPush(k, 2, 0, kLength + 4), PushVerdict::kMismatch);
-  k.failure = "broken";
-  EXPECT_EQ(AsyncPush(k, 0, 0), PushVerdict::kFailed);
 }
 
 // --- Engine threads: keys spread evenly -------------------------------------------

@@ -1,0 +1,124 @@
+#pragma once
+
+// KeyProtocol: what a server does with the pushes and pulls of one kind of key. One
+// implementation per mode, chosen once when the server starts (Server's constructor):
+//   - RoundProtocol (round_protocol.h): dense keys, synchronous rounds, summed in arrival
+//     order or, with FERRY_DETERMINISTIC=1, in worker-rank order;
+//   - ParamProtocol (param_protocol.h): dense keys, FERRY_ENABLE_ASYNC=1: the server keeps
+//     parameters and every push updates them at once;
+//   - RowsProtocol (rows_protocol.h): sparse rows (ROWS_PUSH), synchronous rounds.
+// Each engine thread owns one dense protocol (RoundProtocol or ParamProtocol) and one
+// RowsProtocol, each with the state of the keys that hash to that engine.
+//
+// The protocol decides; it never touches the network. Its verdicts go out as Replies
+// through ProtocolContext::reply, and the server turns each into a message with one
+// builder (ToMessage), so tests drive a protocol with messages and read its replies.
+//
+// Threads: one engine thread calls everything of a protocol (and the Summation's
+// SumReady, which it forwards to OnSumReady); no method takes a lock. The Request's
+// sender was validated by the server (a worker of this job, and its rank) before.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/reduce/reduce.h"
+#include "common/transport/buffer.h"
+#include "common/transport/message.h"
+#include "common/util/status.h"
+#include "server/key_state.h"
+
+namespace ferry {
+
+class Summation;
+
+// The server's counters (ServerStats), bumped by every engine thread and the IO thread.
+struct ServerCounters {
+  std::atomic<uint64_t> pushes{0}, bytes_summed{0}, rounds{0}, rejected{0}, duplicates{0},
+      results_resent{0}, pushes_held{0}, async_updates{0}, device_sums{0}, device_sums_dropped{0},
+      rows_pushes{0}, rows_summed{0};
+};
+
+// A PUSH, ROWS_PUSH or PULL of a worker, as the engine thread hands it to a protocol.
+struct Request {
+  Message message;
+  std::string identity;  // the worker's connection on the server's ROUTER
+  int rank = -1;         // the sender's worker rank (the server checked it is a worker)
+
+  const proto::Envelope& envelope() const { return message.envelope; }
+  PendingReply reply_to() const {
+    return PendingReply{message.envelope.sender(), identity, message.envelope.request_id()};
+  }
+};
+
+// One answer to one request. kAck: PUSH_ACK (the push arrived; its sum comes later).
+// kSum: PUSH_RESULT (a dense key's sum, or its parameters in async mode). kRowsSum:
+// ROWS_RESULT (the rows the pusher listed). kError: ERROR with `code` and `reason`.
+// kJoinAck: JOIN_ACK (the server's answer to a JOIN, not a protocol's).
+struct Reply {
+  enum class Kind { kAck, kSum, kRowsSum, kError, kJoinAck };
+  Kind kind = Kind::kAck;
+  std::string identity;
+  uint64_t request_id = 0;
+  uint64_t key = 0;
+  // kSum and kRowsSum:
+  uint32_t round = 0;
+  DataType dtype = DataType::kFloat32;
+  uint64_t length = 0;  // the envelope's length: a dense key's bytes, the rows' bytes
+  uint64_t tensor_hash = 0;
+  uint32_t contributors = 0;
+  uint64_t row_elements = 0;  // kRowsSum: elements per row
+  Buffer payload;             // shared with the key's state (and other replies), no copy
+  // kError:
+  ErrorCode code = ErrorCode::kInternal;
+  std::string reason;
+};
+
+Reply AckReply(const PendingReply& to, uint64_t key);
+Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::string reason);
+
+// Why a dense push disagrees with the key's definition (verdict kMismatch): the text
+// every worker of the key is told.
+std::string MismatchReason(const Request& request, const KeyDefinition& definition);
+
+// The one reply builder: the message `reply` stands for, from node `sender`.
+Message ToMessage(const Reply& reply, int sender);
+
+// What a protocol works with; everything outlives the protocol.
+struct ProtocolContext {
+  int num_workers = 0;
+  // The engine's: by rank, the workers that joined in the current join (Server::HandleJoin
+  // updates it before it calls Join or Restart).
+  const std::vector<bool>* joined = nullptr;
+  Summation* summation = nullptr;  // the engine's (dense protocols add through it)
+  ServerCounters* counters = nullptr;
+  std::function<void(const Reply&)> reply;  // sends one reply (the server: through the Van)
+};
+
+class KeyProtocol {
+ public:
+  virtual ~KeyProtocol() = default;
+
+  // A PUSH (dense protocols) or ROWS_PUSH (RowsProtocol); its payload may be taken.
+  // Every push gets at least one reply, now or later. GPU: may throw FerryError (the
+  // summation failed; the server then calls FailAll).
+  virtual void Push(Request& request) = 0;
+  // A PULL: a worker whose push was acknowledged asks for its result again.
+  virtual void Pull(const Request& request) = 0;
+  // A worker joined (*joined changed), not yet every worker: rounds that waited only
+  // for it complete without it.
+  virtual void Join() = 0;
+  // Every worker joined: keys restart at round 0; a key with pushes waiting fails.
+  virtual void Restart() = 0;
+  // The engine's summation failed for good: every key fails with "KEY: why", and the
+  // pushers waiting are told (kInternal).
+  virtual void FailAll(const std::string& why) = 0;
+  // A sum this protocol ended with Summation::Finish arrived (GPU, from RunCompletions).
+  virtual void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) = 0;
+  // Sums ended with Finish that have not arrived yet (0 on the CPU).
+  virtual int sums_in_flight() const = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,510 @@
+// Tests of the server's per-key protocols (server/key_protocol.h), driven directly with
+// messages: RoundProtocol (synchronous and deterministic rounds), ParamProtocol
+// (asynchronous parameters, on the CPU and with sums that come later as on a GPU),
+// RowsProtocol (sparse rows), and the one reply builder (ToMessage). Each test asserts the
+// exact replies, in order, and the sums they carry.
+
+#include "server/key_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "server/param_protocol.h"
+#include "server/round_protocol.h"
+#include "server/rows_protocol.h"
+#include "server/sum_pool.h"
+#include "server/summation.h"
+#include "tests/server/fake_gpu_summer.h"
+
+namespace ferry {
+namespace {
+
+constexpr uint64_t kKey = (7ull << 32) | 3;
+constexpr uint64_t kHash = 0xfeedfacecafebeefull;
+
+Buffer Floats(const std::vector<float>& v) { return Buffer::CopyOf(v.data(), v.size() * 4); }
+
+std::vector<float> FloatsOf(const Buffer& b) {
+  std::vector<float> v(b.size() / sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+std::string Identity(int rank) { return "worker-" + std::to_string(rank); }
+uint64_t RequestId(int rank, uint32_t round) { return 1000u * (rank + 1) + round; }
+
+Request DenseRequest(proto::MessageType type, int rank, uint32_t round,
+                     const std::vector<float>& values, bool async_mode, uint64_t length) {
+  Request r;
+  r.message = MakeMessage(type, 100 + rank);
+  proto::Envelope& e = r.message.envelope;
+  e.set_request_id(RequestId(rank, round));
+  e.set_key(kKey);
+  e.set_round(round);
+  e.set_dtype(proto::FLOAT32);
+  e.set_length(length);
+  e.set_tensor_hash(kHash);
+  e.set_async_mode(async_mode);
+  if (type == proto::PUSH) r.message.payload = Floats(values);
+  r.identity = Identity(rank);
+  r.rank = rank;
+  return r;
+}
+
+Request Push(int rank, uint32_t round, const std::vector<float>& values, bool async = false) {
+  return DenseRequest(proto::PUSH, rank, round, values, async, values.size() * 4);
+}
+
+Request Pull(int rank, uint32_t round) {
+  return DenseRequest(proto::PULL, rank, round, {}, false, 0);
+}
+
+// A protocol's world: the engine's joined vector, counters, a Summation, and the replies.
+struct Harness {
+  explicit Harness(int workers) : joined(workers, false), pool(0, int64_t{1} << 40) {
+    summation = MakeCpuSummation(&pool);
+  }
+  // Sums come later, as on a GPU: a CPU stand-in for the GpuSummer, due at once.
+  void UseDeferredSums(KeyProtocol** protocol) {
+    GpuSummerOptions options;
+    testing::FakeGpuFaults faults;
+    faults.max_delay_us = 0;
+    summation = MakeGpuSummation(std::make_unique<testing::FakeGpuSummer>(options, faults),
+                                 [protocol](uint64_t key, uint64_t generation, Buffer sum) {
+                                   (*protocol)->OnSumReady(key, generation, std::move(sum));
+                                 });
+  }
+  ProtocolContext Context() {
+    ProtocolContext c;
+    c.num_workers = static_cast<int>(joined.size());
+    c.joined = &joined;
+    c.summation = summation.get();
+    c.counters = &counters;
+    c.reply = [this](const Reply& r) { replies.push_back(r); };
+    return c;
+  }
+  std::vector<Reply> Take() { return std::exchange(replies, {}); }
+  // Runs completions until `protocol` has no sum in flight.
+  void WaitForSums(const KeyProtocol& protocol) {
+    for (int i = 0; i < 2000 && protocol.sums_in_flight() > 0; ++i) {
+      summation->RunCompletions();
+      if (protocol.sums_in_flight() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(protocol.sums_in_flight(), 0);
+  }
+
+  ServerCounters counters;
+  std::vector<bool> joined;
+  SumPool pool;
+  std::unique_ptr<Summation> summation;
+  std::vector<Reply> replies;
+};
+
+void ExpectAck(const Reply& r, int rank, uint32_t round) {
+  EXPECT_EQ(r.kind, Reply::Kind::kAck);
+  EXPECT_EQ(r.identity, Identity(rank));
+  EXPECT_EQ(r.request_id, RequestId(rank, round));
+  EXPECT_EQ(r.key, kKey);
+}
+
+void ExpectSum(const Reply& r, int rank, uint32_t request_round, uint32_t round,
+               const std::vector<float>& sum, uint32_t contributors) {
+  EXPECT_EQ(r.kind, Reply::Kind::kSum);
+  EXPECT_EQ(r.identity, Identity(rank));
+  EXPECT_EQ(r.request_id, RequestId(rank, request_round));
+  EXPECT_EQ(r.key, kKey);
+  EXPECT_EQ(r.round, round);
+  EXPECT_EQ(r.length, sum.size() * 4);
+  EXPECT_EQ(r.tensor_hash, kHash);
+  EXPECT_EQ(r.contributors, contributors);
+  EXPECT_EQ(FloatsOf(r.payload), sum);
+}
+
+void ExpectError(const Reply& r, int rank, uint32_t round, ErrorCode code,
+                 const std::string& reason_part) {
+  EXPECT_EQ(r.kind, Reply::Kind::kError);
+  EXPECT_EQ(r.identity, Identity(rank));
+  EXPECT_EQ(r.request_id, RequestId(rank, round));
+  EXPECT_EQ(r.code, code);
+  EXPECT_NE(r.reason.find(reason_part), std::string::npos) << r.reason;
+}
+
+// --- RoundProtocol ------------------------------------------------------------------
+
+TEST(RoundProtocolTest, AcknowledgesEveryPushThenAnswersEveryPusherWithTheSum) {
+  Harness h(3);
+  RoundProtocol p(h.Context(), /*deterministic=*/false);
+  Request a = Push(0, 0, {1, 2}), b = Push(1, 0, {10, 20}), c = Push(2, 0, {100, 200});
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectAck(r[0], 0, 0);
+  ExpectAck(r[1], 1, 0);
+  p.Push(c);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 4u) << "the completing push is acknowledged before the sum goes out";
+  ExpectAck(r[0], 2, 0);
+  for (int rank = 0; rank < 3; ++rank) ExpectSum(r[1 + rank], rank, 0, 0, {111, 222}, 3);
+  EXPECT_EQ(r[1].payload.data(), r[3].payload.data()) << "every pusher gets the same bytes";
+  EXPECT_EQ(h.counters.rounds, 1u);
+  EXPECT_EQ(h.counters.bytes_summed, 24u);
+  EXPECT_EQ(p.Find(kKey)->round, 1u);
+}
+
+TEST(RoundProtocolTest, ResendsAndPullsAreAnsweredFromTheRoundTheyBelongTo) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = Push(0, 0, {1}), b = Push(1, 0, {2});
+  p.Push(a);
+  p.Push(b);
+  h.Take();
+  Request a1 = Push(0, 1, {4});
+  p.Push(a1);
+  Request again = Push(0, 1, {4});  // a resend of the open round: acknowledged, not added
+  p.Push(again);
+  Request late = Push(1, 0, {2});  // a resend of the previous round: its sum again
+  p.Push(late);
+  p.Pull(Pull(0, 1));  // the open round holds the push: acknowledged again
+  p.Pull(Pull(1, 0));  // the previous round: its sum
+  p.Pull(Pull(1, 5));
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 6u);
+  ExpectAck(r[0], 0, 1);
+  ExpectAck(r[1], 0, 1);
+  ExpectSum(r[2], 1, 0, 0, {3}, 2);
+  ExpectAck(r[3], 0, 1);
+  ExpectSum(r[4], 1, 0, 0, {3}, 2);
+  ExpectError(r[5], 1, 5, ErrorCode::kBadMessage,
+              "worker 1 asked for the sum of " + KeyName(kKey) +
+                  " round 5 but this server has no record of its push (the key is at round 1)");
+  EXPECT_EQ(h.counters.duplicates, 2u);
+  EXPECT_EQ(h.counters.results_resent, 2u);
+  EXPECT_EQ(h.counters.rejected, 1u);
+  Request ahead = Push(1, 3, {1});
+  p.Push(ahead);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectError(r[0], 1, 3, ErrorCode::kBadMessage,
+              "push of " + KeyName(kKey) +
+                  " for round 3 but the key is at round 1 (a worker may push a round only after "
+                  "receiving the previous one)");
+}
+
+// 1 + 1e8 - 1e8 is 0 in float32, -1e8 + 1e8 + 1 is 1: the order decides the bits.
+TEST(RoundProtocolTest, DeterministicRoundsSumInRankOrderWhateverTheArrivalOrder) {
+  for (bool deterministic : {false, true}) {
+    Harness h(3);
+    RoundProtocol p(h.Context(), deterministic);
+    Request c = Push(2, 0, {-1e8f}), b = Push(1, 0, {1e8f}), a = Push(0, 0, {1.0f});
+    p.Push(c);
+    p.Push(b);
+    p.Push(a);
+    std::vector<Reply> r = h.Take();
+    ASSERT_EQ(r.size(), 6u);
+    ExpectSum(r[3], 2, 0, 0, {deterministic ? 0.0f : 1.0f}, 3);
+    EXPECT_EQ(h.counters.pushes_held, deterministic ? 2u : 0u);
+  }
+}
+
+TEST(RoundProtocolTest, AMismatchFailsTheKeyForEveryPusher) {
+  Harness h(3);
+  RoundProtocol p(h.Context(), false);
+  Request a = Push(0, 0, {1, 2}), b = Push(1, 0, {1, 2, 3});
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  ExpectAck(r[0], 0, 0);
+  const std::string reason =
+      "workers disagree on " + KeyName(kKey) + ": worker 1 pushed 12 bytes of float32";
+  ExpectError(r[1], 1, 0, ErrorCode::kMismatch, reason);
+  ExpectError(r[2], 0, 0, ErrorCode::kMismatch, reason);
+  Request c = Push(2, 0, {1, 2});
+  p.Push(c);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectError(r[0], 2, 0, ErrorCode::kMismatch, reason);
+  EXPECT_EQ(h.counters.rejected, 2u);
+}
+
+TEST(RoundProtocolTest, AJoinCompletesTheRoundWithoutTheWorkerThenEveryoneRestarts) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), true);
+  Request a = Push(0, 0, {5});
+  p.Push(a);
+  h.Take();
+  h.joined[1] = true;
+  p.Join();
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectSum(r[0], 0, 0, 0, {5}, 1);
+  Request after = Push(1, 1, {1});
+  p.Push(after);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectError(r[0], 1, 1, ErrorCode::kBadMessage, "after joining");
+  h.joined.assign(2, false);
+  p.Restart();
+  EXPECT_EQ(p.Find(kKey)->round, 0u);
+  EXPECT_FALSE(p.Find(kKey)->has_last);
+  EXPECT_TRUE(h.Take().empty());
+}
+
+TEST(RoundProtocolTest, SumsThatComeLaterAnswerThePushersWhenTheyArrive) {
+  Harness h(2);
+  KeyProtocol* protocol = nullptr;
+  h.UseDeferredSums(&protocol);
+  RoundProtocol p(h.Context(), false);
+  protocol = &p;
+  Request a = Push(0, 0, {1, 2}), b = Push(1, 0, {3, 4});
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 2u) << "the acks only: the sum is on its way";
+  EXPECT_EQ(p.sums_in_flight(), 1);
+  EXPECT_TRUE(p.Find(kKey)->summing);
+  h.WaitForSums(p);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectSum(r[0], 0, 0, 0, {4, 6}, 2);
+  ExpectSum(r[1], 1, 0, 0, {4, 6}, 2);
+  EXPECT_EQ(h.counters.device_sums, 1u);
+  EXPECT_EQ(h.counters.rounds, 1u);
+}
+
+// --- ParamProtocol ------------------------------------------------------------------
+
+PushVerdict AsyncPush(ParamState& k, int rank, uint32_t round, uint64_t length = 4096) {
+  return k.Classify(rank, round, length, DataType::kFloat32, kHash, 3);
+}
+
+// Moved from key_state_test.cc (KeyStateTest.AsyncRoundsPerWorkerDedupeResends).
+TEST(ParamStateTest, AsyncRoundsPerWorkerDedupeResends) {
+  ParamState k;
+  ASSERT_EQ(AsyncPush(k, 1, 0), PushVerdict::kAccumulate);
+  EXPECT_EQ(k.next_round, std::vector<uint32_t>(3, 0));
+  k.Record(1);
+  EXPECT_EQ(AsyncPush(k, 1, 0), PushVerdict::kDuplicate) << "a resend of round 0";
+  EXPECT_EQ(AsyncPush(k, 1, 2), PushVerdict::kAhead);
+  // Workers go at their own pace: rank 0 is at round 0 while rank 1 runs ahead.
+  for (uint32_t round = 1; round < 10; ++round) {
+    ASSERT_EQ(AsyncPush(k, 1, round), PushVerdict::kAccumulate);
+    k.Record(1);
+    ASSERT_EQ(AsyncPush(k, 1, round), PushVerdict::kDuplicate);
+    ASSERT_EQ(AsyncPush(k, 1, round - 1), PushVerdict::kDuplicate);
+  }
+  EXPECT_EQ(AsyncPush(k, 0, 0), PushVerdict::kAccumulate);
+  EXPECT_EQ(AsyncPush(k, 0, 1), PushVerdict::kAhead);
+  EXPECT_EQ(k.next_round, (std::vector<uint32_t>{0, 10, 0}));
+  // The definition still binds every worker.
+  EXPECT_EQ(AsyncPush(k, 2, 0, 4096 + 4), PushVerdict::kMismatch);
+  k.failure = "broken";
+  EXPECT_EQ(AsyncPush(k, 0, 0), PushVerdict::kFailed);
+}
+
+TEST(ParamProtocolTest, EveryPushIsAnsweredWithTheParametersAtOnce) {
+  Harness h(2);
+  ParamProtocol p(h.Context());
+  Request init = Push(0, 0, {1, 2}, true);
+  p.Push(init);
+  Request other_init = Push(1, 0, {5, 5}, true);  // the key has its parameters already
+  p.Push(other_init);
+  Request delta = Push(0, 1, {0.5f, 0.25f}, true);
+  const void* delta_frame = delta.message.payload.data();
+  p.Push(delta);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u) << "no PUSH_ACK in asynchronous training";
+  ExpectSum(r[0], 0, 0, 0, {1, 2}, 1);
+  ExpectSum(r[1], 1, 0, 0, {1, 2}, 1);
+  ExpectSum(r[2], 0, 1, 1, {1.5f, 2.25f}, 1);
+  EXPECT_EQ(FloatsOf(r[0].payload), (std::vector<float>{1, 2})) << "old parameters untouched";
+  EXPECT_EQ(r[2].payload.data(), delta_frame) << "new = delta + old, in the delta's frame";
+  EXPECT_EQ(h.counters.async_updates, 1u);
+  EXPECT_EQ(h.counters.bytes_summed, 24u);
+
+  Request resend = Push(0, 1, {0.5f, 0.25f}, true);
+  p.Push(resend);
+  Request ahead = Push(0, 3, {1, 1}, true);
+  p.Push(ahead);
+  p.Pull(Pull(1, 0));
+  p.Pull(Pull(1, 4));
+  r = h.Take();
+  ASSERT_EQ(r.size(), 4u);
+  ExpectSum(r[0], 0, 1, 1, {1.5f, 2.25f}, 1);
+  ExpectError(r[1], 0, 3, ErrorCode::kBadMessage,
+              "push of " + KeyName(kKey) + " for round 3 but worker 0's next round is 2");
+  ExpectSum(r[2], 1, 0, 0, {1.5f, 2.25f}, 1);
+  ExpectError(r[3], 1, 4, ErrorCode::kBadMessage,
+              "worker 1 asked for the parameters of " + KeyName(kKey) +
+                  " after round 4 but this server has no record of that push");
+  EXPECT_EQ(h.counters.duplicates, 1u);
+  EXPECT_EQ(h.counters.results_resent, 1u);
+}
+
+TEST(ParamProtocolTest, UpdatesThatComeLaterHoldTheKeysRequestsInOrder) {
+  Harness h(2);
+  KeyProtocol* protocol = nullptr;
+  h.UseDeferredSums(&protocol);
+  ParamProtocol p(h.Context());
+  protocol = &p;
+  Request init = Push(0, 0, {1, 2}, true);
+  p.Push(init);
+  Request delta = Push(0, 1, {10, 20}, true);
+  p.Push(delta);
+  Request init1 = Push(1, 0, {7, 7}, true);  // waits for the update
+  p.Push(init1);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectSum(r[0], 0, 0, 0, {1, 2}, 1);
+  EXPECT_EQ(p.sums_in_flight(), 1);
+  h.WaitForSums(p);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectSum(r[0], 0, 1, 1, {11, 22}, 1);
+  ExpectSum(r[1], 1, 0, 0, {11, 22}, 1);
+  EXPECT_EQ(h.counters.device_sums, 1u);
+}
+
+TEST(ParamProtocolTest, AFailedSummationFailsEveryKey) {
+  Harness h(1);
+  ParamProtocol p(h.Context());
+  Request init = Push(0, 0, {1}, true);
+  p.Push(init);
+  h.Take();
+  p.FailAll("the GPU is gone");
+  Request next = Push(0, 1, {1}, true);
+  p.Push(next);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectError(r[0], 0, 1, ErrorCode::kMismatch, KeyName(kKey) + ": the GPU is gone");
+}
+
+// --- RowsProtocol -------------------------------------------------------------------
+
+constexpr uint64_t kRowsKey = 9;
+
+Request RowsPushOf(int rank, uint32_t round, const std::vector<int64_t>& ids,
+                   const std::vector<float>& values, uint64_t total_rows = 100) {
+  Request r;
+  r.message = MakeMessage(proto::ROWS_PUSH, 100 + rank);
+  proto::Envelope& e = r.message.envelope;
+  e.set_request_id(RequestId(rank, round));
+  e.set_key(kRowsKey);
+  e.set_round(round);
+  e.set_dtype(proto::FLOAT32);
+  e.set_tensor_hash(kHash);
+  e.mutable_rows()->set_num_rows(ids.size());
+  e.mutable_rows()->set_row_elements(2);
+  e.mutable_rows()->set_total_rows(total_rows);
+  Buffer b = Buffer::Allocate(ids.size() * 8 + values.size() * 4);
+  std::memcpy(b.bytes(), ids.data(), ids.size() * 8);
+  std::memcpy(b.bytes() + ids.size() * 8, values.data(), values.size() * 4);
+  e.set_length(b.size());
+  r.message.payload = b;
+  r.identity = Identity(rank);
+  r.rank = rank;
+  return r;
+}
+
+TEST(RowsProtocolTest, EachPusherGetsTheSumsOfExactlyTheRowsItListed) {
+  Harness h(2);
+  RowsProtocol p(h.Context(), /*async_training=*/false);
+  Request a = RowsPushOf(0, 0, {5, 9}, {1, 2, 3, 4});
+  Request b = RowsPushOf(1, 0, {9, 2}, {10, 20, 30, 40});
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u) << "the sums double as the completing push's acknowledgement";
+  EXPECT_EQ(r[0].kind, Reply::Kind::kAck);
+  EXPECT_EQ(r[0].identity, Identity(0));
+  EXPECT_EQ(r[1].kind, Reply::Kind::kRowsSum);
+  EXPECT_EQ(r[1].identity, Identity(0));
+  EXPECT_EQ(FloatsOf(r[1].payload), (std::vector<float>{1, 2, 13, 24}));
+  EXPECT_EQ(r[2].identity, Identity(1));
+  EXPECT_EQ(FloatsOf(r[2].payload), (std::vector<float>{13, 24, 30, 40}));
+  EXPECT_EQ(r[2].contributors, 2u);
+  Message m = ToMessage(r[2], 42);
+  EXPECT_EQ(m.type(), proto::ROWS_RESULT);
+  EXPECT_EQ(m.envelope.rows().num_rows(), 2u);
+  EXPECT_EQ(m.envelope.rows().row_elements(), 2u);
+  EXPECT_EQ(m.envelope.length(), 16u);
+  EXPECT_EQ(h.counters.rows_pushes, 2u);
+  EXPECT_EQ(h.counters.rows_summed, 4u);
+  EXPECT_EQ(h.counters.rounds, 1u);
+}
+
+TEST(RowsProtocolTest, ARowOutsideTheTensorFailsTheKeyForEveryPusher) {
+  Harness h(2);
+  RowsProtocol p(h.Context(), false);
+  Request a = RowsPushOf(0, 0, {1}, {1, 1});
+  Request b = RowsPushOf(1, 0, {100}, {1, 1});
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[1].kind, Reply::Kind::kError);
+  EXPECT_EQ(r[1].code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r[1].reason.find("row id 100 (position 0 of 1) is outside the tensor's rows 0..99"),
+            std::string::npos)
+      << r[1].reason;
+  EXPECT_EQ(r[2].identity, Identity(0));
+  EXPECT_EQ(r[2].code, ErrorCode::kMismatch);
+}
+
+TEST(RowsProtocolTest, AsynchronousTrainingRefusesRows) {
+  Harness h(1);
+  RowsProtocol p(h.Context(), /*async_training=*/true);
+  Request a = RowsPushOf(0, 0, {1}, {1, 1});
+  p.Push(a);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r[0].reason.find("but sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)"),
+            std::string::npos);
+  EXPECT_EQ(h.counters.rejected, 1u);
+}
+
+// --- ToMessage ----------------------------------------------------------------------
+
+TEST(ToMessageTest, BuildsEveryKindOfReply) {
+  PendingReply to{3, "w", 77};
+  Message ack = ToMessage(AckReply(to, kKey), 5);
+  EXPECT_EQ(ack.type(), proto::PUSH_ACK);
+  EXPECT_EQ(ack.envelope.request_id(), 77u);
+  EXPECT_EQ(ack.envelope.key(), kKey);
+  EXPECT_EQ(ack.sender(), 5);
+  EXPECT_TRUE(ack.payload.empty());
+  Message err = ToMessage(ErrorReply(to, kKey, ErrorCode::kMismatch, "why"), 5);
+  EXPECT_EQ(err.type(), proto::ERROR);
+  EXPECT_EQ(err.envelope.error().code(), static_cast<int>(ErrorCode::kMismatch));
+  EXPECT_EQ(err.envelope.error().reason(), "why");
+  Reply sum;
+  sum.kind = Reply::Kind::kSum;
+  sum.request_id = 8;
+  sum.key = kKey;
+  sum.round = 4;
+  sum.dtype = DataType::kFloat32;
+  sum.length = 8;
+  sum.tensor_hash = kHash;
+  sum.contributors = 2;
+  sum.payload = Floats({1, 2});
+  Message m = ToMessage(sum, 5);
+  EXPECT_EQ(m.type(), proto::PUSH_RESULT);
+  EXPECT_EQ(m.envelope.round(), 4u);
+  EXPECT_EQ(m.envelope.length(), 8u);
+  EXPECT_EQ(m.envelope.tensor_hash(), kHash);
+  EXPECT_EQ(m.envelope.contributors(), 2u);
+  EXPECT_EQ(m.payload.data(), sum.payload.data()) << "shared, not copied";
+  EXPECT_FALSE(m.envelope.has_rows());
+}
+
+}  // namespace
+}  // namespace ferry
