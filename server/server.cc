@@ -8,6 +8,7 @@
 
 #include "common/transport/fused_push.h"
 #include "common/transport/rows_message.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -210,7 +211,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
 
 void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
   std::vector<Message> pushes;
-  std::string error = SplitFusedPush(fused, &pushes);
+  std::string error = SplitFusedPush(fused, &pushes).message();
   if (!error.empty()) {  // the Van validated it already; this is a second line of defence
     rejected_++;
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(fused) << ": " << error;

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/local/local_group.h"
 

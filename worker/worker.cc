@@ -9,6 +9,7 @@
 #include "common/transport/fused_push.h"
 #include "common/transport/rows_message.h"
 #include "common/util/clock.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/scheduling/policies.h"
 
@@ -120,7 +121,7 @@ uint64_t PartitionCount(uint64_t bytes, size_t element, uint64_t partition_bytes
 
 PolicyOptions PolicyOptionsOf(const Config& c) {
   PolicyOptions o;
-  o.name = c.scheduling_policy;
+  o.policy = c.scheduling_policy;
   o.fusion_bytes = static_cast<uint64_t>(c.fusion_bytes);
   o.bucket_bytes = static_cast<uint64_t>(c.bucket_bytes);
   o.bucket_timeout_us = c.bucket_timeout_ms * 1000;
@@ -162,7 +163,7 @@ void Worker::Start() {
   layouts_.push_back(std::make_unique<Layout>(scheduling_.partition_bytes, server_weights_));
   if (!config_.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.trace_dir, rank_);
   if (config_.autotune) {
-    const bool credit = queue_.policy_name() == "credit";
+    const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
     std::vector<SchedulingChoice> grid = Autotuner::Grid(
         scheduling_.partition_bytes, config_.scheduling_credit, config_.autotune_partition_bytes,
         credit ? config_.autotune_credits : std::vector<int64_t>{1}, 1024,

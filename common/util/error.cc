@@ -1,4 +1,4 @@
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 

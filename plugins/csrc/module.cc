@@ -25,6 +25,7 @@
 
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/local/local_group.h"
 
