@@ -4,7 +4,8 @@
 // Dispatch: three KernelTables (portable, AVX2, AVX-512), one function pointer per
 // data type and operation, built once on first use. The public entry points make one
 // indirect call per buffer through the active table. The AVX2/AVX-512 kernels live
-// in reduce_avx2.cc / reduce_avx512.cc, compiled with `#pragma GCC target`, so the
+// in reduce_avx2.cc / reduce_avx512.cc (one block driver, reduce_simd.h, instantiated
+// with each file's vector operations), compiled with `#pragma GCC target`, so the
 // rest of the project stays at the baseline instruction set.
 //
 // The portable kernels are plain element loops over byte pointers with memcpy loads
