@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "common/reduce/reduce.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/cuda_handles.h"
 #include "server/gpu/gpu_device.h"

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/placement.h"
 
 namespace ferry::bench {

@@ -16,7 +16,7 @@
 
 #include "bench/placement_balance.h"
 #include "common/config/config.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 DEFINE_string(workloads, FERRY_SOURCE_DIR "/../shared/workloads",
               "folder holding <model>_tensors.csv (default: ../shared/workloads beside the "

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "common/util/clock.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 

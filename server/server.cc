@@ -8,6 +8,7 @@
 
 #include "common/transport/fused_push.h"
 #include "common/transport/rows_message.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "server/param_protocol.h"
 #include "server/round_protocol.h"
@@ -227,7 +228,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
 
 void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
   std::vector<Message> pushes;
-  std::string error = SplitFusedPush(fused, &pushes);
+  std::string error = SplitFusedPush(fused, &pushes).message();
   if (!error.empty()) {  // the Van validated it already; this is a second line of defence
     counters_.rejected++;
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(fused) << ": " << error;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/binding_core.h"
 

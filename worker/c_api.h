@@ -4,7 +4,7 @@
 /* The C API of libferry, for framework plugins. One worker per process.
  *
  * Functions return 0 (or a non-negative value) on success and a negative ferry error
- * code (-ErrorCode, common/util/status.h) on failure; ferry_last_error() then gives the
+ * code (-ErrorCode, common/util/error.h) on failure; ferry_last_error() then gives the
  * message (thread-local, valid until the thread's next call).
  *
  * With FERRY_LOCAL_SIZE > 1 the calls go through the machine's local group

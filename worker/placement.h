@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "common/reduce/reduce.h"
+#include "common/types/data_type.h"
 
 namespace ferry {
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/util/clock.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/scheduling/policies.h"
 
@@ -16,7 +17,7 @@ namespace {
 
 PolicyOptions PolicyOptionsOf(const Config& c) {
   PolicyOptions o;
-  o.name = c.scheduling_policy;
+  o.policy = c.scheduling_policy;
   o.fusion_bytes = static_cast<uint64_t>(c.fusion_bytes);
   o.bucket_bytes = static_cast<uint64_t>(c.bucket_bytes);
   o.bucket_timeout_us = c.bucket_timeout_ms * 1000;
@@ -75,7 +76,7 @@ void Worker::Start() {
     rows_ = std::make_unique<RowsPushPull>(*ctx_);
   }
   if (config_.autotune) {
-    const bool credit = queue_.policy_name() == "credit";
+    const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
     std::vector<SchedulingChoice> grid = Autotuner::Grid(
         scheduling_.partition_bytes, config_.scheduling_credit, config_.autotune_partition_bytes,
         credit ? config_.autotune_credits : std::vector<int64_t>{1}, 1024,

@@ -19,7 +19,7 @@
 #include "bench/train_sim/train_sim.h"
 #include "bench/train_sim/workload.h"
 #include "common/cluster/role_main.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/worker.h"
 
 DEFINE_string(workload, "", "the workload: a <model>_layers.csv (bench/workloads/)");

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <thread>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {

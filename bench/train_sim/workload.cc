@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {

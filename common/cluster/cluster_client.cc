@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/util/clock.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 

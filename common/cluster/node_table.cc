@@ -2,7 +2,7 @@
 
 #include <glog/logging.h>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 

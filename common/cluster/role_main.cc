@@ -7,7 +7,8 @@
 #include <csignal>
 #include <cstdio>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
+#include "common/util/logging.h"
 
 namespace ferry {
 

@@ -1,26 +1,20 @@
 #include "common/config/config.h"
 
-// Debian's glog 0.6 is built with custom-prefix support; its header needs this to show it.
-#define GLOG_CUSTOM_PREFIX_SUPPORT 1
-#include <glog/logging.h>
-
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
-#include <fstream>
-#include <mutex>
-#include <cstdio>
-#include <cstring>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
+#include "common/util/strings.h"
 
 namespace ferry {
 namespace {
@@ -89,8 +83,7 @@ class EnvReader {
     std::string used;
     const char* text = Get(name, alias, &used);
     if (!text) return def;
-    std::string s(text);
-    std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+    const std::string s = AsciiToLower(text);
     if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
     if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) return false;
     Invalid(used, text, "expected 0 or 1 (or true/false)");
@@ -142,8 +135,7 @@ NodeRole ParseRole(const std::string& text) {
 }
 
 void ParseLogLevel(const std::string& variable, const std::string& text, Config* c) {
-  std::string s = text;
-  std::transform(s.begin(), s.end(), s.begin(), ::toupper);
+  const std::string s = AsciiToUpper(text);
   c->log_verbosity = 0;
   if (s == "TRACE") {
     c->log_level = 0;
@@ -201,11 +193,10 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
 // FERRY_SCHEDULING_POLICY and its companions (the block at the end of Config's
 // scheduling settings). REQUIRES: partition_bytes and max_message_bytes read.
 void ReadScheduling(const EnvReader& r, Config* c) {
-  c->scheduling_policy = r.Str("FERRY_SCHEDULING_POLICY", nullptr, c->scheduling_policy);
-  const std::vector<std::string> policies = {"fifo", "priority", "credit", "p3", "fifo-bucket"};
-  if (std::find(policies.begin(), policies.end(), c->scheduling_policy) == policies.end()) {
-    Invalid("FERRY_SCHEDULING_POLICY", c->scheduling_policy,
-            "expected fifo, priority, credit, p3 or fifo-bucket");
+  const std::string policy =
+      r.Str("FERRY_SCHEDULING_POLICY", nullptr, SchedulingPolicyName(c->scheduling_policy));
+  if (!ParseSchedulingPolicy(policy, &c->scheduling_policy)) {
+    Invalid("FERRY_SCHEDULING_POLICY", policy, StrCat("expected ", kSchedulingPolicyNames));
   }
   c->fusion_bytes = r.Int("FERRY_FUSION_BYTES", nullptr, c->fusion_bytes, 0, 1LL << 30);
   c->p3_slice_bytes = r.Int("FERRY_P3_SLICE_BYTES", nullptr, c->p3_slice_bytes, 1024, 1LL << 30);
@@ -219,9 +210,12 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   c->autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
   // Every message a worker may send must pass the servers' size limit.
   std::vector<std::pair<const char*, int64_t>> sizes = {
-      {"FERRY_P3_SLICE_BYTES", c->scheduling_policy == "p3" ? c->p3_slice_bytes : 0},
-      {"FERRY_FUSION_BYTES", c->scheduling_policy == "credit" ? c->fusion_bytes : 0},
-      {"FERRY_BUCKET_BYTES", c->scheduling_policy == "fifo-bucket" ? c->bucket_bytes : 0}};
+      {"FERRY_P3_SLICE_BYTES",
+       c->scheduling_policy == SchedulingPolicy::kP3 ? c->p3_slice_bytes : 0},
+      {"FERRY_FUSION_BYTES",
+       c->scheduling_policy == SchedulingPolicy::kCredit ? c->fusion_bytes : 0},
+      {"FERRY_BUCKET_BYTES",
+       c->scheduling_policy == SchedulingPolicy::kFifoBucket ? c->bucket_bytes : 0}};
   for (int64_t p : c->autotune_partition_bytes) {
     sizes.emplace_back("FERRY_AUTOTUNE_PARTITION_BYTES", p);
   }
@@ -236,7 +230,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
 }  // namespace
 
 int64_t Config::InitialPartitionBytes() const {
-  return scheduling_policy == "p3" ? p3_slice_bytes : partition_bytes;
+  return scheduling_policy == SchedulingPolicy::kP3 ? p3_slice_bytes : partition_bytes;
 }
 
 int64_t Config::CreditBytesFor(int64_t partition) const {
@@ -314,7 +308,7 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
     c->server_device = ServerDevice::kCpu;
   } else if (text == "gpu") {
     c->server_device = ServerDevice::kGpu;
-  } else if (text.rfind("gpu:", 0) == 0 && text.size() > 4 && text.size() <= 7 &&
+  } else if (StartsWith(text, "gpu:") && text.size() > 4 && text.size() <= 7 &&
              text.find_first_not_of("0123456789", 4) == std::string::npos &&
              std::stoi(text.substr(4)) <= 255) {
     c->server_device = ServerDevice::kGpu;
@@ -481,8 +475,8 @@ std::string Config::LocalSocketName() const {
 std::string Config::Summary() const {
   return StrCat("role=", NodeRoleName(role), " workers=", num_workers, " servers=", num_servers,
                 " scheduler=", root_host, ":", root_port, " host=", node_host,
-                " policy=", scheduling_policy, " partition_bytes=", InitialPartitionBytes(),
-                " credit=", scheduling_credit,
+                " policy=", SchedulingPolicyName(scheduling_policy),
+                " partition_bytes=", InitialPartitionBytes(), " credit=", scheduling_credit,
                 (scheduling_credit_bytes > 0 ? StrCat(" credit_bytes=", scheduling_credit_bytes)
                                              : std::string()),
                 " engine_threads=", server_engine_threads, " split_bytes=", server_split_bytes,
@@ -494,48 +488,6 @@ std::string Config::Summary() const {
                 " resend=", resend_timeout_ms, "ms link_timeout=", link_timeout_ms, "ms",
                 " security=", secret.empty() ? "none" : "CURVE",
                 " connect_timeout=", connect_timeout_ms, "ms");
-}
-
-namespace {
-
-// The node's name in every log line: "I1129 15:40:01.123456 server 1] ...". It changes
-// once the rank is known, while other threads log.
-std::mutex* g_node_name_mu = new std::mutex;           // guards g_node_name
-std::string* g_node_name = new std::string("ferry");
-
-void LogPrefix(std::ostream& s, const google::LogMessageInfo& l, void*) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%c%02d%02d %02d:%02d:%02d.%06d", l.severity[0],
-                1 + l.time.month(), l.time.day(), l.time.hour(), l.time.min(), l.time.sec(),
-                static_cast<int>(l.time.usec()));
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(*g_node_name_mu);
-    name = *g_node_name;
-  }
-  s << buf << ' ' << name << ' ' << l.filename << ':' << l.line_number << ']';
-}
-
-}  // namespace
-
-void SetLogNodeName(const std::string& name) {
-  std::lock_guard<std::mutex> lock(*g_node_name_mu);
-  *g_node_name = name;
-}
-
-void InitLogging(const char* argv0, const Config& config, const std::string& node_name) {
-  static bool initialized = false;
-  FLAGS_logtostderr = true;
-  FLAGS_minloglevel = config.log_level;
-  FLAGS_v = config.log_verbosity;
-  SetLogNodeName(node_name);
-  // Another library in the process (a framework) may have started glog already;
-  // starting it twice aborts.
-  if (!initialized && !google::IsGoogleLoggingInitialized()) {
-    google::InitGoogleLogging(argv0, &LogPrefix, nullptr);
-  }
-  initialized = true;
-  for (const auto& w : config.warnings) LOG(WARNING) << w;
 }
 
 }  // namespace ferry

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/config/scheduling_policy.h"
+
 namespace ferry {
 
 enum class NodeRole { kScheduler, kServer, kWorker };
@@ -88,7 +90,7 @@ struct Config {
   int64_t server_split_bytes = 1 << 20;
 
   // --- Scheduling (worker/scheduling/policies.h; docs/configuration.md) ---
-  std::string scheduling_policy = "credit";  // fifo, priority, credit, p3 or fifo-bucket
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kCredit;
   int64_t fusion_bytes = 262144;       // credit: fuse small partitions up to this; 0 = never
   int64_t p3_slice_bytes = 160000;     // p3: the partition size
   int64_t bucket_bytes = 26214400;     // fifo-bucket: a bucket goes once it holds this much
@@ -135,11 +137,5 @@ std::string ResolveHost(const std::string& variable, const std::string& host);
 
 // The local address used to reach `remote_ip` (no packet is sent).
 std::string LocalAddressFor(const std::string& remote_ip);
-
-// Applies the log level and verbosity to glog and names the node in every line.
-// InitGoogleLogging may run once per process; later calls only update level and name.
-void InitLogging(const char* argv0, const Config& config, const std::string& node_name);
-// Renames the node in log lines (e.g. "worker ?" -> "worker 1" once the rank is known).
-void SetLogNodeName(const std::string& name);
 
 }  // namespace ferry

@@ -1,9 +1,11 @@
-// Summation kernels: data-type helpers, the portable kernels and the runtime dispatch.
+// Summation kernels: the portable kernels and the runtime dispatch (the data types
+// themselves are in common/types/data_type.cc).
 //
 // Dispatch: three KernelTables (portable, AVX2, AVX-512), one function pointer per
 // data type and operation, built once on first use. The public entry points make one
 // indirect call per buffer through the active table. The AVX2/AVX-512 kernels live
-// in reduce_avx2.cc / reduce_avx512.cc, compiled with `#pragma GCC target`, so the
+// in reduce_avx2.cc / reduce_avx512.cc (one block driver, reduce_simd.h, instantiated
+// with each file's vector operations), compiled with `#pragma GCC target`, so the
 // rest of the project stays at the baseline instruction set.
 //
 // The portable kernels are plain element loops over byte pointers with memcpy loads
@@ -20,57 +22,6 @@
 #include "common/reduce/reduce_internal.h"
 
 namespace ferry {
-
-// ---------------------------------------------------------------------------------
-// Data types.
-
-size_t DataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat16: return 2;
-    case DataType::kBFloat16: return 2;
-    case DataType::kFloat64: return 8;
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-  }
-  return 0;  // not a valid type: callers must check IsValidDataType first
-}
-
-std::string DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat64: return "float64";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-  }
-  return "unknown(" + std::to_string(static_cast<int32_t>(t)) + ")";
-}
-
-bool IsValidDataType(int32_t value) { return value >= 0 && value < kNumDataTypes; }
-
-bool ParseDataType(const std::string& name, DataType* out) {
-  static const struct {
-    const char* name;
-    DataType type;
-  } kNames[] = {
-      {"float32", DataType::kFloat32},   {"fp32", DataType::kFloat32},
-      {"float", DataType::kFloat32},     {"float16", DataType::kFloat16},
-      {"fp16", DataType::kFloat16},      {"half", DataType::kFloat16},
-      {"bfloat16", DataType::kBFloat16}, {"bf16", DataType::kBFloat16},
-      {"float64", DataType::kFloat64},   {"fp64", DataType::kFloat64},
-      {"double", DataType::kFloat64},    {"int32", DataType::kInt32},
-      {"int64", DataType::kInt64},
-  };
-  for (const auto& n : kNames) {
-    if (name == n.name) {
-      if (out != nullptr) *out = n.type;
-      return true;
-    }
-  }
-  return false;
-}
 
 // ---------------------------------------------------------------------------------
 // 16-bit float conversions. Written without branches on the value (selects only) so

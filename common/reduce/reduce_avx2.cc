@@ -1,14 +1,10 @@
 // AVX2 (+F16C) summation kernels. Compiled with `#pragma GCC target` so that only
 // these functions use AVX2; reduce.cc calls them only when the CPU supports it.
 //
-// Every kernel works on blocks of kBlockBytes (128 bytes) of each operand with
-// unaligned loads and stores. A head (elements until dst is cache-line aligned, when
-// dst is element-aligned) and the tail (fewer than a block of elements) are copied
-// into zeroed stack buffers, run through the same block code and copied back, so they
-// get bit-identical arithmetic and nothing outside [0, count) is touched.
-//
-// Everything is in an anonymous namespace: no symbol compiled for AVX2 can be merged
-// by the linker with a portable one.
+// This file holds one 256-bit vector operation per data type and the traits that
+// instantiate the shared block driver (reduce_simd.h: blocks of 128 bytes, head and
+// tail through zeroed stack buffers). Everything is in an anonymous namespace: no
+// symbol compiled for AVX2 can be merged by the linker with a portable one.
 
 #include "common/reduce/reduce_internal.h"
 
@@ -22,15 +18,14 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
 
+// After the target pragma: the driver's templates are compiled for this instruction set.
+#include "common/reduce/reduce_simd.h"  // NOLINT(build/include_order)
+
 namespace ferry {
 namespace reduce_internal {
 namespace {
 
-constexpr size_t kBlockBytes = 128;  // four 256-bit vectors per operand
-
 using u8 = unsigned char;
-
-constexpr size_t kStoreAlign = 64;  // cache line
 
 // --- One 256-bit vector of each type: load as float32 lanes, store back. -----------
 
@@ -141,104 +136,25 @@ struct VBF16 {
   }
 };
 
-// --- Block drivers. ------------------------------------------------------------------
+// --- The traits the shared driver (reduce_simd.h) is instantiated with. -------------
 
-template <typename V>
-struct Block {
-  static constexpr size_t kVecBytes = V::kElem * V::kLanesPerVec;
-  static constexpr size_t kVecs = kBlockBytes / kVecBytes;
-  static constexpr size_t kElems = kBlockBytes / V::kElem;
-
-  static inline void Sum(u8* d, const u8* a, const u8* b) {
-    for (size_t v = 0; v < kVecs; ++v) {
-      V::Sum(d + v * kVecBytes, a + v * kVecBytes, b + v * kVecBytes);
-    }
-  }
-  static inline void Mul(u8* d, __m256 sf, __m256d sd) {
-    for (size_t v = 0; v < kVecs; ++v) V::Mul(d + v * kVecBytes, sf, sd);
-  }
+struct Avx2 {
+  static constexpr size_t kBlockBytes = 128;  // four 256-bit vectors per operand
+  using Ps = __m256;
+  using Pd = __m256d;
+  static Ps SetPs(float s) { return _mm256_set1_ps(s); }
+  static Pd SetPd(double s) { return _mm256_set1_pd(s); }
+  using F32 = VF32;
+  using F64 = VF64;
+  using I32 = VI32;
+  using I64 = VI64;
+  using F16 = VF16;
+  using BF16 = VBF16;
 };
-
-// Elements before dst reaches a cache-line boundary (0 when dst is not even
-// element-aligned: then no alignment is reachable). Split-line stores cost far more
-// than split-line loads, especially for 64-byte vectors.
-template <typename V>
-inline size_t HeadElems(const u8* d, size_t n) {
-  const size_t mis = static_cast<size_t>(reinterpret_cast<uintptr_t>(d) % kStoreAlign);
-  if (mis == 0 || mis % V::kElem != 0) return 0;
-  const size_t head = (kStoreAlign - mis) / V::kElem;
-  return head < n ? head : n;
-}
-
-// Fewer than a block of elements: through zeroed stack buffers and the same block
-// code, so the arithmetic is identical and no byte outside [0, count) is touched.
-template <typename V>
-inline void SumPartial(u8* d, const u8* a, const u8* b, size_t count) {
-  const size_t bytes = count * V::kElem;
-  alignas(64) u8 ta[kBlockBytes] = {};
-  alignas(64) u8 tb[kBlockBytes] = {};
-  std::memcpy(ta, a, bytes);
-  std::memcpy(tb, b, bytes);
-  Block<V>::Sum(ta, ta, tb);
-  std::memcpy(d, ta, bytes);
-}
-
-template <typename V>
-inline void MulPartial(u8* d, size_t count, __m256 sf, __m256d sd) {
-  const size_t bytes = count * V::kElem;
-  alignas(64) u8 t[kBlockBytes] = {};
-  std::memcpy(t, d, bytes);
-  Block<V>::Mul(t, sf, sd);
-  std::memcpy(d, t, bytes);
-}
-
-// d, a, b may be identical (each vector is loaded before the same bytes are stored).
-template <typename V>
-void SumTo(void* dst, const void* a, const void* b, size_t n) {
-  using B = Block<V>;
-  auto* d = static_cast<u8*>(dst);
-  const auto* pa = static_cast<const u8*>(a);
-  const auto* pb = static_cast<const u8*>(b);
-  size_t i = HeadElems<V>(d, n);
-  if (i > 0) SumPartial<V>(d, pa, pb, i);
-  for (; i + B::kElems <= n; i += B::kElems) {
-    const size_t off = i * V::kElem;
-    B::Sum(d + off, pa + off, pb + off);
-  }
-  if (i < n) {
-    const size_t off = i * V::kElem;
-    SumPartial<V>(d + off, pa + off, pb + off, n - i);
-  }
-}
-
-template <typename V>
-void ScaleK(void* dst, double scale, size_t n) {
-  using B = Block<V>;
-  auto* d = static_cast<u8*>(dst);
-  const __m256 sf = _mm256_set1_ps(static_cast<float>(scale));
-  const __m256d sd = _mm256_set1_pd(scale);
-  size_t i = HeadElems<V>(d, n);
-  if (i > 0) MulPartial<V>(d, i, sf, sd);
-  for (; i + B::kElems <= n; i += B::kElems) B::Mul(d + i * V::kElem, sf, sd);
-  if (i < n) MulPartial<V>(d + i * V::kElem, n - i, sf, sd);
-}
 
 }  // namespace
 
-void FillAvx2Kernels(KernelTable* t) {
-  auto idx = [](DataType type) { return static_cast<int>(type); };
-  t->sum_to[idx(DataType::kFloat32)] = &SumTo<VF32>;
-  t->sum_to[idx(DataType::kFloat16)] = &SumTo<VF16>;
-  t->sum_to[idx(DataType::kBFloat16)] = &SumTo<VBF16>;
-  t->sum_to[idx(DataType::kFloat64)] = &SumTo<VF64>;
-  t->sum_to[idx(DataType::kInt32)] = &SumTo<VI32>;
-  t->sum_to[idx(DataType::kInt64)] = &SumTo<VI64>;
-  t->scale[idx(DataType::kFloat32)] = &ScaleK<VF32>;
-  t->scale[idx(DataType::kFloat16)] = &ScaleK<VF16>;
-  t->scale[idx(DataType::kBFloat16)] = &ScaleK<VBF16>;
-  t->scale[idx(DataType::kFloat64)] = &ScaleK<VF64>;
-  // Integer Scale (rare: averaging integer sums) keeps the portable kernels.
-}
+void FillAvx2Kernels(KernelTable* t) { SimdDriver<Avx2>::Fill(t); }
 
 }  // namespace reduce_internal
 }  // namespace ferry

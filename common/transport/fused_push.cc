@@ -43,44 +43,48 @@ Message MakeFusedPush(int sender, const std::vector<const Message*>& pushes) {
   return m;
 }
 
-std::string ValidateFusedPush(const Message& m, uint64_t max_payload_bytes) {
+Status ValidateFusedPush(const Message& m, uint64_t max_payload_bytes) {
   const proto::Envelope& e = m.envelope;
-  if (e.body_case() != proto::Envelope::kFusedPush) return "PUSH_FUSED without its body";
+  if (e.body_case() != proto::Envelope::kFusedPush) {
+    return BadMessageError("PUSH_FUSED without its body");
+  }
   const auto& pushes = e.fused_push().pushes();
   if (pushes.empty() || static_cast<size_t>(pushes.size()) > kMaxFusedPushes) {
-    return StrCat("PUSH_FUSED with ", pushes.size(), " pushes (1 to ", kMaxFusedPushes,
-                  " allowed)");
+    return BadMessageError(
+        StrCat("PUSH_FUSED with ", pushes.size(), " pushes (1 to ", kMaxFusedPushes, " allowed)"));
   }
-  if (std::string bad = CheckPayloadFrame(m, max_payload_bytes); !bad.empty()) return bad;
+  if (Status bad = CheckPayloadFrame(m, max_payload_bytes); !bad.ok()) return bad;
   uint64_t total = 0;
   for (int i = 0; i < pushes.size(); ++i) {
     const proto::SubPush& s = pushes[i];
     if (!IsValidDataType(s.dtype())) {
-      return StrCat("fused push ", i, ": unknown dtype ", static_cast<int>(s.dtype()));
+      return BadMessageError(
+          StrCat("fused push ", i, ": unknown dtype ", static_cast<int>(s.dtype())));
     }
     size_t element = DataTypeSize(static_cast<DataType>(s.dtype()));
     if (s.length() % element != 0) {
-      return StrCat("fused push ", i, ": ", s.length(), " bytes is not a whole number of ",
-                    DataTypeName(static_cast<DataType>(s.dtype())), " elements");
+      return BadMessageError(StrCat("fused push ", i, ": ", s.length(),
+                                    " bytes is not a whole number of ",
+                                    DataTypeName(static_cast<DataType>(s.dtype())), " elements"));
     }
     // Each length is checked against what is left, so the sum cannot overflow.
     if (s.length() > m.payload.size() - total) {
-      return StrCat("fused push ", i, " of ", s.length(), " bytes runs past the payload frame of ",
-                    m.payload.size(), " bytes");
+      return BadMessageError(StrCat("fused push ", i, " of ", s.length(),
+                                    " bytes runs past the payload frame of ", m.payload.size(),
+                                    " bytes"));
     }
     total += s.length();
   }
   if (total != m.payload.size()) {
-    return StrCat("fused pushes add up to ", total, " bytes but the payload frame has ",
-                  m.payload.size());
+    return BadMessageError(StrCat("fused pushes add up to ", total,
+                                  " bytes but the payload frame has ", m.payload.size()));
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string SplitFusedPush(const Message& fused, std::vector<Message>* out) {
+Status SplitFusedPush(const Message& fused, std::vector<Message>* out) {
   out->clear();
-  std::string error = ValidateFusedPush(fused, ~uint64_t{0});
-  if (!error.empty()) return error;
+  if (Status bad = ValidateFusedPush(fused, ~uint64_t{0}); !bad.ok()) return bad;
   uint64_t at = 0;
   for (const proto::SubPush& s : fused.envelope.fused_push().pushes()) {
     Message p = MakeMessage(proto::PUSH, fused.sender());
@@ -96,7 +100,7 @@ std::string SplitFusedPush(const Message& fused, std::vector<Message>* out) {
     at += s.length();
     out->push_back(std::move(p));
   }
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace ferry

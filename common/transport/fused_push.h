@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/transport/message.h"
+#include "common/util/status.h"
 
 namespace ferry {
 
@@ -33,11 +34,12 @@ Message MakeFusedPush(int sender, const std::vector<const Message*>& pushes);
 // The header of a PUSH message as a SubPush, and back (without payload).
 proto::SubPush SubPushOf(const proto::Envelope& push);
 
-// Checks a PUSH_FUSED as described above. Returns "" when valid, else the reason.
-std::string ValidateFusedPush(const Message& m, uint64_t max_payload_bytes);
+// Checks a PUSH_FUSED as described above. Returns OK when valid, else kBadMessage with
+// the reason.
+Status ValidateFusedPush(const Message& m, uint64_t max_payload_bytes);
 
 // Splits a PUSH_FUSED into its PUSH messages, whose payloads share `fused`'s frame.
-// Returns "" on success, else the reason (and leaves `out` empty).
-std::string SplitFusedPush(const Message& fused, std::vector<Message>* out);
+// Returns OK on success, else kBadMessage with the reason (and leaves `out` empty).
+Status SplitFusedPush(const Message& fused, std::vector<Message>* out);
 
 }  // namespace ferry

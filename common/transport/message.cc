@@ -64,47 +64,53 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
 
 }  // namespace
 
-std::string CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes) {
+Status CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes) {
   const proto::Envelope& e = m.envelope;
   if (e.length() != m.payload.size()) {
-    return StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(),
-                  " bytes");
+    return BadMessageError(
+        StrCat("length field ", e.length(), " but payload frame of ", m.payload.size(), " bytes"));
   }
   if (m.payload.size() > max_payload_bytes) {
-    return StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ",
-                  max_payload_bytes);
+    return BadMessageError(
+        StrCat("payload of ", m.payload.size(), " bytes exceeds the limit of ", max_payload_bytes));
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
+Status ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
   const proto::Envelope& e = m.envelope;
   if (e.version() != kProtocolVersion) {
-    return StrCat("protocol version ", e.version(), " (this node speaks ", kProtocolVersion, ")");
+    return BadMessageError(
+        StrCat("protocol version ", e.version(), " (this node speaks ", kProtocolVersion, ")"));
   }
   if (!proto::MessageType_IsValid(e.type()) || e.type() == proto::MESSAGE_TYPE_UNSPECIFIED) {
-    return StrCat("unknown message type ", static_cast<int>(e.type()));
+    return BadMessageError(StrCat("unknown message type ", static_cast<int>(e.type())));
   }
   proto::Envelope::BodyCase required = RequiredBody(e.type());
   if (required != proto::Envelope::BODY_NOT_SET && e.body_case() != required) {
-    return StrCat(MessageTypeName(e.type()), " without its body");
+    return BadMessageError(StrCat(MessageTypeName(e.type()), " without its body"));
   }
   if (e.type() == proto::PUSH_FUSED) return ValidateFusedPush(m, max_payload_bytes);
   if (e.type() == proto::ROWS_PUSH || e.type() == proto::ROWS_RESULT) {
     return ValidateRowsMessage(m, max_payload_bytes);
   }
   if (!IsDataMessage(e.type())) {
-    if (!m.payload.empty()) return StrCat(MessageTypeName(e.type()), " with a payload frame");
-    return "";
+    if (!m.payload.empty()) {
+      return BadMessageError(StrCat(MessageTypeName(e.type()), " with a payload frame"));
+    }
+    return Status::Ok();
   }
-  if (!IsValidDataType(e.dtype())) return StrCat("unknown dtype ", static_cast<int>(e.dtype()));
-  if (std::string bad = CheckPayloadFrame(m, max_payload_bytes); !bad.empty()) return bad;
+  if (!IsValidDataType(e.dtype())) {
+    return BadMessageError(StrCat("unknown dtype ", static_cast<int>(e.dtype())));
+  }
+  if (Status bad = CheckPayloadFrame(m, max_payload_bytes); !bad.ok()) return bad;
   size_t element = DataTypeSize(static_cast<DataType>(e.dtype()));
   if (m.payload.size() % element != 0) {
-    return StrCat("payload of ", m.payload.size(), " bytes is not a whole number of ",
-                  DataTypeName(static_cast<DataType>(e.dtype())), " elements");
+    return BadMessageError(StrCat("payload of ", m.payload.size(),
+                                  " bytes is not a whole number of ",
+                                  DataTypeName(static_cast<DataType>(e.dtype())), " elements"));
   }
-  return "";
+  return Status::Ok();
 }
 
 std::string Describe(const Message& m) {

@@ -9,7 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "common/reduce/reduce.h"
+#include "common/types/data_type.h"
+#include "common/util/status.h"
 #include "common/transport/buffer.h"
 #include "ferry.pb.h"
 
@@ -49,12 +50,13 @@ Message MakeMessage(proto::MessageType type, int sender);
 
 // Checks what does not depend on cluster membership: version, known type, body
 // present where required, payload present only for data messages and consistent
-// with length and dtype, frame size under `max_payload_bytes`. Returns an empty
-// string when valid, else the reason.
-std::string ValidateMessage(const Message& m, uint64_t max_payload_bytes);
+// with length and dtype, frame size under `max_payload_bytes`. Returns OK when valid,
+// else kBadMessage with the reason.
+Status ValidateMessage(const Message& m, uint64_t max_payload_bytes);
 // The checks every message with a payload shares: the envelope's length field matches the
-// payload frame, and the frame is within max_payload_bytes. "" when both hold, else the reason.
-std::string CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes);
+// payload frame, and the frame is within max_payload_bytes. OK when both hold, else
+// kBadMessage with the reason.
+Status CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes);
 
 // Parses an envelope frame. Returns false (and `error`) on bytes that do not parse.
 bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::string* error);

@@ -21,24 +21,28 @@ bool RowsPayloadBytes(uint64_t num_rows, uint64_t row_elements, DataType dtype, 
   return true;
 }
 
-std::string ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes) {
+Status ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes) {
   const proto::Envelope& e = m.envelope;
   const std::string type = MessageTypeName(e.type());
-  if (e.body_case() != proto::Envelope::kRows) return type + " without its body";
-  if (!IsValidDataType(e.dtype())) return StrCat("unknown dtype ", static_cast<int>(e.dtype()));
+  if (e.body_case() != proto::Envelope::kRows) return BadMessageError(type + " without its body");
+  if (!IsValidDataType(e.dtype())) {
+    return BadMessageError(StrCat("unknown dtype ", static_cast<int>(e.dtype())));
+  }
   const proto::RowsHeader& h = e.rows();
-  if (h.row_elements() == 0) return type + " with rows of 0 elements";
-  if (e.type() == proto::ROWS_PUSH && h.total_rows() == 0) return type + " of a tensor of 0 rows";
-  if (std::string bad = CheckPayloadFrame(m, max_payload_bytes); !bad.empty()) return bad;
+  if (h.row_elements() == 0) return BadMessageError(type + " with rows of 0 elements");
+  if (e.type() == proto::ROWS_PUSH && h.total_rows() == 0) {
+    return BadMessageError(type + " of a tensor of 0 rows");
+  }
+  if (Status bad = CheckPayloadFrame(m, max_payload_bytes); !bad.ok()) return bad;
   uint64_t expected = 0;
   if (!RowsPayloadBytes(h.num_rows(), h.row_elements(), static_cast<DataType>(e.dtype()),
                         e.type() == proto::ROWS_PUSH, &expected) ||
       expected != m.payload.size()) {
-    return StrCat(type, " of ", h.num_rows(), " rows of ", h.row_elements(), " ",
-                  DataTypeName(static_cast<DataType>(e.dtype())), " elements but a payload of ",
-                  m.payload.size(), " bytes");
+    return BadMessageError(StrCat(type, " of ", h.num_rows(), " rows of ", h.row_elements(), " ",
+                                  DataTypeName(static_cast<DataType>(e.dtype())),
+                                  " elements but a payload of ", m.payload.size(), " bytes"));
   }
-  return "";
+  return Status::Ok();
 }
 
 void AlignRowsPayload(Message& m) {

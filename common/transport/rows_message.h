@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/transport/message.h"
+#include "common/util/status.h"
 
 namespace ferry {
 
@@ -35,8 +36,9 @@ std::string RowsKeyName(uint64_t key);
 bool RowsPayloadBytes(uint64_t num_rows, uint64_t row_elements, DataType dtype, bool with_ids,
                       uint64_t* bytes);
 
-// Checks a ROWS_PUSH or ROWS_RESULT as described above. "" when valid, else the reason.
-std::string ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes);
+// Checks a ROWS_PUSH or ROWS_RESULT as described above. OK when valid, else kBadMessage
+// with the reason.
+Status ValidateRowsMessage(const Message& m, uint64_t max_payload_bytes);
 
 // ZeroMQ may hand a received frame at any offset of its receive buffer, but row ids are
 // read as int64_t and values by the summation kernels: a misaligned payload is copied

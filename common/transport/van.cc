@@ -509,7 +509,7 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
         zmq_msg_move(&owner->msg, &frames[first + 1]);
         message.payload = Buffer(zmq_msg_data(&owner->msg), zmq_msg_size(&owner->msg), owner);
       }
-      error = ValidateMessage(message, options_.max_message_bytes);
+      error = ValidateMessage(message, options_.max_message_bytes).message();
     }
     CloseFrames(frames);
     if (!error.empty()) {

@@ -2,19 +2,9 @@
 
 namespace ferry {
 
-const char* ErrorCodeName(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidConfig: return "invalid configuration";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kPeerFailed: return "peer failed";
-    case ErrorCode::kMismatch: return "mismatch";
-    case ErrorCode::kBadMessage: return "bad message";
-    case ErrorCode::kShutdown: return "shutdown";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kInternal: return "internal error";
-  }
-  return "unknown error";
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  return StrCat(ErrorCodeName(code_), ": ", message_);
 }
 
 }  // namespace ferry

@@ -1,54 +1,50 @@
 #pragma once
 
-// The one exception type Ferry throws, and the checks that raise it.
+// Status: the outcome of an operation that reports failure to its caller instead of
+// throwing (validating a message read from the wire, say, where the caller drops the
+// message and carries on). OK, or an ErrorCode with a message; like absl::Status, but
+// only what Ferry uses.
 //
-// Policy (see STYLE.md): everything that arrives from the wire or the environment is
-// validated at the boundary and reported with a FerryError naming the peer, the key
-// and the reason. CHECK (glog) is only for broken invariants inside our own code.
+// The message is the whole human-readable text (no code prefix added), so a caller that
+// logs or rethrows it produces exactly the text the check wrote.
 
-#include <sstream>
-#include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "common/util/error.h"
 
 namespace ferry {
 
-// Stable codes: they travel in Error messages (proto Error.code).
-enum class ErrorCode : int {
-  kOk = 0,
-  kInvalidConfig = 1,     // environment variable missing or malformed (exit code 2)
-  kTimeout = 2,           // a deadline passed
-  kPeerFailed = 3,        // a node died or is unreachable
-  kMismatch = 4,          // workers disagree on a tensor's size, dtype or declaration
-  kBadMessage = 5,        // malformed or unexpected message
-  kShutdown = 6,          // the cluster is shutting down
-  kInvalidArgument = 7,   // a caller passed bad arguments
-  kInternal = 8,
-};
-
-const char* ErrorCodeName(ErrorCode code);
-
-class FerryError : public std::runtime_error {
+class [[nodiscard]] Status {
  public:
-  FerryError(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  // OK.
+  Status() = default;
+  // An error. REQUIRES: code != ErrorCode::kOk (an OK status has no message).
+  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }
+  // The error's text; empty when ok().
+  const std::string& message() const { return message_; }
+  // "ok", or "<code name>: <message>" (for logs).
+  std::string ToString() const;
+
+  // Throws FerryError(code(), message()) unless ok(): for callers whose own contract is
+  // to throw.
+  void ThrowIfError() const {
+    if (!ok()) throw FerryError(code_, message_);
+  }
 
  private:
-  ErrorCode code_;
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
 };
 
-// Builds a message from stream insertions: StrCat("key ", key, " of ", n).
-template <typename... Args>
-std::string StrCat(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
+// Shorthand for the commonest error: a message read from the wire fails a check.
+inline Status BadMessageError(std::string message) {
+  return Status(ErrorCode::kBadMessage, std::move(message));
 }
-
-// Throws FerryError(code, StrCat(args...)) unless cond holds.
-#define FERRY_ENFORCE(cond, code, ...)                                     \
-  do {                                                                     \
-    if (!(cond)) throw ::ferry::FerryError((code), ::ferry::StrCat(__VA_ARGS__)); \
-  } while (0)
 
 }  // namespace ferry

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/reduce/reduce.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/binding_core.h"
 

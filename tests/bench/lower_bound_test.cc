@@ -14,7 +14,7 @@
 
 #include "bench/train_sim/train_sim.h"
 #include "bench/train_sim/workload.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry::bench {
 namespace {

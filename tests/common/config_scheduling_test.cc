@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/config/config.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {
@@ -35,7 +35,7 @@ void ExpectInvalid(const Env& extra, const std::string& variable) {
 
 TEST(ConfigSchedulingTest, Defaults) {
   Config c = Read({});
-  EXPECT_EQ(c.scheduling_policy, "credit");
+  EXPECT_EQ(c.scheduling_policy, SchedulingPolicy::kCredit);
   EXPECT_EQ(c.fusion_bytes, 262144);
   EXPECT_EQ(c.p3_slice_bytes, 160000);
   EXPECT_EQ(c.bucket_bytes, 25 << 20);
@@ -62,7 +62,7 @@ TEST(ConfigSchedulingTest, Values) {
                    {"FERRY_AUTOTUNE_PARTITION_BYTES", "8192,1048576"},
                    {"FERRY_AUTOTUNE_CREDITS", "1,16"},
                    {"FERRY_SCHEDULING_CREDIT_BYTES", "100000"}});
-  EXPECT_EQ(c.scheduling_policy, "p3");
+  EXPECT_EQ(c.scheduling_policy, SchedulingPolicy::kP3);
   EXPECT_EQ(c.InitialPartitionBytes(), 65536);  // p3 cuts slices
   EXPECT_EQ(c.fusion_bytes, 0);
   EXPECT_EQ(c.bucket_bytes, 1048576);
@@ -74,7 +74,7 @@ TEST(ConfigSchedulingTest, Values) {
   EXPECT_EQ(c.autotune_credits, (std::vector<int64_t>{1, 16}));
   EXPECT_EQ(c.CreditBytesFor(65536), 100000);  // given in bytes: independent of partitions
   for (const char* p : {"fifo", "priority", "credit", "fifo-bucket"}) {
-    EXPECT_EQ(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling_policy, p);
+    EXPECT_STREQ(SchedulingPolicyName(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling_policy), p);
   }
 }
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {
@@ -55,10 +55,6 @@ std::string ExpectInvalid(const Env& env, const std::string& variable,
   ADD_FAILURE() << "FromEnvironment accepted the environment; expected an error naming "
                 << variable;
   return "";
-}
-
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 TEST(ConfigTest, Defaults) {
@@ -135,7 +131,7 @@ TEST(ConfigTest, RoleParsing) {
   EXPECT_EQ(s.node_port, 9000);
 
   std::string msg = ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "master"}}), "DMLC_ROLE");
-  EXPECT_TRUE(Contains(msg, "master")) << msg;
+  EXPECT_TRUE(StrContains(msg, "master")) << msg;
   ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "Worker"}}), "DMLC_ROLE");
   ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", ""}}), "DMLC_ROLE");
   ExpectInvalid(Without(BaseEnv(), "DMLC_ROLE"), "DMLC_ROLE");
@@ -162,7 +158,7 @@ TEST(ConfigTest, RequiredVariablesMissing) {
                            "DMLC_PS_ROOT_PORT"}) {
     SCOPED_TRACE(name);
     std::string msg = ExpectInvalid(Without(BaseEnv(), name), name);
-    EXPECT_TRUE(Contains(msg, "must be set")) << msg;
+    EXPECT_TRUE(StrContains(msg, "must be set")) << msg;
   }
 }
 
@@ -191,8 +187,8 @@ TEST(ConfigTest, IntegersRejectGarbage) {
     SCOPED_TRACE(std::string(c.name) + "='" + c.value + "'");
     std::string msg = ExpectInvalid(With(BaseEnv(), {{c.name, c.value}}), c.name);
     // The message quotes the value and says what is allowed.
-    EXPECT_TRUE(Contains(msg, std::string("'") + c.value + "'")) << msg;
-    EXPECT_TRUE(Contains(msg, "expected an integer")) << msg;
+    EXPECT_TRUE(StrContains(msg, std::string("'") + c.value + "'")) << msg;
+    EXPECT_TRUE(StrContains(msg, "expected an integer")) << msg;
   }
 }
 
@@ -229,7 +225,7 @@ TEST(ConfigTest, IntegersRejectNegativeAndOutOfRange) {
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.name) + "='" + c.value + "'");
     std::string msg = ExpectInvalid(With(BaseEnv(), {{c.name, c.value}}), c.name);
-    EXPECT_TRUE(Contains(msg, "expected an integer from")) << msg;
+    EXPECT_TRUE(StrContains(msg, "expected an integer from")) << msg;
   }
   // The bounds themselves are accepted.
   Config c = Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "65535"},
@@ -274,7 +270,7 @@ TEST(ConfigTest, BytepsAliasesGiveTheSameValues) {
 TEST(ConfigTest, BadAliasValueNamesTheAlias) {
   std::string msg =
       ExpectInvalid(With(BaseEnv(), {{"BYTEPS_PARTITION_BYTES", "lots"}}), "BYTEPS_PARTITION_BYTES");
-  EXPECT_FALSE(Contains(msg, "FERRY_PARTITION_BYTES")) << msg;
+  EXPECT_FALSE(StrContains(msg, "FERRY_PARTITION_BYTES")) << msg;
   ExpectInvalid(With(BaseEnv(), {{"BYTEPS_SCHEDULING_CREDIT", "0"}}), "BYTEPS_SCHEDULING_CREDIT");
   ExpectInvalid(With(BaseEnv(), {{"BYTEPS_SERVER_ENGINE_THREAD", "-2"}}),
                 "BYTEPS_SERVER_ENGINE_THREAD");
@@ -298,8 +294,8 @@ TEST(ConfigTest, FerryValueWinsOverAliasWithWarning) {
     SCOPED_TRACE(k.ferry);
     Config c = Read(With(BaseEnv(), {{k.ferry, k.ferry_value}, {k.alias, k.alias_value}}));
     ASSERT_EQ(c.warnings.size(), 1u);
-    EXPECT_TRUE(Contains(c.warnings[0], k.ferry)) << c.warnings[0];
-    EXPECT_TRUE(Contains(c.warnings[0], k.alias)) << c.warnings[0];
+    EXPECT_TRUE(StrContains(c.warnings[0], k.ferry)) << c.warnings[0];
+    EXPECT_TRUE(StrContains(c.warnings[0], k.alias)) << c.warnings[0];
   }
   Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "2097152"},
                                    {"BYTEPS_PARTITION_BYTES", "8388608"},
@@ -320,7 +316,7 @@ TEST(ConfigTest, FerryValueWinsOverAliasWithWarning) {
                                    {"BYTEPS_SCHEDULING_CREDIT", "junk"}}));
   EXPECT_EQ(d.scheduling_credit, 3);
   ASSERT_EQ(d.warnings.size(), 1u);
-  EXPECT_TRUE(Contains(d.warnings[0], "BYTEPS_SCHEDULING_CREDIT"));
+  EXPECT_TRUE(StrContains(d.warnings[0], "BYTEPS_SCHEDULING_CREDIT"));
 }
 
 TEST(ConfigTest, AsyncIsReadWithItsAlias) {
@@ -341,7 +337,7 @@ TEST(ConfigTest, ServerEngineSettings) {
                                    {"FERRY_SERVER_SPLIT_BYTES", "65536"}}));
   EXPECT_TRUE(c.deterministic);
   EXPECT_EQ(c.server_split_bytes, 65536);
-  EXPECT_TRUE(Contains(c.Summary(), "deterministic")) << c.Summary();
+  EXPECT_TRUE(StrContains(c.Summary(), "deterministic")) << c.Summary();
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "0"}})).server_split_bytes, 0);
   ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "-1"}}), "FERRY_SERVER_SPLIT_BYTES");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "1M"}}), "FERRY_SERVER_SPLIT_BYTES");
@@ -350,7 +346,7 @@ TEST(ConfigTest, ServerEngineSettings) {
   std::string msg = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_DETERMINISTIC", "1"}, {"BYTEPS_ENABLE_ASYNC", "1"}}),
       "FERRY_DETERMINISTIC");
-  EXPECT_TRUE(Contains(msg, "FERRY_ENABLE_ASYNC")) << msg;
+  EXPECT_TRUE(StrContains(msg, "FERRY_ENABLE_ASYNC")) << msg;
 }
 
 TEST(ConfigTest, HostNamesResolve) {
@@ -371,7 +367,7 @@ TEST(ConfigTest, HostNamesResolve) {
     ADD_FAILURE() << "ResolveHost accepted an empty host";
   } catch (const FerryError& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
-    EXPECT_TRUE(Contains(e.what(), "MY_VARIABLE")) << e.what();
+    EXPECT_TRUE(StrContains(e.what(), "MY_VARIABLE")) << e.what();
   }
 }
 
@@ -391,7 +387,7 @@ TEST(ConfigTest, HeartbeatTimeoutMustBeTwiceTheInterval) {
   std::string msg = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "1999"}}),
       "FERRY_HEARTBEAT_TIMEOUT_MS");
-  EXPECT_TRUE(Contains(msg, "FERRY_HEARTBEAT_INTERVAL_MS")) << msg;
+  EXPECT_TRUE(StrContains(msg, "FERRY_HEARTBEAT_INTERVAL_MS")) << msg;
   // The default timeout (10000) is too short for an interval of 6 s.
   ExpectInvalid(With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "6000"}}),
                 "FERRY_HEARTBEAT_TIMEOUT_MS");
@@ -418,7 +414,7 @@ TEST(ConfigTest, LogLevels) {
     EXPECT_EQ(c.log_verbosity, k.verbosity);
   }
   std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_LOG_LEVEL", "VERBOSE"}}), "FERRY_LOG_LEVEL");
-  EXPECT_TRUE(Contains(msg, "VERBOSE")) << msg;
+  EXPECT_TRUE(StrContains(msg, "VERBOSE")) << msg;
 }
 
 TEST(ConfigTest, NodeKind) {
@@ -446,7 +442,7 @@ TEST(ConfigTest, ResendLinkAndFaultInjection) {
   EXPECT_DOUBLE_EQ(c.test_drop_percent, 0.5);
   EXPECT_EQ(c.test_delay_ms, 20);
   ASSERT_EQ(c.warnings.size(), 1u) << "fault injection is announced";
-  EXPECT_TRUE(Contains(c.warnings[0], "for tests only")) << c.warnings[0];
+  EXPECT_TRUE(StrContains(c.warnings[0], "for tests only")) << c.warnings[0];
   // ps-lite's name for the resend timeout is accepted.
   EXPECT_EQ(Read(With(BaseEnv(), {{"PS_RESEND_TIMEOUT", "700"}})).resend_timeout_ms, 700);
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LINK_TIMEOUT_MS", "299"}}), "FERRY_LINK_TIMEOUT_MS");
@@ -457,7 +453,7 @@ TEST(ConfigTest, ResendLinkAndFaultInjection) {
   std::string msg = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_TEST_DROP_PERCENT", "1"}, {"FERRY_RESEND_TIMEOUT_MS", "0"}}),
       "FERRY_TEST_DROP_PERCENT");
-  EXPECT_TRUE(Contains(msg, "FERRY_RESEND_TIMEOUT_MS")) << msg;
+  EXPECT_TRUE(StrContains(msg, "FERRY_RESEND_TIMEOUT_MS")) << msg;
 }
 
 TEST(ConfigTest, ServerDevice) {
@@ -465,7 +461,7 @@ TEST(ConfigTest, ServerDevice) {
   EXPECT_EQ(c.server_device, ServerDevice::kCpu);
   EXPECT_EQ(c.server_gpu, 0);
   EXPECT_EQ(c.server_gpu_streams, 2);
-  EXPECT_FALSE(Contains(c.Summary(), "device="));
+  EXPECT_FALSE(StrContains(c.Summary(), "device="));
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "cpu"}})).server_device, ServerDevice::kCpu);
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", ""}})).server_device, ServerDevice::kCpu);
   c = Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu"}}));
@@ -475,12 +471,12 @@ TEST(ConfigTest, ServerDevice) {
   EXPECT_EQ(c.server_device, ServerDevice::kGpu);
   EXPECT_EQ(c.server_gpu, 3);
   EXPECT_EQ(c.server_gpu_streams, 8);
-  EXPECT_TRUE(Contains(c.Summary(), " device=gpu:3 gpu_streams=8")) << c.Summary();
+  EXPECT_TRUE(StrContains(c.Summary(), " device=gpu:3 gpu_streams=8")) << c.Summary();
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu:255"}})).server_gpu, 255);
   for (const char* bad : {"GPU", "tpu", "gpu:", "gpu:-1", "gpu:256", "gpu:1x", "gpu:0000", "cuda"}) {
     SCOPED_TRACE(bad);
     std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", bad}}), "FERRY_SERVER_DEVICE");
-    EXPECT_TRUE(Contains(msg, "expected cpu, gpu or gpu:N")) << msg;
+    EXPECT_TRUE(StrContains(msg, "expected cpu, gpu or gpu:N")) << msg;
   }
   for (const char* bad : {"0", "65", "two"}) {
     SCOPED_TRACE(bad);
@@ -505,7 +501,7 @@ TEST(ConfigTest, LocalGroupSettings) {
                 "FERRY_LOCAL_RANK");
   // Without a local rank every process would think it is the root.
   const std::string unset = ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}}), "FERRY_LOCAL_RANK");
-  EXPECT_TRUE(Contains(unset, "ferry-launch --local-size sets it")) << unset;
+  EXPECT_TRUE(StrContains(unset, "ferry-launch --local-size sets it")) << unset;
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "0"}}), "FERRY_LOCAL_SIZE");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SOCKET", "a/b"}}), "FERRY_LOCAL_SOCKET");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SOCKET", std::string(101, 'x')}}),
@@ -517,7 +513,7 @@ TEST(ConfigTest, LocalGroupSettings) {
   const std::string m = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),
       "FERRY_ENABLE_ASYNC");
-  EXPECT_TRUE(Contains(m, "FERRY_LOCAL_SIZE=2")) << m;
+  EXPECT_TRUE(StrContains(m, "FERRY_LOCAL_SIZE=2")) << m;
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {
@@ -50,7 +50,7 @@ TEST(FusedPushTest, RoundTripSharesTheFrame) {
   EXPECT_EQ(fused.type(), proto::PUSH_FUSED);
   EXPECT_EQ(fused.envelope.request_id(), 1u);
   EXPECT_EQ(fused.envelope.length(), 30u);
-  EXPECT_EQ(ValidateMessage(fused, 1 << 20), "");
+  EXPECT_TRUE(ValidateMessage(fused, 1 << 20).ok());
   // The envelope survives the wire.
   Message wire;
   std::string bytes = fused.envelope.SerializeAsString();
@@ -58,7 +58,7 @@ TEST(FusedPushTest, RoundTripSharesTheFrame) {
   ASSERT_TRUE(ParseEnvelope(bytes.data(), bytes.size(), &wire.envelope, &error)) << error;
   wire.payload = fused.payload;
   std::vector<Message> out;
-  ASSERT_EQ(SplitFusedPush(wire, &out), "");
+  ASSERT_TRUE(SplitFusedPush(wire, &out).ok());
   ASSERT_EQ(out.size(), 4u);
   size_t at = 0;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -73,7 +73,7 @@ TEST(FusedPushTest, RoundTripSharesTheFrame) {
     EXPECT_EQ(a.length(), b.length());
     EXPECT_EQ(a.priority(), b.priority());
     EXPECT_EQ(a.tensor_hash(), b.tensor_hash());
-    EXPECT_EQ(ValidateMessage(out[i], 1 << 20), "") << i;
+    EXPECT_TRUE(ValidateMessage(out[i], 1 << 20).ok()) << i;
     ASSERT_EQ(out[i].payload.size(), pushes[i].payload.size());
     if (!out[i].payload.empty()) {
       // Zero copy: a slice of the fused frame, sharing its owner.
@@ -94,7 +94,7 @@ TEST(FusedPushTest, ValidationIsStrict) {
   auto broken = [&](auto change) {
     Message m = good;
     change(m);
-    return ValidateMessage(m, 1 << 20);
+    return ValidateMessage(m, 1 << 20).message();
   };
   EXPECT_TRUE(Has(broken([](Message& m) { m.envelope.clear_fused_push(); }), "without its body"));
   EXPECT_TRUE(Has(broken([](Message& m) { m.envelope.mutable_fused_push()->clear_pushes(); }),
@@ -122,15 +122,15 @@ TEST(FusedPushTest, ValidationIsStrict) {
                         static_cast<proto::DataTypeProto>(42));
                   }),
                   "unknown dtype 42"));
-  EXPECT_TRUE(Has(ValidateMessage(good, 15), "exceeds the limit of 15"));
+  EXPECT_TRUE(Has(ValidateMessage(good, 15).message(), "exceeds the limit of 15"));
   Message many = good;
   for (size_t i = 0; i < kMaxFusedPushes; ++i) {
     auto* s = many.envelope.mutable_fused_push()->add_pushes();
     s->set_length(0);
   }
-  EXPECT_TRUE(Has(ValidateMessage(many, 1 << 20), "pushes (1 to 4096 allowed)"));
+  EXPECT_TRUE(Has(ValidateMessage(many, 1 << 20).message(), "pushes (1 to 4096 allowed)"));
   std::vector<Message> out = {Message()};
-  EXPECT_NE(SplitFusedPush(many, &out), "");
+  EXPECT_FALSE(SplitFusedPush(many, &out).ok());
   EXPECT_TRUE(out.empty());
 }
 

@@ -3,7 +3,6 @@
 // parsing and the log description.
 
 #include "common/transport/message.h"
-#include "common/transport/rows_message.h"
 
 #include <gtest/gtest.h>
 
@@ -11,14 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "common/transport/rows_message.h"
+#include "common/util/strings.h"
+
 namespace ferry {
 namespace {
 
 constexpr uint64_t kLimit = 1 << 20;
-
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // A valid PUSH of `floats` float32 elements.
 Message GoodPush(size_t floats = 16) {
@@ -54,46 +52,46 @@ TEST(MessageTest, MakeMessageFillsVersionTypeSender) {
   EXPECT_EQ(m.type(), proto::HEARTBEAT);
   EXPECT_EQ(m.sender(), 7);
   EXPECT_TRUE(m.payload.empty());
-  EXPECT_EQ(ValidateMessage(m, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(m, kLimit).ok());
 }
 
 TEST(MessageTest, AcceptsValidMessages) {
-  EXPECT_EQ(ValidateMessage(GoodPush(), kLimit), "");
+  EXPECT_TRUE(ValidateMessage(GoodPush(), kLimit).ok());
 
   // A push of no elements carries no payload frame.
   Message empty_push = MakeMessage(proto::PUSH, 1);
   empty_push.envelope.set_dtype(proto::FLOAT64);
-  EXPECT_EQ(ValidateMessage(empty_push, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(empty_push, kLimit).ok());
 
   Message result = MakeMessage(proto::PUSH_RESULT, 1);
   result.envelope.set_dtype(proto::INT64);
   result.payload = Buffer::Allocate(24);
   result.envelope.set_length(24);
-  EXPECT_EQ(ValidateMessage(result, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(result, kLimit).ok());
 
   // Exactly at the limit is allowed.
   Message at_limit = GoodPush(kLimit / sizeof(float));
-  EXPECT_EQ(ValidateMessage(at_limit, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(at_limit, kLimit).ok());
 
   Message reg = MakeMessage(proto::REGISTER, -1);
   reg.envelope.mutable_register_request()->set_role(proto::WORKER);
-  EXPECT_EQ(ValidateMessage(reg, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(reg, kLimit).ok());
   Message table = MakeMessage(proto::NODE_TABLE, 0);
   table.envelope.mutable_node_table()->set_your_id(3);
-  EXPECT_EQ(ValidateMessage(table, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(table, kLimit).ok());
   Message barrier = MakeMessage(proto::BARRIER, 2);
   barrier.envelope.mutable_barrier()->set_group(proto::GROUP_WORKERS);
-  EXPECT_EQ(ValidateMessage(barrier, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(barrier, kLimit).ok());
   Message failed = MakeMessage(proto::NODE_FAILED, 0);
   failed.envelope.mutable_failure()->set_node_id(4);
-  EXPECT_EQ(ValidateMessage(failed, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(failed, kLimit).ok());
   Message error = MakeMessage(proto::ERROR, 1);
   error.envelope.mutable_error()->set_reason("x");
-  EXPECT_EQ(ValidateMessage(error, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(error, kLimit).ok());
   for (proto::MessageType t : {proto::BARRIER_RELEASE, proto::HEARTBEAT, proto::HEARTBEAT_ACK,
                                proto::FINALIZE, proto::SHUTDOWN, proto::PUSH_ACK}) {
     SCOPED_TRACE(MessageTypeName(t));
-    EXPECT_EQ(ValidateMessage(MakeMessage(t, 1), kLimit), "");
+    EXPECT_TRUE(ValidateMessage(MakeMessage(t, 1), kLimit).ok());
   }
 }
 
@@ -101,22 +99,23 @@ TEST(MessageTest, RejectsWrongVersion) {
   for (uint32_t version : {0u, 2u, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
-    std::string error = ValidateMessage(m, kLimit);
-    EXPECT_TRUE(Contains(error, "version")) << error;
+    std::string error = ValidateMessage(m, kLimit).message();
+    EXPECT_TRUE(StrContains(error, "version")) << error;
   }
 }
 
 TEST(MessageTest, RejectsUnknownType) {
   Message m = MakeMessage(static_cast<proto::MessageType>(77), 1);
-  std::string error = ValidateMessage(m, kLimit);
-  EXPECT_TRUE(Contains(error, "unknown message type 77")) << error;
+  std::string error = ValidateMessage(m, kLimit).message();
+  EXPECT_TRUE(StrContains(error, "unknown message type 77")) << error;
 
   Message zero = MakeMessage(proto::MESSAGE_TYPE_UNSPECIFIED, 1);
-  error = ValidateMessage(zero, kLimit);
-  EXPECT_TRUE(Contains(error, "unknown message type 0")) << error;
+  error = ValidateMessage(zero, kLimit).message();
+  EXPECT_TRUE(StrContains(error, "unknown message type 0")) << error;
 
   Message negative = MakeMessage(static_cast<proto::MessageType>(-3), 1);
-  EXPECT_NE(ValidateMessage(negative, kLimit), "");
+  EXPECT_FALSE(ValidateMessage(negative, kLimit).ok());
+  EXPECT_EQ(ValidateMessage(negative, kLimit).code(), ErrorCode::kBadMessage);
 
   EXPECT_EQ(MessageTypeName(proto::PUSH), "PUSH");
   EXPECT_EQ(MessageTypeName(proto::REGISTER), "REGISTER");
@@ -128,14 +127,14 @@ TEST(MessageTest, RejectsControlMessageWithoutBody) {
                                proto::NODE_FAILED, proto::ERROR}) {
     SCOPED_TRACE(MessageTypeName(t));
     Message m = MakeMessage(t, 1);
-    std::string error = ValidateMessage(m, kLimit);
-    EXPECT_TRUE(Contains(error, "without its body")) << error;
-    EXPECT_TRUE(Contains(error, MessageTypeName(t))) << error;
+    std::string error = ValidateMessage(m, kLimit).message();
+    EXPECT_TRUE(StrContains(error, "without its body")) << error;
+    EXPECT_TRUE(StrContains(error, MessageTypeName(t))) << error;
   }
   // The wrong body is as bad as none.
   Message m = MakeMessage(proto::REGISTER, 1);
   m.envelope.mutable_barrier();
-  EXPECT_TRUE(Contains(ValidateMessage(m, kLimit), "without its body"));
+  EXPECT_TRUE(StrContains(ValidateMessage(m, kLimit).message(), "without its body"));
 }
 
 TEST(MessageTest, RejectsPayloadOnControlMessage) {
@@ -144,29 +143,29 @@ TEST(MessageTest, RejectsPayloadOnControlMessage) {
     SCOPED_TRACE(MessageTypeName(t));
     Message m = MakeMessage(t, 1);
     m.payload = Buffer::Allocate(8);
-    std::string error = ValidateMessage(m, kLimit);
-    EXPECT_TRUE(Contains(error, "with a payload frame")) << error;
+    std::string error = ValidateMessage(m, kLimit).message();
+    EXPECT_TRUE(StrContains(error, "with a payload frame")) << error;
   }
   Message error_msg = MakeMessage(proto::ERROR, 1);
   error_msg.envelope.mutable_error()->set_code(5);
   error_msg.payload = Buffer::Allocate(4);
-  EXPECT_TRUE(Contains(ValidateMessage(error_msg, kLimit), "with a payload frame"));
+  EXPECT_TRUE(StrContains(ValidateMessage(error_msg, kLimit).message(), "with a payload frame"));
 }
 
 TEST(MessageTest, RejectsLengthMismatch) {
   Message m = GoodPush(16);
   m.envelope.set_length(60);
-  std::string error = ValidateMessage(m, kLimit);
-  EXPECT_TRUE(Contains(error, "length field 60")) << error;
-  EXPECT_TRUE(Contains(error, "64 bytes")) << error;
+  std::string error = ValidateMessage(m, kLimit).message();
+  EXPECT_TRUE(StrContains(error, "length field 60")) << error;
+  EXPECT_TRUE(StrContains(error, "64 bytes")) << error;
 
   Message no_payload = GoodPush(16);
   no_payload.payload = Buffer();
-  EXPECT_NE(ValidateMessage(no_payload, kLimit), "");
+  EXPECT_FALSE(ValidateMessage(no_payload, kLimit).ok());
 
   Message longer = GoodPush(16);
   longer.envelope.set_length(128);
-  EXPECT_NE(ValidateMessage(longer, kLimit), "");
+  EXPECT_FALSE(ValidateMessage(longer, kLimit).ok());
 }
 
 TEST(MessageTest, RejectsUnknownDtype) {
@@ -174,8 +173,8 @@ TEST(MessageTest, RejectsUnknownDtype) {
     SCOPED_TRACE(dtype);
     Message m = GoodPush();
     m.envelope.set_dtype(static_cast<proto::DataTypeProto>(dtype));
-    std::string error = ValidateMessage(m, kLimit);
-    EXPECT_TRUE(Contains(error, "unknown dtype")) << error;
+    std::string error = ValidateMessage(m, kLimit).message();
+    EXPECT_TRUE(StrContains(error, "unknown dtype")) << error;
   }
 }
 
@@ -193,8 +192,8 @@ TEST(MessageTest, RejectsPartialElements) {
     m.envelope.set_dtype(c.dtype);
     m.payload = Buffer::Allocate(c.bytes);
     m.envelope.set_length(c.bytes);
-    std::string error = ValidateMessage(m, kLimit);
-    EXPECT_TRUE(Contains(error, "not a whole number")) << error;
+    std::string error = ValidateMessage(m, kLimit).message();
+    EXPECT_TRUE(StrContains(error, "not a whole number")) << error;
   }
   const Case good[] = {{proto::FLOAT16, 6}, {proto::BFLOAT16, 2}, {proto::FLOAT64, 16},
                        {proto::INT32, 12},  {proto::INT64, 24}};
@@ -203,15 +202,15 @@ TEST(MessageTest, RejectsPartialElements) {
     m.envelope.set_dtype(c.dtype);
     m.payload = Buffer::Allocate(c.bytes);
     m.envelope.set_length(c.bytes);
-    EXPECT_EQ(ValidateMessage(m, kLimit), "");
+    EXPECT_TRUE(ValidateMessage(m, kLimit).ok());
   }
 }
 
 TEST(MessageTest, RejectsPayloadAboveLimit) {
   Message m = GoodPush(kLimit / sizeof(float) + 1);
-  std::string error = ValidateMessage(m, kLimit);
-  EXPECT_TRUE(Contains(error, "exceeds the limit")) << error;
-  EXPECT_EQ(ValidateMessage(m, kLimit + sizeof(float)), "");
+  std::string error = ValidateMessage(m, kLimit).message();
+  EXPECT_TRUE(StrContains(error, "exceeds the limit")) << error;
+  EXPECT_TRUE(ValidateMessage(m, kLimit + sizeof(float)).ok());
 }
 
 TEST(MessageTest, ParseEnvelope) {
@@ -250,7 +249,7 @@ TEST(MessageTest, ParseEnvelopeRejectsGarbage) {
   // "garbage": 'g' (0x67) is field 12 with wire type 7, which does not exist.
   const std::string garbage = "garbage";
   EXPECT_FALSE(ParseEnvelope(garbage.data(), garbage.size(), &parsed, &error));
-  EXPECT_TRUE(Contains(error, "not a valid Ferry envelope")) << error;
+  EXPECT_TRUE(StrContains(error, "not a valid Ferry envelope")) << error;
 
   // A varint that never ends.
   const std::vector<uint8_t> endless(16, 0xff);
@@ -274,22 +273,22 @@ TEST(MessageTest, ParseEnvelopeRejectsGarbage) {
   std::string huge(size_t{1} << 21, '\0');
   error.clear();
   EXPECT_FALSE(ParseEnvelope(huge.data(), huge.size(), &parsed, &error));
-  EXPECT_TRUE(Contains(error, "exceeds")) << error;
+  EXPECT_TRUE(StrContains(error, "exceeds")) << error;
 }
 
 TEST(MessageTest, DescribeMentionsTheKey) {
   Message m = GoodPush();
   std::string d = Describe(m);
-  EXPECT_TRUE(Contains(d, "PUSH")) << d;
-  EXPECT_TRUE(Contains(d, "node 5")) << d;
-  EXPECT_TRUE(Contains(d, "tensor 3 partition 1")) << d;
-  EXPECT_TRUE(Contains(d, "round 2")) << d;
-  EXPECT_TRUE(Contains(d, "64 bytes")) << d;
-  EXPECT_TRUE(Contains(d, "request 42")) << d;
+  EXPECT_TRUE(StrContains(d, "PUSH")) << d;
+  EXPECT_TRUE(StrContains(d, "node 5")) << d;
+  EXPECT_TRUE(StrContains(d, "tensor 3 partition 1")) << d;
+  EXPECT_TRUE(StrContains(d, "round 2")) << d;
+  EXPECT_TRUE(StrContains(d, "64 bytes")) << d;
+  EXPECT_TRUE(StrContains(d, "request 42")) << d;
 
   std::string h = Describe(MakeMessage(proto::HEARTBEAT, 9));
-  EXPECT_TRUE(Contains(h, "HEARTBEAT")) << h;
-  EXPECT_TRUE(Contains(h, "node 9")) << h;
+  EXPECT_TRUE(StrContains(h, "HEARTBEAT")) << h;
+  EXPECT_TRUE(StrContains(h, "node 9")) << h;
 }
 
 // A valid ROWS_PUSH of `rows` rows of 4 float32 elements of a 100-row tensor.
@@ -307,27 +306,30 @@ Message GoodRowsPush(uint64_t rows = 3) {
 }
 
 TEST(MessageTest, RowsMessagesAreCheckedAgainstTheirHeader) {
-  EXPECT_EQ(ValidateMessage(GoodRowsPush(), kLimit), "");
-  EXPECT_EQ(ValidateMessage(GoodRowsPush(0), kLimit), "");  // a round with no rows
+  EXPECT_TRUE(ValidateMessage(GoodRowsPush(), kLimit).ok());
+  EXPECT_TRUE(ValidateMessage(GoodRowsPush(0), kLimit).ok());  // a round with no rows
   Message no_body = GoodRowsPush();
   no_body.envelope.clear_rows();
-  EXPECT_TRUE(Contains(ValidateMessage(no_body, kLimit), "ROWS_PUSH without its body"));
+  EXPECT_TRUE(
+      StrContains(ValidateMessage(no_body, kLimit).message(), "ROWS_PUSH without its body"));
   Message short_payload = GoodRowsPush();
   short_payload.envelope.mutable_rows()->set_num_rows(4);
-  EXPECT_TRUE(Contains(ValidateMessage(short_payload, kLimit), "4 rows of 4 float32 elements"));
+  EXPECT_TRUE(StrContains(ValidateMessage(short_payload, kLimit).message(),
+                          "4 rows of 4 float32 elements"));
   Message empty_rows = GoodRowsPush();
   empty_rows.envelope.mutable_rows()->set_row_elements(0);
-  EXPECT_TRUE(Contains(ValidateMessage(empty_rows, kLimit), "rows of 0 elements"));
+  EXPECT_TRUE(StrContains(ValidateMessage(empty_rows, kLimit).message(), "rows of 0 elements"));
   Message no_tensor = GoodRowsPush();
   no_tensor.envelope.mutable_rows()->set_total_rows(0);
-  EXPECT_TRUE(Contains(ValidateMessage(no_tensor, kLimit), "a tensor of 0 rows"));
+  EXPECT_TRUE(StrContains(ValidateMessage(no_tensor, kLimit).message(), "a tensor of 0 rows"));
   Message overflow = GoodRowsPush();
   overflow.envelope.mutable_rows()->set_num_rows(1ull << 62);
-  EXPECT_NE(ValidateMessage(overflow, kLimit), "");
+  EXPECT_FALSE(ValidateMessage(overflow, kLimit).ok());
   overflow.envelope.mutable_rows()->set_num_rows(1);
   overflow.envelope.mutable_rows()->set_row_elements(1ull << 63);
-  EXPECT_NE(ValidateMessage(overflow, kLimit), "");
-  EXPECT_TRUE(Contains(ValidateMessage(GoodRowsPush(50000), kLimit), "exceeds the limit"));
+  EXPECT_FALSE(ValidateMessage(overflow, kLimit).ok());
+  EXPECT_TRUE(
+      StrContains(ValidateMessage(GoodRowsPush(50000), kLimit).message(), "exceeds the limit"));
   // A result carries the values only (no ids).
   Message result = MakeMessage(proto::ROWS_RESULT, 1);
   result.envelope.set_dtype(proto::FLOAT16);
@@ -335,10 +337,10 @@ TEST(MessageTest, RowsMessagesAreCheckedAgainstTheirHeader) {
   result.envelope.mutable_rows()->set_row_elements(5);
   result.payload = Buffer::Allocate(3 * 5 * 2);
   result.envelope.set_length(result.payload.size());
-  EXPECT_EQ(ValidateMessage(result, kLimit), "");
+  EXPECT_TRUE(ValidateMessage(result, kLimit).ok());
   result.payload = Buffer::Allocate(3 * 5 * 2 + 3 * 8);
   result.envelope.set_length(result.payload.size());
-  EXPECT_NE(ValidateMessage(result, kLimit), "");
+  EXPECT_FALSE(ValidateMessage(result, kLimit).ok());
   EXPECT_EQ(Describe(GoodRowsPush()),
             "ROWS_PUSH from node 5 request 43 rows of tensor 3 on server 1 round 0 3 rows, 72 bytes");
 }

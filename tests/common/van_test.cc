@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {

@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     payload_bytes = frames[1];
     m.payload = ferry::Buffer::CopyOf(payload_bytes.data(), payload_bytes.size());
   }
-  error = ferry::ValidateMessage(m, 1 << 20);
+  error = ferry::ValidateMessage(m, 1 << 20).message();
   (void)ferry::Describe(m);
   if (!error.empty()) return 0;
   if (m.type() == ferry::proto::PUSH) {
@@ -103,9 +103,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A valid fused push is split as the server splits it (zero-copy slices of the
     // frame), and every part must then be a valid push on its own.
     std::vector<ferry::Message> pushes;
-    if (!ferry::SplitFusedPush(m, &pushes).empty()) __builtin_trap();
+    if (!ferry::SplitFusedPush(m, &pushes).ok()) __builtin_trap();
     for (ferry::Message& p : pushes) {
-      if (!ferry::ValidateMessage(p, 1 << 20).empty()) __builtin_trap();
+      if (!ferry::ValidateMessage(p, 1 << 20).ok()) __builtin_trap();
       ServePush(p);
     }
   }

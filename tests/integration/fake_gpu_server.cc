@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "common/cluster/role_main.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "server/server.h"
 #include "tests/server/fake_gpu_summer.h"
 

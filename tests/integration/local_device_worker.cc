@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/config/config.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/local/local_group.h"
 
 DEFINE_int32(tensors, 4, "float tensors");

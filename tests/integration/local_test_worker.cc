@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "common/config/config.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/local/local_group.h"
 
 DEFINE_string(mode, "sums", "sums or die");

@@ -28,7 +28,7 @@
 #include "common/cluster/cluster_client.h"
 #include "common/cluster/role_main.h"
 #include "common/transport/rows_message.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/placement.h"
 
 DEFINE_int32(rounds, 10, "honest rounds (the loop worker must run as many)");

@@ -64,7 +64,7 @@
 #include <vector>
 
 #include "common/cluster/role_main.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/worker.h"
 
 DEFINE_string(mode, "sums", "sums, mismatch, join, loop, deterministic, async, order, rows or rows_bytes");

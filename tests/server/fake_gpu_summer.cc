@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "common/reduce/reduce.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace testing {

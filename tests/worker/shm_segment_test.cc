@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 namespace {

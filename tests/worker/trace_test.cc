@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/util/clock.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "tests/support/json.h"
 
 namespace ferry {

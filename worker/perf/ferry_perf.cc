@@ -25,7 +25,7 @@
 #include "common/cluster/role_main.h"
 #include "common/reduce/reduce.h"
 #include "common/util/clock.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "worker/local/local_group.h"
 
 DEFINE_string(b, "4K", "smallest tensor size in bytes (suffixes K, M, G: powers of 1024)");

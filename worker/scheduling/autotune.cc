@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 

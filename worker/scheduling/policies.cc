@@ -1,20 +1,26 @@
 #include "worker/scheduling/policies.h"
 
 #include "common/transport/fused_push.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 
 namespace ferry {
 
 std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
-  if (o.name == "fifo") return std::make_unique<FifoPolicy>();
-  if (o.name == "priority") return std::make_unique<PriorityPolicy>(false, 0);
-  if (o.name == "credit") return std::make_unique<PriorityPolicy>(true, o.fusion_bytes);
-  if (o.name == "p3") return std::make_unique<P3Policy>();
-  if (o.name == "fifo-bucket")
-    return std::make_unique<BucketPolicy>(o.bucket_bytes, o.bucket_timeout_us);
-  throw FerryError(ErrorCode::kInvalidConfig,
-                   StrCat("unknown scheduling policy '", o.name,
-                          "': expected fifo, priority, credit, p3 or fifo-bucket"));
+  switch (o.policy) {
+    case SchedulingPolicy::kFifo:
+      return std::make_unique<FifoPolicy>();
+    case SchedulingPolicy::kPriority:
+      return std::make_unique<PriorityPolicy>(false, 0);
+    case SchedulingPolicy::kCredit:
+      return std::make_unique<PriorityPolicy>(true, o.fusion_bytes);
+    case SchedulingPolicy::kP3:
+      return std::make_unique<P3Policy>();
+    case SchedulingPolicy::kFifoBucket:
+      return std::make_unique<BucketPolicy>(o.bucket_bytes, o.bucket_timeout_us);
+  }
+  // Only a value cast from outside the enum gets here (Config parses the names).
+  throw FerryError(ErrorCode::kInternal,
+                   StrCat("unknown scheduling policy ", static_cast<int>(o.policy)));
 }
 
 void FifoPolicy::Ready(const PushTask& task, int64_t) { ready_.push_back(task); }

@@ -46,13 +46,13 @@
 namespace ferry {
 
 struct PolicyOptions {
-  std::string name = "credit";       // fifo, priority, credit, p3 or fifo-bucket
+  SchedulingPolicy policy = SchedulingPolicy::kCredit;
   uint64_t fusion_bytes = 262144;    // credit
   uint64_t bucket_bytes = 26214400;  // fifo-bucket
   int64_t bucket_timeout_us = 5000;  // fifo-bucket
 };
 
-// Throws FerryError(kInvalidConfig) for an unknown name.
+// The policy `options.policy` with its settings.
 std::unique_ptr<Policy> MakePolicy(const PolicyOptions& options);
 
 // Most urgent first; equal priorities in arrival order.
@@ -65,7 +65,7 @@ struct ByPriority {
 
 class FifoPolicy : public Policy {
  public:
-  std::string name() const override { return "fifo"; }
+  SchedulingPolicy kind() const override { return SchedulingPolicy::kFifo; }
   void Ready(const PushTask& task, int64_t now_us) override;
   bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
   size_t queued() const override { return ready_.size(); }
@@ -79,7 +79,9 @@ class PriorityPolicy : public Policy {
  public:
   PriorityPolicy(bool with_credit, uint64_t fusion_bytes)
       : with_credit_(with_credit), fusion_bytes_(fusion_bytes) {}
-  std::string name() const override { return with_credit_ ? "credit" : "priority"; }
+  SchedulingPolicy kind() const override {
+    return with_credit_ ? SchedulingPolicy::kCredit : SchedulingPolicy::kPriority;
+  }
   bool uses_credit() const override { return with_credit_; }
   void Ready(const PushTask& task, int64_t now_us) override;
   bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
@@ -99,7 +101,7 @@ class PriorityPolicy : public Policy {
 
 class P3Policy : public Policy {
  public:
-  std::string name() const override { return "p3"; }
+  SchedulingPolicy kind() const override { return SchedulingPolicy::kP3; }
   int per_server_window() const override { return 1; }
   void Ready(const PushTask& task, int64_t now_us) override;
   bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
@@ -113,7 +115,7 @@ class BucketPolicy : public Policy {
  public:
   BucketPolicy(uint64_t bucket_bytes, int64_t timeout_us)
       : bucket_bytes_(bucket_bytes), timeout_us_(timeout_us) {}
-  std::string name() const override { return "fifo-bucket"; }
+  SchedulingPolicy kind() const override { return SchedulingPolicy::kFifoBucket; }
   void Ready(const PushTask& task, int64_t now_us) override;
   bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
   int64_t WakeAtUs() const override;

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "common/config/scheduling_policy.h"
+
 namespace ferry {
 
 struct PushTask {
@@ -68,7 +70,9 @@ struct Batch {
 class Policy {
  public:
   virtual ~Policy() = default;
-  virtual std::string name() const = 0;
+  virtual SchedulingPolicy kind() const = 0;
+  // kind()'s name, for logs and CHECK messages.
+  std::string name() const { return SchedulingPolicyName(kind()); }
   // Whether the queue's byte credit applies (the queue then refuses a batch that does
   // not fit, unless nothing is in flight and the batch is one task).
   virtual bool uses_credit() const { return false; }

@@ -129,6 +129,11 @@ uint64_t ScheduledQueue::credit_bytes() const {
   return credit_bytes_;
 }
 
+SchedulingPolicy ScheduledQueue::policy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_->kind();
+}
+
 std::string ScheduledQueue::policy_name() const {
   std::lock_guard<std::mutex> lock(mu_);
   return policy_->name();

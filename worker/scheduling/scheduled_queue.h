@@ -59,6 +59,8 @@ class ScheduledQueue {
 
   void SetCredit(uint64_t credit_bytes);
   uint64_t credit_bytes() const;
+  SchedulingPolicy policy() const;
+  // policy()'s name, for logs.
   std::string policy_name() const;
   int in_flight() const;
   uint64_t in_flight_bytes() const;

@@ -9,16 +9,12 @@
 
 #include <string>
 
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "server/gpu/gpu_summer.h"
 #include "tests/server/gpu/gpu_test_support.h"
 
 namespace ferry {
 namespace {
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // The FerryError(kInvalidConfig) message of CheckGpuAvailable(device); "" if it passed.
 std::string CheckError(int device) {
@@ -36,11 +32,11 @@ TEST(GpuDeviceTest, CheckSaysWhatItFinds) {
   const int count = CudaDeviceCount(&why);
   if (!BuiltWithCuda()) {
     EXPECT_EQ(count, 0);
-    EXPECT_TRUE(Contains(why, "built without CUDA")) << why;
+    EXPECT_TRUE(StrContains(why, "built without CUDA")) << why;
     const std::string msg = CheckError(0);
-    EXPECT_TRUE(Contains(msg, "FERRY_SERVER_DEVICE=gpu:0: this Ferry was built without CUDA"))
+    EXPECT_TRUE(StrContains(msg, "FERRY_SERVER_DEVICE=gpu:0: this Ferry was built without CUDA"))
         << msg;
-    EXPECT_TRUE(Contains(msg, "FERRY_SERVER_DEVICE=cpu")) << msg;
+    EXPECT_TRUE(StrContains(msg, "FERRY_SERVER_DEVICE=cpu")) << msg;
     EXPECT_STREQ(CudaArchitectures(), "");
     return;
   }
@@ -49,8 +45,8 @@ TEST(GpuDeviceTest, CheckSaysWhatItFinds) {
     ASSERT_FALSE(testing::GpuRequired()) << "FERRY_REQUIRE_GPU=1, but " << why;
     EXPECT_FALSE(why.empty());
     const std::string msg = CheckError(0);
-    EXPECT_TRUE(Contains(msg, "FERRY_SERVER_DEVICE=gpu:0: no usable CUDA GPU: " + why)) << msg;
-    EXPECT_TRUE(Contains(msg, "FERRY_SERVER_DEVICE=cpu")) << msg;
+    EXPECT_TRUE(StrContains(msg, "FERRY_SERVER_DEVICE=gpu:0: no usable CUDA GPU: " + why)) << msg;
+    EXPECT_TRUE(StrContains(msg, "FERRY_SERVER_DEVICE=cpu")) << msg;
     return;
   }
   const GpuInfo info = CheckGpuAvailable(0);
@@ -59,7 +55,7 @@ TEST(GpuDeviceTest, CheckSaysWhatItFinds) {
   EXPECT_GT(info.major, 0);
   EXPECT_GT(info.memory_bytes, 0u);
   EXPECT_GT(info.multiprocessors, 0);
-  EXPECT_TRUE(Contains(info.Describe(), "GPU 0 (" + info.name + ", compute capability "))
+  EXPECT_TRUE(StrContains(info.Describe(), "GPU 0 (" + info.name + ", compute capability "))
       << info.Describe();
 }
 
@@ -67,12 +63,12 @@ TEST(GpuDeviceTest, MissingIndexIsNamed) {
   std::string why;
   const int count = CudaDeviceCount(&why);
   const std::string msg = CheckError(200);
-  EXPECT_TRUE(Contains(msg, "FERRY_SERVER_DEVICE=gpu:200: ")) << msg;
+  EXPECT_TRUE(StrContains(msg, "FERRY_SERVER_DEVICE=gpu:200: ")) << msg;
   if (count > 0) {
-    EXPECT_TRUE(Contains(msg, "no GPU with index 200: this process sees " + std::to_string(count)))
+    EXPECT_TRUE(StrContains(msg, "no GPU with index 200: this process sees " + std::to_string(count)))
         << msg;
   } else {
-    EXPECT_TRUE(Contains(msg, why)) << msg;
+    EXPECT_TRUE(StrContains(msg, why)) << msg;
   }
 }
 
@@ -96,10 +92,10 @@ TEST(GpuDeviceTest, SummerExistsWhereTheCheckPasses) {
     ADD_FAILURE() << "GpuSummer::Create succeeded without a GPU";
   } catch (const FerryError& e) {
     if (BuiltWithCuda()) {
-      EXPECT_TRUE(Contains(e.what(), "CUDA call cudaSetDevice")) << e.what();
+      EXPECT_TRUE(StrContains(e.what(), "CUDA call cudaSetDevice")) << e.what();
     } else {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
-      EXPECT_TRUE(Contains(e.what(), "built without CUDA")) << e.what();
+      EXPECT_TRUE(StrContains(e.what(), "built without CUDA")) << e.what();
     }
   }
 }

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/reduce/reduce.h"
-#include "common/util/status.h"
+#include "common/util/error.h"
 #include "server/gpu/sum_kernels.h"
 #include "tests/server/gpu/gpu_test_support.h"
 

@@ -1,0 +1,28 @@
+#include "common/config/scheduling_policy.h"
+
+namespace ferry {
+
+const char* SchedulingPolicyName(SchedulingPolicy policy) {
+  switch (policy) {
+    case SchedulingPolicy::kFifo: return "fifo";
+    case SchedulingPolicy::kPriority: return "priority";
+    case SchedulingPolicy::kCredit: return "credit";
+    case SchedulingPolicy::kP3: return "p3";
+    case SchedulingPolicy::kFifoBucket: return "fifo-bucket";
+  }
+  return "unknown";
+}
+
+bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out) {
+  for (SchedulingPolicy p : {SchedulingPolicy::kFifo, SchedulingPolicy::kPriority,
+                             SchedulingPolicy::kCredit, SchedulingPolicy::kP3,
+                             SchedulingPolicy::kFifoBucket}) {
+    if (name == SchedulingPolicyName(p)) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ferry

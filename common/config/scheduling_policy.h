@@ -1,0 +1,32 @@
+#pragma once
+
+// The worker's scheduling policies (FERRY_SCHEDULING_POLICY), as an enum: the name is
+// parsed and checked once, in Config, and everything after compares enum values. What
+// each policy guarantees is described in worker/scheduling/policies.h.
+//
+// Here, below the worker, because Config holds the choice.
+
+#include <string>
+
+namespace ferry {
+
+enum class SchedulingPolicy {
+  kFifo,        // "fifo"
+  kPriority,    // "priority"
+  kCredit,      // "credit" (the default)
+  kP3,          // "p3"
+  kFifoBucket,  // "fifo-bucket"
+};
+
+// The name as FERRY_SCHEDULING_POLICY spells it: "fifo", "priority", "credit", "p3",
+// "fifo-bucket" (for logs, the Summary() line and the frameworks' API).
+const char* SchedulingPolicyName(SchedulingPolicy policy);
+
+// Parses one of the names above (exact spelling). Returns false, leaving `out` as it
+// was, for anything else.
+bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out);
+
+// The accepted names, for error messages: "fifo, priority, credit, p3 or fifo-bucket".
+constexpr const char* kSchedulingPolicyNames = "fifo, priority, credit, p3 or fifo-bucket";
+
+}  // namespace ferry
