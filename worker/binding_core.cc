@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/reduce/reduce.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 
 namespace ferry {
