@@ -76,6 +76,8 @@ int Scheduler::Run() {
   lock.unlock();
   van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
   if (ok) LOG(INFO) << "every worker finalized; job finished";
+  Status written = WriteStatsFile(config_.stats_file, "scheduler", 0, VanCounterValues(van_.stats()));
+  if (!written.ok()) LOG(ERROR) << written.message();
   return ok ? 0 : 1;
 }
 

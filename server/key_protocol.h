@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/util/counters.h"
 #include "common/reduce/reduce.h"
 #include "common/transport/buffer.h"
 #include "common/transport/message.h"
@@ -35,10 +36,22 @@ namespace ferry {
 class Summation;
 
 // The server's counters (ServerStats), bumped by every engine thread and the IO thread.
+// The server's counters, in its registry (FERRY_STATS_FILE writes them; ServerStats is
+// their snapshot). Meanings: see ServerStats (server.h).
 struct ServerCounters {
-  std::atomic<uint64_t> pushes{0}, bytes_summed{0}, rounds{0}, rejected{0}, duplicates{0},
-      results_resent{0}, pushes_held{0}, async_updates{0}, device_sums{0}, device_sums_dropped{0},
-      rows_pushes{0}, rows_summed{0};
+  CounterRegistry registry;
+  Counter& pushes = registry.Register("pushes");
+  Counter& bytes_summed = registry.Register("bytes_summed");
+  Counter& rounds = registry.Register("rounds_completed");
+  Counter& rejected = registry.Register("rejected_pushes");
+  Counter& duplicates = registry.Register("duplicate_pushes");
+  Counter& results_resent = registry.Register("results_resent");
+  Counter& pushes_held = registry.Register("pushes_held");
+  Counter& async_updates = registry.Register("async_updates");
+  Counter& device_sums = registry.Register("device_sums");
+  Counter& device_sums_dropped = registry.Register("device_sums_dropped");
+  Counter& rows_pushes = registry.Register("rows_pushes");
+  Counter& rows_summed = registry.Register("rows_summed");
 };
 
 // A PUSH, ROWS_PUSH or PULL of a worker, as the engine thread hands it to a protocol.

@@ -137,6 +137,11 @@ int Server::Run() {
                     ? StrCat(", ", s.device_sums, " sums from the GPU (", s.device_sums_dropped,
                              " of abandoned rounds dropped)")
                     : std::string());
+  CounterValues values = counters_.registry.Snapshot();
+  values.emplace_back("split_sums", s.split_sums);
+  for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
+  Status written = WriteStatsFile(config_.stats_file, "server", cluster_.my_rank(), values);
+  if (!written.ok()) LOG(ERROR) << written.message();
   van_.Stop();
   return code;
 }

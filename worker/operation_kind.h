@@ -28,18 +28,31 @@
 #include "common/cluster/cluster_client.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
+#include "common/util/counters.h"
 #include "worker/operation_table.h"
 #include "worker/tensor_catalog.h"
 #include "worker/trace.h"
 
 namespace ferry {
 
-// The counters of a Worker (WorkerStats is their snapshot).
+// The counters of a Worker, in its registry (FERRY_STATS_FILE writes them; WorkerStats
+// is their snapshot for the C++ API). Meanings: see WorkerStats (worker.h).
 struct WorkerCounters {
-  std::atomic<uint64_t> operations{0}, partitions_pushed{0}, bytes_pushed{0}, bytes_received{0},
-      send_releases{0}, resends{0}, pulls{0}, late_replies{0}, fused_messages{0},
-      partitions_fused{0}, rows_operations{0}, rows_pushed{0}, rows_bytes_pushed{0},
-      rows_bytes_received{0};
+  CounterRegistry registry;
+  Counter& operations = registry.Register("operations");
+  Counter& partitions_pushed = registry.Register("partitions_pushed");
+  Counter& bytes_pushed = registry.Register("bytes_pushed");
+  Counter& bytes_received = registry.Register("bytes_received");
+  Counter& send_releases = registry.Register("send_releases");
+  Counter& resends = registry.Register("resends");
+  Counter& pulls = registry.Register("pulls");
+  Counter& late_replies = registry.Register("late_replies");
+  Counter& fused_messages = registry.Register("fused_messages");
+  Counter& partitions_fused = registry.Register("partitions_fused");
+  Counter& rows_operations = registry.Register("rows_operations");
+  Counter& rows_pushed = registry.Register("rows_pushed");
+  Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");
+  Counter& rows_bytes_received = registry.Register("rows_bytes_received");
 };
 
 // Sparse rows of one operation (RowsPushPull), fixed at the call.

@@ -484,6 +484,18 @@ void Worker::Shutdown() {
             << s.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
             << " bytes in flight";
   if (trace_) trace_->Close();
+  WriteStats();
+}
+
+CounterValues Worker::Counters() const {
+  CounterValues values = counters_.registry.Snapshot();
+  for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
+  return values;
+}
+
+void Worker::WriteStats() const {
+  Status s = WriteStatsFile(config_.stats_file, "worker", rank_, Counters());
+  if (!s.ok()) LOG(ERROR) << s.message();
 }
 
 WorkerStats Worker::stats() const {

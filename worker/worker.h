@@ -188,6 +188,9 @@ class Worker {
   void Shutdown();
 
   WorkerStats stats() const;
+  // Every counter of this worker by name (its own, then the transport's "van.*"): what
+  // FERRY_STATS_FILE receives at Shutdown.
+  CounterValues Counters() const;
   // Bytes placed on each server so far (by rank), from this worker's placement.
   std::vector<uint64_t> PlacedBytes() const;
   // The tensor's name for a key, for messages; "?" if unknown.
@@ -214,6 +217,7 @@ class Worker {
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
                                           CompletionCallback done);
   void FailAll(const std::string& reason);
+  void WriteStats() const;  // FERRY_STATS_FILE, if set
   std::string DescribeOperation(Handle handle);  // takes mu_
 
   Config config_;

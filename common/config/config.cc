@@ -203,6 +203,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   c->bucket_bytes = r.Int("FERRY_BUCKET_BYTES", nullptr, c->bucket_bytes, 1024, 1LL << 32);
   c->bucket_timeout_ms = r.Int("FERRY_BUCKET_TIMEOUT_MS", nullptr, c->bucket_timeout_ms, 0, 60000);
   c->trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
+  c->stats_file = r.Str("FERRY_STATS_FILE", nullptr, "");
   c->autotune = r.Bool("FERRY_AUTOTUNE", nullptr, false);
   c->autotune_steps =
       static_cast<int>(r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->autotune_steps, 2, 1000));

@@ -95,6 +95,7 @@ struct Config {
   int64_t p3_slice_bytes = 160000;     // p3: the partition size
   int64_t bucket_bytes = 26214400;     // fifo-bucket: a bucket goes once it holds this much
   int64_t bucket_timeout_ms = 5;       // fifo-bucket: ... or when no tensor came for this long
+  std::string stats_file;              // FERRY_STATS_FILE: counters as JSON at exit (%r)
   std::string trace_dir;               // non-empty: a Chrome-trace timeline per worker there
   bool autotune = false;               // search partition size and credit online
   int autotune_steps = 3;              // iterations per candidate; the first is not scored

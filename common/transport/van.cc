@@ -619,4 +619,17 @@ VanStats Van::stats() const {
   return s;
 }
 
+CounterValues VanCounterValues(const VanStats& s) {
+  return {{"van.messages_sent", s.messages_sent},
+          {"van.messages_received", s.messages_received},
+          {"van.bytes_sent", s.bytes_sent},
+          {"van.bytes_received", s.bytes_received},
+          {"van.payloads_sent_zero_copy", s.payloads_sent_zero_copy},
+          {"van.bad_messages_dropped", s.bad_messages_dropped},
+          {"van.send_failures", s.send_failures},
+          {"van.connections_refused", s.connections_refused},
+          {"van.injected_drops", s.injected_drops},
+          {"van.connections_closed", s.connections_closed}};
+}
+
 }  // namespace ferry

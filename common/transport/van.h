@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/util/counters.h"
 #include "common/transport/message.h"
 #include "common/transport/security.h"
 
@@ -78,6 +79,9 @@ struct VanStats {
   uint64_t injected_drops = 0;          // data messages dropped by fault injection
   uint64_t connections_closed = 0;      // inbound connections that ended (any reason)
 };
+
+// The Van's statistics as named counters ("van.<field>"), for a node's stats file.
+CounterValues VanCounterValues(const VanStats& s);
 
 // Where a received message came from.
 struct Origin {

@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -212,20 +213,13 @@ PYBIND11_MODULE(_core, m) {
     return d;
   });
   m.def("stats", [] {
-    ferry::WorkerStats s = Get()->stats();
+    // Every counter of the worker's registry (Worker::Counters), "van.x" as "van_x".
     py::dict d;
-    d["operations"] = s.operations;
-    d["partitions_pushed"] = s.partitions_pushed;
-    d["bytes_pushed"] = s.bytes_pushed;
-    d["bytes_received"] = s.bytes_received;
-    d["send_releases"] = s.send_releases;
-    d["fused_messages"] = s.fused_messages;
-    d["partitions_fused"] = s.partitions_fused;
-    d["rows_operations"] = s.rows_operations;
-    d["rows_pushed"] = s.rows_pushed;
-    d["rows_bytes_pushed"] = s.rows_bytes_pushed;
-    d["rows_bytes_received"] = s.rows_bytes_received;
-    d["van_bytes_sent"] = s.van.bytes_sent;
+    for (auto& [name, value] : Get()->Counters()) {
+      std::string key = name;
+      std::replace(key.begin(), key.end(), '.', '_');
+      d[py::str(key)] = value;
+    }
     return d;
   });
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/support/process_group.h"
+#include "tests/support/stats_files.h"
 
 namespace ferry::testing {
 namespace {
@@ -73,11 +74,13 @@ TEST(ClusterTest, DroppedAndDelayedMessagesAreResentAndSumsStayExact) {
   // pulls) dropped, every message held 20 ms. Small partitions make thousands of
   // messages, so drops happen at every kind of message; resends recover them all.
   Cluster c;
+  testing::StatsFiles stats;  // the counters every node writes at exit
   c.Start(2, 2, {"--mode=sums", "--tensors=24", "--max_bytes=262144", "--rounds=15"},
           {{"FERRY_PARTITION_BYTES", "16384"},
            {"FERRY_TEST_DROP_PERCENT", "1"},
            {"FERRY_TEST_DELAY_MS", "20"},
-           {"FERRY_RESEND_TIMEOUT_MS", "300"}});
+           {"FERRY_RESEND_TIMEOUT_MS", "300"},
+           {"FERRY_STATS_FILE", stats.path_template()}});
   auto results = c.group.WaitAll(300000 * TimeScale());
   for (size_t i = 0; i < results.size(); ++i) {
     ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << c.group.AllOutput();
@@ -89,11 +92,18 @@ TEST(ClusterTest, DroppedAndDelayedMessagesAreResentAndSumsStayExact) {
     EXPECT_NE(workers.back().find("OK rounds=15"), std::string::npos) << workers.back();
   }
   for (int s : c.servers) servers.push_back(c.group.Output(s));
-  uint64_t dropped = CountLogged(workers, "messages dropped by fault injection") +
-                     CountLogged(servers, "messages dropped by fault injection");
-  uint64_t resent = CountLogged(workers, "pushes sent again") + CountLogged(workers, "pulls");
-  uint64_t deduplicated = CountLogged(servers, "duplicates dropped") +
-                          CountLogged(servers, "sums sent again");
+  ASSERT_EQ(stats.Count("worker"), 2);
+  ASSERT_EQ(stats.Count("server"), 2);
+  ASSERT_EQ(stats.Count("scheduler"), 1);
+  uint64_t dropped = stats.Sum("worker", "van.injected_drops") +
+                     stats.Sum("server", "van.injected_drops");
+  uint64_t resent = stats.Sum("worker", "resends") + stats.Sum("worker", "pulls");
+  uint64_t deduplicated =
+      stats.Sum("server", "duplicate_pushes") + stats.Sum("server", "results_resent");
+  // The log says the same as the files.
+  EXPECT_EQ(resent, CountLogged(workers, "pushes sent again") + CountLogged(workers, "pulls"));
+  EXPECT_EQ(deduplicated,
+            CountLogged(servers, "duplicates dropped") + CountLogged(servers, "sums sent again"));
   EXPECT_GT(dropped, 0u) << c.group.AllOutput();
   EXPECT_GT(resent, 0u) << c.group.AllOutput();
   EXPECT_GT(deduplicated, 0u) << c.group.AllOutput();

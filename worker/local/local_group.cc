@@ -217,4 +217,10 @@ WorkerStats LocalGroup::stats() const {
   return s;
 }
 
+CounterValues LocalGroup::Counters() const {
+  if (!peer_) return WorkerFor("stats").Counters();
+  std::lock_guard<std::mutex> lock(mu_);
+  return {{"operations", operations_}};
+}
+
 }  // namespace ferry

@@ -95,6 +95,8 @@ class LocalGroup {
   void Shutdown();
   // A non-root rank has no Worker: its stats are zeros but `operations`.
   WorkerStats stats() const;
+  // As Worker::Counters; a non-root rank has only "operations".
+  CounterValues Counters() const;
 
  private:
   explicit LocalGroup(const Config& config);

@@ -1,0 +1,65 @@
+#pragma once
+
+// Counters: a node's named counters in one registry (compare a Prometheus registry),
+// instead of statistics structs copied by hand at every layer. Each role object owns a
+// CounterRegistry, registers its counters once (a name fixed for the node's life, a
+// stable address) and counts with relaxed atomic adds; readers take a Snapshot. At exit a
+// node can write its counters as JSON (FERRY_STATS_FILE, WriteStatsFile), which is what
+// tests and tools read instead of log sentences.
+//
+// Thread-safe: Register and Snapshot take the registry's lock; counting takes none.
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/util/status.h"
+
+namespace ferry {
+
+class Counter {
+ public:
+  void Add(uint64_t n) { value_.fetch_add(n, std::memory_order_relaxed); }
+  Counter& operator+=(uint64_t n) {
+    Add(n);
+    return *this;
+  }
+  Counter& operator++() { return *this += 1; }
+  void operator++(int) { Add(1); }
+  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+  operator uint64_t() const { return value(); }  // NOLINT: reads like the number it is
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
+
+using CounterValues = std::vector<std::pair<std::string, uint64_t>>;
+
+class CounterRegistry {
+ public:
+  // The counter named `name` (created at 0 on first use). The reference stays valid for
+  // the registry's life.
+  Counter& Register(const std::string& name);
+  // Every counter's value, in registration order.
+  CounterValues Snapshot() const;
+
+ private:
+  mutable std::mutex mu_;  // guards counters_ (the counters themselves are atomic)
+  std::deque<std::pair<std::string, Counter>> counters_;
+};
+
+// `{"role": ..., "rank": ..., "counters": {"name": value, ...}}`.
+std::string CountersJson(const std::string& role, int rank, const CounterValues& values);
+// Expands "%r" in `path_template` to "<role>-<rank>" (e.g. "worker-0"), so one setting
+// serves every node of a job.
+std::string StatsFilePath(const std::string& path_template, const std::string& role, int rank);
+// Writes CountersJson to StatsFilePath (atomically: a temporary file renamed). An empty
+// template writes nothing. Returns an error naming the path if it cannot be written.
+Status WriteStatsFile(const std::string& path_template, const std::string& role, int rank,
+                      const CounterValues& values);
+
+}  // namespace ferry
