@@ -171,6 +171,13 @@ class CondVar {
     return status;
   }
 
+  // One wait up to `timeout` (may wake spuriously).
+  template <typename Rep, typename Period>
+  std::cv_status WaitForOnce(Mutex& mu, const std::chrono::duration<Rep, Period>& timeout)
+      REQUIRES(mu) {
+    return WaitUntilOnce(mu, Clock::now() + timeout);
+  }
+
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }
 
