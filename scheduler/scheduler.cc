@@ -61,10 +61,10 @@ int Scheduler::Run() {
   LOG(INFO) << "scheduler listening on " << config_.bind_host << ":" << port_ << ", waiting for "
             << config_.num_servers << " servers and " << config_.num_workers << " workers";
   int64_t start = NowMs();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (phase_ == Phase::kRegistering || phase_ == Phase::kRunning) {
     int64_t tick = std::max<int64_t>(10, config_.heartbeat_interval_ms / 2);
-    cv_.wait_for(lock, Millis(tick));
+    cv_.WaitForOnce(mu_, Millis(tick));
     if (phase_ == Phase::kRegistering && NowMs() - start > config_.connect_timeout_ms) {
       FailJob(-1, StrCat("registration timed out after ", config_.connect_timeout_ms,
                          " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
@@ -73,7 +73,7 @@ int Scheduler::Run() {
     }
   }
   bool ok = phase_ == Phase::kDone;
-  lock.unlock();
+  lock.Unlock();
   van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
   if (ok) LOG(INFO) << "every worker finalized; job finished";
   Status written = WriteStatsFile(config_.stats_file, "scheduler", 0, VanCounterValues(van_.stats()));
@@ -83,7 +83,7 @@ int Scheduler::Run() {
 
 void Scheduler::OnMessage(Message&& m, const Origin& origin) {
   if (!origin.inbound) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto type = m.envelope.type();
   if (type == proto::REGISTER) {
     OnRegister(m, origin.identity);
@@ -282,7 +282,7 @@ void Scheduler::BuildNodeTable() {
             << " workers registered; node table sent. Servers:" << servers;
   phase_ = Phase::kRunning;
   pending_.clear();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Scheduler::OnBarrier(const Message& m) {
@@ -322,7 +322,7 @@ void Scheduler::OnFinalize(const Message& m) {
   if (static_cast<int>(finalized_.size()) < config_.num_workers) return;
   for (const auto& [id, member] : members_) SendTo(id, MakeMessage(proto::SHUTDOWN, kSchedulerId));
   phase_ = Phase::kDone;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Scheduler::CheckHeartbeats() {
@@ -352,7 +352,7 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
     if (id != node_id) notify(member.identity);
   }
   phase_ = Phase::kFailed;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Scheduler::SendTo(int id, Message m) {

@@ -9,9 +9,7 @@
 // Threads: message handling runs on the Van's IO thread; Run()'s thread watches the
 // deadlines (registration, heartbeats). Both touch the state under mu_.
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "common/cluster/node_table.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
+#include "common/util/mutex.h"
 
 namespace ferry {
 
@@ -43,7 +42,7 @@ class Scheduler {
 
   // Runs the whole job. Returns 0 after an orderly shutdown, 1 after a failure
   // (missing node at the registration deadline, dead node).
-  int Run();
+  int Run() EXCLUDES(mu_);
 
   // The port the scheduler listens on (after construction).
   int port() const { return port_; }
@@ -59,31 +58,33 @@ class Scheduler {
     int64_t last_heartbeat_ms = 0;
   };
 
-  void OnMessage(Message&& m, const Origin& origin);
-  void OnRegister(const Message& m, const std::string& identity);
-  void OnBarrier(const Message& m);
-  void OnFinalize(const Message& m);
-  void BuildNodeTable();                 // REQUIRES: mu_ held, all registered
-  std::string MissingNodes() const;      // REQUIRES: mu_ held
-  void FailJob(int node_id, const std::string& reason);  // REQUIRES: mu_ held
-  void CheckHeartbeats();                // REQUIRES: mu_ held
-  void SendTo(int id, Message m);        // REQUIRES: mu_ held
+  void OnMessage(Message&& m, const Origin& origin) EXCLUDES(mu_);
+  void OnRegister(const Message& m, const std::string& identity) REQUIRES(mu_);
+  void OnBarrier(const Message& m) REQUIRES(mu_);
+  void OnFinalize(const Message& m) REQUIRES(mu_);
+  void BuildNodeTable() REQUIRES(mu_);  // once all registered
+  std::string MissingNodes() const REQUIRES(mu_);
+  void FailJob(int node_id, const std::string& reason) REQUIRES(mu_);
+  void CheckHeartbeats() REQUIRES(mu_);
+  void SendTo(int id, Message m) REQUIRES(mu_);
   void Refuse(const std::string& identity, const std::string& reason);
-  bool IsMember(int id, const std::string& identity) const;  // REQUIRES: mu_ held
+  bool IsMember(int id, const std::string& identity) const REQUIRES(mu_);
 
   const Config& config_;
   Van van_;
   int port_ = 0;
 
-  std::mutex mu_;                        // guards everything below
-  std::condition_variable cv_;           // signalled when the phase changes
-  Phase phase_ = Phase::kRegistering;
-  std::vector<Pending> pending_;         // registrations in arrival order
-  NodeTable table_;
-  std::map<int, Member> members_;        // node id -> connection and heartbeat
-  std::map<int, std::vector<std::pair<int, uint64_t>>> barriers_;  // group -> (node, request)
-  std::set<int> finalized_;
-  std::string failure_;
+  // Guards phase_, pending_, table_, members_, barriers_, finalized_ and failure_.
+  Mutex mu_;
+  CondVar cv_;  // signalled when the phase changes
+  Phase phase_ GUARDED_BY(mu_) = Phase::kRegistering;
+  std::vector<Pending> pending_ GUARDED_BY(mu_);  // registrations in arrival order
+  NodeTable table_ GUARDED_BY(mu_);
+  std::map<int, Member> members_ GUARDED_BY(mu_);  // node id -> connection and heartbeat
+  // group -> (node, request)
+  std::map<int, std::vector<std::pair<int, uint64_t>>> barriers_ GUARDED_BY(mu_);
+  std::set<int> finalized_ GUARDED_BY(mu_);
+  std::string failure_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry

@@ -19,9 +19,9 @@ struct SumPool::Job {
   DataType type = DataType::kFloat32;
   int slices = 0;
   std::atomic<int> next{0};
-  std::mutex mu;               // guards done (and pairs with cv)
-  std::condition_variable cv;  // signalled when the last slice is done
-  int done = 0;
+  Mutex mu;    // guards done
+  CondVar cv;  // signalled when the last slice is done
+  int done GUARDED_BY(mu) = 0;
 };
 
 SumPool::SumPool(int helpers, int64_t split_bytes) : split_bytes_(split_bytes) {
@@ -35,10 +35,10 @@ SumPool::SumPool(int helpers, int64_t split_bytes) : split_bytes_(split_bytes) {
 
 SumPool::~SumPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -64,19 +64,19 @@ void SumPool::SumInto(void* dst, const void* src, size_t count, DataType type) {
   job->slices = static_cast<int>((count + job->slice_count - 1) / job->slice_count);
   split_sums_++;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     jobs_.push_back(job);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   while (RunSlice(*job)) {
   }
   Retire(job);
   // Helpers finish what they claimed. A slice is a few milliseconds of arithmetic, so
   // a wait this long means a stuck thread; say so, but the slice still writes into
   // `dst`, so returning early is no option.
-  std::unique_lock<std::mutex> lock(job->mu);
-  auto finished = [&job] { return job->done == job->slices; };
-  while (!job->cv.wait_for(lock, std::chrono::seconds(10), finished)) {
+  MutexLock lock(job->mu);
+  auto finished = [&job]() REQUIRES(job->mu) { return job->done == job->slices; };
+  while (!job->cv.WaitFor(job->mu, std::chrono::seconds(10), finished)) {
     LOG(WARNING) << "a sum of " << bytes << " bytes still waits for " << job->slices - job->done
                  << " slices after 10 s";
   }
@@ -88,13 +88,13 @@ bool SumPool::RunSlice(Job& job) {
   const size_t first = static_cast<size_t>(slice) * job.slice_count;
   const size_t n = std::min(job.slice_count, job.count - first);
   ferry::SumInto(job.dst + first * job.elem, job.src + first * job.elem, n, job.type);
-  std::lock_guard<std::mutex> lock(job.mu);
-  if (++job.done == job.slices) job.cv.notify_all();
+  MutexLock lock(job.mu);
+  if (++job.done == job.slices) job.cv.NotifyAll();
   return true;
 }
 
 void SumPool::Retire(const std::shared_ptr<Job>& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = std::find(jobs_.begin(), jobs_.end(), job);
   if (it != jobs_.end()) jobs_.erase(it);
 }
@@ -104,8 +104,8 @@ void SumPool::HelperLoop() {
     std::shared_ptr<Job> job;
     {
       // Idle: nothing to wait for but work or the end.
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      MutexLock lock(mu_);
+      cv_.Wait(mu_, [this]() REQUIRES(mu_) { return stop_ || !jobs_.empty(); });
       if (stop_) return;
       job = jobs_.front();
     }

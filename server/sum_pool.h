@@ -21,11 +21,11 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/reduce/reduce.h"
+#include "common/util/mutex.h"
 
 namespace ferry {
 
@@ -38,7 +38,7 @@ class SumPool {
   SumPool& operator=(const SumPool&) = delete;
 
   // dst[i] += src[i] for i in [0, count), as ferry::SumInto.
-  void SumInto(void* dst, const void* src, size_t count, DataType type);
+  void SumInto(void* dst, const void* src, size_t count, DataType type) EXCLUDES(mu_);
 
   // Sums that were cut into slices, and slices summed by helpers (not the caller).
   uint64_t split_sums() const { return split_sums_; }
@@ -46,16 +46,17 @@ class SumPool {
 
  private:
   struct Job;
-  void HelperLoop();
+  void HelperLoop() EXCLUDES(mu_);
   // Claims the job's next slice and sums it; false when every slice was claimed.
   static bool RunSlice(Job& job);
-  void Retire(const std::shared_ptr<Job>& job);  // no helper takes it from now on
+  void Retire(const std::shared_ptr<Job>& job) EXCLUDES(mu_);  // no helper takes it from now on
 
   const int64_t split_bytes_;
-  std::mutex mu_;                          // guards jobs_ and stop_
-  std::condition_variable cv_;             // signalled on a new job or stop
-  std::deque<std::shared_ptr<Job>> jobs_;  // jobs with slices perhaps left to claim
-  bool stop_ = false;
+  Mutex mu_;    // guards jobs_ and stop_
+  CondVar cv_;  // signalled on a new job or stop
+  // Jobs with slices perhaps left to claim.
+  std::deque<std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
   std::atomic<uint64_t> split_sums_{0}, helper_slices_{0};
 };

@@ -32,7 +32,7 @@ Trace::Trace(const std::string& dir, int rank)
   FERRY_ENFORCE(out_.good(), ErrorCode::kInvalidConfig, "invalid configuration: FERRY_TRACE_DIR='",
                 dir, "': cannot write ", path_, ": ", std::strerror(errno));
   out_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Event(StrCat("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", rank_,
                ",\"args\":{\"name\":", JsonString(StrCat("worker ", rank_)), "}}"));
 }
@@ -47,14 +47,15 @@ void Trace::Event(const std::string& json) {
 }
 
 void Trace::Partition(const PartitionTimes& p) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t id = next_id_++;
-  auto edge = [&](const char* ph, const std::string& name, int64_t at_us, const std::string& args) {
+  auto edge = [&](const char* ph, const std::string& name, int64_t at_us,
+                  const std::string& args) REQUIRES(mu_) {
     Event(StrCat("{\"ph\":\"", ph, "\",\"cat\":\"partition\",\"id\":", id, ",\"name\":", name,
                  ",\"pid\":", rank_, ",\"tid\":", p.server, ",\"ts\":", at_us - origin_us_, args,
                  "}"));
   };
-  auto stage = [&](const char* name, int64_t from_us, int64_t to_us) {
+  auto stage = [&](const char* name, int64_t from_us, int64_t to_us) REQUIRES(mu_) {
     edge("b", JsonString(name), from_us, "");
     edge("e", JsonString(name), to_us, "");
   };
@@ -71,13 +72,13 @@ void Trace::Partition(const PartitionTimes& p) {
 }
 
 void Trace::Instant(const std::string& name, int64_t at_us, const std::string& args_json) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Event(StrCat("{\"ph\":\"i\",\"s\":\"p\",\"name\":", JsonString(name), ",\"pid\":", rank_,
                ",\"tid\":0,\"ts\":", at_us - origin_us_, ",\"args\":", args_json, "}"));
 }
 
 void Trace::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (closed_) return;
   closed_ = true;
   out_ << "\n]}\n";

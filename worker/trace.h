@@ -21,8 +21,9 @@
 
 #include <cstdint>
 #include <fstream>
-#include <mutex>
 #include <string>
+
+#include "common/util/mutex.h"
 
 namespace ferry {
 
@@ -49,24 +50,25 @@ class Trace {
   Trace(const std::string& dir, int rank);
   ~Trace();
 
-  void Partition(const PartitionTimes& p);
+  void Partition(const PartitionTimes& p) EXCLUDES(mu_);
   // An instant event; `args_json` is a JSON object ("{}" for none).
-  void Instant(const std::string& name, int64_t at_us, const std::string& args_json);
+  void Instant(const std::string& name, int64_t at_us, const std::string& args_json)
+      EXCLUDES(mu_);
   // Ends the JSON document; later events are dropped. Idempotent.
-  void Close();
+  void Close() EXCLUDES(mu_);
   const std::string& path() const { return path_; }
 
  private:
-  void Event(const std::string& json);  // REQUIRES: mu_ held
+  void Event(const std::string& json) REQUIRES(mu_);
 
   const std::string path_;
   const int rank_;
   const int64_t origin_us_;
-  std::mutex mu_;  // guards out_, next_id_, first_, closed_
-  std::ofstream out_;
-  uint64_t next_id_ = 1;
-  bool first_ = true;
-  bool closed_ = false;
+  Mutex mu_;  // guards out_, next_id_, first_, closed_
+  std::ofstream out_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  bool first_ GUARDED_BY(mu_) = true;
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 // `s` as a JSON string literal, quotes included.

@@ -60,22 +60,22 @@ ClusterClient::ClusterClient(const Config& config, Van* van, int port)
 
 ClusterClient::~ClusterClient() {
   stop_heartbeat_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 int ClusterClient::my_rank() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return table_.Contains(my_id_) ? table_.node(my_id_).rank() : -1;
 }
 
 std::string ClusterClient::failure() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return failure_;
 }
 
 void ClusterClient::SetFailureCallback(std::function<void(const std::string&)> callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   on_failure_ = std::move(callback);
 }
 
@@ -98,7 +98,7 @@ void ClusterClient::Register() {
   // The scheduler names the missing nodes when its own deadline passes; wait a little
   // longer than that deadline so its verdict, not our timeout, is what users read.
   int64_t wait_ms = config_.connect_timeout_ms + config_.connect_timeout_ms / 4 + 1000;
-  WaitUntil([this] { return my_id_ >= 0; }, wait_ms,
+  WaitUntil([this]() REQUIRES(mu_) { return my_id_ >= 0; }, wait_ms,
             StrCat("the node table from the ", scheduler_name_,
                    " (is the scheduler running, and did every node start?)"));
   last_scheduler_contact_ms_ = NowMs();
@@ -114,7 +114,7 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
   const proto::Envelope& e = m.envelope;
   switch (e.type()) {
     case proto::NODE_TABLE: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (my_id_ >= 0) return true;  // a duplicate table changes nothing
       table_ = NodeTable(e.node_table());
       my_id_ = e.node_table().your_id();
@@ -129,13 +129,13 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
                 << (me.role() == proto::SERVER
                         ? StrCat("; kind ", me.kind(), ", weight ", me.weight(), " of the bytes")
                         : "");
-      cv_.notify_all();
+      cv_.NotifyAll();
       return true;
     }
     case proto::BARRIER_RELEASE: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       barriers_[e.request_id()] = true;
-      cv_.notify_all();
+      cv_.NotifyAll();
       return true;
     }
     case proto::HEARTBEAT_ACK:
@@ -150,7 +150,7 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
     case proto::SHUTDOWN:
       LOG(INFO) << "the scheduler ended the job";
       shut_down_ = true;
-      cv_.notify_all();
+      cv_.NotifyAll();
       return true;
     default:
       return false;
@@ -160,24 +160,24 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
 void ClusterClient::Fail(const std::string& reason) {
   std::function<void(const std::string&)> callback;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (failed_ || shut_down_) return;
     failure_ = reason;
     failed_ = true;
     callback = on_failure_;
   }
   LOG(ERROR) << "cluster failure: " << reason;
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (callback) callback(reason);
 }
 
 void ClusterClient::WaitUntil(const std::function<bool()>& done, int64_t timeout_ms,
                               const std::string& what) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto deadline = Clock::now() + Millis(timeout_ms);
   while (!done()) {
     if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
+    if (cv_.WaitUntilOnce(mu_, deadline) == std::cv_status::timeout && !done()) {
       if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
       throw FerryError(ErrorCode::kTimeout,
                        StrCat("timed out after ", timeout_ms, " ms waiting for ", what));
@@ -188,48 +188,49 @@ void ClusterClient::WaitUntil(const std::function<bool()>& done, int64_t timeout
 void ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     id = next_request_++;
     barriers_[id] = false;
   }
-  Message m = MakeMessage(proto::BARRIER, my_id_);
+  Message m = MakeMessage(proto::BARRIER, my_id());
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   Send(std::move(m));
-  WaitUntil([this, id] { return barriers_[id]; }, timeout_ms > 0 ? timeout_ms : config_.op_timeout_ms,
+  WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id]; }, timeout_ms > 0 ? timeout_ms : config_.op_timeout_ms,
             StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   barriers_.erase(id);
 }
 
 void ClusterClient::Finalize() {
-  Send(MakeMessage(proto::FINALIZE, my_id_));
+  Send(MakeMessage(proto::FINALIZE, my_id()));
   WaitForShutdown();
 }
 
 void ClusterClient::WaitForShutdown() {
   // A server waits as long as the job runs: failures end the wait, not a deadline
   // (the scheduler's heartbeat watch bounds how long a dead job can go unnoticed).
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!shut_down_) {
     if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
-    cv_.wait_for(lock, Millis(config_.heartbeat_interval_ms));
+    cv_.WaitForOnce(mu_, Millis(config_.heartbeat_interval_ms));
   }
 }
 
 void ClusterClient::HeartbeatLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_heartbeat_ && !shut_down_ && !failed_) {
-    lock.unlock();
-    Send(MakeMessage(proto::HEARTBEAT, my_id_));
-    int64_t silent = NowMs() - last_scheduler_contact_ms_;
-    if (silent > config_.heartbeat_timeout_ms) {
-      Fail(StrCat("the ", scheduler_name_, " has not answered for ", silent,
-                  " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.heartbeat_timeout_ms,
-                  "); it is presumed dead"));
+    {
+      MutexUnlock unlock(mu_);
+      Send(MakeMessage(proto::HEARTBEAT, my_id()));
+      int64_t silent = NowMs() - last_scheduler_contact_ms_;
+      if (silent > config_.heartbeat_timeout_ms) {
+        Fail(StrCat("the ", scheduler_name_, " has not answered for ", silent,
+                    " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.heartbeat_timeout_ms,
+                    "); it is presumed dead"));
+      }
     }
-    lock.lock();
-    cv_.wait_for(lock, Millis(config_.heartbeat_interval_ms));
+    cv_.WaitForOnce(mu_, Millis(config_.heartbeat_interval_ms));
   }
 }
 

@@ -10,16 +10,15 @@
 // heartbeats and watches the scheduler; any thread may wait.
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "common/cluster/node_table.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
+#include "common/util/mutex.h"
 
 namespace ferry {
 
@@ -36,39 +35,43 @@ class ClusterClient {
 
   // Registers and waits for the node table (deadline FERRY_CONNECT_TIMEOUT_MS), then
   // starts heartbeats. Throws FerryError naming what was missing.
-  void Register();
+  void Register() EXCLUDES(mu_);
 
   // Consumes control messages from the scheduler; returns false for any other message.
-  bool HandleMessage(const Message& m, const Origin& origin);
+  bool HandleMessage(const Message& m, const Origin& origin) EXCLUDES(mu_);
 
-  int my_id() const { return my_id_; }
+  // my_id_ and table_ are written once, under mu_, before Register() returns, and never
+  // change after: readers after Register() (and the IO thread, their writer) need no lock.
+  int my_id() const NO_THREAD_SAFETY_ANALYSIS { return my_id_; }
   // The routing id of every connection this node opens (see NodeInfo.routing_id).
   const std::string& routing_id() const { return routing_id_; }
-  int my_rank() const;
-  const NodeTable& table() const { return table_; }
+  int my_rank() const EXCLUDES(mu_);
+  const NodeTable& table() const NO_THREAD_SAFETY_ANALYSIS { return table_; }  // see my_id()
 
   // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,
   // default op_timeout_ms).
-  void Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0);
+  void Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0) EXCLUDES(mu_);
 
   // Worker: tells the scheduler this worker is done and waits until the scheduler
   // ends the job (every worker finalized). Servers: just waits for that end.
-  void Finalize();
-  void WaitForShutdown();
+  void Finalize() EXCLUDES(mu_);
+  void WaitForShutdown() EXCLUDES(mu_);
 
   bool failed() const { return failed_; }
-  std::string failure() const;
+  std::string failure() const EXCLUDES(mu_);
   bool shut_down() const { return shut_down_; }
 
   // Runs once, on the thread that detects the failure, with the reason.
-  void SetFailureCallback(std::function<void(const std::string&)> callback);
+  void SetFailureCallback(std::function<void(const std::string&)> callback) EXCLUDES(mu_);
   // Records a failure found by the role itself (e.g. a peer unreachable).
-  void Fail(const std::string& reason);
+  void Fail(const std::string& reason) EXCLUDES(mu_);
 
  private:
-  // Waits until `done()` or failure or the deadline; throws on failure/timeout.
-  void WaitUntil(const std::function<bool()>& done, int64_t timeout_ms, const std::string& what);
-  void HeartbeatLoop();
+  // Waits until `done()` (called with mu_ held) or failure or the deadline; throws on
+  // failure/timeout.
+  void WaitUntil(const std::function<bool()>& done, int64_t timeout_ms, const std::string& what)
+      EXCLUDES(mu_);
+  void HeartbeatLoop() EXCLUDES(mu_);
   void Send(Message m);
 
   const Config& config_;
@@ -76,15 +79,17 @@ class ClusterClient {
   int port_;
   std::string scheduler_name_;
 
-  mutable std::mutex mu_;         // guards everything below that is not atomic
-  std::condition_variable cv_;    // signalled on any state change below
-  NodeTable table_;
-  int my_id_ = -1;
+  // Guards table_, my_id_ (written once: see my_id()), barriers_, next_request_, failure_
+  // and on_failure_.
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled on any change of the state below (and of the atomics)
+  NodeTable table_ GUARDED_BY(mu_);
+  int my_id_ GUARDED_BY(mu_) = -1;
   const std::string routing_id_;
-  std::map<uint64_t, bool> barriers_;  // request id -> released
-  uint64_t next_request_ = 1;
-  std::string failure_;
-  std::function<void(const std::string&)> on_failure_;
+  std::map<uint64_t, bool> barriers_ GUARDED_BY(mu_);  // request id -> released
+  uint64_t next_request_ GUARDED_BY(mu_) = 1;
+  std::string failure_ GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_failure_ GUARDED_BY(mu_);
 
   std::atomic<bool> failed_{false};
   std::atomic<bool> shut_down_{false};

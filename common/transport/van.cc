@@ -162,7 +162,7 @@ void Van::Stop() {
     io_thread_.join();  // the IO thread closes its sockets on the way out
   } else {
     {
-      std::lock_guard<std::mutex> lock(push_mutex_);
+      MutexLock lock(push_mutex_);
       pipe_closed_ = true;
     }
     zmq_close(command_pull_);
@@ -170,7 +170,11 @@ void Van::Stop() {
     if (zap_) zmq_close(zap_);
     if (monitor_) zmq_close(monitor_);
   }
-  zmq_close(command_push_);
+  {
+    MutexLock lock(push_mutex_);  // pipe_closed_: no thread uses the socket any more
+    zmq_close(command_push_);
+    command_push_ = nullptr;
+  }
   // Blocks until every socket flushed (up to linger_ms) and ZeroMQ dropped every
   // message: after this, no release hook can run.
   zmq_ctx_term(context_);
@@ -252,7 +256,7 @@ void Van::Enqueue(Command command, int peer, const std::string& text, const Mess
     zmq_msg_init_size(&f.envelope, extra.size());
     std::memcpy(zmq_msg_data(&f.envelope), extra.data(), extra.size());
   }
-  std::lock_guard<std::mutex> lock(push_mutex_);
+  MutexLock lock(push_mutex_);
   if (pipe_closed_) {  // stopped: late sends (a heartbeat, a reply) are dropped
     zmq_msg_close(&f.envelope);
     if (f.has_payload) zmq_msg_close(&f.payload);

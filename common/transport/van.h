@@ -26,7 +26,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -35,6 +34,7 @@
 #include "common/util/counters.h"
 #include "common/transport/message.h"
 #include "common/transport/security.h"
+#include "common/util/mutex.h"
 
 namespace ferry {
 
@@ -122,7 +122,7 @@ class Van {
   // Flushes (up to linger_ms), closes every socket, joins the IO thread and ends the
   // ZeroMQ context. When it returns, ZeroMQ holds no payload and no release hook can
   // run any more. Idempotent; must not be called from a handler.
-  void Stop();
+  void Stop() EXCLUDES(push_mutex_);
 
   VanStats stats() const;
   const std::string& name() const { return options_.name; }
@@ -132,7 +132,7 @@ class Van {
   struct Peer;
 
   void Enqueue(Command command, int peer, const std::string& text, const Message* message,
-               const std::string& extra = std::string());
+               const std::string& extra = std::string()) EXCLUDES(push_mutex_);
   void IoLoop();
   void HandleCommand();
   void ReceiveFrom(void* socket, bool inbound, int peer);
@@ -162,9 +162,10 @@ class Van {
   void* context_ = nullptr;
   void* router_ = nullptr;        // inbound; owned by the IO thread once started
   void* command_pull_ = nullptr;  // IO thread end of the command pipe
-  void* command_push_ = nullptr;  // other threads' end; guarded by push_mutex_
-  std::mutex push_mutex_;         // guards command_push_ and pipe_closed_
-  bool pipe_closed_ = false;      // the stop command was sent: nothing follows it
+  // Guards command_push_ (the socket is used by one thread at a time) and pipe_closed_.
+  Mutex push_mutex_;
+  void* command_push_ GUARDED_BY(push_mutex_) = nullptr;  // other threads' end of the pipe
+  bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Peer>> peers_;  // IO thread only
   bool secure_ = false;
   CurveKeys keys_{};

@@ -113,7 +113,7 @@ void LocalLink::Start(OnMessage on_message, OnEvent on_disconnect) {
 
 void LocalLink::Send(LocalMessage m) {
   {
-    std::lock_guard<std::mutex> lock(out_mu_);
+    MutexLock lock(out_mu_);
     if (stopping_) return;
     outbox_.push_back(std::move(m));
   }
@@ -137,7 +137,7 @@ void LocalLink::Loop() {
     }
     bool stopping;
     {
-      std::lock_guard<std::mutex> lock(out_mu_);
+      MutexLock lock(out_mu_);
       stopping = stopping_;  // read first: what was queued before Stop() is drained next
     }
     Drain();
@@ -151,7 +151,7 @@ void LocalLink::Loop() {
 void LocalLink::Drain() {
   std::deque<LocalMessage> out;
   {
-    std::lock_guard<std::mutex> lock(out_mu_);
+    MutexLock lock(out_mu_);
     out.swap(outbox_);
   }
   for (const LocalMessage& m : out) {
@@ -203,7 +203,7 @@ bool LocalLink::MonitorEvent() {
 
 void LocalLink::Stop() {
   {
-    std::lock_guard<std::mutex> lock(out_mu_);
+    MutexLock lock(out_mu_);
     stopping_ = true;
   }
   if (thread_.joinable()) {

@@ -16,9 +16,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "common/util/mutex.h"
 
 namespace ferry {
 
@@ -78,15 +79,15 @@ class LocalLink {
   // when a connection drops. It sleeps until a message comes or Send wakes it.
   void Start(OnMessage on_message, OnEvent on_disconnect);
   // Queues `m` for the IO thread. Thread-safe.
-  void Send(LocalMessage m);
+  void Send(LocalMessage m) EXCLUDES(out_mu_);
   // Sends what is queued (waiting at most 1 s for the other ends), stops the thread and
   // closes the socket. Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(out_mu_);
   const std::string& endpoint() const { return endpoint_; }
 
  private:
-  void Loop();
-  void Drain();         // sends the outbox (IO thread)
+  void Loop() EXCLUDES(out_mu_);
+  void Drain() EXCLUDES(out_mu_);  // sends the outbox (IO thread)
   bool ReceiveOne();    // one message from the socket to on_message_; false if none
   bool MonitorEvent();  // true if the event was a disconnect
 
@@ -99,9 +100,9 @@ class LocalLink {
   OnMessage on_message_;
   OnEvent on_disconnect_;
 
-  std::mutex out_mu_;  // guards outbox_ and stopping_
-  std::deque<LocalMessage> outbox_;
-  bool stopping_ = false;
+  Mutex out_mu_;  // guards outbox_ and stopping_
+  std::deque<LocalMessage> outbox_ GUARDED_BY(out_mu_);
+  bool stopping_ GUARDED_BY(out_mu_) = false;
   std::thread thread_;
 };
 

@@ -18,15 +18,15 @@ ScheduledQueue::ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_b
 
 void ScheduledQueue::Push(PushTask task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     task.seq = next_seq_++;
     policy_->Ready(task, now_());
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool ScheduledQueue::TryNext(Batch* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return !closed_ && TryNextLocked(out);
 }
 
@@ -65,7 +65,7 @@ void ScheduledQueue::CheckInvariants(const Batch& batch) const {
 }
 
 bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   *timed_out = false;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
@@ -84,13 +84,13 @@ bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
       until = std::min(until,
                        now + std::chrono::microseconds(std::max<int64_t>(100, wake_us - now_())));
     }
-    cv_.wait_until(lock, until);
+    cv_.WaitUntilOnce(mu_, until);
   }
 }
 
 void ScheduledQueue::Done(const PushTask& task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     CHECK_GT(credit_.in_flight_tasks, 0) << "credit returned twice";
     CHECK_GE(credit_.in_flight_bytes, task.bytes);
     CHECK(task.server < static_cast<int>(credit_.in_flight_per_server.size()) &&
@@ -101,31 +101,31 @@ void ScheduledQueue::Done(const PushTask& task) {
     credit_.in_flight_per_server[task.server]--;
     policy_->Done(task);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void ScheduledQueue::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
-void ScheduledQueue::Wake() { cv_.notify_all(); }
+void ScheduledQueue::Wake() { cv_.NotifyAll(); }
 
 void ScheduledQueue::SetCredit(uint64_t credit_bytes) {
   CHECK_GE(credit_bytes, 1u);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     credit_bytes_ = credit_bytes;
     credit_.limit_bytes = policy_->uses_credit() ? credit_bytes : CreditState::kUnlimited;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 uint64_t ScheduledQueue::credit_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return credit_bytes_;
 }
 
@@ -135,32 +135,32 @@ SchedulingPolicy ScheduledQueue::policy() const {
 }
 
 std::string ScheduledQueue::policy_name() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return policy_->name();
 }
 
 int ScheduledQueue::in_flight() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return credit_.in_flight_tasks;
 }
 
 uint64_t ScheduledQueue::in_flight_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return credit_.in_flight_bytes;
 }
 
 int ScheduledQueue::in_flight_to(int server) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return credit_.InFlightTo(server);
 }
 
 size_t ScheduledQueue::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return policy_->queued();
 }
 
 uint64_t ScheduledQueue::max_in_flight_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return max_in_flight_bytes_;
 }
 

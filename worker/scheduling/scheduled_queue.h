@@ -24,13 +24,12 @@
 //   - every task handed out is Done() exactly once (a second Done is a CHECK failure).
 // Thread-safe: any number of producers (Push), senders (Next) and acknowledgers (Done).
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/util/mutex.h"
 #include "worker/scheduling/policy.h"
 
 namespace ferry {
@@ -43,45 +42,47 @@ class ScheduledQueue {
   // `credit_bytes`: the credit, for policies that use one. REQUIRES: credit_bytes >= 1.
   ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_bytes, NowFn now = nullptr);
 
-  void Push(PushTask task);
+  void Push(PushTask task) EXCLUDES(mu_);
   // Blocks until the policy hands out a batch (returns true), the queue is closed
   // (false), or `timeout_ms` passed (false with *timed_out). `out` is overwritten only
   // on success.
-  bool Next(Batch* out, int64_t timeout_ms, bool* timed_out);
+  bool Next(Batch* out, int64_t timeout_ms, bool* timed_out) EXCLUDES(mu_);
   // Next() that does not block.
-  bool TryNext(Batch* out);
+  bool TryNext(Batch* out) EXCLUDES(mu_);
   // Returns the credit of a task handed out by Next().
-  void Done(const PushTask& task);
+  void Done(const PushTask& task) EXCLUDES(mu_);
   // Wakes every waiter; Next() returns false from now on.
-  void Close();
+  void Close() EXCLUDES(mu_);
   // Re-evaluates blocked Next() calls: for fake clocks, after moving time.
-  void Wake();
+  void Wake() EXCLUDES(mu_);
 
-  void SetCredit(uint64_t credit_bytes);
-  uint64_t credit_bytes() const;
-  SchedulingPolicy policy() const;
+  void SetCredit(uint64_t credit_bytes) EXCLUDES(mu_);
+  uint64_t credit_bytes() const EXCLUDES(mu_);
+  SchedulingPolicy policy() const EXCLUDES(mu_);
   // policy()'s name, for logs.
-  std::string policy_name() const;
-  int in_flight() const;
-  uint64_t in_flight_bytes() const;
-  int in_flight_to(int server) const;
-  size_t queued() const;
+  std::string policy_name() const EXCLUDES(mu_);
+  int in_flight() const EXCLUDES(mu_);
+  uint64_t in_flight_bytes() const EXCLUDES(mu_);
+  int in_flight_to(int server) const EXCLUDES(mu_);
+  size_t queued() const EXCLUDES(mu_);
   // The most bytes that were ever in flight at once (a record of the credit invariant).
-  uint64_t max_in_flight_bytes() const;
+  uint64_t max_in_flight_bytes() const EXCLUDES(mu_);
 
  private:
-  bool TryNextLocked(Batch* out);                  // REQUIRES: mu_ held
-  void CheckInvariants(const Batch& batch) const;  // REQUIRES: mu_ held
+  bool TryNextLocked(Batch* out) REQUIRES(mu_);
+  void CheckInvariants(const Batch& batch) const REQUIRES(mu_);
 
   const NowFn now_;
-  mutable std::mutex mu_;       // guards everything below, and the policy
-  std::condition_variable cv_;  // signalled on Push, Done, Close, SetCredit, Wake
-  std::unique_ptr<Policy> policy_;
-  CreditState credit_;  // limit_bytes: the credit (kUnlimited if unused)
-  uint64_t credit_bytes_;
-  uint64_t next_seq_ = 0;
-  uint64_t max_in_flight_bytes_ = 0;
-  bool closed_ = false;
+  // Guards the policy (*policy_: the pointer itself is set once, in the constructor),
+  // credit_, credit_bytes_, next_seq_, max_in_flight_bytes_ and closed_.
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled on Push, Done, Close, SetCredit, Wake
+  const std::unique_ptr<Policy> policy_ PT_GUARDED_BY(mu_);
+  CreditState credit_ GUARDED_BY(mu_);  // limit_bytes: the credit (kUnlimited if unused)
+  uint64_t credit_bytes_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t max_in_flight_bytes_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ferry
