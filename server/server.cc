@@ -66,10 +66,10 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
     // never holds `mu` while it calls into the summer, so this never waits on the GPU.
     options.on_ready = [engine] {
       {
-        std::lock_guard<std::mutex> lock(engine->mu);
+        MutexLock lock(engine->mu);
         engine->sums_ready = true;
       }
-      engine->cv.notify_one();
+      engine->cv.NotifyOne();
     };
     engine->summation = MakeGpuSummation(
         gpu_summers(options), [engine](uint64_t key, uint64_t generation, Buffer sum) {
@@ -167,10 +167,10 @@ ServerStats Server::stats() const {
 void Server::StopEngines() {
   for (auto& e : engines_) {
     {
-      std::lock_guard<std::mutex> lock(e->mu);
+      MutexLock lock(e->mu);
       e->stop = true;
     }
-    e->cv.notify_all();
+    e->cv.NotifyAll();
   }
   for (auto& e : engines_) {
     if (e->thread.joinable()) e->thread.join();
@@ -224,11 +224,11 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   VLOG(2) << "arrived " << Describe(m) << " priority " << m.envelope.priority();
   Engine* e = engines_[EngineForKey(m.envelope.key(), static_cast<int>(engines_.size()))].get();
   {
-    std::lock_guard<std::mutex> lock(e->mu);
+    MutexLock lock(e->mu);
     const int32_t priority = m.envelope.priority();
     e->queue.Push(Request{std::move(m), origin.identity}, priority);
   }
-  e->cv.notify_one();
+  e->cv.NotifyOne();
 }
 
 void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
@@ -248,16 +248,18 @@ void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
 void Server::EngineLoop(Engine* engine) {
   // CPU engines never set sums_ready nor have sums in flight: for them this is a plain
   // wait for the next work item, as it always was.
-  auto woken = [engine] { return engine->stop || engine->sums_ready || !engine->queue.empty(); };
+  auto woken = [engine]() REQUIRES(engine->mu) {
+    return engine->stop || engine->sums_ready || !engine->queue.empty();
+  };
   while (true) {
     Request work;
     bool have_work = false;
     bool sums_ready = false;
     {
-      std::unique_lock<std::mutex> lock(engine->mu);
+      MutexLock lock(engine->mu);
       if (engine->dense->sums_in_flight() == 0) {
-        engine->cv.wait(lock, woken);
-      } else if (!engine->cv.wait_for(lock, kSumPollInterval, woken)) {
+        engine->cv.Wait(engine->mu, woken);
+      } else if (!engine->cv.WaitFor(engine->mu, kSumPollInterval, woken)) {
         engine->sums_ready = true;  // no wake-up for a while: look anyway
       }
       if (engine->stop) return;
@@ -337,10 +339,10 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
   // engine_queue.h), so a round it already pushed still counts it.
   for (auto& e : engines_) {
     {
-      std::lock_guard<std::mutex> lock(e->mu);
+      MutexLock lock(e->mu);
       e->queue.PushFence(Request{Message(m), identity});
     }
-    e->cv.notify_one();
+    e->cv.NotifyOne();
   }
   joined_[rank] = true;
   bool all = std::find(joined_.begin(), joined_.end(), false) == joined_.end();

@@ -36,13 +36,13 @@
 // (CheckServerSettings), although ParamProtocol goes through the same seam. GPU servers
 // start no SumPool helper threads.
 
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/cluster/cluster_client.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
@@ -97,11 +97,12 @@ class Server {
   // destructor has waited for its streams; SumReady calls `dense`), so it is destroyed
   // first.
   struct Engine {
-    std::mutex mu;               // guards queue, stop and sums_ready
-    std::condition_variable cv;  // signalled on a new item, stop, or sums_ready
-    EngineQueue<Request> queue;  // most urgent first; JOINs are fences (rank set on Pop)
-    bool stop = false;
-    bool sums_ready = false;   // GPU: a sum reached host memory since the last look
+    Mutex mu;    // guards queue, stop and sums_ready
+    CondVar cv;  // signalled on a new item, stop, or sums_ready
+    // Most urgent first; JOINs are fences (rank set on Pop).
+    EngineQueue<Request> queue GUARDED_BY(mu);
+    bool stop GUARDED_BY(mu) = false;
+    bool sums_ready GUARDED_BY(mu) = false;  // GPU: a sum reached host memory since the last look
     std::vector<bool> joined;  // by worker rank; this engine's thread only
     bool failed = false;       // the summation threw (FailEngine); engine thread only
     // The engine's protocols (key_protocol.h), engine thread only: the dense keys'

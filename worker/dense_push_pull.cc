@@ -25,6 +25,7 @@ DensePushPull::DensePushPull(WorkerContext& ctx, ScheduledQueue& queue)
     : ctx_(ctx), queue_(queue), in_flight_(ctx.config.resend_timeout_ms) {}
 
 void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
+  ctx_.mu.AssertHeld();
   const Cut& cut = op->tensor->cuts[op->layout];
   op->replies_left = static_cast<int>(cut.parts.size());
   const int64_t now = NowUs();
@@ -52,7 +53,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
   std::vector<Pack> packs;
   std::vector<size_t> open;  // by server rank: index in packs + 1 of its open pack; 0 none
   std::vector<Handle> held;  // operations whose inputs a fused copy reads
-  std::unique_lock<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   const int64_t now_us = NowUs();
   for (const PushTask& task : batch.tasks) {
     auto it = queued_.find(task.cookie);
@@ -90,7 +91,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
       held.push_back(f->op->handle);
     }
   }
-  lock.unlock();
+  lock.Unlock();
   for (Pack& pack : packs) {
     ctx_.counters.partitions_pushed += pack.pushes.size();
     ctx_.counters.bytes_pushed += pack.bytes;
@@ -109,7 +110,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
       // The parts' resend timers start once ZeroMQ let go of the fused copy.
       Buffer copy = fused.payload;
       fused.payload = Buffer::Borrow(copy.data(), copy.size(), [this, copy, requests] {
-        std::lock_guard<std::mutex> l(ctx_.mu);
+        MutexLock l(ctx_.mu);
         for (uint64_t r : requests) in_flight_.OnWire(r);
       });
     }
@@ -140,7 +141,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
     // copies it); the release hook tells us when it no longer reads it.
     m.payload =
         Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op, request] {
-          std::lock_guard<std::mutex> l(ctx_.mu);
+          MutexLock l(ctx_.mu);
           InFlight* f = in_flight_.Find(request);
           // A part of a fused push was copied, not sent: the fused
           // copy starts its timer (above). Its resends go alone
@@ -157,9 +158,11 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
 }
 
 void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) {
+  ctx_.mu.AssertHeld();
   in_flight_.ResendOverdue(
       now_ms, [](const InFlight& f) { return f.op->done; }, /*erase_skipped=*/false,
       [&](uint64_t request, InFlight& f) {
+        ctx_.mu.AssertHeld();  // held by our caller (the analysis checks lambdas alone)
         const TensorInfo& t = *f.op->tensor;
         const PartitionSpec& p = PartOf(f);
         // A resent payload starts its timer when ZeroMQ has sent it (OnWire from its
@@ -196,7 +199,7 @@ void DensePushPull::ReturnCredit(InFlight& f) {
 }
 
 bool DensePushPull::OnAck(const Message& m) {
-  std::lock_guard<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   // From now on only the sum is missing: ask for it if it does not come in time (the
   // tracker backs off; see request_tracker.h).
   InFlight* f = in_flight_.Ack(m.envelope.request_id());
@@ -224,7 +227,7 @@ void DensePushPull::Deliver(const InFlight& f, const PartitionSpec& p, const Mes
 
 bool DensePushPull::OnResult(Message&& m) {
   const proto::Envelope& e = m.envelope;
-  std::unique_lock<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   std::optional<InFlight> taken = in_flight_.Take(e.request_id());
   if (!taken) {
     ctx_.NoteLateReply(m);
@@ -248,7 +251,7 @@ bool DensePushPull::OnResult(Message&& m) {
   const bool deliver = error.empty() && !f.op->done && p.bytes > 0;
   if (deliver) ctx_.table.Hold(f.op->handle);
   ReturnCredit(f);
-  lock.unlock();
+  lock.Unlock();
   if (deliver) {
     Deliver(f, p, m);
     ctx_.table.Unhold(f.op->handle);
@@ -264,7 +267,7 @@ bool DensePushPull::OnResult(Message&& m) {
 
 bool DensePushPull::OnError(const Message& m) {
   const proto::Envelope& e = m.envelope;
-  std::unique_lock<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   std::optional<InFlight> taken = in_flight_.Take(e.request_id());
   if (!taken) {
     LOG(WARNING) << ctx_.cluster.table().Describe(m.sender())
@@ -277,12 +280,13 @@ bool DensePushPull::OnError(const Message& m) {
                              DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
                              ctx_.cluster.table().Describe(m.sender()), ": ", e.error().reason());
   ReturnCredit(f);
-  lock.unlock();
+  lock.Unlock();
   ctx_.sequencer->FinishPartition(f.op, error);
   return true;
 }
 
 std::string DensePushPull::Describe(const Operation& op) const {
+  ctx_.mu.AssertHeld();
   const TensorInfo& t = *op.tensor;
   const std::vector<PartitionSpec>& parts = t.cuts[op.layout].parts;
   std::string s = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ", t.bytes,

@@ -34,7 +34,7 @@ class DensePushPull : public OperationKind {
 
   // Sender thread: sends a batch from the queue, each task as a PUSH or, per the
   // batch's fusion limit, several to one server as one PUSH_FUSED. Takes mu.
-  void SendBatch(const Batch& batch);
+  void SendBatch(const Batch& batch) EXCLUDES(ctx_.mu);
 
   void Start(const std::shared_ptr<Operation>& op) override;
   bool OnAck(const Message& m) override;
@@ -57,18 +57,18 @@ class DensePushPull : public OperationKind {
 
   // REQUIRES: mu held. The PUSH of `f` as request `request`; counts its payload in the
   // operation's releases_left (ZeroMQ holds it until the hook fires).
-  Message BuildPush(const InFlight& f, uint64_t request);
+  Message BuildPush(const InFlight& f, uint64_t request) REQUIRES(ctx_.mu);
   const PartitionSpec& PartOf(const InFlight& f) const;
   uint64_t KeyOf(const InFlight& f) const;
-  void ReturnCredit(InFlight& f);  // REQUIRES: mu held
+  void ReturnCredit(InFlight& f) REQUIRES(ctx_.mu);
   // Copies a sum into the output (outside the lock, under a hold of the operation).
   void Deliver(const InFlight& f, const PartitionSpec& p, const Message& m);
 
   WorkerContext& ctx_;
   ScheduledQueue& queue_;
-  RequestTracker<InFlight> in_flight_;             // GUARDED_BY(mu): request id -> partition
-  std::unordered_map<uint64_t, InFlight> queued_;  // GUARDED_BY(mu): task cookie -> partition
-  uint64_t next_cookie_ = 1;                       // GUARDED_BY(mu)
+  RequestTracker<InFlight> in_flight_ GUARDED_BY(ctx_.mu);  // request id -> partition
+  std::unordered_map<uint64_t, InFlight> queued_ GUARDED_BY(ctx_.mu);  // task cookie -> partition
+  uint64_t next_cookie_ GUARDED_BY(ctx_.mu) = 1;
 };
 
 }  // namespace ferry

@@ -14,6 +14,7 @@ void WorkerContext::NoteLateReply(const Message& m) {
 }
 
 void Sequencer::Submit(const std::shared_ptr<Operation>& op, OperationKind& kind) {
+  ctx_.mu.AssertHeld();
   const uint32_t id = op->tensor->id;
   if (pending_.size() <= id) pending_.resize(id + 1);
   pending_[id].push_back(Queued{op, &kind});
@@ -30,11 +31,11 @@ void Sequencer::Pop(const std::shared_ptr<Operation>& op) {
   if (q.empty()) return;
   Queued& next = q.front();
   next.op->started = true;
-  next.kind->Start(next.op);
+  next.kind->Start(next.op);  // REQUIRES(ctx_.mu), asserted there
 }
 
 void Sequencer::FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error) {
-  std::lock_guard<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   op->replies_left--;
   if (!error.empty() && !op->done) {
     LOG(ERROR) << error;
@@ -47,6 +48,7 @@ void Sequencer::FinishPartition(const std::shared_ptr<Operation>& op, const std:
 }
 
 void Sequencer::MaybeComplete(const std::shared_ptr<Operation>& op) {
+  ctx_.mu.AssertHeld();
   if (op->done || op->replies_left > 0 || op->releases_left > 0) return;
   op->done = true;
   auto& q = pending_[op->tensor->id];
@@ -56,18 +58,21 @@ void Sequencer::MaybeComplete(const std::shared_ptr<Operation>& op) {
 }
 
 void Sequencer::Abandon(const std::shared_ptr<Operation>& op) {
+  ctx_.mu.AssertHeld();
   if (op->done) return;
   op->done = true;
   Pop(op);
 }
 
 void Sequencer::FailAll() {
+  ctx_.mu.AssertHeld();
   for (auto& q : pending_) {
     for (Queued& e : q) e.op->done = true;
   }
 }
 
 const Operation* Sequencer::Find(Handle handle) const {
+  ctx_.mu.AssertHeld();
   for (const auto& q : pending_) {
     for (const Queued& e : q) {
       if (e.op->handle == handle) return e.op.get();
@@ -77,6 +82,7 @@ const Operation* Sequencer::Find(Handle handle) const {
 }
 
 bool Sequencer::AnyUnfinished() const {
+  ctx_.mu.AssertHeld();
   for (const auto& q : pending_) {
     for (const Queued& e : q) {
       if (!e.op->done) return true;

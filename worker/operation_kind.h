@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +28,7 @@
 #include "common/config/config.h"
 #include "common/transport/van.h"
 #include "common/util/counters.h"
+#include "common/util/mutex.h"
 #include "worker/operation_table.h"
 #include "worker/tensor_catalog.h"
 #include "worker/trace.h"
@@ -92,19 +92,20 @@ struct WorkerContext {
   OperationTable& table;
   WorkerCounters& counters;
   Trace* trace = nullptr;  // FERRY_TRACE_DIR; null when off
-  std::mutex& mu;          // see the file comment
+  Mutex& mu;               // see the file comment
   Sequencer* sequencer = nullptr;
   int my_id = -1;
   int num_workers = 0;
   int num_servers = 0;
-  uint64_t next_request = 1;  // GUARDED_BY(mu): request ids, shared by every kind
+  uint64_t next_request GUARDED_BY(mu) = 1;  // request ids, shared by every kind
   void NoteLateReply(const Message& m);
 };
 
 class OperationKind {
  public:
   virtual ~OperationKind() = default;
-  // Sends (or queues) the operation's requests. REQUIRES: mu held.
+  // Sends (or queues) the operation's requests. REQUIRES: mu held (implementations
+  // assert it: the interface cannot name the lock).
   virtual void Start(const std::shared_ptr<Operation>& op) = 0;
   // Replies for a request of this kind (van-io thread; takes mu). False: not ours.
   virtual bool OnAck(const Message& m) = 0;
@@ -117,7 +118,9 @@ class OperationKind {
   virtual std::string Describe(const Operation& op) const = 0;
 };
 
-// The operations of each tensor run one at a time, in call order.
+// The operations of each tensor run one at a time, in call order. Methods marked
+// "REQUIRES: mu" are called by other objects holding WorkerContext::mu (the analysis
+// cannot see that it is theirs), so they assert it (Mutex::AssertHeld checks the owner).
 class Sequencer {
  public:
   explicit Sequencer(WorkerContext& ctx) : ctx_(ctx) {}
@@ -125,7 +128,8 @@ class Sequencer {
   void Submit(const std::shared_ptr<Operation>& op, OperationKind& kind);
   // One partition (rows: one server) of `op` was answered (`error` empty) or failed.
   // Takes mu.
-  void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error);
+  void FinishPartition(const std::shared_ptr<Operation>& op, const std::string& error)
+      EXCLUDES(ctx_.mu);
   // Finishes `op` if every answer came and ZeroMQ released every payload. REQUIRES: mu.
   void MaybeComplete(const std::shared_ptr<Operation>& op);
   // Every unfinished operation is done (the table failed them). REQUIRES: mu.
@@ -143,9 +147,9 @@ class Sequencer {
     std::shared_ptr<Operation> op;
     OperationKind* kind;
   };
-  void Pop(const std::shared_ptr<Operation>& op);  // REQUIRES: mu; starts the next
+  void Pop(const std::shared_ptr<Operation>& op) REQUIRES(ctx_.mu);  // starts the next
   WorkerContext& ctx_;
-  std::vector<std::deque<Queued>> pending_;  // by tensor id; front is the running one
+  std::vector<std::deque<Queued>> pending_ GUARDED_BY(ctx_.mu);  // by tensor id; front is the running one
 };
 
 }  // namespace ferry

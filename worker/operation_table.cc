@@ -22,10 +22,10 @@ OperationTable::~OperationTable() { Close(); }
 
 void OperationTable::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  callbacks_cv_.notify_all();
+  callbacks_cv_.NotifyAll();
   if (!callback_thread_.joinable()) return;
   if (callback_thread_.get_id() == std::this_thread::get_id()) {
     callback_thread_.detach();  // a callback destroyed the owner: it returns into the loop's end
@@ -35,14 +35,14 @@ void OperationTable::Close() {
 }
 
 Handle OperationTable::Add(CompletionCallback callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const Handle h = next_handle_++;
   Entry& e = entries_[h];
   if (callback) {
     e.callback = std::move(callback);
     e.deadline_ms = NowMs() + timeout_ms_;
     deadline_added_ = true;  // a new deadline to watch
-    callbacks_cv_.notify_all();
+    callbacks_cv_.NotifyAll();
   }
   if (!failure_.empty()) {
     e.finished = true;
@@ -61,25 +61,25 @@ OperationTable::Entry& OperationTable::Find(Handle handle) {
 void OperationTable::QueueCallback(Handle handle, Entry& e) {
   ready_.push_back(Ready{handle, e.verdict, std::move(e.callback)});
   entries_.erase(handle);  // nobody waits on a handle with a callback
-  callbacks_cv_.notify_all();
+  callbacks_cv_.NotifyAll();
 }
 
 bool OperationTable::Finish(Handle handle, Verdict verdict) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(handle);
   if (it == entries_.end() || it->second.finished) return false;
   Entry& e = it->second;
   e.finished = true;
   e.verdict = std::move(verdict);
   if (Visible(e)) {
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (e.callback) QueueCallback(handle, e);
   }
   return true;
 }
 
 void OperationTable::FailAll(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!failure_.empty()) return;
   failure_ = reason;
   std::vector<Handle> done;
@@ -90,42 +90,42 @@ void OperationTable::FailAll(const std::string& reason) {
     if (Visible(e) && e.callback) done.push_back(h);
   }
   for (Handle h : done) QueueCallback(h, entries_[h]);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void OperationTable::Hold(Handle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Find(handle).holds++;
 }
 
 void OperationTable::Unhold(Handle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Entry& e = Find(handle);
   CHECK_GT(e.holds, 0) << "Unhold without Hold of operation " << handle;
   if (--e.holds == 0 && e.finished) {
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (e.callback) QueueCallback(handle, e);
   }
 }
 
 bool OperationTable::Poll(Handle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return Visible(Find(handle));
 }
 
 bool OperationTable::WaitFor(Handle handle, int64_t slice_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Entry* e = &Find(handle);
   // The operation's deadline runs from the first wait for it, however it is sliced.
   if (e->deadline_ms == 0) e->deadline_ms = NowMs() + timeout_ms_;
   const int64_t deadline = e->deadline_ms;
   auto until = Clock::now() + Millis(std::max<int64_t>(0, std::min(slice_ms, deadline - NowMs())));
   // entries_ may rehash while we sleep: look the entry up again on every wake.
-  cv_.wait_until(lock, until, [&] { return Visible(Find(handle)); });
+  cv_.WaitUntil(mu_, until, [&]() REQUIRES(mu_) { return Visible(Find(handle)); });
   e = &Find(handle);
   if (!Visible(*e)) {
     if (NowMs() < deadline) return false;
-    lock.unlock();
+    lock.Unlock();
     throw FerryError(ErrorCode::kTimeout, timeout_message_(handle));
   }
   Verdict v = std::move(e->verdict);
@@ -140,7 +140,7 @@ void OperationTable::Wait(Handle handle) {
 }
 
 Handle OperationTable::WaitAny(const std::vector<Handle>& handles, int64_t slice_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   int64_t deadline = std::numeric_limits<int64_t>::max();
   for (Handle h : handles) {
     Entry& e = Find(h);
@@ -148,7 +148,7 @@ Handle OperationTable::WaitAny(const std::vector<Handle>& handles, int64_t slice
     deadline = std::min(deadline, e.deadline_ms);
   }
   Handle found = 0;
-  auto any = [&] {
+  auto any = [&]() REQUIRES(mu_) {
     for (Handle h : handles) {
       if (Visible(Find(h))) {
         found = h;
@@ -159,7 +159,7 @@ Handle OperationTable::WaitAny(const std::vector<Handle>& handles, int64_t slice
   };
   // Past a deadline the wait returns at once: the caller's Wait on that handle throws.
   const int64_t wait = std::max<int64_t>(0, std::min(slice_ms, deadline - NowMs()));
-  cv_.wait_until(lock, Clock::now() + Millis(wait), any);
+  cv_.WaitUntil(mu_, Clock::now() + Millis(wait), any);
   if (found == 0 && NowMs() >= deadline) {
     for (Handle h : handles) {
       if (Find(h).deadline_ms <= NowMs()) return h;  // its Wait reports the timeout
@@ -169,8 +169,8 @@ Handle OperationTable::WaitAny(const std::vector<Handle>& handles, int64_t slice
 }
 
 bool OperationTable::WaitAll(int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, Millis(timeout_ms), [this] {
+  MutexLock lock(mu_);
+  return cv_.WaitFor(mu_, Millis(timeout_ms), [this]() REQUIRES(mu_) {
     if (!failure_.empty()) return true;
     for (const auto& [h, e] : entries_) {
       if (!Visible(e)) return false;
@@ -180,7 +180,7 @@ bool OperationTable::WaitAll(int64_t timeout_ms) {
 }
 
 size_t OperationTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size() + ready_.size();
 }
 
@@ -190,14 +190,14 @@ void OperationTable::TimeOut(Handle handle) {
 }
 
 void OperationTable::CallbackLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
     if (!ready_.empty()) {
       Ready r = std::move(ready_.front());
       ready_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       r.callback(r.handle, r.verdict);
-      lock.lock();
+      lock.Lock();
       continue;
     }
     // Operations with a callback have no waiter: their deadlines are watched here.
@@ -213,16 +213,16 @@ void OperationTable::CallbackLoop() {
       }
     }
     if (!overdue.empty()) {
-      lock.unlock();
+      lock.Unlock();
       for (Handle h : overdue) TimeOut(h);
-      lock.lock();
+      lock.Lock();
       continue;
     }
-    auto wake = [this] { return stop_ || !ready_.empty() || deadline_added_; };
+    auto wake = [this]() REQUIRES(mu_) { return stop_ || !ready_.empty() || deadline_added_; };
     if (next == std::numeric_limits<int64_t>::max()) {
-      callbacks_cv_.wait(lock, wake);
+      callbacks_cv_.Wait(mu_, wake);
     } else {
-      callbacks_cv_.wait_for(lock, Millis(next - now), wake);
+      callbacks_cv_.WaitFor(mu_, Millis(next - now), wake);
     }
     deadline_added_ = false;
   }

@@ -32,17 +32,16 @@
 // the waits (Wait, WaitFor, WaitAny, WaitAll), which block; the table calls out (describe,
 // callbacks, timeout_message) with no lock of its own held.
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -68,37 +67,37 @@ class OperationTable {
   ~OperationTable();  // Close()
   // Stops and joins the callback thread; callbacks still queued are dropped. The owner
   // calls it before the state its callbacks use goes. Idempotent.
-  void Close();
+  void Close() EXCLUDES(mu_);
   OperationTable(const OperationTable&) = delete;
   OperationTable& operator=(const OperationTable&) = delete;
 
   // A new unfinished operation; `callback` (may be empty) runs once when it finished.
-  Handle Add(CompletionCallback callback = nullptr);
+  Handle Add(CompletionCallback callback = nullptr) EXCLUDES(mu_);
   // The operation is over. The first verdict counts; later ones and unknown handles
   // (already released) are ignored. Returns true if this call finished it.
-  bool Finish(Handle handle, Verdict verdict);
+  bool Finish(Handle handle, Verdict verdict) EXCLUDES(mu_);
   // Every unfinished operation fails with `reason` (code kPeerFailed); so does every
   // operation added from now on, at once.
-  void FailAll(const std::string& reason);
-  void Hold(Handle handle);    // see Holds above; REQUIRES: the handle is known
-  void Unhold(Handle handle);  // one per Hold
+  void FailAll(const std::string& reason) EXCLUDES(mu_);
+  void Hold(Handle handle) EXCLUDES(mu_);    // see Holds above; the handle must be known
+  void Unhold(Handle handle) EXCLUDES(mu_);  // one per Hold
 
   // True once the operation finished. Unknown handle: throws kInvalidArgument.
-  bool Poll(Handle handle);
+  bool Poll(Handle handle) EXCLUDES(mu_);
   // Waits at most `slice_ms`: true (handle released) once finished, false if not yet.
   // Throws the operation's error, or kTimeout once its deadline passed (the message
   // names what it waits for).
-  bool WaitFor(Handle handle, int64_t slice_ms);
+  bool WaitFor(Handle handle, int64_t slice_ms) EXCLUDES(mu_);
   void Wait(Handle handle);  // WaitFor until finished
   // Waits at most `slice_ms` for any of `handles` to finish; returns the first finished
   // one in the list (not released: Wait on it next), or 0. Unknown handle: throws.
   // Each handle's deadline starts with this wait, as with WaitFor.
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t slice_ms);
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t slice_ms) EXCLUDES(mu_);
   // Waits until every operation added so far finished (or the table failed), at most
   // `timeout_ms`; false on timeout. Holds count as unfinished.
-  bool WaitAll(int64_t timeout_ms);
+  bool WaitAll(int64_t timeout_ms) EXCLUDES(mu_);
   // Operations not yet released.
-  size_t size() const;
+  size_t size() const EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -108,30 +107,30 @@ class OperationTable {
     int64_t deadline_ms = 0;  // 0: not waited on yet
     CompletionCallback callback;
   };
-  // REQUIRES: mu_ held.
-  Entry& Find(Handle handle);
-  bool Visible(const Entry& e) const { return e.finished && e.holds == 0; }
-  void QueueCallback(Handle handle, Entry& e);  // REQUIRES: mu_ held, e visible
-  void CallbackLoop();
-  void TimeOut(Handle handle);  // no lock held: fails `handle` if it is still running
+  Entry& Find(Handle handle) REQUIRES(mu_);  // throws kInvalidArgument if unknown
+  static bool Visible(const Entry& e) { return e.finished && e.holds == 0; }
+  void QueueCallback(Handle handle, Entry& e) REQUIRES(mu_);  // e visible
+  void CallbackLoop() EXCLUDES(mu_);
+  void TimeOut(Handle handle) EXCLUDES(mu_);  // fails `handle` if it is still running
 
   const int64_t timeout_ms_;
   const TimeoutMessageFn timeout_message_;
 
-  mutable std::mutex mu_;                 // guards everything below
-  std::condition_variable cv_;            // signalled when an operation becomes visible as finished
-  std::condition_variable callbacks_cv_;  // signalled on a queued callback and on stop
-  std::unordered_map<Handle, Entry> entries_;
-  Handle next_handle_ = 1;
-  std::string failure_;  // non-empty: FailAll ran
+  mutable Mutex mu_;  // guards entries_, next_handle_, failure_, ready_ and the two flags
+  CondVar cv_;        // signalled when an operation becomes visible as finished
+  CondVar callbacks_cv_;  // signalled on a queued callback, a new deadline and on stop
+  std::unordered_map<Handle, Entry> entries_ GUARDED_BY(mu_);
+  Handle next_handle_ GUARDED_BY(mu_) = 1;
+  std::string failure_ GUARDED_BY(mu_);  // non-empty: FailAll ran
   struct Ready {
     Handle handle;
     Verdict verdict;
     CompletionCallback callback;
   };
-  std::deque<Ready> ready_;      // callbacks to run, in finishing order
-  bool deadline_added_ = false;  // an operation with a callback came since the last scan
-  bool stop_ = false;
+  std::deque<Ready> ready_ GUARDED_BY(mu_);  // callbacks to run, in finishing order
+  // An operation with a callback came since the callback thread last scanned deadlines.
+  bool deadline_added_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread callback_thread_;
 };
 

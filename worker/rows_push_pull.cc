@@ -29,6 +29,7 @@ RowsPushPull::RowsPushPull(WorkerContext& ctx)
 
 std::unique_ptr<RowsPlan> RowsPushPull::Plan(const Operation& op, const int64_t* rows,
                                              uint64_t num_rows, const void* values) {
+  ctx_.mu.AssertHeld();
   const TensorInfo& t = *op.tensor;
   auto plan = std::make_unique<RowsPlan>();
   plan->row_elements = t.count / static_cast<uint64_t>(t.shape[0]);
@@ -75,6 +76,7 @@ std::unique_ptr<RowsPlan> RowsPushPull::Plan(const Operation& op, const int64_t*
 }
 
 void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
+  ctx_.mu.AssertHeld();
   TensorInfo& t = *op->tensor;
   if (t.rows_rounds.empty()) t.rows_rounds.assign(ctx_.num_servers, 0);
   op->replies_left = ctx_.num_servers;
@@ -99,7 +101,7 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
 }
 
 bool RowsPushPull::OnAck(const Message& m) {
-  std::lock_guard<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   // From now on only the sums are missing: ask for them if they do not come in time,
   // backing off (a PULL while other workers still hold the round up is acknowledged
   // again, as for dense partitions).
@@ -107,6 +109,7 @@ bool RowsPushPull::OnAck(const Message& m) {
 }
 
 void RowsPushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) {
+  ctx_.mu.AssertHeld();
   // A failed operation (another server's error): nobody waits for its replies.
   in_flight_.ResendOverdue(
       now_ms, [](const InFlight& f) { return f.op->done; }, /*erase_skipped=*/true,
@@ -137,7 +140,7 @@ void RowsPushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mess
 
 bool RowsPushPull::OnResult(Message&& m) {
   const proto::Envelope& e = m.envelope;
-  std::unique_lock<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   std::optional<InFlight> taken = in_flight_.Take(e.request_id());
   if (!taken) {
     ctx_.NoteLateReply(m);
@@ -158,7 +161,7 @@ bool RowsPushPull::OnResult(Message&& m) {
   // The copy runs outside the lock, under a hold, as for dense sums.
   const bool deliver = error.empty() && !op->done && !positions.empty();
   if (deliver) ctx_.table.Hold(op->handle);
-  lock.unlock();
+  lock.Unlock();
   if (deliver) {
     // Rows of different servers go to disjoint rows of `output` (each position once).
     const uint32_t n =
@@ -177,7 +180,7 @@ bool RowsPushPull::OnResult(Message&& m) {
 
 bool RowsPushPull::OnError(const Message& m) {
   const proto::Envelope& e = m.envelope;
-  std::unique_lock<std::mutex> lock(ctx_.mu);
+  MutexLock lock(ctx_.mu);
   std::optional<InFlight> taken = in_flight_.Take(e.request_id());
   if (!taken) return false;
   const std::shared_ptr<Operation> op = taken->op;
@@ -185,12 +188,13 @@ bool RowsPushPull::OnError(const Message& m) {
   std::string error = StrCat("push_pull_rows of tensor '", t.name, "' (id ", t.id, ", ",
                              DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
                              ctx_.cluster.table().Describe(m.sender()), ": ", e.error().reason());
-  lock.unlock();
+  lock.Unlock();
   ctx_.sequencer->FinishPartition(op, error);
   return true;
 }
 
 std::string RowsPushPull::Describe(const Operation& op) const {
+  ctx_.mu.AssertHeld();
   const TensorInfo& t = *op.tensor;
   std::string s = StrCat("push_pull_rows of tensor '", t.name, "' (id ", t.id, ")");
   if (!op.started) return s + " is queued behind an earlier operation on the same tensor";

@@ -49,7 +49,7 @@ class RowsPushPull : public OperationKind {
   };
 
   WorkerContext& ctx_;
-  RequestTracker<InFlight> in_flight_;  // GUARDED_BY(mu): request id -> rows request
+  RequestTracker<InFlight> in_flight_ GUARDED_BY(ctx_.mu);  // request id -> rows request
 };
 
 }  // namespace ferry

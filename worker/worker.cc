@@ -64,7 +64,7 @@ void Worker::Start() {
   }
   if (!config_.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.trace_dir, rank_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     catalog_ = std::make_unique<TensorCatalog>(scheduling_.partition_bytes, std::move(weights));
     ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
     sequencer_ = std::make_unique<Sequencer>(*ctx_);
@@ -75,6 +75,8 @@ void Worker::Start() {
     dense_ = std::make_unique<DensePushPull>(*ctx_, queue_);
     rows_ = std::make_unique<RowsPushPull>(*ctx_);
   }
+  MutexLock step_lock(step_mu_);  // nothing else runs yet: the locks satisfy the analysis
+  MutexLock lock(mu_);
   if (config_.autotune) {
     const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
     std::vector<SchedulingChoice> grid = Autotuner::Grid(
@@ -112,7 +114,7 @@ Worker::~Worker() {
 
 int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<int>(catalog_->Declare(name, dtype, shape, priority).id);
 }
 
@@ -136,7 +138,7 @@ std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
     std::weak_ptr<Operation> weak = op;
     done = [this, weak, done = std::move(done)](Handle h, const Verdict& v) {
       if (!v.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (auto op = weak.lock()) sequencer_->Abandon(op);
       }
       done(h, v);
@@ -151,7 +153,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
                              std::optional<int> priority, CompletionCallback done) {
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.enable_async), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
@@ -175,7 +177,7 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
                                  std::optional<int> priority, CompletionCallback done) {
   FERRY_ENFORCE(num_rows == 0 || (rows && values && output), ErrorCode::kInvalidArgument,
                 "push_pull_rows of '", name, "': null buffer");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CheckRunning("push_pull_rows", name);
   FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
@@ -233,7 +235,7 @@ void Worker::SenderLoop() {
 void Worker::ResendOverdue() {
   std::vector<std::pair<int, Message>> out;  // (server rank, message)
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const int64_t now = NowMs();
     dense_->ResendOverdue(now, &out);
     rows_->ResendOverdue(now, &out);
@@ -249,9 +251,9 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
   }
   switch (m.type()) {
     case proto::JOIN_ACK: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (m.envelope.request_id() == join_request_) join_acks_++;
-      cv_.notify_all();
+      cv_.NotifyAll();
       break;
     }
     case proto::PUSH_ACK:
@@ -272,18 +274,18 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
 }
 
 void Worker::FailAll(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!failure_.empty()) return;
   failure_ = reason;
   if (sequencer_) sequencer_->FailAll();
   table_.FailAll(reason);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Worker::Poll(Handle handle) { return table_.Poll(handle); }
 
 std::string Worker::DescribeOperation(Handle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const Operation* op = sequencer_->Find(handle);
   if (!op) return StrCat("operation ", handle, " (finished; a copy of its data is still running)");
   return op->rows ? rows_->Describe(*op) : dense_->Describe(*op);
@@ -330,17 +332,17 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
 
 void Worker::Barrier() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
   }
   cluster_.Barrier(proto::GROUP_WORKERS);
 }
 
 void Worker::StepBoundary() {
-  std::lock_guard<std::mutex> step_lock(step_mu_);
+  MutexLock step_lock(step_mu_);
   Autotuner::Action action;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
     const int64_t now = NowUs();
     const double ms = last_step_us_ > 0 ? (now - last_step_us_) / 1000.0 : -1.0;
@@ -353,7 +355,7 @@ void Worker::StepBoundary() {
     if (action.kind == Autotuner::Action::kSwitch) {
       // Partitions change only with nothing in flight (with ferry.torch's CrossBarrier
       // this iteration's pushes may still be on their way: the switch waits for them).
-      WaitForQuiet(lock, "StepBoundary");
+      WaitForQuiet("StepBoundary");
       ApplyScheduling(action.choice, StrCat("autotune candidate at iteration ", steps_));
     }
   }
@@ -374,8 +376,8 @@ void Worker::FinishAutotune() {
     table += StrCat(i ? "; " : "", Describe(tuner_->grid()[i]), ": ", summed[i] / scored, " ms");
   }
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    WaitForQuiet(lock, "autotune");
+    MutexLock lock(mu_);
+    WaitForQuiet("autotune");
     ApplyScheduling(choice, "autotune chose it");
   }
   LOG(INFO) << "autotune: chose " << Describe(choice) << " (candidate " << best << " of "
@@ -391,13 +393,13 @@ void Worker::SetScheduling(int64_t partition_bytes, int64_t credit_bytes) {
                 " (FERRY_MAX_MESSAGE_BYTES - 4096)");
   FERRY_ENFORCE(credit_bytes >= 1, ErrorCode::kInvalidArgument, "SetScheduling: credit of ",
                 credit_bytes, " bytes; it must be at least 1");
-  std::unique_lock<std::mutex> lock(mu_);
-  WaitForQuiet(lock, "SetScheduling");
+  MutexLock lock(mu_);
+  WaitForQuiet("SetScheduling");
   ApplyScheduling(SchedulingChoice{partition_bytes, credit_bytes}, "SetScheduling");
 }
 
 SchedulingChoice Worker::scheduling() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return scheduling_;
 }
 
@@ -414,22 +416,21 @@ void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& 
   }
 }
 
-bool Worker::WaitForOwnOperations(std::unique_lock<std::mutex>& lock) {
+bool Worker::WaitForOwnOperations() {
   // Operations nobody waited for still finish first.
   const int64_t deadline = NowMs() + config_.op_timeout_ms;
   while (failure_.empty() && sequencer_->AnyUnfinished()) {
     const int64_t left = deadline - NowMs();
     if (left <= 0) return false;
-    lock.unlock();  // the operations finish under mu_
+    MutexUnlock unlocked(mu_);  // the operations finish under mu_
     table_.WaitAll(left);
-    lock.lock();
   }
   if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
   return true;
 }
 
-void Worker::WaitForQuiet(std::unique_lock<std::mutex>& lock, const char* what) {
-  FERRY_ENFORCE(WaitForOwnOperations(lock), ErrorCode::kTimeout, what, ": this worker's ",
+void Worker::WaitForQuiet(const char* what) {
+  FERRY_ENFORCE(WaitForOwnOperations(), ErrorCode::kTimeout, what, ": this worker's ",
                 "push_pulls did not finish within ", config_.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS)");
 }
@@ -438,22 +439,26 @@ void Worker::Join() {
   FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument,
                 "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
                 "waits for other workers, so a worker out of data simply stops pushing");
+  uint64_t request = 0;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    WaitForOwnOperations(lock);
-    join_request_ = ctx_->next_request++;
+    MutexLock lock(mu_);
+    WaitForOwnOperations();
+    ctx_->mu.AssertHeld();  // the same lock as mu_
+    request = join_request_ = ctx_->next_request++;
     join_acks_ = 0;
   }
   for (int s = 0; s < num_servers_; ++s) {
     Message m = MakeMessage(proto::JOIN, my_id_);
-    m.envelope.set_request_id(join_request_);
+    m.envelope.set_request_id(request);
     van_.Send(ServerId(s), std::move(m));
   }
   {
     // Every server must hold our JOIN before the others may leave the join barrier.
-    std::unique_lock<std::mutex> lock(mu_);
-    bool acked = cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                              [this] { return join_acks_ == num_servers_ || !failure_.empty(); });
+    MutexLock lock(mu_);
+    bool acked = cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
+                              [this]() REQUIRES(mu_) {
+                                return join_acks_ == num_servers_ || !failure_.empty();
+                              });
     if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", num_servers_ - join_acks_, " of ",
                   num_servers_, " servers did not acknowledge within ", config_.op_timeout_ms,
@@ -461,17 +466,17 @@ void Worker::Join() {
   }
   LOG(INFO) << "worker " << rank_ << " joined; waiting for the other workers";
   cluster_.Barrier(proto::GROUP_JOIN, config_.join_timeout_ms);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   catalog_->ResetRounds();
   LOG(INFO) << "every worker joined; rounds start over";
 }
 
 void Worker::Shutdown() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    WaitForOwnOperations(lock);
+    WaitForOwnOperations();
   }
   cluster_.Finalize();
   WorkerStats s = stats();
@@ -519,12 +524,12 @@ WorkerStats Worker::stats() const {
 }
 
 std::vector<uint64_t> Worker::PlacedBytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return catalog_->PlacedBytes();
 }
 
 std::string Worker::TensorName(uint32_t tensor_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return catalog_->NameOf(tensor_id);
 }
 

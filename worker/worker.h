@@ -41,10 +41,8 @@
 // Thread-safe: any thread may call any method. Errors throw FerryError.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -54,6 +52,7 @@
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "common/transport/van.h"
+#include "common/util/mutex.h"
 #include "worker/dense_push_pull.h"
 #include "worker/operation_kind.h"
 #include "worker/operation_table.h"
@@ -202,23 +201,23 @@ class Worker {
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
   void SenderLoop();
   void ResendOverdue();  // sender thread: every kind's overdue requests
-  // REQUIRES: lock holds mu_. Waits (FERRY_OP_TIMEOUT_MS) until every operation of this
-  // worker finished; false on timeout. Throws if the job failed.
-  bool WaitForOwnOperations(std::unique_lock<std::mutex>& lock);
+  // Waits (FERRY_OP_TIMEOUT_MS, letting go of mu_ meanwhile) until every operation of
+  // this worker finished; false on timeout. Throws if the job failed.
+  bool WaitForOwnOperations() REQUIRES(mu_);
   // The same, throwing a timeout that names `what`.
-  void WaitForQuiet(std::unique_lock<std::mutex>& lock, const char* what);
-  // REQUIRES: mu_ held, no operation of this worker unfinished. Switches new operations
-  // to partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
-  void ApplyScheduling(const SchedulingChoice& choice, const std::string& why);
-  void FinishAutotune();  // REQUIRES: step_mu_ held
-  // REQUIRES: mu_ held. Checks that new operations may start (no failure, no shutdown).
-  void CheckRunning(const char* what, const std::string& name) const;
-  // REQUIRES: mu_ held. A new operation of tensor `t`, registered in the table.
+  void WaitForQuiet(const char* what) REQUIRES(mu_);
+  // REQUIRES: no operation of this worker unfinished. Switches new operations to
+  // partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
+  void ApplyScheduling(const SchedulingChoice& choice, const std::string& why) REQUIRES(mu_);
+  void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(mu_);
+  // Checks that new operations may start (no failure, no shutdown).
+  void CheckRunning(const char* what, const std::string& name) const REQUIRES(mu_);
+  // A new operation of tensor `t`, registered in the table.
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
-                                          CompletionCallback done);
-  void FailAll(const std::string& reason);
-  void WriteStats() const;  // FERRY_STATS_FILE, if set
-  std::string DescribeOperation(Handle handle);  // takes mu_
+                                          CompletionCallback done) REQUIRES(mu_);
+  void FailAll(const std::string& reason) EXCLUDES(mu_);
+  void WriteStats() const;                                   // FERRY_STATS_FILE, if set
+  std::string DescribeOperation(Handle handle) EXCLUDES(mu_);  // takes mu_
 
   Config config_;
   Van van_;
@@ -234,23 +233,23 @@ class Worker {
 
   // Guards the catalog, the kinds' requests in flight, the operations' progress (see
   // operation_kind.h), scheduling_, failure_, shut_down_ and the join state below.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;                // signalled on a JOIN_ACK and on failure
-  std::unique_ptr<TensorCatalog> catalog_;    // made once the servers are known
-  std::unique_ptr<WorkerContext> ctx_;        // for the kinds below
-  std::unique_ptr<Sequencer> sequencer_;      // one operation per tensor at a time
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled on a JOIN_ACK and on failure
+  std::unique_ptr<TensorCatalog> catalog_ PT_GUARDED_BY(mu_);  // made once the servers are known
+  std::unique_ptr<WorkerContext> ctx_;    // for the kinds below; set in Start()
+  std::unique_ptr<Sequencer> sequencer_;  // one operation per tensor at a time
   std::unique_ptr<DensePushPull> dense_;
   std::unique_ptr<RowsPushPull> rows_;
-  SchedulingChoice scheduling_;  // what new operations use
-  std::string failure_;          // non-empty: the job failed; every call throws
-  uint64_t join_request_ = 0;    // request id of the JOIN in progress
-  int join_acks_ = 0;            // servers that acknowledged it
-  bool shut_down_ = false;
+  SchedulingChoice scheduling_ GUARDED_BY(mu_);  // what new operations use
+  std::string failure_ GUARDED_BY(mu_);  // non-empty: the job failed; every call throws
+  uint64_t join_request_ GUARDED_BY(mu_) = 0;  // request id of the JOIN in progress
+  int join_acks_ GUARDED_BY(mu_) = 0;          // servers that acknowledged it
+  bool shut_down_ GUARDED_BY(mu_) = false;
 
-  std::mutex step_mu_;                // serializes StepBoundary; guards the three below
-  std::unique_ptr<Autotuner> tuner_;  // FERRY_AUTOTUNE; null when off or done
-  int64_t last_step_us_ = 0;          // the previous boundary (0: none yet)
-  uint64_t steps_ = 0;                // boundaries so far
+  Mutex step_mu_;  // serializes StepBoundary; guards the three below
+  std::unique_ptr<Autotuner> tuner_ GUARDED_BY(step_mu_);  // FERRY_AUTOTUNE; null: off or done
+  int64_t last_step_us_ GUARDED_BY(step_mu_) = 0;  // the previous boundary (0: none yet)
+  uint64_t steps_ GUARDED_BY(step_mu_) = 0;        // boundaries so far
 
   std::thread sender_;  // the "sender": batches from the queue, and resends
 };

@@ -10,7 +10,7 @@
 namespace ferry {
 
 Counter& CounterRegistry::Register(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [n, c] : counters_) {
     if (n == name) return c;
   }
@@ -20,7 +20,7 @@ Counter& CounterRegistry::Register(const std::string& name) {
 }
 
 CounterValues CounterRegistry::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CounterValues out;
   out.reserve(counters_.size());
   for (const auto& [n, c] : counters_) out.emplace_back(n, c.value());

@@ -12,11 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -43,13 +43,13 @@ class CounterRegistry {
  public:
   // The counter named `name` (created at 0 on first use). The reference stays valid for
   // the registry's life.
-  Counter& Register(const std::string& name);
+  Counter& Register(const std::string& name) EXCLUDES(mu_);
   // Every counter's value, in registration order.
-  CounterValues Snapshot() const;
+  CounterValues Snapshot() const EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;  // guards counters_ (the counters themselves are atomic)
-  std::deque<std::pair<std::string, Counter>> counters_;
+  mutable Mutex mu_;  // guards counters_ (the counters themselves are atomic)
+  std::deque<std::pair<std::string, Counter>> counters_ GUARDED_BY(mu_);
 };
 
 // `{"role": ..., "rank": ..., "counters": {"name": value, ...}}`.

@@ -57,7 +57,7 @@ int LocalGroup::DeclareTensor(const std::string& name, DataType dtype,
 
 int LocalGroup::DeclareLocally(const std::string& name, DataType dtype,
                                const std::vector<int64_t>& shape) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = declared_.find(name);
   if (it == declared_.end()) {
     const int id = static_cast<int>(declared_.size());
@@ -75,7 +75,7 @@ Handle LocalGroup::PushPullAsync(const std::string& name, const void* input, voi
                                  std::optional<int> priority) {
   if (worker_) return worker_->PushPullAsync(name, input, output, dtype, count, average, priority);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     operations_++;
   }
   if (root_) {
@@ -144,16 +144,17 @@ void LocalGroup::PushPullDevice(const std::string& name, const void* input, void
   t.stream = stream;
   if (!worker_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       operations_++;
     }
     if (root_) return root_->PushPullDevice(t);
     return peer_->PushPullDevice(t);
   }
   uint64_t ticket = 0;
+  LocalNccl* nccl = nullptr;  // made once, never replaced while the group lives
   {
     // L = 1: this process is its own root; the order of its calls is the order of GOs.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!nccl_) {
       nccl_ = LocalNccl::Create(0, 1, config_.op_timeout_ms,
                                 [w = worker_.get()](const DeviceTensor& d, void* host) {
@@ -161,10 +162,11 @@ void LocalGroup::PushPullDevice(const std::string& name, const void* input, void
                                 },
                                 [](const std::string&) {});
     }
-    ticket = nccl_->Submit(t);
-    nccl_->Go(name, nccl_->TakeUniqueId());
+    nccl = nccl_.get();
+    ticket = nccl->Submit(t);
+    nccl->Go(name, nccl->TakeUniqueId());
   }
-  nccl_->Wait(ticket);
+  nccl->Wait(ticket);
 }
 
 void LocalGroup::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
@@ -212,14 +214,14 @@ void LocalGroup::Shutdown() {
 WorkerStats LocalGroup::stats() const {
   if (!peer_) return WorkerFor("stats").stats();
   WorkerStats s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   s.operations = operations_;
   return s;
 }
 
 CounterValues LocalGroup::Counters() const {
   if (!peer_) return WorkerFor("stats").Counters();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return {{"operations", operations_}};
 }
 

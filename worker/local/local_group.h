@@ -24,12 +24,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/util/mutex.h"
 #include "worker/local/local_nccl.h"
 #include "worker/worker.h"
 
@@ -103,7 +103,8 @@ class LocalGroup {
   // The Worker of L = 1 or of the local root; throws naming `what` on a non-root rank.
   Worker& WorkerFor(const char* what) const;
   // REQUIRES: a non-root rank. Checks a declaration against the earlier ones.
-  int DeclareLocally(const std::string& name, DataType dtype, const std::vector<int64_t>& shape);
+  int DeclareLocally(const std::string& name, DataType dtype, const std::vector<int64_t>& shape)
+      EXCLUDES(mu_);
 
   const Config config_;
   std::unique_ptr<Worker> worker_;   // L = 1
@@ -115,11 +116,11 @@ class LocalGroup {
     DataType dtype;
     std::vector<int64_t> shape;
   };
-  mutable std::mutex mu_;  // guards declared_, operations_ and the making of nccl_
-  std::map<std::string, Declared> declared_;  // non-root ranks' declarations
-  uint64_t operations_ = 0;
+  mutable Mutex mu_;  // guards declared_, operations_ and the making of nccl_
+  std::map<std::string, Declared> declared_ GUARDED_BY(mu_);  // non-root ranks' declarations
+  uint64_t operations_ GUARDED_BY(mu_) = 0;
   // L = 1: made at the first device push_pull; destroyed before worker_.
-  std::unique_ptr<LocalNccl> nccl_;
+  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry

@@ -16,11 +16,11 @@ struct LocalPeer::Op {
   Handle handle = 0;  // in table_
   LocalOp kind = LocalOp::kPushPull;
   std::string name;
-  void *output = nullptr;
+  void* output = nullptr;
   size_t bytes = 0;
 };
 
-LocalPeer::LocalPeer(const Config &config)
+LocalPeer::LocalPeer(const Config& config)
     : config_(config),
       table_(config.op_timeout_ms, [this](Handle h) { return TimeoutMessage(h); }) {}
 
@@ -32,21 +32,21 @@ std::string LocalPeer::Me() const {
   return StrCat("local rank ", config_.local_rank, " (pid ", getpid(), ")");
 }
 
-std::unique_ptr<LocalPeer> LocalPeer::Create(const Config &config) {
+std::unique_ptr<LocalPeer> LocalPeer::Create(const Config& config) {
   std::unique_ptr<LocalPeer> p(new LocalPeer(config));
   p->link_ = std::make_unique<LocalLink>(false, config.LocalSocketName(),
                                          StrCat("local-", config.local_rank));
-  p->link_->Start([q = p.get()](LocalMessage &&m) { q->OnMessage(std::move(m)); },
+  p->link_->Start([q = p.get()](LocalMessage&& m) { q->OnMessage(std::move(m)); },
                   [q = p.get()] { q->OnDisconnect(); });
   LocalMessage hello;
   hello.header.op = static_cast<uint32_t>(LocalOp::kHello);
   hello.header.local_rank = config.local_rank;
   hello.header.pid = getpid();
   p->link_->Send(std::move(hello));
-  std::unique_lock<std::mutex> lock(p->mu_);
+  MutexLock lock(p->mu_);
   const int64_t wait_ms = 2 * config.connect_timeout_ms;
-  if (!p->cv_.wait_for(lock, Millis(wait_ms),
-                       [&] { return p->welcomed_ || !p->failure_.empty(); })) {
+  if (!p->cv_.WaitFor(p->mu_, Millis(wait_ms),
+                      [&]() REQUIRES(p->mu_) { return p->welcomed_ || !p->failure_.empty(); })) {
     throw FerryError(ErrorCode::kTimeout,
                      StrCat(p->Me(), ": no WELCOME from the local root (local rank 0) at ",
                             p->link_->endpoint(), " within ", wait_ms,
@@ -57,9 +57,9 @@ std::unique_ptr<LocalPeer> LocalPeer::Create(const Config &config) {
   return p;
 }
 
-void LocalPeer::OnMessage(LocalMessage &&m) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const LocalHeader &h = m.header;
+void LocalPeer::OnMessage(LocalMessage&& m) {
+  MutexLock lock(mu_);
+  const LocalHeader& h = m.header;
   switch (static_cast<LocalOp>(h.op)) {
     case LocalOp::kWelcome:
       rank_ = h.rank;
@@ -77,7 +77,7 @@ void LocalPeer::OnMessage(LocalMessage &&m) {
       std::shared_ptr<Op> op = it->second;
       by_seq_.erase(it);
       if (op->kind != LocalOp::kBarrier) {
-        Slot &slot = slots_[op->name];
+        Slot& slot = slots_[op->name];
         slot.segment->Unlink();  // the root has mapped it
         if (op->bytes > 0) std::memcpy(op->output, slot.segment->data(), op->bytes);
         slot.busy = false;
@@ -103,39 +103,38 @@ void LocalPeer::OnMessage(LocalMessage &&m) {
     default:
       LOG(WARNING) << Me() << ": unexpected " << LocalOpName(static_cast<LocalOp>(h.op));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void LocalPeer::OnDisconnect() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (bye_received_) return;
   Fail(StrCat(Me(), ": the local root (local rank 0, pid ", root_pid_,
               ") disconnected: it ended or failed"));
 }
 
-void LocalPeer::Fail(const std::string &reason) {
+void LocalPeer::Fail(const std::string& reason) {
   if (!failure_.empty()) return;
   failure_ = reason;
   LOG(ERROR) << reason;
   if (nccl_) nccl_->Fail(reason);
   table_.FailAll(reason);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
-Handle LocalPeer::Submit(LocalOp kind, const std::string &name, const void *input, void *output,
+Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* input, void* output,
                          DataType dtype, uint64_t count, bool average, int root) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
   FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, LocalOpName(kind), " of '", name,
                 "' after Shutdown()");
   const size_t bytes = count * DataTypeSize(dtype);
   LocalMessage m;
   if (kind != LocalOp::kBarrier) {
-    Slot &slot = slots_[name];
-    // The slot is the root's until DONE of the previous operation on this
-    // tensor.
-    if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                      [&] { return !slot.busy || !failure_.empty(); })) {
+    Slot& slot = slots_[name];
+    // The slot is the root's until DONE of the previous operation on this tensor.
+    if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
+                     [&]() REQUIRES(mu_) { return !slot.busy || !failure_.empty(); })) {
       Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ", config_.op_timeout_ms,
                   " ms (FERRY_OP_TIMEOUT_MS) for the previous operation "
                   "on that tensor"));
@@ -172,26 +171,28 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string &name, const void *inpu
   return op->handle;
 }
 
-Handle LocalPeer::PushPullAsync(const std::string &name, const void *input, void *output,
+Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average) {
   return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1);
 }
 
-void LocalPeer::PushPullDevice(const DeviceTensor &t) {
+void LocalPeer::PushPullDevice(const DeviceTensor& t) {
   uint64_t ticket = 0;
+  LocalNccl* nccl = nullptr;  // made once, destroyed only with this object
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, "push_pull of '", t.name, "' after Shutdown()");
     if (!nccl_) {
       nccl_ = LocalNccl::Create(config_.local_rank, config_.local_size, config_.op_timeout_ms,
-                                nullptr, [this](const std::string &reason) {
-                                  std::lock_guard<std::mutex> lock(mu_);
+                                nullptr, [this](const std::string& reason) {
+                                  MutexLock lock(mu_);
                                   Fail(reason);
                                 });
     }
     // Queued before the root hears of it, so that its GO finds it.
-    ticket = nccl_->Submit(t);
+    nccl = nccl_.get();
+    ticket = nccl->Submit(t);
     LocalMessage m;
     m.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
     m.header.local_rank = config_.local_rank;
@@ -203,7 +204,7 @@ void LocalPeer::PushPullDevice(const DeviceTensor &t) {
     m.name = t.name;
     link_->Send(std::move(m));
   }
-  nccl_->Wait(ticket);
+  nccl->Wait(ticket);
 }
 
 bool LocalPeer::Poll(Handle handle) { return table_.Poll(handle); }
@@ -215,8 +216,8 @@ bool LocalPeer::WaitFor(Handle handle, int64_t timeout_ms) {
 void LocalPeer::Wait(Handle handle) { table_.Wait(handle); }
 
 std::string LocalPeer::TimeoutMessage(Handle handle) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto &[seq, op] : by_seq_) {
+  MutexLock lock(mu_);
+  for (const auto& [seq, op] : by_seq_) {
     if (op->handle != handle) continue;
     return StrCat(Me(), ": ", LocalOpName(op->kind), " of '", op->name,
                   "': no answer from the local root (pid ", root_pid_, ") within ",
@@ -226,7 +227,7 @@ std::string LocalPeer::TimeoutMessage(Handle handle) const {
                 ") within ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
 }
 
-void LocalPeer::Broadcast(const std::string &name, void *data, DataType dtype, uint64_t count,
+void LocalPeer::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                           int root) {
   FERRY_ENFORCE(root >= 0 && root < size_, ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': root rank ", root, " is not a rank (0..", size_ - 1, ")");
@@ -238,10 +239,10 @@ void LocalPeer::Barrier() {
 }
 
 void LocalPeer::Shutdown() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (bye_sent_) return;
-  auto quiet = [&] { return by_seq_.empty() || !failure_.empty(); };
-  if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms), quiet)) {
+  auto quiet = [&]() REQUIRES(mu_) { return by_seq_.empty() || !failure_.empty(); };
+  if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), quiet)) {
     Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS) for this rank's operations"));
   }
@@ -252,8 +253,8 @@ void LocalPeer::Shutdown() {
     bye.header.local_rank = config_.local_rank;
     bye.header.pid = getpid();
     link_->Send(std::move(bye));
-    if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                      [&] { return bye_received_ || !failure_.empty(); })) {
+    if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
+                     [&]() REQUIRES(mu_) { return bye_received_ || !failure_.empty(); })) {
       Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
                   " ms (FERRY_OP_TIMEOUT_MS) for the local root (pid ", root_pid_,
                   ") to shut the job down"));
@@ -261,7 +262,7 @@ void LocalPeer::Shutdown() {
   }
   const std::string error = !failure_.empty() ? failure_ : bye_error_;
   slots_.clear();  // unmaps; unlinks names the root never mapped
-  lock.unlock();
+  lock.Unlock();
   link_->Stop();
   FERRY_ENFORCE(error.empty(), ErrorCode::kPeerFailed, error);
 }

@@ -15,16 +15,15 @@
 // first registers with the scheduler, which may take that long), FERRY_OP_TIMEOUT_MS for
 // each operation; a root that dies is noticed at once (socket disconnect).
 
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
+#include "common/util/mutex.h"
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
@@ -74,8 +73,8 @@ class LocalPeer {
   // Copies `input` into the slot of `name` and sends the submission; returns the handle.
   Handle Submit(LocalOp kind, const std::string& name, const void* input, void* output,
                 DataType dtype, uint64_t count, bool average, int root);
-  void Fail(const std::string& reason);  // REQUIRES: mu_ held
-  std::string TimeoutMessage(Handle handle) const;  // takes mu_
+  void Fail(const std::string& reason) REQUIRES(mu_);
+  std::string TimeoutMessage(Handle handle) const EXCLUDES(mu_);
   std::string Me() const;
 
   const Config config_;
@@ -84,18 +83,19 @@ class LocalPeer {
 
   OperationTable table_;  // this rank's handles; its own lock, taken inside mu_
 
-  mutable std::mutex mu_;       // guards everything below
-  std::condition_variable cv_;  // signalled on WELCOME, DONE, BYE and failure
-  bool welcomed_ = false;
-  int root_pid_ = 0;
-  std::map<std::string, Slot> slots_;  // by tensor name
-  std::map<uint64_t, std::shared_ptr<Op>> by_seq_;  // in flight, by operation number
-  uint64_t next_seq_ = 1;
-  uint64_t next_segment_ = 0;
-  std::string failure_;
-  bool bye_sent_ = false, bye_received_ = false;
-  std::string bye_error_;
-  std::unique_ptr<LocalNccl> nccl_;  // made at the first device push_pull
+  mutable Mutex mu_;  // guards everything below
+  CondVar cv_;        // signalled on WELCOME, DONE, BYE and failure
+  bool welcomed_ GUARDED_BY(mu_) = false;
+  int root_pid_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, Slot> slots_ GUARDED_BY(mu_);  // by tensor name
+  std::map<uint64_t, std::shared_ptr<Op>> by_seq_ GUARDED_BY(mu_);  // in flight, by number
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t next_segment_ GUARDED_BY(mu_) = 0;
+  std::string failure_ GUARDED_BY(mu_);
+  bool bye_sent_ GUARDED_BY(mu_) = false;
+  bool bye_received_ GUARDED_BY(mu_) = false;
+  std::string bye_error_ GUARDED_BY(mu_);
+  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
 };
 
 }  // namespace ferry

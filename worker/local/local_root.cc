@@ -20,7 +20,7 @@ const char kBarrierKey[] = "__ferry__/local_barrier";  // the rounds of Barrier(
 // a device push_pull of one name are rounds of two sequences.
 const char kDevicePrefix[] = "__ferry__/device/";
 
-std::string DeviceKey(const std::string &name) { return kDevicePrefix + name; }
+std::string DeviceKey(const std::string& name) { return kDevicePrefix + name; }
 
 // True when process `pid` has ended (gone, or a zombie nobody reaped yet).
 bool ProcessGone(int pid) {
@@ -44,8 +44,8 @@ struct LocalRoot::Round {
   int root = -1;
   std::vector<bool> have;       // by local rank: submitted
   std::vector<uint64_t> seq;    // by local rank: its operation number (echoed in DONE)
-  const void *input = nullptr;  // the root's
-  void *output = nullptr;       // the root's
+  const void* input = nullptr;  // the root's
+  void* output = nullptr;       // the root's
   uint64_t op_id = 0;           // the root's operation (0: the root has not called yet)
   Handle handle = 0;            // the root's push_pull, in table_ (0: none)
   std::optional<int> priority;  // the root's
@@ -68,15 +68,15 @@ struct LocalRoot::Peer {
   std::map<std::string, std::unique_ptr<ShmSegment>> slots;  // by tensor name
 };
 
-LocalRoot::LocalRoot(const Config &config)
+LocalRoot::LocalRoot(const Config& config)
     : config_(config),
       local_size_(config.local_size),
       table_(config.op_timeout_ms,
              [this](Handle h) {
-               std::lock_guard<std::mutex> lock(mu_);
+               MutexLock lock(mu_);
                return StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
                              " ms (FERRY_OP_TIMEOUT_MS): ",
-                             Describe([h](const Round &r) { return r.handle == h; }));
+                             Describe([h](const Round& r) { return r.handle == h; }));
              }),
       peers_(config.local_size) {}
 
@@ -93,29 +93,29 @@ std::string LocalRoot::Me() const {
   return StrCat("local root (local rank 0, pid ", getpid(), ")");
 }
 
-std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
+std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   std::unique_ptr<LocalRoot> r(new LocalRoot(config));
   r->link_ = std::make_unique<LocalLink>(true, config.LocalSocketName(), "");
-  r->link_->Start([p = r.get()](LocalMessage &&m) { p->OnMessage(std::move(m)); },
+  r->link_->Start([p = r.get()](LocalMessage&& m) { p->OnMessage(std::move(m)); },
                   [p = r.get()] { p->OnDisconnect(); });
   std::unique_ptr<Worker> worker;
   try {
     worker = Worker::Create(config);
-  } catch (const FerryError &e) {
-    std::lock_guard<std::mutex> lock(r->mu_);
+  } catch (const FerryError& e) {
+    MutexLock lock(r->mu_);
     r->Fail(StrCat("the local root could not join the cluster: ", e.what()));
     throw;
   }
-  std::unique_lock<std::mutex> lock(r->mu_);
+  MutexLock lock(r->mu_);
   r->worker_ = std::move(worker);
-  auto all_here = [&] {
+  auto all_here = [&]() REQUIRES(r->mu_) {
     for (int lr = 1; lr < r->local_size_; ++lr) {
       if (!r->peers_[lr].hello) return false;
     }
     return true;
   };
-  if (!r->cv_.wait_for(lock, Millis(config.connect_timeout_ms),
-                       [&] { return all_here() || !r->failure_.empty(); })) {
+  if (!r->cv_.WaitFor(r->mu_, Millis(config.connect_timeout_ms),
+                      [&]() REQUIRES(r->mu_) { return all_here() || !r->failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < r->local_size_; ++lr) {
       if (!r->peers_[lr].hello) missing += StrCat(missing.empty() ? "" : ", ", lr);
@@ -140,16 +140,16 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config &config) {
   return r;
 }
 
-void LocalRoot::OnMessage(LocalMessage &&m) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const LocalHeader &h = m.header;
+void LocalRoot::OnMessage(LocalMessage&& m) {
+  MutexLock lock(mu_);
+  const LocalHeader& h = m.header;
   const int lr = h.local_rank;
   if (lr < 1 || lr >= local_size_) {
     LOG(WARNING) << "local group: dropped a message from local rank " << lr << " (expected 1.."
                  << local_size_ - 1 << ")";
     return;
   }
-  Peer &peer = peers_[lr];
+  Peer& peer = peers_[lr];
   const LocalOp op = static_cast<LocalOp>(h.op);
   try {
     switch (op) {
@@ -198,31 +198,31 @@ void LocalRoot::OnMessage(LocalMessage &&m) {
       default:
         LOG(WARNING) << "local group: unexpected " << LocalOpName(op) << " from local rank " << lr;
     }
-  } catch (const FerryError &e) {
+  } catch (const FerryError& e) {
     Fail(StrCat(Me(), ": bad ", LocalOpName(op), " from local rank ", lr, " (pid ", peer.pid,
                 "): ", e.what()));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void LocalRoot::OnDisconnect() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string gone, unknown;
   // A dying process closes its socket a moment before it is a zombie: look for
   // the ended one for up to 500 ms, to name it.
   for (int attempt = 0; attempt < 50 && gone.empty(); ++attempt) {
     if (attempt > 0) {
-      lock.unlock();
+      lock.Unlock();
       std::this_thread::sleep_for(Millis(10));
-      lock.lock();
+      lock.Lock();
     }
     gone.clear();
     unknown.clear();
     for (int lr = 1; lr < local_size_; ++lr) {
-      const Peer &p = peers_[lr];
+      const Peer& p = peers_[lr];
       if (!p.hello || p.bye) continue;
       const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
-      std::string &list = ProcessGone(p.pid) ? gone : unknown;
+      std::string& list = ProcessGone(p.pid) ? gone : unknown;
       list += (list.empty() ? "" : ", ") + who;
     }
     if (unknown.empty()) break;  // every peer without BYE is gone, or none is missing
@@ -235,14 +235,14 @@ void LocalRoot::OnDisconnect() {
   }
 }
 
-void LocalRoot::OnMachineDone(const std::string &key, const Verdict &verdict) {
-  std::lock_guard<std::mutex> lock(mu_);
+void LocalRoot::OnMachineDone(const std::string& key, const Verdict& verdict) {
+  MutexLock lock(mu_);
   auto it = rounds_.find(key);
   if (it == rounds_.end() || it->second.q.empty() || it->second.q.front().worker_handle == 0) {
     return;  // the group failed meanwhile
   }
-  Rounds &rs = it->second;
-  Round &round = rs.q.front();
+  Rounds& rs = it->second;
+  Round& round = rs.q.front();
   round.worker_handle = 0;
   if (!verdict.ok()) {
     Fail(StrCat("push_pull of '", key, "' failed: ", verdict.error));
@@ -252,9 +252,9 @@ void LocalRoot::OnMachineDone(const std::string &key, const Verdict &verdict) {
   FinishRound(key, rs.staging.data());
 }
 
-LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr, LocalOp kind, DataType dtype,
+LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
                                     uint64_t count, bool average, int root, uint64_t seq) {
-  Rounds &rs = rounds_[key];
+  Rounds& rs = rounds_[key];
   if (rs.next.empty()) rs.next.assign(local_size_, 0);
   const uint64_t index = rs.next[lr]++ - rs.base;
   while (rs.q.size() <= index) {
@@ -262,7 +262,7 @@ LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr, LocalOp kind
     rs.q.back().have.assign(local_size_, false);
     rs.q.back().seq.assign(local_size_, 0);
   }
-  Round &round = rs.q[index];
+  Round& round = rs.q[index];
   if (round.kind == LocalOp::kHello) {
     round.kind = kind;
     round.dtype = dtype;
@@ -286,26 +286,26 @@ LocalRoot::Round &LocalRoot::Submit(const std::string &key, int lr, LocalOp kind
   return round;
 }
 
-void LocalRoot::TryStart(const std::string &key) {
-  Rounds &rs = rounds_[key];
+void LocalRoot::TryStart(const std::string& key) {
+  Rounds& rs = rounds_[key];
   if (rs.q.empty() || rs.q.front().started || !failure_.empty()) return;
-  Round &round = rs.q.front();
+  Round& round = rs.q.front();
   for (bool h : round.have) {
     if (!h) return;
   }
   round.started = true;
   if (round.kind == LocalOp::kDevicePushPull) return StartDevice(key, rs);
   if (round.kind == LocalOp::kPushPull) StartPushPull(key, rs);
-  cv_.notify_all();  // broadcast and barrier: the root's caller takes it from
-                     // here
+  cv_.NotifyAll();  // broadcast and barrier: the root's caller takes it from
+                    // here
 }
 
-void LocalRoot::StartDevice(const std::string &key, Rounds &rs) {
+void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
   const std::string name = key.substr(sizeof kDevicePrefix - 1);
   std::string unique_id;
   try {
     unique_id = nccl_->TakeUniqueId();
-  } catch (const FerryError &e) {
+  } catch (const FerryError& e) {
     Fail(StrCat("push_pull of device tensor '", name, "': ", e.what()));
     return;
   }
@@ -323,41 +323,43 @@ void LocalRoot::StartDevice(const std::string &key, Rounds &rs) {
   nccl_->Go(name, unique_id);
   rs.q.pop_front();
   rs.base++;
-  cv_.notify_all();
+  cv_.NotifyAll();
   TryStart(key);
 }
 
-void LocalRoot::MachinePushPull(const DeviceTensor &t, void *host) {
+void LocalRoot::MachinePushPull(const DeviceTensor& t, void* host) {
   // A sum, never an average: the division is by size(), not by the machines.
   worker_->PushPull(t.name, host, host, t.dtype, t.count, false);
   if (t.average && t.count > 0) Scale(host, 1.0 / size(), t.count, t.dtype);
 }
 
-void LocalRoot::PushPullDevice(const DeviceTensor &t) {
+void LocalRoot::PushPullDevice(const DeviceTensor& t) {
   uint64_t ticket = 0;
+  LocalNccl* nccl = nullptr;  // made once, destroyed only with this object
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", t.name,
                   "' after Shutdown()");
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
           0, local_size_, config_.op_timeout_ms,
-          [this](const DeviceTensor &d, void *host) { MachinePushPull(d, host); },
-          [this](const std::string &reason) {
-            std::lock_guard<std::mutex> lock(mu_);
+          [this](const DeviceTensor& d, void* host) { MachinePushPull(d, host); },
+          [this](const std::string& reason) {
+            MutexLock lock(mu_);
             Fail(reason);
           });
     }
-    ticket = nccl_->Submit(t);  // before the round can start: its GO finds it queued
+    nccl = nccl_.get();
+    ticket = nccl->Submit(t);  // before the round can start: its GO finds it queued
     Submit(DeviceKey(t.name), 0, LocalOp::kDevicePushPull, t.dtype, t.count, t.average, -1, 0);
     TryStart(DeviceKey(t.name));
   }
-  nccl_->Wait(ticket);
+  nccl->Wait(ticket);
 }
 
-void LocalRoot::StartPushPull(const std::string &key, Rounds &rs) {
-  Round &round = rs.q.front();
+void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
+  Round& round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   rs.staging.resize(bytes);
   if (bytes > 0) std::memcpy(rs.staging.data(), round.input, bytes);
@@ -369,15 +371,15 @@ void LocalRoot::StartPushPull(const std::string &key, Rounds &rs) {
     // it with a timeout FERRY_OP_TIMEOUT_MS from now.
     round.worker_handle = worker_->PushPullAsync(
         key, rs.staging.data(), rs.staging.data(), round.dtype, round.count, false, round.priority,
-        [this, key](Handle, const Verdict &v) { OnMachineDone(key, v); });
-  } catch (const FerryError &e) {
+        [this, key](Handle, const Verdict& v) { OnMachineDone(key, v); });
+  } catch (const FerryError& e) {
     Fail(StrCat("push_pull of '", key, "': ", e.what()));
   }
 }
 
-void LocalRoot::FinishRound(const std::string &key, const void *result) {
-  Rounds &rs = rounds_[key];
-  Round &round = rs.q.front();
+void LocalRoot::FinishRound(const std::string& key, const void* result) {
+  Rounds& rs = rounds_[key];
+  Round& round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   if (round.output && round.output != result && bytes > 0) {
     std::memcpy(round.output, result, bytes);
@@ -393,17 +395,17 @@ void LocalRoot::FinishRound(const std::string &key, const void *result) {
   if (round.handle) table_.Finish(round.handle, Verdict{});
   rs.q.pop_front();
   rs.base++;
-  cv_.notify_all();
+  cv_.NotifyAll();
   TryStart(key);
 }
 
-void *LocalRoot::SlotData(int lr, const std::string &key) {
+void* LocalRoot::SlotData(int lr, const std::string& key) {
   auto it = peers_[lr].slots.find(key);
   CHECK(it != peers_[lr].slots.end()) << "no slot of local rank " << lr << " for " << key;
   return it->second->data();
 }
 
-void LocalRoot::Fail(const std::string &reason) {
+void LocalRoot::Fail(const std::string& reason) {
   if (!failure_.empty()) return;
   failure_ = reason;
   LOG(ERROR) << reason;
@@ -417,10 +419,10 @@ void LocalRoot::Fail(const std::string &reason) {
     fail.text = reason;
     link_->Send(std::move(fail));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
-std::string LocalRoot::Missing(const Round &round) const {
+std::string LocalRoot::Missing(const Round& round) const {
   std::string s;
   for (int lr = 1; lr < local_size_; ++lr) {
     if (round.have.empty() || !round.have[lr]) {
@@ -430,9 +432,9 @@ std::string LocalRoot::Missing(const Round &round) const {
   return s;
 }
 
-std::string LocalRoot::Describe(const std::function<bool(const Round &)> &is_op) const {
-  for (const auto &[key, rs] : rounds_) {
-    for (const Round &round : rs.q) {
+std::string LocalRoot::Describe(const std::function<bool(const Round&)>& is_op) const {
+  for (const auto& [key, rs] : rounds_) {
+    for (const Round& round : rs.q) {
       if (!is_op(round)) continue;
       const std::string what =
           StrCat(LocalOpName(round.kind), " of '", key == kBarrierKey ? "barrier" : key, "'");
@@ -447,13 +449,13 @@ std::string LocalRoot::Describe(const std::function<bool(const Round &)> &is_op)
   return "an operation that has just finished";
 }
 
-Handle LocalRoot::PushPullAsync(const std::string &name, const void *input, void *output,
+Handle LocalRoot::PushPullAsync(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average,
                                 std::optional<int> priority) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
   FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
-  Round &round = Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
+  Round& round = Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
   round.input = input;
   round.output = output;
   round.op_id = next_op_id_++;
@@ -472,48 +474,47 @@ bool LocalRoot::WaitFor(Handle handle, int64_t timeout_ms) {
 
 void LocalRoot::Wait(Handle handle) { table_.Wait(handle); }
 
-void LocalRoot::WaitStarted(std::unique_lock<std::mutex> &lock, const std::string &key,
-                            uint64_t op_id) {
-  auto started = [&] {
+void LocalRoot::WaitStarted(const std::string& key, uint64_t op_id) {
+  auto started = [&]() REQUIRES(mu_) {
     if (!failure_.empty()) return true;
-    const Rounds &rs = rounds_[key];
+    const Rounds& rs = rounds_[key];
     return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
-  if (!cv_.wait_for(lock, Millis(config_.op_timeout_ms), started)) {
+  if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), started)) {
     const std::string why =
         StrCat(Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
-               Describe([op_id](const Round &r) { return r.op_id == op_id; }));
+               Describe([op_id](const Round& r) { return r.op_id == op_id; }));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
   }
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
 }
 
-void LocalRoot::Broadcast(const std::string &name, void *data, DataType dtype, uint64_t count,
+void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                           int root) {
   FERRY_ENFORCE(root >= 0 && root < size(), ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': root rank ", root, " is not a rank (0..", size() - 1, ")");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  Round &round = Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
+  Round& round = Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
   round.output = data;
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(name);
-  WaitStarted(lock, name, op_id);
+  WaitStarted(name, op_id);
   // The round is ours until FinishRound: no peer touches its slot meanwhile.
   const int machine = root / local_size_, source = root % local_size_;
   const size_t bytes = count * DataTypeSize(dtype);
   if (machine == worker_->rank() && source != 0 && bytes > 0) {
     std::memcpy(data, SlotData(source, name), bytes);
   }
-  lock.unlock();
+  lock.Unlock();
   std::string error;
   try {
     worker_->Broadcast(name, data, dtype, count, machine);
-  } catch (const FerryError &e) {
+  } catch (const FerryError& e) {
     error = e.what();
   }
-  lock.lock();
+  lock.Lock();
   if (!error.empty()) {
     Fail(StrCat("broadcast of '", name, "' failed: ", error));
     throw FerryError(ErrorCode::kPeerFailed, failure_);
@@ -522,20 +523,20 @@ void LocalRoot::Broadcast(const std::string &name, void *data, DataType dtype, u
 }
 
 void LocalRoot::Barrier() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  Round &round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
+  Round& round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(kBarrierKey);
-  WaitStarted(lock, kBarrierKey, op_id);
-  lock.unlock();
+  WaitStarted(kBarrierKey, op_id);
+  lock.Unlock();
   std::string error;
   try {
     worker_->Barrier();
-  } catch (const FerryError &e) {
+  } catch (const FerryError& e) {
     error = e.what();
   }
-  lock.lock();
+  lock.Lock();
   if (!error.empty()) {
     Fail(StrCat("barrier failed: ", error));
     throw FerryError(ErrorCode::kPeerFailed, failure_);
@@ -544,17 +545,18 @@ void LocalRoot::Barrier() {
 }
 
 void LocalRoot::Shutdown() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (shut_down_) return;
   shut_down_ = true;
-  auto all_bye = [&] {
+  auto all_bye = [&]() REQUIRES(mu_) {
     for (int lr = 1; lr < local_size_; ++lr) {
       if (!peers_[lr].bye) return false;
     }
     return true;
   };
-  if (failure_.empty() && !cv_.wait_for(lock, Millis(config_.op_timeout_ms),
-                                        [&] { return all_bye() || !failure_.empty(); })) {
+  if (failure_.empty() && !cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), [&]() REQUIRES(mu_) {
+        return all_bye() || !failure_.empty();
+      })) {
     std::string missing;
     for (int lr = 1; lr < local_size_; ++lr) {
       if (!peers_[lr].bye)
@@ -564,16 +566,16 @@ void LocalRoot::Shutdown() {
                 " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing, " to shut down"));
   }
   const std::string failure = failure_;
-  lock.unlock();
+  lock.Unlock();
   std::string error = failure;
   if (failure.empty()) {
     try {
       worker_->Shutdown();
-    } catch (const FerryError &e) {
+    } catch (const FerryError& e) {
       error = e.what();
     }
   }
-  lock.lock();
+  lock.Lock();
   if (failure_.empty()) {
     for (int lr = 1; lr < local_size_; ++lr) {
       LocalMessage bye;
@@ -583,7 +585,7 @@ void LocalRoot::Shutdown() {
       link_->Send(std::move(bye));
     }
   }
-  lock.unlock();
+  lock.Unlock();
   link_->Stop();  // sends the BYEs first
   // After a failure the Worker is not shut down (that would wait for every
   // other worker, which may wait for us): the process ends, and the scheduler's

@@ -25,12 +25,10 @@
 // the peers), and the Worker's completion thread ("ferry-done": a machine's push_pull
 // finished, OnMachineDone). Every blocking wait has a deadline; nothing polls.
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -38,6 +36,7 @@
 
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
+#include "common/util/mutex.h"
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
@@ -87,29 +86,28 @@ class LocalRoot {
   // The Worker's completion thread: the machine's push_pull of the front round of `key`
   // finished; the round finishes (or the group fails).
   void OnMachineDone(const std::string& key, const Verdict& verdict);
-  // REQUIRES: mu_ held. Adds local rank `lr`'s submission to its next round of `key`. A
-  // submission that disagrees with the round's others fails the group (kMismatch).
+  // Adds local rank `lr`'s submission to its next round of `key`. A submission that
+  // disagrees with the round's others fails the group (kMismatch).
   Round& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,
-                bool average, int root, uint64_t seq);
-  void TryStart(const std::string& key);                   // REQUIRES: mu_ held
-  void StartPushPull(const std::string& key, Rounds& rs);  // REQUIRES: mu_ held
-  // REQUIRES: mu_ held. Every rank submitted the front device round of `key`: GO to every
-  // rank (this one included); the round is over here (the backend runs the rest).
-  void StartDevice(const std::string& key, Rounds& rs);
+                bool average, int root, uint64_t seq) REQUIRES(mu_);
+  void TryStart(const std::string& key) REQUIRES(mu_);
+  void StartPushPull(const std::string& key, Rounds& rs) REQUIRES(mu_);
+  // Every rank submitted the front device round of `key`: GO to every rank (this one
+  // included); the round is over here (the backend runs the rest).
+  void StartDevice(const std::string& key, Rounds& rs) REQUIRES(mu_);
   // The "ferry-nccl" thread: the machine's sum of `t` (host memory) through the Worker.
   void MachinePushPull(const DeviceTensor& t, void* host);
-  // REQUIRES: mu_ held. The front round of `key` is over: results to the peers' slots
-  // (and DONE), the root's operation finished, the next round may start.
-  void FinishRound(const std::string& key, const void* result);
-  // REQUIRES: mu_ held. Root's blocking collectives (broadcast, barrier): waits until
-  // the round `op` belongs to is the front one and every rank submitted it.
-  void WaitStarted(std::unique_lock<std::mutex>& lock, const std::string& key,
-                   uint64_t op_id);
-  void Fail(const std::string& reason);            // REQUIRES: mu_ held
-  std::string Missing(const Round& round) const;   // REQUIRES: mu_ held
-  // What the root's operation in the round `is_op` picks waits for. REQUIRES: mu_ held.
-  std::string Describe(const std::function<bool(const Round&)>& is_op) const;
-  void* SlotData(int lr, const std::string& key);  // REQUIRES: mu_ held
+  // The front round of `key` is over: results to the peers' slots (and DONE), the root's
+  // operation finished, the next round may start.
+  void FinishRound(const std::string& key, const void* result) REQUIRES(mu_);
+  // Root's blocking collectives (broadcast, barrier): waits until the round of the
+  // root's operation `op_id` is the front one and every rank submitted it.
+  void WaitStarted(const std::string& key, uint64_t op_id) REQUIRES(mu_);
+  void Fail(const std::string& reason) REQUIRES(mu_);
+  std::string Missing(const Round& round) const REQUIRES(mu_);
+  // What the root's operation in the round `is_op` picks waits for.
+  std::string Describe(const std::function<bool(const Round&)>& is_op) const REQUIRES(mu_);
+  void* SlotData(int lr, const std::string& key) REQUIRES(mu_);
   std::string Me() const;
 
   const Config config_;
@@ -119,15 +117,15 @@ class LocalRoot {
 
   OperationTable table_;  // the root's push_pull handles; its own lock, taken inside mu_
 
-  mutable std::mutex mu_;                 // guards everything below
-  std::condition_variable cv_;            // signalled on every change of a round, op or peer
-  std::vector<Peer> peers_;               // by local rank; [0] is unused (this process)
-  std::map<std::string, Rounds> rounds_;  // by tensor name (or the barrier's key)
-  uint64_t next_op_id_ = 1;  // the root's operations, for Round::op_id
-  std::string failure_;  // non-empty: the group failed; every call throws
-  bool shut_down_ = false;
+  mutable Mutex mu_;  // guards everything below
+  CondVar cv_;        // signalled on every change of a round, op or peer
+  std::vector<Peer> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
+  std::map<std::string, Rounds> rounds_ GUARDED_BY(mu_);  // by tensor name (or barrier key)
+  uint64_t next_op_id_ GUARDED_BY(mu_) = 1;  // the root's operations, for Round::op_id
+  std::string failure_ GUARDED_BY(mu_);      // non-empty: the group failed; calls throw
+  bool shut_down_ GUARDED_BY(mu_) = false;
   // Made at the first device push_pull; destroyed before the Worker it pushes through.
-  std::unique_ptr<LocalNccl> nccl_;
+  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry

@@ -130,7 +130,7 @@ uint64_t ScheduledQueue::credit_bytes() const {
 }
 
 SchedulingPolicy ScheduledQueue::policy() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return policy_->kind();
 }
 
