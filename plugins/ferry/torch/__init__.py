@@ -47,10 +47,8 @@ from ferry.torch.ops import (
     broadcast_,
     broadcast_async,
     broadcast_async_,
-    broadcast_parameters,
-    broadcast_optimizer_state,
-    broadcast_object,
 )
+from ferry.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from ferry.torch.optimizer import DistributedOptimizer
 from ferry.torch.cross_barrier import CrossBarrier
 

@@ -8,9 +8,7 @@ after a failure for the rest of the process, since ZeroMQ may still hold the mem
 
 import atexit
 import hashlib
-import io
 import itertools
-import pickle
 import socket
 import sys
 import threading
@@ -496,112 +494,6 @@ def broadcast_async(tensor, root_rank, name=None):
 def broadcast(tensor, root_rank, name=None):
     """Returns root_rank's `tensor` on every worker, as a new tensor."""
     return synchronize(broadcast_async(tensor, root_rank, name))
-
-
-def broadcast_parameters(params, root_rank):
-    """Makes every worker's parameters equal to root_rank's, in place.
-
-    params: a dict (model.state_dict()) or a list of (name, tensor) pairs
-    (model.named_parameters()). Call on every worker with the same names."""
-    if isinstance(params, dict):
-        params = sorted(params.items())
-    elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
-        params = list(params)
-    else:
-        raise ValueError("broadcast_parameters: params must be a dict or a list of (name, tensor), "
-                         "got %s" % type(params).__name__)
-    handles = []
-    with torch.no_grad():
-        for item in params:
-            if not (isinstance(item, tuple) and len(item) == 2):
-                raise ValueError("broadcast_parameters: expected (name, tensor) pairs, got %r" % (item,))
-            name, p = item
-            if p is None:
-                continue
-            if not isinstance(p, torch.Tensor):
-                raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor"
-                                 % (name, type(p).__name__))
-            handles.append(broadcast_async_(p.data, root_rank, "parameters." + name))
-        for h in handles:
-            synchronize(h)
-
-
-def _bucket_bytes(n):
-    return max(256, 1 << (max(n, 1) - 1).bit_length())
-
-
-def broadcast_object(obj, root_rank, name=None):
-    """Returns root_rank's `obj` (pickled) on every worker. On the root, `obj` itself."""
-    _check_root(root_rank)
-    tag = "object." + (name or "default")
-    root = rank() == root_rank
-    if root:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        length = torch.tensor([len(data)], dtype=torch.int64)
-    else:
-        length = torch.zeros(1, dtype=torch.int64)
-    broadcast_(length, root_rank, tag + ".length")
-    n = int(length.item())
-    bucket = _bucket_bytes(n)  # a few sizes only: one core tensor per power of two
-    buf = torch.zeros(bucket, dtype=torch.uint8)
-    if root:
-        buf[:n] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    words = buf.view(torch.int32)
-    broadcast_(words, root_rank, "%s.data.%d" % (tag, bucket))
-    if root:
-        return obj
-    return pickle.load(io.BytesIO(buf[:n].numpy().tobytes()))
-
-
-class _TensorSpec(object):
-    """A tensor's shape and dtype, sent in place of the tensor."""
-
-    def __init__(self, tensor):
-        self.shape = tuple(tensor.shape)
-        self.dtype = tensor.dtype
-
-
-def broadcast_optimizer_state(optimizer, root_rank):
-    """Makes every worker's optimizer state (and hyper-parameters) equal to root_rank's.
-
-    The structure and scalars travel as one pickled object, the state tensors by
-    broadcast; non-root workers then load_state_dict() the result."""
-    optimizer = getattr(optimizer, "_ferry_optimizer", optimizer)  # a CrossBarrier
-    if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("broadcast_optimizer_state does not support LBFGS")
-    root = rank() == root_rank
-    tensors = []
-    if root:
-        state_dict = optimizer.state_dict()
-        skeleton = {"param_groups": state_dict["param_groups"], "state": {}}
-        for pid, pstate in state_dict["state"].items():
-            entry = {}
-            for key, value in pstate.items():
-                if isinstance(value, torch.Tensor):
-                    entry[key] = _TensorSpec(value)
-                    tensors.append(((pid, key), value))
-                else:
-                    entry[key] = value
-            skeleton["state"][pid] = entry
-    else:
-        skeleton = None
-    skeleton = broadcast_object(skeleton, root_rank, "optimizer_state")
-    if not root:
-        state = {}
-        for pid, pstate in skeleton["state"].items():
-            entry = {}
-            for key, value in pstate.items():
-                if isinstance(value, _TensorSpec):
-                    value = torch.zeros(value.shape, dtype=value.dtype)
-                    tensors.append(((pid, key), value))
-                entry[key] = value
-            state[pid] = entry
-    handles = [broadcast_async_(t, root_rank, "optimizer_state.%s.%s" % (pid, key))
-               for (pid, key), t in tensors]
-    for h in handles:
-        synchronize(h)
-    if not root:
-        optimizer.load_state_dict({"state": state, "param_groups": skeleton["param_groups"]})
 
 
 def _stats():

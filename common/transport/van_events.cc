@@ -1,0 +1,110 @@
+// The Van's handlers of ZeroMQ's side channels (the IO thread calls them): ZAP requests
+// (CURVE authentication of every client, RFC 27) and socket-monitor events (refused
+// handshakes, closed connections); and the Van's statistics as named counters.
+
+#include <glog/logging.h>
+#include <zmq.h>
+
+#include <cstring>
+
+#include "common/transport/van.h"
+
+namespace ferry {
+
+namespace {
+
+std::string FrameString(zmq_msg_t* m) {
+  return std::string(static_cast<char*>(zmq_msg_data(m)), zmq_msg_size(m));
+}
+
+}  // namespace
+
+void Van::HandleZapRequest() {
+  // Request (RFC 27): version, request id, domain, address, identity, mechanism,
+  // credentials... Reply: version, request id, status code, status text, user, metadata.
+  std::vector<std::string> frames;
+  int more = 1;
+  while (more && frames.size() < 16) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, zap_, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&m);
+      return;
+    }
+    frames.push_back(FrameString(&m));
+    more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
+  bool ok = frames.size() >= 7 && frames[5] == "CURVE" && frames[6].size() == 32 &&
+            std::memcmp(frames[6].data(), keys_.client_public.data(), 32) == 0;
+  std::string request_id = frames.size() > 1 ? frames[1] : "";
+  if (!ok) {
+    uint64_t n = ++refused_;
+    if (n <= 20 || n % 1000 == 0) {
+      LOG(WARNING) << options_.name << ": refused a connection from "
+                   << (frames.size() > 3 ? frames[3] : "?")
+                   << ": it does not hold the cluster secret (FERRY_SECRET); " << n
+                   << " refused so far";
+    }
+  }
+  const std::string reply[] = {"1.0", request_id, ok ? "200" : "400",
+                               ok ? "OK" : "not a member of this cluster", "", ""};
+  for (int i = 0; i < 6; ++i) {
+    zmq_send(zap_, reply[i].data(), reply[i].size(), i < 5 ? ZMQ_SNDMORE : 0);
+  }
+}
+
+void Van::HandleMonitorEvent() {
+  // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
+  zmq_msg_t event, address;
+  zmq_msg_init(&event);
+  zmq_msg_init(&address);
+  if (zmq_msg_recv(&event, monitor_, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
+  if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor_, 0);
+  uint16_t id = 0;
+  if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+  if (id == ZMQ_EVENT_DISCONNECTED) {
+    // ZeroMQ gives no reason: a peer that left looks like one it cut off for a frame
+    // over the limit or a protocol error.
+    uint64_t closed = ++closed_;
+    if (closed <= 20 || closed % 1000 == 0) {
+      LOG(INFO) << options_.name << ": an inbound connection closed (a peer that left, or one "
+                << "ZeroMQ cut off for a frame over the " << options_.max_message_bytes
+                << "-byte limit, FERRY_MAX_MESSAGE_BYTES, or a protocol error); " << closed
+                << " so far";
+    }
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
+  uint64_t n = ++refused_;
+  if (n <= 20 || n % 1000 == 0) {
+    LOG(WARNING) << options_.name << ": a connection to " << FrameString(&address)
+                 << " failed the handshake ("
+                 << (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "authentication refused"
+                     : secure_ ? "not CURVE with this cluster's keys: wrong or missing FERRY_SECRET?"
+                               : "not a ZeroMQ peer speaking Ferry's protocol")
+                 << "); " << n << " refused so far";
+  }
+  zmq_msg_close(&event);
+  zmq_msg_close(&address);
+}
+
+CounterValues VanCounterValues(const VanStats& s) {
+  return {{"van.messages_sent", s.messages_sent},
+          {"van.messages_received", s.messages_received},
+          {"van.bytes_sent", s.bytes_sent},
+          {"van.bytes_received", s.bytes_received},
+          {"van.payloads_sent_zero_copy", s.payloads_sent_zero_copy},
+          {"van.bad_messages_dropped", s.bad_messages_dropped},
+          {"van.send_failures", s.send_failures},
+          {"van.connections_refused", s.connections_refused},
+          {"van.injected_drops", s.injected_drops},
+          {"van.connections_closed", s.connections_closed}};
+}
+
+}  // namespace ferry
