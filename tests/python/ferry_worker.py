@@ -63,6 +63,18 @@ def mode_ops(args, out):
         strided[(str(dtype), "in")] = base.clone()
     out.update(sums=sums, avgs=avgs, inplace=inplace, asyncs=asyncs, strided=strided)
 
+    # wait_any: every operation comes back once, whatever order the sums arrive in.
+    anys, order = {}, []
+    pending = {bps.push_pull_async(values(shape, torch.float32, rank), average=False,
+                                   name="any.%s" % (shape,)): shape for shape in SHAPES}
+    assert bps.wait_any([], 0) is None
+    while pending:
+        h = bps.wait_any(list(pending), 10000)
+        assert h in pending, "wait_any returned %r, not one of %r" % (h, list(pending))
+        order.append(h)
+        anys[pending.pop(h)] = bps.synchronize(h)
+    out.update(anys=anys, any_order=order)
+
     # Unnamed calls (names derived from dtype and shape) and the Horovod aliases.
     out["noname"] = bps.push_pull(values((4, 4), torch.float32, rank), average=False)
     out["allreduce_sum"] = bps.allreduce(values((5,), torch.int64, rank), op=bps.Sum, name="ar")

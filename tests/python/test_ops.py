@@ -36,6 +36,14 @@ def check(got, want, what):
     assert torch.equal(got, want), "%s: got %s, want %s" % (what, got, want)
 
 
+def test_wait_any_returns_each_finished_operation_once(results):
+    for r in results:
+        assert len(r["any_order"]) == len(set(r["any_order"])) == len(SHAPES)
+        for shape in SHAPES:
+            check(r["anys"][shape], expected_sum(shape, torch.float32),
+                  "worker %d wait_any sum %s" % (r["rank"], shape))
+
+
 def test_rank_size_local(results):
     assert [r["rank"] for r in results] == list(range(WORKERS))
     for r in results:
