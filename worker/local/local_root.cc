@@ -410,7 +410,6 @@ void LocalRoot::Fail(const std::string& reason) {
   failure_ = reason;
   LOG(ERROR) << reason;
   if (nccl_) nccl_->Fail(reason);
-  table_.FailAll(reason);
   for (int lr = 1; lr < local_size_; ++lr) {
     if (!peers_[lr].hello) continue;
     LocalMessage fail;
@@ -419,6 +418,9 @@ void LocalRoot::Fail(const std::string& reason) {
     fail.text = reason;
     link_->Send(std::move(fail));
   }
+  // Waiters last: the table's waiters do not need mu_, so one woken earlier could end the
+  // process (and stop the link, dropping the FAIL) before the peers were told.
+  table_.FailAll(reason);
   cv_.NotifyAll();
 }
 
