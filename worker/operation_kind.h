@@ -78,7 +78,6 @@ struct Operation {
   int releases_left = 0;  // payloads handed to ZeroMQ and not yet released (resends add)
   bool started = false;
   bool done = false;  // no more writes to `output`; finished in the table
-  int64_t start_us = 0;
   std::unique_ptr<RowsPlan> rows;  // sparse rows; null for a dense push_pull
 };
 

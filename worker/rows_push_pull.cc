@@ -27,14 +27,14 @@ int ServerOfRow(const std::vector<PartitionSpec>& parts, uint64_t row_offset) {
 RowsPushPull::RowsPushPull(WorkerContext& ctx)
     : ctx_(ctx), in_flight_(ctx.config.resend_timeout_ms) {}
 
-std::unique_ptr<RowsPlan> RowsPushPull::Plan(const Operation& op, const int64_t* rows,
-                                             uint64_t num_rows, const void* values) {
+std::unique_ptr<RowsPlan> RowsPushPull::Plan(const TensorInfo& t, uint32_t layout, int priority,
+                                             const int64_t* rows, uint64_t num_rows,
+                                             const void* values) {
   ctx_.mu.AssertHeld();
-  const TensorInfo& t = *op.tensor;
   auto plan = std::make_unique<RowsPlan>();
   plan->row_elements = t.count / static_cast<uint64_t>(t.shape[0]);
   plan->row_bytes = plan->row_elements * DataTypeSize(t.dtype);
-  const std::vector<PartitionSpec>& parts = t.cuts[op.layout].parts;
+  const std::vector<PartitionSpec>& parts = t.cuts[layout].parts;
   plan->positions.assign(ctx_.num_servers, {});
   for (uint64_t j = 0; j < num_rows; ++j) {
     const uint64_t row = static_cast<uint64_t>(rows[j]);
@@ -53,7 +53,7 @@ std::unique_ptr<RowsPlan> RowsPushPull::Plan(const Operation& op, const int64_t*
     m.envelope.set_key(RowsKey(t.id, static_cast<uint32_t>(s)));
     m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
     m.envelope.set_length(bytes);
-    m.envelope.set_priority(op.priority);
+    m.envelope.set_priority(priority);
     m.envelope.set_tensor_hash(t.hash);
     proto::RowsHeader* h = m.envelope.mutable_rows();
     h->set_num_rows(n);

@@ -30,8 +30,10 @@ class RowsPushPull : public OperationKind {
   // Packs the caller's rows into one ROWS_PUSH per server (request id and round unset).
   // Throws FerryError (kInvalidArgument) if a server's message would be too large.
   // REQUIRES: mu held; rows validated by the caller.
-  std::unique_ptr<RowsPlan> Plan(const Operation& op, const int64_t* rows, uint64_t num_rows,
-                                 const void* values);
+  // `layout` and `priority`: the operation's (new operations use the catalog's current
+  // layout, Worker::NewOperation).
+  std::unique_ptr<RowsPlan> Plan(const TensorInfo& t, uint32_t layout, int priority,
+                                 const int64_t* rows, uint64_t num_rows, const void* values);
 
   void Start(const std::shared_ptr<Operation>& op) override;
   bool OnAck(const Message& m) override;

@@ -131,7 +131,6 @@ std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
   op->average = average;
   op->priority = priority ? *priority : t.priority;
   op->layout = catalog_->layout();  // constant while any operation is unfinished
-  op->start_us = NowUs();
   if (done) {
     // A deadline the table enforced ends the operation here too (its tensor's next
     // operation may start); the caller hears of it through `done`.
@@ -200,11 +199,9 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
                   total_rows - 1);
   }
   // Plan before the operation exists: a refused call leaves no handle behind.
-  Operation probe;
-  probe.tensor = &t;
-  probe.priority = priority ? *priority : t.priority;
-  probe.layout = catalog_->layout();
-  std::unique_ptr<RowsPlan> plan = rows_->Plan(probe, rows, num_rows, values);
+  std::unique_ptr<RowsPlan> plan = rows_->Plan(t, catalog_->layout(),
+                                               priority ? *priority : t.priority, rows,
+                                               num_rows, values);
   std::shared_ptr<Operation> op = NewOperation(t, average, priority, std::move(done));
   op->output = static_cast<uint8_t*>(output);
   op->rows = std::move(plan);
