@@ -28,6 +28,10 @@
 // A callback must not block (the next callbacks wait for it); it may call back into its
 // owner (e.g. start another operation) but must not Wait on a handle of this table.
 //
+// Finish and FailAll wake waiters that need no lock of the owner: call them after every
+// side effect a woken caller could race with (messages to send, outputs to write), or a
+// caller may return, even end the process, first (LocalRoot::Fail once lost its FAIL so).
+//
 // Thread-safe. Lock order: an owner may call any method with its own lock held, except
 // the waits (Wait, WaitFor, WaitAny, WaitAll), which block; the table calls out (describe,
 // callbacks, timeout_message) with no lock of its own held.
