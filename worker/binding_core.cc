@@ -26,14 +26,14 @@ void BindingCore::Init(const EnvLookup& env) {
   InitLogging("ferry", config, "worker");
   const bool local_size_from_env =
       env("FERRY_LOCAL_SIZE") != nullptr || env("BYTEPS_LOCAL_SIZE") != nullptr;
-  std::shared_ptr<LocalGroup> group = LocalGroup::Create(config);
+  std::shared_ptr<Collective> group = LocalGroup::Create(config);
   std::lock_guard<std::mutex> lock(mu_);
   group_ = std::move(group);
   local_size_from_env_ = local_size_from_env;
   state_ = State::kInitialised;
 }
 
-std::shared_ptr<LocalGroup> BindingCore::Get() const {
+std::shared_ptr<Collective> BindingCore::Get() const {
   std::lock_guard<std::mutex> lock(mu_);
   FERRY_ENFORCE(state_ != State::kShutDown, ErrorCode::kShutdown, kShutDownMessage);
   FERRY_ENFORCE(state_ == State::kInitialised, ErrorCode::kInvalidArgument, kNotInitialisedMessage);
@@ -59,7 +59,7 @@ DataType BindingCore::CheckedDataType(int code) {
 
 void BindingCore::Shutdown() {
   std::lock_guard<std::mutex> turn(turn_mu_);
-  std::shared_ptr<LocalGroup> group;
+  std::shared_ptr<Collective> group;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kInitialised) return;

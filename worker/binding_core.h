@@ -58,7 +58,7 @@ class BindingCore {
   void Init(const EnvLookup& env);
 
   // The group for one call: hold it until the call returns. Throws (see above).
-  std::shared_ptr<LocalGroup> Get() const;
+  std::shared_ptr<Collective> Get() const;
 
   // True between Init() and Shutdown().
   bool IsInitialized() const;
@@ -84,7 +84,7 @@ class BindingCore {
   std::mutex turn_mu_;     // held through Init() and Shutdown(): they take turns
   mutable std::mutex mu_;  // guards the members below; never held across a blocking call
   State state_ = State::kNotInitialised;
-  std::shared_ptr<LocalGroup> group_;  // set while kInitialised
+  std::shared_ptr<Collective> group_;  // set while kInitialised
   bool local_size_from_env_ = false;
 };
 

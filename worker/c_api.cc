@@ -28,7 +28,7 @@ auto Guard(F body) -> decltype(body()) {
 
 // The group for one call (binding_core.h): each C function holds the shared_ptr for its
 // whole call, so ferry_shutdown() on another thread cannot destroy the group under it.
-std::shared_ptr<ferry::LocalGroup> Get() { return ferry::BindingCore::Process().Get(); }
+std::shared_ptr<ferry::Collective> Get() { return ferry::BindingCore::Process().Get(); }
 
 ferry::DataType Type(int dtype) { return ferry::BindingCore::CheckedDataType(dtype); }
 

@@ -2,7 +2,22 @@
 
 #include <glog/logging.h>
 
+#include "common/util/clock.h"
+#include "common/util/status.h"
+#include "common/util/strings.h"
+
 namespace ferry {
+
+void WorkerContext::ThrowIfFailed() const {
+  mu.AssertHeld();
+  if (!failure.empty()) throw FerryError(ErrorCode::kPeerFailed, failure);
+}
+
+void WorkerContext::CheckRunning(const char* what, const std::string& name) const {
+  mu.AssertHeld();
+  ThrowIfFailed();
+  FERRY_ENFORCE(!shut_down, ErrorCode::kShutdown, what, " of '", name, "' after Shutdown()");
+}
 
 void WorkerContext::NoteLateReply(const Message& m) {
   counters.late_replies++;
@@ -71,14 +86,14 @@ void Sequencer::FailAll() {
   }
 }
 
-const Operation* Sequencer::Find(Handle handle) const {
+std::string Sequencer::Describe(Handle handle) const {
   ctx_.mu.AssertHeld();
   for (const auto& q : pending_) {
     for (const Queued& e : q) {
-      if (e.op->handle == handle) return e.op.get();
+      if (e.op->handle == handle) return e.kind->Describe(*e.op);
     }
   }
-  return nullptr;
+  return StrCat("operation ", handle, " (finished; a copy of its data is still running)");
 }
 
 bool Sequencer::AnyUnfinished() const {
@@ -89,6 +104,25 @@ bool Sequencer::AnyUnfinished() const {
     }
   }
   return false;
+}
+
+bool Sequencer::WaitUntilIdle() {
+  ctx_.mu.AssertHeld();
+  const int64_t deadline = NowMs() + ctx_.config.op_timeout_ms;
+  while (ctx_.failure.empty() && AnyUnfinished()) {
+    const int64_t left = deadline - NowMs();
+    if (left <= 0) return false;
+    MutexUnlock unlocked(ctx_.mu);  // the operations finish under mu
+    ctx_.table.WaitAll(left);
+  }
+  ctx_.ThrowIfFailed();
+  return true;
+}
+
+void Sequencer::WaitUntilIdleOrThrow(const char* what) {
+  FERRY_ENFORCE(WaitUntilIdle(), ErrorCode::kTimeout, what, ": this worker's ",
+                "push_pulls did not finish within ", ctx_.config.op_timeout_ms,
+                " ms (FERRY_OP_TIMEOUT_MS)");
 }
 
 }  // namespace ferry

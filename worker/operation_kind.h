@@ -35,8 +35,18 @@
 
 namespace ferry {
 
-// The counters of a Worker, in its registry (FERRY_STATS_FILE writes them; WorkerStats
-// is their snapshot for the C++ API). Meanings: see WorkerStats (worker.h).
+// The counters of a Worker, in its registry: Worker::Counters() reads them (with the
+// transport's "van.*"), FERRY_STATS_FILE writes them at Shutdown.
+//   operations          push_pull calls          partitions_pushed  partitions sent (first sends)
+//   bytes_pushed        payload bytes handed to ZeroMQ, without copy
+//   bytes_received      payload bytes of sums    send_releases      ZeroMQ release hooks fired
+//   resends             pushes sent again (no acknowledgement in time)
+//   pulls               sums asked for again (acknowledged, but no sum in time)
+//   late_replies        replies to requests already answered
+//   fused_messages      PUSH_FUSED messages      partitions_fused   partitions inside them
+//   rows_operations     PushPullRows calls       rows_pushed        rows they listed
+//   rows_bytes_pushed   ROWS_PUSH payload bytes (first sends)
+//   rows_bytes_received ROWS_RESULT payload bytes
 struct WorkerCounters {
   CounterRegistry registry;
   Counter& operations = registry.Register("operations");
@@ -97,7 +107,14 @@ struct WorkerContext {
   int num_workers = 0;
   int num_servers = 0;
   uint64_t next_request GUARDED_BY(mu) = 1;  // request ids, shared by every kind
+  std::string failure GUARDED_BY(mu) = {};  // non-empty: the job failed; every call throws it
+  bool shut_down GUARDED_BY(mu) = false;  // Shutdown() began: no new operations
   void NoteLateReply(const Message& m);
+  // Throws the job's failure, if any. REQUIRES: mu.
+  void ThrowIfFailed() const;
+  // Throws unless new operations may start (no failure, no shutdown); `what` of tensor
+  // `name` names the refused call. REQUIRES: mu.
+  void CheckRunning(const char* what, const std::string& name) const;
 };
 
 class OperationKind {
@@ -136,10 +153,17 @@ class Sequencer {
   // `op` failed outside the protocol (its deadline passed): it is done, and the next
   // operation of its tensor starts. REQUIRES: mu.
   void Abandon(const std::shared_ptr<Operation>& op);
-  // The unfinished operation with `handle`, or null. REQUIRES: mu.
-  const Operation* Find(Handle handle) const;
+  // What the unfinished operation with `handle` waits for (its kind's Describe), for a
+  // timeout message. REQUIRES: mu.
+  std::string Describe(Handle handle) const;
   // True while any operation is unfinished. REQUIRES: mu.
   bool AnyUnfinished() const;
+  // Waits (FERRY_OP_TIMEOUT_MS, letting go of mu meanwhile) until no operation is
+  // unfinished, including those nobody waits for; false on timeout. Throws the job's
+  // failure. REQUIRES: mu.
+  bool WaitUntilIdle();
+  // The same, throwing a timeout that names `what`. REQUIRES: mu.
+  void WaitUntilIdleOrThrow(const char* what);
 
  private:
   struct Queued {

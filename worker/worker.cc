@@ -1,7 +1,6 @@
 #include "worker/worker.h"
 
 #include <glog/logging.h>
-#include <pthread.h>
 
 #include <algorithm>
 #include <cstring>
@@ -9,6 +8,7 @@
 #include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
+#include "worker/local/local_group.h"
 #include "worker/scheduling/policies.h"
 
 namespace ferry {
@@ -38,13 +38,11 @@ Worker::Worker(const Config& config)
       cluster_(config_, &van_, 0),
       queue_(MakePolicy(PolicyOptionsOf(config)),
              static_cast<uint64_t>(config.CreditBytesFor(config.InitialPartitionBytes()))),
-      table_(config.op_timeout_ms,
-             [this](Handle h) {
-               return StrCat("timed out after ", config_.op_timeout_ms,
-                             " ms (FERRY_OP_TIMEOUT_MS): ", DescribeOperation(h));
-             }),
-      scheduling_{config.InitialPartitionBytes(),
-                  config.CreditBytesFor(config.InitialPartitionBytes())} {}
+      table_(config.op_timeout_ms, [this](Handle h) {
+        MutexLock lock(mu_);
+        return StrCat("timed out after ", config_.op_timeout_ms,
+                      " ms (FERRY_OP_TIMEOUT_MS): ", sequencer_->Describe(h));
+      }) {}
 
 void Worker::Start() {
   KeepLargeBuffersInHeap();
@@ -65,7 +63,7 @@ void Worker::Start() {
   if (!config_.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.trace_dir, rank_);
   {
     MutexLock lock(mu_);
-    catalog_ = std::make_unique<TensorCatalog>(scheduling_.partition_bytes, std::move(weights));
+    catalog_ = std::make_unique<TensorCatalog>(config_.InitialPartitionBytes(), std::move(weights));
     ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
     sequencer_ = std::make_unique<Sequencer>(*ctx_);
     ctx_->sequencer = sequencer_.get();
@@ -74,53 +72,31 @@ void Worker::Start() {
     ctx_->num_servers = num_servers_;
     dense_ = std::make_unique<DensePushPull>(*ctx_, queue_);
     rows_ = std::make_unique<RowsPushPull>(*ctx_);
+    join_ = std::make_unique<JoinProtocol>(*ctx_, *catalog_);
   }
-  MutexLock step_lock(step_mu_);  // nothing else runs yet: the locks satisfy the analysis
-  MutexLock lock(mu_);
-  if (config_.autotune) {
-    const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
-    std::vector<SchedulingChoice> grid = Autotuner::Grid(
-        scheduling_.partition_bytes, config_.scheduling_credit, config_.autotune_partition_bytes,
-        credit ? config_.autotune_credits : std::vector<int64_t>{1}, 1024,
-        config_.max_message_bytes - 4096);
-    // Without credit the credit does not matter: each size keeps the configured one.
-    if (!credit) {
-      for (auto& c : grid) c.credit_bytes = config_.CreditBytesFor(c.partition_bytes);
-    }
-    tuner_ = std::make_unique<Autotuner>(std::move(grid), config_.autotune_steps);
-  }
-  sender_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "sender");
-    SenderLoop();
-  });
+  // The parts keep a reference; they take mu_ (as WorkerContext::mu) to use it.
+  scheduling_ = std::make_unique<SchedulingControl>(*ctx_, *catalog_.get(), queue_, *this);
+  sender_ = std::make_unique<Sender>(*ctx_, queue_, *dense_, *rows_);
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
             << " servers; scheduling policy " << queue_.policy_name() << ", "
-            << Describe(scheduling_)
-            << (config_.autotune
-                    ? StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
-                             config_.autotune_steps, " iterations each")
-                    : std::string())
+            << Describe(scheduling_->current()) << scheduling_->DescribeAutotune()
             << (trace_ ? "; trace " + trace_->path() : std::string());
 }
 
 Worker::~Worker() {
-  queue_.Close();
-  if (sender_.joinable()) sender_.join();
+  sender_.reset();  // closes the queue, joins the sender thread
   // After Stop() ZeroMQ holds no payload: every release hook has run while the
   // members they touch are still alive.
   van_.Stop();
   table_.Close();  // completion callbacks use mu_ and the sequencer
+  MutexLock lock(mu_);
+  nccl_.reset();  // before the parts its push_pulls run through
 }
 
 int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
   MutexLock lock(mu_);
   return static_cast<int>(catalog_->Declare(name, dtype, shape, priority).id);
-}
-
-void Worker::CheckRunning(const char* what, const std::string& name) const {
-  if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
-  FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, what, " of '", name, "' after Shutdown()");
 }
 
 std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
@@ -153,7 +129,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
   MutexLock lock(mu_);
-  CheckRunning("push_pull", name);
+  ctx_->CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.enable_async), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
                 "is the parameters, not a sum, so there is nothing to average");
@@ -177,7 +153,7 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   FERRY_ENFORCE(num_rows == 0 || (rows && values && output), ErrorCode::kInvalidArgument,
                 "push_pull_rows of '", name, "': null buffer");
   MutexLock lock(mu_);
-  CheckRunning("push_pull_rows", name);
+  ctx_->CheckRunning("push_pull_rows", name);
   FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
   TensorInfo* found = catalog_->Find(name);
@@ -211,35 +187,6 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   return op->handle;
 }
 
-void Worker::SenderLoop() {
-  // With resends on, wake often enough to resend within a quarter of the timeout.
-  const int64_t wake_ms = config_.resend_timeout_ms > 0
-                              ? std::clamp<int64_t>(config_.resend_timeout_ms / 4, 5, 1000)
-                              : 1000;
-  while (true) {
-    Batch batch;
-    bool timed_out = false;
-    bool got = queue_.Next(&batch, wake_ms, &timed_out);
-    if (config_.resend_timeout_ms > 0) ResendOverdue();
-    if (!got) {
-      if (timed_out) continue;
-      return;  // closed
-    }
-    dense_->SendBatch(batch);
-  }
-}
-
-void Worker::ResendOverdue() {
-  std::vector<std::pair<int, Message>> out;  // (server rank, message)
-  {
-    MutexLock lock(mu_);
-    const int64_t now = NowMs();
-    dense_->ResendOverdue(now, &out);
-    rows_->ResendOverdue(now, &out);
-  }
-  for (auto& [server, m] : out) van_.Send(ServerId(server), std::move(m));
-}
-
 void Worker::OnMessage(Message&& m, const Origin& origin) {
   if (cluster_.HandleMessage(m, origin)) return;
   if (origin.inbound || !cluster_.table().IsServer(origin.peer) || m.sender() != origin.peer) {
@@ -247,12 +194,9 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     return;
   }
   switch (m.type()) {
-    case proto::JOIN_ACK: {
-      MutexLock lock(mu_);
-      if (m.envelope.request_id() == join_request_) join_acks_++;
-      cv_.NotifyAll();
+    case proto::JOIN_ACK:
+      join_->OnAck(m);
       break;
-    }
     case proto::PUSH_ACK:
       if (!rows_->OnAck(m)) dense_->OnAck(m);
       break;
@@ -272,40 +216,13 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
 
 void Worker::FailAll(const std::string& reason) {
   MutexLock lock(mu_);
-  if (!failure_.empty()) return;
-  failure_ = reason;
-  if (sequencer_) sequencer_->FailAll();
+  if (!ctx_) return;  // not started: Create throws
+  ctx_->mu.AssertHeld();  // the same lock as mu_
+  if (!ctx_->failure.empty()) return;
+  ctx_->failure = reason;
+  sequencer_->FailAll();
   table_.FailAll(reason);
-  cv_.NotifyAll();
-}
-
-bool Worker::Poll(Handle handle) { return table_.Poll(handle); }
-
-std::string Worker::DescribeOperation(Handle handle) {
-  MutexLock lock(mu_);
-  const Operation* op = sequencer_->Find(handle);
-  if (!op) return StrCat("operation ", handle, " (finished; a copy of its data is still running)");
-  return op->rows ? rows_->Describe(*op) : dense_->Describe(*op);
-}
-
-bool Worker::WaitFor(Handle handle, int64_t timeout_ms) {
-  return table_.WaitFor(handle, timeout_ms);
-}
-
-void Worker::Wait(Handle handle) { table_.Wait(handle); }
-
-Handle Worker::WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
-  return table_.WaitAny(handles, timeout_ms);
-}
-
-void Worker::PushPull(const std::string& name, const void* input, void* output, DataType dtype,
-                      uint64_t count, bool average) {
-  Wait(PushPullAsync(name, input, output, dtype, count, average));
-}
-
-void Worker::PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
-                          const void* values, void* output, DataType dtype, bool average) {
-  Wait(PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average));
+  join_->OnFailure();
 }
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
@@ -330,163 +247,57 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
 void Worker::Barrier() {
   {
     MutexLock lock(mu_);
-    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    ctx_->ThrowIfFailed();
   }
   cluster_.Barrier(proto::GROUP_WORKERS);
 }
 
-void Worker::StepBoundary() {
-  MutexLock step_lock(step_mu_);
-  Autotuner::Action action;
+void Worker::PushPullDevice(const std::string& name, const void* input, void* output,
+                            DataType dtype, uint64_t count, bool average, void* stream) {
+  const DeviceTensor t =
+      CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
+  uint64_t ticket = 0;
+  LocalNccl* nccl = nullptr;  // made once, never replaced while the Worker lives
   {
+    // This process is its own root: the order of its calls is the order of GOs.
     MutexLock lock(mu_);
-    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
-    const int64_t now = NowUs();
-    const double ms = last_step_us_ > 0 ? (now - last_step_us_) / 1000.0 : -1.0;
-    steps_++;
-    if (trace_) {
-      trace_->Instant(StrCat("step ", steps_), now,
-                      ms < 0 ? std::string("{}") : StrCat("{\"iteration_ms\":", ms, "}"));
+    ctx_->CheckRunning("push_pull", name);
+    if (!nccl_) {
+      nccl_ = LocalNccl::Create(
+          0, 1, config_.op_timeout_ms,
+          [this](const DeviceTensor& d, void* host) {
+            PushPull(d.name, host, host, d.dtype, d.count, d.average);
+          },
+          [](const std::string&) {});
     }
-    if (tuner_) action = tuner_->OnStep(ms);
-    if (action.kind == Autotuner::Action::kSwitch) {
-      // Partitions change only with nothing in flight (with ferry.torch's CrossBarrier
-      // this iteration's pushes may still be on their way: the switch waits for them).
-      WaitForQuiet("StepBoundary");
-      ApplyScheduling(action.choice, StrCat("autotune candidate at iteration ", steps_));
-    }
+    nccl = nccl_.get();
+    ticket = nccl->Submit(t);
+    nccl->Go(name, nccl->TakeUniqueId());
   }
-  if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
-  last_step_us_ = NowUs();  // after the decision's push_pull, which is no iteration's time
-}
-
-void Worker::FinishAutotune() {
-  // Every worker sums every worker's scores, so every worker picks the same candidate.
-  std::vector<double> summed = tuner_->scores();
-  PushPull("__ferry__/autotune", summed.data(), summed.data(), DataType::kFloat64, summed.size(),
-           false);
-  const size_t best = tuner_->Decide(summed);
-  const SchedulingChoice choice = tuner_->grid()[best];
-  std::string table;
-  const double scored = static_cast<double>(num_workers_) * (tuner_->steps() - 1);
-  for (size_t i = 0; i < summed.size(); ++i) {
-    table += StrCat(i ? "; " : "", Describe(tuner_->grid()[i]), ": ", summed[i] / scored, " ms");
-  }
-  {
-    MutexLock lock(mu_);
-    WaitForQuiet("autotune");
-    ApplyScheduling(choice, "autotune chose it");
-  }
-  LOG(INFO) << "autotune: chose " << Describe(choice) << " (candidate " << best << " of "
-            << summed.size() << ") after " << steps_ << " iterations; mean iteration per "
-            << "candidate over all workers: " << table;
-  tuner_.reset();
-}
-
-void Worker::SetScheduling(int64_t partition_bytes, int64_t credit_bytes) {
-  FERRY_ENFORCE(partition_bytes >= 1024 && partition_bytes <= config_.max_message_bytes - 4096,
-                ErrorCode::kInvalidArgument, "SetScheduling: partition size ", partition_bytes,
-                " bytes is outside 1024..", config_.max_message_bytes - 4096,
-                " (FERRY_MAX_MESSAGE_BYTES - 4096)");
-  FERRY_ENFORCE(credit_bytes >= 1, ErrorCode::kInvalidArgument, "SetScheduling: credit of ",
-                credit_bytes, " bytes; it must be at least 1");
-  MutexLock lock(mu_);
-  WaitForQuiet("SetScheduling");
-  ApplyScheduling(SchedulingChoice{partition_bytes, credit_bytes}, "SetScheduling");
-}
-
-SchedulingChoice Worker::scheduling() const {
-  MutexLock lock(mu_);
-  return scheduling_;
-}
-
-void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& why) {
-  CHECK(!sequencer_->AnyUnfinished()) << "scheduling changed with an operation unfinished";
-  const uint32_t gen = catalog_->SwitchPartitionBytes(static_cast<uint64_t>(choice.partition_bytes));
-  scheduling_ = choice;
-  queue_.SetCredit(static_cast<uint64_t>(choice.credit_bytes));
-  LOG(INFO) << "scheduling (" << why << "): " << Describe(choice) << "; layout " << gen;
-  if (trace_) {
-    trace_->Instant("scheduling", NowUs(),
-                    StrCat("{\"partition_bytes\":", choice.partition_bytes,
-                           ",\"credit_bytes\":", choice.credit_bytes, ",\"layout\":", gen, "}"));
-  }
-}
-
-bool Worker::WaitForOwnOperations() {
-  // Operations nobody waited for still finish first.
-  const int64_t deadline = NowMs() + config_.op_timeout_ms;
-  while (failure_.empty() && sequencer_->AnyUnfinished()) {
-    const int64_t left = deadline - NowMs();
-    if (left <= 0) return false;
-    MutexUnlock unlocked(mu_);  // the operations finish under mu_
-    table_.WaitAll(left);
-  }
-  if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
-  return true;
-}
-
-void Worker::WaitForQuiet(const char* what) {
-  FERRY_ENFORCE(WaitForOwnOperations(), ErrorCode::kTimeout, what, ": this worker's ",
-                "push_pulls did not finish within ", config_.op_timeout_ms,
-                " ms (FERRY_OP_TIMEOUT_MS)");
-}
-
-void Worker::Join() {
-  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument,
-                "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
-                "waits for other workers, so a worker out of data simply stops pushing");
-  uint64_t request = 0;
-  {
-    MutexLock lock(mu_);
-    WaitForOwnOperations();
-    ctx_->mu.AssertHeld();  // the same lock as mu_
-    request = join_request_ = ctx_->next_request++;
-    join_acks_ = 0;
-  }
-  for (int s = 0; s < num_servers_; ++s) {
-    Message m = MakeMessage(proto::JOIN, my_id_);
-    m.envelope.set_request_id(request);
-    van_.Send(ServerId(s), std::move(m));
-  }
-  {
-    // Every server must hold our JOIN before the others may leave the join barrier.
-    MutexLock lock(mu_);
-    bool acked = cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
-                              [this]() REQUIRES(mu_) {
-                                return join_acks_ == num_servers_ || !failure_.empty();
-                              });
-    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
-    FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", num_servers_ - join_acks_, " of ",
-                  num_servers_, " servers did not acknowledge within ", config_.op_timeout_ms,
-                  " ms");
-  }
-  LOG(INFO) << "worker " << rank_ << " joined; waiting for the other workers";
-  cluster_.Barrier(proto::GROUP_JOIN, config_.join_timeout_ms);
-  MutexLock lock(mu_);
-  catalog_->ResetRounds();
-  LOG(INFO) << "every worker joined; rounds start over";
+  nccl->Wait(ticket);
 }
 
 void Worker::Shutdown() {
   {
     MutexLock lock(mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
-    WaitForOwnOperations();
+    ctx_->mu.AssertHeld();  // the same lock as mu_
+    if (ctx_->shut_down) return;
+    ctx_->shut_down = true;
+    sequencer_->WaitUntilIdle();
   }
   cluster_.Finalize();
-  WorkerStats s = stats();
-  LOG(INFO) << "worker " << rank_ << " done: " << s.operations << " push_pulls, "
-            << s.partitions_pushed << " partitions, " << s.bytes_pushed << " bytes pushed, "
-            << s.resends << " pushes sent again, " << s.pulls << " pulls, " << s.late_replies
-            << " late replies dropped, " << s.van.injected_drops
-            << " messages dropped by fault injection, " << s.fused_messages << " fused messages of "
-            << s.partitions_fused << " partitions, " << s.rows_operations << " push_pull_rows of "
-            << s.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
-            << " bytes in flight";
+  const WorkerCounters& c = counters_;
+  LOG(INFO) << "worker " << rank_ << " done: " << c.operations << " push_pulls, "
+            << c.partitions_pushed << " partitions, " << c.bytes_pushed << " bytes pushed, "
+            << c.resends << " pushes sent again, " << c.pulls << " pulls, " << c.late_replies
+            << " late replies dropped, " << van_.stats().injected_drops
+            << " messages dropped by fault injection, " << c.fused_messages
+            << " fused messages of " << c.partitions_fused << " partitions, "
+            << c.rows_operations << " push_pull_rows of " << c.rows_pushed << " rows; at most "
+            << queue_.max_in_flight_bytes() << " bytes in flight";
   if (trace_) trace_->Close();
-  WriteStats();
+  Status written = WriteStatsFile(config_.stats_file, "worker", rank_, Counters());
+  if (!written.ok()) LOG(ERROR) << written.message();
 }
 
 CounterValues Worker::Counters() const {
@@ -495,39 +306,9 @@ CounterValues Worker::Counters() const {
   return values;
 }
 
-void Worker::WriteStats() const {
-  Status s = WriteStatsFile(config_.stats_file, "worker", rank_, Counters());
-  if (!s.ok()) LOG(ERROR) << s.message();
-}
-
-WorkerStats Worker::stats() const {
-  WorkerStats s;
-  s.operations = counters_.operations;
-  s.partitions_pushed = counters_.partitions_pushed;
-  s.bytes_pushed = counters_.bytes_pushed;
-  s.bytes_received = counters_.bytes_received;
-  s.send_releases = counters_.send_releases;
-  s.resends = counters_.resends;
-  s.pulls = counters_.pulls;
-  s.late_replies = counters_.late_replies;
-  s.fused_messages = counters_.fused_messages;
-  s.partitions_fused = counters_.partitions_fused;
-  s.rows_operations = counters_.rows_operations;
-  s.rows_pushed = counters_.rows_pushed;
-  s.rows_bytes_pushed = counters_.rows_bytes_pushed;
-  s.rows_bytes_received = counters_.rows_bytes_received;
-  s.van = van_.stats();
-  return s;
-}
-
 std::vector<uint64_t> Worker::PlacedBytes() const {
   MutexLock lock(mu_);
   return catalog_->PlacedBytes();
-}
-
-std::string Worker::TensorName(uint32_t tensor_id) const {
-  MutexLock lock(mu_);
-  return catalog_->NameOf(tensor_id);
 }
 
 }  // namespace ferry

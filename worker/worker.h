@@ -1,6 +1,13 @@
 #pragma once
 
-// Worker: the libferry side of a training process.
+// Worker: the libferry side of a training process (one implementation of Collective,
+// collective.h; LocalGroup::Create picks it when FERRY_LOCAL_SIZE=1).
+//
+// Parts (each with its contract in its header): TensorCatalog (declarations, layouts,
+// cuts, rounds), OperationTable (handles, deadlines, waits, completion callbacks),
+// Sequencer and the kinds of operation DensePushPull and RowsPushPull
+// (operation_kind.h), JoinProtocol, SchedulingControl (iterations, autotune,
+// re-partitioning) and the Sender thread. The Worker validates calls and routes replies.
 //
 //   auto worker = ferry::Worker::Create(ferry::Config::FromEnvironment(...));
 //   worker->DeclareTensor("fc.weight", DataType::kFloat32, {1000, 512});  // forward order
@@ -53,50 +60,37 @@
 #include "common/reduce/reduce.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "worker/collective.h"
 #include "worker/dense_push_pull.h"
+#include "worker/join_protocol.h"
+#include "worker/local/local_nccl.h"
 #include "worker/operation_kind.h"
 #include "worker/operation_table.h"
 #include "worker/rows_push_pull.h"
 #include "worker/scheduling/autotune.h"
 #include "worker/scheduling/scheduled_queue.h"
+#include "worker/scheduling_control.h"
+#include "worker/sender.h"
 #include "worker/tensor_catalog.h"
 #include "worker/trace.h"
 
 namespace ferry {
 
-struct WorkerStats {
-  uint64_t operations = 0;
-  uint64_t partitions_pushed = 0;
-  uint64_t bytes_pushed = 0;      // payload bytes handed to ZeroMQ, without copy
-  uint64_t bytes_received = 0;    // payload bytes of sums received
-  uint64_t send_releases = 0;     // ZeroMQ release hooks fired for pushed partitions
-  uint64_t resends = 0;           // pushes sent again (no acknowledgement in time)
-  uint64_t pulls = 0;             // PULLs sent (acknowledged, but no sum in time)
-  uint64_t late_replies = 0;      // replies to requests already answered
-  uint64_t fused_messages = 0;    // PUSH_FUSED messages sent
-  uint64_t partitions_fused = 0;  // partitions that went inside them (copied)
-  uint64_t rows_operations = 0;    // PushPullRows calls
-  uint64_t rows_pushed = 0;        // rows they listed (duplicates count each time)
-  uint64_t rows_bytes_pushed = 0;  // ROWS_PUSH payload bytes (row ids + values), first sends
-  uint64_t rows_bytes_received = 0;  // ROWS_RESULT payload bytes
-  VanStats van;
-};
-
-class Worker {
+class Worker : public Collective {
  public:
   // Registers with the scheduler and connects to every server. Throws on failure.
   static std::unique_ptr<Worker> Create(const Config& config);
-  ~Worker();
+  ~Worker() override;
 
-  int rank() const { return rank_; }
-  int size() const { return num_workers_; }
-  int num_servers() const { return num_servers_; }
+  int rank() const override { return rank_; }
+  int size() const override { return num_workers_; }
+  int num_servers() const override { return num_servers_; }
 
   // Declares a tensor; returns its id (the declaration index). Declaring the same
   // name again with the same dtype and shape returns the same id; a different dtype
   // or shape throws. `priority`: empty = -(id).
   int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                    std::optional<int> priority = std::nullopt);
+                    std::optional<int> priority = std::nullopt) override;
 
   // Sums `count` elements of `input` over all workers into `output` (averaged when
   // `average`). Returns at once; see the class comment for buffer lifetimes.
@@ -112,20 +106,24 @@ class Worker {
   // FERRY_OP_TIMEOUT_MS after this call if it has not finished by then.
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority = std::nullopt,
-                       CompletionCallback done = nullptr);
+                       CompletionCallback done = nullptr) override;
   // True once the operation finished (successfully or not). Unknown handle: throws.
-  bool Poll(Handle handle);
+  bool Poll(Handle handle) override { return table_.Poll(handle); }
   // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws
   // FerryError if it failed. The handle is released.
-  void Wait(Handle handle);
+  void Wait(Handle handle) override { table_.Wait(handle); }
   // Waits at most `timeout_ms`: true (and the handle is released) once the operation
   // finished, false if it is still running. Throws like Wait, including when the
   // operation's deadline (FERRY_OP_TIMEOUT_MS from its first wait) has passed. Lets a
   // caller wait in slices, e.g. to notice Ctrl-C.
-  bool WaitFor(Handle handle, int64_t timeout_ms);
+  bool WaitFor(Handle handle, int64_t timeout_ms) override {
+    return table_.WaitFor(handle, timeout_ms);
+  }
   // Waits at most `timeout_ms` for any of `handles`: returns the first finished one in
   // the list (Wait on it next: it throws its error), or 0 if none finished in time.
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms);
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) override {
+    return table_.WaitAny(handles, timeout_ms);
+  }
   // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
   // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
   // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
@@ -146,25 +144,25 @@ class Worker {
   Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
                            const void* values, void* output, DataType dtype, bool average,
                            std::optional<int> priority = std::nullopt,
-                           CompletionCallback done = nullptr);
-  // PushPullRowsAsync + Wait.
-  void PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
-                    const void* values, void* output, DataType dtype, bool average);
-  // PushPullAsync + Wait.
-  void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
-                uint64_t count, bool average);
+                           CompletionCallback done = nullptr) override;
+  // A tensor in CUDA device memory: the NCCL backend (local/local_nccl.h) with a
+  // communicator of this one rank copies it to host memory, push_pulls it, copies the
+  // result back. Blocks. Throws FerryError, e.g. in a build without NCCL.
+  void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
+                      uint64_t count, bool average, void* stream = nullptr) override;
   // Every worker's `data` becomes root's. Call on every worker with the same name.
-  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
+  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
+                 int root) override;
   // Blocks until every worker called Barrier.
-  void Barrier();
+  void Barrier() override;
   // The end of a training iteration. REQUIRES: every worker calls it the same number of
   // times, at the same point of its sequence of push_pulls. Records the iteration's time
   // (and a trace mark); with FERRY_AUTOTUNE=1 it switches to the tuner's next candidate
   // (first waiting, deadline FERRY_OP_TIMEOUT_MS, for this worker's operations in
   // flight: best called where there are none), or after the last candidate sums every
   // worker's timings (a push_pull, so every worker must be here) and applies and logs
-  // the best. Without a switch it never waits.
-  void StepBoundary();
+  // the best. Without a switch it never waits. (SchedulingControl does the work.)
+  void StepBoundary() override { scheduling_->StepBoundary(); }
   // Changes the partition size (bytes, 1024..FERRY_MAX_MESSAGE_BYTES-4096) and the
   // credit (bytes, >= 1; used by the credit policy) for the operations started from now
   // on. Waits for this worker's operations first (deadline FERRY_OP_TIMEOUT_MS): the
@@ -172,52 +170,36 @@ class Worker {
   // makes the same call at the same point of its sequence of push_pulls (between
   // iterations), or their keys differ and the sums never complete. At most 256
   // different partition sizes per job. During an autotune search the tuner overrides it.
-  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes);
+  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) override {
+    scheduling_->Set(partition_bytes, credit_bytes);
+  }
   // What new operations use now.
-  SchedulingChoice scheduling() const;
-  std::string scheduling_policy() const { return queue_.policy_name(); }
+  SchedulingChoice scheduling() const override { return scheduling_->current(); }
+  std::string scheduling_policy() const override { return queue_.policy_name(); }
   // For uneven data (Horovod's join): this worker has no more batches. Its operations
   // finish, the servers stop waiting for it (sums and averages from then on are over
   // the workers still pushing: PUSH_RESULT says how many contributed), and the call
   // blocks until every worker has joined (deadline FERRY_JOIN_TIMEOUT_MS). Then every
   // worker may push again (the next epoch), all starting over at round 0.
-  void Join();
+  void Join() override { join_->Join(); }
   // Waits for this worker's operations, tells the scheduler this worker is done, and
   // waits until every worker is (then the servers and scheduler exit). Idempotent.
-  void Shutdown();
+  void Shutdown() override;
 
-  WorkerStats stats() const;
   // Every counter of this worker by name (its own, then the transport's "van.*"): what
-  // FERRY_STATS_FILE receives at Shutdown.
-  CounterValues Counters() const;
+  // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (operation_kind.h).
+  CounterValues Counters() const override;
   // Bytes placed on each server so far (by rank), from this worker's placement.
   std::vector<uint64_t> PlacedBytes() const;
-  // The tensor's name for a key, for messages; "?" if unknown.
-  std::string TensorName(uint32_t tensor_id) const;
 
  private:
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
-  void SenderLoop();
-  void ResendOverdue();  // sender thread: every kind's overdue requests
-  // Waits (FERRY_OP_TIMEOUT_MS, letting go of mu_ meanwhile) until every operation of
-  // this worker finished; false on timeout. Throws if the job failed.
-  bool WaitForOwnOperations() REQUIRES(mu_);
-  // The same, throwing a timeout that names `what`.
-  void WaitForQuiet(const char* what) REQUIRES(mu_);
-  // REQUIRES: no operation of this worker unfinished. Switches new operations to
-  // partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
-  void ApplyScheduling(const SchedulingChoice& choice, const std::string& why) REQUIRES(mu_);
-  void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(mu_);
-  // Checks that new operations may start (no failure, no shutdown).
-  void CheckRunning(const char* what, const std::string& name) const REQUIRES(mu_);
   // A new operation of tensor `t`, registered in the table.
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
                                           CompletionCallback done) REQUIRES(mu_);
   void FailAll(const std::string& reason) EXCLUDES(mu_);
-  void WriteStats() const;                                   // FERRY_STATS_FILE, if set
-  std::string DescribeOperation(Handle handle) EXCLUDES(mu_);  // takes mu_
 
   Config config_;
   Van van_;
@@ -232,26 +214,19 @@ class Worker {
   OperationTable table_;  // every handle; its own lock, taken inside mu_ (never around it)
 
   // Guards the catalog, the kinds' requests in flight, the operations' progress (see
-  // operation_kind.h), scheduling_, failure_, shut_down_ and the join state below.
+  // operation_kind.h), the job's failure and shutdown (WorkerContext), the scheduling
+  // choice and the join state.
   mutable Mutex mu_;
-  CondVar cv_;  // signalled on a JOIN_ACK and on failure
   std::unique_ptr<TensorCatalog> catalog_ PT_GUARDED_BY(mu_);  // made once the servers are known
-  std::unique_ptr<WorkerContext> ctx_;    // for the kinds below; set in Start()
+  // The parts, made in Start() in this order (each uses the ones above it).
+  std::unique_ptr<WorkerContext> ctx_;
   std::unique_ptr<Sequencer> sequencer_;  // one operation per tensor at a time
   std::unique_ptr<DensePushPull> dense_;
   std::unique_ptr<RowsPushPull> rows_;
-  SchedulingChoice scheduling_ GUARDED_BY(mu_);  // what new operations use
-  std::string failure_ GUARDED_BY(mu_);  // non-empty: the job failed; every call throws
-  uint64_t join_request_ GUARDED_BY(mu_) = 0;  // request id of the JOIN in progress
-  int join_acks_ GUARDED_BY(mu_) = 0;          // servers that acknowledged it
-  bool shut_down_ GUARDED_BY(mu_) = false;
-
-  Mutex step_mu_;  // serializes StepBoundary; guards the three below
-  std::unique_ptr<Autotuner> tuner_ GUARDED_BY(step_mu_);  // FERRY_AUTOTUNE; null: off or done
-  int64_t last_step_us_ GUARDED_BY(step_mu_) = 0;  // the previous boundary (0: none yet)
-  uint64_t steps_ GUARDED_BY(step_mu_) = 0;        // boundaries so far
-
-  std::thread sender_;  // the "sender": batches from the queue, and resends
+  std::unique_ptr<JoinProtocol> join_;
+  std::unique_ptr<SchedulingControl> scheduling_;
+  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
+  std::unique_ptr<Sender> sender_;  // the "sender" thread; destroyed first
 };
 
 }  // namespace ferry

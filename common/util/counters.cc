@@ -84,4 +84,11 @@ Status WriteStatsFile(const std::string& path_template, const std::string& role,
   return Status::Ok();
 }
 
+uint64_t CounterValue(const CounterValues& values, const std::string& name) {
+  for (const auto& [n, v] : values) {
+    if (n == name) return v;
+  }
+  return 0;
+}
+
 }  // namespace ferry

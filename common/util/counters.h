@@ -39,6 +39,10 @@ class Counter {
 
 using CounterValues = std::vector<std::pair<std::string, uint64_t>>;
 
+// The value of the counter `name` in `values`; 0 if it is not there (a counter that never
+// counted reads as 0 either way).
+uint64_t CounterValue(const CounterValues& values, const std::string& name);
+
 class CounterRegistry {
  public:
   // The counter named `name` (created at 0 on first use). The reference stays valid for

@@ -37,7 +37,7 @@ PyObject* g_error_type = nullptr;  // ferry._core.FerryError
 // The worker for one call (worker/binding_core.h, the owner shared with the C API). A
 // shared_ptr, so shutdown() on one thread cannot destroy the worker under a call still
 // running on another.
-std::shared_ptr<ferry::LocalGroup> Get() { return ferry::BindingCore::Process().Get(); }
+std::shared_ptr<ferry::Collective> Get() { return ferry::BindingCore::Process().Get(); }
 
 ferry::DataType Type(int dtype) { return ferry::BindingCore::CheckedDataType(dtype); }
 

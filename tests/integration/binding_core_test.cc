@@ -75,7 +75,7 @@ TEST(BindingCoreTest, AGroupHeldByACallOutlivesShutdownOnAnotherThread) {
   ASSERT_TRUE(core.IsInitialized());
   EXPECT_FALSE(core.LocalSizeFromEnvironment());
 
-  std::shared_ptr<LocalGroup> call = core.Get();  // the call in progress
+  std::shared_ptr<Collective> call = core.Get();  // the call in progress
   std::vector<float> in(1000, 2.0f), out(1000, 0.0f);
   Handle h =
       call->PushPullAsync("held", in.data(), out.data(), DataType::kFloat32, in.size(), false);

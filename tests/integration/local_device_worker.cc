@@ -60,7 +60,7 @@ uint64_t Elems(int t) {
 }
 
 // One float tensor's rounds; returns "" or what was wrong.
-std::string FloatTensor(LocalGroup& g, int gpu, int t) {
+std::string FloatTensor(Collective& g, int gpu, int t) {
   Check(cudaSetDevice(gpu), "cudaSetDevice");  // the current GPU is per thread
   const uint64_t n = Elems(t);
   const bool average = t % 2 == 1, in_place = !average;
@@ -90,7 +90,7 @@ std::string FloatTensor(LocalGroup& g, int gpu, int t) {
   return wrong;
 }
 
-std::string IntTensor(LocalGroup& g, int gpu) {
+std::string IntTensor(Collective& g, int gpu) {
   Check(cudaSetDevice(gpu), "cudaSetDevice");
   const uint64_t n = 1000;
   int32_t* d = DeviceAlloc<int32_t>(n);
@@ -121,7 +121,7 @@ int Main() {
   Check(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
   const int gpu = config.local_size > 1 ? config.local_rank % gpus : 0;
   Check(cudaSetDevice(gpu), "cudaSetDevice");
-  std::unique_ptr<LocalGroup> g = LocalGroup::Create(config);
+  std::unique_ptr<Collective> g = LocalGroup::Create(config);
   std::printf("rank %d of %d, local rank %d of %d, GPU %d of %d, pid %d\n", g->rank(), g->size(),
               g->local_rank(), g->local_size(), gpu, gpus, getpid());
   std::fflush(stdout);

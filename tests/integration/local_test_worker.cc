@@ -56,7 +56,7 @@ uint64_t Elems(int t) {
       1, static_cast<uint64_t>(FLAGS_max_elems) >> (2 * (FLAGS_tensors - 1 - t)));
 }
 
-int Sums(LocalGroup& g) {
+int Sums(Collective& g) {
   const int size = g.size(), rank = g.rank();
   std::vector<std::vector<float>> data(FLAGS_tensors);
   for (int t = 0; t < FLAGS_tensors; ++t) {
@@ -114,7 +114,7 @@ int Sums(LocalGroup& g) {
   return 0;
 }
 
-int Die(LocalGroup& g) {
+int Die(Collective& g) {
   std::vector<float> v(100000, 1.0f);
   for (int round = 0;; ++round) {
     if (g.rank() == FLAGS_die_rank && round == FLAGS_die_round && FLAGS_stall_ms > 0) {
@@ -133,14 +133,14 @@ int Die(LocalGroup& g) {
   }
 }
 
-int Mismatch(LocalGroup& g) {
+int Mismatch(Collective& g) {
   std::vector<float> v(11, 1.0f);
   g.PushPull("m", v.data(), v.data(), DataType::kFloat32, g.rank() == 1 ? 11 : 10, false);
   std::printf("WRONG: the mismatched push_pull succeeded\n");
   return kExitWrong;
 }
 
-int DeviceRefused(LocalGroup& g) {
+int DeviceRefused(Collective& g) {
   std::vector<float> v(10, 1.0f);
   try {
     g.PushPullDevice("d", v.data(), v.data(), DataType::kFloat32, v.size(), false);
@@ -160,7 +160,7 @@ int DeviceRefused(LocalGroup& g) {
 
 int Main() {
   Config config = Config::FromEnvironment(ProcessEnvironment());
-  std::unique_ptr<LocalGroup> g = LocalGroup::Create(config);
+  std::unique_ptr<Collective> g = LocalGroup::Create(config);
   std::printf("rank %d of %d, local rank %d of %d, pid %d\n", g->rank(), g->size(), g->local_rank(),
               g->local_size(), getpid());
   std::fflush(stdout);

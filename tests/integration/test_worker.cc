@@ -142,13 +142,16 @@ int RunSums(Worker& w) {
                                    DataType::kFloat32, counts[t], average);
     }
     for (int t = 0; t < FLAGS_tensors; ++t) w.Wait(handles[t]);
-    WorkerStats s = w.stats();
+    const CounterValues s = w.Counters();
+    const uint64_t send_releases = CounterValue(s, "send_releases");
+    const uint64_t partitions_pushed = CounterValue(s, "partitions_pushed");
+    const uint64_t resends = CounterValue(s, "resends");
     // Every payload handed to ZeroMQ (first sends and resends) was released.
-    if (s.send_releases != s.partitions_pushed + s.resends) {
+    if (send_releases != partitions_pushed + resends) {
       std::fprintf(stderr, "round %d: %llu partitions pushed (and %llu resent) but %llu released by ZeroMQ\n", round,
-                   static_cast<unsigned long long>(s.partitions_pushed),
-                   static_cast<unsigned long long>(s.resends),
-                   static_cast<unsigned long long>(s.send_releases));
+                   static_cast<unsigned long long>(partitions_pushed),
+                   static_cast<unsigned long long>(resends),
+                   static_cast<unsigned long long>(send_releases));
       return kExitWrong;
     }
     for (int t = 0; t < FLAGS_tensors; ++t) {
@@ -173,10 +176,10 @@ int RunSums(Worker& w) {
   for (uint64_t b : w.PlacedBytes()) placed += StrCat(placed.empty() ? "" : ",", b);
   std::printf("placed bytes per server: %s; tensor bytes %llu\n", placed.c_str(),
               static_cast<unsigned long long>(tensor_bytes));
-  WorkerStats s = w.stats();
+  const CounterValues s = w.Counters();
   std::printf("OK rounds=%d partitions=%llu zero_copy_payloads=%llu\n", FLAGS_rounds,
-              static_cast<unsigned long long>(s.partitions_pushed),
-              static_cast<unsigned long long>(s.van.payloads_sent_zero_copy));
+              static_cast<unsigned long long>(CounterValue(s, "partitions_pushed")),
+              static_cast<unsigned long long>(CounterValue(s, "van.payloads_sent_zero_copy")));
   return 0;
 }
 
@@ -248,10 +251,10 @@ int RunOrder(Worker& w) {
       if (CheckAll(data[t], expected, "order", round)) return kExitWrong;
     }
   }
-  WorkerStats s = w.stats();
+  const CounterValues s = w.Counters();
   std::printf("OK order rounds=%d fused_messages=%llu partitions_fused=%llu\n", FLAGS_rounds,
-              static_cast<unsigned long long>(s.fused_messages),
-              static_cast<unsigned long long>(s.partitions_fused));
+              static_cast<unsigned long long>(CounterValue(s, "fused_messages")),
+              static_cast<unsigned long long>(CounterValue(s, "partitions_fused")));
   return 0;
 }
 
@@ -549,10 +552,10 @@ int RunRows(Worker& w) {
     std::printf("round %d: %zu rows exact\n", round, rows.size());
     std::fflush(stdout);
   }
-  WorkerStats s = w.stats();
+  const CounterValues s = w.Counters();
   std::printf("OK rows rounds=%d rows_pushed=%llu rows_bytes_pushed=%llu\n", FLAGS_rounds,
-              static_cast<unsigned long long>(s.rows_pushed),
-              static_cast<unsigned long long>(s.rows_bytes_pushed));
+              static_cast<unsigned long long>(CounterValue(s, "rows_pushed")),
+              static_cast<unsigned long long>(CounterValue(s, "rows_bytes_pushed")));
   return 0;
 }
 
@@ -561,13 +564,13 @@ uint64_t RowsCallBytes(Worker& w, int64_t count, int64_t total, int64_t dim) {
   std::vector<int64_t> rows(count);
   for (int64_t j = 0; j < count; ++j) rows[j] = (j * 999331) % total;  // distinct, every worker
   std::vector<float> values(count * dim, 1.0f), out(count * dim);
-  const uint64_t before = w.stats().van.bytes_sent;
+  const uint64_t before = CounterValue(w.Counters(), "van.bytes_sent");
   w.PushPullRows("huge", rows.data(), rows.size(), values.data(), out.data(), DataType::kFloat32,
                  false);
   for (int64_t j = 0; j < count * dim; ++j) {
     if (out[j] != static_cast<float>(w.size())) return 0;  // every worker sent 1.0 for it
   }
-  return w.stats().van.bytes_sent - before;
+  return CounterValue(w.Counters(), "van.bytes_sent") - before;
 }
 
 int RunRowsBytes(Worker& w) {

@@ -22,105 +22,59 @@
 //
 // Thread-safe: any thread may call any method. Errors throw FerryError.
 
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config/config.h"
-#include "common/util/mutex.h"
+#include "worker/collective.h"
 #include "worker/local/local_nccl.h"
-#include "worker/worker.h"
+#include "worker/operation_table.h"
 
 namespace ferry {
 
-class LocalRoot;
-class LocalPeer;
+// A device push_pull's description (local_nccl.h), after checking that this Ferry was
+// built with NCCL (else FerryError kInvalidArgument naming the tensor).
+DeviceTensor CheckedDeviceTensor(const std::string& name, const void* input, void* output,
+                                 DataType dtype, uint64_t count, bool average, void* stream);
 
 class LocalGroup {
  public:
-  // L = 1: a Worker. L > 1: the local root or a peer, per FERRY_LOCAL_RANK. Throws.
-  static std::unique_ptr<LocalGroup> Create(const Config& config);
-  ~LocalGroup();
+  // FERRY_LOCAL_SIZE = 1: a Worker. L > 1: the local root (FERRY_LOCAL_RANK 0) or a
+  // LocalPeer. Registers with the cluster (the root) or connects to the root (a peer)
+  // before it returns. Throws FerryError.
+  static std::unique_ptr<Collective> Create(const Config& config);
+};
 
-  int rank() const;
-  int size() const;
-  int local_rank() const { return config_.local_size > 1 ? config_.local_rank : 0; }
-  int local_size() const { return config_.local_size; }
-  int num_servers() const;
-
-  // On non-root ranks a declaration is checked and numbered here (no Worker); the
-  // root's own declarations fix the order of the machine's tensors at the servers.
-  int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                    std::optional<int> priority = std::nullopt);
-  // As Worker::PushPullAsync (averages over size()). On a non-root rank the input is
-  // copied before the call returns; the output must live until the operation finished.
-  Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
-                       uint64_t count, bool average, std::optional<int> priority = std::nullopt);
-  // As Worker::PushPullRowsAsync (sparse rows). Only with FERRY_LOCAL_SIZE = 1: a local
-  // group would have to merge its ranks' row lists before the root pushes; with L > 1
-  // it throws FerryError (kInvalidArgument) naming the reason.
+// What LocalRoot and LocalPeer share: the local shape, the table of this rank's handles,
+// and refusing what a local group cannot do (sparse rows, Join).
+class LocalMember : public Collective {
+ public:
+  int local_rank() const override { return config_.local_rank; }
+  int local_size() const override { return config_.local_size; }
+  bool Poll(Handle handle) override { return table_.Poll(handle); }
+  void Wait(Handle handle) override { table_.Wait(handle); }
+  bool WaitFor(Handle handle, int64_t timeout_ms) override {
+    return table_.WaitFor(handle, timeout_ms);
+  }
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) override {
+    return table_.WaitAny(handles, timeout_ms);
+  }
+  // Refused: a local group would have to merge its ranks' row lists before the root pushes.
   Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
                            const void* values, void* output, DataType dtype, bool average,
-                           std::optional<int> priority = std::nullopt);
-  void PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
-                    const void* values, void* output, DataType dtype, bool average);
-  bool Poll(Handle handle);
-  void Wait(Handle handle);
-  bool WaitFor(Handle handle, int64_t timeout_ms);
-  // As Worker::WaitAny: the first finished of `handles`, or 0 after `timeout_ms`.
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms);
-  void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
-                uint64_t count, bool average);
-  // PushPull of a tensor in CUDA device memory (input and output on this process's GPU,
-  // one GPU per local rank), through the NCCL backend (local_nccl.h): NCCL reduces the
-  // local ranks' tensors on the GPUs, the root push_pulls the machine's sum through its
-  // Worker, NCCL broadcasts the result. `stream`: the cudaStream_t the input was written
-  // on (null: the default stream). Blocks until the output holds the result. With
-  // L = 1 the same path (a communicator of one rank). A collective of the group like
-  // PushPull; the rounds of a name's device tensor are counted apart from its host
-  // ones. Throws FerryError, e.g. in a build without NCCL (LocalNccl::Built()).
-  void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
-                      uint64_t count, bool average, void* stream = nullptr);
-  // Every rank's `data` becomes global rank `root`'s.
-  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
-  void Barrier();
-  void StepBoundary();
-  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes);
-  SchedulingChoice scheduling() const;
-  std::string scheduling_policy() const;
-  void Join();
-  // Idempotent. With L > 1 the root waits for every other local rank's Shutdown.
-  void Shutdown();
-  // A non-root rank has no Worker: its stats are zeros but `operations`.
-  WorkerStats stats() const;
-  // As Worker::Counters; a non-root rank has only "operations".
-  CounterValues Counters() const;
+                           std::optional<int> priority = std::nullopt,
+                           CompletionCallback done = nullptr) override;
+  // Refused: every local rank must push every round.
+  void Join() override;
 
- private:
-  explicit LocalGroup(const Config& config);
-  // The Worker of L = 1 or of the local root; throws naming `what` on a non-root rank.
-  Worker& WorkerFor(const char* what) const;
-  // REQUIRES: a non-root rank. Checks a declaration against the earlier ones.
-  int DeclareLocally(const std::string& name, DataType dtype, const std::vector<int64_t>& shape)
-      EXCLUDES(mu_);
-
+ protected:
+  // `timeout_message`: the table's (operation_table.h); it may use the derived object,
+  // whose destructor closes the table first.
+  LocalMember(const Config& config, TimeoutMessageFn timeout_message)
+      : config_(config), table_(config.op_timeout_ms, std::move(timeout_message)) {}
   const Config config_;
-  std::unique_ptr<Worker> worker_;   // L = 1
-  std::unique_ptr<LocalRoot> root_;  // L > 1, local rank 0
-  std::unique_ptr<LocalPeer> peer_;  // L > 1, other local ranks
-
-  struct Declared {
-    int id;
-    DataType dtype;
-    std::vector<int64_t> shape;
-  };
-  mutable Mutex mu_;  // guards declared_, operations_ and the making of nccl_
-  std::map<std::string, Declared> declared_ GUARDED_BY(mu_);  // non-root ranks' declarations
-  uint64_t operations_ GUARDED_BY(mu_) = 0;
-  // L = 1: made at the first device push_pull; destroyed before worker_.
-  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);
+  OperationTable table_;  // this rank's handles; its own lock
 };
 
 }  // namespace ferry

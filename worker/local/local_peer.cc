@@ -21,11 +21,11 @@ struct LocalPeer::Op {
 };
 
 LocalPeer::LocalPeer(const Config& config)
-    : config_(config),
-      table_(config.op_timeout_ms, [this](Handle h) { return TimeoutMessage(h); }) {}
+    : LocalMember(config, [this](Handle h) { return TimeoutMessage(h); }) {}
 
 LocalPeer::~LocalPeer() {
   if (link_) link_->Stop();
+  table_.Close();  // its callbacks and timeout messages use this object
 }
 
 std::string LocalPeer::Me() const {
@@ -123,7 +123,8 @@ void LocalPeer::Fail(const std::string& reason) {
 }
 
 Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* input, void* output,
-                         DataType dtype, uint64_t count, bool average, int root) {
+                         DataType dtype, uint64_t count, bool average, int root,
+                         CompletionCallback done) {
   MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
   FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, LocalOpName(kind), " of '", name,
@@ -166,17 +167,38 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
   m.header.root = root;
   m.name = name;
   link_->Send(std::move(m));
-  op->handle = table_.Add();
+  op->handle = table_.Add(std::move(done));
   by_seq_[op->seq] = op;
   return op->handle;
 }
 
-Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void* output,
-                                DataType dtype, uint64_t count, bool average) {
-  return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1);
+int LocalPeer::DeclareTensor(const std::string& name, DataType dtype,
+                             const std::vector<int64_t>& shape, std::optional<int>) {
+  MutexLock lock(mu_);
+  auto it = declared_.find(name);
+  if (it == declared_.end()) {
+    const int id = static_cast<int>(declared_.size());
+    declared_[name] = Declared{id, dtype, shape};
+    return id;
+  }
+  FERRY_ENFORCE(it->second.dtype == dtype && it->second.shape == shape, ErrorCode::kMismatch,
+                "tensor '", name, "' declared again with another dtype or shape (",
+                DataTypeName(dtype), " vs ", DataTypeName(it->second.dtype), ")");
+  return it->second.id;
 }
 
-void LocalPeer::PushPullDevice(const DeviceTensor& t) {
+Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void* output,
+                                DataType dtype, uint64_t count, bool average,
+                                std::optional<int>, CompletionCallback done) {
+  operations_++;
+  return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1,
+                std::move(done));
+}
+
+void LocalPeer::PushPullDevice(const std::string& name, const void* input, void* output,
+                               DataType dtype, uint64_t count, bool average, void* stream) {
+  const DeviceTensor t = CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
+  operations_++;
   uint64_t ticket = 0;
   LocalNccl* nccl = nullptr;  // made once, destroyed only with this object
   {
@@ -207,13 +229,20 @@ void LocalPeer::PushPullDevice(const DeviceTensor& t) {
   nccl->Wait(ticket);
 }
 
-bool LocalPeer::Poll(Handle handle) { return table_.Poll(handle); }
-
-bool LocalPeer::WaitFor(Handle handle, int64_t timeout_ms) {
-  return table_.WaitFor(handle, timeout_ms);
+void LocalPeer::RefuseOffRoot(const char* what) const {
+  throw FerryError(ErrorCode::kInvalidArgument,
+                   StrCat(what, " is not available on local rank ", config_.local_rank,
+                          " (FERRY_LOCAL_SIZE=", config_.local_size,
+                          "): only local rank 0 talks to the servers; make the call there"));
 }
 
-void LocalPeer::Wait(Handle handle) { table_.Wait(handle); }
+void LocalPeer::SetScheduling(int64_t, int64_t) { RefuseOffRoot("SetScheduling"); }
+
+SchedulingChoice LocalPeer::scheduling() const { RefuseOffRoot("scheduling()"); }
+
+std::string LocalPeer::scheduling_policy() const { RefuseOffRoot("scheduling_policy()"); }
+
+CounterValues LocalPeer::Counters() const { return {{"operations", operations_.value()}}; }
 
 std::string LocalPeer::TimeoutMessage(Handle handle) const {
   MutexLock lock(mu_);

@@ -23,42 +23,52 @@
 
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
+#include "common/util/counters.h"
 #include "common/util/mutex.h"
+#include "worker/local/local_group.h"
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
 #include "worker/operation_table.h"
-#include "worker/worker.h"
 
 namespace ferry {
 
-class LocalPeer {
+class LocalPeer : public LocalMember {
  public:
   // Connects to the local root and waits for its WELCOME. Throws FerryError.
   static std::unique_ptr<LocalPeer> Create(const Config& config);
-  ~LocalPeer();
+  ~LocalPeer() override;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  int num_servers() const { return num_servers_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int num_servers() const override { return num_servers_; }
 
+  // Checked and numbered here (no Worker): the root's own declarations fix the order of
+  // the machine's tensors at the servers.
+  int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
+                    std::optional<int> priority = std::nullopt) override;
+  // The input is copied before the call returns; `priority` is the root's to give.
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
-                       uint64_t count, bool average);
-  bool Poll(Handle handle);
-  bool WaitFor(Handle handle, int64_t timeout_ms);
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
-    return table_.WaitAny(handles, timeout_ms);
-  }
-  void Wait(Handle handle);
+                       uint64_t count, bool average, std::optional<int> priority = std::nullopt,
+                       CompletionCallback done = nullptr) override;
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): queued
   // there, announced to the root, run at the root's GO. Blocks until the output holds
   // the result. Throws FerryError.
-  void PushPullDevice(const DeviceTensor& t);
-  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
-  void Barrier();
+  void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
+                      uint64_t count, bool average, void* stream = nullptr) override;
+  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
+                 int root) override;
+  void Barrier() override;
+  void StepBoundary() override {}  // the root times the machine's iterations
+  // Refused: the root alone partitions the machine's tensors; make the call there.
+  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) override;
+  SchedulingChoice scheduling() const override;
+  std::string scheduling_policy() const override;
   // Waits for this rank's operations, says BYE, and waits (FERRY_OP_TIMEOUT_MS) for the
   // root's word that the job shut down. Idempotent.
-  void Shutdown();
+  void Shutdown() override;
+  // Only "operations" (push_pulls of this rank): the root counts the machine's traffic.
+  CounterValues Counters() const override;
 
  private:
   struct Op;
@@ -72,16 +82,16 @@ class LocalPeer {
   void OnDisconnect();               // IO thread
   // Copies `input` into the slot of `name` and sends the submission; returns the handle.
   Handle Submit(LocalOp kind, const std::string& name, const void* input, void* output,
-                DataType dtype, uint64_t count, bool average, int root);
+                DataType dtype, uint64_t count, bool average, int root,
+                CompletionCallback done = nullptr);
   void Fail(const std::string& reason) REQUIRES(mu_);
+  // Throws: `what` is only available on local rank 0.
+  [[noreturn]] void RefuseOffRoot(const char* what) const;
   std::string TimeoutMessage(Handle handle) const EXCLUDES(mu_);
   std::string Me() const;
 
-  const Config config_;
   std::unique_ptr<LocalLink> link_;
   int rank_ = -1, size_ = 0, num_servers_ = 0;
-
-  OperationTable table_;  // this rank's handles; its own lock, taken inside mu_
 
   mutable Mutex mu_;  // guards everything below
   CondVar cv_;        // signalled on WELCOME, DONE, BYE and failure
@@ -96,6 +106,13 @@ class LocalPeer {
   bool bye_received_ GUARDED_BY(mu_) = false;
   std::string bye_error_ GUARDED_BY(mu_);
   std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
+  struct Declared {
+    int id;
+    DataType dtype;
+    std::vector<int64_t> shape;
+  };
+  std::map<std::string, Declared> declared_ GUARDED_BY(mu_);
+  Counter operations_;  // push_pulls (host and device) of this rank
 };
 
 }  // namespace ferry

@@ -36,52 +36,37 @@ bool ProcessGone(int pid) {
 
 }  // namespace
 
-struct LocalRoot::Round {
-  LocalOp kind = LocalOp::kHello;  // kHello: no submission yet
-  DataType dtype = DataType::kFloat32;
-  uint64_t count = 0;
-  bool average = false;
-  int root = -1;
-  std::vector<bool> have;       // by local rank: submitted
-  std::vector<uint64_t> seq;    // by local rank: its operation number (echoed in DONE)
-  const void* input = nullptr;  // the root's
-  void* output = nullptr;       // the root's
-  uint64_t op_id = 0;           // the root's operation (0: the root has not called yet)
-  Handle handle = 0;            // the root's push_pull, in table_ (0: none)
-  std::optional<int> priority;  // the root's
-  bool started = false;
-  Handle worker_handle = 0;  // push_pull: the Worker's operation on the staging buffer
-};
-
-struct LocalRoot::Rounds {
-  uint64_t base = 0;  // the round number of q.front()
-  std::deque<Round> q;
-  std::vector<uint64_t> next;  // by local rank: its next round number
-  std::vector<char> staging;   // the front round's sum (see the header's invariants)
-};
-
 struct LocalRoot::Peer {
   std::string id;  // routing id
   int pid = 0;
   bool hello = false;
   bool bye = false;
   std::map<std::string, std::unique_ptr<ShmSegment>> slots;  // by tensor name
+  // The slot of tensor `key` (it exists once the peer submitted an operation of it).
+  void* SlotData(const std::string& key) {
+    auto it = slots.find(key);
+    CHECK(it != slots.end()) << "no slot of pid " << pid << " for " << key;
+    return it->second->data();
+  }
 };
 
 LocalRoot::LocalRoot(const Config& config)
-    : config_(config),
-      local_size_(config.local_size),
-      table_(config.op_timeout_ms,
-             [this](Handle h) {
-               MutexLock lock(mu_);
-               return StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
-                             " ms (FERRY_OP_TIMEOUT_MS): ",
-                             Describe([h](const Round& r) { return r.handle == h; }));
-             }),
-      peers_(config.local_size) {}
+    : LocalMember(config,
+                  [this](Handle h) {
+                    MutexLock lock(mu_);
+                    return StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
+                                  " ms (FERRY_OP_TIMEOUT_MS): ",
+                                  rounds_.Describe([h](const LocalRound& r) { return r.handle == h; },
+                                                   kBarrierKey));
+                  }),
+      peers_(config.local_size),
+      rounds_(config.local_size, [this](int lr) NO_THREAD_SAFETY_ANALYSIS {
+        return peers_[lr].pid;  // called by rounds_ under mu_
+      }) {}
 
 LocalRoot::~LocalRoot() {
   if (link_) link_->Stop();
+  table_.Close();  // its callbacks and timeout messages use this object
   // The Worker's completion callbacks use this object's members: no callback
   // may run once they are gone (members are destroyed after this body, worker_
   // among the last).
@@ -109,7 +94,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   MutexLock lock(r->mu_);
   r->worker_ = std::move(worker);
   auto all_here = [&]() REQUIRES(r->mu_) {
-    for (int lr = 1; lr < r->local_size_; ++lr) {
+    for (int lr = 1; lr < r->config_.local_size; ++lr) {
       if (!r->peers_[lr].hello) return false;
     }
     return true;
@@ -117,7 +102,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   if (!r->cv_.WaitFor(r->mu_, Millis(config.connect_timeout_ms),
                       [&]() REQUIRES(r->mu_) { return all_here() || !r->failure_.empty(); })) {
     std::string missing;
-    for (int lr = 1; lr < r->local_size_; ++lr) {
+    for (int lr = 1; lr < r->config_.local_size; ++lr) {
       if (!r->peers_[lr].hello) missing += StrCat(missing.empty() ? "" : ", ", lr);
     }
     r->Fail(StrCat(r->Me(), ": local rank(s) ", missing, " did not connect to ",
@@ -125,7 +110,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
                    " within FERRY_CONNECT_TIMEOUT_MS=", config.connect_timeout_ms, " ms"));
   }
   FERRY_ENFORCE(r->failure_.empty(), ErrorCode::kPeerFailed, r->failure_);
-  for (int lr = 1; lr < r->local_size_; ++lr) {
+  for (int lr = 1; lr < r->config_.local_size; ++lr) {
     LocalMessage w;
     w.peer = r->peers_[lr].id;
     w.header.op = static_cast<uint32_t>(LocalOp::kWelcome);
@@ -135,8 +120,8 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     w.header.num_servers = r->worker_->num_servers();
     r->link_->Send(std::move(w));
   }
-  LOG(INFO) << "local group of " << r->local_size_ << " at " << r->link_->endpoint() << ": ranks "
-            << r->rank() << ".." << r->rank() + r->local_size_ - 1 << " of " << r->size();
+  LOG(INFO) << "local group of " << r->config_.local_size << " at " << r->link_->endpoint() << ": ranks "
+            << r->rank() << ".." << r->rank() + r->config_.local_size - 1 << " of " << r->size();
   return r;
 }
 
@@ -144,9 +129,9 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
   MutexLock lock(mu_);
   const LocalHeader& h = m.header;
   const int lr = h.local_rank;
-  if (lr < 1 || lr >= local_size_) {
+  if (lr < 1 || lr >= config_.local_size) {
     LOG(WARNING) << "local group: dropped a message from local rank " << lr << " (expected 1.."
-                 << local_size_ - 1 << ")";
+                 << config_.local_size - 1 << ")";
     return;
   }
   Peer& peer = peers_[lr];
@@ -218,7 +203,7 @@ void LocalRoot::OnDisconnect() {
     }
     gone.clear();
     unknown.clear();
-    for (int lr = 1; lr < local_size_; ++lr) {
+    for (int lr = 1; lr < config_.local_size; ++lr) {
       const Peer& p = peers_[lr];
       if (!p.hello || p.bye) continue;
       const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
@@ -237,12 +222,12 @@ void LocalRoot::OnDisconnect() {
 
 void LocalRoot::OnMachineDone(const std::string& key, const Verdict& verdict) {
   MutexLock lock(mu_);
-  auto it = rounds_.find(key);
-  if (it == rounds_.end() || it->second.q.empty() || it->second.q.front().worker_handle == 0) {
+  LocalRoundQueue* found = rounds_.Find(key);
+  if (!found || found->q.empty() || found->q.front().worker_handle == 0) {
     return;  // the group failed meanwhile
   }
-  Rounds& rs = it->second;
-  Round& round = rs.q.front();
+  LocalRoundQueue& rs = *found;
+  LocalRound& round = rs.q.front();
   round.worker_handle = 0;
   if (!verdict.ok()) {
     Fail(StrCat("push_pull of '", key, "' failed: ", verdict.error));
@@ -252,44 +237,20 @@ void LocalRoot::OnMachineDone(const std::string& key, const Verdict& verdict) {
   FinishRound(key, rs.staging.data());
 }
 
-LocalRoot::Round& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
-                                    uint64_t count, bool average, int root, uint64_t seq) {
-  Rounds& rs = rounds_[key];
-  if (rs.next.empty()) rs.next.assign(local_size_, 0);
-  const uint64_t index = rs.next[lr]++ - rs.base;
-  while (rs.q.size() <= index) {
-    rs.q.emplace_back();
-    rs.q.back().have.assign(local_size_, false);
-    rs.q.back().seq.assign(local_size_, 0);
+LocalRound& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
+                              uint64_t count, bool average, int root, uint64_t seq) {
+  try {
+    return rounds_.Submit(key, lr, kind, dtype, count, average, root, seq);
+  } catch (const FerryError& e) {
+    Fail(e.what());  // the group cannot go on: the ranks' sequences of calls differ
+    throw;
   }
-  Round& round = rs.q[index];
-  if (round.kind == LocalOp::kHello) {
-    round.kind = kind;
-    round.dtype = dtype;
-    round.count = count;
-    round.average = average;
-    round.root = root;
-  } else if (round.kind != kind || round.dtype != dtype || round.count != count ||
-             round.average != average || round.root != root) {
-    // The group cannot go on: the ranks' sequences of calls differ.
-    const std::string why =
-        StrCat("local ranks disagree on round ", rs.base + index, " of '", key, "': local rank ",
-               lr, " called ", LocalOpName(kind), " (", count, " x ", DataTypeName(dtype),
-               ", average ", average, ", root ", root, ") where another called ",
-               LocalOpName(round.kind), " (", round.count, " x ", DataTypeName(round.dtype),
-               ", average ", round.average, ", root ", round.root, ")");
-    Fail(why);
-    throw FerryError(ErrorCode::kMismatch, why);
-  }
-  round.have[lr] = true;
-  round.seq[lr] = seq;
-  return round;
 }
 
 void LocalRoot::TryStart(const std::string& key) {
-  Rounds& rs = rounds_[key];
+  LocalRoundQueue& rs = rounds_.Of(key);
   if (rs.q.empty() || rs.q.front().started || !failure_.empty()) return;
-  Round& round = rs.q.front();
+  LocalRound& round = rs.q.front();
   for (bool h : round.have) {
     if (!h) return;
   }
@@ -300,7 +261,7 @@ void LocalRoot::TryStart(const std::string& key) {
                     // here
 }
 
-void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
+void LocalRoot::StartDevice(const std::string& key, LocalRoundQueue& rs) {
   const std::string name = key.substr(sizeof kDevicePrefix - 1);
   std::string unique_id;
   try {
@@ -311,7 +272,7 @@ void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
   }
   // GO in the same order to every rank: each runs its rounds in the order of
   // its GOs (one socket per peer keeps the order).
-  for (int lr = 1; lr < local_size_; ++lr) {
+  for (int lr = 1; lr < config_.local_size; ++lr) {
     LocalMessage go;
     go.peer = peers_[lr].id;
     go.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
@@ -321,19 +282,14 @@ void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
     link_->Send(std::move(go));
   }
   nccl_->Go(name, unique_id);
-  rs.q.pop_front();
-  rs.base++;
+  rs.Pop();
   cv_.NotifyAll();
   TryStart(key);
 }
 
-void LocalRoot::MachinePushPull(const DeviceTensor& t, void* host) {
-  // A sum, never an average: the division is by size(), not by the machines.
-  worker_->PushPull(t.name, host, host, t.dtype, t.count, false);
-  if (t.average && t.count > 0) Scale(host, 1.0 / size(), t.count, t.dtype);
-}
-
-void LocalRoot::PushPullDevice(const DeviceTensor& t) {
+void LocalRoot::PushPullDevice(const std::string& name, const void* input, void* output,
+                               DataType dtype, uint64_t count, bool average, void* stream) {
+  const DeviceTensor t = CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
   uint64_t ticket = 0;
   LocalNccl* nccl = nullptr;  // made once, destroyed only with this object
   {
@@ -343,8 +299,12 @@ void LocalRoot::PushPullDevice(const DeviceTensor& t) {
                   "' after Shutdown()");
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
-          0, local_size_, config_.op_timeout_ms,
-          [this](const DeviceTensor& d, void* host) { MachinePushPull(d, host); },
+          0, config_.local_size, config_.op_timeout_ms,
+          [this](const DeviceTensor& d, void* host) {
+            // A sum, never an average: the division is by size(), not by the machines.
+            worker_->PushPull(d.name, host, host, d.dtype, d.count, false);
+            if (d.average && d.count > 0) Scale(host, 1.0 / size(), d.count, d.dtype);
+          },
           [this](const std::string& reason) {
             MutexLock lock(mu_);
             Fail(reason);
@@ -358,13 +318,13 @@ void LocalRoot::PushPullDevice(const DeviceTensor& t) {
   nccl->Wait(ticket);
 }
 
-void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
-  Round& round = rs.q.front();
+void LocalRoot::StartPushPull(const std::string& key, LocalRoundQueue& rs) {
+  LocalRound& round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   rs.staging.resize(bytes);
   if (bytes > 0) std::memcpy(rs.staging.data(), round.input, bytes);
-  for (int lr = 1; lr < local_size_; ++lr) {
-    SumInto(rs.staging.data(), SlotData(lr, key), round.count, round.dtype);
+  for (int lr = 1; lr < config_.local_size; ++lr) {
+    SumInto(rs.staging.data(), peers_[lr].SlotData(key), round.count, round.dtype);
   }
   try {
     // The Worker finishes it on its completion thread (OnMachineDone), or fails
@@ -378,14 +338,14 @@ void LocalRoot::StartPushPull(const std::string& key, Rounds& rs) {
 }
 
 void LocalRoot::FinishRound(const std::string& key, const void* result) {
-  Rounds& rs = rounds_[key];
-  Round& round = rs.q.front();
+  LocalRoundQueue& rs = rounds_.Of(key);
+  LocalRound& round = rs.q.front();
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   if (round.output && round.output != result && bytes > 0) {
     std::memcpy(round.output, result, bytes);
   }
-  for (int lr = 1; lr < local_size_; ++lr) {
-    if (bytes > 0) std::memcpy(SlotData(lr, key), result, bytes);
+  for (int lr = 1; lr < config_.local_size; ++lr) {
+    if (bytes > 0) std::memcpy(peers_[lr].SlotData(key), result, bytes);
     LocalMessage done;
     done.peer = peers_[lr].id;
     done.header.op = static_cast<uint32_t>(LocalOp::kDone);
@@ -393,16 +353,9 @@ void LocalRoot::FinishRound(const std::string& key, const void* result) {
     link_->Send(std::move(done));
   }
   if (round.handle) table_.Finish(round.handle, Verdict{});
-  rs.q.pop_front();
-  rs.base++;
+  rs.Pop();
   cv_.NotifyAll();
   TryStart(key);
-}
-
-void* LocalRoot::SlotData(int lr, const std::string& key) {
-  auto it = peers_[lr].slots.find(key);
-  CHECK(it != peers_[lr].slots.end()) << "no slot of local rank " << lr << " for " << key;
-  return it->second->data();
 }
 
 void LocalRoot::Fail(const std::string& reason) {
@@ -410,7 +363,7 @@ void LocalRoot::Fail(const std::string& reason) {
   failure_ = reason;
   LOG(ERROR) << reason;
   if (nccl_) nccl_->Fail(reason);
-  for (int lr = 1; lr < local_size_; ++lr) {
+  for (int lr = 1; lr < config_.local_size; ++lr) {
     if (!peers_[lr].hello) continue;
     LocalMessage fail;
     fail.peer = peers_[lr].id;
@@ -424,68 +377,34 @@ void LocalRoot::Fail(const std::string& reason) {
   cv_.NotifyAll();
 }
 
-std::string LocalRoot::Missing(const Round& round) const {
-  std::string s;
-  for (int lr = 1; lr < local_size_; ++lr) {
-    if (round.have.empty() || !round.have[lr]) {
-      s += StrCat(s.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
-    }
-  }
-  return s;
-}
-
-std::string LocalRoot::Describe(const std::function<bool(const Round&)>& is_op) const {
-  for (const auto& [key, rs] : rounds_) {
-    for (const Round& round : rs.q) {
-      if (!is_op(round)) continue;
-      const std::string what =
-          StrCat(LocalOpName(round.kind), " of '", key == kBarrierKey ? "barrier" : key, "'");
-      if (!round.started) {
-        const std::string missing = Missing(round);
-        if (!missing.empty()) return StrCat(what, ": waiting for local rank(s) ", missing);
-        return StrCat(what, ": queued behind an earlier operation of the same tensor");
-      }
-      return StrCat(what, ": waiting for the servers' sum (the machine's push_pull)");
-    }
-  }
-  return "an operation that has just finished";
-}
-
 Handle LocalRoot::PushPullAsync(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average,
-                                std::optional<int> priority) {
+                                std::optional<int> priority, CompletionCallback done) {
   MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
   FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
-  Round& round = Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
+  LocalRound& round = Submit(name, 0, LocalOp::kPushPull, dtype, count, average, -1, 0);
   round.input = input;
   round.output = output;
   round.op_id = next_op_id_++;
   round.priority = priority;
-  round.handle = table_.Add();
+  round.handle = table_.Add(std::move(done));
   const Handle h = round.handle;
   TryStart(name);
   return h;
 }
 
-bool LocalRoot::Poll(Handle handle) { return table_.Poll(handle); }
-
-bool LocalRoot::WaitFor(Handle handle, int64_t timeout_ms) {
-  return table_.WaitFor(handle, timeout_ms);
-}
-
-void LocalRoot::Wait(Handle handle) { table_.Wait(handle); }
-
 void LocalRoot::WaitStarted(const std::string& key, uint64_t op_id) {
   auto started = [&]() REQUIRES(mu_) {
     if (!failure_.empty()) return true;
-    const Rounds& rs = rounds_[key];
+    const LocalRoundQueue& rs = rounds_.Of(key);
     return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
   if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), started)) {
     const std::string why =
         StrCat(Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
-               Describe([op_id](const Round& r) { return r.op_id == op_id; }));
+               rounds_.Describe([op_id](const LocalRound& r) { return r.op_id == op_id; },
+                                kBarrierKey));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
   }
@@ -498,16 +417,16 @@ void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, u
                 "': root rank ", root, " is not a rank (0..", size() - 1, ")");
   MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  Round& round = Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
+  LocalRound& round = Submit(name, 0, LocalOp::kBroadcast, dtype, count, false, root, 0);
   round.output = data;
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(name);
   WaitStarted(name, op_id);
   // The round is ours until FinishRound: no peer touches its slot meanwhile.
-  const int machine = root / local_size_, source = root % local_size_;
+  const int machine = root / config_.local_size, source = root % config_.local_size;
   const size_t bytes = count * DataTypeSize(dtype);
   if (machine == worker_->rank() && source != 0 && bytes > 0) {
-    std::memcpy(data, SlotData(source, name), bytes);
+    std::memcpy(data, peers_[source].SlotData(name), bytes);
   }
   lock.Unlock();
   std::string error;
@@ -527,7 +446,7 @@ void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, u
 void LocalRoot::Barrier() {
   MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  Round& round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
+  LocalRound& round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(kBarrierKey);
   WaitStarted(kBarrierKey, op_id);
@@ -551,7 +470,7 @@ void LocalRoot::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   auto all_bye = [&]() REQUIRES(mu_) {
-    for (int lr = 1; lr < local_size_; ++lr) {
+    for (int lr = 1; lr < config_.local_size; ++lr) {
       if (!peers_[lr].bye) return false;
     }
     return true;
@@ -560,7 +479,7 @@ void LocalRoot::Shutdown() {
         return all_bye() || !failure_.empty();
       })) {
     std::string missing;
-    for (int lr = 1; lr < local_size_; ++lr) {
+    for (int lr = 1; lr < config_.local_size; ++lr) {
       if (!peers_[lr].bye)
         missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
     }
@@ -579,7 +498,7 @@ void LocalRoot::Shutdown() {
   }
   lock.Lock();
   if (failure_.empty()) {
-    for (int lr = 1; lr < local_size_; ++lr) {
+    for (int lr = 1; lr < config_.local_size; ++lr) {
       LocalMessage bye;
       bye.peer = peers_[lr].id;
       bye.header.op = static_cast<uint32_t>(LocalOp::kBye);

@@ -25,8 +25,6 @@
 // the peers), and the Worker's completion thread ("ferry-done": a machine's push_pull
 // finished, OnMachineDone). Every blocking wait has a deadline; nothing polls.
 
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,7 +35,9 @@
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
 #include "common/util/mutex.h"
+#include "worker/local/local_group.h"
 #include "worker/local/local_link.h"
+#include "worker/local/local_rounds.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/shm_segment.h"
 #include "worker/operation_table.h"
@@ -45,39 +45,49 @@
 
 namespace ferry {
 
-class LocalRoot {
+class LocalRoot : public LocalMember {
  public:
   // Binds the local socket, registers the Worker, then waits (FERRY_CONNECT_TIMEOUT_MS)
   // for the other local ranks' HELLO and welcomes them. Throws FerryError.
   static std::unique_ptr<LocalRoot> Create(const Config& config);
-  ~LocalRoot();
+  ~LocalRoot() override;
 
-  int rank() const { return worker_->rank() * local_size_; }
-  int size() const { return worker_->size() * local_size_; }
-  Worker& worker() { return *worker_; }
+  int rank() const override { return worker_->rank() * config_.local_size; }
+  int size() const override { return worker_->size() * config_.local_size; }
+  int num_servers() const override { return worker_->num_servers(); }
 
-  Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
-                       uint64_t count, bool average, std::optional<int> priority);
-  bool Poll(Handle handle);
-  bool WaitFor(Handle handle, int64_t timeout_ms);
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
-    return table_.WaitAny(handles, timeout_ms);
+  // The root's declarations fix the order of the machine's tensors at the servers.
+  int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
+                    std::optional<int> priority = std::nullopt) override {
+    return worker_->DeclareTensor(name, dtype, shape, priority);
   }
-  void Wait(Handle handle);
+  Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
+                       uint64_t count, bool average, std::optional<int> priority = std::nullopt,
+                       CompletionCallback done = nullptr) override;
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): its rounds
   // are counted here as the host tensors' are (under a key of their own), and the root
   // sends every round's GO. Blocks until the output holds the result. Throws FerryError.
-  void PushPullDevice(const DeviceTensor& t);
+  void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
+                      uint64_t count, bool average, void* stream = nullptr) override;
   // `root`: a global rank (machine rank x local size + local rank).
-  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count, int root);
-  void Barrier();
+  void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
+                 int root) override;
+  void Barrier() override;
+  // The Worker's (worker.h): the root times the machine's iterations and partitions its
+  // tensors.
+  void StepBoundary() override { worker_->StepBoundary(); }
+  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) override {
+    worker_->SetScheduling(partition_bytes, credit_bytes);
+  }
+  SchedulingChoice scheduling() const override { return worker_->scheduling(); }
+  std::string scheduling_policy() const override { return worker_->scheduling_policy(); }
   // Waits for the other local ranks' BYE (FERRY_OP_TIMEOUT_MS), shuts the Worker down,
   // and tells them how that went. Idempotent.
-  void Shutdown();
+  void Shutdown() override;
+  // The Worker's: the machine's traffic.
+  CounterValues Counters() const override { return worker_->Counters(); }
 
  private:
-  struct Round;
-  struct Rounds;
   struct Peer;
 
   explicit LocalRoot(const Config& config);
@@ -86,17 +96,14 @@ class LocalRoot {
   // The Worker's completion thread: the machine's push_pull of the front round of `key`
   // finished; the round finishes (or the group fails).
   void OnMachineDone(const std::string& key, const Verdict& verdict);
-  // Adds local rank `lr`'s submission to its next round of `key`. A submission that
-  // disagrees with the round's others fails the group (kMismatch).
-  Round& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,
-                bool average, int root, uint64_t seq) REQUIRES(mu_);
+  // LocalRounds::Submit; a submission that disagrees fails the group (and throws).
+  LocalRound& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
+                     uint64_t count, bool average, int root, uint64_t seq) REQUIRES(mu_);
   void TryStart(const std::string& key) REQUIRES(mu_);
-  void StartPushPull(const std::string& key, Rounds& rs) REQUIRES(mu_);
+  void StartPushPull(const std::string& key, LocalRoundQueue& rs) REQUIRES(mu_);
   // Every rank submitted the front device round of `key`: GO to every rank (this one
   // included); the round is over here (the backend runs the rest).
-  void StartDevice(const std::string& key, Rounds& rs) REQUIRES(mu_);
-  // The "ferry-nccl" thread: the machine's sum of `t` (host memory) through the Worker.
-  void MachinePushPull(const DeviceTensor& t, void* host);
+  void StartDevice(const std::string& key, LocalRoundQueue& rs) REQUIRES(mu_);
   // The front round of `key` is over: results to the peers' slots (and DONE), the root's
   // operation finished, the next round may start.
   void FinishRound(const std::string& key, const void* result) REQUIRES(mu_);
@@ -104,24 +111,16 @@ class LocalRoot {
   // root's operation `op_id` is the front one and every rank submitted it.
   void WaitStarted(const std::string& key, uint64_t op_id) REQUIRES(mu_);
   void Fail(const std::string& reason) REQUIRES(mu_);
-  std::string Missing(const Round& round) const REQUIRES(mu_);
-  // What the root's operation in the round `is_op` picks waits for.
-  std::string Describe(const std::function<bool(const Round&)>& is_op) const REQUIRES(mu_);
-  void* SlotData(int lr, const std::string& key) REQUIRES(mu_);
   std::string Me() const;
 
-  const Config config_;
-  const int local_size_;
   std::unique_ptr<LocalLink> link_;
   std::unique_ptr<Worker> worker_;
-
-  OperationTable table_;  // the root's push_pull handles; its own lock, taken inside mu_
 
   mutable Mutex mu_;  // guards everything below
   CondVar cv_;        // signalled on every change of a round, op or peer
   std::vector<Peer> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
-  std::map<std::string, Rounds> rounds_ GUARDED_BY(mu_);  // by tensor name (or barrier key)
-  uint64_t next_op_id_ GUARDED_BY(mu_) = 1;  // the root's operations, for Round::op_id
+  LocalRounds rounds_ GUARDED_BY(mu_);
+  uint64_t next_op_id_ GUARDED_BY(mu_) = 1;  // the root's operations, for LocalRound::op_id
   std::string failure_ GUARDED_BY(mu_);      // non-empty: the group failed; calls throw
   bool shut_down_ GUARDED_BY(mu_) = false;
   // Made at the first device push_pull; destroyed before the Worker it pushes through.

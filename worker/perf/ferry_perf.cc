@@ -24,6 +24,7 @@
 
 #include "common/cluster/role_main.h"
 #include "common/reduce/reduce.h"
+#include "common/transport/buffer.h"
 #include "common/util/clock.h"
 #include "common/util/error.h"
 #include "worker/local/local_group.h"
@@ -165,10 +166,11 @@ int RunPerf(const Config& config) {
     }
     if (errors) LOG(ERROR) << errors << " wrong elements at " << size << " bytes";
   }
-  WorkerStats s = worker->stats();
-  LOG(INFO) << "ferry-perf: " << s.partitions_pushed << " partitions pushed, "
-            << s.van.payloads_sent_zero_copy << " payloads sent without copy, " << s.van.bytes_sent
-            << " bytes sent, " << s.van.bytes_received << " bytes received";
+  const CounterValues s = worker->Counters();
+  LOG(INFO) << "ferry-perf: " << CounterValue(s, "partitions_pushed") << " partitions pushed, "
+            << CounterValue(s, "van.payloads_sent_zero_copy") << " payloads sent without copy, "
+            << CounterValue(s, "van.bytes_sent") << " bytes sent, "
+            << CounterValue(s, "van.bytes_received") << " bytes received";
   worker->Shutdown();
   if (total_errors) {
     std::fprintf(stderr, "ferry-perf: %llu wrong values\n",

@@ -1,0 +1,111 @@
+#pragma once
+
+// Collective: what a training process talks to. One interface, three implementations,
+// picked once by LocalGroup::Create (local/local_group.h) from FERRY_LOCAL_SIZE and
+// FERRY_LOCAL_RANK:
+//
+//   Worker     (worker.h)            one process per DMLC_WORKER_ID (FERRY_LOCAL_SIZE=1)
+//   LocalRoot  (local/local_root.h)  local rank 0 of a local group: owns the Worker
+//   LocalPeer  (local/local_peer.h)  the other local ranks: reach the servers through it
+//
+//   std::unique_ptr<ferry::Collective> c = ferry::LocalGroup::Create(config);
+//   c->DeclareTensor("fc.weight", DataType::kFloat32, {1000, 512});  // forward order
+//   c->PushPull("fc.weight", grad, grad, DataType::kFloat32, n, /*average=*/true);
+//   c->Shutdown();
+//
+// Every call is a collective of the job: every rank makes the same calls in the same order
+// per tensor. rank() and size() count every process (machines x local size), and averages
+// divide by size(). Each method below is documented once here; an implementation that
+// cannot offer one (sparse rows, Join or SetScheduling in a local group, for example)
+// throws FerryError (kInvalidArgument) naming the reason. Worker's comments (worker.h)
+// give the details of buffers, rounds and asynchronous training.
+//
+// Thread-safe: any thread may call any method. Errors throw FerryError.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/types/data_type.h"
+#include "common/util/counters.h"
+#include "worker/operation_table.h"
+#include "worker/scheduling/autotune.h"
+
+namespace ferry {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const { return 0; }
+  virtual int local_size() const { return 1; }
+  virtual int num_servers() const = 0;
+
+  // Declares a tensor (forward order, identically on every rank); returns its id. The
+  // same name again with the same dtype and shape returns the same id; another throws.
+  // `priority`: empty = -(id).
+  virtual int DeclareTensor(const std::string& name, DataType dtype,
+                            const std::vector<int64_t>& shape,
+                            std::optional<int> priority = std::nullopt) = 0;
+  // Sums `count` elements of `input` over every rank into `output` (averaged when
+  // `average`). Returns at once; `output` must live until the operation finished.
+  // `done` (optional): runs once the operation finished, instead of a Wait (the handle is
+  // released then); see operation_table.h for its thread and contract (it must not block).
+  virtual Handle PushPullAsync(const std::string& name, const void* input, void* output,
+                               DataType dtype, uint64_t count, bool average,
+                               std::optional<int> priority = std::nullopt,
+                               CompletionCallback done = nullptr) = 0;
+  // Sparse rows of a tensor declared [R, ...] (worker.h).
+  virtual Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                                   const void* values, void* output, DataType dtype, bool average,
+                                   std::optional<int> priority = std::nullopt,
+                                   CompletionCallback done = nullptr) = 0;
+  // A push_pull of a tensor in CUDA device memory through the NCCL backend
+  // (local/local_nccl.h). `stream`: the cudaStream_t the input was written on (null: the
+  // default stream). Blocks until `output` holds the result.
+  virtual void PushPullDevice(const std::string& name, const void* input, void* output,
+                              DataType dtype, uint64_t count, bool average,
+                              void* stream = nullptr) = 0;
+  // True once the operation finished (successfully or not). Unknown handle: throws.
+  virtual bool Poll(Handle handle) = 0;
+  // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws its error.
+  // The handle is released.
+  virtual void Wait(Handle handle) = 0;
+  // Waits at most `timeout_ms`: true (handle released) once finished, false if not yet.
+  virtual bool WaitFor(Handle handle, int64_t timeout_ms) = 0;
+  // The first finished of `handles` (Wait on it next), or 0 after `timeout_ms`.
+  virtual Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) = 0;
+  // Every rank's `data` becomes rank `root`'s.
+  virtual void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
+                         int root) = 0;
+  // Blocks until every rank called Barrier.
+  virtual void Barrier() = 0;
+  // The end of a training iteration (timing, FERRY_AUTOTUNE, trace marks; worker.h).
+  virtual void StepBoundary() = 0;
+  // Partition size and credit for the operations started from now on (worker.h).
+  virtual void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) = 0;
+  virtual SchedulingChoice scheduling() const = 0;
+  virtual std::string scheduling_policy() const = 0;
+  // Uneven data (Horovod's join; worker.h).
+  virtual void Join() = 0;
+  // Waits for this rank's operations and leaves the job. Idempotent.
+  virtual void Shutdown() = 0;
+  // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).
+  virtual CounterValues Counters() const = 0;
+
+  // PushPullAsync + Wait.
+  void PushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                uint64_t count, bool average) {
+    Wait(PushPullAsync(name, input, output, dtype, count, average));
+  }
+  // PushPullRowsAsync + Wait.
+  void PushPullRows(const std::string& name, const int64_t* rows, uint64_t num_rows,
+                    const void* values, void* output, DataType dtype, bool average) {
+    Wait(PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average));
+  }
+};
+
+}  // namespace ferry

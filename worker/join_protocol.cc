@@ -1,0 +1,56 @@
+#include "worker/join_protocol.h"
+
+#include <glog/logging.h>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+
+namespace ferry {
+
+void JoinProtocol::Join() {
+  const Config& config = ctx_.config;
+  FERRY_ENFORCE(!config.enable_async, ErrorCode::kInvalidArgument,
+                "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
+                "waits for other workers, so a worker out of data simply stops pushing");
+  uint64_t request = 0;
+  {
+    MutexLock lock(ctx_.mu);
+    ctx_.sequencer->WaitUntilIdle();
+    request = request_ = ctx_.next_request++;
+    acks_ = 0;
+  }
+  for (int s = 0; s < ctx_.num_servers; ++s) {
+    Message m = MakeMessage(proto::JOIN, ctx_.my_id);
+    m.envelope.set_request_id(request);
+    ctx_.van.Send(ServerId(s), std::move(m));
+  }
+  {
+    // Every server must hold our JOIN before the others may leave the join barrier.
+    MutexLock lock(ctx_.mu);
+    bool acked = cv_.WaitFor(ctx_.mu, Millis(config.op_timeout_ms), [this]() REQUIRES(ctx_.mu) {
+      return acks_ == ctx_.num_servers || !ctx_.failure.empty();
+    });
+    ctx_.ThrowIfFailed();
+    FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", ctx_.num_servers - acks_, " of ",
+                  ctx_.num_servers, " servers did not acknowledge within ", config.op_timeout_ms,
+                  " ms");
+  }
+  LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
+  ctx_.cluster.Barrier(proto::GROUP_JOIN, config.join_timeout_ms);
+  MutexLock lock(ctx_.mu);
+  catalog_.ResetRounds();
+  LOG(INFO) << "every worker joined; rounds start over";
+}
+
+void JoinProtocol::OnAck(const Message& m) {
+  MutexLock lock(ctx_.mu);
+  if (m.envelope.request_id() == request_) acks_++;
+  cv_.NotifyAll();
+}
+
+void JoinProtocol::OnFailure() {
+  ctx_.mu.AssertHeld();
+  cv_.NotifyAll();
+}
+
+}  // namespace ferry

@@ -1,0 +1,41 @@
+#pragma once
+
+// JoinProtocol: Worker::Join (uneven data, Horovod's join; worker.h). The worker waits
+// for its own operations, sends JOIN to every server and waits for every JOIN_ACK (from
+// then on the servers' rounds no longer wait for it), then waits in the scheduler's join
+// barrier for the other workers; after it every worker's rounds start over at 0.
+//
+// Threads: the caller runs Join; OnAck runs on van-io; OnFailure on whichever thread
+// failed the job. The join state is under WorkerContext::mu. Every wait has a deadline:
+// FERRY_OP_TIMEOUT_MS for the servers' acknowledgements, FERRY_JOIN_TIMEOUT_MS for the
+// other workers.
+
+#include <cstdint>
+
+#include "common/transport/message.h"
+#include "common/util/mutex.h"
+#include "worker/operation_kind.h"
+#include "worker/tensor_catalog.h"
+
+namespace ferry {
+
+class JoinProtocol {
+ public:
+  JoinProtocol(WorkerContext& ctx, TensorCatalog& catalog) : ctx_(ctx), catalog_(catalog) {}
+
+  // Blocks until every worker joined (see above). Throws FerryError.
+  void Join() EXCLUDES(ctx_.mu);
+  // A JOIN_ACK from a server (van-io). Takes mu.
+  void OnAck(const Message& m) EXCLUDES(ctx_.mu);
+  // The job failed (WorkerContext::failure is set): wakes a waiting Join. REQUIRES: mu.
+  void OnFailure();
+
+ private:
+  WorkerContext& ctx_;
+  TensorCatalog& catalog_;                    // PT_GUARDED_BY(ctx_.mu)
+  CondVar cv_;                                // signalled on a JOIN_ACK and on failure
+  uint64_t request_ GUARDED_BY(ctx_.mu) = 0;  // request id of the JOIN in progress
+  int acks_ GUARDED_BY(ctx_.mu) = 0;          // servers that acknowledged it
+};
+
+}  // namespace ferry

@@ -1,0 +1,121 @@
+#include "worker/scheduling_control.h"
+
+#include <glog/logging.h>
+
+#include <vector>
+
+#include "common/util/clock.h"
+#include "common/util/status.h"
+#include "common/util/strings.h"
+
+namespace ferry {
+
+SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
+                                     ScheduledQueue& queue, Collective& worker)
+    : ctx_(ctx), catalog_(catalog), queue_(queue), worker_(worker) {
+  const Config& c = ctx_.config;
+  const int64_t partition = c.InitialPartitionBytes();
+  {
+    MutexLock lock(ctx_.mu);
+    current_ = SchedulingChoice{partition, c.CreditBytesFor(partition)};
+  }
+  if (!c.autotune) return;
+  const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
+  std::vector<SchedulingChoice> grid = Autotuner::Grid(
+      partition, c.scheduling_credit, c.autotune_partition_bytes,
+      credit ? c.autotune_credits : std::vector<int64_t>{1}, 1024, c.max_message_bytes - 4096);
+  // Without credit the credit does not matter: each size keeps the configured one.
+  if (!credit) {
+    for (auto& choice : grid) choice.credit_bytes = c.CreditBytesFor(choice.partition_bytes);
+  }
+  MutexLock lock(step_mu_);
+  tuner_ = std::make_unique<Autotuner>(std::move(grid), c.autotune_steps);
+}
+
+SchedulingChoice SchedulingControl::current() const {
+  MutexLock lock(ctx_.mu);
+  return current_;
+}
+
+std::string SchedulingControl::DescribeAutotune() const {
+  MutexLock lock(step_mu_);
+  if (!tuner_) return "";
+  return StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
+                ctx_.config.autotune_steps, " iterations each");
+}
+
+void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
+  const int64_t max_partition = ctx_.config.max_message_bytes - 4096;
+  FERRY_ENFORCE(partition_bytes >= 1024 && partition_bytes <= max_partition,
+                ErrorCode::kInvalidArgument, "SetScheduling: partition size ", partition_bytes,
+                " bytes is outside 1024..", max_partition, " (FERRY_MAX_MESSAGE_BYTES - 4096)");
+  FERRY_ENFORCE(credit_bytes >= 1, ErrorCode::kInvalidArgument, "SetScheduling: credit of ",
+                credit_bytes, " bytes; it must be at least 1");
+  MutexLock lock(ctx_.mu);
+  ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
+  Apply(SchedulingChoice{partition_bytes, credit_bytes}, "SetScheduling");
+}
+
+void SchedulingControl::StepBoundary() {
+  MutexLock step_lock(step_mu_);
+  Autotuner::Action action;
+  {
+    MutexLock lock(ctx_.mu);
+    ctx_.ThrowIfFailed();
+    const int64_t now = NowUs();
+    const double ms = last_step_us_ > 0 ? (now - last_step_us_) / 1000.0 : -1.0;
+    steps_++;
+    if (ctx_.trace) {
+      ctx_.trace->Instant(StrCat("step ", steps_), now,
+                          ms < 0 ? std::string("{}") : StrCat("{\"iteration_ms\":", ms, "}"));
+    }
+    if (tuner_) action = tuner_->OnStep(ms);
+    if (action.kind == Autotuner::Action::kSwitch) {
+      // Partitions change only with nothing in flight (with ferry.torch's CrossBarrier
+      // this iteration's pushes may still be on their way: the switch waits for them).
+      ctx_.sequencer->WaitUntilIdleOrThrow("StepBoundary");
+      Apply(action.choice, StrCat("autotune candidate at iteration ", steps_));
+    }
+  }
+  if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
+  last_step_us_ = NowUs();  // after the decision's push_pull, which is no iteration's time
+}
+
+void SchedulingControl::FinishAutotune() {
+  // Every worker sums every worker's scores, so every worker picks the same candidate.
+  std::vector<double> summed = tuner_->scores();
+  worker_.PushPull("__ferry__/autotune", summed.data(), summed.data(), DataType::kFloat64,
+                   summed.size(), false);
+  const size_t best = tuner_->Decide(summed);
+  const SchedulingChoice choice = tuner_->grid()[best];
+  std::string table;
+  const double scored = static_cast<double>(ctx_.num_workers) * (tuner_->steps() - 1);
+  for (size_t i = 0; i < summed.size(); ++i) {
+    table += StrCat(i ? "; " : "", Describe(tuner_->grid()[i]), ": ", summed[i] / scored, " ms");
+  }
+  {
+    MutexLock lock(ctx_.mu);
+    ctx_.sequencer->WaitUntilIdleOrThrow("autotune");
+    Apply(choice, "autotune chose it");
+  }
+  LOG(INFO) << "autotune: chose " << Describe(choice) << " (candidate " << best << " of "
+            << summed.size() << ") after " << steps_ << " iterations; mean iteration per "
+            << "candidate over all workers: " << table;
+  tuner_.reset();
+}
+
+void SchedulingControl::Apply(const SchedulingChoice& choice, const std::string& why) {
+  CHECK(!ctx_.sequencer->AnyUnfinished()) << "scheduling changed with an operation unfinished";
+  const uint32_t gen = catalog_.SwitchPartitionBytes(static_cast<uint64_t>(choice.partition_bytes));
+  current_ = choice;
+  queue_.SetCredit(static_cast<uint64_t>(choice.credit_bytes));
+  LOG(INFO) << "scheduling (" << why << "): " << Describe(choice) << "; layout " << gen;
+  if (ctx_.trace) {
+    ctx_.trace->Instant(
+        "scheduling", NowUs(),
+        StrCat("{\"partition_bytes\":", choice.partition_bytes,
+               ",\"credit_bytes\":", choice.credit_bytes, ",\"layout\":", gen, "}"));
+  }
+}
+
+}  // namespace ferry

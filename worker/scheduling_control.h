@@ -1,0 +1,63 @@
+#pragma once
+
+// SchedulingControl: a Worker's iterations and how it partitions tensors between them.
+// It owns the current SchedulingChoice (partition size and credit), the iteration clock
+// (StepBoundary: times, trace marks) and the FERRY_AUTOTUNE search over candidates.
+//
+// A switch of the partition size happens only with none of the Worker's operations
+// unfinished (Sequencer::WaitUntilIdle first): a tensor's partitions change between its
+// operations, never under one. Every worker makes the same switches at the same point of
+// its sequence of push_pulls, so their keys agree (worker.h, "Re-partitioning").
+//
+// Locks: step_mu_ serializes StepBoundary and guards the clock and the tuner; the
+// current choice, the catalog and the sequencer are under WorkerContext::mu, taken inside
+// step_mu_ (never around it). The autotune decision push_pulls through the Worker's
+// Collective interface with neither lock of the Worker held but step_mu_.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/util/mutex.h"
+#include "worker/collective.h"
+#include "worker/operation_kind.h"
+#include "worker/scheduling/autotune.h"
+#include "worker/scheduling/scheduled_queue.h"
+#include "worker/tensor_catalog.h"
+
+namespace ferry {
+
+class SchedulingControl {
+ public:
+  // `worker` sums the autotune scores (a push_pull); every reference outlives this.
+  SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog, ScheduledQueue& queue,
+                    Collective& worker);
+
+  // What new operations use now. Takes mu.
+  SchedulingChoice current() const EXCLUDES(ctx_.mu);
+  // As Worker::SetScheduling: validates, waits for the worker's operations, switches.
+  void Set(int64_t partition_bytes, int64_t credit_bytes) EXCLUDES(ctx_.mu);
+  // As Worker::StepBoundary.
+  void StepBoundary() EXCLUDES(step_mu_, ctx_.mu);
+  // "; autotune over N candidates, K iterations each", or "" when off: for the start log.
+  std::string DescribeAutotune() const EXCLUDES(step_mu_);
+
+ private:
+  // REQUIRES: no operation of the worker unfinished. Switches new operations to
+  // partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
+  void Apply(const SchedulingChoice& choice, const std::string& why) REQUIRES(ctx_.mu);
+  void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+
+  WorkerContext& ctx_;
+  TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
+  ScheduledQueue& queue_;
+  Collective& worker_;
+  SchedulingChoice current_ GUARDED_BY(ctx_.mu);
+
+  mutable Mutex step_mu_;  // serializes StepBoundary; guards the three below
+  std::unique_ptr<Autotuner> tuner_ GUARDED_BY(step_mu_);  // FERRY_AUTOTUNE; null: off or done
+  int64_t last_step_us_ GUARDED_BY(step_mu_) = 0;          // the previous boundary (0: none yet)
+  uint64_t steps_ GUARDED_BY(step_mu_) = 0;                // boundaries so far
+};
+
+}  // namespace ferry

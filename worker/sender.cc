@@ -1,0 +1,52 @@
+#include "worker/sender.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "common/util/clock.h"
+
+namespace ferry {
+
+Sender::Sender(WorkerContext& ctx, ScheduledQueue& queue, DensePushPull& dense, RowsPushPull& rows)
+    : ctx_(ctx), queue_(queue), dense_(dense), rows_(rows), thread_([this] {
+        pthread_setname_np(pthread_self(), "sender");
+        Loop();
+      }) {}
+
+Sender::~Sender() {
+  queue_.Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Sender::Loop() {
+  // With resends on, wake often enough to resend within a quarter of the timeout.
+  const int64_t resend_ms = ctx_.config.resend_timeout_ms;
+  const int64_t wake_ms = resend_ms > 0 ? std::clamp<int64_t>(resend_ms / 4, 5, 1000) : 1000;
+  while (true) {
+    Batch batch;
+    bool timed_out = false;
+    bool got = queue_.Next(&batch, wake_ms, &timed_out);
+    if (resend_ms > 0) ResendOverdue();
+    if (!got) {
+      if (timed_out) continue;
+      return;  // closed
+    }
+    dense_.SendBatch(batch);
+  }
+}
+
+void Sender::ResendOverdue() {
+  std::vector<std::pair<int, Message>> out;  // (server rank, message)
+  {
+    MutexLock lock(ctx_.mu);
+    const int64_t now = NowMs();
+    dense_.ResendOverdue(now, &out);
+    rows_.ResendOverdue(now, &out);
+  }
+  for (auto& [server, m] : out) ctx_.van.Send(ServerId(server), std::move(m));
+}
+
+}  // namespace ferry
