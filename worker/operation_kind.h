@@ -107,8 +107,8 @@ struct WorkerContext {
   int num_workers = 0;
   int num_servers = 0;
   uint64_t next_request GUARDED_BY(mu) = 1;  // request ids, shared by every kind
-  std::string failure GUARDED_BY(mu) = {};  // non-empty: the job failed; every call throws it
-  bool shut_down GUARDED_BY(mu) = false;  // Shutdown() began: no new operations
+  std::string failure GUARDED_BY(mu) = {};   // non-empty: the job failed; every call throws it
+  bool shut_down GUARDED_BY(mu) = false;     // Shutdown() began: no new operations
   void NoteLateReply(const Message& m);
   // Throws the job's failure, if any. REQUIRES: mu.
   void ThrowIfFailed() const;

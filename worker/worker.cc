@@ -216,7 +216,7 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
 
 void Worker::FailAll(const std::string& reason) {
   MutexLock lock(mu_);
-  if (!ctx_) return;  // not started: Create throws
+  if (!ctx_) return;      // not started: Create throws
   ctx_->mu.AssertHeld();  // the same lock as mu_
   if (!ctx_->failure.empty()) return;
   ctx_->failure = reason;
@@ -254,8 +254,7 @@ void Worker::Barrier() {
 
 void Worker::PushPullDevice(const std::string& name, const void* input, void* output,
                             DataType dtype, uint64_t count, bool average, void* stream) {
-  const DeviceTensor t =
-      CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
+  const DeviceTensor t = CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
   uint64_t ticket = 0;
   LocalNccl* nccl = nullptr;  // made once, never replaced while the Worker lives
   {
@@ -291,10 +290,10 @@ void Worker::Shutdown() {
             << c.partitions_pushed << " partitions, " << c.bytes_pushed << " bytes pushed, "
             << c.resends << " pushes sent again, " << c.pulls << " pulls, " << c.late_replies
             << " late replies dropped, " << van_.stats().injected_drops
-            << " messages dropped by fault injection, " << c.fused_messages
-            << " fused messages of " << c.partitions_fused << " partitions, "
-            << c.rows_operations << " push_pull_rows of " << c.rows_pushed << " rows; at most "
-            << queue_.max_in_flight_bytes() << " bytes in flight";
+            << " messages dropped by fault injection, " << c.fused_messages << " fused messages of "
+            << c.partitions_fused << " partitions, " << c.rows_operations << " push_pull_rows of "
+            << c.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
+            << " bytes in flight";
   if (trace_) trace_->Close();
   Status written = WriteStatsFile(config_.stats_file, "worker", rank_, Counters());
   if (!written.ok()) LOG(ERROR) << written.message();

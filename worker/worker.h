@@ -226,7 +226,7 @@ class Worker : public Collective {
   std::unique_ptr<JoinProtocol> join_;
   std::unique_ptr<SchedulingControl> scheduling_;
   std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
-  std::unique_ptr<Sender> sender_;  // the "sender" thread; destroyed first
+  std::unique_ptr<Sender> sender_;                   // the "sender" thread; destroyed first
 };
 
 }  // namespace ferry

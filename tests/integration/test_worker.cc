@@ -148,10 +148,11 @@ int RunSums(Worker& w) {
     const uint64_t resends = CounterValue(s, "resends");
     // Every payload handed to ZeroMQ (first sends and resends) was released.
     if (send_releases != partitions_pushed + resends) {
-      std::fprintf(stderr, "round %d: %llu partitions pushed (and %llu resent) but %llu released by ZeroMQ\n", round,
-                   static_cast<unsigned long long>(partitions_pushed),
-                   static_cast<unsigned long long>(resends),
-                   static_cast<unsigned long long>(send_releases));
+      std::fprintf(
+          stderr,
+          "round %d: %llu partitions pushed (and %llu resent) but %llu released by ZeroMQ\n", round,
+          static_cast<unsigned long long>(partitions_pushed),
+          static_cast<unsigned long long>(resends), static_cast<unsigned long long>(send_releases));
       return kExitWrong;
     }
     for (int t = 0; t < FLAGS_tensors; ++t) {

@@ -19,19 +19,19 @@ Handle LocalMember::PushPullRowsAsync(const std::string& name, const int64_t*, u
                                       const void*, void*, DataType, bool, std::optional<int>,
                                       CompletionCallback) {
   throw FerryError(ErrorCode::kInvalidArgument,
-                   StrCat("push_pull_rows of '", name, "' is not supported with FERRY_LOCAL_SIZE=",
-                          config_.local_size,
+                   StrCat("push_pull_rows of '", name,
+                          "' is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
                           ": the local group reduces dense tensors only (its ranks' row lists "
                           "would have to be merged first); run one process per DMLC_WORKER_ID "
                           "for sparse rows"));
 }
 
 void LocalMember::Join() {
-  throw FerryError(ErrorCode::kInvalidArgument,
-                   StrCat("Join (uneven data) is not supported with FERRY_LOCAL_SIZE=",
-                          config_.local_size,
-                          ": the local group reduces every rank's tensors together, so every "
-                          "local rank must push every round"));
+  throw FerryError(
+      ErrorCode::kInvalidArgument,
+      StrCat("Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+             ": the local group reduces every rank's tensors together, so every "
+             "local rank must push every round"));
 }
 
 DeviceTensor CheckedDeviceTensor(const std::string& name, const void* input, void* output,

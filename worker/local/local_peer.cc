@@ -188,8 +188,8 @@ int LocalPeer::DeclareTensor(const std::string& name, DataType dtype,
 }
 
 Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void* output,
-                                DataType dtype, uint64_t count, bool average,
-                                std::optional<int>, CompletionCallback done) {
+                                DataType dtype, uint64_t count, bool average, std::optional<int>,
+                                CompletionCallback done) {
   operations_++;
   return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1,
                 std::move(done));

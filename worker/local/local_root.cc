@@ -51,14 +51,14 @@ struct LocalRoot::Peer {
 };
 
 LocalRoot::LocalRoot(const Config& config)
-    : LocalMember(config,
-                  [this](Handle h) {
-                    MutexLock lock(mu_);
-                    return StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
-                                  " ms (FERRY_OP_TIMEOUT_MS): ",
-                                  rounds_.Describe([h](const LocalRound& r) { return r.handle == h; },
-                                                   kBarrierKey));
-                  }),
+    : LocalMember(
+          config,
+          [this](Handle h) {
+            MutexLock lock(mu_);
+            return StrCat(
+                Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
+                rounds_.Describe([h](const LocalRound& r) { return r.handle == h; }, kBarrierKey));
+          }),
       peers_(config.local_size),
       rounds_(config.local_size, [this](int lr) NO_THREAD_SAFETY_ANALYSIS {
         return peers_[lr].pid;  // called by rounds_ under mu_
@@ -120,8 +120,9 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     w.header.num_servers = r->worker_->num_servers();
     r->link_->Send(std::move(w));
   }
-  LOG(INFO) << "local group of " << r->config_.local_size << " at " << r->link_->endpoint() << ": ranks "
-            << r->rank() << ".." << r->rank() + r->config_.local_size - 1 << " of " << r->size();
+  LOG(INFO) << "local group of " << r->config_.local_size << " at " << r->link_->endpoint()
+            << ": ranks " << r->rank() << ".." << r->rank() + r->config_.local_size - 1 << " of "
+            << r->size();
   return r;
 }
 
@@ -401,10 +402,9 @@ void LocalRoot::WaitStarted(const std::string& key, uint64_t op_id) {
     return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
   if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), started)) {
-    const std::string why =
-        StrCat(Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
-               rounds_.Describe([op_id](const LocalRound& r) { return r.op_id == op_id; },
-                                kBarrierKey));
+    const std::string why = StrCat(
+        Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
+        rounds_.Describe([op_id](const LocalRound& r) { return r.op_id == op_id; }, kBarrierKey));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
   }
@@ -446,7 +446,8 @@ void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, u
 void LocalRoot::Barrier() {
   MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
-  LocalRound& round = Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
+  LocalRound& round =
+      Submit(kBarrierKey, 0, LocalOp::kBarrier, DataType::kFloat32, 0, false, -1, 0);
   const uint64_t op_id = round.op_id = next_op_id_++;
   TryStart(kBarrierKey);
   WaitStarted(kBarrierKey, op_id);

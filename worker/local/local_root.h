@@ -37,8 +37,8 @@
 #include "common/util/mutex.h"
 #include "worker/local/local_group.h"
 #include "worker/local/local_link.h"
-#include "worker/local/local_rounds.h"
 #include "worker/local/local_nccl.h"
+#include "worker/local/local_rounds.h"
 #include "worker/local/shm_segment.h"
 #include "worker/operation_table.h"
 #include "worker/worker.h"
@@ -97,8 +97,8 @@ class LocalRoot : public LocalMember {
   // finished; the round finishes (or the group fails).
   void OnMachineDone(const std::string& key, const Verdict& verdict);
   // LocalRounds::Submit; a submission that disagrees fails the group (and throws).
-  LocalRound& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype,
-                     uint64_t count, bool average, int root, uint64_t seq) REQUIRES(mu_);
+  LocalRound& Submit(const std::string& key, int lr, LocalOp kind, DataType dtype, uint64_t count,
+                     bool average, int root, uint64_t seq) REQUIRES(mu_);
   void TryStart(const std::string& key) REQUIRES(mu_);
   void StartPushPull(const std::string& key, LocalRoundQueue& rs) REQUIRES(mu_);
   // Every rank submitted the front device round of `key`: GO to every rank (this one
