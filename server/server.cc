@@ -179,7 +179,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   if (!origin.inbound ||
       (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN &&
        m.type() != proto::PUSH_FUSED && m.type() != proto::ROWS_PUSH)) {
-    LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped unexpected " << Describe(m);
     return;
   }
   if (cluster_.my_id() < 0) {
@@ -187,14 +187,14 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
       early_pushes_.emplace_back(std::move(m), origin);
     } else {
       counters_.rejected++;
-      LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not yet part of a cluster";
+      FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m) << ": not yet part of a cluster";
     }
     return;
   }
   const NodeTable& table = cluster_.table();
   if (!table.IsWorker(m.sender()) || origin.identity != table.node(m.sender()).routing_id()) {
     counters_.rejected++;
-    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m)
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m)
                                   << ": the sender is not a worker of this job";
     ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(), ErrorCode::kBadMessage,
                "push refused: the sender is not a worker of this job");
@@ -224,7 +224,7 @@ void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
   std::string error = SplitFusedPush(fused, &pushes).message();
   if (!error.empty()) {  // the Van validated it already; this is a second line of defence
     counters_.rejected++;
-    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(fused) << ": " << error;
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(fused) << ": " << error;
     ReplyError(origin.identity, fused.envelope.request_id(), 0, ErrorCode::kBadMessage,
                "fused push refused: " + error);
     return;
@@ -373,7 +373,7 @@ void Server::FailEngine(Engine* engine, const std::string& reason) {
 
 void Server::SendReply(const Reply& reply) {
   if (reply.kind == Reply::Kind::kError) {
-    LOG_EVERY_N(WARNING, 100) << "refused request " << reply.request_id << ": " << reply.reason;
+    FERRY_LOG_EVERY_T(WARNING, 1) << "refused request " << reply.request_id << ": " << reply.reason;
   }
   van_.Reply(reply.identity, ToMessage(reply, cluster_.my_id()));
 }
