@@ -4,23 +4,41 @@
 
 namespace ferry {
 
-Reply AckReply(const PendingReply& to, uint64_t key) {
+namespace {
+
+// A reply of `kind` to `to` about `key`, the rest of it to be filled in.
+Reply AddressedReply(Reply::Kind kind, const PendingReply& to, uint64_t key) {
   Reply r;
-  r.kind = Reply::Kind::kAck;
+  r.kind = kind;
   r.identity = to.identity;
   r.request_id = to.request_id;
   r.key = key;
   return r;
 }
 
+}  // namespace
+
+Reply AckReply(const PendingReply& to, uint64_t key) {
+  return AddressedReply(Reply::Kind::kAck, to, key);
+}
+
 Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::string reason) {
-  Reply r;
-  r.kind = Reply::Kind::kError;
-  r.identity = to.identity;
-  r.request_id = to.request_id;
-  r.key = key;
+  Reply r = AddressedReply(Reply::Kind::kError, to, key);
   r.code = code;
   r.reason = std::move(reason);
+  return r;
+}
+
+Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, uint32_t round,
+               DataType dtype, uint64_t length, uint64_t tensor_hash, uint32_t contributors,
+               const Buffer& payload) {
+  Reply r = AddressedReply(kind, to, key);
+  r.round = round;
+  r.dtype = dtype;
+  r.length = length;
+  r.tensor_hash = tensor_hash;
+  r.contributors = contributors;
+  r.payload = payload;
   return r;
 }
 
@@ -34,6 +52,11 @@ std::string MismatchReason(const Request& request, const KeyDefinition& definiti
                 std::dec,
                 "); declare the same tensors (name, dtype, shape) in the same order on "
                 "every worker");
+}
+
+void KeyProtocol::Reject(const Request& request, ErrorCode code, std::string reason) const {
+  context_.counters->rejected++;
+  context_.reply(ErrorReply(request.reply_to(), request.envelope().key(), code, std::move(reason)));
 }
 
 Message ToMessage(const Reply& reply, int sender) {

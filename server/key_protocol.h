@@ -22,12 +22,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "common/util/counters.h"
 #include "common/reduce/reduce.h"
 #include "common/transport/buffer.h"
 #include "common/transport/message.h"
+#include "common/util/counters.h"
 #include "common/util/status.h"
 #include "server/key_state.h"
 
@@ -35,21 +37,30 @@ namespace ferry {
 
 class Summation;
 
-// The server's counters (ServerStats), bumped by every engine thread and the IO thread.
-// The server's counters, in its registry (FERRY_STATS_FILE writes them; ServerStats is
-// their snapshot). Meanings: see ServerStats (server.h).
+// The server's counters, bumped by every engine thread and the IO thread. The registry is
+// the one record: Server::stats() is its snapshot and FERRY_STATS_FILE writes it, by the
+// names registered here.
 struct ServerCounters {
   CounterRegistry registry;
   Counter& pushes = registry.Register("pushes");
   Counter& bytes_summed = registry.Register("bytes_summed");
   Counter& rounds = registry.Register("rounds_completed");
+  // Failed validation (mismatch, stranger, bad round).
   Counter& rejected = registry.Register("rejected_pushes");
+  // Resent pushes not added again.
   Counter& duplicates = registry.Register("duplicate_pushes");
+  // Sums sent again (a resent push or PULL after a lost reply).
   Counter& results_resent = registry.Register("results_resent");
+  // Deterministic mode: pushes that waited for a lower rank.
   Counter& pushes_held = registry.Register("pushes_held");
+  // Async mode: deltas added to parameters.
   Counter& async_updates = registry.Register("async_updates");
+  // GPU: sums that came back from the device, and of those, sums of rounds abandoned
+  // meanwhile.
   Counter& device_sums = registry.Register("device_sums");
   Counter& device_sums_dropped = registry.Register("device_sums_dropped");
+  // ROWS_PUSH messages handled (PushPullRows), and the rows they carried that were added
+  // into a round.
   Counter& rows_pushes = registry.Register("rows_pushes");
   Counter& rows_summed = registry.Register("rows_summed");
 };
@@ -91,6 +102,11 @@ struct Reply {
 
 Reply AckReply(const PendingReply& to, uint64_t key);
 Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::string reason);
+// A kSum (or, with row_elements set after, kRowsSum) reply: `payload` is shared, not
+// copied (every reply of a round sends the same bytes).
+Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, uint32_t round,
+               DataType dtype, uint64_t length, uint64_t tensor_hash, uint32_t contributors,
+               const Buffer& payload);
 
 // Why a dense push disagrees with the key's definition (verdict kMismatch): the text
 // every worker of the key is told.
@@ -112,6 +128,7 @@ struct ProtocolContext {
 
 class KeyProtocol {
  public:
+  explicit KeyProtocol(ProtocolContext context) : context_(std::move(context)) {}
   virtual ~KeyProtocol() = default;
 
   // A PUSH (dense protocols) or ROWS_PUSH (RowsProtocol); its payload may be taken.
@@ -132,6 +149,45 @@ class KeyProtocol {
   virtual void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) = 0;
   // Sums ended with Finish that have not arrived yet (0 on the CPU).
   virtual int sums_in_flight() const = 0;
+
+ protected:
+  // Counts `request` rejected and answers it with ERROR `code` and `reason`.
+  void Reject(const Request& request, ErrorCode code, std::string reason) const;
+  // The refusals every protocol shares for a push Classify did not accept, each counted
+  // rejected and answered with ERROR kMismatch. kFailed: the key's `failure`. kMismatch:
+  // the reason `mismatch()` returns, then `fail_key(reason)` fails the key for good.
+  // Returns false (and does nothing) for every other verdict.
+  template <typename Mismatch, typename FailKey>
+  bool RefuseBrokenKey(const Request& request, PushVerdict verdict, const std::string& failure,
+                       Mismatch&& mismatch, FailKey&& fail_key) const {
+    if (verdict == PushVerdict::kFailed) {
+      Reject(request, ErrorCode::kMismatch, failure);
+      return true;
+    }
+    if (verdict != PushVerdict::kMismatch) return false;
+    const std::string reason = mismatch();
+    Reject(request, ErrorCode::kMismatch, reason);
+    fail_key(reason);
+    return true;
+  }
+
+  const ProtocolContext context_;
+};
+
+// A protocol that keeps one `State` for each key it has seen.
+template <typename State>
+class KeyProtocolOf : public KeyProtocol {
+ public:
+  using KeyProtocol::KeyProtocol;
+
+  // The key's state, or null before its first push (tests).
+  const State* Find(uint64_t key) const {
+    auto it = keys_.find(key);
+    return it == keys_.end() ? nullptr : &it->second;
+  }
+
+ protected:
+  std::unordered_map<uint64_t, State> keys_;  // never erased
 };
 
 }  // namespace ferry

@@ -18,12 +18,7 @@ PushVerdict ParamState::Classify(int rank, uint32_t push_round, uint64_t push_le
   return push_round < next ? PushVerdict::kDuplicate : PushVerdict::kAhead;
 }
 
-ParamProtocol::ParamProtocol(ProtocolContext context) : context_(std::move(context)) {}
-
-const ParamState* ParamProtocol::Find(uint64_t key) const {
-  auto it = keys_.find(key);
-  return it == keys_.end() ? nullptr : &it->second;
-}
+ParamProtocol::ParamProtocol(ProtocolContext context) : KeyProtocolOf(std::move(context)) {}
 
 void ParamProtocol::Push(Request& request) {
   const proto::Envelope& e = request.envelope();
@@ -71,35 +66,26 @@ void ParamProtocol::Push(Request& request) {
 void ParamProtocol::Refuse(const Request& request, ParamState& state, PushVerdict verdict) {
   const proto::Envelope& e = request.envelope();
   const uint64_t key = e.key();
-  ServerCounters& counters = *context_.counters;
-  switch (verdict) {
-    case PushVerdict::kFailed:
-      counters.rejected++;
-      context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, state.failure));
-      return;
-    case PushVerdict::kMismatch: {
-      counters.rejected++;
-      std::string reason = MismatchReason(request, state);
-      context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, reason));
-      LOG(ERROR) << reason;
-      DropKey(key, state, ErrorCode::kMismatch, reason);
-      return;
-    }
-    case PushVerdict::kDuplicate:  // applied already: answer with the parameters
-      counters.duplicates++;
-      VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
-              << " from worker " << request.rank;
-      context_.reply(Result(request.reply_to(), key, state, e.round()));
-      return;
-    default:  // kAhead (Classify returns no other verdict)
-      counters.rejected++;
-      context_.reply(
-          ErrorReply(request.reply_to(), key, ErrorCode::kBadMessage,
-                     StrCat("push of ", KeyName(key), " for round ", e.round(), " but worker ",
-                            request.rank, "'s next round is ", state.next_round[request.rank],
-                            " (a worker may push a round only after receiving the previous one)")));
-      return;
+  if (RefuseBrokenKey(
+          request, verdict, state.failure, [&] { return MismatchReason(request, state); },
+          [&](const std::string& reason) {
+            LOG(ERROR) << reason;
+            DropKey(key, state, ErrorCode::kMismatch, reason);
+          })) {
+    return;
   }
+  if (verdict == PushVerdict::kDuplicate) {  // applied already: answer with the parameters
+    context_.counters->duplicates++;
+    VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
+            << " from worker " << request.rank;
+    context_.reply(Result(request.reply_to(), key, state, e.round()));
+    return;
+  }
+  // kAhead (Classify returns no other verdict)
+  Reject(request, ErrorCode::kBadMessage,
+         StrCat("push of ", KeyName(key), " for round ", e.round(), " but worker ", request.rank,
+                "'s next round is ", state.next_round[request.rank],
+                " (a worker may push a round only after receiving the previous one)"));
 }
 
 void ParamProtocol::Pull(const Request& request) {
@@ -118,11 +104,9 @@ void ParamProtocol::Pull(const Request& request) {
     context_.reply(Result(request.reply_to(), key, it->second, e.round()));
     return;
   }
-  context_.counters->rejected++;
-  context_.reply(ErrorReply(
-      request.reply_to(), key, ErrorCode::kBadMessage,
-      StrCat("worker ", request.rank, " asked for the parameters of ", KeyName(key),
-             " after round ", e.round(), " but this server has no record of that push")));
+  Reject(request, ErrorCode::kBadMessage,
+         StrCat("worker ", request.rank, " asked for the parameters of ", KeyName(key),
+                " after round ", e.round(), " but this server has no record of that push"));
 }
 
 void ParamProtocol::FailAll(const std::string& why) {
@@ -171,18 +155,10 @@ void ParamProtocol::Drain(ParamState& state) {
 
 Reply ParamProtocol::Result(const PendingReply& to, uint64_t key, const ParamState& state,
                             uint32_t round) const {
-  Reply r;
-  r.kind = Reply::Kind::kSum;
-  r.identity = to.identity;
-  r.request_id = to.request_id;
-  r.key = key;
-  r.round = round;
-  r.dtype = state.dtype;
-  r.length = state.length;
-  r.tensor_hash = state.tensor_hash;
-  r.contributors = 1;        // one push applied, not a round's sum
-  r.payload = state.params;  // shared: the parameters are never written again
-  return r;
+  // Contributors 1: one push applied, not a round's sum. The parameters are shared: they
+  // are never written again.
+  return SumReply(Reply::Kind::kSum, to, key, round, state.dtype, state.length, state.tensor_hash,
+                  1, state.params);
 }
 
 void ParamProtocol::DropKey(uint64_t key, ParamState& state, ErrorCode code,

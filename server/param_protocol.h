@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <deque>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "server/key_protocol.h"
@@ -52,7 +51,7 @@ struct ParamState : KeyDefinition {
   void Record(int rank) { next_round[rank]++; }
 };
 
-class ParamProtocol : public KeyProtocol {
+class ParamProtocol : public KeyProtocolOf<ParamState> {
  public:
   explicit ParamProtocol(ProtocolContext context);
 
@@ -64,9 +63,6 @@ class ParamProtocol : public KeyProtocol {
   void FailAll(const std::string& why) override;
   void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) override;
   int sums_in_flight() const override { return sums_in_flight_; }
-
-  // The key's state, or null before its first push (tests).
-  const ParamState* Find(uint64_t key) const;
 
  private:
   // Replies to a push Classify did not accept (every verdict but kAccumulate).
@@ -80,9 +76,7 @@ class ParamProtocol : public KeyProtocol {
   // (an update's pusher, queued requests) is told `reason` with `code`.
   void DropKey(uint64_t key, ParamState& state, ErrorCode code, const std::string& reason);
 
-  const ProtocolContext context_;
-  std::unordered_map<uint64_t, ParamState> keys_;  // never erased
-  int sums_in_flight_ = 0;                         // updates whose sum has not arrived
+  int sums_in_flight_ = 0;  // updates whose sum has not arrived
 };
 
 }  // namespace ferry

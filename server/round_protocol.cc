@@ -9,12 +9,7 @@
 namespace ferry {
 
 RoundProtocol::RoundProtocol(ProtocolContext context, bool deterministic)
-    : context_(std::move(context)), deterministic_(deterministic) {}
-
-const KeyState* RoundProtocol::Find(uint64_t key) const {
-  auto it = keys_.find(key);
-  return it == keys_.end() ? nullptr : &it->second;
-}
+    : KeyProtocolOf(std::move(context)), deterministic_(deterministic) {}
 
 void RoundProtocol::Push(Request& request) {
   const proto::Envelope& e = request.envelope();
@@ -22,11 +17,9 @@ void RoundProtocol::Push(Request& request) {
   const int rank = request.rank;
   KeyState& state = keys_[key];
   if ((*context_.joined)[rank]) {
-    context_.counters->rejected++;
-    context_.reply(ErrorReply(
-        request.reply_to(), key, ErrorCode::kBadMessage,
-        StrCat("worker ", rank, " pushed ", KeyName(key),
-               " after joining; a worker may push again only once every worker has joined")));
+    Reject(request, ErrorCode::kBadMessage,
+           StrCat("worker ", rank, " pushed ", KeyName(key),
+                  " after joining; a worker may push again only once every worker has joined"));
     return;
   }
   PushVerdict verdict =
@@ -42,19 +35,13 @@ void RoundProtocol::Push(Request& request) {
 void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdict) {
   const proto::Envelope& e = request.envelope();
   const uint64_t key = e.key();
+  if (RefuseBrokenKey(
+          request, verdict, state.failure, [&] { return MismatchReason(request, state); },
+          [&](const std::string& reason) { FailKey(key, state, reason); })) {
+    return;
+  }
   ServerCounters& counters = *context_.counters;
   switch (verdict) {
-    case PushVerdict::kFailed:
-      counters.rejected++;
-      context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, state.failure));
-      return;
-    case PushVerdict::kMismatch: {
-      counters.rejected++;
-      std::string reason = MismatchReason(request, state);
-      context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, reason));
-      FailKey(key, state, reason);
-      return;
-    }
     case PushVerdict::kDuplicate:
       counters.duplicates++;
       VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
@@ -66,21 +53,17 @@ void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdic
       Resend(request.reply_to(), key, state);
       return;
     case PushVerdict::kStale:
-      counters.rejected++;
-      context_.reply(ErrorReply(
-          request.reply_to(), key, ErrorCode::kBadMessage,
-          StrCat("push of ", KeyName(key), " for round ", e.round(), " but the key is at round ",
-                 state.round, ": only the previous round's sum is kept for resends")));
+      Reject(request, ErrorCode::kBadMessage,
+             StrCat("push of ", KeyName(key), " for round ", e.round(), " but the key is at round ",
+                    state.round, ": only the previous round's sum is kept for resends"));
       return;
     case PushVerdict::kAhead:
-      counters.rejected++;
-      context_.reply(
-          ErrorReply(request.reply_to(), key, ErrorCode::kBadMessage,
-                     StrCat("push of ", KeyName(key), " for round ", e.round(),
-                            " but the key is at round ", state.round,
-                            " (a worker may push a round only after receiving the previous one)")));
+      Reject(request, ErrorCode::kBadMessage,
+             StrCat("push of ", KeyName(key), " for round ", e.round(), " but the key is at round ",
+                    state.round,
+                    " (a worker may push a round only after receiving the previous one)"));
       return;
-    case PushVerdict::kAccumulate:
+    default:  // kAccumulate (not refused), kFailed and kMismatch (above)
       return;
   }
 }
@@ -132,13 +115,11 @@ void RoundProtocol::Pull(const Request& request) {
       context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, it->second.failure));
       return;
     default:
-      context_.counters->rejected++;
-      context_.reply(ErrorReply(
-          request.reply_to(), key, ErrorCode::kBadMessage,
-          StrCat("worker ", request.rank, " asked for the sum of ", KeyName(key), " round ",
-                 e.round(), " but this server has no record of its push",
-                 it == keys_.end() ? std::string()
-                                   : StrCat(" (the key is at round ", it->second.round, ")"))));
+      Reject(request, ErrorCode::kBadMessage,
+             StrCat("worker ", request.rank, " asked for the sum of ", KeyName(key), " round ",
+                    e.round(), " but this server has no record of its push",
+                    it == keys_.end() ? std::string()
+                                      : StrCat(" (the key is at round ", it->second.round, ")")));
   }
 }
 
@@ -219,18 +200,8 @@ void RoundProtocol::SendRound(uint64_t key, KeyState& state) {
 
 Reply RoundProtocol::Result(const PendingReply& to, uint64_t key, const KeyState& state,
                             uint32_t round, const Buffer& sum, uint32_t contributors) const {
-  Reply r;
-  r.kind = Reply::Kind::kSum;
-  r.identity = to.identity;
-  r.request_id = to.request_id;
-  r.key = key;
-  r.round = round;
-  r.dtype = state.dtype;
-  r.length = state.length;
-  r.tensor_hash = state.tensor_hash;
-  r.contributors = contributors;
-  r.payload = sum;  // shared: every reply sends the same bytes
-  return r;
+  return SumReply(Reply::Kind::kSum, to, key, round, state.dtype, state.length, state.tensor_hash,
+                  contributors, sum);
 }
 
 void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState& state) {

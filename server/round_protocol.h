@@ -15,14 +15,13 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 
 #include "server/key_protocol.h"
 #include "server/key_state.h"
 
 namespace ferry {
 
-class RoundProtocol : public KeyProtocol {
+class RoundProtocol : public KeyProtocolOf<KeyState> {
  public:
   RoundProtocol(ProtocolContext context, bool deterministic);
 
@@ -33,9 +32,6 @@ class RoundProtocol : public KeyProtocol {
   void FailAll(const std::string& why) override;
   void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) override;
   int sums_in_flight() const override { return sums_in_flight_; }
-
-  // The key's state, or null before its first push (tests).
-  const KeyState* Find(uint64_t key) const;
 
  private:
   // Replies to a push Classify did not accept (every verdict but kAccumulate).
@@ -58,10 +54,8 @@ class RoundProtocol : public KeyProtocol {
   // FailKey without the log line; the pushers waiting get `code`.
   void DropKey(uint64_t key, KeyState& state, ErrorCode code, const std::string& reason);
 
-  const ProtocolContext context_;
   const bool deterministic_;
-  std::unordered_map<uint64_t, KeyState> keys_;  // never erased
-  int sums_in_flight_ = 0;                       // GPU: Finishes whose sum has not arrived
+  int sums_in_flight_ = 0;  // GPU: Finishes whose sum has not arrived
 };
 
 }  // namespace ferry

@@ -9,12 +9,7 @@
 namespace ferry {
 
 RowsProtocol::RowsProtocol(ProtocolContext context, bool async_training)
-    : context_(std::move(context)), async_training_(async_training) {}
-
-const RowKeyState* RowsProtocol::Find(uint64_t key) const {
-  auto it = keys_.find(key);
-  return it == keys_.end() ? nullptr : &it->second;
-}
+    : KeyProtocolOf(std::move(context)), async_training_(async_training) {}
 
 void RowsProtocol::Push(Request& request) {
   const proto::Envelope& e = request.envelope();
@@ -23,13 +18,12 @@ void RowsProtocol::Push(Request& request) {
   ServerCounters& counters = *context_.counters;
   counters.rows_pushes++;
   if (async_training_ || (*context_.joined)[rank]) {
-    counters.rejected++;
-    context_.reply(ErrorReply(
-        request.reply_to(), key, ErrorCode::kInvalidArgument,
+    Reject(
+        request, ErrorCode::kInvalidArgument,
         StrCat("worker ", rank, " pushed ", RowsKeyName(key),
                async_training_ ? " but sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)"
                                : " after joining; a worker may push again only once every worker "
-                                 "has joined")));
+                                 "has joined"));
     return;
   }
   RowKeyState& state = keys_[key];
@@ -46,10 +40,9 @@ void RowsProtocol::Push(Request& request) {
   if (!bad.empty()) {
     // The round can never complete without this worker's push: fail the key, so the
     // other workers waiting on it get the reason instead of a timeout.
-    counters.rejected++;
     std::string reason =
         StrCat("worker ", rank, " pushed ", RowsKeyName(key), " round ", e.round(), ": ", bad);
-    context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kInvalidArgument, reason));
+    Reject(request, ErrorCode::kInvalidArgument, reason);
     FailKey(key, state, reason);
     return;
   }
@@ -65,27 +58,23 @@ void RowsProtocol::Push(Request& request) {
 void RowsProtocol::Refuse(const Request& request, RowKeyState& state, PushVerdict verdict) {
   const proto::Envelope& e = request.envelope();
   const uint64_t key = e.key();
+  auto mismatch = [&] {
+    const proto::RowsHeader& h = e.rows();
+    return StrCat(
+        "workers disagree on ", RowsKeyName(key), ": worker ", request.rank, " pushed rows of ",
+        h.row_elements(), " ", DataTypeName(static_cast<DataType>(e.dtype())),
+        " elements of a tensor of ", h.total_rows(), " rows (tensor hash ", std::hex,
+        e.tensor_hash(), std::dec, ") but worker ", state.defined_by_rank, " pushed rows of ",
+        state.row_elements, " ", DataTypeName(state.dtype), " elements of a tensor of ",
+        state.total_rows, " rows (tensor hash ", std::hex, state.tensor_hash, std::dec,
+        "); declare the same tensors (name, dtype, shape) in the same order on every worker");
+  };
+  if (RefuseBrokenKey(request, verdict, state.failure, mismatch,
+                      [&](const std::string& reason) { FailKey(key, state, reason); })) {
+    return;
+  }
   ServerCounters& counters = *context_.counters;
   switch (verdict) {
-    case PushVerdict::kFailed:
-      counters.rejected++;
-      context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, state.failure));
-      return;
-    case PushVerdict::kMismatch: {
-      counters.rejected++;
-      const proto::RowsHeader& h = e.rows();
-      std::string reason = StrCat(
-          "workers disagree on ", RowsKeyName(key), ": worker ", request.rank, " pushed rows of ",
-          h.row_elements(), " ", DataTypeName(static_cast<DataType>(e.dtype())),
-          " elements of a tensor of ", h.total_rows(), " rows (tensor hash ", std::hex,
-          e.tensor_hash(), std::dec, ") but worker ", state.defined_by_rank, " pushed rows of ",
-          state.row_elements, " ", DataTypeName(state.dtype), " elements of a tensor of ",
-          state.total_rows, " rows (tensor hash ", std::hex, state.tensor_hash, std::dec,
-          "); declare the same tensors (name, dtype, shape) in the same order on every worker");
-      context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, reason));
-      FailKey(key, state, reason);
-      return;
-    }
     case PushVerdict::kDuplicate:
       counters.duplicates++;
       context_.reply(AckReply(request.reply_to(), key));
@@ -97,12 +86,10 @@ void RowsProtocol::Refuse(const Request& request, RowKeyState& state, PushVerdic
                             state.last_results[request.rank], state.last_contributors));
       return;
     default:  // kStale, kAhead
-      counters.rejected++;
-      context_.reply(
-          ErrorReply(request.reply_to(), key, ErrorCode::kBadMessage,
-                     StrCat("push of ", RowsKeyName(key), " for round ", e.round(),
-                            " but the key is at round ", state.round,
-                            " (a worker may push a round only after receiving the previous one)")));
+      Reject(request, ErrorCode::kBadMessage,
+             StrCat("push of ", RowsKeyName(key), " for round ", e.round(),
+                    " but the key is at round ", state.round,
+                    " (a worker may push a round only after receiving the previous one)"));
       return;
   }
 }
@@ -129,11 +116,9 @@ void RowsProtocol::Pull(const Request& request) {
       return;
     }
   }
-  context_.counters->rejected++;
-  context_.reply(
-      ErrorReply(request.reply_to(), key, ErrorCode::kBadMessage,
-                 StrCat("worker ", rank, " asked for the sums of ", RowsKeyName(key), " round ",
-                        e.round(), " but this server has no record of its push")));
+  Reject(request, ErrorCode::kBadMessage,
+         StrCat("worker ", rank, " asked for the sums of ", RowsKeyName(key), " round ", e.round(),
+                " but this server has no record of its push"));
 }
 
 void RowsProtocol::Join() {
@@ -168,18 +153,10 @@ void RowsProtocol::SendRound(uint64_t key, RowKeyState& state) {
 
 Reply RowsProtocol::Result(const PendingReply& to, uint64_t key, const RowKeyState& state,
                            uint32_t round, const Buffer& values, uint32_t contributors) const {
-  Reply r;
-  r.kind = Reply::Kind::kRowsSum;
-  r.identity = to.identity;
-  r.request_id = to.request_id;
-  r.key = key;
-  r.round = round;
-  r.dtype = state.dtype;
-  r.length = values.size();
-  r.tensor_hash = state.tensor_hash;
-  r.contributors = contributors;
+  // `values` shared with last_results, kept for resends.
+  Reply r = SumReply(Reply::Kind::kRowsSum, to, key, round, state.dtype, values.size(),
+                     state.tensor_hash, contributors, values);
   r.row_elements = state.row_elements;
-  r.payload = values;  // shared with last_results, kept for resends
   return r;
 }
 

@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "server/key_protocol.h"
@@ -23,7 +22,7 @@
 
 namespace ferry {
 
-class RowsProtocol : public KeyProtocol {
+class RowsProtocol : public KeyProtocolOf<RowKeyState> {
  public:
   RowsProtocol(ProtocolContext context, bool async_training);
 
@@ -37,9 +36,6 @@ class RowsProtocol : public KeyProtocol {
   void OnSumReady(uint64_t, uint64_t, Buffer) override {}
   int sums_in_flight() const override { return 0; }
 
-  // The key's state, or null before its first push (tests).
-  const RowKeyState* Find(uint64_t key) const;
-
  private:
   // Replies to a push Classify did not accept (every verdict but kAccumulate).
   void Refuse(const Request& request, RowKeyState& state, PushVerdict verdict);
@@ -51,9 +47,7 @@ class RowsProtocol : public KeyProtocol {
   // The key fails for good (logged): every pusher waiting is told `reason`.
   void FailKey(uint64_t key, RowKeyState& state, const std::string& reason);
 
-  const ProtocolContext context_;
   const bool async_training_;
-  std::unordered_map<uint64_t, RowKeyState> keys_;  // never erased
 };
 
 }  // namespace ferry

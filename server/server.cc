@@ -125,20 +125,20 @@ int Server::Run() {
     code = 1;
   }
   StopEngines();
-  ServerStats s = stats();
-  LOG(INFO) << "server done: " << s.pushes << " pushes, " << s.rounds_completed << " rounds, "
-            << s.bytes_summed << " bytes summed, " << s.rejected_pushes << " rejected, "
-            << s.duplicate_pushes << " duplicates dropped, " << s.results_resent
-            << " sums sent again, " << s.pushes_held << " pushes held for rank order, "
-            << s.split_sums << " sums split, " << s.async_updates << " async updates, "
-            << s.rows_pushes << " rows pushes of " << s.rows_summed << " rows, "
-            << van_.stats().injected_drops << " messages dropped by fault injection"
+  const ServerCounters& c = counters_;
+  LOG(INFO) << "server done: " << c.pushes.value() << " pushes, " << c.rounds.value() << " rounds, "
+            << c.bytes_summed.value() << " bytes summed, " << c.rejected.value() << " rejected, "
+            << c.duplicates.value() << " duplicates dropped, " << c.results_resent.value()
+            << " sums sent again, " << c.pushes_held.value() << " pushes held for rank order, "
+            << sum_pool_.split_sums() << " sums split, " << c.async_updates.value()
+            << " async updates, " << c.rows_pushes.value() << " rows pushes of "
+            << c.rows_summed.value() << " rows, " << van_.stats().injected_drops
+            << " messages dropped by fault injection"
             << (config_.server_device == ServerDevice::kGpu
-                    ? StrCat(", ", s.device_sums, " sums from the GPU (", s.device_sums_dropped,
-                             " of abandoned rounds dropped)")
+                    ? StrCat(", ", c.device_sums.value(), " sums from the GPU (",
+                             c.device_sums_dropped.value(), " of abandoned rounds dropped)")
                     : std::string());
-  CounterValues values = counters_.registry.Snapshot();
-  values.emplace_back("split_sums", s.split_sums);
+  CounterValues values = stats();
   for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
   Status written = WriteStatsFile(config_.stats_file, "server", cluster_.my_rank(), values);
   if (!written.ok()) LOG(ERROR) << written.message();
@@ -146,22 +146,10 @@ int Server::Run() {
   return code;
 }
 
-ServerStats Server::stats() const {
-  ServerStats s;
-  s.pushes = counters_.pushes;
-  s.bytes_summed = counters_.bytes_summed;
-  s.rounds_completed = counters_.rounds;
-  s.rejected_pushes = counters_.rejected;
-  s.duplicate_pushes = counters_.duplicates;
-  s.results_resent = counters_.results_resent;
-  s.pushes_held = counters_.pushes_held;
-  s.split_sums = sum_pool_.split_sums();
-  s.async_updates = counters_.async_updates;
-  s.device_sums = counters_.device_sums;
-  s.device_sums_dropped = counters_.device_sums_dropped;
-  s.rows_pushes = counters_.rows_pushes;
-  s.rows_summed = counters_.rows_summed;
-  return s;
+CounterValues Server::stats() const {
+  CounterValues values = counters_.registry.Snapshot();
+  values.emplace_back("split_sums", sum_pool_.split_sums());
+  return values;
 }
 
 void Server::StopEngines() {
@@ -191,7 +179,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   if (!origin.inbound ||
       (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN &&
        m.type() != proto::PUSH_FUSED && m.type() != proto::ROWS_PUSH)) {
-    LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped unexpected " << Describe(m);
     return;
   }
   if (cluster_.my_id() < 0) {
@@ -199,15 +187,15 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
       early_pushes_.emplace_back(std::move(m), origin);
     } else {
       counters_.rejected++;
-      LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not yet part of a cluster";
+      FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m) << ": not yet part of a cluster";
     }
     return;
   }
   const NodeTable& table = cluster_.table();
   if (!table.IsWorker(m.sender()) || origin.identity != table.node(m.sender()).routing_id()) {
     counters_.rejected++;
-    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m)
-                              << ": the sender is not a worker of this job";
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m)
+                                  << ": the sender is not a worker of this job";
     ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(), ErrorCode::kBadMessage,
                "push refused: the sender is not a worker of this job");
     return;
@@ -236,7 +224,7 @@ void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
   std::string error = SplitFusedPush(fused, &pushes).message();
   if (!error.empty()) {  // the Van validated it already; this is a second line of defence
     counters_.rejected++;
-    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(fused) << ": " << error;
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(fused) << ": " << error;
     ReplyError(origin.identity, fused.envelope.request_id(), 0, ErrorCode::kBadMessage,
                "fused push refused: " + error);
     return;
@@ -385,7 +373,7 @@ void Server::FailEngine(Engine* engine, const std::string& reason) {
 
 void Server::SendReply(const Reply& reply) {
   if (reply.kind == Reply::Kind::kError) {
-    LOG_EVERY_N(WARNING, 100) << "refused request " << reply.request_id << ": " << reply.reason;
+    FERRY_LOG_EVERY_T(WARNING, 1) << "refused request " << reply.request_id << ": " << reply.reason;
   }
   van_.Reply(reply.identity, ToMessage(reply, cluster_.my_id()));
 }

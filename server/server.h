@@ -42,10 +42,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/util/mutex.h"
 #include "common/cluster/cluster_client.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "server/engine_queue.h"
 #include "server/key_protocol.h"
@@ -53,22 +53,6 @@
 #include "server/summation.h"
 
 namespace ferry {
-
-struct ServerStats {
-  uint64_t pushes = 0;
-  uint64_t bytes_summed = 0;
-  uint64_t rounds_completed = 0;
-  uint64_t rejected_pushes = 0;      // failed validation (mismatch, stranger, bad round)
-  uint64_t duplicate_pushes = 0;     // resent pushes not added again
-  uint64_t results_resent = 0;       // sums sent again (a resent push or PULL after a lost reply)
-  uint64_t pushes_held = 0;          // deterministic mode: pushes that waited for a lower rank
-  uint64_t split_sums = 0;           // sums cut into slices for several threads
-  uint64_t async_updates = 0;        // async mode: deltas added to parameters
-  uint64_t device_sums = 0;          // GPU: sums that came back from the device
-  uint64_t device_sums_dropped = 0;  // GPU: of those, sums of rounds abandoned meanwhile
-  uint64_t rows_pushes = 0;          // ROWS_PUSH messages handled (PushPullRows)
-  uint64_t rows_summed = 0;          // rows they carried that were added into a round
-};
 
 // Refuses settings a server cannot run with: FERRY_SERVER_DEVICE=gpu with
 // FERRY_ENABLE_ASYNC=1 (the GPU engine sums rounds; asynchronous training keeps
@@ -89,7 +73,10 @@ class Server {
   int Run();
 
   int port() const { return port_; }
-  ServerStats stats() const;
+  // The server's counters now, by the names FERRY_STATS_FILE writes: its registry
+  // (ServerCounters, key_protocol.h) in registration order, then split_sums (sums the
+  // sum pool cut into slices for several threads).
+  CounterValues stats() const;
 
  private:
   // Member order matters: `summation` is declared after everything its GPU callbacks
@@ -103,8 +90,8 @@ class Server {
     EngineQueue<Request> queue GUARDED_BY(mu);
     bool stop GUARDED_BY(mu) = false;
     bool sums_ready GUARDED_BY(mu) = false;  // GPU: a sum reached host memory since the last look
-    std::vector<bool> joined;  // by worker rank; this engine's thread only
-    bool failed = false;       // the summation threw (FailEngine); engine thread only
+    std::vector<bool> joined;                // by worker rank; this engine's thread only
+    bool failed = false;                     // the summation threw (FailEngine); engine thread only
     // The engine's protocols (key_protocol.h), engine thread only: the dense keys'
     // (RoundProtocol or ParamProtocol, by the training mode) and the rows keys'.
     std::unique_ptr<KeyProtocol> dense;

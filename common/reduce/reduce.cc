@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 
 #include "common/reduce/reduce_internal.h"
@@ -374,12 +375,9 @@ bool SetSimdLevel(SimdLevel level) {
 }
 
 const char* SimdLevelName(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kPortable: return "portable";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kAvx512: return "avx512";
-  }
-  return "unknown";
+  static const char* const kNames[] = {"portable", "avx2", "avx512"};  // by SimdLevel
+  const int i = static_cast<int>(level);
+  return i >= 0 && i < static_cast<int>(std::size(kNames)) ? kNames[i] : "unknown";
 }
 
 }  // namespace ferry

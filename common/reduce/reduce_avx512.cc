@@ -4,10 +4,10 @@
 // vcvtps2ph); bfloat16 is converted with integer operations (no AVX512_BF16 needed,
 // and unlike vcvtneps2bf16 it keeps float32 subnormals exactly like the portable path).
 //
-// Same structure as reduce_avx2.cc: one 512-bit vector operation per data type, and
-// the traits that instantiate the shared block driver (reduce_simd.h: blocks of 256
-// bytes, dst first brought to a cache-line boundary as split 64-byte stores are
-// expensive); everything in an anonymous namespace.
+// Same structure as reduce_avx2.cc: only the 512-bit intrinsics, in the traits that
+// instantiate the shared block driver (reduce_simd.h: blocks of 256 bytes, dst first
+// brought to a cache-line boundary as split 64-byte stores are expensive); everything
+// in an anonymous namespace.
 
 #include "common/reduce/reduce_internal.h"
 
@@ -36,85 +36,53 @@ namespace {
 
 using u8 = unsigned char;
 
-// --- One vector op of each type. ----------------------------------------------------
+// The intrinsics the shared driver (reduce_simd.h) builds every type's vector op from.
+struct Avx512 {
+  static constexpr size_t kBlockBytes = 256;  // four 512-bit vectors per operand
+  using Ps = __m512;
+  using Pd = __m512d;
+  using Pi = __m512i;
+  static Ps SetPs(float s) { return _mm512_set1_ps(s); }
+  static Pd SetPd(double s) { return _mm512_set1_pd(s); }
 
-struct VF32 {
-  static constexpr size_t kElem = 4;
-  static constexpr size_t kLanesPerVec = 16;  // elements consumed per vector op
-  static void Sum(u8* d, const u8* a, const u8* b) {
-    const __m512 x = _mm512_loadu_ps(a);
-    const __m512 y = _mm512_loadu_ps(b);
-    _mm512_storeu_ps(d, _mm512_add_ps(x, y));
-  }
-  static void Mul(u8* d, __m512 s, __m512d) {
-    _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_loadu_ps(d), s));
-  }
-};
+  // float32
+  static Ps LoadPs(const u8* p) { return _mm512_loadu_ps(p); }
+  static void StorePs(u8* p, Ps v) { _mm512_storeu_ps(p, v); }
+  static Ps AddPs(Ps x, Ps y) { return _mm512_add_ps(x, y); }
+  static Ps MulPs(Ps x, Ps s) { return _mm512_mul_ps(x, s); }
+  // float64
+  static Pd LoadPd(const u8* p) { return _mm512_loadu_pd(p); }
+  static void StorePd(u8* p, Pd v) { _mm512_storeu_pd(p, v); }
+  static Pd AddPd(Pd x, Pd y) { return _mm512_add_pd(x, y); }
+  static Pd MulPd(Pd x, Pd s) { return _mm512_mul_pd(x, s); }
+  // int32, int64 (and bfloat16's bits)
+  static Pi LoadPi(const u8* p) { return _mm512_loadu_si512(p); }
+  static void StorePi(u8* p, Pi v) { _mm512_storeu_si512(p, v); }
+  static Pi AddI32(Pi x, Pi y) { return _mm512_add_epi32(x, y); }
+  static Pi AddI64(Pi x, Pi y) { return _mm512_add_epi64(x, y); }
 
-struct VF64 {
-  static constexpr size_t kElem = 8;
-  static constexpr size_t kLanesPerVec = 8;
-  static void Sum(u8* d, const u8* a, const u8* b) {
-    const __m512d x = _mm512_loadu_pd(a);
-    const __m512d y = _mm512_loadu_pd(b);
-    _mm512_storeu_pd(d, _mm512_add_pd(x, y));
-  }
-  static void Mul(u8* d, __m512, __m512d s) {
-    _mm512_storeu_pd(d, _mm512_mul_pd(_mm512_loadu_pd(d), s));
-  }
-};
-
-struct VI32 {
-  static constexpr size_t kElem = 4;
-  static constexpr size_t kLanesPerVec = 16;
-  static void Sum(u8* d, const u8* a, const u8* b) {
-    const __m512i x = _mm512_loadu_si512(a);
-    const __m512i y = _mm512_loadu_si512(b);
-    _mm512_storeu_si512(d, _mm512_add_epi32(x, y));
-  }
-};
-
-struct VI64 {
-  static constexpr size_t kElem = 8;
-  static constexpr size_t kLanesPerVec = 8;
-  static void Sum(u8* d, const u8* a, const u8* b) {
-    const __m512i x = _mm512_loadu_si512(a);
-    const __m512i y = _mm512_loadu_si512(b);
-    _mm512_storeu_si512(d, _mm512_add_epi64(x, y));
-  }
-};
-
-// float16: 16 halves (256 bits) per float32 vector.
-struct VF16 {
-  static constexpr size_t kElem = 2;
-  static constexpr size_t kLanesPerVec = 16;
-  static __m512 Load(const u8* p) {
+  // float16: 16 halves (256 bits) per float32 vector.
+  static Ps LoadF16(const u8* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static void Store(u8* p, __m512 v) {
+  static void StoreF16(u8* p, Ps v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  static void Sum(u8* d, const u8* a, const u8* b) { Store(d, _mm512_add_ps(Load(a), Load(b))); }
-  static void Mul(u8* d, __m512 s, __m512d) { Store(d, _mm512_mul_ps(Load(d), s)); }
-};
 
-// bfloat16: 32 values (512 bits) per op. Interleaving zeros below each value
-// (AVX512BW unpacklo/hi with zero) gives float32 bit patterns directly; the lane
-// order this produces within each 128-bit block is undone by packus on the way
-// back, so no cross-lane shuffles are needed. Narrowing is integer
-// round-to-nearest-even with NaN kept as a quiet NaN.
-struct VBF16 {
-  static constexpr size_t kElem = 2;
-  static constexpr size_t kLanesPerVec = 32;
-  static __m512 Lo(__m512i v) {
+  // bfloat16: 32 values (512 bits) per op. Interleaving zeros below each value
+  // (AVX512BW unpacklo/hi with zero) gives float32 bit patterns directly; the lane
+  // order this produces within each 128-bit block is undone by packus on the way
+  // back, so no cross-lane shuffles are needed. Narrowing is integer
+  // round-to-nearest-even with NaN kept as a quiet NaN.
+  static Ps BF16Lo(Pi v) {
     return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), v));
   }
-  static __m512 Hi(__m512i v) {
+  static Ps BF16Hi(Pi v) {
     return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), v));
   }
   // The bf16 bits in the low 16 bits of each 32-bit lane.
-  static __m512i Round(__m512 v) {
+  static Pi BF16Round(Ps v) {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(
@@ -125,34 +93,9 @@ struct VBF16 {
     return _mm512_mask_blend_epi32(is_nan, rounded, nan);
   }
   // Lanes are <= 0xFFFF, so packus's unsigned saturation is exact.
-  static void Store(u8* p, __m512 lo, __m512 hi) {
-    _mm512_storeu_si512(p, _mm512_packus_epi32(Round(lo), Round(hi)));
+  static void StoreBF16(u8* p, Ps lo, Ps hi) {
+    _mm512_storeu_si512(p, _mm512_packus_epi32(BF16Round(lo), BF16Round(hi)));
   }
-  static void Sum(u8* d, const u8* a, const u8* b) {
-    const __m512i x = _mm512_loadu_si512(a);
-    const __m512i y = _mm512_loadu_si512(b);
-    Store(d, _mm512_add_ps(Lo(x), Lo(y)), _mm512_add_ps(Hi(x), Hi(y)));
-  }
-  static void Mul(u8* d, __m512 s, __m512d) {
-    const __m512i x = _mm512_loadu_si512(d);
-    Store(d, _mm512_mul_ps(Lo(x), s), _mm512_mul_ps(Hi(x), s));
-  }
-};
-
-// --- The traits the shared driver (reduce_simd.h) is instantiated with. -------------
-
-struct Avx512 {
-  static constexpr size_t kBlockBytes = 256;  // four 512-bit vectors per operand
-  using Ps = __m512;
-  using Pd = __m512d;
-  static Ps SetPs(float s) { return _mm512_set1_ps(s); }
-  static Pd SetPd(double s) { return _mm512_set1_pd(s); }
-  using F32 = VF32;
-  using F64 = VF64;
-  using I32 = VI32;
-  using I64 = VI64;
-  using F16 = VF16;
-  using BF16 = VBF16;
 };
 
 }  // namespace

@@ -10,14 +10,17 @@
 // so they get bit-identical arithmetic and nothing outside [0, count) is touched.
 //
 // `Isa` is a traits struct an instruction-set file (reduce_avx2.cc, reduce_avx512.cc)
-// defines, holding:
-//   kBlockBytes               bytes per block and operand (4 vectors)
-//   Ps, Pd                    the float32 and float64 vector types (scale factors)
-//   SetPs(float), SetPd(double)  broadcast a scale factor
-//   F32, F64, I32, I64, F16, BF16  one struct per data type with
-//     kElem (bytes per element), kLanesPerVec (elements per vector op),
-//     Sum(d, a, b) (one vector: d = a + b) and, for the float types,
-//     Mul(d, Ps, Pd) (one vector: d *= the scale of its type)
+// defines with the intrinsics, nothing else; the driver builds every data type's vector
+// operation from them (OneReg, BF16 below). It holds:
+//   kBlockBytes                 bytes per block and operand (4 vectors)
+//   Ps, Pd, Pi                  the float32, float64 and integer vector types
+//   SetPs(float), SetPd(double) broadcast a scale factor
+//   LoadPs, LoadPd, LoadPi (const u8*) and StorePs, StorePd, StorePi (u8*, vector):
+//                               unaligned loads and stores
+//   AddPs, AddPd, AddI32, AddI64 (x, y), MulPs, MulPd (x, scale): one vector op each
+//   LoadF16, StoreF16           float16 <-> one float32 vector (sizeof(Ps) / 4 halves)
+//   BF16Lo(Pi), BF16Hi(Pi), StoreBF16(u8*, Ps lo, Ps hi)
+//                               bfloat16 bits (one Pi) <-> two float32 vectors
 //
 // Include this header only after `#pragma GCC target(...)` in such a file: the
 // templates take the target of the point where they are defined, so each file's
@@ -41,8 +44,60 @@ struct SimdDriver {
   using u8 = unsigned char;
   using Ps = typename Isa::Ps;
   using Pd = typename Isa::Pd;
+  using Pi = typename Isa::Pi;
   static constexpr size_t kBlockBytes = Isa::kBlockBytes;
   static constexpr size_t kStoreAlign = 64;  // cache line
+
+  // One vector op of a type held in one register: kElem (bytes per element), kLanesPerVec (elements
+  // per vector op), Sum(d, a, b) (d = a + b) and, for the float types, Mul(d, Ps, Pd) (d *= the
+  // scale of its type). Load, Store and Add are the Isa's functions. (The vector types themselves
+  // cannot be template arguments: GCC drops their attributes there.)
+  template <size_t kElemBytes, auto Load, auto Store, auto Add>
+  struct OneReg {
+    using Reg = decltype(Load(nullptr));
+    static constexpr size_t kElem = kElemBytes;
+    static constexpr size_t kLanesPerVec = sizeof(Reg) / (kElemBytes == 8 ? 8 : 4);
+    static void Sum(u8* d, const u8* a, const u8* b) {
+      const Reg x = Load(a);
+      const Reg y = Load(b);
+      Store(d, Add(x, y));
+    }
+    static void Mul(u8* d, Ps sf, Pd sd) { Store(d, Scaled(Load(d), sf, sd)); }
+  };
+  static Ps Scaled(Ps x, Ps sf, Pd) { return Isa::MulPs(x, sf); }
+  static Pd Scaled(Pd x, Ps, Pd sd) { return Isa::MulPd(x, sd); }
+  using F32 = OneReg<4, &Isa::LoadPs, &Isa::StorePs, &Isa::AddPs>;
+  using F64 = OneReg<8, &Isa::LoadPd, &Isa::StorePd, &Isa::AddPd>;
+  using I32 = OneReg<4, &Isa::LoadPi, &Isa::StorePi, &Isa::AddI32>;
+  using I64 = OneReg<8, &Isa::LoadPi, &Isa::StorePi, &Isa::AddI64>;
+
+  // float16: one float32 vector of halves, converted on load and store. The sum is one
+  // expression, as it always was: which operand GCC converts first decides which NaN a
+  // NaN + NaN keeps, and this keeps the kernel's code (and every bit) unchanged.
+  struct F16 {
+    static constexpr size_t kElem = 2;
+    static constexpr size_t kLanesPerVec = sizeof(Ps) / 4;
+    static void Sum(u8* d, const u8* a, const u8* b) {
+      Isa::StoreF16(d, Isa::AddPs(Isa::LoadF16(a), Isa::LoadF16(b)));
+    }
+    static void Mul(u8* d, Ps s, Pd) { Isa::StoreF16(d, Isa::MulPs(Isa::LoadF16(d), s)); }
+  };
+
+  // bfloat16: one integer vector of bits is two float32 vectors (BF16Lo, BF16Hi).
+  struct BF16 {
+    static constexpr size_t kElem = 2;
+    static constexpr size_t kLanesPerVec = sizeof(Pi) / 2;
+    static void Sum(u8* d, const u8* a, const u8* b) {
+      const Pi x = Isa::LoadPi(a);
+      const Pi y = Isa::LoadPi(b);
+      Isa::StoreBF16(d, Isa::AddPs(Isa::BF16Lo(x), Isa::BF16Lo(y)),
+                     Isa::AddPs(Isa::BF16Hi(x), Isa::BF16Hi(y)));
+    }
+    static void Mul(u8* d, Ps s, Pd) {
+      const Pi x = Isa::LoadPi(d);
+      Isa::StoreBF16(d, Isa::MulPs(Isa::BF16Lo(x), s), Isa::MulPs(Isa::BF16Hi(x), s));
+    }
+  };
 
   template <typename V>
   struct Block {
@@ -127,16 +182,16 @@ struct SimdDriver {
   // averaging integer sums) keeps the portable kernels.
   static void Fill(KernelTable* t) {
     auto idx = [](DataType type) { return static_cast<int>(type); };
-    t->sum_to[idx(DataType::kFloat32)] = &SumTo<typename Isa::F32>;
-    t->sum_to[idx(DataType::kFloat16)] = &SumTo<typename Isa::F16>;
-    t->sum_to[idx(DataType::kBFloat16)] = &SumTo<typename Isa::BF16>;
-    t->sum_to[idx(DataType::kFloat64)] = &SumTo<typename Isa::F64>;
-    t->sum_to[idx(DataType::kInt32)] = &SumTo<typename Isa::I32>;
-    t->sum_to[idx(DataType::kInt64)] = &SumTo<typename Isa::I64>;
-    t->scale[idx(DataType::kFloat32)] = &Scale<typename Isa::F32>;
-    t->scale[idx(DataType::kFloat16)] = &Scale<typename Isa::F16>;
-    t->scale[idx(DataType::kBFloat16)] = &Scale<typename Isa::BF16>;
-    t->scale[idx(DataType::kFloat64)] = &Scale<typename Isa::F64>;
+    t->sum_to[idx(DataType::kFloat32)] = &SumTo<F32>;
+    t->sum_to[idx(DataType::kFloat16)] = &SumTo<F16>;
+    t->sum_to[idx(DataType::kBFloat16)] = &SumTo<BF16>;
+    t->sum_to[idx(DataType::kFloat64)] = &SumTo<F64>;
+    t->sum_to[idx(DataType::kInt32)] = &SumTo<I32>;
+    t->sum_to[idx(DataType::kInt64)] = &SumTo<I64>;
+    t->scale[idx(DataType::kFloat32)] = &Scale<F32>;
+    t->scale[idx(DataType::kFloat16)] = &Scale<F16>;
+    t->scale[idx(DataType::kBFloat16)] = &Scale<BF16>;
+    t->scale[idx(DataType::kFloat64)] = &Scale<F64>;
   }
 };
 

@@ -9,6 +9,7 @@
 #include <future>
 
 #include "common/util/clock.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -234,8 +235,8 @@ void Van::Transmit(void* socket, const std::string* identity, Frames* f,
   if (f->has_payload) zmq_msg_close(&f->payload);
   if (!ok) {
     send_failures_++;
-    LOG(WARNING) << options_.name << ": send to " << target << " failed: "
-                 << (socket ? zmq_strerror(zmq_errno()) : "no connection");
+    FERRY_LOG_EVERY_T(WARNING, 1) << options_.name << ": send to " << target << " failed: "
+                                  << (socket ? zmq_strerror(zmq_errno()) : "no connection");
     return;
   }
   messages_sent_++;

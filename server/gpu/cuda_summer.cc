@@ -7,12 +7,12 @@
 #include <array>
 #include <cstring>
 #include <deque>
-#include <unordered_map>
 #include <vector>
 
 #include "common/util/status.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/cuda_handles.h"
+#include "server/gpu/gpu_keys.h"
 #include "server/gpu/gpu_summer.h"
 #include "server/gpu/pinned_pool.h"
 #include "server/gpu/sum_kernels.h"
@@ -50,14 +50,9 @@ struct Lane {
   std::deque<PendingSum> pending;  // in Finish order = stream order
 };
 
-// A key's device-side state.
-struct KeySum {
-  size_t lane = 0;
-  size_t bytes = 0;
-  DataType type = DataType::kFloat32;
-  DeviceMemory accumulator;
-  bool open = false;  // a round has had its first Add and no Finish yet
-};
+// A key's device-side state: its sum builds up in device memory.
+using Keys = GpuKeys<DeviceMemory>;
+using KeySum = Keys::Key;
 
 // Makes `device` current on the calling thread (a thread-local setting in CUDA, and
 // the summer may be used from a thread that has never set it).
@@ -77,7 +72,6 @@ class CudaSummer : public GpuSummer {
   size_t pending() const override { return pending_; }
 
  private:
-  KeySum& Define(uint64_t key, size_t bytes, DataType type);
   void* ReserveScratch(Lane& lane, size_t bytes);
   void CopyIn(Lane& lane, const void* src, size_t bytes, void* device_dst);
   void WaitForLane(Lane& lane, const char* what);
@@ -86,16 +80,14 @@ class CudaSummer : public GpuSummer {
 
   const GpuSummerOptions options_;
   std::vector<Lane> lanes_;  // sized once: references into it stay valid
-  size_t next_lane_ = 0;
-  std::unordered_map<uint64_t, KeySum> keys_;
+  Keys keys_;
   std::shared_ptr<PinnedPool> results_ = PinnedPool::Create();
   std::vector<Event> spare_events_;
   size_t pending_ = 0;
 };
 
-CudaSummer::CudaSummer(const GpuSummerOptions& options) : options_(options) {
-  FERRY_ENFORCE(options.streams >= 1 && options.streams <= 64, ErrorCode::kInvalidArgument,
-                "GpuSummer: streams must be 1..64, got ", options.streams);
+CudaSummer::CudaSummer(const GpuSummerOptions& options)
+    : options_(options), keys_(options.streams) {  // keys_ refuses a bad stream count
   UseDevice(options_.device);
   lanes_.resize(static_cast<size_t>(options.streams));
   for (Lane& lane : lanes_) {
@@ -115,32 +107,9 @@ CudaSummer::~CudaSummer() {
   }
 }
 
-KeySum& CudaSummer::Define(uint64_t key, size_t bytes, DataType type) {
-  FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(type)), ErrorCode::kInvalidArgument,
-                "GpuSummer: key ", key, ": invalid data type ", static_cast<int32_t>(type));
-  FERRY_ENFORCE(bytes % DataTypeSize(type) == 0, ErrorCode::kInvalidArgument, "GpuSummer: key ",
-                key, ": ", bytes, " bytes is not a whole number of ", DataTypeName(type),
-                " elements");
-  auto it = keys_.find(key);
-  if (it != keys_.end()) {
-    const KeySum& k = it->second;
-    FERRY_ENFORCE(k.bytes == bytes && k.type == type, ErrorCode::kInvalidArgument,
-                  "GpuSummer: key ", key, " holds ", k.bytes, " bytes of ", DataTypeName(k.type),
-                  "; Add got ", bytes, " bytes of ", DataTypeName(type));
-    return it->second;
-  }
-  KeySum k;
-  k.lane = next_lane_;
-  k.bytes = bytes;
-  k.type = type;
-  k.accumulator.Reserve(bytes);
-  next_lane_ = (next_lane_ + 1) % lanes_.size();
-  return keys_.emplace(key, std::move(k)).first->second;
-}
-
 void CudaSummer::Add(uint64_t key, const void* src, size_t bytes, DataType type) {
   UseDevice(options_.device);
-  KeySum& k = Define(key, bytes, type);
+  KeySum& k = keys_.ForAdd(key, bytes, type, [](DeviceMemory& sum, size_t n) { sum.Reserve(n); });
   Lane& lane = lanes_[k.lane];
   if (bytes > 0) {
     // The first push of a round lands in the accumulator (behind the previous round's
@@ -177,10 +146,7 @@ void CudaSummer::CopyIn(Lane& lane, const void* src, size_t bytes, void* device_
 
 void CudaSummer::Finish(uint64_t key, Done done) {
   UseDevice(options_.device);
-  auto it = keys_.find(key);
-  FERRY_ENFORCE(it != keys_.end() && it->second.open, ErrorCode::kInvalidArgument,
-                "GpuSummer: Finish of key ", key, ", which has no open round");
-  KeySum& k = it->second;
+  KeySum& k = keys_.ForFinish(key);
   Lane& lane = lanes_[k.lane];
   PendingSum p{TakeEvent(), results_->Acquire(k.bytes), std::move(done)};
   if (k.bytes > 0) {
@@ -199,15 +165,9 @@ void CudaSummer::Finish(uint64_t key, Done done) {
 
 void CudaSummer::Notify(void* summer) { static_cast<CudaSummer*>(summer)->options_.on_ready(); }
 
-void CudaSummer::Reset(uint64_t key) {
-  auto it = keys_.find(key);
-  if (it != keys_.end()) it->second.open = false;
-}
+void CudaSummer::Reset(uint64_t key) { keys_.Reset(key); }
 
-bool CudaSummer::HasOpenRound(uint64_t key) const {
-  auto it = keys_.find(key);
-  return it != keys_.end() && it->second.open;
-}
+bool CudaSummer::HasOpenRound(uint64_t key) const { return keys_.HasOpenRound(key); }
 
 size_t CudaSummer::RunCompletions() {
   UseDevice(options_.device);

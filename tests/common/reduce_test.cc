@@ -322,20 +322,23 @@ TEST(DataTypeTest, SizesNamesAndValidity) {
 }
 
 TEST(DataTypeTest, ParseNames) {
-  const std::pair<const char*, DataType> cases[] = {
-      {"float32", DataType::kFloat32},   {"fp32", DataType::kFloat32},
-      {"float", DataType::kFloat32},     {"float16", DataType::kFloat16},
-      {"fp16", DataType::kFloat16},      {"half", DataType::kFloat16},
-      {"bfloat16", DataType::kBFloat16}, {"bf16", DataType::kBFloat16},
-      {"float64", DataType::kFloat64},   {"fp64", DataType::kFloat64},
-      {"double", DataType::kFloat64},    {"int32", DataType::kInt32},
-      {"int64", DataType::kInt64},
+  // Every name a type is accepted under (written out here, not taken from the parser's
+  // own table, so the test checks the names themselves).
+  const std::pair<DataType, std::vector<const char*>> cases[] = {
+      {DataType::kFloat32, {"float32", "fp32", "float"}},
+      {DataType::kFloat16, {"float16", "fp16", "half"}},
+      {DataType::kBFloat16, {"bfloat16", "bf16"}},
+      {DataType::kFloat64, {"float64", "fp64", "double"}},
+      {DataType::kInt32, {"int32"}},
+      {DataType::kInt64, {"int64"}},
   };
-  for (const auto& c : cases) {
-    DataType t = DataType::kInt64;
-    if (c.second == DataType::kInt64) t = DataType::kFloat32;
-    EXPECT_TRUE(ParseDataType(c.first, &t)) << c.first;
-    EXPECT_EQ(t, c.second) << c.first;
+  for (const auto& [type, names] : cases) {
+    for (const char* name : names) {
+      DataType t = DataType::kInt64;
+      if (type == DataType::kInt64) t = DataType::kFloat32;
+      EXPECT_TRUE(ParseDataType(name, &t)) << name;
+      EXPECT_EQ(t, type) << name;
+    }
   }
   for (DataType t : kAllTypes) {
     DataType parsed;

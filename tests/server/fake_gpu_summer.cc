@@ -12,57 +12,23 @@
 namespace ferry {
 namespace testing {
 
-// Blocks by exact size, reused as soon as the last holder lets go, poisoned then.
-// Thread-safe (ZeroMQ's IO thread releases blocks). Lives as long as any block it
-// handed out (each Buffer's owner holds it).
-class FakeGpuSummer::Pool : public std::enable_shared_from_this<Pool> {
- public:
-  ~Pool() {
-    for (auto& [bytes, blocks] : free_) {
-      for (void* b : blocks) std::free(b);
-    }
-  }
-  Buffer Acquire(size_t bytes) {
-    if (bytes == 0) return Buffer();
-    void* block = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
-        block = it->second.back();
-        it->second.pop_back();
-      } else {
-        ++allocated_;
-      }
-    }
-    if (block == nullptr) block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK(block != nullptr) << "out of memory for a " << bytes << "-byte sum";
-    std::shared_ptr<Pool> self = shared_from_this();
-    return Buffer(block, bytes, std::shared_ptr<void>(block, [self, bytes](void* b) {
-                    self->Release(b, bytes);
-                  }));
-  }
-  size_t allocated() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return allocated_;
-  }
+void* FakeGpuSummer::PoisonedBlocks::Allocate(size_t bytes) {
+  void* block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  CHECK(block != nullptr) << "out of memory for a " << bytes << "-byte sum";
+  return block;
+}
 
- private:
-  void Release(void* block, size_t bytes) {
-    std::memset(block, 0xFF, bytes);  // whoever still reads these bytes reads NaNs
-    std::lock_guard<std::mutex> lock(mu_);
-    free_[bytes].push_back(block);
-  }
+void FakeGpuSummer::PoisonedBlocks::Free(void* block) { std::free(block); }
 
-  mutable std::mutex mu_;  // guards free_ and allocated_
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t allocated_ = 0;
-};
+void FakeGpuSummer::PoisonedBlocks::Released(void* block, size_t bytes) {
+  std::memset(block, 0xFF, bytes);  // whoever still reads these bytes reads NaNs
+}
 
 FakeGpuSummer::FakeGpuSummer(const GpuSummerOptions& options, const FakeGpuFaults& faults)
-    : options_(options), faults_(faults), pool_(std::make_shared<Pool>()) {
-  FERRY_ENFORCE(options.streams >= 1 && options.streams <= 64, ErrorCode::kInvalidArgument,
-                "GpuSummer: streams must be 1..64, got ", options.streams);
+    : options_(options),
+      faults_(faults),
+      pool_(Pool::Create()),
+      keys_(options.streams) {  // keys_ refuses a bad stream count
   lanes_.resize(static_cast<size_t>(options.streams));
   timer_ = std::thread([this] { TimerLoop(); });
 }
@@ -96,25 +62,8 @@ void FakeGpuSummer::Add(uint64_t key, const void* src, size_t bytes, DataType ty
         adds_, " adds)");
     CheckFailed();
   }
-  FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(type)), ErrorCode::kInvalidArgument,
-                "GpuSummer: key ", key, ": invalid data type ", static_cast<int32_t>(type));
-  FERRY_ENFORCE(bytes % DataTypeSize(type) == 0, ErrorCode::kInvalidArgument, "GpuSummer: key ",
-                key, ": ", bytes, " bytes is not a whole number of ", DataTypeName(type),
-                " elements");
-  auto it = keys_.find(key);
-  if (it == keys_.end()) {
-    KeySum k;
-    k.lane = next_lane_;
-    next_lane_ = (next_lane_ + 1) % lanes_.size();
-    k.bytes = bytes;
-    k.type = type;
-    k.accumulator = Buffer::Allocate(bytes);
-    it = keys_.emplace(key, std::move(k)).first;
-  }
-  KeySum& k = it->second;
-  FERRY_ENFORCE(k.bytes == bytes && k.type == type, ErrorCode::kInvalidArgument, "GpuSummer: key ",
-                key, " holds ", k.bytes, " bytes of ", DataTypeName(k.type), "; Add got ", bytes,
-                " bytes of ", DataTypeName(type));
+  Keys::Key& k =
+      keys_.ForAdd(key, bytes, type, [](Buffer& sum, size_t n) { sum = Buffer::Allocate(n); });
   if (bytes > 0) {
     if (k.open) {
       SumInto(k.accumulator.data(), src, bytes / DataTypeSize(type), type);
@@ -128,10 +77,7 @@ void FakeGpuSummer::Add(uint64_t key, const void* src, size_t bytes, DataType ty
 void FakeGpuSummer::Finish(uint64_t key, Done done) {
   CheckThread();
   CheckFailed();
-  auto it = keys_.find(key);
-  FERRY_ENFORCE(it != keys_.end() && it->second.open, ErrorCode::kInvalidArgument,
-                "GpuSummer: Finish of key ", key, ", which has no open round");
-  KeySum& k = it->second;
+  Keys::Key& k = keys_.ForFinish(key);
   PendingSum p;
   p.sum = pool_->Acquire(k.bytes);
   if (k.bytes > 0) std::memcpy(p.sum.data(), k.accumulator.data(), k.bytes);
@@ -159,14 +105,10 @@ void FakeGpuSummer::Finish(uint64_t key, Done done) {
 
 void FakeGpuSummer::Reset(uint64_t key) {
   CheckThread();
-  auto it = keys_.find(key);
-  if (it != keys_.end()) it->second.open = false;
+  keys_.Reset(key);
 }
 
-bool FakeGpuSummer::HasOpenRound(uint64_t key) const {
-  auto it = keys_.find(key);
-  return it != keys_.end() && it->second.open;
-}
+bool FakeGpuSummer::HasOpenRound(uint64_t key) const { return keys_.HasOpenRound(key); }
 
 size_t FakeGpuSummer::RunCompletions() {
   CheckThread();

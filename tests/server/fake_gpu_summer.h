@@ -31,9 +31,10 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
+#include "server/gpu/block_pool.h"
+#include "server/gpu/gpu_keys.h"
 #include "server/gpu/gpu_summer.h"
 
 namespace ferry {
@@ -64,14 +65,14 @@ class FakeGpuSummer : public GpuSummer {
 
  private:
   using Clock = std::chrono::steady_clock;
-  class Pool;
-  struct KeySum {
-    size_t lane = 0;
-    size_t bytes = 0;
-    DataType type = DataType::kFloat32;
-    Buffer accumulator;
-    bool open = false;
+  // Sums' blocks: plain memory, filled with 0xFF when the last holder lets go.
+  struct PoisonedBlocks {
+    static void* Allocate(size_t bytes);
+    static void Free(void* block);
+    static void Released(void* block, size_t bytes);
   };
+  using Pool = gpu::BlockPool<PoisonedBlocks>;
+  using Keys = gpu::GpuKeys<Buffer>;  // a key's sum builds up in a host Buffer
   struct PendingSum {
     Clock::time_point due;
     bool notified = false;  // on_ready has run since it fell due
@@ -86,9 +87,8 @@ class FakeGpuSummer : public GpuSummer {
   const GpuSummerOptions options_;
   const FakeGpuFaults faults_;
   std::shared_ptr<Pool> pool_;
-  std::thread::id owner_;                      // the thread of the first call
-  std::unordered_map<uint64_t, KeySum> keys_;  // owner thread only
-  size_t next_lane_ = 0;
+  std::thread::id owner_;  // the thread of the first call
+  Keys keys_;              // owner thread only
   uint64_t adds_ = 0, finishes_ = 0;
   std::string failure_;  // non-empty: every call throws it
   std::mt19937 rng_{12345};
