@@ -110,13 +110,12 @@ void DensePushPull::SendBatch(const Batch& batch) {
       // The parts' resend timers start once ZeroMQ let go of the fused copy.
       Buffer copy = fused.payload;
       fused.payload = Buffer::Borrow(copy.data(), copy.size(), [this, copy, requests] {
-        MutexLock l(ctx_.mu);
-        for (uint64_t r : requests) in_flight_.OnWire(r);
+        NoteRelease(Release{nullptr, 0, requests});
       });
     }
     ctx_.counters.fused_messages++;
     ctx_.counters.partitions_fused += pack.pushes.size();
-    pack.pushes.clear();  // releases the borrowed inputs: their hooks take mu
+    pack.pushes.clear();  // releases the borrowed inputs (their hooks note it)
     ctx_.van.Send(ServerId(pack.server), std::move(fused));
   }
   for (Handle h : held) ctx_.table.Unhold(h);
@@ -141,20 +140,47 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
     // copies it); the release hook tells us when it no longer reads it.
     m.payload =
         Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op, request] {
-          MutexLock l(ctx_.mu);
-          InFlight* f = in_flight_.Find(request);
-          // A part of a fused push was copied, not sent: the fused
-          // copy starts its timer (above). Its resends go alone
-          // (attempts > 0) and start their own.
-          if (f && (!f->fused || f->attempts > 0)) {
-            in_flight_.OnWire(request);
-          }
-          op->releases_left--;
           ctx_.counters.send_releases++;
-          ctx_.sequencer->MaybeComplete(op);
+          NoteRelease(Release{op, request, {}});
         });
   }
   return m;
+}
+
+void DensePushPull::NoteRelease(Release r) {
+  bool first = false;
+  {
+    MutexLock lock(release_mu_);
+    first = releases_.empty();
+    releases_.push_back(std::move(r));
+  }
+  // One drain per batch: later releases join the inbox until it runs.
+  if (first) {
+    ctx_.table.Post([this] {
+      MutexLock lock(ctx_.mu);
+      DrainReleases();
+    });
+  }
+}
+
+void DensePushPull::DrainReleases() {
+  std::vector<Release> batch;
+  {
+    MutexLock lock(release_mu_);
+    batch.swap(releases_);
+  }
+  for (Release& r : batch) {
+    if (!r.op) {
+      for (uint64_t request : r.requests) in_flight_.OnWire(request);
+      continue;
+    }
+    InFlight* f = in_flight_.Find(r.request);
+    // A part of a fused push was copied, not sent: the fused copy starts its timer
+    // (above). Its resends go alone (attempts > 0) and start their own.
+    if (f && (!f->fused || f->attempts > 0)) in_flight_.OnWire(r.request);
+    r.op->releases_left--;
+    ctx_.sequencer->MaybeComplete(r.op);
+  }
 }
 
 void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) {
@@ -200,6 +226,7 @@ void DensePushPull::ReturnCredit(InFlight& f) {
 
 bool DensePushPull::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
+  DrainReleases();
   // From now on only the sum is missing: ask for it if it does not come in time (the
   // tracker backs off; see request_tracker.h).
   InFlight* f = in_flight_.Ack(m.envelope.request_id());
@@ -228,6 +255,7 @@ void DensePushPull::Deliver(const InFlight& f, const PartitionSpec& p, const Mes
 bool DensePushPull::OnResult(Message&& m) {
   const proto::Envelope& e = m.envelope;
   MutexLock lock(ctx_.mu);
+  DrainReleases();  // so that the last sum completes an operation whose payloads went
   std::optional<InFlight> taken = in_flight_.Take(e.request_id());
   if (!taken) {
     ctx_.NoteLateReply(m);

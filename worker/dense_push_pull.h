@@ -15,6 +15,14 @@
 //
 // Threads: Start (callers, under mu), SendBatch and resends (the Worker's "sender" thread), replies
 // (van-io), release hooks (ZeroMQ's IO thread). See operation_kind.h for the lock.
+//
+// Release hooks take no lock of the Worker: ZeroMQ's IO thread moves every socket's bytes
+// and must never wait for a caller or a reply handler. A hook only notes its release in
+// the inbox (releases_, under its own leaf lock release_mu_) and, when the inbox was
+// empty, posts a drain to the table's callback thread. The drain applies the releases
+// under mu (the resend timer starts: RequestTracker::OnWire; releases_left goes down;
+// the operation may complete). The reply handlers drain first too, so an operation whose
+// payloads were released before its last sum arrived completes in that handler.
 
 #include <memory>
 #include <string>
@@ -64,8 +72,22 @@ class DensePushPull : public OperationKind {
   // Copies a sum into the output (outside the lock, under a hold of the operation).
   void Deliver(const InFlight& f, const PartitionSpec& p, const Message& m);
 
+  // A payload ZeroMQ let go of: a partition's borrowed input (`op` set: it counts in
+  // releases_left) or a fused copy (`requests`: the parts it carried).
+  struct Release {
+    std::shared_ptr<Operation> op;
+    uint64_t request = 0;
+    std::vector<uint64_t> requests;
+  };
+  // ZeroMQ's IO thread (or whichever thread drops a payload): notes `r`. Takes release_mu_.
+  void NoteRelease(Release r) EXCLUDES(release_mu_);
+  // Applies the releases noted so far. REQUIRES: mu.
+  void DrainReleases() REQUIRES(ctx_.mu) EXCLUDES(release_mu_);
+
   WorkerContext& ctx_;
   ScheduledQueue& queue_;
+  Mutex release_mu_;  // a leaf: guards releases_ only; nothing is taken inside it
+  std::vector<Release> releases_ GUARDED_BY(release_mu_);
   RequestTracker<InFlight> in_flight_ GUARDED_BY(ctx_.mu);  // request id -> partition
   std::unordered_map<uint64_t, InFlight> queued_ GUARDED_BY(ctx_.mu);  // task cookie -> partition
   uint64_t next_cookie_ GUARDED_BY(ctx_.mu) = 1;

@@ -184,6 +184,13 @@ size_t OperationTable::size() const {
   return entries_.size() + ready_.size();
 }
 
+void OperationTable::Post(std::function<void()> task) {
+  MutexLock lock(mu_);
+  if (stop_) return;
+  ready_.push_back(Ready{0, Verdict{}, [task = std::move(task)](Handle, const Verdict&) { task(); }});
+  callbacks_cv_.NotifyAll();
+}
+
 void OperationTable::TimeOut(Handle handle) {
   // No lock held: the message may take its owner's lock.
   Finish(handle, Verdict{ErrorCode::kTimeout, timeout_message_(handle)});

@@ -97,6 +97,10 @@ class OperationTable {
   // one in the list (not released: Wait on it next), or 0. Unknown handle: throws.
   // Each handle's deadline starts with this wait, as with WaitFor.
   Handle WaitAny(const std::vector<Handle>& handles, int64_t slice_ms) EXCLUDES(mu_);
+  // Runs `task` on the callback thread, in order with the callbacks (it must not block
+  // either). Lets a thread that may take no lock of the owner (ZeroMQ's IO thread) hand
+  // work to one that may. Dropped once the table is closed.
+  void Post(std::function<void()> task) EXCLUDES(mu_);
   // Waits until every operation added so far finished (or the table failed), at most
   // `timeout_ms`; false on timeout. Holds count as unfinished.
   bool WaitAll(int64_t timeout_ms) EXCLUDES(mu_);
