@@ -184,7 +184,9 @@ TEST(ClusterTest, SecondWorkerClaimingARankIsRefused) {
   c.StartScheduler();
   c.StartServer();
   int first = c.StartWorker(0, {"--loop_rounds=3"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(300 * TimeScale()));
+  // The impostor comes once the first holds the rank (a fixed 300 ms sleep here was not
+  // always enough on a loaded machine: the impostor got the rank, the first was refused).
+  ASSERT_TRUE(c.WaitForOutput(c.scheduler(), "registered WORKER", 20000));
   int impostor = c.Spawn("impostor", "ferry-test-worker", {"--mode=loop"}, "worker",
                          {{"DMLC_WORKER_ID", "0"}});
   ChildResult r = c.Wait(impostor, 20000);

@@ -39,7 +39,7 @@ using Env = std::map<std::string, std::string>;
 
 struct ClusterSpec {
   int servers = 1;
-  // DMLC_NUM_WORKER: worker ranks (machines, when local_size > 1).
+  // DMLC_NUM_WORKER: worker ranks (machines, when local_size > 0).
   int workers = 1;
   // Worker processes per worker rank, with FERRY_LOCAL_SIZE / FERRY_LOCAL_RANK set
   // (worker/local/). 0: one plain worker process per rank, FERRY_LOCAL_* unset.
