@@ -9,14 +9,14 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
-#include <filesystem>
 
 #include "common/transport/message.h"
 #include "common/transport/van.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -95,15 +95,15 @@ void Attack(int port) {
 }
 
 TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
-  ProcessGroup g;
-  int port = FreePort();
-  int server_port = FreePort();
   const int workers = 2;
-  int sched = g.Spawn("scheduler", {BinaryPath("ferry-scheduler")},
-                      ClusterEnv("scheduler", workers, 1, port));
-  auto server_env = ClusterEnv("server", workers, 1, port);
-  server_env["DMLC_PORT"] = std::to_string(server_port);
-  int server = g.Spawn("server", {BinaryPath("ferry-server")}, server_env);
+  ClusterSpec spec;
+  spec.workers = workers;
+  spec.worker_args = {"--mode=sums", "--tensors=10", "--max_bytes=4194304", "--rounds=10"};
+  TestCluster g(spec);
+  const int port = g.port();
+  const int server_port = FreePort();
+  int sched = g.StartScheduler();
+  int server = g.StartServer({{"DMLC_PORT", std::to_string(server_port)}});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Attack(port);
   Attack(server_port);
@@ -117,22 +117,10 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
     reg.envelope.mutable_register_request()->set_kind("gpu");
     s.Send({reg.envelope.SerializeAsString()});
   }
-  std::vector<int> ws;
-  for (int w = 0; w < workers; ++w) {
-    auto e = ClusterEnv("worker", workers, 1, port);
-    e["DMLC_WORKER_ID"] = std::to_string(w);
-    ws.push_back(g.Spawn("worker" + std::to_string(w),
-                         {BinaryPath("ferry-test-worker"), "--mode=sums", "--tensors=10",
-                          "--max_bytes=4194304", "--rounds=10"},
-                         e));
-  }
+  for (int w = 0; w < workers; ++w) g.StartWorker(w);
   Attack(server_port);  // while the workers run
   Attack(port);
-  auto results = g.WaitAll(120000 * TimeScale());
-  for (size_t i = 0; i < results.size(); ++i) {
-    ASSERT_TRUE(results[i].exited) << g.AllOutput();
-    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();
-  }
+  ASSERT_TRUE(g.Succeeds(120000));
   std::string server_log = g.Output(server), sched_log = g.Output(sched);
   EXPECT_NE(server_log.find("dropped a bad message"), std::string::npos) << server_log;
   EXPECT_NE(server_log.find("protocol version 99"), std::string::npos) << server_log;
@@ -148,22 +136,16 @@ TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   // Worker 1 is a member that speaks the protocol by hand (ferry-raw-member): each
   // round it pushes a round far ahead, pulls a round it never pushed, pushes an old
   // round, and sends its honest push twice. Worker 0 trains normally beside it.
-  ProcessGroup g;
-  int port = FreePort();
   const int rounds = 8;
-  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, ClusterEnv("scheduler", 2, 1, port));
-  int server = g.Spawn("server", {BinaryPath("ferry-server")}, ClusterEnv("server", 2, 1, port));
-  auto e = ClusterEnv("worker", 2, 1, port);
-  e["DMLC_WORKER_ID"] = "0";
-  int honest = g.Spawn("worker0", {BinaryPath("ferry-test-worker"), "--mode=loop",
-                                   "--loop_rounds=" + std::to_string(rounds)}, e);
-  e["DMLC_WORKER_ID"] = "1";
-  int raw = g.Spawn("raw", {BinaryPath("ferry-raw-member"), "--rounds=" + std::to_string(rounds)}, e);
-  auto results = g.WaitAll(120000 * TimeScale());
-  for (size_t i = 0; i < results.size(); ++i) {
-    ASSERT_TRUE(results[i].exited) << g.AllOutput();
-    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();
-  }
+  ClusterSpec spec;
+  spec.workers = 2;
+  TestCluster g(spec);
+  g.StartScheduler();
+  int server = g.StartServer();
+  int honest = g.StartWorker(0, {"--mode=loop", "--loop_rounds=" + std::to_string(rounds)});
+  int raw = g.Spawn("raw", "ferry-raw-member", {"--rounds=" + std::to_string(rounds)}, "worker",
+                    {{"DMLC_WORKER_ID", "1"}});
+  ASSERT_TRUE(g.Succeeds(120000));
   EXPECT_NE(g.Output(honest).find("OK loop rounds=8"), std::string::npos) << g.Output(honest);
   // Per round: ahead + pull; from round 3 on also the old round; in round 0 four
   // refused sparse-rows requests (row id out of range twice, a round ahead, a PULL).
@@ -220,32 +202,18 @@ std::vector<int> OpenSilentConnections(int port, int n) {
 }
 
 TEST(BadInputTest, OversizedFramesAndConnectionFloodsCostTheServerNothing) {
-  ProcessGroup g;
-  int port = FreePort();
-  int server_port = FreePort();
-  auto env = [&](const std::string& role) {
-    auto e = ClusterEnv(role, 2, 1, port);
-    e["FERRY_MAX_MESSAGE_BYTES"] = "16777216";
-    return e;
-  };
-  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
-  auto server_env = env("server");
-  server_env["DMLC_PORT"] = std::to_string(server_port);
-  int server = g.Spawn("server", {BinaryPath("ferry-server")}, server_env);
-  std::vector<int> ws;
-  for (int w = 0; w < 2; ++w) {
-    auto e = env("worker");
-    e["DMLC_WORKER_ID"] = std::to_string(w);
-    ws.push_back(g.Spawn("worker" + std::to_string(w),
-                         {BinaryPath("ferry-test-worker"), "--mode=loop", "--loop_rounds=400",
-                          "--loop_sleep_ms=40"}, e));
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * TimeScale());
-  while (g.Output(ws[0]).find("round 10\n") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << g.AllOutput();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const pid_t pid = g.pid(server);
+  ClusterSpec spec;
+  spec.workers = 2;
+  spec.worker_args = {"--mode=loop", "--loop_rounds=400", "--loop_sleep_ms=40"};
+  spec.env = {{"FERRY_MAX_MESSAGE_BYTES", "16777216"}};
+  TestCluster g(spec);
+  const int server_port = FreePort();
+  g.StartScheduler();
+  int server = g.StartServer({{"DMLC_PORT", std::to_string(server_port)}});
+  for (int w = 0; w < 2; ++w) g.StartWorker(w);
+  const std::vector<int>& ws = g.workers();
+  ASSERT_TRUE(g.WaitForOutput(ws[0], "round 10\n", 30000));
+  const pid_t pid = g.group().pid(server);
   const long rss_before = RssKib(pid), fds_before = OpenDescriptors(pid);
   // Frames announcing 8 GiB and 17 MiB (over the 16 MiB limit): refused from the header.
   for (int i = 0; i < 10; ++i) {
@@ -277,11 +245,7 @@ TEST(BadInputTest, OversizedFramesAndConnectionFloodsCostTheServerNothing) {
 #else
   EXPECT_LT(rss_after, rss_before + 32 * 1024) << "an announced frame was allocated";
 #endif
-  auto results = g.WaitAll(120000 * TimeScale());
-  for (size_t i = 0; i < results.size(); ++i) {
-    ASSERT_TRUE(results[i].exited) << g.AllOutput();
-    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();
-  }
+  ASSERT_TRUE(g.Succeeds(120000));
   for (int w : ws) EXPECT_NE(g.Output(w).find("OK loop rounds=400"), std::string::npos);
   EXPECT_NE(g.Output(server).find("-byte limit, FERRY_MAX_MESSAGE_BYTES"), std::string::npos)
       << g.Output(server);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/util/status.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -47,7 +47,7 @@ TEST(BindingCoreTest, CallsBeforeInitAreRefusedAsNotInitialised) {
 
 TEST(BindingCoreTest, TheRoleIsCheckedOneWay) {
   BindingCore core;
-  auto env = ClusterEnv("server", 1, 1, FreePort());
+  auto env = TestCluster().RoleEnv("server");
   FerryError e = Thrown([&] { core.Init(MapEnvironment(env)); });
   EXPECT_TRUE(Contains(e.what(), "DMLC_ROLE")) << e.what();
   EXPECT_FALSE(core.IsInitialized());
@@ -61,11 +61,10 @@ TEST(BindingCoreTest, TheRoleIsCheckedOneWay) {
 // drops the core's reference only: the group stays usable until the call lets go. Later
 // calls, Init() included, are refused with kShutdown.
 TEST(BindingCoreTest, AGroupHeldByACallOutlivesShutdownOnAnotherThread) {
-  ProcessGroup group;
-  const int port = FreePort();
-  group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, ClusterEnv("scheduler", 1, 1, port));
-  group.Spawn("server", {BinaryPath("ferry-server")}, ClusterEnv("server", 1, 1, port));
-  auto env = ClusterEnv("worker", 1, 1, port);
+  TestCluster group;
+  group.StartScheduler();
+  group.StartServer();
+  auto env = group.RoleEnv("worker");
   env["DMLC_WORKER_ID"] = "0";
   env.erase("DMLC_ROLE");  // a worker need not say so
 
@@ -103,7 +102,7 @@ TEST(BindingCoreTest, AGroupHeldByACallOutlivesShutdownOnAnotherThread) {
   EXPECT_EQ(Thrown([&] { core.LocalSizeFromEnvironment(); }).code(), ErrorCode::kShutdown);
   call.reset();  // the group is destroyed here, on this thread
 
-  for (const ChildResult& r : group.WaitAll(30000L * TimeScale())) {
+  for (const ChildResult& r : group.WaitAll(30000L)) {
     EXPECT_TRUE(r.exited && r.exit_code == 0) << group.AllOutput();
   }
 }

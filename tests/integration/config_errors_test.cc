@@ -5,7 +5,7 @@
 
 #include <ostream>
 
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -29,27 +29,20 @@ TEST_P(ConfigErrorsTest, ExitsTwoNamingTheVariable) {
   std::string role = std::string(p.program) == "ferry-scheduler" ? "scheduler"
                      : std::string(p.program) == "ferry-server"  ? "server"
                                                                  : "worker";
-  auto env = ClusterEnv(role, 1, 1, FreePort());
-  env["FERRY_CONNECT_TIMEOUT_MS"] = "500";
+  ClusterSpec spec;
+  spec.env["FERRY_CONNECT_TIMEOUT_MS"] = "500";
+  TestCluster g(spec);
+  Env env;
   std::vector<std::string> unset;
   for (const auto& [k, v] : p.env) {
     if (v.empty()) {
-      env.erase(k);
       unset.push_back(k);
     } else {
       env[k] = v;
     }
   }
-  // ProcessGroup adds to the inherited environment, so unset via env -u.
-  std::vector<std::string> argv = {"/usr/bin/env"};
-  for (const auto& k : unset) {
-    argv.push_back("-u");
-    argv.push_back(k);
-  }
-  argv.push_back(BinaryPath(p.program));
-  ProcessGroup g;
-  int c = g.Spawn("program", argv, env);
-  ChildResult r = g.Wait(c, 10000);
+  int c = g.Spawn("program", p.program, {}, role, env, unset);
+  ChildResult r = g.group().Wait(c, 10000);
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.exit_code, 2) << g.Output(c);
   EXPECT_NE(g.Output(c).find(p.expected), std::string::npos) << g.Output(c);

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "tests/server/gpu/gpu_test_support.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -47,86 +47,51 @@ class GpuClusterTest : public ::testing::TestWithParam<Device> {
   }
 };
 
-struct Job {
-  ProcessGroup group;
-  int port = FreePort();
-  std::vector<int> servers, workers;
+// A job of `num_servers` servers running `server` with `server_args` (every one with
+// FERRY_SERVER_DEVICE=gpu) and `num_workers` ferry-test-workers; `extra` for every role.
+ClusterSpec JobSpec(const std::string& server, const std::vector<std::string>& server_args,
+                    int num_servers, int num_workers, const std::vector<std::string>& worker_args,
+                    const Env& extra) {
+  ClusterSpec spec;
+  spec.servers = num_servers;
+  spec.workers = num_workers;
+  spec.server_program = server;
+  spec.server_args = server_args;
+  spec.worker_args = worker_args;
+  spec.env = {{"FERRY_SERVER_DEVICE", "gpu"}};
+  for (const auto& [k, v] : extra) spec.env[k] = v;
+  return spec;
+}
 
-  Job(const std::string& server, const std::vector<std::string>& server_args, int num_servers,
-      int num_workers, const std::vector<std::string>& worker_args,
-      const std::map<std::string, std::string>& extra) {
-    auto env = [&](const std::string& role) {
-      auto e = ClusterEnv(role, num_workers, num_servers, port);
-      e["FERRY_SERVER_DEVICE"] = "gpu";
-      for (const auto& [k, v] : extra) e[k] = v;
-      return e;
-    };
-    group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
-    for (int s = 0; s < num_servers; ++s) {
-      std::vector<std::string> argv = {BinaryPath(server)};
-      argv.insert(argv.end(), server_args.begin(), server_args.end());
-      servers.push_back(group.Spawn("server" + std::to_string(s), argv, env("server")));
-    }
-    for (int w = 0; w < num_workers; ++w) {
-      auto e = env("worker");
-      e["DMLC_WORKER_ID"] = std::to_string(w);
-      std::vector<std::string> argv = {BinaryPath("ferry-test-worker")};
-      argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-      workers.push_back(group.Spawn("worker" + std::to_string(w), argv, e));
-    }
+// Every server summed on the GPU (or its stand-in): said so at start and at the end.
+void ExpectServersOnGpu(const TestCluster& job) {
+  for (int s : job.servers()) {
+    const std::string out = job.Output(s);
+    EXPECT_NE(out.find("sums on GPU 0 with"), std::string::npos) << out;
+    EXPECT_NE(out.find("summation device: "), std::string::npos) << out;
   }
-
-  // Every process exits 0 within `timeout_ms`.
-  void ExpectAllSucceed(long timeout_ms) {
-    auto results = group.WaitAll(timeout_ms * TimeScale());
-    for (size_t i = 0; i < results.size(); ++i) {
-      ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << group.AllOutput();
-      ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << group.AllOutput();
-    }
-  }
-
-  // The sum over the outputs of `procs` of the number logged before `label`.
-  uint64_t Logged(const std::vector<int>& procs, const std::string& label) const {
-    uint64_t total = 0;
-    std::regex pattern("([0-9]+) " + label);
-    for (int p : procs) {
-      std::string out = group.Output(p);
-      for (std::sregex_iterator it(out.begin(), out.end(), pattern), end; it != end; ++it) {
-        total += std::stoull((*it)[1]);
-      }
-    }
-    return total;
-  }
-
-  // Every server summed on the GPU (or its stand-in): said so at start and at the end.
-  void ExpectServersOnGpu() const {
-    for (int s : servers) {
-      const std::string out = group.Output(s);
-      EXPECT_NE(out.find("sums on GPU 0 with"), std::string::npos) << out;
-      EXPECT_NE(out.find("summation device: "), std::string::npos) << out;
-    }
-    EXPECT_GT(Logged(servers, "sums from the GPU"), 0u) << group.AllOutput();
-  }
-};
+  EXPECT_GT(job.CountLogged(job.servers(), "sums from the GPU"), 0u) << job.AllOutput();
+}
 
 TEST_P(GpuClusterTest, SumsAreExact) {
   // 20 tensors from 1 element to 4 MiB in 256 KiB partitions over 2 servers with 2
   // engine threads each and 3 CUDA streams per engine: many keys per stream; every
   // other tensor averaged.
-  Job job(GetParam().server, ServerArgs({}), 2, 3,
-          {"--mode=sums", "--tensors=20", "--max_bytes=4194304", "--rounds=6"},
-          {{"FERRY_PARTITION_BYTES", "262144"},
-           {"FERRY_SERVER_ENGINE_THREADS", "2"},
-           {"FERRY_SERVER_GPU_STREAMS", "3"}});
-  job.ExpectAllSucceed(180000);
-  if (HasFatalFailure()) return;
-  for (int w : job.workers) {
-    EXPECT_NE(job.group.Output(w).find("OK rounds=6"), std::string::npos) << job.group.Output(w);
+  TestCluster job(JobSpec(GetParam().server, ServerArgs({}), 2, 3,
+                          {"--mode=sums", "--tensors=20", "--max_bytes=4194304", "--rounds=6"},
+                          {{"FERRY_PARTITION_BYTES", "262144"},
+                           {"FERRY_SERVER_ENGINE_THREADS", "2"},
+                           {"FERRY_SERVER_GPU_STREAMS", "3"}}));
+  job.Start();
+  ASSERT_TRUE(job.Succeeds(180000));
+  for (int w : job.workers()) {
+    EXPECT_NE(job.Output(w).find("OK rounds=6"), std::string::npos) << job.Output(w);
   }
-  job.ExpectServersOnGpu();
-  EXPECT_EQ(job.Logged(job.servers, "sums from the GPU"), job.Logged(job.servers, "rounds,"))
+  ExpectServersOnGpu(job);
+  EXPECT_EQ(job.CountLogged(job.servers(), "sums from the GPU"),
+            job.CountLogged(job.servers(), "rounds,"))
       << "every round's sum came from the GPU\n"
-      << job.group.AllOutput();
+      << job.AllOutput();
 }
 
 TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
@@ -135,45 +100,46 @@ TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
   // being added twice. The stand-in also holds every 20th sum for 700 ms, longer than the
   // resend timeout, so resent pushes and PULLs arrive while that round's sum is on its
   // way (they must be acknowledged again, not added).
-  Job job(GetParam().server, ServerArgs({"--slow_every=20", "--slow_ms=700"}), 2, 2,
-          {"--mode=sums", "--tensors=16", "--max_bytes=262144", "--rounds=12"},
-          {{"FERRY_PARTITION_BYTES", "16384"},
-           {"FERRY_TEST_DROP_PERCENT", "1"},
-           {"FERRY_RESEND_TIMEOUT_MS", "300"}});
-  job.ExpectAllSucceed(300000);
-  if (HasFatalFailure()) return;
-  for (int w : job.workers) {
-    EXPECT_NE(job.group.Output(w).find("OK rounds=12"), std::string::npos) << job.group.Output(w);
+  TestCluster job(JobSpec(GetParam().server, ServerArgs({"--slow_every=20", "--slow_ms=700"}), 2, 2,
+                          {"--mode=sums", "--tensors=16", "--max_bytes=262144", "--rounds=12"},
+                          {{"FERRY_PARTITION_BYTES", "16384"},
+                           {"FERRY_TEST_DROP_PERCENT", "1"},
+                           {"FERRY_RESEND_TIMEOUT_MS", "300"}}));
+  job.Start();
+  ASSERT_TRUE(job.Succeeds(300000));
+  for (int w : job.workers()) {
+    EXPECT_NE(job.Output(w).find("OK rounds=12"), std::string::npos) << job.Output(w);
   }
-  job.ExpectServersOnGpu();
-  std::vector<int> all = job.servers;
-  all.insert(all.end(), job.workers.begin(), job.workers.end());
-  const uint64_t dropped = job.Logged(all, "messages dropped by fault injection");
+  ExpectServersOnGpu(job);
+  std::vector<int> all = job.servers();
+  all.insert(all.end(), job.workers().begin(), job.workers().end());
+  const uint64_t dropped = job.CountLogged(all, "messages dropped by fault injection");
   const uint64_t resent =
-      job.Logged(job.workers, "pushes sent again") + job.Logged(job.workers, "pulls");
-  const uint64_t answered =
-      job.Logged(job.servers, "duplicates dropped") + job.Logged(job.servers, "sums sent again");
+      job.CountLogged(job.workers(), "pushes sent again") + job.CountLogged(job.workers(), "pulls");
+  const uint64_t answered = job.CountLogged(job.servers(), "duplicates dropped") +
+                            job.CountLogged(job.servers(), "sums sent again");
   std::printf("%s: %llu messages dropped, %llu resends, %llu duplicates answered\n",
               GetParam().name.c_str(), static_cast<unsigned long long>(dropped),
               static_cast<unsigned long long>(resent), static_cast<unsigned long long>(answered));
-  EXPECT_GT(dropped, 0u) << job.group.AllOutput();
-  EXPECT_GT(resent, 0u) << job.group.AllOutput();
-  EXPECT_GT(answered, 0u) << job.group.AllOutput();
+  EXPECT_GT(dropped, 0u) << job.AllOutput();
+  EXPECT_GT(resent, 0u) << job.AllOutput();
+  EXPECT_GT(answered, 0u) << job.AllOutput();
 }
 
 TEST_P(GpuClusterTest, DeterministicSumsAreBitwiseInRankOrder) {
   // Values whose float sum depends on the order of addition, pushed in varying orders:
   // every sum must equal the rank-order sum bit for bit (pushes go to the GPU in rank
   // order), and every worker must see the same results.
-  Job job(GetParam().server, ServerArgs({}), 2, 3, {"--mode=deterministic", "--rounds=10"},
-          {{"FERRY_DETERMINISTIC", "1"},
-           {"FERRY_PARTITION_BYTES", "262144"},
-           {"FERRY_SERVER_ENGINE_THREADS", "2"}});
-  job.ExpectAllSucceed(180000);
-  if (HasFatalFailure()) return;
+  TestCluster job(JobSpec(GetParam().server, ServerArgs({}), 2, 3,
+                          {"--mode=deterministic", "--rounds=10"},
+                          {{"FERRY_DETERMINISTIC", "1"},
+                           {"FERRY_PARTITION_BYTES", "262144"},
+                           {"FERRY_SERVER_ENGINE_THREADS", "2"}}));
+  job.Start();
+  ASSERT_TRUE(job.Succeeds(180000));
   std::vector<std::string> checksums;
-  for (int w : job.workers) {
-    const std::string out = job.group.Output(w);
+  for (int w : job.workers()) {
+    const std::string out = job.Output(w);
     EXPECT_NE(out.find("OK deterministic rounds=10"), std::string::npos) << out;
     std::smatch m;
     checksums.push_back(std::regex_search(out, m, std::regex("checksum ([0-9a-f]+)")) ? m[1].str()
@@ -181,23 +147,23 @@ TEST_P(GpuClusterTest, DeterministicSumsAreBitwiseInRankOrder) {
   }
   for (const std::string& c : checksums) EXPECT_EQ(c, checksums[0]);
   EXPECT_NE(checksums[0], "none");
-  EXPECT_GT(job.Logged(job.servers, "pushes held for rank order"), 0u) << job.group.AllOutput();
-  job.ExpectServersOnGpu();
+  EXPECT_GT(job.CountLogged(job.servers(), "pushes held for rank order"), 0u) << job.AllOutput();
+  ExpectServersOnGpu(job);
 }
 
 TEST_P(GpuClusterTest, JoiningWorkersAndRestartedRounds) {
   // Uneven data: worker r pushes 3 + 2r rounds, then joins; rounds complete over the
   // workers still pushing (a JOIN completes rounds, whose sums then come from the GPU);
   // after every worker joined, rounds restart at 0 for 2 more rounds together.
-  Job job(GetParam().server, ServerArgs({}), 2, 3, {"--mode=join"},
-          {{"FERRY_PARTITION_BYTES", "4096"}});
-  job.ExpectAllSucceed(120000);
-  if (HasFatalFailure()) return;
+  TestCluster job(JobSpec(GetParam().server, ServerArgs({}), 2, 3, {"--mode=join"},
+                          {{"FERRY_PARTITION_BYTES", "4096"}}));
+  job.Start();
+  ASSERT_TRUE(job.Succeeds(120000));
   for (int w = 0; w < 3; ++w) {
-    const std::string out = job.group.Output(job.workers[w]);
+    const std::string out = job.Output(job.workers()[w]);
     EXPECT_NE(out.find("OK join rounds=" + std::to_string(3 + 2 * w)), std::string::npos) << out;
   }
-  job.ExpectServersOnGpu();
+  ExpectServersOnGpu(job);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GpuClusterTest,
@@ -213,48 +179,50 @@ TEST(FakeGpuClusterTest, ResendsWhileASumIsOnItsWayAreAnsweredNotAdded) {
   // pushes were acknowledged, send PULLs, all while the round is complete but its sum is
   // not there yet. Each must be acknowledged again (not added: the sums stay exact), and
   // the sum must still reach everyone once it arrives.
-  Job job("ferry-test-fake-gpu-server", {"--slow_every=8", "--slow_ms=600"}, 1, 3,
-          {"--mode=sums", "--tensors=6", "--max_bytes=65536", "--rounds=8"},
-          {{"FERRY_PARTITION_BYTES", "16384"},
-           {"FERRY_SERVER_ENGINE_THREADS", "2"},
-           {"FERRY_RESEND_TIMEOUT_MS", "300"}});
-  job.ExpectAllSucceed(180000);
-  if (HasFatalFailure()) return;
-  for (int w : job.workers) {
-    EXPECT_NE(job.group.Output(w).find("OK rounds=8"), std::string::npos) << job.group.Output(w);
+  TestCluster job(JobSpec("ferry-test-fake-gpu-server", {"--slow_every=8", "--slow_ms=600"}, 1, 3,
+                          {"--mode=sums", "--tensors=6", "--max_bytes=65536", "--rounds=8"},
+                          {{"FERRY_PARTITION_BYTES", "16384"},
+                           {"FERRY_SERVER_ENGINE_THREADS", "2"},
+                           {"FERRY_RESEND_TIMEOUT_MS", "300"}}));
+  job.Start();
+  ASSERT_TRUE(job.Succeeds(180000));
+  for (int w : job.workers()) {
+    EXPECT_NE(job.Output(w).find("OK rounds=8"), std::string::npos) << job.Output(w);
   }
-  const uint64_t resent = job.Logged(job.workers, "pushes sent again");
-  const uint64_t pulls = job.Logged(job.workers, "pulls");
-  const uint64_t duplicates = job.Logged(job.servers, "duplicates dropped");
+  const uint64_t resent = job.CountLogged(job.workers(), "pushes sent again");
+  const uint64_t pulls = job.CountLogged(job.workers(), "pulls");
+  const uint64_t duplicates = job.CountLogged(job.servers(), "duplicates dropped");
   std::printf("%llu pushes sent again, %llu PULLs, %llu duplicate pushes acknowledged again\n",
               static_cast<unsigned long long>(resent), static_cast<unsigned long long>(pulls),
               static_cast<unsigned long long>(duplicates));
-  EXPECT_GT(resent + pulls, 0u) << job.group.AllOutput();
-  EXPECT_EQ(job.Logged(job.servers, "messages dropped by fault injection"), 0u);
+  EXPECT_GT(resent + pulls, 0u) << job.AllOutput();
+  EXPECT_EQ(job.CountLogged(job.servers(), "messages dropped by fault injection"), 0u);
 }
 
 TEST(FakeGpuClusterTest, SummationFailureFailsTheJobWithTheReason) {
   // The stand-in fails as a broken GPU would (the 40th push an engine adds, and every
   // call after it): the pushers waiting are told why, the server leaves the job, and
   // nothing hangs.
-  Job job("ferry-test-fake-gpu-server", {"--fail_after_adds=40"}, 1, 2,
-          {"--mode=sums", "--tensors=8", "--max_bytes=65536", "--rounds=20"},
-          {{"FERRY_PARTITION_BYTES", "4096"}, {"FERRY_SERVER_ENGINE_THREADS", "1"}});
-  auto results = job.group.WaitAll(120000 * TimeScale());
+  TestCluster job(
+      JobSpec("ferry-test-fake-gpu-server", {"--fail_after_adds=40"}, 1, 2,
+              {"--mode=sums", "--tensors=8", "--max_bytes=65536", "--rounds=20"},
+              {{"FERRY_PARTITION_BYTES", "4096"}, {"FERRY_SERVER_ENGINE_THREADS", "1"}}));
+  job.Start();
+  auto results = job.WaitAll(120000);
   for (size_t i = 0; i < results.size(); ++i) {
-    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << job.group.AllOutput();
+    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << job.AllOutput();
   }
-  const std::string server = job.group.Output(job.servers[0]);
-  EXPECT_EQ(results[job.servers[0]].exit_code, 1) << server;
+  const std::string server = job.Output(job.servers()[0]);
+  EXPECT_EQ(results[job.servers()[0]].exit_code, 1) << server;
   EXPECT_NE(server.find("the server's summation failed: cudaMemcpyAsync(...) failed"),
             std::string::npos)
       << server;
   bool told = false;
-  for (int w : job.workers) {
-    EXPECT_NE(results[w].exit_code, 0) << job.group.Output(w);
-    told = told || job.group.Output(w).find("summation failed") != std::string::npos;
+  for (int w : job.workers()) {
+    EXPECT_NE(results[w].exit_code, 0) << job.Output(w);
+    told = told || job.Output(w).find("summation failed") != std::string::npos;
   }
-  EXPECT_TRUE(told) << "no worker was told why\n" << job.group.AllOutput();
+  EXPECT_TRUE(told) << "no worker was told why\n" << job.AllOutput();
 }
 
 }  // namespace

@@ -17,73 +17,60 @@
 #include <string>
 
 #include "tests/server/gpu/gpu_test_support.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
 
-struct DeviceCluster {
-  ProcessGroup group;
-  int port = FreePort();
-  std::vector<int> workers;  // by global rank
-
-  void Start(int machines, int local) {
-    auto env = [&](const std::string& role) { return ClusterEnv(role, machines, 1, port); };
-    group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
-    group.Spawn("server", {BinaryPath("ferry-server")}, env("server"));
-    for (int m = 0; m < machines; ++m) {
-      for (int l = 0; l < local; ++l) {
-        auto e = env("worker");
-        e["DMLC_WORKER_ID"] = std::to_string(m);
-        e["FERRY_LOCAL_SIZE"] = std::to_string(local);
-        e["FERRY_LOCAL_RANK"] = std::to_string(l);
-        e["FERRY_OP_TIMEOUT_MS"] = std::to_string(30000 * TimeScale());
-        workers.push_back(group.Spawn(
-            "worker" + std::to_string(m) + "." + std::to_string(l),
-            {BinaryPath("ferry-local-device-test-worker"), "--tensors=4", "--rounds=3"}, e));
-      }
-    }
-  }
-};
+// `machines` machines of `local` ferry-local-device-test-worker processes, one server.
+ClusterSpec DeviceSpec(int machines, int local) {
+  ClusterSpec spec;
+  spec.workers = machines;
+  spec.local_size = local;
+  spec.worker_program = "ferry-local-device-test-worker";
+  spec.worker_args = {"--tensors=4", "--rounds=3"};
+  spec.worker_env = {{"FERRY_OP_TIMEOUT_MS", std::to_string(30000 * TimeScale())}};
+  return spec;
+}
 
 TEST(LocalDeviceTest, TwoMachinesOfOneProcessSumAndAverageDeviceTensorsExactly) {
   FERRY_SKIP_WITHOUT_GPU();
-  DeviceCluster c;
-  c.Start(2, 1);
-  for (int w : c.workers) {
-    ChildResult r = c.group.Wait(w, 120000 * TimeScale());
-    ASSERT_TRUE(r.exited) << "worker hung\n" << c.group.AllOutput();
-    ASSERT_EQ(r.exit_code, 0) << c.group.AllOutput();
-    EXPECT_NE(c.group.Output(w).find("OK rounds=3"), std::string::npos) << c.group.Output(w);
+  TestCluster c(DeviceSpec(2, 1));
+  c.Start();
+  for (int w : c.workers()) {
+    ChildResult r = c.Wait(w, 120000);
+    ASSERT_TRUE(r.exited) << "worker hung\n" << c.AllOutput();
+    ASSERT_EQ(r.exit_code, 0) << c.AllOutput();
+    EXPECT_NE(c.Output(w).find("OK rounds=3"), std::string::npos) << c.Output(w);
   }
 }
 
 TEST(LocalDeviceTest, OneMachineOfTwoLocalRanksReducesWithNccl) {
   FERRY_SKIP_WITHOUT_GPU();
   const int gpus = CudaDeviceCount(nullptr);
-  DeviceCluster c;
-  c.Start(1, 2);
+  TestCluster c(DeviceSpec(1, 2));
+  c.Start();
   std::vector<ChildResult> results;
-  for (int w : c.workers) {
-    results.push_back(c.group.Wait(w, 120000 * TimeScale()));
-    ASSERT_TRUE(results.back().exited) << "worker hung\n" << c.group.AllOutput();
+  for (int w : c.workers()) {
+    results.push_back(c.Wait(w, 120000));
+    ASSERT_TRUE(results.back().exited) << "worker hung\n" << c.AllOutput();
   }
   if (gpus == 1 && results[0].exit_code == 1 && results[1].exit_code == 1) {
     // Two ranks on one GPU: NCCL's refusal must be the set-up's clear error.
-    for (int w : c.workers) {
-      const std::string out = c.group.Output(w);
+    for (int w : c.workers()) {
+      const std::string out = c.Output(w);
       ASSERT_NE(out.find("the set-up of the NCCL communicator (2 ranks, GPU 0)"), std::string::npos)
-          << c.group.AllOutput();
+          << c.AllOutput();
     }
     std::cout << "NOTE: NCCL refused two local ranks on the one GPU here, with a clear error; "
                  "L = 2 needs two GPUs to run:\n"
-              << c.group.Output(c.workers[0]) << std::endl;
+              << c.Output(c.workers()[0]) << std::endl;
     return;
   }
   for (size_t i = 0; i < results.size(); ++i) {
-    ASSERT_EQ(results[i].exit_code, 0) << c.group.AllOutput();
-    EXPECT_NE(c.group.Output(c.workers[i]).find("OK rounds=3"), std::string::npos)
-        << c.group.Output(c.workers[i]);
+    ASSERT_EQ(results[i].exit_code, 0) << c.AllOutput();
+    EXPECT_NE(c.Output(c.workers()[i]).find("OK rounds=3"), std::string::npos)
+        << c.Output(c.workers()[i]);
   }
 }
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -82,15 +82,15 @@ enum class KindFrom { kNodeKind, kNodeHost };
 // weight. `cpu_share`: what the CPU-only servers carry together, 2k(n-1)/(n^2+kn-2k)
 // worked out by hand in each test.
 void RunAndCheck(int n, int k, KindFrom from, double cpu_share) {
-  ProcessGroup g;
-  const int port = FreePort();
   const int servers = n + k;
-  auto env = [&](const std::string& role) {
-    auto e = ClusterEnv(role, kWorkers, servers, port);
-    e["FERRY_PARTITION_BYTES"] = std::to_string(kPartitionBytes);
-    return e;
-  };
-  g.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler"));
+  ClusterSpec spec;
+  spec.servers = servers;
+  spec.workers = kWorkers;
+  spec.worker_args = {"--mode=sums", "--tensors=30", "--max_bytes=4194304",
+                      "--rounds=" + std::to_string(kRounds)};
+  spec.env = {{"FERRY_PARTITION_BYTES", std::to_string(kPartitionBytes)}};
+  TestCluster g(spec);
+  g.StartScheduler();
   // Interleave the kinds, so that neither spawn order nor registration order lines
   // up with them.
   std::map<int, std::string> kind_of;  // process index -> the kind it was given
@@ -99,29 +99,17 @@ void RunAndCheck(int n, int k, KindFrom from, double cpu_share) {
     bool cpu = cpu_left > 0 && (s % 2 == 1 || colocated_left == 0);
     std::string kind = cpu ? "cpu" : "colocated";
     (cpu ? cpu_left : colocated_left)--;
-    auto e = env("server");
+    Env e;
     if (from == KindFrom::kNodeKind) {
       e["FERRY_NODE_KIND"] = kind;
     } else {
       e["DMLC_NODE_HOST"] = cpu ? "127.0.0.2" : "127.0.0.1";
     }
-    kind_of[g.Spawn("server" + std::to_string(s) + "-" + kind, {BinaryPath("ferry-server")}, e)] =
-        kind;
+    kind_of[g.StartServer(e, "server" + std::to_string(s) + "-" + kind)] = kind;
   }
-  std::vector<int> workers;
-  for (int w = 0; w < kWorkers; ++w) {
-    auto e = env("worker");
-    e["DMLC_WORKER_ID"] = std::to_string(w);
-    workers.push_back(g.Spawn("worker" + std::to_string(w),
-                              {BinaryPath("ferry-test-worker"), "--mode=sums", "--tensors=30",
-                               "--max_bytes=4194304", "--rounds=" + std::to_string(kRounds)},
-                              e));
-  }
-  auto results = g.WaitAll(180000 * TimeScale());
-  for (size_t i = 0; i < results.size(); ++i) {
-    ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << g.AllOutput();
-    ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << g.AllOutput();
-  }
+  for (int w = 0; w < kWorkers; ++w) g.StartWorker(w);
+  const std::vector<int>& workers = g.workers();
+  ASSERT_TRUE(g.Succeeds(180000));
 
   // Both workers placed the same bytes on the same servers.
   std::vector<uint64_t> placed, placed1;

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "tests/support/json.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -34,43 +34,21 @@ int CountOccurrences(const std::string& text, const std::string& part) {
   return n;
 }
 
-struct Cluster {
-  ProcessGroup group;
-  int port = FreePort();
-  std::vector<int> servers, workers;
-
-  // `program`: ferry-test-worker or ferry-train-sim with `args`.
-  void Start(int num_servers, int num_workers, const std::string& program,
-             const std::vector<std::string>& args, const Env& common, const Env& server_env = {},
-             const Env& worker_env = {}) {
-    auto env = [&](const std::string& role, const Env& extra) {
-      auto e = ClusterEnv(role, num_workers, num_servers, port);
-      for (const auto& [k, v] : common) e[k] = v;
-      for (const auto& [k, v] : extra) e[k] = v;
-      return e;
-    };
-    group.Spawn("scheduler", {BinaryPath("ferry-scheduler")}, env("scheduler", {}));
-    for (int s = 0; s < num_servers; ++s) {
-      servers.push_back(group.Spawn("server" + std::to_string(s), {BinaryPath("ferry-server")},
-                                    env("server", server_env)));
-    }
-    for (int w = 0; w < num_workers; ++w) {
-      auto e = env("worker", worker_env);
-      e["DMLC_WORKER_ID"] = std::to_string(w);
-      std::vector<std::string> argv = {BinaryPath(program)};
-      argv.insert(argv.end(), args.begin(), args.end());
-      workers.push_back(group.Spawn("worker" + std::to_string(w), argv, e));
-    }
-  }
-
-  void ExpectAllExitZero(long timeout_ms) {
-    auto results = group.WaitAll(timeout_ms * TimeScale());
-    for (size_t i = 0; i < results.size(); ++i) {
-      ASSERT_TRUE(results[i].exited) << "process " << i << " hung\n" << group.AllOutput();
-      ASSERT_EQ(results[i].exit_code, 0) << "process " << i << "\n" << group.AllOutput();
-    }
-  }
-};
+// `num_servers` servers and `num_workers` workers running `program` with `args`; `common`
+// for every role, then the servers' and the workers' own.
+ClusterSpec Spec(int num_servers, int num_workers, const std::string& program,
+                 const std::vector<std::string>& args, const Env& common,
+                 const Env& server_env = {}, const Env& worker_env = {}) {
+  ClusterSpec spec;
+  spec.servers = num_servers;
+  spec.workers = num_workers;
+  spec.worker_program = program;
+  spec.worker_args = args;
+  spec.env = common;
+  spec.server_env = server_env;
+  spec.worker_env = worker_env;
+  return spec;
+}
 
 // A tiny workload: layers of 4 bytes to 300 KB, in backprop order as the CSVs list them.
 const std::vector<uint64_t> kLayerBytes = {4,     1024, 40000,  300000, 4,    65536,  8,  100000,
@@ -119,12 +97,12 @@ std::vector<std::string> TrainSimArgs(const std::string& workload, int iteration
           "--warmup=" + std::to_string(warmup), "--check", "--json"};
 }
 
-void ExpectExactReports(Cluster& c, int iterations) {
-  for (int w : c.workers) {
-    Json r = TrainSimReport(c.group.Output(w));
-    EXPECT_EQ(r["wrong_values"].number, 0) << c.group.Output(w);
+void ExpectExactReports(const TestCluster& c, int iterations) {
+  for (int w : c.workers()) {
+    Json r = TrainSimReport(c.Output(w));
+    EXPECT_EQ(r["wrong_values"].number, 0) << c.Output(w);
     EXPECT_EQ(r["checked_values"].number, static_cast<double>(ElementsPerIteration() * iterations))
-        << c.group.Output(w);
+        << c.Output(w);
   }
 }
 
@@ -183,9 +161,9 @@ class TrainSimPolicyTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainSimPolicyTest, TinyWorkloadSumsExactly) {
   const std::string policy = GetParam();
-  Cluster c;
-  const std::string workload = WriteWorkload(c.group.dir());
-  const std::string trace_dir = c.group.dir() + "/trace";
+  TestCluster c;
+  const std::string workload = WriteWorkload(c.dir());
+  const std::string trace_dir = c.dir() + "/trace";
   ASSERT_EQ(mkdir(trace_dir.c_str(), 0755), 0);
   Env env = {
       {"FERRY_SCHEDULING_POLICY", policy}, {"FERRY_PARTITION_BYTES", std::to_string(kPartition)},
@@ -193,11 +171,12 @@ TEST_P(TrainSimPolicyTest, TinyWorkloadSumsExactly) {
       {"FERRY_FUSION_BYTES", "32768"},     {"FERRY_P3_SLICE_BYTES", "20000"},
       {"FERRY_BUCKET_BYTES", "200000"},    {"FERRY_BUCKET_TIMEOUT_MS", "2"}};
   if (policy == "credit") env["FERRY_TRACE_DIR"] = trace_dir;
-  c.Start(2, 2, "ferry-train-sim", TrainSimArgs(workload, kIterations, kWarmup), env);
-  c.ExpectAllExitZero(120000);
+  c.spec() = Spec(2, 2, "ferry-train-sim", TrainSimArgs(workload, kIterations, kWarmup), env);
+  c.Start();
+  ASSERT_TRUE(c.Succeeds(120000));
   ExpectExactReports(c, kWarmup + kIterations);
-  for (int w : c.workers) {
-    std::string out = c.group.Output(w);
+  for (int w : c.workers()) {
+    std::string out = c.Output(w);
     EXPECT_NE(out.find("scheduling policy " + policy), std::string::npos) << out;
   }
   if (policy == "credit") {
@@ -239,7 +218,7 @@ constexpr int kSmall = 23, kRounds = 2;
 
 // Runs --mode=order; returns each server's arrivals.
 std::vector<Arrivals> RunOrder(const std::string& policy) {
-  Cluster c;
+  TestCluster c;
   Env common = {{"FERRY_SCHEDULING_POLICY", policy}, {"FERRY_PARTITION_BYTES", "1048576"}};
   // Servers log every arrival. Workers: a 64 KiB credit (one iteration is 1.2 MiB),
   // 16 KiB fused messages, and every reply held 300 ms, so the blocker's credit comes
@@ -248,21 +227,24 @@ std::vector<Arrivals> RunOrder(const std::string& policy) {
   Env worker_env = {{"FERRY_SCHEDULING_CREDIT_BYTES", "65536"},
                     {"FERRY_FUSION_BYTES", "16384"},
                     {"FERRY_TEST_DELAY_MS", "300"}};
-  c.Start(2, 2, "ferry-test-worker",
-          {"--mode=order", "--tensors=" + std::to_string(kSmall),
-           "--rounds=" + std::to_string(kRounds)},
-          common, server_env, worker_env);
-  c.ExpectAllExitZero(120000);
+  c.spec() = Spec(2, 2, "ferry-test-worker",
+                  {"--mode=order", "--tensors=" + std::to_string(kSmall),
+                   "--rounds=" + std::to_string(kRounds)},
+                  common, server_env, worker_env);
+  c.Start();
+  const ::testing::AssertionResult ok = c.Succeeds(120000);
+  EXPECT_TRUE(ok);
+  if (!ok) return {};
   std::vector<Arrivals> out;
-  for (int s : c.servers) out.push_back(ParseArrivals(c.group.Output(s)));
+  for (int s : c.servers()) out.push_back(ParseArrivals(c.Output(s)));
   for (size_t s = 0; s < out.size(); ++s) {  // for the record: worker node 3, round 1
     std::string seq;
     for (int t : out[s][{3, 1}]) seq += " " + std::to_string(t);
     std::printf("%s: server process %zu received from worker node 3 in round 1:%s\n",
                 policy.c_str(), s, seq.c_str());
   }
-  for (int w : c.workers) {
-    EXPECT_NE(c.group.Output(w).find("OK order rounds=2"), std::string::npos) << c.group.Output(w);
+  for (int w : c.workers()) {
+    EXPECT_NE(c.Output(w).find("OK order rounds=2"), std::string::npos) << c.Output(w);
   }
   // Every push of every worker and round arrived exactly once, at some server.
   for (int node : {3, 4}) {
@@ -315,16 +297,17 @@ TEST(SchedulingOrderTest, FifoDeliversInReadyOrderAtTheServers) {
 }
 
 TEST(SchedulingTest, PartitionSizeChangesMidRunAndSumsStayExact) {
-  Cluster c;
+  TestCluster c;
   // 16 KiB partitions, then 8 KiB (a new layout), 64 KiB (another), 8 KiB again (the
   // first new layout's keys, rounds carried on).
-  c.Start(2, 2, "ferry-test-worker",
-          {"--mode=sums", "--tensors=12", "--max_bytes=262144", "--rounds=8",
-           "--repartition=2:8192,4:65536,6:8192"},
-          {{"FERRY_PARTITION_BYTES", "16384"}});
-  c.ExpectAllExitZero(120000);
-  for (int w : c.workers) {
-    std::string out = c.group.Output(w);
+  c.spec() = Spec(2, 2, "ferry-test-worker",
+                  {"--mode=sums", "--tensors=12", "--max_bytes=262144", "--rounds=8",
+                   "--repartition=2:8192,4:65536,6:8192"},
+                  {{"FERRY_PARTITION_BYTES", "16384"}});
+  c.Start();
+  ASSERT_TRUE(c.Succeeds(120000));
+  for (int w : c.workers()) {
+    std::string out = c.Output(w);
     EXPECT_NE(out.find("OK rounds=8"), std::string::npos) << out;
     EXPECT_NE(out.find("round 2: partition 8192 bytes"), std::string::npos) << out;
     EXPECT_NE(out.find("partition 8192 bytes, credit 32768 bytes; layout 1"), std::string::npos)
@@ -337,22 +320,23 @@ TEST(SchedulingTest, PartitionSizeChangesMidRunAndSumsStayExact) {
 }
 
 TEST(SchedulingTest, AutotuneAgreesOnEveryWorkerAndSumsStayExact) {
-  Cluster c;
-  const std::string workload = WriteWorkload(c.group.dir());
+  TestCluster c;
+  const std::string workload = WriteWorkload(c.dir());
   // 2 sizes x 2 credits, 2 iterations each: decided at the 9th boundary of 11.
-  c.Start(2, 2, "ferry-train-sim", TrainSimArgs(workload, 10, 0),
-          {{"FERRY_AUTOTUNE", "1"},
-           {"FERRY_AUTOTUNE_PARTITION_BYTES", "16384,65536"},
-           {"FERRY_AUTOTUNE_CREDITS", "1,4"},
-           {"FERRY_AUTOTUNE_STEPS", "2"}});
-  c.ExpectAllExitZero(120000);
+  c.spec() = Spec(2, 2, "ferry-train-sim", TrainSimArgs(workload, 10, 0),
+                  {{"FERRY_AUTOTUNE", "1"},
+                   {"FERRY_AUTOTUNE_PARTITION_BYTES", "16384,65536"},
+                   {"FERRY_AUTOTUNE_CREDITS", "1,4"},
+                   {"FERRY_AUTOTUNE_STEPS", "2"}});
+  c.Start();
+  ASSERT_TRUE(c.Succeeds(120000));
   ExpectExactReports(c, 10);
   std::vector<std::string> chosen;
   std::regex line(
       R"(autotune: chose (partition \d+ bytes, credit \d+ bytes) \(candidate (\d) of 4\) )"
       R"(after 9 iterations)");
-  for (int w : c.workers) {
-    std::string out = c.group.Output(w);
+  for (int w : c.workers()) {
+    std::string out = c.Output(w);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(out, m, line)) << out;
     chosen.push_back(m[1]);

@@ -2,26 +2,20 @@
 // wrong secret or none cannot register; a client that knows the servers' public key
 // but not the secret is refused by the ZAP check; the real job's sums stay exact.
 
+#include "common/transport/security.h"
+
 #include <gtest/gtest.h>
 #include <zmq.h>
 
 #include <thread>
 
 #include "common/transport/message.h"
-#include "common/transport/security.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
 
 constexpr char kSecret[] = "correct horse battery staple 42";
-
-std::map<std::string, std::string> SecureEnv(const std::string& role, int workers, int port,
-                                             const std::string& secret) {
-  auto e = ClusterEnv(role, workers, 1, port);
-  if (!secret.empty()) e["FERRY_SECRET"] = secret;
-  return e;
-}
 
 // A client that knows the scheduler's public key but has its own key pair.
 void KnowsPublicKeyOnly(int port) {
@@ -47,43 +41,37 @@ void KnowsPublicKeyOnly(int port) {
 }
 
 TEST(SecurityTest, OnlySecretHoldersJoinAndSumsStayExact) {
-  ProcessGroup g;
-  int port = FreePort();
   const int workers = 2;
-  int sched = g.Spawn("scheduler", {BinaryPath("ferry-scheduler")},
-                      SecureEnv("scheduler", workers, port, kSecret));
-  g.Spawn("server", {BinaryPath("ferry-server")}, SecureEnv("server", workers, port, kSecret));
+  ClusterSpec spec;
+  spec.workers = workers;
+  spec.worker_args = {"--mode=sums", "--tensors=8", "--max_bytes=4194304", "--rounds=5"};
+  spec.env = {{"FERRY_SECRET", kSecret}};
+  TestCluster g(spec);
+  const int port = g.port();
+  int sched = g.StartScheduler();
+  g.StartServer();
   // Intruders first, so they would take worker slots if they could register.
-  auto wrong = SecureEnv("worker", workers, port, "not the secret at all, sorry");
-  wrong["FERRY_CONNECT_TIMEOUT_MS"] = "1000";
-  int intruder = g.Spawn("intruder-wrong-secret",
-                         {BinaryPath("ferry-test-worker"), "--mode=loop"}, wrong);
-  auto none = SecureEnv("worker", workers, port, "");
-  none["FERRY_CONNECT_TIMEOUT_MS"] = "1000";
-  int plain = g.Spawn("intruder-no-secret", {BinaryPath("ferry-test-worker"), "--mode=loop"}, none);
+  int intruder = g.Spawn(
+      "intruder-wrong-secret", "ferry-test-worker", {"--mode=loop"}, "worker",
+      {{"FERRY_SECRET", "not the secret at all, sorry"}, {"FERRY_CONNECT_TIMEOUT_MS", "1000"}});
+  int plain = g.Spawn("intruder-no-secret", "ferry-test-worker", {"--mode=loop"}, "worker",
+                      {{"FERRY_CONNECT_TIMEOUT_MS", "1000"}}, {"FERRY_SECRET"});
   KnowsPublicKeyOnly(port);
   std::vector<int> ws;
-  for (int w = 0; w < workers; ++w) {
-    auto e = SecureEnv("worker", workers, port, kSecret);
-    e["DMLC_WORKER_ID"] = std::to_string(w);
-    ws.push_back(g.Spawn("worker" + std::to_string(w),
-                         {BinaryPath("ferry-test-worker"), "--mode=sums", "--tensors=8",
-                          "--max_bytes=4194304", "--rounds=5"},
-                         e));
-  }
+  for (int w = 0; w < workers; ++w) ws.push_back(g.StartWorker(w));
   for (int w : ws) {
-    ChildResult r = g.Wait(w, 120000 * TimeScale());
+    ChildResult r = g.Wait(w, 120000);
     ASSERT_TRUE(r.exited) << g.AllOutput();
     EXPECT_EQ(r.exit_code, 0) << g.AllOutput();
     EXPECT_NE(g.Output(w).find("OK rounds=5"), std::string::npos) << g.Output(w);
   }
   for (int bad : {intruder, plain}) {
-    ChildResult r = g.Wait(bad, 20000 * TimeScale());
+    ChildResult r = g.Wait(bad, 20000);
     ASSERT_TRUE(r.exited);
     EXPECT_EQ(r.exit_code, 1) << g.Output(bad);
     EXPECT_NE(g.Output(bad).find("waiting for the node table"), std::string::npos) << g.Output(bad);
   }
-  ChildResult s = g.Wait(sched, 20000 * TimeScale());
+  ChildResult s = g.Wait(sched, 20000);
   EXPECT_EQ(s.exit_code, 0) << g.Output(sched);
   std::string log = g.Output(sched);
   EXPECT_NE(log.find("does not hold the cluster secret"), std::string::npos) << log;

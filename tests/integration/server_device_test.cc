@@ -10,7 +10,7 @@
 #include <string>
 
 #include "server/gpu/gpu_device.h"
-#include "tests/support/process_group.h"
+#include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
 namespace {
@@ -18,13 +18,12 @@ namespace {
 // Runs ferry-server with `device` (and nothing else to talk to); its exit code and output.
 std::pair<int, std::string> RunServer(const std::string& device,
                                       const std::map<std::string, std::string>& extra = {}) {
-  auto env = ClusterEnv("server", 1, 1, FreePort());
-  env["FERRY_CONNECT_TIMEOUT_MS"] = "500";
-  env["FERRY_SERVER_DEVICE"] = device;
-  for (const auto& [k, v] : extra) env[k] = v;
-  ProcessGroup g;
-  const int c = g.Spawn("server", {BinaryPath("ferry-server")}, env);
-  const ChildResult r = g.Wait(c, 20000);
+  ClusterSpec spec;
+  spec.server_env = {{"FERRY_CONNECT_TIMEOUT_MS", "500"}, {"FERRY_SERVER_DEVICE", device}};
+  for (const auto& [k, v] : extra) spec.server_env[k] = v;
+  TestCluster g(spec);
+  const int c = g.StartServer();
+  const ChildResult r = g.group().Wait(c, 20000);
   EXPECT_TRUE(r.exited) << g.Output(c);
   return {r.exit_code, g.Output(c)};
 }

@@ -1,0 +1,137 @@
+// A whole job in this process (tests/support/in_process_cluster.h): scheduler, servers
+// and workers as role objects on threads, real ZeroMQ sockets on loopback. Values are
+// small integers, so every sum and average is exact in float and compared with ==.
+
+#include "tests/support/in_process_cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types/data_type.h"
+#include "worker/worker.h"
+
+namespace ferry::testing {
+namespace {
+
+constexpr long kFinishMs = 20000;
+
+TEST(InProcessClusterTest, DensePushPullOfSeveralTensorsSumsExactly) {
+  // Small partitions: every tensor but the one-element one spreads over both servers.
+  InProcessCluster cluster({2, 2, {{"FERRY_PARTITION_BYTES", "4096"}}});
+  const std::vector<uint64_t> sizes = {1, 1000, 5000, 100000};
+  constexpr int kRounds = 3;
+  cluster.RunWorkers([&](Worker& w) {
+    ASSERT_EQ(w.size(), 2);
+    ASSERT_EQ(w.num_servers(), 2);
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<std::vector<float>> in(sizes.size()), out(sizes.size());
+      std::vector<Handle> handles;
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        // Worker r sends (r + 1) * (i % 1000 + round): sums 3x, averages 1.5x, exact.
+        in[t].resize(sizes[t]);
+        out[t].assign(sizes[t], -1.0f);
+        for (uint64_t i = 0; i < sizes[t]; ++i) {
+          in[t][i] = static_cast<float>((w.rank() + 1) * (i % 1000 + round));
+        }
+        handles.push_back(w.PushPullAsync("dense" + std::to_string(t), in[t].data(), out[t].data(),
+                                          DataType::kFloat32, sizes[t],
+                                          /*average=*/t % 2 == 1));
+      }
+      for (Handle h : handles) w.Wait(h);
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        const float scale = t % 2 == 1 ? 1.5f : 3.0f;
+        for (uint64_t i = 0; i < sizes[t]; ++i) {
+          const float expected = scale * static_cast<float>(i % 1000 + round);
+          ASSERT_EQ(out[t][i], expected)
+              << "rank " << w.rank() << " tensor " << t << " element " << i << " round " << round;
+        }
+      }
+    }
+    // Integers too, in place.
+    std::vector<int64_t> counts(777, w.rank() + 10);
+    w.PushPull("counts", counts.data(), counts.data(), DataType::kInt64, counts.size(), false);
+    for (int64_t c : counts) ASSERT_EQ(c, 21);
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+TEST(InProcessClusterTest, SparseRowsSumExactly) {
+  InProcessCluster cluster({2, 2, {}});
+  constexpr int64_t kRows = 100, kWidth = 4;
+  cluster.RunWorkers([&](Worker& w) {
+    w.DeclareTensor("emb", DataType::kFloat32, {kRows, kWidth});
+    // Worker r pushes (r + 1) * (row + 1) in every element of a row it lists.
+    const std::vector<int64_t> rows =
+        w.rank() == 0 ? std::vector<int64_t>{1, 5, 5, 99} : std::vector<int64_t>{5, 7};
+    std::vector<float> values, out(rows.size() * kWidth, -1.0f);
+    for (int64_t row : rows) values.insert(values.end(), kWidth, (w.rank() + 1) * (row + 1.0f));
+    w.PushPullRows("emb", rows.data(), rows.size(), values.data(), out.data(), DataType::kFloat32,
+                   false);
+    // Row 1: 1 * 2; row 5: 1 * 6 twice + 2 * 6; row 7: 2 * 8; row 99: 1 * 100.
+    const std::map<int64_t, float> sums = {{1, 2.0f}, {5, 24.0f}, {7, 16.0f}, {99, 100.0f}};
+    for (size_t j = 0; j < rows.size(); ++j) {
+      for (int64_t k = 0; k < kWidth; ++k) {
+        ASSERT_EQ(out[j * kWidth + k], sums.at(rows[j]))
+            << "rank " << w.rank() << " row " << rows[j];
+      }
+    }
+    // A round in which worker 1 pushes no rows.
+    const std::vector<int64_t> second =
+        w.rank() == 0 ? std::vector<int64_t>{3} : std::vector<int64_t>{};
+    std::vector<float> v(second.size() * kWidth, 7.0f), o(second.size() * kWidth, -1.0f);
+    w.PushPullRows("emb", second.data(), second.size(), v.data(), o.data(), DataType::kFloat32,
+                   false);
+    for (float x : o) ASSERT_EQ(x, 7.0f);
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+TEST(InProcessClusterTest, BroadcastGivesEveryWorkerTheRootsTensor) {
+  InProcessCluster cluster({2, 3, {{"FERRY_PARTITION_BYTES", "4096"}}});
+  cluster.RunWorkers([&](Worker& w) {
+    for (int root = 0; root < w.size(); ++root) {
+      std::vector<float> data(3000);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(w.rank() * 10000 + i);
+      w.Broadcast("params" + std::to_string(root), data.data(), DataType::kFloat32, data.size(),
+                  root);
+      for (size_t i = 0; i < data.size(); ++i) {
+        ASSERT_EQ(data[i], static_cast<float>(root * 10000 + i)) << "rank " << w.rank();
+      }
+    }
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+TEST(InProcessClusterTest, NoWorkerLeavesABarrierBeforeEveryWorkerReachedIt) {
+  InProcessCluster cluster({1, 3, {}});
+  std::atomic<int> arrived{0};
+  constexpr int kBarriers = 5;
+  cluster.RunWorkers([&](Worker& w) {
+    for (int b = 1; b <= kBarriers; ++b) {
+      arrived.fetch_add(1);
+      w.Barrier();
+      // Everyone arrived at barrier b; nobody can be past barrier b + 1's arrival.
+      const int seen = arrived.load();
+      EXPECT_GE(seen, b * w.size()) << "rank " << w.rank() << " barrier " << b;
+      EXPECT_LE(seen, (b + 1) * w.size()) << "rank " << w.rank() << " barrier " << b;
+    }
+  });
+  EXPECT_EQ(arrived.load(), kBarriers * 3);
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+TEST(InProcessClusterTest, SpawnThreadsRunsEveryRankOnItsOwnThread) {
+  std::vector<std::thread::id> ids(4);
+  SpawnThreads(4, [&](int rank) { ids[rank] = std::this_thread::get_id(); });
+  for (int a = 0; a < 4; ++a) {
+    EXPECT_NE(ids[a], std::this_thread::get_id());
+    for (int b = a + 1; b < 4; ++b) EXPECT_NE(ids[a], ids[b]);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::testing
