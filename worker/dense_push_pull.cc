@@ -22,7 +22,7 @@ struct Pack {
 }  // namespace
 
 DensePushPull::DensePushPull(WorkerContext& ctx, ScheduledQueue& queue)
-    : ctx_(ctx), queue_(queue), in_flight_(ctx.config.resend_timeout_ms) {}
+    : ctx_(ctx), queue_(queue), in_flight_(ctx.config.transport.resend_timeout_ms) {}
 
 void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
   ctx_.mu.AssertHeld();
@@ -133,7 +133,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
   m.envelope.set_length(p.bytes);
   m.envelope.set_priority(f.op->priority);
   m.envelope.set_tensor_hash(t.hash);
-  m.envelope.set_async_mode(ctx_.config.enable_async);
+  m.envelope.set_async_mode(ctx_.config.server.async);
   if (p.bytes > 0) {
     std::shared_ptr<Operation> op = f.op;
     op->releases_left++;

@@ -6,7 +6,7 @@ namespace ferry {
 
 void WorkerContext::NoteLateReply(const Message& m) {
   counters.late_replies++;
-  if (config.resend_timeout_ms > 0) {
+  if (config.transport.resend_timeout_ms > 0) {
     VLOG(1) << "dropped " << Describe(m) << ": answered already (a resend crossed its reply)";
   } else {
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";

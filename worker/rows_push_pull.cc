@@ -25,7 +25,7 @@ int ServerOfRow(const std::vector<PartitionSpec>& parts, uint64_t row_offset) {
 }  // namespace
 
 RowsPushPull::RowsPushPull(WorkerContext& ctx)
-    : ctx_(ctx), in_flight_(ctx.config.resend_timeout_ms) {}
+    : ctx_(ctx), in_flight_(ctx.config.transport.resend_timeout_ms) {}
 
 std::unique_ptr<RowsPlan> RowsPushPull::Plan(const TensorInfo& t, uint32_t layout, int priority,
                                              const int64_t* rows, uint64_t num_rows,
@@ -40,7 +40,7 @@ std::unique_ptr<RowsPlan> RowsPushPull::Plan(const TensorInfo& t, uint32_t layou
     const uint64_t row = static_cast<uint64_t>(rows[j]);
     plan->positions[ServerOfRow(parts, row * plan->row_bytes)].push_back(j);
   }
-  const uint64_t limit = static_cast<uint64_t>(ctx_.config.max_message_bytes);
+  const uint64_t limit = static_cast<uint64_t>(ctx_.config.transport.max_message_bytes);
   for (int s = 0; s < ctx_.num_servers; ++s) {
     const std::vector<uint64_t>& positions = plan->positions[s];
     const uint64_t n = positions.size();

@@ -17,10 +17,10 @@ namespace {
 
 PolicyOptions PolicyOptionsOf(const Config& c) {
   PolicyOptions o;
-  o.policy = c.scheduling_policy;
-  o.fusion_bytes = static_cast<uint64_t>(c.fusion_bytes);
-  o.bucket_bytes = static_cast<uint64_t>(c.bucket_bytes);
-  o.bucket_timeout_us = c.bucket_timeout_ms * 1000;
+  o.policy = c.scheduling.policy;
+  o.fusion_bytes = static_cast<uint64_t>(c.scheduling.fusion_bytes);
+  o.bucket_bytes = static_cast<uint64_t>(c.scheduling.bucket_bytes);
+  o.bucket_timeout_us = c.scheduling.bucket_timeout_ms * 1000;
   return o;
 }
 
@@ -37,14 +37,14 @@ Worker::Worker(const Config& config)
       van_(VanOptionsFor("worker", config)),
       cluster_(config_, &van_, 0),
       queue_(MakePolicy(PolicyOptionsOf(config)),
-             static_cast<uint64_t>(config.CreditBytesFor(config.InitialPartitionBytes()))),
-      table_(config.op_timeout_ms,
+             static_cast<uint64_t>(config.scheduling.CreditBytesFor(config.scheduling.InitialPartitionBytes()))),
+      table_(config.cluster.op_timeout_ms,
              [this](Handle h) {
-               return StrCat("timed out after ", config_.op_timeout_ms,
+               return StrCat("timed out after ", config_.cluster.op_timeout_ms,
                              " ms (FERRY_OP_TIMEOUT_MS): ", DescribeOperation(h));
              }),
-      scheduling_{config.InitialPartitionBytes(),
-                  config.CreditBytesFor(config.InitialPartitionBytes())} {}
+      scheduling_{config.scheduling.InitialPartitionBytes(),
+                  config.scheduling.CreditBytesFor(config.scheduling.InitialPartitionBytes())} {}
 
 void Worker::Start() {
   KeepLargeBuffersInHeap();
@@ -62,7 +62,7 @@ void Worker::Start() {
     weights.push_back(s.weight());
     van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id());
   }
-  if (!config_.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.trace_dir, rank_);
+  if (!config_.diagnostics.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);
   {
     MutexLock lock(mu_);
     catalog_ = std::make_unique<TensorCatalog>(scheduling_.partition_bytes, std::move(weights));
@@ -77,17 +77,17 @@ void Worker::Start() {
   }
   MutexLock step_lock(step_mu_);  // nothing else runs yet: the locks satisfy the analysis
   MutexLock lock(mu_);
-  if (config_.autotune) {
+  if (config_.scheduling.autotune) {
     const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
     std::vector<SchedulingChoice> grid = Autotuner::Grid(
-        scheduling_.partition_bytes, config_.scheduling_credit, config_.autotune_partition_bytes,
-        credit ? config_.autotune_credits : std::vector<int64_t>{1}, 1024,
-        config_.max_message_bytes - 4096);
+        scheduling_.partition_bytes, config_.scheduling.credit, config_.scheduling.autotune_partition_bytes,
+        credit ? config_.scheduling.autotune_credits : std::vector<int64_t>{1}, 1024,
+        config_.transport.max_message_bytes - 4096);
     // Without credit the credit does not matter: each size keeps the configured one.
     if (!credit) {
-      for (auto& c : grid) c.credit_bytes = config_.CreditBytesFor(c.partition_bytes);
+      for (auto& c : grid) c.credit_bytes = config_.scheduling.CreditBytesFor(c.partition_bytes);
     }
-    tuner_ = std::make_unique<Autotuner>(std::move(grid), config_.autotune_steps);
+    tuner_ = std::make_unique<Autotuner>(std::move(grid), config_.scheduling.autotune_steps);
   }
   sender_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "sender");
@@ -96,9 +96,9 @@ void Worker::Start() {
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
             << " servers; scheduling policy " << queue_.policy_name() << ", "
             << Describe(scheduling_)
-            << (config_.autotune
+            << (config_.scheduling.autotune
                     ? StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
-                             config_.autotune_steps, " iterations each")
+                             config_.scheduling.autotune_steps, " iterations each")
                     : std::string())
             << (trace_ ? "; trace " + trace_->path() : std::string());
 }
@@ -154,7 +154,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
                 name, "': null buffer");
   MutexLock lock(mu_);
   CheckRunning("push_pull", name);
-  FERRY_ENFORCE(!(average && config_.enable_async), ErrorCode::kInvalidArgument, "push_pull of '",
+  FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
                 "is the parameters, not a sum, so there is nothing to average");
   if (!catalog_->Find(name)) {
@@ -178,7 +178,7 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
                 "push_pull_rows of '", name, "': null buffer");
   MutexLock lock(mu_);
   CheckRunning("push_pull_rows", name);
-  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
+  FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
   TensorInfo* found = catalog_->Find(name);
   FERRY_ENFORCE(found, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
@@ -213,14 +213,14 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
 
 void Worker::SenderLoop() {
   // With resends on, wake often enough to resend within a quarter of the timeout.
-  const int64_t wake_ms = config_.resend_timeout_ms > 0
-                              ? std::clamp<int64_t>(config_.resend_timeout_ms / 4, 5, 1000)
+  const int64_t wake_ms = config_.transport.resend_timeout_ms > 0
+                              ? std::clamp<int64_t>(config_.transport.resend_timeout_ms / 4, 5, 1000)
                               : 1000;
   while (true) {
     Batch batch;
     bool timed_out = false;
     bool got = queue_.Next(&batch, wake_ms, &timed_out);
-    if (config_.resend_timeout_ms > 0) ResendOverdue();
+    if (config_.transport.resend_timeout_ms > 0) ResendOverdue();
     if (!got) {
       if (timed_out) continue;
       return;  // closed
@@ -312,7 +312,7 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
                        int root) {
   FERRY_ENFORCE(root >= 0 && root < num_workers_, ErrorCode::kInvalidArgument, "broadcast of '",
                 name, "': root rank ", root, " is not a worker rank (0..", num_workers_ - 1, ")");
-  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "broadcast of '", name,
+  FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': not available in asynchronous training (FERRY_ENABLE_ASYNC=1); there the "
                 "servers hold the parameters, and every worker's first push_pull of a tensor "
                 "returns them");
@@ -384,9 +384,9 @@ void Worker::FinishAutotune() {
 }
 
 void Worker::SetScheduling(int64_t partition_bytes, int64_t credit_bytes) {
-  FERRY_ENFORCE(partition_bytes >= 1024 && partition_bytes <= config_.max_message_bytes - 4096,
+  FERRY_ENFORCE(partition_bytes >= 1024 && partition_bytes <= config_.transport.max_message_bytes - 4096,
                 ErrorCode::kInvalidArgument, "SetScheduling: partition size ", partition_bytes,
-                " bytes is outside 1024..", config_.max_message_bytes - 4096,
+                " bytes is outside 1024..", config_.transport.max_message_bytes - 4096,
                 " (FERRY_MAX_MESSAGE_BYTES - 4096)");
   FERRY_ENFORCE(credit_bytes >= 1, ErrorCode::kInvalidArgument, "SetScheduling: credit of ",
                 credit_bytes, " bytes; it must be at least 1");
@@ -415,7 +415,7 @@ void Worker::ApplyScheduling(const SchedulingChoice& choice, const std::string& 
 
 bool Worker::WaitForOwnOperations() {
   // Operations nobody waited for still finish first.
-  const int64_t deadline = NowMs() + config_.op_timeout_ms;
+  const int64_t deadline = NowMs() + config_.cluster.op_timeout_ms;
   while (failure_.empty() && sequencer_->AnyUnfinished()) {
     const int64_t left = deadline - NowMs();
     if (left <= 0) return false;
@@ -428,12 +428,12 @@ bool Worker::WaitForOwnOperations() {
 
 void Worker::WaitForQuiet(const char* what) {
   FERRY_ENFORCE(WaitForOwnOperations(), ErrorCode::kTimeout, what, ": this worker's ",
-                "push_pulls did not finish within ", config_.op_timeout_ms,
+                "push_pulls did not finish within ", config_.cluster.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS)");
 }
 
 void Worker::Join() {
-  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument,
+  FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument,
                 "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
                 "waits for other workers, so a worker out of data simply stops pushing");
   uint64_t request = 0;
@@ -452,17 +452,17 @@ void Worker::Join() {
   {
     // Every server must hold our JOIN before the others may leave the join barrier.
     MutexLock lock(mu_);
-    bool acked = cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
+    bool acked = cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms),
                               [this]() REQUIRES(mu_) {
                                 return join_acks_ == num_servers_ || !failure_.empty();
                               });
     if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", num_servers_ - join_acks_, " of ",
-                  num_servers_, " servers did not acknowledge within ", config_.op_timeout_ms,
+                  num_servers_, " servers did not acknowledge within ", config_.cluster.op_timeout_ms,
                   " ms");
   }
   LOG(INFO) << "worker " << rank_ << " joined; waiting for the other workers";
-  cluster_.Barrier(proto::GROUP_JOIN, config_.join_timeout_ms);
+  cluster_.Barrier(proto::GROUP_JOIN, config_.cluster.join_timeout_ms);
   MutexLock lock(mu_);
   catalog_->ResetRounds();
   LOG(INFO) << "every worker joined; rounds start over";
@@ -496,7 +496,7 @@ CounterValues Worker::Counters() const {
 }
 
 void Worker::WriteStats() const {
-  Status s = WriteStatsFile(config_.stats_file, "worker", rank_, Counters());
+  Status s = WriteStatsFile(config_.diagnostics.stats_file, "worker", rank_, Counters());
   if (!s.ok()) LOG(ERROR) << s.message();
 }
 

@@ -11,12 +11,12 @@ LocalGroup::LocalGroup(const Config& config) : config_(config) {}
 LocalGroup::~LocalGroup() = default;
 
 std::unique_ptr<LocalGroup> LocalGroup::Create(const Config& config) {
-  FERRY_ENFORCE(config.local_size == 1 || !config.enable_async, ErrorCode::kInvalidConfig,
-                "FERRY_ENABLE_ASYNC=1 is not supported with FERRY_LOCAL_SIZE=", config.local_size);
+  FERRY_ENFORCE(config.local.size == 1 || !config.server.async, ErrorCode::kInvalidConfig,
+                "FERRY_ENABLE_ASYNC=1 is not supported with FERRY_LOCAL_SIZE=", config.local.size);
   std::unique_ptr<LocalGroup> g(new LocalGroup(config));
-  if (config.local_size == 1) {
+  if (config.local.size == 1) {
     g->worker_ = Worker::Create(config);
-  } else if (config.local_rank == 0) {
+  } else if (config.local.rank == 0) {
     g->root_ = LocalRoot::Create(config);
   } else {
     g->peer_ = LocalPeer::Create(config);
@@ -28,8 +28,8 @@ Worker& LocalGroup::WorkerFor(const char* what) const {
   if (worker_) return *worker_;
   if (root_) return root_->worker();
   throw FerryError(ErrorCode::kInvalidArgument,
-                   StrCat(what, " is not available on local rank ", config_.local_rank,
-                          " (FERRY_LOCAL_SIZE=", config_.local_size,
+                   StrCat(what, " is not available on local rank ", config_.local.rank,
+                          " (FERRY_LOCAL_SIZE=", config_.local.size,
                           "): only local rank 0 talks to the servers; make the call there"));
 }
 
@@ -112,7 +112,7 @@ Handle LocalGroup::PushPullRowsAsync(const std::string& name, const int64_t* row
                                      uint64_t num_rows, const void* values, void* output,
                                      DataType dtype, bool average, std::optional<int> priority) {
   FERRY_ENFORCE(worker_ != nullptr, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
-                "' is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+                "' is not supported with FERRY_LOCAL_SIZE=", config_.local.size,
                 ": the local group reduces dense tensors only (its ranks' row lists would have "
                 "to be merged first); run one process per DMLC_WORKER_ID for sparse rows");
   return worker_->PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average,
@@ -156,7 +156,7 @@ void LocalGroup::PushPullDevice(const std::string& name, const void* input, void
     // L = 1: this process is its own root; the order of its calls is the order of GOs.
     MutexLock lock(mu_);
     if (!nccl_) {
-      nccl_ = LocalNccl::Create(0, 1, config_.op_timeout_ms,
+      nccl_ = LocalNccl::Create(0, 1, config_.cluster.op_timeout_ms,
                                 [w = worker_.get()](const DeviceTensor& d, void* host) {
                                   w->PushPull(d.name, host, host, d.dtype, d.count, d.average);
                                 },
@@ -198,8 +198,8 @@ std::string LocalGroup::scheduling_policy() const {
 }
 
 void LocalGroup::Join() {
-  FERRY_ENFORCE(config_.local_size == 1, ErrorCode::kInvalidArgument,
-                "Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+  FERRY_ENFORCE(config_.local.size == 1, ErrorCode::kInvalidArgument,
+                "Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local.size,
                 ": the local group reduces every rank's tensors together, so every local rank "
                 "must push every round");
   worker_->Join();

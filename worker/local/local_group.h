@@ -46,8 +46,8 @@ class LocalGroup {
 
   int rank() const;
   int size() const;
-  int local_rank() const { return config_.local_size > 1 ? config_.local_rank : 0; }
-  int local_size() const { return config_.local_size; }
+  int local_rank() const { return config_.local.size > 1 ? config_.local.rank : 0; }
+  int local_size() const { return config_.local.size; }
   int num_servers() const;
 
   // On non-root ranks a declaration is checked and numbered here (no Worker); the

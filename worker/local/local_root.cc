@@ -70,15 +70,15 @@ struct LocalRoot::Peer {
 
 LocalRoot::LocalRoot(const Config& config)
     : config_(config),
-      local_size_(config.local_size),
-      table_(config.op_timeout_ms,
+      local_size_(config.local.size),
+      table_(config.cluster.op_timeout_ms,
              [this](Handle h) {
                MutexLock lock(mu_);
-               return StrCat(Me(), ": timed out after ", config_.op_timeout_ms,
+               return StrCat(Me(), ": timed out after ", config_.cluster.op_timeout_ms,
                              " ms (FERRY_OP_TIMEOUT_MS): ",
                              Describe([h](const Round& r) { return r.handle == h; }));
              }),
-      peers_(config.local_size) {}
+      peers_(config.local.size) {}
 
 LocalRoot::~LocalRoot() {
   if (link_) link_->Stop();
@@ -114,7 +114,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     }
     return true;
   };
-  if (!r->cv_.WaitFor(r->mu_, Millis(config.connect_timeout_ms),
+  if (!r->cv_.WaitFor(r->mu_, Millis(config.cluster.connect_timeout_ms),
                       [&]() REQUIRES(r->mu_) { return all_here() || !r->failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < r->local_size_; ++lr) {
@@ -122,7 +122,7 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     }
     r->Fail(StrCat(r->Me(), ": local rank(s) ", missing, " did not connect to ",
                    r->link_->endpoint(),
-                   " within FERRY_CONNECT_TIMEOUT_MS=", config.connect_timeout_ms, " ms"));
+                   " within FERRY_CONNECT_TIMEOUT_MS=", config.cluster.connect_timeout_ms, " ms"));
   }
   FERRY_ENFORCE(r->failure_.empty(), ErrorCode::kPeerFailed, r->failure_);
   for (int lr = 1; lr < r->local_size_; ++lr) {
@@ -343,7 +343,7 @@ void LocalRoot::PushPullDevice(const DeviceTensor& t) {
                   "' after Shutdown()");
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
-          0, local_size_, config_.op_timeout_ms,
+          0, local_size_, config_.cluster.op_timeout_ms,
           [this](const DeviceTensor& d, void* host) { MachinePushPull(d, host); },
           [this](const std::string& reason) {
             MutexLock lock(mu_);
@@ -482,9 +482,9 @@ void LocalRoot::WaitStarted(const std::string& key, uint64_t op_id) {
     const Rounds& rs = rounds_[key];
     return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
-  if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), started)) {
+  if (!cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms), started)) {
     const std::string why =
-        StrCat(Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
+        StrCat(Me(), ": timed out after ", config_.cluster.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
                Describe([op_id](const Round& r) { return r.op_id == op_id; }));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
@@ -556,7 +556,7 @@ void LocalRoot::Shutdown() {
     }
     return true;
   };
-  if (failure_.empty() && !cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), [&]() REQUIRES(mu_) {
+  if (failure_.empty() && !cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms), [&]() REQUIRES(mu_) {
         return all_bye() || !failure_.empty();
       })) {
     std::string missing;
@@ -564,7 +564,7 @@ void LocalRoot::Shutdown() {
       if (!peers_[lr].bye)
         missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
     }
-    Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
+    Fail(StrCat(Me(), ": Shutdown() waited ", config_.cluster.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing, " to shut down"));
   }
   const std::string failure = failure_;
