@@ -189,7 +189,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     return;
   }
   if (!origin.inbound ||
-      (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN &&
+      (m.type() != proto::PUSH && m.type() != proto::RESEND_SUM && m.type() != proto::JOIN &&
        m.type() != proto::PUSH_FUSED && m.type() != proto::ROWS_PUSH)) {
     LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
     return;
@@ -301,7 +301,7 @@ void Server::Dispatch(Engine* engine, Request& request) {
     case proto::JOIN:
       HandleJoin(engine, request.rank);
       return;
-    case proto::PULL:
+    case proto::RESEND_SUM:
       (e.body_case() == proto::Envelope::kRows ? engine->rows : engine->dense)->Pull(request);
       return;
     case proto::ROWS_PUSH:

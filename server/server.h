@@ -60,7 +60,7 @@ struct ServerStats {
   uint64_t rounds_completed = 0;
   uint64_t rejected_pushes = 0;      // failed validation (mismatch, stranger, bad round)
   uint64_t duplicate_pushes = 0;     // resent pushes not added again
-  uint64_t results_resent = 0;       // sums sent again (a resent push or PULL after a lost reply)
+  uint64_t results_resent = 0;       // sums sent again (a resent push or RESEND_SUM after a lost reply)
   uint64_t pushes_held = 0;          // deterministic mode: pushes that waited for a lower rank
   uint64_t split_sums = 0;           // sums cut into slices for several threads
   uint64_t async_updates = 0;        // async mode: deltas added to parameters

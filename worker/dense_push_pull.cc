@@ -166,11 +166,11 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
         const TensorInfo& t = *f.op->tensor;
         const PartitionSpec& p = PartOf(f);
         // A resent payload starts its timer when ZeroMQ has sent it (OnWire from its
-        // release); a PULL's runs from now.
+        // release); a RESEND_SUM's runs from now.
         const bool payload = !f.credit_returned && p.bytes > 0;
         if (f.credit_returned) {
           // The server has the push; only its sum may have been lost.
-          Message pull = MakeMessage(proto::PULL, ctx_.my_id);
+          Message pull = MakeMessage(proto::RESEND_SUM, ctx_.my_id);
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(KeyOf(f));
           pull.envelope.set_round(f.round);

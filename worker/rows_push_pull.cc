@@ -103,7 +103,7 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
 bool RowsPushPull::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
   // From now on only the sums are missing: ask for them if they do not come in time,
-  // backing off (a PULL while other workers still hold the round up is acknowledged
+  // backing off (a RESEND_SUM while other workers still hold the round up is acknowledged
   // again, as for dense partitions).
   return in_flight_.Ack(m.envelope.request_id()) != nullptr;
 }
@@ -115,9 +115,9 @@ void RowsPushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mess
       now_ms, [](const InFlight& f) { return f.op->done; }, /*erase_skipped=*/true,
       [&](uint64_t request, InFlight& f) {
         if (f.acked) {
-          // The server holds the rows: a header-only PULL (with the rows body, which
+          // The server holds the rows: a header-only RESEND_SUM (with the rows body, which
           // marks a rows key) asks for the sums again.
-          Message pull = MakeMessage(proto::PULL, ctx_.my_id);
+          Message pull = MakeMessage(proto::RESEND_SUM, ctx_.my_id);
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(f.push.envelope.key());
           pull.envelope.set_round(f.push.envelope.round());

@@ -71,7 +71,7 @@ struct WorkerStats {
   uint64_t bytes_received = 0;    // payload bytes of sums received
   uint64_t send_releases = 0;     // ZeroMQ release hooks fired for pushed partitions
   uint64_t resends = 0;           // pushes sent again (no acknowledgement in time)
-  uint64_t pulls = 0;             // PULLs sent (acknowledged, but no sum in time)
+  uint64_t pulls = 0;             // RESEND_SUMs sent (acknowledged, but no sum in time)
   uint64_t late_replies = 0;      // replies to requests already answered
   uint64_t fused_messages = 0;    // PUSH_FUSED messages sent
   uint64_t partitions_fused = 0;  // partitions that went inside them (copied)

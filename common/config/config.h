@@ -56,7 +56,7 @@ struct Config {
     int node_port = 0;      // DMLC_PORT; 0 = any free port
     int64_t max_message_bytes = 1LL << 30;
     // A push without an answer (acknowledgement or sum) for this long is sent again
-    // (after the acknowledgement, only a header-only PULL for its sum); servers drop
+    // (after the acknowledgement, only a header-only RESEND_SUM for its sum); servers drop
     // the duplicates. 0 turns resending off. Doubles per attempt up to 32x.
     int64_t resend_timeout_ms = 2000;
     // ZeroMQ heartbeats on every connection: a connection silent this long is closed and
@@ -66,7 +66,7 @@ struct Config {
     // Never logged.
     std::string secret;
     // Fault injection, for tests only: drop this percentage of received data messages
-    // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, PULL); hold every received message
+    // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, RESEND_SUM); hold every received message
     // this long.
     double test_drop_percent = 0.0;
     int64_t test_delay_ms = 0;

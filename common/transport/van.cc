@@ -451,7 +451,7 @@ void Van::Deliver(Message&& message, const Origin& origin) {
   if (options_.drop_percent > 0) {
     proto::MessageType t = message.type();
     bool data = t == proto::PUSH || t == proto::PUSH_ACK || t == proto::PUSH_RESULT ||
-                t == proto::PULL || t == proto::PUSH_FUSED;
+                t == proto::RESEND_SUM || t == proto::PUSH_FUSED;
     if (data && std::uniform_real_distribution<double>(0, 100)(drop_random_) <
                     options_.drop_percent) {
       injected_drops_++;

@@ -52,8 +52,8 @@ struct VanOptions {
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
   // Fault injection for tests: drop this percentage of received data messages
-  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, PULL), and hold every received message this long
-  // before handing it on (a fixed delay keeps each connection's order).
+  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, RESEND_SUM), and hold every received message this
+  // long before handing it on (a fixed delay keeps each connection's order).
   double drop_percent = 0.0;
   int delay_ms = 0;
 

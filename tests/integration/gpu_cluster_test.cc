@@ -130,10 +130,10 @@ TEST_P(GpuClusterTest, SumsAreExact) {
 }
 
 TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
-  // 1% of data messages (pushes, acknowledgements, sums, PULLs) dropped: lost pushes are
+  // 1% of data messages (pushes, acknowledgements, sums, RESEND_SUMs) dropped: lost pushes are
   // resent, a push whose reply was lost is resent or PULLed and must be answered without
   // being added twice. The stand-in also holds every 20th sum for 700 ms, longer than the
-  // resend timeout, so resent pushes and PULLs arrive while that round's sum is on its
+  // resend timeout, so resent pushes and RESEND_SUMs arrive while that round's sum is on its
   // way (they must be acknowledged again, not added).
   Job job(GetParam().server, ServerArgs({"--slow_every=20", "--slow_ms=700"}), 2, 2,
           {"--mode=sums", "--tensors=16", "--max_bytes=262144", "--rounds=12"},
@@ -210,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, GpuClusterTest,
 TEST(FakeGpuClusterTest, ResendsWhileASumIsOnItsWayAreAnsweredNotAdded) {
   // No message is lost, but every 8th sum takes 600 ms to come back, twice the resend
   // timeout: the worker whose push completed that round resends it, and the others, whose
-  // pushes were acknowledged, send PULLs, all while the round is complete but its sum is
+  // pushes were acknowledged, send RESEND_SUMs, all while the round is complete but its sum is
   // not there yet. Each must be acknowledged again (not added: the sums stay exact), and
   // the sum must still reach everyone once it arrives.
   Job job("ferry-test-fake-gpu-server", {"--slow_every=8", "--slow_ms=600"}, 1, 3,
