@@ -13,7 +13,7 @@
 
 namespace ferry {
 
-struct Van::Peer {
+struct Van::Connection {
   int id = -1;
   void* socket = nullptr;
   std::string endpoint;
@@ -194,7 +194,7 @@ void Van::Send(int peer, Message message) {
     return;
   }
   Frames frames = BuildFrames(message);
-  Peer* p = FindPeer(peer);
+  Connection* p = FindConnection(peer);
   Transmit(p ? p->socket : nullptr, nullptr, &frames, StrCat("node ", peer));
 }
 
@@ -279,7 +279,7 @@ void Van::IoLoop() {
     items.push_back({zap_, 0, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
     items.push_back({monitor_, 0, static_cast<short>(monitor_ ? ZMQ_POLLIN : 0), 0});
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
-    for (auto& p : peers_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
+    for (auto& p : connections_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
     int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
@@ -331,7 +331,7 @@ void Van::IoLoop() {
               zmq_msg_move(&f.payload, &frames[2]);
             }
             if (command == Command::kSend) {
-              Peer* p = FindPeer(peer);
+              Connection* p = FindConnection(peer);
               Transmit(p ? p->socket : nullptr, nullptr, &f, StrCat("node ", peer));
             } else {
               Transmit(router_, &text, &f, "an inbound peer");
@@ -350,17 +350,17 @@ void Van::IoLoop() {
     size_t polled_peers = items.size() - index;
     for (size_t i = 0; i < polled_peers; ++i) {
       if (items[index + i].revents & ZMQ_POLLIN) {
-        ReceiveFrom(peers_[i]->socket, false, peers_[i]->id);
+        ReceiveFrom(connections_[i]->socket, false, connections_[i]->id);
       }
     }
     DeliverDelayed();
   }
   // Shutdown: sockets flush for up to linger_ms, then close.
-  for (auto& p : peers_) {
+  for (auto& p : connections_) {
     SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
     zmq_close(p->socket);
   }
-  peers_.clear();
+  connections_.clear();
   if (router_) zmq_close(router_);
   router_ = nullptr;
   if (monitor_) zmq_close(monitor_);
@@ -488,8 +488,8 @@ void Van::ApplyLinkOptions(void* socket) {
 }
 
 void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id) {
-  if (FindPeer(peer)) return;
-  auto p = std::make_unique<Peer>();
+  if (FindConnection(peer)) return;
+  auto p = std::make_unique<Connection>();
   p->id = peer;
   p->endpoint = endpoint;
   p->socket = zmq_socket(context_, ZMQ_DEALER);
@@ -515,11 +515,11 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     return;
   }
   VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint;
-  peers_.push_back(std::move(p));
+  connections_.push_back(std::move(p));
 }
 
-Van::Peer* Van::FindPeer(int peer) {
-  for (auto& p : peers_) {
+Van::Connection* Van::FindConnection(int peer) {
+  for (auto& p : connections_) {
     if (p->id == peer) return p.get();
   }
   return nullptr;

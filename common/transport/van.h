@@ -129,7 +129,7 @@ class Van {
 
  private:
   enum class Command : uint8_t { kSend = 1, kReply = 2, kConnect = 3, kStop = 4 };
-  struct Peer;
+  struct Connection;  // the outbound (DEALER) socket to one node, made by Connect()
 
   void Enqueue(Command command, int peer, const std::string& text, const Message* message,
                const std::string& extra = std::string()) EXCLUDES(push_mutex_);
@@ -156,7 +156,7 @@ class Van {
   void ApplyLinkOptions(void* socket);
   void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
   void HandleMonitorEvent();     // IO thread: log failed handshakes on the ROUTER
-  Peer* FindPeer(int peer);
+  Connection* FindConnection(int peer);
 
   VanOptions options_;
   void* context_ = nullptr;
@@ -166,7 +166,7 @@ class Van {
   Mutex push_mutex_;
   void* command_push_ GUARDED_BY(push_mutex_) = nullptr;  // other threads' end of the pipe
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
-  std::vector<std::unique_ptr<Peer>> peers_;  // IO thread only
+  std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
   bool secure_ = false;
   CurveKeys keys_{};
   void* zap_ = nullptr;           // ZAP handler socket (secure only); IO thread

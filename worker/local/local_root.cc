@@ -60,7 +60,7 @@ struct LocalRoot::Rounds {
   std::vector<char> staging;   // the front round's sum (see the header's invariants)
 };
 
-struct LocalRoot::Peer {
+struct LocalRoot::PeerState {
   std::string id;  // routing id
   int pid = 0;
   bool hello = false;
@@ -149,7 +149,7 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
                  << local_size_ - 1 << ")";
     return;
   }
-  Peer& peer = peers_[lr];
+  PeerState& peer = peers_[lr];
   const LocalOp op = static_cast<LocalOp>(h.op);
   try {
     switch (op) {
@@ -219,7 +219,7 @@ void LocalRoot::OnDisconnect() {
     gone.clear();
     unknown.clear();
     for (int lr = 1; lr < local_size_; ++lr) {
-      const Peer& p = peers_[lr];
+      const PeerState& p = peers_[lr];
       if (!p.hello || p.bye) continue;
       const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
       std::string& list = ProcessGone(p.pid) ? gone : unknown;

@@ -78,7 +78,7 @@ class LocalRoot {
  private:
   struct Round;
   struct Rounds;
-  struct Peer;
+  struct PeerState;  // what the root knows of one local peer (LocalPeer)
 
   explicit LocalRoot(const Config& config);
   void OnMessage(LocalMessage&& m);  // IO thread
@@ -119,7 +119,7 @@ class LocalRoot {
 
   mutable Mutex mu_;  // guards everything below
   CondVar cv_;        // signalled on every change of a round, op or peer
-  std::vector<Peer> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
+  std::vector<PeerState> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
   std::map<std::string, Rounds> rounds_ GUARDED_BY(mu_);  // by tensor name (or barrier key)
   uint64_t next_op_id_ GUARDED_BY(mu_) = 1;  // the root's operations, for Round::op_id
   std::string failure_ GUARDED_BY(mu_);      // non-empty: the group failed; calls throw
