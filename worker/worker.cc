@@ -9,6 +9,7 @@
 #include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
+#include "worker/reserved_tensor_names.h"
 #include "worker/scheduling/policies.h"
 
 namespace ferry {
@@ -114,6 +115,7 @@ Worker::~Worker() {
 
 int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
+  CheckUserTensorName("declaration", name);
   MutexLock lock(mu_);
   return static_cast<int>(catalog_->Declare(name, dtype, shape, priority).id);
 }
@@ -150,6 +152,13 @@ std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
 Handle Worker::PushPullAsync(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
                              std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("push_pull", name);
+  return StartPushPull(name, input, output, dtype, count, average, priority, std::move(done));
+}
+
+Handle Worker::StartPushPull(const std::string& name, const void* input, void* output,
+                             DataType dtype, uint64_t count, bool average,
+                             std::optional<int> priority, CompletionCallback done) {
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
   MutexLock lock(mu_);
@@ -174,6 +183,7 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
 Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
                                  const void* values, void* output, DataType dtype, bool average,
                                  std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("push_pull_rows", name);
   FERRY_ENFORCE(num_rows == 0 || (rows && values && output), ErrorCode::kInvalidArgument,
                 "push_pull_rows of '", name, "': null buffer");
   MutexLock lock(mu_);
@@ -310,6 +320,7 @@ void Worker::PushPullRows(const std::string& name, const int64_t* rows, uint64_t
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                        int root) {
+  CheckUserTensorName("broadcast", name);
   FERRY_ENFORCE(root >= 0 && root < num_workers_, ErrorCode::kInvalidArgument, "broadcast of '",
                 name, "': root rank ", root, " is not a worker rank (0..", num_workers_ - 1, ")");
   FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "broadcast of '", name,
@@ -324,7 +335,8 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
     std::memset(zeros.data(), 0, zeros.size());
     input = zeros.data();
   }
-  PushPull("__broadcast__/" + name, input, data, dtype, count, false);
+  Wait(StartPushPull(ReservedTensorName(reserved::kBroadcast, name), input, data, dtype, count,
+                     false, std::nullopt, nullptr));
 }
 
 void Worker::Barrier() {
@@ -363,8 +375,8 @@ void Worker::StepBoundary() {
 void Worker::FinishAutotune() {
   // Every worker sums every worker's scores, so every worker picks the same candidate.
   std::vector<double> summed = tuner_->scores();
-  PushPull("__ferry__/autotune", summed.data(), summed.data(), DataType::kFloat64, summed.size(),
-           false);
+  Wait(StartPushPull(ReservedTensorName(reserved::kAutotune), summed.data(), summed.data(),
+                     DataType::kFloat64, summed.size(), false, std::nullopt, nullptr));
   const size_t best = tuner_->Decide(summed);
   const SchedulingChoice choice = tuner_->grid()[best];
   std::string table;

@@ -94,7 +94,8 @@ class Worker {
 
   // Declares a tensor; returns its id (the declaration index). Declaring the same
   // name again with the same dtype and shape returns the same id; a different dtype
-  // or shape throws. `priority`: empty = -(id).
+  // or shape throws. `priority`: empty = -(id). Names starting with "__ferry__/" are
+  // Ferry's own (reserved_tensor_names.h): this and every operation below refuse them.
   int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
                     std::optional<int> priority = std::nullopt);
 
@@ -210,6 +211,10 @@ class Worker {
   // partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
   void ApplyScheduling(const SchedulingChoice& choice, const std::string& why) REQUIRES(mu_);
   void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(mu_);
+  // PushPullAsync without the reserved-name check: for Ferry's own tensors.
+  Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                       uint64_t count, bool average, std::optional<int> priority,
+                       CompletionCallback done);
   // Checks that new operations may start (no failure, no shutdown).
   void CheckRunning(const char* what, const std::string& name) const REQUIRES(mu_);
   // A new operation of tensor `t`, registered in the table.

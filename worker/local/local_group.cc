@@ -3,6 +3,7 @@
 #include "common/util/status.h"
 #include "worker/local/local_peer.h"
 #include "worker/local/local_root.h"
+#include "worker/reserved_tensor_names.h"
 
 namespace ferry {
 
@@ -51,6 +52,7 @@ int LocalGroup::num_servers() const {
 
 int LocalGroup::DeclareTensor(const std::string& name, DataType dtype,
                               const std::vector<int64_t>& shape, std::optional<int> priority) {
+  CheckUserTensorName("declaration", name);
   if (peer_) return DeclareLocally(name, dtype, shape);
   return WorkerFor("DeclareTensor").DeclareTensor(name, dtype, shape, priority);
 }
@@ -73,6 +75,7 @@ int LocalGroup::DeclareLocally(const std::string& name, DataType dtype,
 Handle LocalGroup::PushPullAsync(const std::string& name, const void* input, void* output,
                                  DataType dtype, uint64_t count, bool average,
                                  std::optional<int> priority) {
+  CheckUserTensorName("push_pull", name);
   if (worker_) return worker_->PushPullAsync(name, input, output, dtype, count, average, priority);
   {
     MutexLock lock(mu_);
@@ -131,6 +134,7 @@ void LocalGroup::PushPull(const std::string& name, const void* input, void* outp
 
 void LocalGroup::PushPullDevice(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average, void* stream) {
+  CheckUserTensorName("push_pull", name);
   FERRY_ENFORCE(LocalNccl::Built(), ErrorCode::kInvalidArgument, "push_pull of '", name,
                 "': a CUDA device tensor, but this Ferry was built without NCCL (rebuild with "
                 "CUDA and NCCL found), or copy the tensor to host memory first");
@@ -171,6 +175,7 @@ void LocalGroup::PushPullDevice(const std::string& name, const void* input, void
 
 void LocalGroup::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                            int root) {
+  CheckUserTensorName("broadcast", name);
   if (root_) return root_->Broadcast(name, data, dtype, count, root);
   if (peer_) return peer_->Broadcast(name, data, dtype, count, root);
   worker_->Broadcast(name, data, dtype, count, root);

@@ -10,15 +10,17 @@
 
 #include "common/util/clock.h"
 #include "common/util/status.h"
+#include "worker/reserved_tensor_names.h"
 
 namespace ferry {
 
 namespace {
 
-const char kBarrierKey[] = "__ferry__/local_barrier";  // the rounds of Barrier()
-// The rounds of device tensor T are counted under kDevicePrefix + T: a host and
-// a device push_pull of one name are rounds of two sequences.
-const char kDevicePrefix[] = "__ferry__/device/";
+// The rounds of Barrier().
+const std::string kBarrierKey = ReservedTensorName(reserved::kLocalBarrier);
+// The rounds of device tensor T are counted under kDevicePrefix + T (__ferry__/device/T): a host
+// and a device push_pull of one name are rounds of two sequences.
+const std::string kDevicePrefix = ReservedTensorName(reserved::kDevice) + "/";
 
 std::string DeviceKey(const std::string& name) { return kDevicePrefix + name; }
 
@@ -301,7 +303,7 @@ void LocalRoot::TryStart(const std::string& key) {
 }
 
 void LocalRoot::StartDevice(const std::string& key, Rounds& rs) {
-  const std::string name = key.substr(sizeof kDevicePrefix - 1);
+  const std::string name = key.substr(kDevicePrefix.size());
   std::string unique_id;
   try {
     unique_id = nccl_->TakeUniqueId();
