@@ -23,7 +23,7 @@ DEFINE_string(workloads, FERRY_SOURCE_DIR "/../shared/workloads",
               "repository)");
 DEFINE_string(models, "vgg16,resnet50,bert_base", "comma-separated model names");
 DEFINE_string(servers, "2,4,8", "comma-separated server counts");
-DEFINE_int64(partition_bytes, ferry::Config().partition_bytes,
+DEFINE_int64(partition_bytes, ferry::Config().scheduling.partition_bytes,
              "largest partition (FERRY_PARTITION_BYTES; default: Ferry's default)");
 DEFINE_double(goal, 1.05, "max/mean that Ferry's placement should not exceed");
 

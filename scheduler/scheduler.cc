@@ -41,8 +41,8 @@ namespace {
 
 // The scheduler carries no tensor data: small frames, and no fault injection.
 VanOptions SchedulerVanOptions(const Config& config) {
-  VanOptions o = VanOptions::Named("scheduler", 1u << 20, config.secret);
-  o.link_timeout_ms = static_cast<int>(config.link_timeout_ms);
+  VanOptions o = VanOptions::Named("scheduler", 1u << 20, config.transport.secret);
+  o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
   return o;
 }
 
@@ -51,22 +51,22 @@ VanOptions SchedulerVanOptions(const Config& config) {
 Scheduler::Scheduler(const Config& config)
     : config_(config),
       van_(SchedulerVanOptions(config)) {
-  port_ = van_.Bind(config.bind_host, config.root_port);
+  port_ = van_.Bind(config.transport.bind_host, config.transport.root_port);
 }
 
 Scheduler::~Scheduler() { van_.Stop(); }
 
 int Scheduler::Run() {
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
-  LOG(INFO) << "scheduler listening on " << config_.bind_host << ":" << port_ << ", waiting for "
-            << config_.num_servers << " servers and " << config_.num_workers << " workers";
+  LOG(INFO) << "scheduler listening on " << config_.transport.bind_host << ":" << port_ << ", waiting for "
+            << config_.cluster.num_servers << " servers and " << config_.cluster.num_workers << " workers";
   int64_t start = NowMs();
   MutexLock lock(mu_);
   while (phase_ == Phase::kRegistering || phase_ == Phase::kRunning) {
-    int64_t tick = std::max<int64_t>(10, config_.heartbeat_interval_ms / 2);
+    int64_t tick = std::max<int64_t>(10, config_.cluster.heartbeat_interval_ms / 2);
     cv_.WaitForOnce(mu_, Millis(tick));
-    if (phase_ == Phase::kRegistering && NowMs() - start > config_.connect_timeout_ms) {
-      FailJob(-1, StrCat("registration timed out after ", config_.connect_timeout_ms,
+    if (phase_ == Phase::kRegistering && NowMs() - start > config_.cluster.connect_timeout_ms) {
+      FailJob(-1, StrCat("registration timed out after ", config_.cluster.connect_timeout_ms,
                          " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
     } else if (phase_ == Phase::kRunning) {
       CheckHeartbeats();
@@ -76,7 +76,7 @@ int Scheduler::Run() {
   lock.Unlock();
   van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
   if (ok) LOG(INFO) << "every worker finalized; job finished";
-  Status written = WriteStatsFile(config_.stats_file, "scheduler", 0, VanCounterValues(van_.stats()));
+  Status written = WriteStatsFile(config_.diagnostics.stats_file, "scheduler", 0, VanCounterValues(van_.stats()));
   if (!written.ok()) LOG(ERROR) << written.message();
   return ok ? 0 : 1;
 }
@@ -129,7 +129,7 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
                            r.hostname(), ", pid ", r.pid(), ")");
   if (phase_ != Phase::kRegistering) {
     Refuse(identity, StrCat(who, " arrived after registration closed; the job already has ",
-                            config_.num_servers, " servers and ", config_.num_workers, " workers"));
+                            config_.cluster.num_servers, " servers and ", config_.cluster.num_workers, " workers"));
     return;
   }
   if (r.role() != proto::SERVER && r.role() != proto::WORKER) {
@@ -142,7 +142,7 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
                             "' (FERRY_NODE_KIND): expected colocated or cpu"));
     return;
   }
-  int wanted = r.role() == proto::SERVER ? config_.num_servers : config_.num_workers;
+  int wanted = r.role() == proto::SERVER ? config_.cluster.num_servers : config_.cluster.num_workers;
   int have = 0;
   for (const auto& p : pending_) {
     if (p.identity == identity) return;  // a repeated REGISTER on the same connection
@@ -162,21 +162,21 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
                             ") are already registered"));
     return;
   }
-  if (r.requested_rank() >= config_.num_workers) {
+  if (r.requested_rank() >= config_.cluster.num_workers) {
     Refuse(identity, StrCat(who, " asks for worker rank ", r.requested_rank(), " but DMLC_NUM_WORKER=",
-                            config_.num_workers));
+                            config_.cluster.num_workers));
     return;
   }
   pending_.push_back({identity, r});
   LOG(INFO) << "registered " << who << "; " << MissingNodes();
-  if (static_cast<int>(pending_.size()) == config_.num_servers + config_.num_workers) {
+  if (static_cast<int>(pending_.size()) == config_.cluster.num_servers + config_.cluster.num_workers) {
     BuildNodeTable();
   }
 }
 
 std::string Scheduler::MissingNodes() const {
   int servers = 0;
-  std::vector<bool> rank_taken(config_.num_workers, false);
+  std::vector<bool> rank_taken(config_.cluster.num_workers, false);
   int unranked = 0;
   for (const auto& p : pending_) {
     if (p.request.role() == proto::SERVER) {
@@ -189,7 +189,7 @@ std::string Scheduler::MissingNodes() const {
   }
   // Join-order workers fill the lowest free ranks, so the highest free ranks are missing.
   std::vector<int> missing;
-  for (int r = 0; r < config_.num_workers; ++r) {
+  for (int r = 0; r < config_.cluster.num_workers; ++r) {
     if (rank_taken[r]) continue;
     if (unranked > 0) {
       --unranked;
@@ -197,11 +197,11 @@ std::string Scheduler::MissingNodes() const {
       missing.push_back(r);
     }
   }
-  int workers = config_.num_workers - static_cast<int>(missing.size());
-  std::string s = StrCat(servers, " of ", config_.num_servers, " servers and ", workers, " of ",
-                         config_.num_workers, " workers registered");
-  if (servers < config_.num_servers) {
-    s += StrCat("; missing ", config_.num_servers - servers, " server(s)");
+  int workers = config_.cluster.num_workers - static_cast<int>(missing.size());
+  std::string s = StrCat(servers, " of ", config_.cluster.num_servers, " servers and ", workers, " of ",
+                         config_.cluster.num_workers, " workers registered");
+  if (servers < config_.cluster.num_servers) {
+    s += StrCat("; missing ", config_.cluster.num_servers - servers, " server(s)");
   }
   if (!missing.empty()) {
     s += "; missing worker";
@@ -214,16 +214,16 @@ std::string Scheduler::MissingNodes() const {
 
 void Scheduler::BuildNodeTable() {
   proto::NodeTable table;
-  table.set_num_servers(config_.num_servers);
-  table.set_num_workers(config_.num_workers);
+  table.set_num_servers(config_.cluster.num_servers);
+  table.set_num_workers(config_.cluster.num_workers);
   auto* sched = table.add_nodes();
   sched->set_id(kSchedulerId);
   sched->set_role(proto::SCHEDULER);
-  sched->set_host(config_.root_host);
+  sched->set_host(config_.transport.root_host);
   sched->set_port(port_);
 
   std::set<std::string> worker_hosts;
-  std::vector<bool> rank_taken(config_.num_workers, false);
+  std::vector<bool> rank_taken(config_.cluster.num_workers, false);
   for (const auto& p : pending_) {
     if (p.request.role() == proto::WORKER) {
       worker_hosts.insert(p.request.host());
@@ -251,7 +251,7 @@ void Scheduler::BuildNodeTable() {
         while (rank_taken[next_free]) ++next_free;
         rank = next_free++;
       }
-      n->set_id(WorkerId(config_.num_servers, rank));
+      n->set_id(WorkerId(config_.cluster.num_servers, rank));
     }
     n->set_role(r.role());
     n->set_rank(rank);
@@ -278,7 +278,7 @@ void Scheduler::BuildNodeTable() {
   for (const auto& s : table_.Servers()) {
     servers += StrCat(" ", DescribeNode(s), " ", s.kind(), " weight ", s.weight(), ";");
   }
-  LOG(INFO) << "all " << config_.num_servers << " servers and " << config_.num_workers
+  LOG(INFO) << "all " << config_.cluster.num_servers << " servers and " << config_.cluster.num_workers
             << " workers registered; node table sent. Servers:" << servers;
   phase_ = Phase::kRunning;
   pending_.clear();
@@ -297,9 +297,9 @@ void Scheduler::OnBarrier(const Message& m) {
     }
   }
   arrived.emplace_back(m.sender(), m.envelope.request_id());
-  int expected = group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.num_workers
-                 : group == proto::GROUP_SERVERS ? config_.num_servers
-                                                 : config_.num_workers + config_.num_servers;
+  int expected = group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.cluster.num_workers
+                 : group == proto::GROUP_SERVERS ? config_.cluster.num_servers
+                                                 : config_.cluster.num_workers + config_.cluster.num_servers;
   VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
           << arrived.size() << " of " << expected;
   if (static_cast<int>(arrived.size()) < expected) return;
@@ -318,8 +318,8 @@ void Scheduler::OnFinalize(const Message& m) {
   }
   finalized_.insert(m.sender());
   LOG(INFO) << table_.Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
-            << config_.num_workers << ")";
-  if (static_cast<int>(finalized_.size()) < config_.num_workers) return;
+            << config_.cluster.num_workers << ")";
+  if (static_cast<int>(finalized_.size()) < config_.cluster.num_workers) return;
   for (const auto& [id, member] : members_) SendTo(id, MakeMessage(proto::SHUTDOWN, kSchedulerId));
   phase_ = Phase::kDone;
   cv_.NotifyAll();
@@ -329,9 +329,9 @@ void Scheduler::CheckHeartbeats() {
   int64_t now = NowMs();
   for (const auto& [id, member] : members_) {
     int64_t silent = now - member.last_heartbeat_ms;
-    if (silent > config_.heartbeat_timeout_ms) {
+    if (silent > config_.cluster.heartbeat_timeout_ms) {
       FailJob(id, StrCat(table_.Describe(id), " sent no heartbeat for ", silent,
-                         " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.heartbeat_timeout_ms,
+                         " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
                          "); it is presumed dead"));
       return;
     }

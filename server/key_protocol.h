@@ -49,7 +49,7 @@ struct ServerCounters {
   Counter& rejected = registry.Register("rejected_pushes");
   // Resent pushes not added again.
   Counter& duplicates = registry.Register("duplicate_pushes");
-  // Sums sent again (a resent push or PULL after a lost reply).
+  // Sums sent again (a resent push or RESEND_SUM after a lost reply).
   Counter& results_resent = registry.Register("results_resent");
   // Deterministic mode: pushes that waited for a lower rank.
   Counter& pushes_held = registry.Register("pushes_held");
@@ -65,7 +65,7 @@ struct ServerCounters {
   Counter& rows_summed = registry.Register("rows_summed");
 };
 
-// A PUSH, ROWS_PUSH or PULL of a worker, as the engine thread hands it to a protocol.
+// A PUSH, ROWS_PUSH or RESEND_SUM of a worker, as the engine thread hands it to a protocol.
 struct Request {
   Message message;
   std::string identity;  // the worker's connection on the server's ROUTER
@@ -135,7 +135,7 @@ class KeyProtocol {
   // Every push gets at least one reply, now or later. GPU: may throw FerryError (the
   // summation failed; the server then calls FailAll).
   virtual void Push(Request& request) = 0;
-  // A PULL: a worker whose push was acknowledged asks for its result again.
+  // A RESEND_SUM: a worker whose push was acknowledged asks for its result again.
   virtual void Pull(const Request& request) = 0;
   // A worker joined (*joined changed), not yet every worker: rounds that waited only
   // for it complete without it.

@@ -11,7 +11,7 @@
 // error (r > round).
 //
 // Resends: a worker whose push or reply was lost sends the push again (same request
-// id) or, once acknowledged, a header-only PULL. While the key is still at round r a
+// id) or, once acknowledged, a header-only RESEND_SUM. While the key is still at round r a
 // resent push of r is a duplicate (acknowledged again, not added). Once round r is
 // complete, its sum is kept as `last_sum` until round r+1 completes: a worker cannot
 // push r+1 before it received r, so no worker can still be waiting for an older round,
@@ -26,7 +26,7 @@
 //
 // Sums that come later (FERRY_SERVER_DEVICE=gpu, server/summation.h): between a
 // round's completion and the arrival of its sum the key is `summing`: still at round r,
-// every pusher recorded in `pushed` and `waiting`. So a resent push or a PULL of round r
+// every pusher recorded in `pushed` and `waiting`. So a resent push or a RESEND_SUM of round r
 // is a duplicate (acknowledged again, not added), Complete() is false (a JOIN meanwhile
 // does not finish the round twice), and no push of r+1 can come (no worker has the sum
 // of r). When the sum arrives the server moves the key on exactly as the CPU path does
@@ -118,7 +118,7 @@ struct KeyState : KeyDefinition {
   // Whether every worker has pushed this round or joined (has no more pushes), with
   // at least one push to answer, and the round is not already summing.
   bool Complete(const std::vector<bool>& joined) const;
-  // What to do with a PULL (a worker asking for the sum of `pull_round` after its push
+  // What to do with a RESEND_SUM (a worker asking for the sum of `pull_round` after its push
   // was acknowledged): kPrevious (answer from last_sum), kDuplicate (the round is still
   // open and holds the push: acknowledge again), or kStale (no record of the push).
   PushVerdict ClassifyPull(int rank, uint32_t pull_round) const;

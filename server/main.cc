@@ -14,8 +14,8 @@ namespace {
 // without CUDA, no driver, no such GPU, no kernels for it: CheckGpuAvailable).
 void CheckServerDevice(const ferry::Config& config) {
   ferry::CheckServerSettings(config);
-  if (config.server_device != ferry::ServerDevice::kGpu) return;
-  const ferry::GpuInfo gpu = ferry::CheckGpuAvailable(config.server_gpu);
+  if (config.server.device != ferry::ServerDevice::kGpu) return;
+  const ferry::GpuInfo gpu = ferry::CheckGpuAvailable(config.server.gpu);
   LOG(INFO) << "summation device: " << gpu.Describe();
 }
 

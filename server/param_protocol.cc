@@ -89,7 +89,7 @@ void ParamProtocol::Refuse(const Request& request, ParamState& state, PushVerdic
 }
 
 void ParamProtocol::Pull(const Request& request) {
-  // Workers PULL only after an acknowledgement, which async mode never sends; answer
+  // Workers send RESEND_SUM only after an acknowledgement, which async mode never sends; answer
   // all the same while the push is on record: the parameters hold it.
   const proto::Envelope& e = request.envelope();
   const uint64_t key = e.key();
@@ -138,7 +138,7 @@ void ParamProtocol::Drain(ParamState& state) {
   while (!state.updating && !state.queued.empty()) {
     Request request = std::move(state.queued.front());
     state.queued.pop_front();
-    if (request.message.type() == proto::PULL) {
+    if (request.message.type() == proto::RESEND_SUM) {
       Pull(request);
       continue;
     }

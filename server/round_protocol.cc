@@ -166,7 +166,7 @@ void RoundProtocol::CompleteRound(uint64_t key, KeyState& state) {
     return;
   }
   // The sum comes to OnSumReady. Until then the key stays at this round with every
-  // pusher recorded: resent pushes and PULLs of it are acknowledged again.
+  // pusher recorded: resent pushes and RESEND_SUMs of it are acknowledged again.
   state.summing = true;
   sums_in_flight_++;
 }

@@ -25,7 +25,7 @@ constexpr std::chrono::milliseconds kSumPollInterval{50};
 }  // namespace
 
 void CheckServerSettings(const Config& config) {
-  FERRY_ENFORCE(!(config.server_device == ServerDevice::kGpu && config.enable_async),
+  FERRY_ENFORCE(!(config.server.device == ServerDevice::kGpu && config.server.async),
                 ErrorCode::kInvalidConfig,
                 "FERRY_SERVER_DEVICE=gpu with FERRY_ENABLE_ASYNC=1: asynchronous training is "
                 "not supported on the GPU engine (it sums rounds; asynchronous training keeps "
@@ -35,17 +35,17 @@ void CheckServerSettings(const Config& config) {
 Server::Server(const Config& config, GpuSummerFactory gpu_summers)
     : config_(config),
       van_(VanOptionsFor("server", config)),
-      port_(van_.Bind(config.bind_host, config.node_port)),
+      port_(van_.Bind(config.transport.bind_host, config.transport.node_port)),
       cluster_(config, &van_, port_),
       // GPU engines never add dense keys on the CPU (both dense protocols go through the
       // GPU summation; rows are summed by the engine thread alone): no helper threads.
-      sum_pool_(config.server_device == ServerDevice::kGpu ? 0 : config.server_engine_threads - 1,
-                config.server_split_bytes) {
+      sum_pool_(config.server.device == ServerDevice::kGpu ? 0 : config.server.engine_threads - 1,
+                config.server.split_bytes) {
   CheckServerSettings(config);
-  num_workers_ = config.num_workers;
-  num_servers_ = config.num_servers;
-  if (config.server_device == ServerDevice::kGpu && !gpu_summers) gpu_summers = GpuSummer::Create;
-  for (int i = 0; i < config.server_engine_threads; ++i) {
+  num_workers_ = config.cluster.num_workers;
+  num_servers_ = config.cluster.num_servers;
+  if (config.server.device == ServerDevice::kGpu && !gpu_summers) gpu_summers = GpuSummer::Create;
+  for (int i = 0; i < config.server.engine_threads; ++i) {
     engines_.push_back(std::make_unique<Engine>());
     Engine* e = engines_.back().get();
     e->joined.assign(num_workers_, false);
@@ -55,12 +55,12 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
 }
 
 void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
-  if (config_.server_device == ServerDevice::kCpu) {
+  if (config_.server.device == ServerDevice::kCpu) {
     engine->summation = MakeCpuSummation(&sum_pool_);
   } else {
     GpuSummerOptions options;
-    options.device = config_.server_gpu;
-    options.streams = config_.server_gpu_streams;
+    options.device = config_.server.gpu;
+    options.streams = config_.server.gpu_streams;
     // Runs on a CUDA thread. Sets the flag under the engine's mutex, so the wake-up cannot
     // fall between the engine's look at its predicate and its wait. The engine thread
     // never holds `mu` while it calls into the summer, so this never waits on the GPU.
@@ -83,12 +83,12 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
   context.summation = engine->summation.get();
   context.counters = &counters_;
   context.reply = [this](const Reply& reply) { SendReply(reply); };
-  if (config_.enable_async) {
+  if (config_.server.async) {
     engine->dense = std::make_unique<ParamProtocol>(context);
   } else {
-    engine->dense = std::make_unique<RoundProtocol>(context, config_.deterministic);
+    engine->dense = std::make_unique<RoundProtocol>(context, config_.server.deterministic);
   }
-  engine->rows = std::make_unique<RowsProtocol>(context, config_.enable_async);
+  engine->rows = std::make_unique<RowsProtocol>(context, config_.server.async);
 }
 
 Server::~Server() {
@@ -106,14 +106,14 @@ int Server::Run() {
     });
   }
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
-  LOG(INFO) << "server listening on " << config_.bind_host << ":" << port_ << " with "
-            << engines_.size() << " engine threads; sums of " << config_.server_split_bytes
+  LOG(INFO) << "server listening on " << config_.transport.bind_host << ":" << port_ << " with "
+            << engines_.size() << " engine threads; sums of " << config_.server.split_bytes
             << " bytes and more split across threads"
-            << (config_.deterministic ? "; deterministic: rounds summed in worker-rank order" : "")
-            << (config_.enable_async ? "; asynchronous: pushes update the parameters at once" : "")
-            << (config_.server_device == ServerDevice::kGpu
-                    ? StrCat("; sums on GPU ", config_.server_gpu, " with ",
-                             config_.server_gpu_streams, " CUDA streams per engine thread")
+            << (config_.server.deterministic ? "; deterministic: rounds summed in worker-rank order" : "")
+            << (config_.server.async ? "; asynchronous: pushes update the parameters at once" : "")
+            << (config_.server.device == ServerDevice::kGpu
+                    ? StrCat("; sums on GPU ", config_.server.gpu, " with ",
+                             config_.server.gpu_streams, " CUDA streams per engine thread")
                     : std::string());
   int code = 0;
   try {
@@ -134,13 +134,13 @@ int Server::Run() {
             << " async updates, " << c.rows_pushes.value() << " rows pushes of "
             << c.rows_summed.value() << " rows, " << van_.stats().injected_drops
             << " messages dropped by fault injection"
-            << (config_.server_device == ServerDevice::kGpu
+            << (config_.server.device == ServerDevice::kGpu
                     ? StrCat(", ", c.device_sums.value(), " sums from the GPU (",
                              c.device_sums_dropped.value(), " of abandoned rounds dropped)")
                     : std::string());
   CounterValues values = stats();
   for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
-  Status written = WriteStatsFile(config_.stats_file, "server", cluster_.my_rank(), values);
+  Status written = WriteStatsFile(config_.diagnostics.stats_file, "server", cluster_.my_rank(), values);
   if (!written.ok()) LOG(ERROR) << written.message();
   van_.Stop();
   return code;
@@ -177,7 +177,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     return;
   }
   if (!origin.inbound ||
-      (m.type() != proto::PUSH && m.type() != proto::PULL && m.type() != proto::JOIN &&
+      (m.type() != proto::PUSH && m.type() != proto::RESEND_SUM && m.type() != proto::JOIN &&
        m.type() != proto::PUSH_FUSED && m.type() != proto::ROWS_PUSH)) {
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped unexpected " << Describe(m);
     return;
@@ -289,7 +289,7 @@ void Server::Dispatch(Engine* engine, Request& request) {
     case proto::JOIN:
       HandleJoin(engine, request.rank);
       return;
-    case proto::PULL:
+    case proto::RESEND_SUM:
       (e.body_case() == proto::Envelope::kRows ? engine->rows : engine->dense)->Pull(request);
       return;
     case proto::ROWS_PUSH:
@@ -299,13 +299,13 @@ void Server::Dispatch(Engine* engine, Request& request) {
       break;
   }
   counters_.pushes++;
-  if (e.async_mode() != config_.enable_async) {
+  if (e.async_mode() != config_.server.async) {
     counters_.rejected++;
     ReplyError(
         request.identity, e.request_id(), e.key(), ErrorCode::kInvalidArgument,
         StrCat("worker ", request.rank, " pushed ", KeyName(e.key()), " in ",
                e.async_mode() ? "asynchronous" : "synchronous", " mode but this server runs ",
-               config_.enable_async ? "asynchronous" : "synchronous",
+               config_.server.async ? "asynchronous" : "synchronous",
                " training; set FERRY_ENABLE_ASYNC alike on every node"));
     return;
   }
@@ -314,7 +314,7 @@ void Server::Dispatch(Engine* engine, Request& request) {
 
 void Server::OnJoin(const Message& m, const std::string& identity) {
   int rank = cluster_.table().node(m.sender()).rank();
-  if (config_.enable_async) {
+  if (config_.server.async) {
     counters_.rejected++;
     ReplyError(identity, m.envelope.request_id(), 0, ErrorCode::kInvalidArgument,
                StrCat("worker ", rank,

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/types/data_type.h"
@@ -37,6 +38,8 @@ namespace ferry {
 class Collective {
  public:
   virtual ~Collective() = default;
+  Collective(const Collective&) = delete;
+  Collective& operator=(const Collective&) = delete;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -70,14 +73,18 @@ class Collective {
                               DataType dtype, uint64_t count, bool average,
                               void* stream = nullptr) = 0;
   // True once the operation finished (successfully or not). Unknown handle: throws.
-  virtual bool Poll(Handle handle) = 0;
-  // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws its error.
-  // The handle is released.
-  virtual void Wait(Handle handle) = 0;
+  bool Poll(Handle handle) { return table_.Poll(handle); }
+  // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS from the first
+  // wait); throws its error. The handle is released.
+  void Wait(Handle handle) { table_.Wait(handle); }
   // Waits at most `timeout_ms`: true (handle released) once finished, false if not yet.
-  virtual bool WaitFor(Handle handle, int64_t timeout_ms) = 0;
-  // The first finished of `handles` (Wait on it next), or 0 after `timeout_ms`.
-  virtual Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) = 0;
+  // Throws like Wait, also once the deadline passed, however the wait is sliced.
+  bool WaitFor(Handle handle, int64_t timeout_ms) { return table_.WaitFor(handle, timeout_ms); }
+  // The first finished of `handles` in the list (Wait on it next: it throws its error),
+  // or 0 if none finished within `timeout_ms`.
+  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) {
+    return table_.WaitAny(handles, timeout_ms);
+  }
   // Every rank's `data` becomes rank `root`'s.
   virtual void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                          int root) = 0;
@@ -106,6 +113,15 @@ class Collective {
                     const void* values, void* output, DataType dtype, bool average) {
     Wait(PushPullRowsAsync(name, rows, num_rows, values, output, dtype, average));
   }
+
+ protected:
+  // `timeout_message`: the table's (operation_table.h), naming what an operation waits
+  // for; it may use the derived object, whose destructor closes the table first.
+  Collective(int64_t op_timeout_ms, TimeoutMessageFn timeout_message)
+      : table_(op_timeout_ms, std::move(timeout_message)) {}
+
+  // Every handle of this rank (one table per process role); its own lock.
+  OperationTable table_;
 };
 
 }  // namespace ferry

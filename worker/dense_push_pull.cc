@@ -22,7 +22,7 @@ struct Pack {
 }  // namespace
 
 DensePushPull::DensePushPull(WorkerContext& ctx, ScheduledQueue& queue)
-    : ctx_(ctx), queue_(queue), in_flight_(ctx.config.resend_timeout_ms) {}
+    : ctx_(ctx), queue_(queue), in_flight_(ctx.config.transport.resend_timeout_ms) {}
 
 void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
   ctx_.mu.AssertHeld();
@@ -132,7 +132,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
   m.envelope.set_length(p.bytes);
   m.envelope.set_priority(f.op->priority);
   m.envelope.set_tensor_hash(t.hash);
-  m.envelope.set_async_mode(ctx_.config.enable_async);
+  m.envelope.set_async_mode(ctx_.config.server.async);
   if (p.bytes > 0) {
     std::shared_ptr<Operation> op = f.op;
     op->releases_left++;
@@ -192,11 +192,11 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
         const TensorInfo& t = *f.op->tensor;
         const PartitionSpec& p = PartOf(f);
         // A resent payload starts its timer when ZeroMQ has sent it (OnWire from its
-        // release); a PULL's runs from now.
+        // release); a RESEND_SUM's runs from now.
         const bool payload = !f.credit_returned && p.bytes > 0;
         if (f.credit_returned) {
           // The server has the push; only its sum may have been lost.
-          Message pull = MakeMessage(proto::PULL, ctx_.my_id);
+          Message pull = MakeMessage(proto::RESEND_SUM, ctx_.my_id);
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(KeyOf(f));
           pull.envelope.set_round(f.round);
@@ -222,6 +222,19 @@ void DensePushPull::ReturnCredit(InFlight& f) {
   if (f.credit_returned) return;
   f.credit_returned = true;
   queue_.Done(f.task);
+}
+
+bool DensePushPull::OnReply(Message& m) {
+  switch (m.type()) {
+    case proto::PUSH_ACK:
+      return OnAck(m);
+    case proto::PUSH_RESULT:
+      return OnResult(std::move(m));
+    case proto::ERROR:
+      return OnError(m);
+    default:
+      return false;
+  }
 }
 
 bool DensePushPull::OnAck(const Message& m) {

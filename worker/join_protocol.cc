@@ -9,7 +9,7 @@ namespace ferry {
 
 void JoinProtocol::Join() {
   const Config& config = ctx_.config;
-  FERRY_ENFORCE(!config.enable_async, ErrorCode::kInvalidArgument,
+  FERRY_ENFORCE(!config.server.async, ErrorCode::kInvalidArgument,
                 "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
                 "waits for other workers, so a worker out of data simply stops pushing");
   uint64_t request = 0;
@@ -27,16 +27,16 @@ void JoinProtocol::Join() {
   {
     // Every server must hold our JOIN before the others may leave the join barrier.
     MutexLock lock(ctx_.mu);
-    bool acked = cv_.WaitFor(ctx_.mu, Millis(config.op_timeout_ms), [this]() REQUIRES(ctx_.mu) {
+    bool acked = cv_.WaitFor(ctx_.mu, Millis(config.cluster.op_timeout_ms), [this]() REQUIRES(ctx_.mu) {
       return acks_ == ctx_.num_servers || !ctx_.failure.empty();
     });
     ctx_.ThrowIfFailed();
     FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", ctx_.num_servers - acks_, " of ",
-                  ctx_.num_servers, " servers did not acknowledge within ", config.op_timeout_ms,
+                  ctx_.num_servers, " servers did not acknowledge within ", config.cluster.op_timeout_ms,
                   " ms");
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
-  ctx_.cluster.Barrier(proto::GROUP_JOIN, config.join_timeout_ms);
+  ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms);
   MutexLock lock(ctx_.mu);
   catalog_.ResetRounds();
   LOG(INFO) << "every worker joined; rounds start over";

@@ -21,7 +21,7 @@ void WorkerContext::CheckRunning(const char* what, const std::string& name) cons
 
 void WorkerContext::NoteLateReply(const Message& m) {
   counters.late_replies++;
-  if (config.resend_timeout_ms > 0) {
+  if (config.transport.resend_timeout_ms > 0) {
     VLOG(1) << "dropped " << Describe(m) << ": answered already (a resend crossed its reply)";
   } else {
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": no such request in flight";
@@ -108,7 +108,7 @@ bool Sequencer::AnyUnfinished() const {
 
 bool Sequencer::WaitUntilIdle() {
   ctx_.mu.AssertHeld();
-  const int64_t deadline = NowMs() + ctx_.config.op_timeout_ms;
+  const int64_t deadline = NowMs() + ctx_.config.cluster.op_timeout_ms;
   while (ctx_.failure.empty() && AnyUnfinished()) {
     const int64_t left = deadline - NowMs();
     if (left <= 0) return false;
@@ -121,7 +121,7 @@ bool Sequencer::WaitUntilIdle() {
 
 void Sequencer::WaitUntilIdleOrThrow(const char* what) {
   FERRY_ENFORCE(WaitUntilIdle(), ErrorCode::kTimeout, what, ": this worker's ",
-                "push_pulls did not finish within ", ctx_.config.op_timeout_ms,
+                "push_pulls did not finish within ", ctx_.config.cluster.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS)");
 }
 

@@ -123,10 +123,10 @@ class OperationKind {
   // Sends (or queues) the operation's requests. REQUIRES: mu held (implementations
   // assert it: the interface cannot name the lock).
   virtual void Start(const std::shared_ptr<Operation>& op) = 0;
-  // Replies for a request of this kind (van-io thread; takes mu). False: not ours.
-  virtual bool OnAck(const Message& m) = 0;
-  virtual bool OnResult(Message&& m) = 0;
-  virtual bool OnError(const Message& m) = 0;
+  // A reply (PUSH_ACK, PUSH_RESULT, ROWS_RESULT or ERROR) to a request of this kind
+  // (van-io thread; takes mu); the kind may take `m`'s payload. False: not ours (`m` is
+  // untouched), for the next kind to try.
+  virtual bool OnReply(Message& m) = 0;
   // Sender thread, resends on: what to send again, as (server rank, message).
   // REQUIRES: mu held.
   virtual void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) = 0;

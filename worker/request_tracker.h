@@ -8,10 +8,10 @@
 //   local queue causes no resends; a request without a borrowed payload is added with
 //   its timer running;
 // - restarts when the server acknowledges it (Ack): from then on only the answer may be
-//   missing, and a PULL asks for it again;
+//   missing, and a RESEND_SUM asks for it again;
 // - backs off: after `attempts` resends the delay is timeout x 2^attempts, up to 32x. A
-//   PULL for a sum that other workers still hold up is acknowledged again, so the
-//   back-off keeps a straggler from making every worker PULL every timeout.
+//   RESEND_SUM for a sum that other workers still hold up is acknowledged again, so the
+//   back-off keeps a straggler from making every worker send RESEND_SUM every timeout.
 // The answer removes the request (Take); an answer for an unknown request is late (a
 // resend crossed the first answer) and is counted by its owner.
 //
@@ -31,7 +31,7 @@ namespace ferry {
 constexpr int64_t kNotOnTheWire = std::numeric_limits<int64_t>::max();
 
 struct TrackedRequest {
-  int attempts = 0;                      // resends (or PULLs) so far
+  int attempts = 0;                      // resends (or RESEND_SUMs) so far
   bool acked = false;                    // the server holds it; only its answer is missing
   int64_t resend_at_ms = kNotOnTheWire;  // no answer by then: resend
 };

@@ -25,7 +25,7 @@ int ServerOfRow(const std::vector<PartitionSpec>& parts, uint64_t row_offset) {
 }  // namespace
 
 RowsPushPull::RowsPushPull(WorkerContext& ctx)
-    : ctx_(ctx), in_flight_(ctx.config.resend_timeout_ms) {}
+    : ctx_(ctx), in_flight_(ctx.config.transport.resend_timeout_ms) {}
 
 std::unique_ptr<RowsPlan> RowsPushPull::Plan(const TensorInfo& t, uint32_t layout, int priority,
                                              const int64_t* rows, uint64_t num_rows,
@@ -40,7 +40,7 @@ std::unique_ptr<RowsPlan> RowsPushPull::Plan(const TensorInfo& t, uint32_t layou
     const uint64_t row = static_cast<uint64_t>(rows[j]);
     plan->positions[ServerOfRow(parts, row * plan->row_bytes)].push_back(j);
   }
-  const uint64_t limit = static_cast<uint64_t>(ctx_.config.max_message_bytes);
+  const uint64_t limit = static_cast<uint64_t>(ctx_.config.transport.max_message_bytes);
   for (int s = 0; s < ctx_.num_servers; ++s) {
     const std::vector<uint64_t>& positions = plan->positions[s];
     const uint64_t n = positions.size();
@@ -100,10 +100,23 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
   op->rows->pushes.clear();
 }
 
+bool RowsPushPull::OnReply(Message& m) {
+  switch (m.type()) {
+    case proto::PUSH_ACK:
+      return OnAck(m);
+    case proto::ROWS_RESULT:
+      return OnResult(std::move(m));
+    case proto::ERROR:
+      return OnError(m);
+    default:
+      return false;
+  }
+}
+
 bool RowsPushPull::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
   // From now on only the sums are missing: ask for them if they do not come in time,
-  // backing off (a PULL while other workers still hold the round up is acknowledged
+  // backing off (a RESEND_SUM while other workers still hold the round up is acknowledged
   // again, as for dense partitions).
   return in_flight_.Ack(m.envelope.request_id()) != nullptr;
 }
@@ -115,9 +128,9 @@ void RowsPushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mess
       now_ms, [](const InFlight& f) { return f.op->done; }, /*erase_skipped=*/true,
       [&](uint64_t request, InFlight& f) {
         if (f.acked) {
-          // The server holds the rows: a header-only PULL (with the rows body, which
+          // The server holds the rows: a header-only RESEND_SUM (with the rows body, which
           // marks a rows key) asks for the sums again.
-          Message pull = MakeMessage(proto::PULL, ctx_.my_id);
+          Message pull = MakeMessage(proto::RESEND_SUM, ctx_.my_id);
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(f.push.envelope.key());
           pull.envelope.set_round(f.push.envelope.round());

@@ -11,9 +11,12 @@
 namespace ferry {
 
 SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
-                                     ScheduledQueue& queue, Collective& worker)
-    : ctx_(ctx), catalog_(catalog), queue_(queue), worker_(worker) {
-  const Config& c = ctx_.config;
+                                     ScheduledQueue& queue, SumOverWorkers sum_over_workers)
+    : ctx_(ctx),
+      catalog_(catalog),
+      queue_(queue),
+      sum_over_workers_(std::move(sum_over_workers)) {
+  const Config::Scheduling& c = ctx_.config.scheduling;
   const int64_t partition = c.InitialPartitionBytes();
   {
     MutexLock lock(ctx_.mu);
@@ -21,9 +24,10 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
   }
   if (!c.autotune) return;
   const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
-  std::vector<SchedulingChoice> grid = Autotuner::Grid(
-      partition, c.scheduling_credit, c.autotune_partition_bytes,
-      credit ? c.autotune_credits : std::vector<int64_t>{1}, 1024, c.max_message_bytes - 4096);
+  std::vector<SchedulingChoice> grid =
+      Autotuner::Grid(partition, c.credit, c.autotune_partition_bytes,
+                      credit ? c.autotune_credits : std::vector<int64_t>{1}, 1024,
+                      ctx_.config.transport.max_message_bytes - 4096);
   // Without credit the credit does not matter: each size keeps the configured one.
   if (!credit) {
     for (auto& choice : grid) choice.credit_bytes = c.CreditBytesFor(choice.partition_bytes);
@@ -41,11 +45,11 @@ std::string SchedulingControl::DescribeAutotune() const {
   MutexLock lock(step_mu_);
   if (!tuner_) return "";
   return StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
-                ctx_.config.autotune_steps, " iterations each");
+                ctx_.config.scheduling.autotune_steps, " iterations each");
 }
 
 void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
-  const int64_t max_partition = ctx_.config.max_message_bytes - 4096;
+  const int64_t max_partition = ctx_.config.transport.max_message_bytes - 4096;
   FERRY_ENFORCE(partition_bytes >= 1024 && partition_bytes <= max_partition,
                 ErrorCode::kInvalidArgument, "SetScheduling: partition size ", partition_bytes,
                 " bytes is outside 1024..", max_partition, " (FERRY_MAX_MESSAGE_BYTES - 4096)");
@@ -84,8 +88,7 @@ void SchedulingControl::StepBoundary() {
 void SchedulingControl::FinishAutotune() {
   // Every worker sums every worker's scores, so every worker picks the same candidate.
   std::vector<double> summed = tuner_->scores();
-  worker_.PushPull("__ferry__/autotune", summed.data(), summed.data(), DataType::kFloat64,
-                   summed.size(), false);
+  sum_over_workers_(summed);
   const size_t best = tuner_->Decide(summed);
   const SchedulingChoice choice = tuner_->grid()[best];
   std::string table;

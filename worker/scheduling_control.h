@@ -11,15 +11,15 @@
 //
 // Locks: step_mu_ serializes StepBoundary and guards the clock and the tuner; the
 // current choice, the catalog and the sequencer are under WorkerContext::mu, taken inside
-// step_mu_ (never around it). The autotune decision push_pulls through the Worker's
-// Collective interface with neither lock of the Worker held but step_mu_.
+// step_mu_ (never around it). The autotune decision sums the scores over the workers (the
+// Worker's push_pull of a reserved tensor) with no lock of the Worker held but step_mu_.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "common/util/mutex.h"
-#include "worker/collective.h"
 #include "worker/operation_kind.h"
 #include "worker/scheduling/autotune.h"
 #include "worker/scheduling/scheduled_queue.h"
@@ -29,9 +29,11 @@ namespace ferry {
 
 class SchedulingControl {
  public:
-  // `worker` sums the autotune scores (a push_pull); every reference outlives this.
+  // Replaces `values` by their sum over every worker (a push_pull; it blocks).
+  using SumOverWorkers = std::function<void(std::vector<double>& values)>;
+  // Every reference outlives this object.
   SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog, ScheduledQueue& queue,
-                    Collective& worker);
+                    SumOverWorkers sum_over_workers);
 
   // What new operations use now. Takes mu.
   SchedulingChoice current() const EXCLUDES(ctx_.mu);
@@ -51,7 +53,7 @@ class SchedulingControl {
   WorkerContext& ctx_;
   TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
   ScheduledQueue& queue_;
-  Collective& worker_;
+  const SumOverWorkers sum_over_workers_;
   SchedulingChoice current_ GUARDED_BY(ctx_.mu);
 
   mutable Mutex step_mu_;  // serializes StepBoundary; guards the three below

@@ -23,7 +23,7 @@ Sender::~Sender() {
 
 void Sender::Loop() {
   // With resends on, wake often enough to resend within a quarter of the timeout.
-  const int64_t resend_ms = ctx_.config.resend_timeout_ms;
+  const int64_t resend_ms = ctx_.config.transport.resend_timeout_ms;
   const int64_t wake_ms = resend_ms > 0 ? std::clamp<int64_t>(resend_ms / 4, 5, 1000) : 1000;
   while (true) {
     Batch batch;

@@ -9,6 +9,7 @@
 #include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/local/local_group.h"
+#include "worker/reserved_tensor_names.h"
 #include "worker/scheduling/policies.h"
 
 namespace ferry {
@@ -17,10 +18,10 @@ namespace {
 
 PolicyOptions PolicyOptionsOf(const Config& c) {
   PolicyOptions o;
-  o.policy = c.scheduling_policy;
-  o.fusion_bytes = static_cast<uint64_t>(c.fusion_bytes);
-  o.bucket_bytes = static_cast<uint64_t>(c.bucket_bytes);
-  o.bucket_timeout_us = c.bucket_timeout_ms * 1000;
+  o.policy = c.scheduling.policy;
+  o.fusion_bytes = static_cast<uint64_t>(c.scheduling.fusion_bytes);
+  o.bucket_bytes = static_cast<uint64_t>(c.scheduling.bucket_bytes);
+  o.bucket_timeout_us = c.scheduling.bucket_timeout_ms * 1000;
   return o;
 }
 
@@ -33,16 +34,18 @@ std::unique_ptr<Worker> Worker::Create(const Config& config) {
 }
 
 Worker::Worker(const Config& config)
-    : config_(config),
+    : Collective(config.cluster.op_timeout_ms,
+                 [this](Handle h) {
+                   MutexLock lock(mu_);
+                   return StrCat("timed out after ", config_.cluster.op_timeout_ms,
+                                 " ms (FERRY_OP_TIMEOUT_MS): ", sequencer_->Describe(h));
+                 }),
+      config_(config),
       van_(VanOptionsFor("worker", config)),
       cluster_(config_, &van_, 0),
       queue_(MakePolicy(PolicyOptionsOf(config)),
-             static_cast<uint64_t>(config.CreditBytesFor(config.InitialPartitionBytes()))),
-      table_(config.op_timeout_ms, [this](Handle h) {
-        MutexLock lock(mu_);
-        return StrCat("timed out after ", config_.op_timeout_ms,
-                      " ms (FERRY_OP_TIMEOUT_MS): ", sequencer_->Describe(h));
-      }) {}
+             static_cast<uint64_t>(
+                 config.scheduling.CreditBytesFor(config.scheduling.InitialPartitionBytes()))) {}
 
 void Worker::Start() {
   KeepLargeBuffersInHeap();
@@ -60,10 +63,10 @@ void Worker::Start() {
     weights.push_back(s.weight());
     van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id());
   }
-  if (!config_.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.trace_dir, rank_);
+  if (!config_.diagnostics.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);
   {
     MutexLock lock(mu_);
-    catalog_ = std::make_unique<TensorCatalog>(config_.InitialPartitionBytes(), std::move(weights));
+    catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(), std::move(weights));
     ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
     sequencer_ = std::make_unique<Sequencer>(*ctx_);
     ctx_->sequencer = sequencer_.get();
@@ -75,7 +78,11 @@ void Worker::Start() {
     join_ = std::make_unique<JoinProtocol>(*ctx_, *catalog_);
   }
   // The parts keep a reference; they take mu_ (as WorkerContext::mu) to use it.
-  scheduling_ = std::make_unique<SchedulingControl>(*ctx_, *catalog_.get(), queue_, *this);
+  scheduling_ = std::make_unique<SchedulingControl>(
+      *ctx_, *catalog_.get(), queue_, [this](std::vector<double>& values) {
+        Wait(StartPushPull(ReservedTensorName(reserved::kAutotune), values.data(), values.data(),
+                           DataType::kFloat64, values.size(), false, std::nullopt, nullptr));
+      });
   sender_ = std::make_unique<Sender>(*ctx_, queue_, *dense_, *rows_);
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
             << " servers; scheduling policy " << queue_.policy_name() << ", "
@@ -95,6 +102,7 @@ Worker::~Worker() {
 
 int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
+  CheckUserTensorName("declaration", name);
   MutexLock lock(mu_);
   return static_cast<int>(catalog_->Declare(name, dtype, shape, priority).id);
 }
@@ -126,11 +134,18 @@ std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
 Handle Worker::PushPullAsync(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
                              std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("push_pull", name);
+  return StartPushPull(name, input, output, dtype, count, average, priority, std::move(done));
+}
+
+Handle Worker::StartPushPull(const std::string& name, const void* input, void* output,
+                             DataType dtype, uint64_t count, bool average,
+                             std::optional<int> priority, CompletionCallback done) {
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull", name);
-  FERRY_ENFORCE(!(average && config_.enable_async), ErrorCode::kInvalidArgument, "push_pull of '",
+  FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
                 "is the parameters, not a sum, so there is nothing to average");
   if (!catalog_->Find(name)) {
@@ -150,11 +165,12 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
 Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
                                  const void* values, void* output, DataType dtype, bool average,
                                  std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("push_pull_rows", name);
   FERRY_ENFORCE(num_rows == 0 || (rows && values && output), ErrorCode::kInvalidArgument,
                 "push_pull_rows of '", name, "': null buffer");
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull_rows", name);
-  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
+  FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
   TensorInfo* found = catalog_->Find(name);
   FERRY_ENFORCE(found, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
@@ -198,16 +214,13 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
       join_->OnAck(m);
       break;
     case proto::PUSH_ACK:
-      if (!rows_->OnAck(m)) dense_->OnAck(m);
-      break;
     case proto::PUSH_RESULT:
-      dense_->OnResult(std::move(m));
-      break;
     case proto::ROWS_RESULT:
-      rows_->OnResult(std::move(m));
-      break;
     case proto::ERROR:
-      if (!rows_->OnError(m)) dense_->OnError(m);
+      // The rows kind knows its request ids; whatever it does not claim is dense.
+      if (!rows_->OnReply(m) && !dense_->OnReply(m)) {
+        LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+      }
       break;
     default:
       LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
@@ -227,9 +240,10 @@ void Worker::FailAll(const std::string& reason) {
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                        int root) {
+  CheckUserTensorName("broadcast", name);
   FERRY_ENFORCE(root >= 0 && root < num_workers_, ErrorCode::kInvalidArgument, "broadcast of '",
                 name, "': root rank ", root, " is not a worker rank (0..", num_workers_ - 1, ")");
-  FERRY_ENFORCE(!config_.enable_async, ErrorCode::kInvalidArgument, "broadcast of '", name,
+  FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': not available in asynchronous training (FERRY_ENABLE_ASYNC=1); there the "
                 "servers hold the parameters, and every worker's first push_pull of a tensor "
                 "returns them");
@@ -241,7 +255,8 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
     std::memset(zeros.data(), 0, zeros.size());
     input = zeros.data();
   }
-  PushPull("__broadcast__/" + name, input, data, dtype, count, false);
+  Wait(StartPushPull(ReservedTensorName(reserved::kBroadcast, name), input, data, dtype, count,
+                     false, std::nullopt, nullptr));
 }
 
 void Worker::Barrier() {
@@ -254,6 +269,7 @@ void Worker::Barrier() {
 
 void Worker::PushPullDevice(const std::string& name, const void* input, void* output,
                             DataType dtype, uint64_t count, bool average, void* stream) {
+  CheckUserTensorName("push_pull", name);
   const DeviceTensor t = CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
   uint64_t ticket = 0;
   LocalNccl* nccl = nullptr;  // made once, never replaced while the Worker lives
@@ -263,7 +279,7 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
     ctx_->CheckRunning("push_pull", name);
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
-          0, 1, config_.op_timeout_ms,
+          0, 1, config_.cluster.op_timeout_ms,
           [this](const DeviceTensor& d, void* host) {
             PushPull(d.name, host, host, d.dtype, d.count, d.average);
           },
@@ -295,7 +311,7 @@ void Worker::Shutdown() {
             << c.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
             << " bytes in flight";
   if (trace_) trace_->Close();
-  Status written = WriteStatsFile(config_.stats_file, "worker", rank_, Counters());
+  Status written = WriteStatsFile(config_.diagnostics.stats_file, "worker", rank_, Counters());
   if (!written.ok()) LOG(ERROR) << written.message();
 }
 

@@ -88,7 +88,8 @@ class Worker : public Collective {
 
   // Declares a tensor; returns its id (the declaration index). Declaring the same
   // name again with the same dtype and shape returns the same id; a different dtype
-  // or shape throws. `priority`: empty = -(id).
+  // or shape throws. `priority`: empty = -(id). Names starting with "__ferry__/" are
+  // Ferry's own (reserved_tensor_names.h): this and every operation below refuse them.
   int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
                     std::optional<int> priority = std::nullopt) override;
 
@@ -107,23 +108,6 @@ class Worker : public Collective {
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority = std::nullopt,
                        CompletionCallback done = nullptr) override;
-  // True once the operation finished (successfully or not). Unknown handle: throws.
-  bool Poll(Handle handle) override { return table_.Poll(handle); }
-  // Blocks until the operation finished (deadline FERRY_OP_TIMEOUT_MS); throws
-  // FerryError if it failed. The handle is released.
-  void Wait(Handle handle) override { table_.Wait(handle); }
-  // Waits at most `timeout_ms`: true (and the handle is released) once the operation
-  // finished, false if it is still running. Throws like Wait, including when the
-  // operation's deadline (FERRY_OP_TIMEOUT_MS from its first wait) has passed. Lets a
-  // caller wait in slices, e.g. to notice Ctrl-C.
-  bool WaitFor(Handle handle, int64_t timeout_ms) override {
-    return table_.WaitFor(handle, timeout_ms);
-  }
-  // Waits at most `timeout_ms` for any of `handles`: returns the first finished one in
-  // the list (Wait on it next: it throws its error), or 0 if none finished in time.
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) override {
-    return table_.WaitAny(handles, timeout_ms);
-  }
   // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
   // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
   // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
@@ -196,6 +180,10 @@ class Worker : public Collective {
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  // PushPullAsync without the reserved-name check: for Ferry's own tensors.
+  Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                       uint64_t count, bool average, std::optional<int> priority,
+                       CompletionCallback done);
   // A new operation of tensor `t`, registered in the table.
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
                                           CompletionCallback done) REQUIRES(mu_);
@@ -211,7 +199,7 @@ class Worker : public Collective {
   ScheduledQueue queue_;
   std::unique_ptr<Trace> trace_;  // FERRY_TRACE_DIR; null when off
   WorkerCounters counters_;
-  OperationTable table_;  // every handle; its own lock, taken inside mu_ (never around it)
+  // Collective::table_ holds every handle; its lock is taken inside mu_ (never around it).
 
   // Guards the catalog, the kinds' requests in flight, the operations' progress (see
   // operation_kind.h), the job's failure and shutdown (WorkerContext), the scheduling

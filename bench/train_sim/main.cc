@@ -135,9 +135,9 @@ int RunTrainSim(const Config& config) {
   Workload workload =
       ScaleWorkload(LoadWorkload(FLAGS_workload), FLAGS_compute_scale, FLAGS_byte_scale);
   // TrainSim drives a Worker (SetScheduling, StepBoundary): one process per machine.
-  FERRY_ENFORCE(config.local_size == 1, ErrorCode::kInvalidConfig,
+  FERRY_ENFORCE(config.local.size == 1, ErrorCode::kInvalidConfig,
                 "ferry-train-sim runs one process per machine; FERRY_LOCAL_SIZE=",
-                config.local_size, " is not supported");
+                config.local.size, " is not supported");
   auto worker = Worker::Create(config);
   TrainSim sim(*worker, workload, FLAGS_check);
   Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,

@@ -12,10 +12,10 @@
 namespace ferry {
 
 VanOptions VanOptionsFor(const std::string& name, const Config& config) {
-  VanOptions o = VanOptions::Named(name, config.max_message_bytes, config.secret);
-  o.link_timeout_ms = static_cast<int>(config.link_timeout_ms);
-  o.drop_percent = config.test_drop_percent;
-  o.delay_ms = static_cast<int>(config.test_delay_ms);
+  VanOptions o = VanOptions::Named(name, config.transport.max_message_bytes, config.transport.secret);
+  o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
+  o.drop_percent = config.transport.test_drop_percent;
+  o.delay_ms = static_cast<int>(config.transport.test_delay_ms);
   return o;
 }
 namespace {
@@ -55,7 +55,7 @@ std::string NewRoutingId() {
 
 ClusterClient::ClusterClient(const Config& config, Van* van, int port)
     : config_(config), van_(van), port_(port), routing_id_(NewRoutingId()) {
-  scheduler_name_ = StrCat("scheduler (", config.root_host, ":", config.root_port, ")");
+  scheduler_name_ = StrCat("scheduler (", config.transport.root_host, ":", config.transport.root_port, ")");
 }
 
 ClusterClient::~ClusterClient() {
@@ -87,17 +87,17 @@ void ClusterClient::Register() {
   Message m = MakeMessage(proto::REGISTER, -1);
   auto* r = m.envelope.mutable_register_request();
   r->set_role(ToProto(config_.role));
-  r->set_host(config_.node_host);
+  r->set_host(config_.transport.node_host);
   r->set_port(port_);
-  r->set_requested_rank(config_.role == NodeRole::kWorker ? config_.worker_id : -1);
-  r->set_kind(config_.node_kind);
+  r->set_requested_rank(config_.role == NodeRole::kWorker ? config_.cluster.worker_id : -1);
+  r->set_kind(config_.cluster.node_kind);
   r->set_hostname(Hostname());
   r->set_pid(getpid());
   Send(std::move(m));
   LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role);
   // The scheduler names the missing nodes when its own deadline passes; wait a little
   // longer than that deadline so its verdict, not our timeout, is what users read.
-  int64_t wait_ms = config_.connect_timeout_ms + config_.connect_timeout_ms / 4 + 1000;
+  int64_t wait_ms = config_.cluster.connect_timeout_ms + config_.cluster.connect_timeout_ms / 4 + 1000;
   WaitUntil([this]() REQUIRES(mu_) { return my_id_ >= 0; }, wait_ms,
             StrCat("the node table from the ", scheduler_name_,
                    " (is the scheduler running, and did every node start?)"));
@@ -196,7 +196,7 @@ void ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   Send(std::move(m));
-  WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id]; }, timeout_ms > 0 ? timeout_ms : config_.op_timeout_ms,
+  WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id]; }, timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
             StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
   MutexLock lock(mu_);
   barriers_.erase(id);
@@ -213,7 +213,7 @@ void ClusterClient::WaitForShutdown() {
   MutexLock lock(mu_);
   while (!shut_down_) {
     if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
-    cv_.WaitForOnce(mu_, Millis(config_.heartbeat_interval_ms));
+    cv_.WaitForOnce(mu_, Millis(config_.cluster.heartbeat_interval_ms));
   }
 }
 
@@ -224,13 +224,13 @@ void ClusterClient::HeartbeatLoop() {
       MutexUnlock unlock(mu_);
       Send(MakeMessage(proto::HEARTBEAT, my_id()));
       int64_t silent = NowMs() - last_scheduler_contact_ms_;
-      if (silent > config_.heartbeat_timeout_ms) {
+      if (silent > config_.cluster.heartbeat_timeout_ms) {
         Fail(StrCat("the ", scheduler_name_, " has not answered for ", silent,
-                    " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.heartbeat_timeout_ms,
+                    " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
                     "); it is presumed dead"));
       }
     }
-    cv_.WaitForOnce(mu_, Millis(config_.heartbeat_interval_ms));
+    cv_.WaitForOnce(mu_, Millis(config_.cluster.heartbeat_interval_ms));
   }
 }
 

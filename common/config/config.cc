@@ -136,19 +136,19 @@ NodeRole ParseRole(const std::string& text) {
 
 void ParseLogLevel(const std::string& variable, const std::string& text, Config* c) {
   const std::string s = AsciiToUpper(text);
-  c->log_verbosity = 0;
+  c->diagnostics.log_verbosity = 0;
   if (s == "TRACE") {
-    c->log_level = 0;
-    c->log_verbosity = 2;
+    c->diagnostics.log_level = 0;
+    c->diagnostics.log_verbosity = 2;
   } else if (s == "DEBUG") {
-    c->log_level = 0;
-    c->log_verbosity = 1;
+    c->diagnostics.log_level = 0;
+    c->diagnostics.log_verbosity = 1;
   } else if (s == "INFO" || s.empty()) {
-    c->log_level = 0;
+    c->diagnostics.log_level = 0;
   } else if (s == "WARNING" || s == "WARN") {
-    c->log_level = 1;
+    c->diagnostics.log_level = 1;
   } else if (s == "ERROR" || s == "FATAL") {
-    c->log_level = 2;
+    c->diagnostics.log_level = 2;
   } else {
     Invalid(variable, text, "expected TRACE, DEBUG, INFO, WARNING or ERROR");
   }
@@ -180,10 +180,10 @@ std::string ReadSecret(const EnvReader& r, std::vector<std::string>* warnings) {
 
 // FERRY_DETERMINISTIC, FERRY_SERVER_SPLIT_BYTES (docs/servers.md).
 void ReadServerEngine(const EnvReader& r, Config* c) {
-  c->deterministic = r.Bool("FERRY_DETERMINISTIC", nullptr, false);
-  c->server_split_bytes =
-      r.Int("FERRY_SERVER_SPLIT_BYTES", nullptr, c->server_split_bytes, 0, 1LL << 40);
-  if (c->deterministic && c->enable_async) {
+  c->server.deterministic = r.Bool("FERRY_DETERMINISTIC", nullptr, false);
+  c->server.split_bytes =
+      r.Int("FERRY_SERVER_SPLIT_BYTES", nullptr, c->server.split_bytes, 0, 1LL << 40);
+  if (c->server.deterministic && c->server.async) {
     Invalid("FERRY_DETERMINISTIC", "1",
             "asynchronous training (FERRY_ENABLE_ASYNC=1) has no rounds to sum in rank order: "
             "every push is applied as it arrives; unset one of them");
@@ -194,35 +194,40 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
 // scheduling settings). REQUIRES: partition_bytes and max_message_bytes read.
 void ReadScheduling(const EnvReader& r, Config* c) {
   const std::string policy =
-      r.Str("FERRY_SCHEDULING_POLICY", nullptr, SchedulingPolicyName(c->scheduling_policy));
-  if (!ParseSchedulingPolicy(policy, &c->scheduling_policy)) {
+      r.Str("FERRY_SCHEDULING_POLICY", nullptr, SchedulingPolicyName(c->scheduling.policy));
+  if (!ParseSchedulingPolicy(policy, &c->scheduling.policy)) {
     Invalid("FERRY_SCHEDULING_POLICY", policy, StrCat("expected ", kSchedulingPolicyNames));
   }
-  c->fusion_bytes = r.Int("FERRY_FUSION_BYTES", nullptr, c->fusion_bytes, 0, 1LL << 30);
-  c->p3_slice_bytes = r.Int("FERRY_P3_SLICE_BYTES", nullptr, c->p3_slice_bytes, 1024, 1LL << 30);
-  c->bucket_bytes = r.Int("FERRY_BUCKET_BYTES", nullptr, c->bucket_bytes, 1024, 1LL << 32);
-  c->bucket_timeout_ms = r.Int("FERRY_BUCKET_TIMEOUT_MS", nullptr, c->bucket_timeout_ms, 0, 60000);
-  c->trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
-  c->stats_file = r.Str("FERRY_STATS_FILE", nullptr, "");
-  c->autotune = r.Bool("FERRY_AUTOTUNE", nullptr, false);
-  c->autotune_steps =
-      static_cast<int>(r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->autotune_steps, 2, 1000));
-  c->autotune_partition_bytes = r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
-  c->autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
+  c->scheduling.fusion_bytes =
+      r.Int("FERRY_FUSION_BYTES", nullptr, c->scheduling.fusion_bytes, 0, 1LL << 30);
+  c->scheduling.p3_slice_bytes =
+      r.Int("FERRY_P3_SLICE_BYTES", nullptr, c->scheduling.p3_slice_bytes, 1024, 1LL << 30);
+  c->scheduling.bucket_bytes =
+      r.Int("FERRY_BUCKET_BYTES", nullptr, c->scheduling.bucket_bytes, 1024, 1LL << 32);
+  c->scheduling.bucket_timeout_ms =
+      r.Int("FERRY_BUCKET_TIMEOUT_MS", nullptr, c->scheduling.bucket_timeout_ms, 0, 60000);
+  c->diagnostics.trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
+  c->diagnostics.stats_file = r.Str("FERRY_STATS_FILE", nullptr, "");
+  c->scheduling.autotune = r.Bool("FERRY_AUTOTUNE", nullptr, false);
+  c->scheduling.autotune_steps = static_cast<int>(
+      r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->scheduling.autotune_steps, 2, 1000));
+  c->scheduling.autotune_partition_bytes =
+      r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
+  c->scheduling.autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
   // Every message a worker may send must pass the servers' size limit.
   std::vector<std::pair<const char*, int64_t>> sizes = {
       {"FERRY_P3_SLICE_BYTES",
-       c->scheduling_policy == SchedulingPolicy::kP3 ? c->p3_slice_bytes : 0},
+       c->scheduling.policy == SchedulingPolicy::kP3 ? c->scheduling.p3_slice_bytes : 0},
       {"FERRY_FUSION_BYTES",
-       c->scheduling_policy == SchedulingPolicy::kCredit ? c->fusion_bytes : 0},
+       c->scheduling.policy == SchedulingPolicy::kCredit ? c->scheduling.fusion_bytes : 0},
       {"FERRY_BUCKET_BYTES",
-       c->scheduling_policy == SchedulingPolicy::kFifoBucket ? c->bucket_bytes : 0}};
-  for (int64_t p : c->autotune_partition_bytes) {
+       c->scheduling.policy == SchedulingPolicy::kFifoBucket ? c->scheduling.bucket_bytes : 0}};
+  for (int64_t p : c->scheduling.autotune_partition_bytes) {
     sizes.emplace_back("FERRY_AUTOTUNE_PARTITION_BYTES", p);
   }
   for (const auto& [name, bytes] : sizes) {
-    if (c->max_message_bytes < bytes + 4096) {
-      Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->max_message_bytes),
+    if (c->transport.max_message_bytes < bytes + 4096) {
+      Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->transport.max_message_bytes),
               StrCat("must exceed ", name, " (", bytes, ") by 4096"));
     }
   }
@@ -230,12 +235,12 @@ void ReadScheduling(const EnvReader& r, Config* c) {
 
 }  // namespace
 
-int64_t Config::InitialPartitionBytes() const {
-  return scheduling_policy == SchedulingPolicy::kP3 ? p3_slice_bytes : partition_bytes;
+int64_t Config::Scheduling::InitialPartitionBytes() const {
+  return policy == SchedulingPolicy::kP3 ? p3_slice_bytes : partition_bytes;
 }
 
-int64_t Config::CreditBytesFor(int64_t partition) const {
-  return scheduling_credit_bytes > 0 ? scheduling_credit_bytes : scheduling_credit * partition;
+int64_t Config::Scheduling::CreditBytesFor(int64_t partition) const {
+  return credit_bytes > 0 ? credit_bytes : credit * partition;
 }
 
 const char* NodeRoleName(NodeRole role) {
@@ -306,19 +311,19 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
   const std::string text = r.Str("FERRY_SERVER_DEVICE", nullptr, "");
   const char* kAllowed = "expected cpu, gpu or gpu:N (N: a CUDA device index from 0 to 255)";
   if (text.empty() || text == "cpu") {
-    c->server_device = ServerDevice::kCpu;
+    c->server.device = ServerDevice::kCpu;
   } else if (text == "gpu") {
-    c->server_device = ServerDevice::kGpu;
+    c->server.device = ServerDevice::kGpu;
   } else if (StartsWith(text, "gpu:") && text.size() > 4 && text.size() <= 7 &&
              text.find_first_not_of("0123456789", 4) == std::string::npos &&
              std::stoi(text.substr(4)) <= 255) {
-    c->server_device = ServerDevice::kGpu;
-    c->server_gpu = std::stoi(text.substr(4));
+    c->server.device = ServerDevice::kGpu;
+    c->server.gpu = std::stoi(text.substr(4));
   } else {
     Invalid("FERRY_SERVER_DEVICE", text, kAllowed);
   }
-  c->server_gpu_streams = static_cast<int>(
-      r.Int("FERRY_SERVER_GPU_STREAMS", nullptr, c->server_gpu_streams, 1, 64));
+  c->server.gpu_streams =
+      static_cast<int>(r.Int("FERRY_SERVER_GPU_STREAMS", nullptr, c->server.gpu_streams, 1, 64));
 }
 
 // FERRY_LOCAL_SIZE, FERRY_LOCAL_RANK (and the BYTEPS_ names), FERRY_LOCAL_SOCKET.
@@ -328,32 +333,31 @@ void ReadLocalGroup(const EnvReader& r, Config* c) {
   // "gpus" is ferry-launch's to resolve; a server or scheduler sharing the workers'
   // environment (a k8s ConfigMap) ignores it, a worker needs the number.
   if (size && std::string(size) == "gpus" && c->role != NodeRole::kWorker) {
-    c->local_size = 1;
+    c->local.size = 1;
   } else {
-    c->local_size =
-        static_cast<int>(r.Int("FERRY_LOCAL_SIZE", "BYTEPS_LOCAL_SIZE", 1, 1, 9999));
+    c->local.size = static_cast<int>(r.Int("FERRY_LOCAL_SIZE", "BYTEPS_LOCAL_SIZE", 1, 1, 9999));
   }
-  c->local_rank = static_cast<int>(
-      r.Int("FERRY_LOCAL_RANK", "BYTEPS_LOCAL_RANK", 0, 0, c->local_size - 1));
-  if (c->role == NodeRole::kWorker && c->local_size > 1 && !r.Has("FERRY_LOCAL_RANK") &&
+  c->local.rank =
+      static_cast<int>(r.Int("FERRY_LOCAL_RANK", "BYTEPS_LOCAL_RANK", 0, 0, c->local.size - 1));
+  if (c->role == NodeRole::kWorker && c->local.size > 1 && !r.Has("FERRY_LOCAL_RANK") &&
       !r.Has("BYTEPS_LOCAL_RANK")) {
     Invalid("FERRY_LOCAL_RANK", "",
-            StrCat("must be set (0..", c->local_size - 1, ") in each of the FERRY_LOCAL_SIZE=",
-                   c->local_size, " processes of a machine; ferry-launch --local-size sets it"));
+            StrCat("must be set (0..", c->local.size - 1, ") in each of the FERRY_LOCAL_SIZE=",
+                   c->local.size, " processes of a machine; ferry-launch --local-size sets it"));
   }
-  c->local_socket = r.Str("FERRY_LOCAL_SOCKET", nullptr, "");
+  c->local.socket = r.Str("FERRY_LOCAL_SOCKET", nullptr, "");
   const bool socket_ok =
-      c->local_socket.size() <= 100 &&
-      c->local_socket.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                        "0123456789._:-") == std::string::npos;
+      c->local.socket.size() <= 100 && c->local.socket.find_first_not_of(
+                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789._:-") == std::string::npos;
   if (!socket_ok) {
-    Invalid("FERRY_LOCAL_SOCKET", c->local_socket,
+    Invalid("FERRY_LOCAL_SOCKET", c->local.socket,
             "expected at most 100 characters from A-Z a-z 0-9 . _ : - (an abstract socket name)");
   }
-  if (c->role == NodeRole::kWorker && c->local_size > 1 && c->enable_async) {
+  if (c->role == NodeRole::kWorker && c->local.size > 1 && c->server.async) {
     Invalid("FERRY_ENABLE_ASYNC", "1",
-            StrCat("asynchronous training is not supported with FERRY_LOCAL_SIZE=",
-                   c->local_size, " (the local reduction sums gradients, not parameters)"));
+            StrCat("asynchronous training is not supported with FERRY_LOCAL_SIZE=", c->local.size,
+                   " (the local reduction sums gradients, not parameters)"));
   }
 }
 
@@ -378,84 +382,92 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
                                "DMLC_PS_ROOT_PORT"}) {
     if (!r.Has(required)) Invalid(required, "", "must be set");
   }
-  c.num_workers = static_cast<int>(r.Int("DMLC_NUM_WORKER", nullptr, 0, 1, 65535));
-  c.num_servers = static_cast<int>(r.Int("DMLC_NUM_SERVER", nullptr, 0, 1, 65535));
-  c.root_uri = r.Str("DMLC_PS_ROOT_URI", nullptr, "");
-  c.root_host = ResolveHost("DMLC_PS_ROOT_URI", c.root_uri);
-  c.root_port = static_cast<int>(r.Int("DMLC_PS_ROOT_PORT", nullptr, 0, 1, 65535));
+  c.cluster.num_workers = static_cast<int>(r.Int("DMLC_NUM_WORKER", nullptr, 0, 1, 65535));
+  c.cluster.num_servers = static_cast<int>(r.Int("DMLC_NUM_SERVER", nullptr, 0, 1, 65535));
+  c.transport.root_uri = r.Str("DMLC_PS_ROOT_URI", nullptr, "");
+  c.transport.root_host = ResolveHost("DMLC_PS_ROOT_URI", c.transport.root_uri);
+  c.transport.root_port = static_cast<int>(r.Int("DMLC_PS_ROOT_PORT", nullptr, 0, 1, 65535));
   // DMLC_WORKER_ID: this worker's rank; unset = ranks in join order.
-  c.worker_id = static_cast<int>(r.Int("DMLC_WORKER_ID", nullptr, -1, 0, c.num_workers - 1));
+  c.cluster.worker_id =
+      static_cast<int>(r.Int("DMLC_WORKER_ID", nullptr, -1, 0, c.cluster.num_workers - 1));
 
   if (c.role == NodeRole::kScheduler) {
-    c.node_host = c.root_host;
-    c.node_port = c.root_port;
+    c.transport.node_host = c.transport.root_host;
+    c.transport.node_port = c.transport.root_port;
   } else {
     std::string host = r.Str("DMLC_NODE_HOST", nullptr, "");
-    c.node_host = host.empty() ? LocalAddressFor(c.root_host) : ResolveHost("DMLC_NODE_HOST", host);
-    c.node_port = static_cast<int>(r.Int("DMLC_PORT", nullptr, 0, 0, 65535));
+    c.transport.node_host =
+        host.empty() ? LocalAddressFor(c.transport.root_host) : ResolveHost("DMLC_NODE_HOST", host);
+    c.transport.node_port = static_cast<int>(r.Int("DMLC_PORT", nullptr, 0, 0, 65535));
   }
   std::string bind = r.Str("FERRY_BIND_ADDR", nullptr, "");
-  c.bind_host = bind.empty() ? c.node_host : (bind == "*" ? "*" : ResolveHost("FERRY_BIND_ADDR", bind));
+  c.transport.bind_host = bind.empty() ? c.transport.node_host
+                                       : (bind == "*" ? "*" : ResolveHost("FERRY_BIND_ADDR", bind));
 
-  c.node_kind = r.Str("FERRY_NODE_KIND", nullptr, "");
-  if (!c.node_kind.empty() && c.node_kind != "colocated" && c.node_kind != "cpu") {
-    Invalid("FERRY_NODE_KIND", c.node_kind, "expected colocated or cpu (or unset: automatic)");
+  c.cluster.node_kind = r.Str("FERRY_NODE_KIND", nullptr, "");
+  if (!c.cluster.node_kind.empty() && c.cluster.node_kind != "colocated" &&
+      c.cluster.node_kind != "cpu") {
+    Invalid("FERRY_NODE_KIND", c.cluster.node_kind,
+            "expected colocated or cpu (or unset: automatic)");
   }
 
-  c.partition_bytes =
-      r.Int("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES", c.partition_bytes, 1024, 1LL << 30);
-  c.scheduling_credit = static_cast<int>(
-      r.Int("FERRY_SCHEDULING_CREDIT", "BYTEPS_SCHEDULING_CREDIT", c.scheduling_credit, 1, 1 << 20));
-  c.scheduling_credit_bytes =
-      r.Int("FERRY_SCHEDULING_CREDIT_BYTES", nullptr, 0, 0, 1LL << 40);
-  c.server_engine_threads = static_cast<int>(r.Int(
-      "FERRY_SERVER_ENGINE_THREADS", "BYTEPS_SERVER_ENGINE_THREAD", c.server_engine_threads, 1, 256));
+  c.scheduling.partition_bytes = r.Int("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES",
+                                       c.scheduling.partition_bytes, 1024, 1LL << 30);
+  c.scheduling.credit = static_cast<int>(r.Int(
+      "FERRY_SCHEDULING_CREDIT", "BYTEPS_SCHEDULING_CREDIT", c.scheduling.credit, 1, 1 << 20));
+  c.scheduling.credit_bytes = r.Int("FERRY_SCHEDULING_CREDIT_BYTES", nullptr, 0, 0, 1LL << 40);
+  c.server.engine_threads =
+      static_cast<int>(r.Int("FERRY_SERVER_ENGINE_THREADS", "BYTEPS_SERVER_ENGINE_THREAD",
+                             c.server.engine_threads, 1, 256));
   ReadServerDevice(r, &c);
-  c.enable_async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
+  c.server.async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
   ReadServerEngine(r, &c);
   ReadLocalGroup(r, &c);
 
-  c.connect_timeout_ms =
-      r.Int("FERRY_CONNECT_TIMEOUT_MS", nullptr, c.connect_timeout_ms, 100, 86400000);
-  c.heartbeat_interval_ms =
-      r.Int("FERRY_HEARTBEAT_INTERVAL_MS", nullptr, c.heartbeat_interval_ms, 10, 3600000);
-  c.heartbeat_timeout_ms =
-      r.Int("FERRY_HEARTBEAT_TIMEOUT_MS", nullptr, c.heartbeat_timeout_ms, 50, 86400000);
-  if (c.heartbeat_timeout_ms < 2 * c.heartbeat_interval_ms) {
-    Invalid("FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(c.heartbeat_timeout_ms),
+  c.cluster.connect_timeout_ms =
+      r.Int("FERRY_CONNECT_TIMEOUT_MS", nullptr, c.cluster.connect_timeout_ms, 100, 86400000);
+  c.cluster.heartbeat_interval_ms =
+      r.Int("FERRY_HEARTBEAT_INTERVAL_MS", nullptr, c.cluster.heartbeat_interval_ms, 10, 3600000);
+  c.cluster.heartbeat_timeout_ms =
+      r.Int("FERRY_HEARTBEAT_TIMEOUT_MS", nullptr, c.cluster.heartbeat_timeout_ms, 50, 86400000);
+  if (c.cluster.heartbeat_timeout_ms < 2 * c.cluster.heartbeat_interval_ms) {
+    Invalid("FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(c.cluster.heartbeat_timeout_ms),
             StrCat("must be at least twice FERRY_HEARTBEAT_INTERVAL_MS (",
-                   c.heartbeat_interval_ms, ")"));
+                   c.cluster.heartbeat_interval_ms, ")"));
   }
-  c.op_timeout_ms = r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.op_timeout_ms, 100, 7 * 86400000LL);
-  c.join_timeout_ms =
-      r.Int("FERRY_JOIN_TIMEOUT_MS", nullptr, c.join_timeout_ms, 100, 30 * 86400000LL);
-  c.resend_timeout_ms =
-      r.Int("FERRY_RESEND_TIMEOUT_MS", "PS_RESEND_TIMEOUT", c.resend_timeout_ms, 0, 3600000);
-  c.link_timeout_ms = r.Int("FERRY_LINK_TIMEOUT_MS", nullptr, c.link_timeout_ms, 0, 3600000);
-  if (c.link_timeout_ms > 0 && c.link_timeout_ms < 300) {
-    Invalid("FERRY_LINK_TIMEOUT_MS", std::to_string(c.link_timeout_ms),
+  c.cluster.op_timeout_ms =
+      r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.cluster.op_timeout_ms, 100, 7 * 86400000LL);
+  c.cluster.join_timeout_ms =
+      r.Int("FERRY_JOIN_TIMEOUT_MS", nullptr, c.cluster.join_timeout_ms, 100, 30 * 86400000LL);
+  c.transport.resend_timeout_ms = r.Int("FERRY_RESEND_TIMEOUT_MS", "PS_RESEND_TIMEOUT",
+                                        c.transport.resend_timeout_ms, 0, 3600000);
+  c.transport.link_timeout_ms =
+      r.Int("FERRY_LINK_TIMEOUT_MS", nullptr, c.transport.link_timeout_ms, 0, 3600000);
+  if (c.transport.link_timeout_ms > 0 && c.transport.link_timeout_ms < 300) {
+    Invalid("FERRY_LINK_TIMEOUT_MS", std::to_string(c.transport.link_timeout_ms),
             "must be 0 (off) or at least 300");
   }
-  c.test_drop_percent = r.Double("FERRY_TEST_DROP_PERCENT", 0.0, 0.0, 100.0);
-  c.test_delay_ms = r.Int("FERRY_TEST_DELAY_MS", nullptr, 0, 0, 60000);
-  if (c.test_drop_percent > 0 && c.resend_timeout_ms == 0) {
-    Invalid("FERRY_TEST_DROP_PERCENT", StrCat(c.test_drop_percent),
+  c.transport.test_drop_percent = r.Double("FERRY_TEST_DROP_PERCENT", 0.0, 0.0, 100.0);
+  c.transport.test_delay_ms = r.Int("FERRY_TEST_DELAY_MS", nullptr, 0, 0, 60000);
+  if (c.transport.test_drop_percent > 0 && c.transport.resend_timeout_ms == 0) {
+    Invalid("FERRY_TEST_DROP_PERCENT", StrCat(c.transport.test_drop_percent),
             "dropping messages needs resends: set FERRY_RESEND_TIMEOUT_MS above 0");
   }
-  if (c.test_drop_percent > 0 || c.test_delay_ms > 0) {
-    c.warnings.push_back(StrCat("fault injection is on (FERRY_TEST_DROP_PERCENT=",
-                                c.test_drop_percent, ", FERRY_TEST_DELAY_MS=", c.test_delay_ms,
-                                "): for tests only"));
+  if (c.transport.test_drop_percent > 0 || c.transport.test_delay_ms > 0) {
+    c.warnings.push_back(
+        StrCat("fault injection is on (FERRY_TEST_DROP_PERCENT=", c.transport.test_drop_percent,
+               ", FERRY_TEST_DELAY_MS=", c.transport.test_delay_ms, "): for tests only"));
   }
-  c.max_message_bytes = r.Int("FERRY_MAX_MESSAGE_BYTES", nullptr, c.max_message_bytes, 65536,
-                              (1LL << 40));
-  if (c.max_message_bytes < c.partition_bytes + 4096) {
-    Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c.max_message_bytes),
-            StrCat("must exceed FERRY_PARTITION_BYTES (", c.partition_bytes, ") by 4096"));
+  c.transport.max_message_bytes =
+      r.Int("FERRY_MAX_MESSAGE_BYTES", nullptr, c.transport.max_message_bytes, 65536, (1LL << 40));
+  if (c.transport.max_message_bytes < c.scheduling.partition_bytes + 4096) {
+    Invalid(
+        "FERRY_MAX_MESSAGE_BYTES", std::to_string(c.transport.max_message_bytes),
+        StrCat("must exceed FERRY_PARTITION_BYTES (", c.scheduling.partition_bytes, ") by 4096"));
   }
 
   ReadScheduling(r, &c);
-  c.secret = ReadSecret(r, &c.warnings);
+  c.transport.secret = ReadSecret(r, &c.warnings);
 
   std::string used;
   const char* level = r.Get("FERRY_LOG_LEVEL", "BYTEPS_LOG_LEVEL", &used);
@@ -464,31 +476,33 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
 }
 
 std::string Config::SchedulerEndpoint() const {
-  return StrCat("tcp://", root_host, ":", root_port);
+  return StrCat("tcp://", transport.root_host, ":", transport.root_port);
 }
 
 std::string Config::LocalSocketName() const {
-  if (!local_socket.empty()) return local_socket;
-  return StrCat("ferry-local-", root_host, ":", root_port, "-w",
-                worker_id < 0 ? std::string("any") : std::to_string(worker_id));
+  if (!local.socket.empty()) return local.socket;
+  return StrCat("ferry-local-", transport.root_host, ":", transport.root_port, "-w",
+                cluster.worker_id < 0 ? std::string("any") : std::to_string(cluster.worker_id));
 }
 
 std::string Config::Summary() const {
-  return StrCat("role=", NodeRoleName(role), " workers=", num_workers, " servers=", num_servers,
-                " scheduler=", root_host, ":", root_port, " host=", node_host,
-                " policy=", SchedulingPolicyName(scheduling_policy),
-                " partition_bytes=", InitialPartitionBytes(), " credit=", scheduling_credit,
-                (scheduling_credit_bytes > 0 ? StrCat(" credit_bytes=", scheduling_credit_bytes)
-                                             : std::string()),
-                " engine_threads=", server_engine_threads, " split_bytes=", server_split_bytes,
-                deterministic ? " deterministic" : "", enable_async ? " async" : "",
-                (server_device == ServerDevice::kGpu
-                     ? StrCat(" device=gpu:", server_gpu, " gpu_streams=", server_gpu_streams)
-                     : std::string()),
-                " heartbeat=", heartbeat_interval_ms, "/", heartbeat_timeout_ms, "ms",
-                " resend=", resend_timeout_ms, "ms link_timeout=", link_timeout_ms, "ms",
-                " security=", secret.empty() ? "none" : "CURVE",
-                " connect_timeout=", connect_timeout_ms, "ms");
+  return StrCat(
+      "role=", NodeRoleName(role), " workers=", cluster.num_workers,
+      " servers=", cluster.num_servers, " scheduler=", transport.root_host, ":",
+      transport.root_port, " host=", transport.node_host,
+      " policy=", SchedulingPolicyName(scheduling.policy),
+      " partition_bytes=", scheduling.InitialPartitionBytes(), " credit=", scheduling.credit,
+      (scheduling.credit_bytes > 0 ? StrCat(" credit_bytes=", scheduling.credit_bytes)
+                                   : std::string()),
+      " engine_threads=", server.engine_threads, " split_bytes=", server.split_bytes,
+      server.deterministic ? " deterministic" : "", server.async ? " async" : "",
+      (server.device == ServerDevice::kGpu
+           ? StrCat(" device=gpu:", server.gpu, " gpu_streams=", server.gpu_streams)
+           : std::string()),
+      " heartbeat=", cluster.heartbeat_interval_ms, "/", cluster.heartbeat_timeout_ms, "ms",
+      " resend=", transport.resend_timeout_ms, "ms link_timeout=", transport.link_timeout_ms, "ms",
+      " security=", transport.secret.empty() ? "none" : "CURVE",
+      " connect_timeout=", cluster.connect_timeout_ms, "ms");
 }
 
 }  // namespace ferry

@@ -31,88 +31,110 @@ EnvLookup MapEnvironment(const std::map<std::string, std::string>& env);
 
 struct Config {
   NodeRole role = NodeRole::kWorker;
-  int num_workers = 0;
-  int num_servers = 0;
-  std::string root_uri;            // as given (IP or host name)
-  std::string root_host;           // resolved IPv4 address of the scheduler
-  int root_port = 0;
-  int worker_id = -1;              // DMLC_WORKER_ID; -1 = rank by join order
-  std::string node_host;           // address this node advertises (resolved IP)
-  std::string bind_host;           // address this node binds (FERRY_BIND_ADDR, default node_host)
-  int node_port = 0;               // DMLC_PORT; 0 = any free port
-  std::string node_kind;           // FERRY_NODE_KIND: "", "colocated" or "cpu"
 
-  // Intra-machine reduction (worker/local/local_group.h). local_size processes on one
+  // Who is in the job, and how long to wait for the others.
+  struct Cluster {
+    int num_workers = 0;    // DMLC_NUM_WORKER: machines (see Local)
+    int num_servers = 0;    // DMLC_NUM_SERVER
+    int worker_id = -1;     // DMLC_WORKER_ID; -1 = rank by join order
+    std::string node_kind;  // FERRY_NODE_KIND: "", "colocated" or "cpu"
+    int64_t connect_timeout_ms = 120000;
+    int64_t heartbeat_interval_ms = 1000;
+    int64_t heartbeat_timeout_ms = 10000;
+    int64_t op_timeout_ms = 600000;      // one push_pull, barrier or broadcast
+    int64_t join_timeout_ms = 86400000;  // Worker::Join: waiting for the other workers
+  };
+  Cluster cluster;
+
+  // Addresses, ports and the links between processes.
+  struct Transport {
+    std::string root_uri;   // as given (IP or host name)
+    std::string root_host;  // resolved IPv4 address of the scheduler
+    int root_port = 0;
+    std::string node_host;  // address this node advertises (resolved IP)
+    std::string bind_host;  // address this node binds (FERRY_BIND_ADDR, default node_host)
+    int node_port = 0;      // DMLC_PORT; 0 = any free port
+    int64_t max_message_bytes = 1LL << 30;
+    // A push without an answer (acknowledgement or sum) for this long is sent again
+    // (after the acknowledgement, only a header-only RESEND_SUM for its sum); servers drop
+    // the duplicates. 0 turns resending off. Doubles per attempt up to 32x.
+    int64_t resend_timeout_ms = 2000;
+    // ZeroMQ heartbeats on every connection: a connection silent this long is closed and
+    // reconnected (what it carried is resent by the above). 0 = rely on TCP alone.
+    int64_t link_timeout_ms = 5000;
+    // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
+    // Never logged.
+    std::string secret;
+    // Fault injection, for tests only: drop this percentage of received data messages
+    // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, RESEND_SUM); hold every received message
+    // this long.
+    double test_drop_percent = 0.0;
+    int64_t test_delay_ms = 0;
+  };
+  Transport transport;
+
+  // How a worker cuts and paces its tensors (worker/scheduling/policies.h;
+  // docs/configuration.md).
+  struct Scheduling {
+    SchedulingPolicy policy = SchedulingPolicy::kCredit;
+    int64_t partition_bytes = 1048576;
+    int credit = 4;                   // partitions in flight per worker
+    int64_t credit_bytes = 0;         // if > 0, the credit in bytes instead
+    int64_t fusion_bytes = 262144;    // credit: fuse small partitions up to this; 0 = never
+    int64_t p3_slice_bytes = 160000;  // p3: the partition size
+    int64_t bucket_bytes = 26214400;  // fifo-bucket: a bucket goes once it holds this much
+    int64_t bucket_timeout_ms = 5;    // fifo-bucket: ... or when no tensor came for this long
+    bool autotune = false;            // search partition size and credit online
+    int autotune_steps = 3;           // iterations per candidate; the first is not scored
+    std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition
+    std::vector<int64_t> autotune_credits;          // in partitions; empty: C/2, C, 2C
+    // The partition size a worker starts with: the slice size under p3, else partition_bytes.
+    int64_t InitialPartitionBytes() const;
+    // The credit in bytes with partitions of `partition` bytes: credit_bytes if set, else
+    // `credit` partitions' worth (BytePS counts credit in partitions).
+    int64_t CreditBytesFor(int64_t partition) const;
+  };
+  Scheduling scheduling;
+
+  // How a server sums (docs/servers.md).
+  struct Server {
+    int engine_threads = 4;
+    bool async = false;  // FERRY_ENABLE_ASYNC: the servers hold the parameters
+    // deterministic: sum a round's pushes in worker-rank order (bitwise reproducible
+    // floats). split_bytes: a sum of at least this many bytes is cut into slices summed
+    // by several threads; 0 = never.
+    bool deterministic = false;
+    int64_t split_bytes = 1 << 20;
+    // The summation device: FERRY_SERVER_DEVICE=cpu (common/reduce), gpu or gpu:N
+    // (server/gpu/, on CUDA device N, default 0), with FERRY_SERVER_GPU_STREAMS CUDA
+    // streams per engine thread. Only the syntax is checked here; whether the GPU exists
+    // and can run Ferry's kernels is checked at server start-up (CheckGpuAvailable).
+    ServerDevice device = ServerDevice::kCpu;
+    int gpu = 0;
+    int gpu_streams = 2;
+  };
+  Server server;
+
+  // Intra-machine reduction (worker/local/local_group.h). `size` processes on one
   // machine share its DMLC_WORKER_ID; only local rank 0 registers with the scheduler.
-  // num_workers (DMLC_NUM_WORKER) counts machines. local_socket: the abstract ipc
+  // cluster.num_workers (DMLC_NUM_WORKER) counts machines. socket: the abstract ipc
   // socket name of the machine's local group (FERRY_LOCAL_SOCKET; empty = derived from
   // the scheduler address, port and DMLC_WORKER_ID, see LocalSocketName()).
-  int local_size = 1;              // FERRY_LOCAL_SIZE / BYTEPS_LOCAL_SIZE
-  int local_rank = 0;              // FERRY_LOCAL_RANK / BYTEPS_LOCAL_RANK
-  std::string local_socket;        // FERRY_LOCAL_SOCKET
+  struct Local {
+    int size = 1;        // FERRY_LOCAL_SIZE / BYTEPS_LOCAL_SIZE
+    int rank = 0;        // FERRY_LOCAL_RANK / BYTEPS_LOCAL_RANK
+    std::string socket;  // FERRY_LOCAL_SOCKET
+  };
+  Local local;
 
-  int64_t partition_bytes = 1048576;
-  int scheduling_credit = 4;       // partitions in flight per worker
-  int64_t scheduling_credit_bytes = 0;  // if > 0, the credit in bytes instead
-  int server_engine_threads = 4;
-  bool enable_async = false;       // FERRY_ENABLE_ASYNC: the servers hold the parameters
-
-  // The server's summation device: FERRY_SERVER_DEVICE=cpu (common/reduce), gpu or gpu:N
-  // (server/gpu/, on CUDA device N, default 0), with FERRY_SERVER_GPU_STREAMS CUDA
-  // streams per engine thread. Only the syntax is checked here; whether the GPU exists
-  // and can run Ferry's kernels is checked at server start-up (CheckGpuAvailable).
-  ServerDevice server_device = ServerDevice::kCpu;
-  int server_gpu = 0;
-  int server_gpu_streams = 2;
-
-  int64_t connect_timeout_ms = 120000;
-  int64_t heartbeat_interval_ms = 1000;
-  int64_t heartbeat_timeout_ms = 10000;
-  int64_t op_timeout_ms = 600000;  // one push_pull, barrier or broadcast
-  int64_t join_timeout_ms = 86400000;  // Worker::Join: waiting for the other workers
-  int64_t max_message_bytes = 1LL << 30;
-  // A push without an answer (acknowledgement or sum) for this long is sent again
-  // (after the acknowledgement, only a header-only PULL for its sum); servers drop the
-  // duplicates. 0 turns resending off. Doubles per attempt up to 32x.
-  int64_t resend_timeout_ms = 2000;
-  // ZeroMQ heartbeats on every connection: a connection silent this long is closed and
-  // reconnected (what it carried is resent by the above). 0 = rely on TCP alone.
-  int64_t link_timeout_ms = 5000;
-  // Fault injection, for tests only: drop this percentage of received data messages
-  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, PULL); hold every received message this long.
-  double test_drop_percent = 0.0;
-  int64_t test_delay_ms = 0;
-
-  // Server engines (docs/servers.md). deterministic: sum a round's pushes in worker-rank
-  // order (bitwise reproducible floats). server_split_bytes: a sum of at least this
-  // many bytes is cut into slices summed by several threads; 0 = never.
-  bool deterministic = false;
-  int64_t server_split_bytes = 1 << 20;
-
-  // --- Scheduling (worker/scheduling/policies.h; docs/configuration.md) ---
-  SchedulingPolicy scheduling_policy = SchedulingPolicy::kCredit;
-  int64_t fusion_bytes = 262144;       // credit: fuse small partitions up to this; 0 = never
-  int64_t p3_slice_bytes = 160000;     // p3: the partition size
-  int64_t bucket_bytes = 26214400;     // fifo-bucket: a bucket goes once it holds this much
-  int64_t bucket_timeout_ms = 5;       // fifo-bucket: ... or when no tensor came for this long
-  std::string stats_file;              // FERRY_STATS_FILE: counters as JSON at exit (%r)
-  std::string trace_dir;               // non-empty: a Chrome-trace timeline per worker there
-  bool autotune = false;               // search partition size and credit online
-  int autotune_steps = 3;              // iterations per candidate; the first is not scored
-  std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition
-  std::vector<int64_t> autotune_credits;          // in partitions; empty: C/2, C, 2C
-  // The partition size a worker starts with: the slice size under p3, else partition_bytes.
-  int64_t InitialPartitionBytes() const;
-  // The credit in bytes with partitions of `partition` bytes: scheduling_credit_bytes if
-  // set, else scheduling_credit partitions' worth (BytePS counts credit in partitions).
-  int64_t CreditBytesFor(int64_t partition) const;
-
-  // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
-  // Never logged.
-  std::string secret;
-
-  int log_level = 0;               // glog minloglevel: 0 INFO, 1 WARNING, 2 ERROR
-  int log_verbosity = 0;           // glog v: 1 DEBUG, 2 TRACE
+  // Logs, counters and traces.
+  struct Diagnostics {
+    int log_level = 0;       // glog minloglevel: 0 INFO, 1 WARNING, 2 ERROR
+    int log_verbosity = 0;   // glog v: 1 DEBUG, 2 TRACE
+    std::string stats_file;  // FERRY_STATS_FILE: counters as JSON at exit (%r)
+    std::string trace_dir;   // non-empty: a Chrome-trace timeline per worker there
+  };
+  Diagnostics diagnostics;
 
   // Warnings found while reading (aliases overridden, ...), to log once logging is up.
   std::vector<std::string> warnings;
@@ -124,7 +146,7 @@ struct Config {
   // Scheduler address as a ZeroMQ endpoint.
   std::string SchedulerEndpoint() const;
   // The name of this machine's local group socket (Linux abstract namespace, so no file
-  // to clean up): local_socket if set, else one derived from the scheduler's address and
+  // to clean up): local.socket if set, else one derived from the scheduler's address and
   // port and DMLC_WORKER_ID, so two jobs (or two machines of one job on loopback) on one
   // host do not collide.
   std::string LocalSocketName() const;

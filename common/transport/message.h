@@ -16,7 +16,8 @@
 
 namespace ferry {
 
-constexpr uint32_t kProtocolVersion = 1;
+// 1: the first release; 2: type 16 renamed (PULL -> RESEND_SUM: same number, same meaning).
+constexpr uint32_t kProtocolVersion = 2;
 
 struct Message {
   proto::Envelope envelope;

@@ -14,7 +14,7 @@
 
 namespace ferry {
 
-struct Van::Peer {
+struct Van::Connection {
   int id = -1;
   void* socket = nullptr;
   std::string endpoint;
@@ -195,7 +195,7 @@ void Van::Send(int peer, Message message) {
     return;
   }
   Frames frames = BuildFrames(message);
-  Peer* p = FindPeer(peer);
+  Connection* p = FindConnection(peer);
   Transmit(p ? p->socket : nullptr, nullptr, &frames, StrCat("node ", peer));
 }
 
@@ -234,14 +234,14 @@ void Van::Transmit(void* socket, const std::string* identity, Frames* f,
   zmq_msg_close(&f->envelope);
   if (f->has_payload) zmq_msg_close(&f->payload);
   if (!ok) {
-    send_failures_++;
+    counters_.send_failures++;
     FERRY_LOG_EVERY_T(WARNING, 1) << options_.name << ": send to " << target << " failed: "
                                   << (socket ? zmq_strerror(zmq_errno()) : "no connection");
     return;
   }
-  messages_sent_++;
-  bytes_sent_ += bytes;
-  if (f->has_payload) zero_copy_++;
+  counters_.messages_sent++;
+  counters_.bytes_sent += bytes;
+  if (f->has_payload) counters_.payloads_sent_zero_copy++;
 }
 
 // Pipe frames: [command(1) + peer(4)] [text] [extra or envelope] [payload?]
@@ -280,7 +280,7 @@ void Van::IoLoop() {
     items.push_back({zap_, 0, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
     items.push_back({monitor_, 0, static_cast<short>(monitor_ ? ZMQ_POLLIN : 0), 0});
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
-    for (auto& p : peers_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
+    for (auto& p : connections_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
     int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
@@ -332,7 +332,7 @@ void Van::IoLoop() {
               zmq_msg_move(&f.payload, &frames[2]);
             }
             if (command == Command::kSend) {
-              Peer* p = FindPeer(peer);
+              Connection* p = FindConnection(peer);
               Transmit(p ? p->socket : nullptr, nullptr, &f, StrCat("node ", peer));
             } else {
               Transmit(router_, &text, &f, "an inbound peer");
@@ -351,17 +351,17 @@ void Van::IoLoop() {
     size_t polled_peers = items.size() - index;
     for (size_t i = 0; i < polled_peers; ++i) {
       if (items[index + i].revents & ZMQ_POLLIN) {
-        ReceiveFrom(peers_[i]->socket, false, peers_[i]->id);
+        ReceiveFrom(connections_[i]->socket, false, connections_[i]->id);
       }
     }
     DeliverDelayed();
   }
   // Shutdown: sockets flush for up to linger_ms, then close.
-  for (auto& p : peers_) {
+  for (auto& p : connections_) {
     SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
     zmq_close(p->socket);
   }
-  peers_.clear();
+  connections_.clear();
   if (router_) zmq_close(router_);
   router_ = nullptr;
   if (monitor_) zmq_close(monitor_);
@@ -418,7 +418,7 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
     size_t data_frames = frames.size() + extra - first;
     uint64_t total = 0;
     for (auto& f : frames) total += zmq_msg_size(&f);
-    bytes_received_ += total;
+    counters_.bytes_received += total;
     std::string error;
     Message message;
     if (data_frames < 1 || data_frames > 2) {
@@ -435,7 +435,7 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
     }
     CloseFrames(frames);
     if (!error.empty()) {
-      uint64_t count = ++bad_messages_;
+      uint64_t count = ++counters_.bad_messages_dropped;
       if (count <= 20 || count % 1000 == 0) {
         LOG(WARNING) << options_.name << ": dropped a bad message from "
                      << (inbound ? "an inbound connection" : StrCat("node ", peer)) << ": "
@@ -443,7 +443,7 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
       }
       continue;
     }
-    messages_received_++;
+    counters_.messages_received++;
     Deliver(std::move(message), origin);
   }
 }
@@ -452,10 +452,10 @@ void Van::Deliver(Message&& message, const Origin& origin) {
   if (options_.drop_percent > 0) {
     proto::MessageType t = message.type();
     bool data = t == proto::PUSH || t == proto::PUSH_ACK || t == proto::PUSH_RESULT ||
-                t == proto::PULL || t == proto::PUSH_FUSED;
+                t == proto::RESEND_SUM || t == proto::PUSH_FUSED;
     if (data && std::uniform_real_distribution<double>(0, 100)(drop_random_) <
                     options_.drop_percent) {
-      injected_drops_++;
+      counters_.injected_drops++;
       VLOG(1) << options_.name << ": fault injection dropped " << Describe(message);
       return;
     }
@@ -489,8 +489,8 @@ void Van::ApplyLinkOptions(void* socket) {
 }
 
 void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id) {
-  if (FindPeer(peer)) return;
-  auto p = std::make_unique<Peer>();
+  if (FindConnection(peer)) return;
+  auto p = std::make_unique<Connection>();
   p->id = peer;
   p->endpoint = endpoint;
   p->socket = zmq_socket(context_, ZMQ_DEALER);
@@ -516,11 +516,11 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     return;
   }
   VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint;
-  peers_.push_back(std::move(p));
+  connections_.push_back(std::move(p));
 }
 
-Van::Peer* Van::FindPeer(int peer) {
-  for (auto& p : peers_) {
+Van::Connection* Van::FindConnection(int peer) {
+  for (auto& p : connections_) {
     if (p->id == peer) return p.get();
   }
   return nullptr;
@@ -528,16 +528,9 @@ Van::Peer* Van::FindPeer(int peer) {
 
 VanStats Van::stats() const {
   VanStats s;
-  s.messages_sent = messages_sent_;
-  s.messages_received = messages_received_;
-  s.bytes_sent = bytes_sent_;
-  s.bytes_received = bytes_received_;
-  s.payloads_sent_zero_copy = zero_copy_;
-  s.bad_messages_dropped = bad_messages_;
-  s.send_failures = send_failures_;
-  s.connections_refused = refused_;
-  s.injected_drops = injected_drops_;
-  s.connections_closed = closed_;
+#define FERRY_VAN_COPY(name) s.name = counters_.name.load(std::memory_order_relaxed);
+  FERRY_VAN_COUNTERS(FERRY_VAN_COPY)
+#undef FERRY_VAN_COPY
   return s;
 }
 

@@ -52,8 +52,8 @@ struct VanOptions {
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
   // Fault injection for tests: drop this percentage of received data messages
-  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, PULL), and hold every received message this long
-  // before handing it on (a fixed delay keeps each connection's order).
+  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, RESEND_SUM), and hold every received message this
+  // long before handing it on (a fixed delay keeps each connection's order).
   double drop_percent = 0.0;
   int delay_ms = 0;
 
@@ -67,17 +67,25 @@ struct VanOptions {
   }
 };
 
+// Every counter of a Van, once: X(field). The list makes VanStats' fields, the Van's
+// atomic counters, the copy between them and the counters' names ("van.<field>").
+//   messages_sent, messages_received
+//   bytes_sent, bytes_received   envelope + payload bytes handed to / read from sockets
+//   payloads_sent_zero_copy      payload frames that referenced caller memory
+//   bad_messages_dropped         unparsable or invalid messages
+//   send_failures                e.g. a reply to a peer that disconnected
+//   connections_refused          failed the security check or handshake
+//   injected_drops               data messages dropped by fault injection
+//   connections_closed           inbound connections that ended (any reason)
+#define FERRY_VAN_COUNTERS(X)                                                              \
+  X(messages_sent) X(messages_received) X(bytes_sent) X(bytes_received)                    \
+  X(payloads_sent_zero_copy) X(bad_messages_dropped) X(send_failures) X(connections_refused) \
+  X(injected_drops) X(connections_closed)
+
 struct VanStats {
-  uint64_t messages_sent = 0;
-  uint64_t messages_received = 0;
-  uint64_t bytes_sent = 0;              // envelope + payload bytes handed to sockets
-  uint64_t bytes_received = 0;
-  uint64_t payloads_sent_zero_copy = 0; // payload frames that referenced caller memory
-  uint64_t bad_messages_dropped = 0;    // unparsable or invalid messages
-  uint64_t send_failures = 0;           // e.g. reply to a peer that disconnected
-  uint64_t connections_refused = 0;     // failed the security check or handshake
-  uint64_t injected_drops = 0;          // data messages dropped by fault injection
-  uint64_t connections_closed = 0;      // inbound connections that ended (any reason)
+#define FERRY_VAN_STATS_FIELD(name) uint64_t name = 0;
+  FERRY_VAN_COUNTERS(FERRY_VAN_STATS_FIELD)
+#undef FERRY_VAN_STATS_FIELD
 };
 
 // The Van's statistics as named counters ("van.<field>"), for a node's stats file.
@@ -129,7 +137,7 @@ class Van {
 
  private:
   enum class Command : uint8_t { kSend = 1, kReply = 2, kConnect = 3, kStop = 4 };
-  struct Peer;
+  struct Connection;  // the outbound (DEALER) socket to one node, made by Connect()
 
   void Enqueue(Command command, int peer, const std::string& text, const Message* message,
                const std::string& extra = std::string()) EXCLUDES(push_mutex_);
@@ -156,7 +164,7 @@ class Van {
   void ApplyLinkOptions(void* socket);
   void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
   void HandleMonitorEvent();     // IO thread: log failed handshakes on the ROUTER
-  Peer* FindPeer(int peer);
+  Connection* FindConnection(int peer);
 
   VanOptions options_;
   void* context_ = nullptr;
@@ -166,7 +174,7 @@ class Van {
   Mutex push_mutex_;
   void* command_push_ GUARDED_BY(push_mutex_) = nullptr;  // other threads' end of the pipe
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
-  std::vector<std::unique_ptr<Peer>> peers_;  // IO thread only
+  std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
   bool secure_ = false;
   CurveKeys keys_{};
   void* zap_ = nullptr;           // ZAP handler socket (secure only); IO thread
@@ -185,9 +193,12 @@ class Van {
   std::deque<Delayed> delayed_;   // IO thread only; due times never decrease
   std::mt19937_64 drop_random_;   // IO thread only
 
-  std::atomic<uint64_t> messages_sent_{0}, messages_received_{0}, bytes_sent_{0},
-      bytes_received_{0}, zero_copy_{0}, bad_messages_{0}, send_failures_{0}, refused_{0},
-      injected_drops_{0}, closed_{0};
+  struct Counters {
+#define FERRY_VAN_COUNTER(name) std::atomic<uint64_t> name{0};
+    FERRY_VAN_COUNTERS(FERRY_VAN_COUNTER)
+#undef FERRY_VAN_COUNTER
+  };
+  Counters counters_;  // see FERRY_VAN_COUNTERS; atomic, read by stats() from any thread
 };
 
 }  // namespace ferry

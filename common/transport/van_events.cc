@@ -39,7 +39,7 @@ void Van::HandleZapRequest() {
             std::memcmp(frames[6].data(), keys_.client_public.data(), 32) == 0;
   std::string request_id = frames.size() > 1 ? frames[1] : "";
   if (!ok) {
-    uint64_t n = ++refused_;
+    uint64_t n = ++counters_.connections_refused;
     if (n <= 20 || n % 1000 == 0) {
       LOG(WARNING) << options_.name << ": refused a connection from "
                    << (frames.size() > 3 ? frames[3] : "?")
@@ -70,7 +70,7 @@ void Van::HandleMonitorEvent() {
   if (id == ZMQ_EVENT_DISCONNECTED) {
     // ZeroMQ gives no reason: a peer that left looks like one it cut off for a frame
     // over the limit or a protocol error.
-    uint64_t closed = ++closed_;
+    uint64_t closed = ++counters_.connections_closed;
     if (closed <= 20 || closed % 1000 == 0) {
       LOG(INFO) << options_.name << ": an inbound connection closed (a peer that left, or one "
                 << "ZeroMQ cut off for a frame over the " << options_.max_message_bytes
@@ -81,7 +81,7 @@ void Van::HandleMonitorEvent() {
     zmq_msg_close(&address);
     return;
   }
-  uint64_t n = ++refused_;
+  uint64_t n = ++counters_.connections_refused;
   if (n <= 20 || n % 1000 == 0) {
     LOG(WARNING) << options_.name << ": a connection to " << FrameString(&address)
                  << " failed the handshake ("
@@ -95,16 +95,11 @@ void Van::HandleMonitorEvent() {
 }
 
 CounterValues VanCounterValues(const VanStats& s) {
-  return {{"van.messages_sent", s.messages_sent},
-          {"van.messages_received", s.messages_received},
-          {"van.bytes_sent", s.bytes_sent},
-          {"van.bytes_received", s.bytes_received},
-          {"van.payloads_sent_zero_copy", s.payloads_sent_zero_copy},
-          {"van.bad_messages_dropped", s.bad_messages_dropped},
-          {"van.send_failures", s.send_failures},
-          {"van.connections_refused", s.connections_refused},
-          {"van.injected_drops", s.injected_drops},
-          {"van.connections_closed", s.connections_closed}};
+  CounterValues values;
+#define FERRY_VAN_NAMED(name) values.emplace_back("van." #name, s.name);
+  FERRY_VAN_COUNTERS(FERRY_VAN_NAMED)
+#undef FERRY_VAN_NAMED
+  return values;
 }
 
 }  // namespace ferry

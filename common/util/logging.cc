@@ -44,8 +44,8 @@ void SetLogNodeName(const std::string& name) {
 void InitLogging(const char* argv0, const Config& config, const std::string& node_name) {
   static bool initialized = false;
   FLAGS_logtostderr = true;
-  FLAGS_minloglevel = config.log_level;
-  FLAGS_v = config.log_verbosity;
+  FLAGS_minloglevel = config.diagnostics.log_level;
+  FLAGS_v = config.diagnostics.log_verbosity;
   SetLogNodeName(node_name);
   // Another library in the process (a framework) may have started glog already;
   // starting it twice aborts.

@@ -16,7 +16,7 @@ namespace ferry {
 
 struct Config;
 
-// Applies config.log_level and config.log_verbosity to glog, names the node in every
+// Applies config.diagnostics.log_level and config.diagnostics.log_verbosity to glog, names the node in every
 // line and logs config.warnings. InitGoogleLogging may run once per process (a
 // framework in the same process may have run it already); later calls only update
 // level and name.

@@ -27,6 +27,7 @@
 #include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/binding_core.h"
+#include "worker/reserved_tensor_names.h"
 
 namespace py = pybind11;
 
@@ -67,6 +68,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("BFLOAT16") = static_cast<int>(ferry::DataType::kBFloat16);
   m.attr("FLOAT64") = static_cast<int>(ferry::DataType::kFloat64);
   m.attr("INT32") = static_cast<int>(ferry::DataType::kInt32);
+  // ferry.torch's own tensors (worker/reserved_tensor_names.h: the bindings' kind).
+  m.attr("HOST_IDS_TENSOR") = ferry::ReservedTensorName(ferry::reserved::kBinding, "host_ids");
   m.attr("INT64") = static_cast<int>(ferry::DataType::kInt64);
   // Ferry has no CUDA data path in this build: GPU tensors are refused by ferry.torch.
   m.attr("CUDA") = false;

@@ -35,18 +35,18 @@ void ExpectInvalid(const Env& extra, const std::string& variable) {
 
 TEST(ConfigSchedulingTest, Defaults) {
   Config c = Read({});
-  EXPECT_EQ(c.scheduling_policy, SchedulingPolicy::kCredit);
-  EXPECT_EQ(c.fusion_bytes, 262144);
-  EXPECT_EQ(c.p3_slice_bytes, 160000);
-  EXPECT_EQ(c.bucket_bytes, 25 << 20);
-  EXPECT_EQ(c.bucket_timeout_ms, 5);
-  EXPECT_EQ(c.trace_dir, "");
-  EXPECT_FALSE(c.autotune);
-  EXPECT_EQ(c.autotune_steps, 3);
-  EXPECT_TRUE(c.autotune_partition_bytes.empty());
-  EXPECT_TRUE(c.autotune_credits.empty());
-  EXPECT_EQ(c.InitialPartitionBytes(), 1048576);
-  EXPECT_EQ(c.CreditBytesFor(1048576), 4 * 1048576);  // 4 partitions, as BytePS counts
+  EXPECT_EQ(c.scheduling.policy, SchedulingPolicy::kCredit);
+  EXPECT_EQ(c.scheduling.fusion_bytes, 262144);
+  EXPECT_EQ(c.scheduling.p3_slice_bytes, 160000);
+  EXPECT_EQ(c.scheduling.bucket_bytes, 25 << 20);
+  EXPECT_EQ(c.scheduling.bucket_timeout_ms, 5);
+  EXPECT_EQ(c.diagnostics.trace_dir, "");
+  EXPECT_FALSE(c.scheduling.autotune);
+  EXPECT_EQ(c.scheduling.autotune_steps, 3);
+  EXPECT_TRUE(c.scheduling.autotune_partition_bytes.empty());
+  EXPECT_TRUE(c.scheduling.autotune_credits.empty());
+  EXPECT_EQ(c.scheduling.InitialPartitionBytes(), 1048576);
+  EXPECT_EQ(c.scheduling.CreditBytesFor(1048576), 4 * 1048576);  // 4 partitions, as BytePS counts
   EXPECT_NE(c.Summary().find("policy=credit"), std::string::npos);
 }
 
@@ -62,19 +62,19 @@ TEST(ConfigSchedulingTest, Values) {
                    {"FERRY_AUTOTUNE_PARTITION_BYTES", "8192,1048576"},
                    {"FERRY_AUTOTUNE_CREDITS", "1,16"},
                    {"FERRY_SCHEDULING_CREDIT_BYTES", "100000"}});
-  EXPECT_EQ(c.scheduling_policy, SchedulingPolicy::kP3);
-  EXPECT_EQ(c.InitialPartitionBytes(), 65536);  // p3 cuts slices
-  EXPECT_EQ(c.fusion_bytes, 0);
-  EXPECT_EQ(c.bucket_bytes, 1048576);
-  EXPECT_EQ(c.bucket_timeout_ms, 0);
-  EXPECT_EQ(c.trace_dir, "/tmp/t");
-  EXPECT_TRUE(c.autotune);
-  EXPECT_EQ(c.autotune_steps, 5);
-  EXPECT_EQ(c.autotune_partition_bytes, (std::vector<int64_t>{8192, 1048576}));
-  EXPECT_EQ(c.autotune_credits, (std::vector<int64_t>{1, 16}));
-  EXPECT_EQ(c.CreditBytesFor(65536), 100000);  // given in bytes: independent of partitions
+  EXPECT_EQ(c.scheduling.policy, SchedulingPolicy::kP3);
+  EXPECT_EQ(c.scheduling.InitialPartitionBytes(), 65536);  // p3 cuts slices
+  EXPECT_EQ(c.scheduling.fusion_bytes, 0);
+  EXPECT_EQ(c.scheduling.bucket_bytes, 1048576);
+  EXPECT_EQ(c.scheduling.bucket_timeout_ms, 0);
+  EXPECT_EQ(c.diagnostics.trace_dir, "/tmp/t");
+  EXPECT_TRUE(c.scheduling.autotune);
+  EXPECT_EQ(c.scheduling.autotune_steps, 5);
+  EXPECT_EQ(c.scheduling.autotune_partition_bytes, (std::vector<int64_t>{8192, 1048576}));
+  EXPECT_EQ(c.scheduling.autotune_credits, (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(c.scheduling.CreditBytesFor(65536), 100000);  // given in bytes: independent of partitions
   for (const char* p : {"fifo", "priority", "credit", "fifo-bucket"}) {
-    EXPECT_STREQ(SchedulingPolicyName(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling_policy), p);
+    EXPECT_STREQ(SchedulingPolicyName(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling.policy), p);
   }
 }
 

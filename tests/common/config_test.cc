@@ -60,34 +60,34 @@ std::string ExpectInvalid(const Env& env, const std::string& variable,
 TEST(ConfigTest, Defaults) {
   Config c = Read(BaseEnv());
   EXPECT_EQ(c.role, NodeRole::kWorker);
-  EXPECT_EQ(c.num_workers, 2);
-  EXPECT_EQ(c.num_servers, 1);
-  EXPECT_EQ(c.root_uri, "127.0.0.1");
-  EXPECT_EQ(c.root_host, "127.0.0.1");
-  EXPECT_EQ(c.root_port, 9000);
-  EXPECT_EQ(c.worker_id, -1);
-  EXPECT_EQ(c.node_host, "127.0.0.1");
-  EXPECT_EQ(c.bind_host, "127.0.0.1");
-  EXPECT_EQ(c.node_port, 0);
-  EXPECT_EQ(c.node_kind, "");
-  EXPECT_EQ(c.partition_bytes, 1048576);
-  EXPECT_EQ(c.scheduling_credit, 4);
-  EXPECT_EQ(c.scheduling_credit_bytes, 0);
-  EXPECT_EQ(c.server_engine_threads, 4);
-  EXPECT_FALSE(c.enable_async);
-  EXPECT_FALSE(c.deterministic);
-  EXPECT_EQ(c.server_split_bytes, 1 << 20);
-  EXPECT_EQ(c.connect_timeout_ms, 120000);
-  EXPECT_EQ(c.heartbeat_interval_ms, 1000);
-  EXPECT_EQ(c.heartbeat_timeout_ms, 10000);
-  EXPECT_EQ(c.op_timeout_ms, 600000);
-  EXPECT_EQ(c.max_message_bytes, 1LL << 30);
-  EXPECT_EQ(c.resend_timeout_ms, 2000);
-  EXPECT_EQ(c.link_timeout_ms, 5000);
-  EXPECT_EQ(c.test_drop_percent, 0.0);
-  EXPECT_EQ(c.test_delay_ms, 0);
-  EXPECT_EQ(c.log_level, 0);
-  EXPECT_EQ(c.log_verbosity, 0);
+  EXPECT_EQ(c.cluster.num_workers, 2);
+  EXPECT_EQ(c.cluster.num_servers, 1);
+  EXPECT_EQ(c.transport.root_uri, "127.0.0.1");
+  EXPECT_EQ(c.transport.root_host, "127.0.0.1");
+  EXPECT_EQ(c.transport.root_port, 9000);
+  EXPECT_EQ(c.cluster.worker_id, -1);
+  EXPECT_EQ(c.transport.node_host, "127.0.0.1");
+  EXPECT_EQ(c.transport.bind_host, "127.0.0.1");
+  EXPECT_EQ(c.transport.node_port, 0);
+  EXPECT_EQ(c.cluster.node_kind, "");
+  EXPECT_EQ(c.scheduling.partition_bytes, 1048576);
+  EXPECT_EQ(c.scheduling.credit, 4);
+  EXPECT_EQ(c.scheduling.credit_bytes, 0);
+  EXPECT_EQ(c.server.engine_threads, 4);
+  EXPECT_FALSE(c.server.async);
+  EXPECT_FALSE(c.server.deterministic);
+  EXPECT_EQ(c.server.split_bytes, 1 << 20);
+  EXPECT_EQ(c.cluster.connect_timeout_ms, 120000);
+  EXPECT_EQ(c.cluster.heartbeat_interval_ms, 1000);
+  EXPECT_EQ(c.cluster.heartbeat_timeout_ms, 10000);
+  EXPECT_EQ(c.cluster.op_timeout_ms, 600000);
+  EXPECT_EQ(c.transport.max_message_bytes, 1LL << 30);
+  EXPECT_EQ(c.transport.resend_timeout_ms, 2000);
+  EXPECT_EQ(c.transport.link_timeout_ms, 5000);
+  EXPECT_EQ(c.transport.test_drop_percent, 0.0);
+  EXPECT_EQ(c.transport.test_delay_ms, 0);
+  EXPECT_EQ(c.diagnostics.log_level, 0);
+  EXPECT_EQ(c.diagnostics.log_verbosity, 0);
   EXPECT_TRUE(c.warnings.empty());
   EXPECT_EQ(c.SchedulerEndpoint(), "tcp://127.0.0.1:9000");
   EXPECT_FALSE(c.Summary().empty());
@@ -106,18 +106,18 @@ TEST(ConfigTest, ExplicitValuesAreRead) {
                                    {"FERRY_NODE_KIND", "cpu"},
                                    {"DMLC_PORT", "9100"},
                                    {"FERRY_BIND_ADDR", "*"}}));
-  EXPECT_EQ(c.partition_bytes, 1048576);
-  EXPECT_EQ(c.scheduling_credit, 8);
-  EXPECT_EQ(c.scheduling_credit_bytes, 16777216);
-  EXPECT_EQ(c.server_engine_threads, 12);
-  EXPECT_EQ(c.connect_timeout_ms, 5000);
-  EXPECT_EQ(c.heartbeat_interval_ms, 200);
-  EXPECT_EQ(c.heartbeat_timeout_ms, 400);
-  EXPECT_EQ(c.op_timeout_ms, 30000);
-  EXPECT_EQ(c.max_message_bytes, 2097152);
-  EXPECT_EQ(c.node_kind, "cpu");
-  EXPECT_EQ(c.node_port, 9100);
-  EXPECT_EQ(c.bind_host, "*");
+  EXPECT_EQ(c.scheduling.partition_bytes, 1048576);
+  EXPECT_EQ(c.scheduling.credit, 8);
+  EXPECT_EQ(c.scheduling.credit_bytes, 16777216);
+  EXPECT_EQ(c.server.engine_threads, 12);
+  EXPECT_EQ(c.cluster.connect_timeout_ms, 5000);
+  EXPECT_EQ(c.cluster.heartbeat_interval_ms, 200);
+  EXPECT_EQ(c.cluster.heartbeat_timeout_ms, 400);
+  EXPECT_EQ(c.cluster.op_timeout_ms, 30000);
+  EXPECT_EQ(c.transport.max_message_bytes, 2097152);
+  EXPECT_EQ(c.cluster.node_kind, "cpu");
+  EXPECT_EQ(c.transport.node_port, 9100);
+  EXPECT_EQ(c.transport.bind_host, "*");
   EXPECT_TRUE(c.warnings.empty());
 }
 
@@ -127,8 +127,8 @@ TEST(ConfigTest, RoleParsing) {
   Config s = Read(With(BaseEnv(), {{"DMLC_ROLE", "scheduler"}}));
   EXPECT_EQ(s.role, NodeRole::kScheduler);
   // The scheduler is the root: it advertises and listens on the root address.
-  EXPECT_EQ(s.node_host, "127.0.0.1");
-  EXPECT_EQ(s.node_port, 9000);
+  EXPECT_EQ(s.transport.node_host, "127.0.0.1");
+  EXPECT_EQ(s.transport.node_port, 9000);
 
   std::string msg = ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "master"}}), "DMLC_ROLE");
   EXPECT_TRUE(StrContains(msg, "master")) << msg;
@@ -233,11 +233,11 @@ TEST(ConfigTest, IntegersRejectNegativeAndOutOfRange) {
                                    {"FERRY_PARTITION_BYTES", "1024"},
                                    {"FERRY_SCHEDULING_CREDIT", "1"},
                                    {"FERRY_SERVER_ENGINE_THREADS", "256"}}));
-  EXPECT_EQ(c.num_workers, 65535);
-  EXPECT_EQ(c.root_port, 65535);
-  EXPECT_EQ(c.partition_bytes, 1024);
-  EXPECT_EQ(c.scheduling_credit, 1);
-  EXPECT_EQ(c.server_engine_threads, 256);
+  EXPECT_EQ(c.cluster.num_workers, 65535);
+  EXPECT_EQ(c.transport.root_port, 65535);
+  EXPECT_EQ(c.scheduling.partition_bytes, 1024);
+  EXPECT_EQ(c.scheduling.credit, 1);
+  EXPECT_EQ(c.server.engine_threads, 256);
 }
 
 TEST(ConfigTest, BytepsAliasesGiveTheSameValues) {
@@ -249,22 +249,22 @@ TEST(ConfigTest, BytepsAliasesGiveTheSameValues) {
                                         {"BYTEPS_SCHEDULING_CREDIT", "7"},
                                         {"BYTEPS_SERVER_ENGINE_THREAD", "3"},
                                         {"BYTEPS_LOG_LEVEL", "WARNING"}}));
-  EXPECT_EQ(byteps.partition_bytes, 1048576);
-  EXPECT_EQ(byteps.scheduling_credit, 7);
-  EXPECT_EQ(byteps.server_engine_threads, 3);
-  EXPECT_EQ(byteps.log_level, 1);
-  EXPECT_EQ(ferry.partition_bytes, byteps.partition_bytes);
-  EXPECT_EQ(ferry.scheduling_credit, byteps.scheduling_credit);
-  EXPECT_EQ(ferry.server_engine_threads, byteps.server_engine_threads);
-  EXPECT_EQ(ferry.log_level, byteps.log_level);
-  EXPECT_EQ(ferry.log_verbosity, byteps.log_verbosity);
+  EXPECT_EQ(byteps.scheduling.partition_bytes, 1048576);
+  EXPECT_EQ(byteps.scheduling.credit, 7);
+  EXPECT_EQ(byteps.server.engine_threads, 3);
+  EXPECT_EQ(byteps.diagnostics.log_level, 1);
+  EXPECT_EQ(ferry.scheduling.partition_bytes, byteps.scheduling.partition_bytes);
+  EXPECT_EQ(ferry.scheduling.credit, byteps.scheduling.credit);
+  EXPECT_EQ(ferry.server.engine_threads, byteps.server.engine_threads);
+  EXPECT_EQ(ferry.diagnostics.log_level, byteps.diagnostics.log_level);
+  EXPECT_EQ(ferry.diagnostics.log_verbosity, byteps.diagnostics.log_verbosity);
   EXPECT_TRUE(ferry.warnings.empty());
   EXPECT_TRUE(byteps.warnings.empty());
 
   // BYTEPS_LOG_LEVEL=DEBUG means what FERRY_LOG_LEVEL=DEBUG means.
   Config debug = Read(With(BaseEnv(), {{"BYTEPS_LOG_LEVEL", "DEBUG"}}));
-  EXPECT_EQ(debug.log_level, 0);
-  EXPECT_EQ(debug.log_verbosity, 1);
+  EXPECT_EQ(debug.diagnostics.log_level, 0);
+  EXPECT_EQ(debug.diagnostics.log_verbosity, 1);
 }
 
 TEST(ConfigTest, BadAliasValueNamesTheAlias) {
@@ -305,16 +305,16 @@ TEST(ConfigTest, FerryValueWinsOverAliasWithWarning) {
                                    {"BYTEPS_SERVER_ENGINE_THREAD", "1"},
                                    {"FERRY_LOG_LEVEL", "ERROR"},
                                    {"BYTEPS_LOG_LEVEL", "INFO"}}));
-  EXPECT_EQ(c.partition_bytes, 2097152);
-  EXPECT_EQ(c.scheduling_credit, 2);
-  EXPECT_EQ(c.server_engine_threads, 6);
-  EXPECT_EQ(c.log_level, 2);
+  EXPECT_EQ(c.scheduling.partition_bytes, 2097152);
+  EXPECT_EQ(c.scheduling.credit, 2);
+  EXPECT_EQ(c.server.engine_threads, 6);
+  EXPECT_EQ(c.diagnostics.log_level, 2);
   EXPECT_EQ(c.warnings.size(), 4u);
 
   // A valid FERRY_* value wins even over a malformed alias (the alias is not parsed).
   Config d = Read(With(BaseEnv(), {{"FERRY_SCHEDULING_CREDIT", "3"},
                                    {"BYTEPS_SCHEDULING_CREDIT", "junk"}}));
-  EXPECT_EQ(d.scheduling_credit, 3);
+  EXPECT_EQ(d.scheduling.credit, 3);
   ASSERT_EQ(d.warnings.size(), 1u);
   EXPECT_TRUE(StrContains(d.warnings[0], "BYTEPS_SCHEDULING_CREDIT"));
 }
@@ -322,23 +322,23 @@ TEST(ConfigTest, FerryValueWinsOverAliasWithWarning) {
 TEST(ConfigTest, AsyncIsReadWithItsAlias) {
   for (const char* value : {"1", "true", "yes", "on", "TRUE"}) {
     SCOPED_TRACE(value);
-    EXPECT_TRUE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).enable_async);
+    EXPECT_TRUE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).server.async);
   }
-  EXPECT_TRUE(Read(With(BaseEnv(), {{"BYTEPS_ENABLE_ASYNC", "1"}})).enable_async);
+  EXPECT_TRUE(Read(With(BaseEnv(), {{"BYTEPS_ENABLE_ASYNC", "1"}})).server.async);
   ExpectInvalid(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", "maybe"}}), "FERRY_ENABLE_ASYNC");
   for (const char* value : {"0", "false", "no", "off", ""}) {
     SCOPED_TRACE(value);
-    EXPECT_FALSE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).enable_async);
+    EXPECT_FALSE(Read(With(BaseEnv(), {{"FERRY_ENABLE_ASYNC", value}})).server.async);
   }
 }
 
 TEST(ConfigTest, ServerEngineSettings) {
   Config c = Read(With(BaseEnv(), {{"FERRY_DETERMINISTIC", "1"},
                                    {"FERRY_SERVER_SPLIT_BYTES", "65536"}}));
-  EXPECT_TRUE(c.deterministic);
-  EXPECT_EQ(c.server_split_bytes, 65536);
+  EXPECT_TRUE(c.server.deterministic);
+  EXPECT_EQ(c.server.split_bytes, 65536);
   EXPECT_TRUE(StrContains(c.Summary(), "deterministic")) << c.Summary();
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "0"}})).server_split_bytes, 0);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "0"}})).server.split_bytes, 0);
   ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "-1"}}), "FERRY_SERVER_SPLIT_BYTES");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_SPLIT_BYTES", "1M"}}), "FERRY_SERVER_SPLIT_BYTES");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_DETERMINISTIC", "sometimes"}}), "FERRY_DETERMINISTIC");
@@ -353,10 +353,10 @@ TEST(ConfigTest, HostNamesResolve) {
   Config c = Read(With(BaseEnv(), {{"DMLC_PS_ROOT_URI", "localhost"},
                                    {"DMLC_NODE_HOST", "localhost"},
                                    {"FERRY_BIND_ADDR", "localhost"}}));
-  EXPECT_EQ(c.root_uri, "localhost");
-  EXPECT_EQ(c.root_host, "127.0.0.1");
-  EXPECT_EQ(c.node_host, "127.0.0.1");
-  EXPECT_EQ(c.bind_host, "127.0.0.1");
+  EXPECT_EQ(c.transport.root_uri, "localhost");
+  EXPECT_EQ(c.transport.root_host, "127.0.0.1");
+  EXPECT_EQ(c.transport.node_host, "127.0.0.1");
+  EXPECT_EQ(c.transport.bind_host, "127.0.0.1");
   EXPECT_EQ(c.SchedulerEndpoint(), "tcp://127.0.0.1:9000");
 
   EXPECT_EQ(ResolveHost("X", "10.1.2.3"), "10.1.2.3");
@@ -372,15 +372,15 @@ TEST(ConfigTest, HostNamesResolve) {
 }
 
 TEST(ConfigTest, WorkerIdRange) {
-  EXPECT_EQ(Read(BaseEnv()).worker_id, -1);
-  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_WORKER_ID", "0"}})).worker_id, 0);
-  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_WORKER_ID", "1"}})).worker_id, 1);
+  EXPECT_EQ(Read(BaseEnv()).cluster.worker_id, -1);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_WORKER_ID", "0"}})).cluster.worker_id, 0);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_WORKER_ID", "1"}})).cluster.worker_id, 1);
   // Two workers: ranks 0 and 1 only.
   ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "2"}}), "DMLC_WORKER_ID");
   ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "-1"}}), "DMLC_WORKER_ID");
   ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "first"}}), "DMLC_WORKER_ID");
   // The range follows DMLC_NUM_WORKER.
-  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "8"}, {"DMLC_WORKER_ID", "7"}})).worker_id, 7);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "8"}, {"DMLC_WORKER_ID", "7"}})).cluster.worker_id, 7);
 }
 
 TEST(ConfigTest, HeartbeatTimeoutMustBeTwiceTheInterval) {
@@ -393,8 +393,8 @@ TEST(ConfigTest, HeartbeatTimeoutMustBeTwiceTheInterval) {
                 "FERRY_HEARTBEAT_TIMEOUT_MS");
   Config c = Read(
       With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "2000"}}));
-  EXPECT_EQ(c.heartbeat_interval_ms, 1000);
-  EXPECT_EQ(c.heartbeat_timeout_ms, 2000);
+  EXPECT_EQ(c.cluster.heartbeat_interval_ms, 1000);
+  EXPECT_EQ(c.cluster.heartbeat_timeout_ms, 2000);
 }
 
 TEST(ConfigTest, LogLevels) {
@@ -410,16 +410,16 @@ TEST(ConfigTest, LogLevels) {
   for (const Case& k : cases) {
     SCOPED_TRACE(k.value);
     Config c = Read(With(BaseEnv(), {{"FERRY_LOG_LEVEL", k.value}}));
-    EXPECT_EQ(c.log_level, k.level);
-    EXPECT_EQ(c.log_verbosity, k.verbosity);
+    EXPECT_EQ(c.diagnostics.log_level, k.level);
+    EXPECT_EQ(c.diagnostics.log_verbosity, k.verbosity);
   }
   std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_LOG_LEVEL", "VERBOSE"}}), "FERRY_LOG_LEVEL");
   EXPECT_TRUE(StrContains(msg, "VERBOSE")) << msg;
 }
 
 TEST(ConfigTest, NodeKind) {
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "colocated"}})).node_kind, "colocated");
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "cpu"}})).node_kind, "cpu");
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "colocated"}})).cluster.node_kind, "colocated");
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "cpu"}})).cluster.node_kind, "cpu");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_NODE_KIND", "gpu"}}), "FERRY_NODE_KIND");
 }
 
@@ -429,7 +429,7 @@ TEST(ConfigTest, MaxMessageBytesMustExceedPartition) {
                 "FERRY_MAX_MESSAGE_BYTES");
   Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_BYTES", "1048576"},
                                    {"FERRY_MAX_MESSAGE_BYTES", "1052672"}}));  // + 4096
-  EXPECT_EQ(c.max_message_bytes, 1052672);
+  EXPECT_EQ(c.transport.max_message_bytes, 1052672);
 }
 
 TEST(ConfigTest, ResendLinkAndFaultInjection) {
@@ -437,14 +437,14 @@ TEST(ConfigTest, ResendLinkAndFaultInjection) {
                                    {"FERRY_LINK_TIMEOUT_MS", "0"},
                                    {"FERRY_TEST_DROP_PERCENT", "0.5"},
                                    {"FERRY_TEST_DELAY_MS", "20"}}));
-  EXPECT_EQ(c.resend_timeout_ms, 250);
-  EXPECT_EQ(c.link_timeout_ms, 0);
-  EXPECT_DOUBLE_EQ(c.test_drop_percent, 0.5);
-  EXPECT_EQ(c.test_delay_ms, 20);
+  EXPECT_EQ(c.transport.resend_timeout_ms, 250);
+  EXPECT_EQ(c.transport.link_timeout_ms, 0);
+  EXPECT_DOUBLE_EQ(c.transport.test_drop_percent, 0.5);
+  EXPECT_EQ(c.transport.test_delay_ms, 20);
   ASSERT_EQ(c.warnings.size(), 1u) << "fault injection is announced";
   EXPECT_TRUE(StrContains(c.warnings[0], "for tests only")) << c.warnings[0];
   // ps-lite's name for the resend timeout is accepted.
-  EXPECT_EQ(Read(With(BaseEnv(), {{"PS_RESEND_TIMEOUT", "700"}})).resend_timeout_ms, 700);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"PS_RESEND_TIMEOUT", "700"}})).transport.resend_timeout_ms, 700);
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LINK_TIMEOUT_MS", "299"}}), "FERRY_LINK_TIMEOUT_MS");
   for (const char* bad : {"-1", "101", "1%", "nan", "inf", " 1"}) {
     SCOPED_TRACE(bad);
@@ -458,21 +458,21 @@ TEST(ConfigTest, ResendLinkAndFaultInjection) {
 
 TEST(ConfigTest, ServerDevice) {
   Config c = Read(BaseEnv());
-  EXPECT_EQ(c.server_device, ServerDevice::kCpu);
-  EXPECT_EQ(c.server_gpu, 0);
-  EXPECT_EQ(c.server_gpu_streams, 2);
+  EXPECT_EQ(c.server.device, ServerDevice::kCpu);
+  EXPECT_EQ(c.server.gpu, 0);
+  EXPECT_EQ(c.server.gpu_streams, 2);
   EXPECT_FALSE(StrContains(c.Summary(), "device="));
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "cpu"}})).server_device, ServerDevice::kCpu);
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", ""}})).server_device, ServerDevice::kCpu);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "cpu"}})).server.device, ServerDevice::kCpu);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", ""}})).server.device, ServerDevice::kCpu);
   c = Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu"}}));
-  EXPECT_EQ(c.server_device, ServerDevice::kGpu);
-  EXPECT_EQ(c.server_gpu, 0);
+  EXPECT_EQ(c.server.device, ServerDevice::kGpu);
+  EXPECT_EQ(c.server.gpu, 0);
   c = Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu:3"}, {"FERRY_SERVER_GPU_STREAMS", "8"}}));
-  EXPECT_EQ(c.server_device, ServerDevice::kGpu);
-  EXPECT_EQ(c.server_gpu, 3);
-  EXPECT_EQ(c.server_gpu_streams, 8);
+  EXPECT_EQ(c.server.device, ServerDevice::kGpu);
+  EXPECT_EQ(c.server.gpu, 3);
+  EXPECT_EQ(c.server.gpu_streams, 8);
   EXPECT_TRUE(StrContains(c.Summary(), " device=gpu:3 gpu_streams=8")) << c.Summary();
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu:255"}})).server_gpu, 255);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu:255"}})).server.gpu, 255);
   for (const char* bad : {"GPU", "tpu", "gpu:", "gpu:-1", "gpu:256", "gpu:1x", "gpu:0000", "cuda"}) {
     SCOPED_TRACE(bad);
     std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", bad}}), "FERRY_SERVER_DEVICE");
@@ -486,13 +486,13 @@ TEST(ConfigTest, ServerDevice) {
 
 TEST(ConfigTest, LocalGroupSettings) {
   Config c = Read(BaseEnv());
-  EXPECT_EQ(c.local_size, 1);
-  EXPECT_EQ(c.local_rank, 0);
+  EXPECT_EQ(c.local.size, 1);
+  EXPECT_EQ(c.local.rank, 0);
   EXPECT_EQ(c.LocalSocketName(), "ferry-local-127.0.0.1:9000-wany");
   c = Read(With(BaseEnv(), {{"BYTEPS_LOCAL_SIZE", "4"}, {"BYTEPS_LOCAL_RANK", "3"},
                             {"DMLC_WORKER_ID", "1"}}));
-  EXPECT_EQ(c.local_size, 4);
-  EXPECT_EQ(c.local_rank, 3);
+  EXPECT_EQ(c.local.size, 4);
+  EXPECT_EQ(c.local.rank, 3);
   EXPECT_EQ(c.LocalSocketName(), "ferry-local-127.0.0.1:9000-w1");
   c = Read(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "0"},
                             {"FERRY_LOCAL_SOCKET", "job-7.a:b_c"}}));
@@ -508,7 +508,7 @@ TEST(ConfigTest, LocalGroupSettings) {
                 "FERRY_LOCAL_SOCKET");
   // 'gpus' is for ferry-launch: a worker needs the number, a server ignores it.
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "gpus"}}), "FERRY_LOCAL_SIZE");
-  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_LOCAL_SIZE", "gpus"}})).local_size,
+  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_LOCAL_SIZE", "gpus"}})).local.size,
             1);
   const std::string m = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),

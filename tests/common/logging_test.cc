@@ -31,7 +31,6 @@ TEST(LogRateLimiterTest, OneLinePerIntervalAndTheCountOfTheRest) {
 TEST(LogRateLimiterTest, ManyThreadsOneLineEachInterval) {
   LogRateLimiter limiter(1.0);
   std::atomic<int> allowed{0};
-  std::atomic<uint64_t> reported{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&] {

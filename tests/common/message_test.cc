@@ -96,12 +96,18 @@ TEST(MessageTest, AcceptsValidMessages) {
 }
 
 TEST(MessageTest, RejectsWrongVersion) {
-  for (uint32_t version : {0u, 2u, 1000u}) {
+  for (uint32_t version : {0u, 1u, kProtocolVersion + 1, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
     std::string error = ValidateMessage(m, kLimit).message();
     EXPECT_TRUE(StrContains(error, "version")) << error;
   }
+  // A peer of the first release (version 1) is told apart by the number.
+  Message v1 = GoodPush();
+  v1.envelope.set_version(1);
+  EXPECT_TRUE(
+      StrContains(ValidateMessage(v1, kLimit).message(), "protocol version 1 (this node speaks 2)"))
+      << ValidateMessage(v1, kLimit).message();
 }
 
 TEST(MessageTest, RejectsUnknownType) {

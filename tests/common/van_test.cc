@@ -503,11 +503,11 @@ TEST(VanTest, StatsCountSendsFailuresAndBadMessages) {
   ASSERT_GE(zmq_send(raw, hb.data(), hb.size(), ZMQ_SNDMORE), 0);
   ASSERT_GE(zmq_send(raw, "ab", 2, ZMQ_SNDMORE), 0);
   ASSERT_GE(zmq_send(raw, "cd", 2, 0), 0);
-  // 3. a well-formed envelope of another protocol version
-  Message v2 = MakeMessage(proto::HEARTBEAT, 3);
-  v2.envelope.set_version(2);
-  std::string v2_wire = v2.envelope.SerializeAsString();
-  ASSERT_GE(zmq_send(raw, v2_wire.data(), v2_wire.size(), 0), 0);
+  // 3. a well-formed envelope of another protocol version (1: the first release's)
+  Message v1 = MakeMessage(proto::HEARTBEAT, 3);
+  v1.envelope.set_version(1);
+  std::string v1_wire = v1.envelope.SerializeAsString();
+  ASSERT_GE(zmq_send(raw, v1_wire.data(), v1_wire.size(), 0), 0);
   // 4. a PUSH whose length field disagrees with its payload frame
   Message lying = MakeMessage(proto::PUSH, 3);
   lying.envelope.set_dtype(proto::FLOAT32);
@@ -569,7 +569,7 @@ TEST(VanTest, FaultInjectionDropsDataMessagesOnly) {
   std::vector<float> tensor = Pattern(1024, 1.0f);
   for (int i = 0; i < 20; ++i) {
     b.Send(1, PushOf(MakeKey(1, i), Buffer::Borrow(tensor.data(), 4096, [] {})));
-    Message pull = MakeMessage(proto::PULL, 5);
+    Message pull = MakeMessage(proto::RESEND_SUM, 5);
     pull.envelope.set_key(MakeKey(1, i));
     b.Send(1, std::move(pull));
     b.Send(1, MakeMessage(proto::HEARTBEAT, 5));

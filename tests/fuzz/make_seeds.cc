@@ -89,11 +89,11 @@ int main(int argc, char** argv) {
   ack.envelope.set_request_id(9);
   ack.envelope.set_key(ferry::MakeKey(2, 1));
   Write(dir, "push_ack", ack, "");
-  auto pull = MakeMessage(proto::PULL, 3);
-  pull.envelope.set_request_id(9);
-  pull.envelope.set_key(ferry::MakeKey(2, 1));
-  pull.envelope.set_round(4);
-  Write(dir, "pull", pull, "");
+  auto resend_sum = MakeMessage(proto::RESEND_SUM, 3);
+  resend_sum.envelope.set_request_id(9);
+  resend_sum.envelope.set_key(ferry::MakeKey(2, 1));
+  resend_sum.envelope.set_round(4);
+  Write(dir, "resend_sum", resend_sum, "");
   auto err = MakeMessage(proto::ERROR, 1);
   err.envelope.mutable_error()->set_reason("mismatch");
   Write(dir, "error", err, "");

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   const ferry::NodeRole role = ferry::NodeRole::kServer;
   return ferry::RunRoleMain(argc, argv, &role, [](const ferry::Config& config) {
-    FERRY_ENFORCE(config.server_device == ferry::ServerDevice::kGpu,
+    FERRY_ENFORCE(config.server.device == ferry::ServerDevice::kGpu,
                   ferry::ErrorCode::kInvalidConfig,
                   "ferry-test-fake-gpu-server stands in for a GPU server: set "
                   "FERRY_SERVER_DEVICE=gpu");

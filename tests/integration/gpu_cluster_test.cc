@@ -58,6 +58,7 @@ ClusterSpec JobSpec(const std::string& server, const std::vector<std::string>& s
   spec.server_program = server;
   spec.server_args = server_args;
   spec.worker_args = worker_args;
+  spec.stats_files = true;  // the counters the assertions read
   spec.env = {{"FERRY_SERVER_DEVICE", "gpu"}};
   for (const auto& [k, v] : extra) spec.env[k] = v;
   return spec;
@@ -70,7 +71,7 @@ void ExpectServersOnGpu(const TestCluster& job) {
     EXPECT_NE(out.find("sums on GPU 0 with"), std::string::npos) << out;
     EXPECT_NE(out.find("summation device: "), std::string::npos) << out;
   }
-  EXPECT_GT(job.CountLogged(job.servers(), "sums from the GPU"), 0u) << job.AllOutput();
+  EXPECT_GT(job.stats().Sum("server", "device_sums"), 0u) << job.AllOutput();
 }
 
 TEST_P(GpuClusterTest, SumsAreExact) {
@@ -88,17 +89,16 @@ TEST_P(GpuClusterTest, SumsAreExact) {
     EXPECT_NE(job.Output(w).find("OK rounds=6"), std::string::npos) << job.Output(w);
   }
   ExpectServersOnGpu(job);
-  EXPECT_EQ(job.CountLogged(job.servers(), "sums from the GPU"),
-            job.CountLogged(job.servers(), "rounds,"))
+  EXPECT_EQ(job.stats().Sum("server", "device_sums"), job.stats().Sum("server", "rounds_completed"))
       << "every round's sum came from the GPU\n"
       << job.AllOutput();
 }
 
 TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
-  // 1% of data messages (pushes, acknowledgements, sums, PULLs) dropped: lost pushes are
+  // 1% of data messages (pushes, acknowledgements, sums, RESEND_SUMs) dropped: lost pushes are
   // resent, a push whose reply was lost is resent or PULLed and must be answered without
   // being added twice. The stand-in also holds every 20th sum for 700 ms, longer than the
-  // resend timeout, so resent pushes and PULLs arrive while that round's sum is on its
+  // resend timeout, so resent pushes and RESEND_SUMs arrive while that round's sum is on its
   // way (they must be acknowledged again, not added).
   TestCluster job(JobSpec(GetParam().server, ServerArgs({"--slow_every=20", "--slow_ms=700"}), 2, 2,
                           {"--mode=sums", "--tensors=16", "--max_bytes=262144", "--rounds=12"},
@@ -111,13 +111,11 @@ TEST_P(GpuClusterTest, DroppedMessagesAreResentAndSumsStayExact) {
     EXPECT_NE(job.Output(w).find("OK rounds=12"), std::string::npos) << job.Output(w);
   }
   ExpectServersOnGpu(job);
-  std::vector<int> all = job.servers();
-  all.insert(all.end(), job.workers().begin(), job.workers().end());
-  const uint64_t dropped = job.CountLogged(all, "messages dropped by fault injection");
-  const uint64_t resent =
-      job.CountLogged(job.workers(), "pushes sent again") + job.CountLogged(job.workers(), "pulls");
-  const uint64_t answered = job.CountLogged(job.servers(), "duplicates dropped") +
-                            job.CountLogged(job.servers(), "sums sent again");
+  const uint64_t dropped = job.stats().Sum("server", "van.injected_drops") +
+                           job.stats().Sum("worker", "van.injected_drops");
+  const uint64_t resent = job.stats().Sum("worker", "resends") + job.stats().Sum("worker", "pulls");
+  const uint64_t answered =
+      job.stats().Sum("server", "duplicate_pushes") + job.stats().Sum("server", "results_resent");
   std::printf("%s: %llu messages dropped, %llu resends, %llu duplicates answered\n",
               GetParam().name.c_str(), static_cast<unsigned long long>(dropped),
               static_cast<unsigned long long>(resent), static_cast<unsigned long long>(answered));
@@ -147,7 +145,7 @@ TEST_P(GpuClusterTest, DeterministicSumsAreBitwiseInRankOrder) {
   }
   for (const std::string& c : checksums) EXPECT_EQ(c, checksums[0]);
   EXPECT_NE(checksums[0], "none");
-  EXPECT_GT(job.CountLogged(job.servers(), "pushes held for rank order"), 0u) << job.AllOutput();
+  EXPECT_GT(job.stats().Sum("server", "pushes_held"), 0u) << job.AllOutput();
   ExpectServersOnGpu(job);
 }
 
@@ -176,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, GpuClusterTest,
 TEST(FakeGpuClusterTest, ResendsWhileASumIsOnItsWayAreAnsweredNotAdded) {
   // No message is lost, but every 8th sum takes 600 ms to come back, twice the resend
   // timeout: the worker whose push completed that round resends it, and the others, whose
-  // pushes were acknowledged, send PULLs, all while the round is complete but its sum is
+  // pushes were acknowledged, send RESEND_SUMs, all while the round is complete but its sum is
   // not there yet. Each must be acknowledged again (not added: the sums stay exact), and
   // the sum must still reach everyone once it arrives.
   TestCluster job(JobSpec("ferry-test-fake-gpu-server", {"--slow_every=8", "--slow_ms=600"}, 1, 3,
@@ -189,14 +187,14 @@ TEST(FakeGpuClusterTest, ResendsWhileASumIsOnItsWayAreAnsweredNotAdded) {
   for (int w : job.workers()) {
     EXPECT_NE(job.Output(w).find("OK rounds=8"), std::string::npos) << job.Output(w);
   }
-  const uint64_t resent = job.CountLogged(job.workers(), "pushes sent again");
-  const uint64_t pulls = job.CountLogged(job.workers(), "pulls");
-  const uint64_t duplicates = job.CountLogged(job.servers(), "duplicates dropped");
+  const uint64_t resent = job.stats().Sum("worker", "resends");
+  const uint64_t pulls = job.stats().Sum("worker", "pulls");
+  const uint64_t duplicates = job.stats().Sum("server", "duplicate_pushes");
   std::printf("%llu pushes sent again, %llu PULLs, %llu duplicate pushes acknowledged again\n",
               static_cast<unsigned long long>(resent), static_cast<unsigned long long>(pulls),
               static_cast<unsigned long long>(duplicates));
   EXPECT_GT(resent + pulls, 0u) << job.AllOutput();
-  EXPECT_EQ(job.CountLogged(job.servers(), "messages dropped by fault injection"), 0u);
+  EXPECT_EQ(job.stats().Sum("server", "van.injected_drops"), 0u);
 }
 
 TEST(FakeGpuClusterTest, SummationFailureFailsTheJobWithTheReason) {

@@ -119,7 +119,7 @@ int Main() {
   Config config = Config::FromEnvironment(ProcessEnvironment());
   int gpus = 0;
   Check(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
-  const int gpu = config.local_size > 1 ? config.local_rank % gpus : 0;
+  const int gpu = config.local.size > 1 ? config.local.rank % gpus : 0;
   Check(cudaSetDevice(gpu), "cudaSetDevice");
   std::unique_ptr<Collective> g = LocalGroup::Create(config);
   std::printf("rank %d of %d, local rank %d of %d, GPU %d of %d, pid %d\n", g->rank(), g->size(),

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 #include <string>
@@ -181,6 +182,31 @@ TEST(LocalGroupTest, AStalledLocalProcessEndsItsRootAtTheDeadlineNamingIt) {
   EXPECT_EQ(s.exit_code, 1) << c.Output(staller);
   EXPECT_NE(c.Output(staller).find("disconnected"), std::string::npos) << c.Output(staller);
   EXPECT_EQ(LeftoverSegments(c), std::vector<std::string>{});
+}
+
+// The README's C++ example (examples/cpp/push_pull.cc) runs unchanged whether a machine
+// has one process or a local group: LocalGroup::Create gives it the Collective either way.
+TEST(LocalGroupTest, TheReadmeExampleRunsAsOneProcessOrAsALocalGroupPerMachine) {
+  for (int local_size : {0, kLocal}) {
+    ClusterSpec spec;
+    spec.servers = kServers;
+    spec.workers = kMachines;
+    spec.local_size = local_size;
+    spec.worker_program = "ferry-example-push-pull";
+    TestCluster c(spec);
+    c.Start();
+    ASSERT_TRUE(c.Succeeds(120000)) << "local size " << local_size;
+    const int size = kMachines * std::max(local_size, 1);
+    std::set<std::string> said;
+    for (int w : c.workers()) {
+      std::smatch m;
+      const std::string out = c.Output(w);
+      ASSERT_TRUE(std::regex_search(out, m, std::regex("OK rank=(\\d+) size=(\\d+)"))) << out;
+      EXPECT_EQ(m[2], std::to_string(size)) << out;
+      said.insert(m[1]);
+    }
+    EXPECT_EQ(said.size(), static_cast<size_t>(size));
+  }
 }
 
 }  // namespace

@@ -5,11 +5,11 @@
 // it pushes tensor "loop" (tensor id 0, one partition) with the values the loop mode
 // expects of rank 1, so rank 0's sums stay checkable, and before each honest push it
 // sends the abuse of the round:
-//   a push for a round far ahead, a PULL for a round it never pushed, a push of an
+//   a push for a round far ahead, a RESEND_SUM for a round it never pushed, a push of an
 //   old round, a push for a key nobody else uses, and its honest push twice. In round 0
 //   also sparse rows: a ROWS_PUSH with a row id out of range (refused; the rows key
 //   fails), another push to that key (refused with the same reason), a ROWS_PUSH of a
-//   round ahead, and a rows PULL for a push never made.
+//   round ahead, and a rows RESEND_SUM for a push never made.
 // Every abuse must be answered (an ERROR with the reason, or an acknowledgement for the
 // harmless ones) and the honest sum must be exact. Prints "OK abuse rounds=N errors=E".
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value or a missing answer.
@@ -127,7 +127,7 @@ class RawMember {
   }
 
   Message Pull(uint64_t key, uint32_t round) {
-    Message m = MakeMessage(proto::PULL, cluster_.my_id());
+    Message m = MakeMessage(proto::RESEND_SUM, cluster_.my_id());
     m.envelope.set_key(key);
     m.envelope.set_round(round);
     return m;

@@ -123,6 +123,9 @@ def mode_ops(args, out):
         ("meta", lambda: bps.push_pull(torch.zeros(3, device="meta"), name="meta")),
         ("redeclare", lambda: bps.push_pull(torch.zeros(4, dtype=torch.float32), name="sum.torch.float32.(7,)")),
         ("root", lambda: bps.broadcast(torch.zeros(2), root_rank=size, name="badroot")),
+        # Ferry's own namespace (worker/reserved_tensor_names.h).
+        ("reserved", lambda: bps.push_pull(torch.zeros(2), name="__ferry__/broadcast/w")),
+        ("reserved_broadcast", lambda: bps.broadcast(torch.zeros(2), root_rank=0, name="__ferry__/x")),
     ]:
         try:
             fn()

@@ -137,6 +137,9 @@ def test_refusals_have_clear_messages(results):
         assert e["meta"][0] == "ValueError" and "only CPU tensors" in e["meta"][1]
         assert e["redeclare"][0] == "FerryError" and "was declared as" in e["redeclare"][1]
         assert e["root"][0] == "ValueError" and "root_rank" in e["root"][1]
+        for what, name in [("reserved", "__ferry__/broadcast/w"), ("reserved_broadcast", "__ferry__/x")]:
+            assert e[what][0] == "FerryError", e[what]
+            assert "'%s'" % name in e[what][1] and "reserved for Ferry's own tensors" in e[what][1], e[what]
 
 
 def test_cross_barrier_refuses_a_parameter_used_outside_its_module(results):

@@ -63,7 +63,7 @@ Request Push(int rank, uint32_t round, const std::vector<float>& values, bool as
 }
 
 Request Pull(int rank, uint32_t round) {
-  return DenseRequest(proto::PULL, rank, round, {}, false, 0);
+  return DenseRequest(proto::RESEND_SUM, rank, round, {}, false, 0);
 }
 
 // A protocol's world: the engine's joined vector, counters, a Summation, and the replies.

@@ -214,7 +214,7 @@ TEST(KeyStateTest, CompletedRoundSumIsKeptForResendsUntilTheNextCompletes) {
   EXPECT_EQ(k.last_sum.data(), round0.data()) << "the sent buffer is kept, not copied";
   EXPECT_EQ(k.last_contributors, static_cast<uint32_t>(kWorkers));
   EXPECT_TRUE(k.sum.empty());
-  // A PULL for round 0 is answered from last_sum; for round 1 before pushing: stale.
+  // A RESEND_SUM for round 0 is answered from last_sum; for round 1 before pushing: stale.
   EXPECT_EQ(k.ClassifyPull(2, 0), PushVerdict::kPrevious);
   EXPECT_EQ(k.ClassifyPull(2, 1), PushVerdict::kStale);
   ASSERT_EQ(Push(k, 2, 1), PushVerdict::kAccumulate);

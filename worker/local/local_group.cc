@@ -8,10 +8,10 @@
 namespace ferry {
 
 std::unique_ptr<Collective> LocalGroup::Create(const Config& config) {
-  FERRY_ENFORCE(config.local_size == 1 || !config.enable_async, ErrorCode::kInvalidConfig,
-                "FERRY_ENABLE_ASYNC=1 is not supported with FERRY_LOCAL_SIZE=", config.local_size);
-  if (config.local_size == 1) return Worker::Create(config);
-  if (config.local_rank == 0) return LocalRoot::Create(config);
+  FERRY_ENFORCE(config.local.size == 1 || !config.server.async, ErrorCode::kInvalidConfig,
+                "FERRY_ENABLE_ASYNC=1 is not supported with FERRY_LOCAL_SIZE=", config.local.size);
+  if (config.local.size == 1) return Worker::Create(config);
+  if (config.local.rank == 0) return LocalRoot::Create(config);
   return LocalPeer::Create(config);
 }
 
@@ -20,7 +20,7 @@ Handle LocalMember::PushPullRowsAsync(const std::string& name, const int64_t*, u
                                       CompletionCallback) {
   throw FerryError(ErrorCode::kInvalidArgument,
                    StrCat("push_pull_rows of '", name,
-                          "' is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+                          "' is not supported with FERRY_LOCAL_SIZE=", config_.local.size,
                           ": the local group reduces dense tensors only (its ranks' row lists "
                           "would have to be merged first); run one process per DMLC_WORKER_ID "
                           "for sparse rows"));
@@ -29,7 +29,7 @@ Handle LocalMember::PushPullRowsAsync(const std::string& name, const int64_t*, u
 void LocalMember::Join() {
   throw FerryError(
       ErrorCode::kInvalidArgument,
-      StrCat("Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local_size,
+      StrCat("Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local.size,
              ": the local group reduces every rank's tensors together, so every "
              "local rank must push every round"));
 }

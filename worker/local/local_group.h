@@ -50,31 +50,20 @@ class LocalGroup {
 // and refusing what a local group cannot do (sparse rows, Join).
 class LocalMember : public Collective {
  public:
-  int local_rank() const override { return config_.local_rank; }
-  int local_size() const override { return config_.local_size; }
-  bool Poll(Handle handle) override { return table_.Poll(handle); }
-  void Wait(Handle handle) override { table_.Wait(handle); }
-  bool WaitFor(Handle handle, int64_t timeout_ms) override {
-    return table_.WaitFor(handle, timeout_ms);
-  }
-  Handle WaitAny(const std::vector<Handle>& handles, int64_t timeout_ms) override {
-    return table_.WaitAny(handles, timeout_ms);
-  }
+  int local_rank() const override { return config_.local.rank; }
+  int local_size() const override { return config_.local.size; }
   // Refused: a local group would have to merge its ranks' row lists before the root pushes.
-  Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
-                           const void* values, void* output, DataType dtype, bool average,
-                           std::optional<int> priority = std::nullopt,
-                           CompletionCallback done = nullptr) override;
+  Handle PushPullRowsAsync(const std::string& name, const int64_t*, uint64_t, const void*, void*,
+                           DataType, bool, std::optional<int>, CompletionCallback) override;
   // Refused: every local rank must push every round.
   void Join() override;
 
  protected:
-  // `timeout_message`: the table's (operation_table.h); it may use the derived object,
-  // whose destructor closes the table first.
+  // `timeout_message`: as Collective's.
   LocalMember(const Config& config, TimeoutMessageFn timeout_message)
-      : config_(config), table_(config.op_timeout_ms, std::move(timeout_message)) {}
+      : Collective(config.cluster.op_timeout_ms, std::move(timeout_message)), config_(config) {}
+
   const Config config_;
-  OperationTable table_;  // this rank's handles; its own lock
 };
 
 }  // namespace ferry

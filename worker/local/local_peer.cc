@@ -8,6 +8,7 @@
 
 #include "common/util/clock.h"
 #include "common/util/status.h"
+#include "worker/reserved_tensor_names.h"
 
 namespace ferry {
 
@@ -29,22 +30,22 @@ LocalPeer::~LocalPeer() {
 }
 
 std::string LocalPeer::Me() const {
-  return StrCat("local rank ", config_.local_rank, " (pid ", getpid(), ")");
+  return StrCat("local rank ", config_.local.rank, " (pid ", getpid(), ")");
 }
 
 std::unique_ptr<LocalPeer> LocalPeer::Create(const Config& config) {
   std::unique_ptr<LocalPeer> p(new LocalPeer(config));
   p->link_ = std::make_unique<LocalLink>(false, config.LocalSocketName(),
-                                         StrCat("local-", config.local_rank));
+                                         StrCat("local-", config.local.rank));
   p->link_->Start([q = p.get()](LocalMessage&& m) { q->OnMessage(std::move(m)); },
                   [q = p.get()] { q->OnDisconnect(); });
   LocalMessage hello;
   hello.header.op = static_cast<uint32_t>(LocalOp::kHello);
-  hello.header.local_rank = config.local_rank;
+  hello.header.local_rank = config.local.rank;
   hello.header.pid = getpid();
   p->link_->Send(std::move(hello));
   MutexLock lock(p->mu_);
-  const int64_t wait_ms = 2 * config.connect_timeout_ms;
+  const int64_t wait_ms = 2 * config.cluster.connect_timeout_ms;
   if (!p->cv_.WaitFor(p->mu_, Millis(wait_ms),
                       [&]() REQUIRES(p->mu_) { return p->welcomed_ || !p->failure_.empty(); })) {
     throw FerryError(ErrorCode::kTimeout,
@@ -134,9 +135,9 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
   if (kind != LocalOp::kBarrier) {
     Slot& slot = slots_[name];
     // The slot is the root's until DONE of the previous operation on this tensor.
-    if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
+    if (!cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms),
                      [&]() REQUIRES(mu_) { return !slot.busy || !failure_.empty(); })) {
-      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ", config_.op_timeout_ms,
+      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ", config_.cluster.op_timeout_ms,
                   " ms (FERRY_OP_TIMEOUT_MS) for the previous operation "
                   "on that tensor"));
     }
@@ -144,7 +145,7 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
     if (!slot.segment || slot.segment->size() < bytes) {
       const size_t size = std::max<size_t>(bytes, 64);
       slot.segment = ShmSegment::Create(
-          StrCat("/ferry-", getpid(), "-", config_.local_rank, "-", next_segment_++), size);
+          StrCat("/ferry-", getpid(), "-", config_.local.rank, "-", next_segment_++), size);
       m.header.shm_bytes = size;
       m.text = slot.segment->name();
     }
@@ -158,7 +159,7 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
   op->output = output;
   op->bytes = bytes;
   m.header.op = static_cast<uint32_t>(kind);
-  m.header.local_rank = config_.local_rank;
+  m.header.local_rank = config_.local.rank;
   m.header.pid = getpid();
   m.header.dtype = static_cast<int32_t>(dtype);
   m.header.count = count;
@@ -174,6 +175,7 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
 
 int LocalPeer::DeclareTensor(const std::string& name, DataType dtype,
                              const std::vector<int64_t>& shape, std::optional<int>) {
+  CheckUserTensorName("declaration", name);
   MutexLock lock(mu_);
   auto it = declared_.find(name);
   if (it == declared_.end()) {
@@ -190,6 +192,7 @@ int LocalPeer::DeclareTensor(const std::string& name, DataType dtype,
 Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average, std::optional<int>,
                                 CompletionCallback done) {
+  CheckUserTensorName("push_pull", name);
   operations_++;
   return Submit(LocalOp::kPushPull, name, input, output, dtype, count, average, -1,
                 std::move(done));
@@ -197,6 +200,7 @@ Handle LocalPeer::PushPullAsync(const std::string& name, const void* input, void
 
 void LocalPeer::PushPullDevice(const std::string& name, const void* input, void* output,
                                DataType dtype, uint64_t count, bool average, void* stream) {
+  CheckUserTensorName("push_pull", name);
   const DeviceTensor t = CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
   operations_++;
   uint64_t ticket = 0;
@@ -206,7 +210,7 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, "push_pull of '", t.name, "' after Shutdown()");
     if (!nccl_) {
-      nccl_ = LocalNccl::Create(config_.local_rank, config_.local_size, config_.op_timeout_ms,
+      nccl_ = LocalNccl::Create(config_.local.rank, config_.local.size, config_.cluster.op_timeout_ms,
                                 nullptr, [this](const std::string& reason) {
                                   MutexLock lock(mu_);
                                   Fail(reason);
@@ -217,7 +221,7 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
     ticket = nccl->Submit(t);
     LocalMessage m;
     m.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
-    m.header.local_rank = config_.local_rank;
+    m.header.local_rank = config_.local.rank;
     m.header.pid = getpid();
     m.header.dtype = static_cast<int32_t>(t.dtype);
     m.header.count = t.count;
@@ -231,8 +235,8 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
 
 void LocalPeer::RefuseOffRoot(const char* what) const {
   throw FerryError(ErrorCode::kInvalidArgument,
-                   StrCat(what, " is not available on local rank ", config_.local_rank,
-                          " (FERRY_LOCAL_SIZE=", config_.local_size,
+                   StrCat(what, " is not available on local rank ", config_.local.rank,
+                          " (FERRY_LOCAL_SIZE=", config_.local.size,
                           "): only local rank 0 talks to the servers; make the call there"));
 }
 
@@ -250,14 +254,15 @@ std::string LocalPeer::TimeoutMessage(Handle handle) const {
     if (op->handle != handle) continue;
     return StrCat(Me(), ": ", LocalOpName(op->kind), " of '", op->name,
                   "': no answer from the local root (pid ", root_pid_, ") within ",
-                  config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
+                  config_.cluster.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
   }
   return StrCat(Me(), ": operation ", handle, ": no answer from the local root (pid ", root_pid_,
-                ") within ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
+                ") within ", config_.cluster.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS)");
 }
 
 void LocalPeer::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                           int root) {
+  CheckUserTensorName("broadcast", name);
   FERRY_ENFORCE(root >= 0 && root < size_, ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': root rank ", root, " is not a rank (0..", size_ - 1, ")");
   Wait(Submit(LocalOp::kBroadcast, name, data, data, dtype, count, false, root));
@@ -271,20 +276,20 @@ void LocalPeer::Shutdown() {
   MutexLock lock(mu_);
   if (bye_sent_) return;
   auto quiet = [&]() REQUIRES(mu_) { return by_seq_.empty() || !failure_.empty(); };
-  if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), quiet)) {
-    Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
+  if (!cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms), quiet)) {
+    Fail(StrCat(Me(), ": Shutdown() waited ", config_.cluster.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS) for this rank's operations"));
   }
   bye_sent_ = true;
   if (failure_.empty()) {
     LocalMessage bye;
     bye.header.op = static_cast<uint32_t>(LocalOp::kBye);
-    bye.header.local_rank = config_.local_rank;
+    bye.header.local_rank = config_.local.rank;
     bye.header.pid = getpid();
     link_->Send(std::move(bye));
-    if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms),
+    if (!cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms),
                      [&]() REQUIRES(mu_) { return bye_received_ || !failure_.empty(); })) {
-      Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
+      Fail(StrCat(Me(), ": Shutdown() waited ", config_.cluster.op_timeout_ms,
                   " ms (FERRY_OP_TIMEOUT_MS) for the local root (pid ", root_pid_,
                   ") to shut the job down"));
     }

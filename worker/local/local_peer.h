@@ -46,16 +46,16 @@ class LocalPeer : public LocalMember {
   // Checked and numbered here (no Worker): the root's own declarations fix the order of
   // the machine's tensors at the servers.
   int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                    std::optional<int> priority = std::nullopt) override;
+                    std::optional<int> priority) override;
   // The input is copied before the call returns; `priority` is the root's to give.
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
-                       uint64_t count, bool average, std::optional<int> priority = std::nullopt,
-                       CompletionCallback done = nullptr) override;
+                       uint64_t count, bool average, std::optional<int> priority,
+                       CompletionCallback done) override;
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): queued
   // there, announced to the root, run at the root's GO. Blocks until the output holds
   // the result. Throws FerryError.
   void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
-                      uint64_t count, bool average, void* stream = nullptr) override;
+                      uint64_t count, bool average, void* stream) override;
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                  int root) override;
   void Barrier() override;

@@ -10,15 +10,17 @@
 
 #include "common/util/clock.h"
 #include "common/util/status.h"
+#include "worker/reserved_tensor_names.h"
 
 namespace ferry {
 
 namespace {
 
-const char kBarrierKey[] = "__ferry__/local_barrier";  // the rounds of Barrier()
-// The rounds of device tensor T are counted under kDevicePrefix + T: a host and
+// The rounds of Barrier().
+const std::string kBarrierKey = ReservedTensorName(reserved::kLocalBarrier);
+// The rounds of device tensor T are counted under kDevicePrefix + T (__ferry__/device/T): a host and
 // a device push_pull of one name are rounds of two sequences.
-const char kDevicePrefix[] = "__ferry__/device/";
+const std::string kDevicePrefix = ReservedTensorName(reserved::kDevice) + "/";
 
 std::string DeviceKey(const std::string& name) { return kDevicePrefix + name; }
 
@@ -36,7 +38,7 @@ bool ProcessGone(int pid) {
 
 }  // namespace
 
-struct LocalRoot::Peer {
+struct LocalRoot::PeerState {
   std::string id;  // routing id
   int pid = 0;
   bool hello = false;
@@ -56,11 +58,11 @@ LocalRoot::LocalRoot(const Config& config)
           [this](Handle h) {
             MutexLock lock(mu_);
             return StrCat(
-                Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
+                Me(), ": timed out after ", config_.cluster.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
                 rounds_.Describe([h](const LocalRound& r) { return r.handle == h; }, kBarrierKey));
           }),
-      peers_(config.local_size),
-      rounds_(config.local_size, [this](int lr) NO_THREAD_SAFETY_ANALYSIS {
+      peers_(config.local.size),
+      rounds_(config.local.size, [this](int lr) NO_THREAD_SAFETY_ANALYSIS {
         return peers_[lr].pid;  // called by rounds_ under mu_
       }) {}
 
@@ -94,23 +96,23 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   MutexLock lock(r->mu_);
   r->worker_ = std::move(worker);
   auto all_here = [&]() REQUIRES(r->mu_) {
-    for (int lr = 1; lr < r->config_.local_size; ++lr) {
+    for (int lr = 1; lr < r->config_.local.size; ++lr) {
       if (!r->peers_[lr].hello) return false;
     }
     return true;
   };
-  if (!r->cv_.WaitFor(r->mu_, Millis(config.connect_timeout_ms),
+  if (!r->cv_.WaitFor(r->mu_, Millis(config.cluster.connect_timeout_ms),
                       [&]() REQUIRES(r->mu_) { return all_here() || !r->failure_.empty(); })) {
     std::string missing;
-    for (int lr = 1; lr < r->config_.local_size; ++lr) {
+    for (int lr = 1; lr < r->config_.local.size; ++lr) {
       if (!r->peers_[lr].hello) missing += StrCat(missing.empty() ? "" : ", ", lr);
     }
     r->Fail(StrCat(r->Me(), ": local rank(s) ", missing, " did not connect to ",
                    r->link_->endpoint(),
-                   " within FERRY_CONNECT_TIMEOUT_MS=", config.connect_timeout_ms, " ms"));
+                   " within FERRY_CONNECT_TIMEOUT_MS=", config.cluster.connect_timeout_ms, " ms"));
   }
   FERRY_ENFORCE(r->failure_.empty(), ErrorCode::kPeerFailed, r->failure_);
-  for (int lr = 1; lr < r->config_.local_size; ++lr) {
+  for (int lr = 1; lr < r->config_.local.size; ++lr) {
     LocalMessage w;
     w.peer = r->peers_[lr].id;
     w.header.op = static_cast<uint32_t>(LocalOp::kWelcome);
@@ -120,8 +122,8 @@ std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
     w.header.num_servers = r->worker_->num_servers();
     r->link_->Send(std::move(w));
   }
-  LOG(INFO) << "local group of " << r->config_.local_size << " at " << r->link_->endpoint()
-            << ": ranks " << r->rank() << ".." << r->rank() + r->config_.local_size - 1 << " of "
+  LOG(INFO) << "local group of " << r->config_.local.size << " at " << r->link_->endpoint()
+            << ": ranks " << r->rank() << ".." << r->rank() + r->config_.local.size - 1 << " of "
             << r->size();
   return r;
 }
@@ -130,12 +132,12 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
   MutexLock lock(mu_);
   const LocalHeader& h = m.header;
   const int lr = h.local_rank;
-  if (lr < 1 || lr >= config_.local_size) {
+  if (lr < 1 || lr >= config_.local.size) {
     LOG(WARNING) << "local group: dropped a message from local rank " << lr << " (expected 1.."
-                 << config_.local_size - 1 << ")";
+                 << config_.local.size - 1 << ")";
     return;
   }
-  Peer& peer = peers_[lr];
+  PeerState& peer = peers_[lr];
   const LocalOp op = static_cast<LocalOp>(h.op);
   try {
     switch (op) {
@@ -204,8 +206,8 @@ void LocalRoot::OnDisconnect() {
     }
     gone.clear();
     unknown.clear();
-    for (int lr = 1; lr < config_.local_size; ++lr) {
-      const Peer& p = peers_[lr];
+    for (int lr = 1; lr < config_.local.size; ++lr) {
+      const PeerState& p = peers_[lr];
       if (!p.hello || p.bye) continue;
       const std::string who = StrCat("local rank ", lr, " (pid ", p.pid, ")");
       std::string& list = ProcessGone(p.pid) ? gone : unknown;
@@ -263,7 +265,7 @@ void LocalRoot::TryStart(const std::string& key) {
 }
 
 void LocalRoot::StartDevice(const std::string& key, LocalRoundQueue& rs) {
-  const std::string name = key.substr(sizeof kDevicePrefix - 1);
+  const std::string name = key.substr(kDevicePrefix.size());
   std::string unique_id;
   try {
     unique_id = nccl_->TakeUniqueId();
@@ -273,7 +275,7 @@ void LocalRoot::StartDevice(const std::string& key, LocalRoundQueue& rs) {
   }
   // GO in the same order to every rank: each runs its rounds in the order of
   // its GOs (one socket per peer keeps the order).
-  for (int lr = 1; lr < config_.local_size; ++lr) {
+  for (int lr = 1; lr < config_.local.size; ++lr) {
     LocalMessage go;
     go.peer = peers_[lr].id;
     go.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
@@ -290,6 +292,7 @@ void LocalRoot::StartDevice(const std::string& key, LocalRoundQueue& rs) {
 
 void LocalRoot::PushPullDevice(const std::string& name, const void* input, void* output,
                                DataType dtype, uint64_t count, bool average, void* stream) {
+  CheckUserTensorName("push_pull", name);
   const DeviceTensor t = CheckedDeviceTensor(name, input, output, dtype, count, average, stream);
   uint64_t ticket = 0;
   LocalNccl* nccl = nullptr;  // made once, destroyed only with this object
@@ -300,7 +303,7 @@ void LocalRoot::PushPullDevice(const std::string& name, const void* input, void*
                   "' after Shutdown()");
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
-          0, config_.local_size, config_.op_timeout_ms,
+          0, config_.local.size, config_.cluster.op_timeout_ms,
           [this](const DeviceTensor& d, void* host) {
             // A sum, never an average: the division is by size(), not by the machines.
             worker_->PushPull(d.name, host, host, d.dtype, d.count, false);
@@ -324,7 +327,7 @@ void LocalRoot::StartPushPull(const std::string& key, LocalRoundQueue& rs) {
   const size_t bytes = round.count * DataTypeSize(round.dtype);
   rs.staging.resize(bytes);
   if (bytes > 0) std::memcpy(rs.staging.data(), round.input, bytes);
-  for (int lr = 1; lr < config_.local_size; ++lr) {
+  for (int lr = 1; lr < config_.local.size; ++lr) {
     SumInto(rs.staging.data(), peers_[lr].SlotData(key), round.count, round.dtype);
   }
   try {
@@ -345,7 +348,7 @@ void LocalRoot::FinishRound(const std::string& key, const void* result) {
   if (round.output && round.output != result && bytes > 0) {
     std::memcpy(round.output, result, bytes);
   }
-  for (int lr = 1; lr < config_.local_size; ++lr) {
+  for (int lr = 1; lr < config_.local.size; ++lr) {
     if (bytes > 0) std::memcpy(peers_[lr].SlotData(key), result, bytes);
     LocalMessage done;
     done.peer = peers_[lr].id;
@@ -364,7 +367,7 @@ void LocalRoot::Fail(const std::string& reason) {
   failure_ = reason;
   LOG(ERROR) << reason;
   if (nccl_) nccl_->Fail(reason);
-  for (int lr = 1; lr < config_.local_size; ++lr) {
+  for (int lr = 1; lr < config_.local.size; ++lr) {
     if (!peers_[lr].hello) continue;
     LocalMessage fail;
     fail.peer = peers_[lr].id;
@@ -381,6 +384,7 @@ void LocalRoot::Fail(const std::string& reason) {
 Handle LocalRoot::PushPullAsync(const std::string& name, const void* input, void* output,
                                 DataType dtype, uint64_t count, bool average,
                                 std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("push_pull", name);
   MutexLock lock(mu_);
   FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
   FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", name, "' after Shutdown()");
@@ -401,9 +405,9 @@ void LocalRoot::WaitStarted(const std::string& key, uint64_t op_id) {
     const LocalRoundQueue& rs = rounds_.Of(key);
     return !rs.q.empty() && rs.q.front().op_id == op_id && rs.q.front().started;
   };
-  if (!cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), started)) {
+  if (!cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms), started)) {
     const std::string why = StrCat(
-        Me(), ": timed out after ", config_.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
+        Me(), ": timed out after ", config_.cluster.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
         rounds_.Describe([op_id](const LocalRound& r) { return r.op_id == op_id; }, kBarrierKey));
     Fail(why);
     throw FerryError(ErrorCode::kTimeout, why);
@@ -413,6 +417,7 @@ void LocalRoot::WaitStarted(const std::string& key, uint64_t op_id) {
 
 void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                           int root) {
+  CheckUserTensorName("broadcast", name);
   FERRY_ENFORCE(root >= 0 && root < size(), ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': root rank ", root, " is not a rank (0..", size() - 1, ")");
   MutexLock lock(mu_);
@@ -423,7 +428,7 @@ void LocalRoot::Broadcast(const std::string& name, void* data, DataType dtype, u
   TryStart(name);
   WaitStarted(name, op_id);
   // The round is ours until FinishRound: no peer touches its slot meanwhile.
-  const int machine = root / config_.local_size, source = root % config_.local_size;
+  const int machine = root / config_.local.size, source = root % config_.local.size;
   const size_t bytes = count * DataTypeSize(dtype);
   if (machine == worker_->rank() && source != 0 && bytes > 0) {
     std::memcpy(data, peers_[source].SlotData(name), bytes);
@@ -471,20 +476,20 @@ void LocalRoot::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   auto all_bye = [&]() REQUIRES(mu_) {
-    for (int lr = 1; lr < config_.local_size; ++lr) {
+    for (int lr = 1; lr < config_.local.size; ++lr) {
       if (!peers_[lr].bye) return false;
     }
     return true;
   };
-  if (failure_.empty() && !cv_.WaitFor(mu_, Millis(config_.op_timeout_ms), [&]() REQUIRES(mu_) {
+  if (failure_.empty() && !cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms), [&]() REQUIRES(mu_) {
         return all_bye() || !failure_.empty();
       })) {
     std::string missing;
-    for (int lr = 1; lr < config_.local_size; ++lr) {
+    for (int lr = 1; lr < config_.local.size; ++lr) {
       if (!peers_[lr].bye)
         missing += StrCat(missing.empty() ? "" : ", ", lr, " (pid ", peers_[lr].pid, ")");
     }
-    Fail(StrCat(Me(), ": Shutdown() waited ", config_.op_timeout_ms,
+    Fail(StrCat(Me(), ": Shutdown() waited ", config_.cluster.op_timeout_ms,
                 " ms (FERRY_OP_TIMEOUT_MS) for local rank(s) ", missing, " to shut down"));
   }
   const std::string failure = failure_;
@@ -499,7 +504,7 @@ void LocalRoot::Shutdown() {
   }
   lock.Lock();
   if (failure_.empty()) {
-    for (int lr = 1; lr < config_.local_size; ++lr) {
+    for (int lr = 1; lr < config_.local.size; ++lr) {
       LocalMessage bye;
       bye.peer = peers_[lr].id;
       bye.header.op = static_cast<uint32_t>(LocalOp::kBye);

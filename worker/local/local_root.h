@@ -52,23 +52,23 @@ class LocalRoot : public LocalMember {
   static std::unique_ptr<LocalRoot> Create(const Config& config);
   ~LocalRoot() override;
 
-  int rank() const override { return worker_->rank() * config_.local_size; }
-  int size() const override { return worker_->size() * config_.local_size; }
+  int rank() const override { return worker_->rank() * config_.local.size; }
+  int size() const override { return worker_->size() * config_.local.size; }
   int num_servers() const override { return worker_->num_servers(); }
 
   // The root's declarations fix the order of the machine's tensors at the servers.
   int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                    std::optional<int> priority = std::nullopt) override {
+                    std::optional<int> priority) override {
     return worker_->DeclareTensor(name, dtype, shape, priority);
   }
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
-                       uint64_t count, bool average, std::optional<int> priority = std::nullopt,
-                       CompletionCallback done = nullptr) override;
+                       uint64_t count, bool average, std::optional<int> priority,
+                       CompletionCallback done) override;
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): its rounds
   // are counted here as the host tensors' are (under a key of their own), and the root
   // sends every round's GO. Blocks until the output holds the result. Throws FerryError.
   void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
-                      uint64_t count, bool average, void* stream = nullptr) override;
+                      uint64_t count, bool average, void* stream) override;
   // `root`: a global rank (machine rank x local size + local rank).
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                  int root) override;
@@ -88,7 +88,7 @@ class LocalRoot : public LocalMember {
   CounterValues Counters() const override { return worker_->Counters(); }
 
  private:
-  struct Peer;
+  struct PeerState;
 
   explicit LocalRoot(const Config& config);
   void OnMessage(LocalMessage&& m);  // IO thread
@@ -118,7 +118,7 @@ class LocalRoot : public LocalMember {
 
   mutable Mutex mu_;  // guards everything below
   CondVar cv_;        // signalled on every change of a round, op or peer
-  std::vector<Peer> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
+  std::vector<PeerState> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
   LocalRounds rounds_ GUARDED_BY(mu_);
   uint64_t next_op_id_ GUARDED_BY(mu_) = 1;  // the root's operations, for LocalRound::op_id
   std::string failure_ GUARDED_BY(mu_);      // non-empty: the group failed; calls throw

@@ -201,7 +201,7 @@ def _find_local_rank():
     host_id = int.from_bytes(host[:7], "little") + 1
     ids = torch.zeros(size(), dtype=torch.int64)
     ids[rank()] = host_id
-    synchronize(push_pull_async_inplace(ids, average=False, name="ferry.init.host_ids"))
+    synchronize(push_pull_async_inplace(ids, average=False, name=_core.HOST_IDS_TENSOR))
     same = (ids == host_id)
     # A launcher's word wins (ferry-launch --local-size, bpslaunch): the core read and
     # checked FERRY_LOCAL_RANK / FERRY_LOCAL_SIZE (or the BYTEPS_ names) at init.
