@@ -58,8 +58,9 @@ Scheduler::~Scheduler() { van_.Stop(); }
 
 int Scheduler::Run() {
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
-  LOG(INFO) << "scheduler listening on " << config_.transport.bind_host << ":" << port_ << ", waiting for "
-            << config_.cluster.num_servers << " servers and " << config_.cluster.num_workers << " workers";
+  LOG(INFO) << "scheduler listening on " << config_.transport.bind_host << ":" << port_
+            << ", waiting for " << config_.cluster.num_servers << " servers and "
+            << config_.cluster.num_workers << " workers";
   int64_t start = NowMs();
   MutexLock lock(mu_);
   while (phase_ == Phase::kRegistering || phase_ == Phase::kRunning) {
@@ -76,7 +77,8 @@ int Scheduler::Run() {
   lock.Unlock();
   van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
   if (ok) LOG(INFO) << "every worker finalized; job finished";
-  Status written = WriteStatsFile(config_.diagnostics.stats_file, "scheduler", 0, VanCounterValues(van_.stats()));
+  Status written = WriteStatsFile(config_.diagnostics.stats_file, "scheduler", 0,
+                                  VanCounterValues(van_.stats()));
   if (!written.ok()) LOG(ERROR) << written.message();
   return ok ? 0 : 1;
 }
@@ -129,7 +131,8 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
                            r.hostname(), ", pid ", r.pid(), ")");
   if (phase_ != Phase::kRegistering) {
     Refuse(identity, StrCat(who, " arrived after registration closed; the job already has ",
-                            config_.cluster.num_servers, " servers and ", config_.cluster.num_workers, " workers"));
+                            config_.cluster.num_servers, " servers and ",
+                            config_.cluster.num_workers, " workers"));
     return;
   }
   if (r.role() != proto::SERVER && r.role() != proto::WORKER) {
@@ -142,7 +145,8 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
                             "' (FERRY_NODE_KIND): expected colocated or cpu"));
     return;
   }
-  int wanted = r.role() == proto::SERVER ? config_.cluster.num_servers : config_.cluster.num_workers;
+  int wanted =
+      r.role() == proto::SERVER ? config_.cluster.num_servers : config_.cluster.num_workers;
   int have = 0;
   for (const auto& p : pending_) {
     if (p.identity == identity) return;  // a repeated REGISTER on the same connection
@@ -163,13 +167,14 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
     return;
   }
   if (r.requested_rank() >= config_.cluster.num_workers) {
-    Refuse(identity, StrCat(who, " asks for worker rank ", r.requested_rank(), " but DMLC_NUM_WORKER=",
-                            config_.cluster.num_workers));
+    Refuse(identity, StrCat(who, " asks for worker rank ", r.requested_rank(),
+                            " but DMLC_NUM_WORKER=", config_.cluster.num_workers));
     return;
   }
   pending_.push_back({identity, r});
   LOG(INFO) << "registered " << who << "; " << MissingNodes();
-  if (static_cast<int>(pending_.size()) == config_.cluster.num_servers + config_.cluster.num_workers) {
+  if (static_cast<int>(pending_.size()) ==
+      config_.cluster.num_servers + config_.cluster.num_workers) {
     BuildNodeTable();
   }
 }
@@ -198,8 +203,8 @@ std::string Scheduler::MissingNodes() const {
     }
   }
   int workers = config_.cluster.num_workers - static_cast<int>(missing.size());
-  std::string s = StrCat(servers, " of ", config_.cluster.num_servers, " servers and ", workers, " of ",
-                         config_.cluster.num_workers, " workers registered");
+  std::string s = StrCat(servers, " of ", config_.cluster.num_servers, " servers and ", workers,
+                         " of ", config_.cluster.num_workers, " workers registered");
   if (servers < config_.cluster.num_servers) {
     s += StrCat("; missing ", config_.cluster.num_servers - servers, " server(s)");
   }
@@ -278,7 +283,8 @@ void Scheduler::BuildNodeTable() {
   for (const auto& s : table_.Servers()) {
     servers += StrCat(" ", DescribeNode(s), " ", s.kind(), " weight ", s.weight(), ";");
   }
-  LOG(INFO) << "all " << config_.cluster.num_servers << " servers and " << config_.cluster.num_workers
+  LOG(INFO) << "all " << config_.cluster.num_servers << " servers and "
+            << config_.cluster.num_workers
             << " workers registered; node table sent. Servers:" << servers;
   phase_ = Phase::kRunning;
   pending_.clear();
@@ -297,9 +303,10 @@ void Scheduler::OnBarrier(const Message& m) {
     }
   }
   arrived.emplace_back(m.sender(), m.envelope.request_id());
-  int expected = group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.cluster.num_workers
-                 : group == proto::GROUP_SERVERS ? config_.cluster.num_servers
-                                                 : config_.cluster.num_workers + config_.cluster.num_servers;
+  int expected =
+      group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.cluster.num_workers
+      : group == proto::GROUP_SERVERS                             ? config_.cluster.num_servers
+                                      : config_.cluster.num_workers + config_.cluster.num_servers;
   VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
           << arrived.size() << " of " << expected;
   if (static_cast<int>(arrived.size()) < expected) return;

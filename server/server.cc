@@ -109,7 +109,8 @@ int Server::Run() {
   LOG(INFO) << "server listening on " << config_.transport.bind_host << ":" << port_ << " with "
             << engines_.size() << " engine threads; sums of " << config_.server.split_bytes
             << " bytes and more split across threads"
-            << (config_.server.deterministic ? "; deterministic: rounds summed in worker-rank order" : "")
+            << (config_.server.deterministic ? "; deterministic: rounds summed in worker-rank order"
+                                             : "")
             << (config_.server.async ? "; asynchronous: pushes update the parameters at once" : "")
             << (config_.server.device == ServerDevice::kGpu
                     ? StrCat("; sums on GPU ", config_.server.gpu, " with ",
@@ -140,7 +141,8 @@ int Server::Run() {
                     : std::string());
   CounterValues values = stats();
   for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
-  Status written = WriteStatsFile(config_.diagnostics.stats_file, "server", cluster_.my_rank(), values);
+  Status written =
+      WriteStatsFile(config_.diagnostics.stats_file, "server", cluster_.my_rank(), values);
   if (!written.ok()) LOG(ERROR) << written.message();
   van_.Stop();
   return code;

@@ -27,13 +27,13 @@ void JoinProtocol::Join() {
   {
     // Every server must hold our JOIN before the others may leave the join barrier.
     MutexLock lock(ctx_.mu);
-    bool acked = cv_.WaitFor(ctx_.mu, Millis(config.cluster.op_timeout_ms), [this]() REQUIRES(ctx_.mu) {
-      return acks_ == ctx_.num_servers || !ctx_.failure.empty();
-    });
+    bool acked = cv_.WaitFor(
+        ctx_.mu, Millis(config.cluster.op_timeout_ms),
+        [this]() REQUIRES(ctx_.mu) { return acks_ == ctx_.num_servers || !ctx_.failure.empty(); });
     ctx_.ThrowIfFailed();
     FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", ctx_.num_servers - acks_, " of ",
-                  ctx_.num_servers, " servers did not acknowledge within ", config.cluster.op_timeout_ms,
-                  " ms");
+                  ctx_.num_servers, " servers did not acknowledge within ",
+                  config.cluster.op_timeout_ms, " ms");
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
   ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms);

@@ -12,10 +12,7 @@ namespace ferry {
 
 SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
                                      ScheduledQueue& queue, SumOverWorkers sum_over_workers)
-    : ctx_(ctx),
-      catalog_(catalog),
-      queue_(queue),
-      sum_over_workers_(std::move(sum_over_workers)) {
+    : ctx_(ctx), catalog_(catalog), queue_(queue), sum_over_workers_(std::move(sum_over_workers)) {
   const Config::Scheduling& c = ctx_.config.scheduling;
   const int64_t partition = c.InitialPartitionBytes();
   {

@@ -63,10 +63,12 @@ void Worker::Start() {
     weights.push_back(s.weight());
     van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id());
   }
-  if (!config_.diagnostics.trace_dir.empty()) trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);
+  if (!config_.diagnostics.trace_dir.empty())
+    trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);
   {
     MutexLock lock(mu_);
-    catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(), std::move(weights));
+    catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(),
+                                               std::move(weights));
     ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
     sequencer_ = std::make_unique<Sequencer>(*ctx_);
     ctx_->sequencer = sequencer_.get();
@@ -146,7 +148,8 @@ Handle Worker::StartPushPull(const std::string& name, const void* input, void* o
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
-                name, "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
+                name,
+                "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
                 "is the parameters, not a sum, so there is nothing to average");
   if (!catalog_->Find(name)) {
     LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "

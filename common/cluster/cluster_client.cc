@@ -12,7 +12,8 @@
 namespace ferry {
 
 VanOptions VanOptionsFor(const std::string& name, const Config& config) {
-  VanOptions o = VanOptions::Named(name, config.transport.max_message_bytes, config.transport.secret);
+  VanOptions o =
+      VanOptions::Named(name, config.transport.max_message_bytes, config.transport.secret);
   o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
   o.drop_percent = config.transport.test_drop_percent;
   o.delay_ms = static_cast<int>(config.transport.test_delay_ms);
@@ -55,7 +56,8 @@ std::string NewRoutingId() {
 
 ClusterClient::ClusterClient(const Config& config, Van* van, int port)
     : config_(config), van_(van), port_(port), routing_id_(NewRoutingId()) {
-  scheduler_name_ = StrCat("scheduler (", config.transport.root_host, ":", config.transport.root_port, ")");
+  scheduler_name_ =
+      StrCat("scheduler (", config.transport.root_host, ":", config.transport.root_port, ")");
 }
 
 ClusterClient::~ClusterClient() {
@@ -97,7 +99,8 @@ void ClusterClient::Register() {
   LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role);
   // The scheduler names the missing nodes when its own deadline passes; wait a little
   // longer than that deadline so its verdict, not our timeout, is what users read.
-  int64_t wait_ms = config_.cluster.connect_timeout_ms + config_.cluster.connect_timeout_ms / 4 + 1000;
+  int64_t wait_ms =
+      config_.cluster.connect_timeout_ms + config_.cluster.connect_timeout_ms / 4 + 1000;
   WaitUntil([this]() REQUIRES(mu_) { return my_id_ >= 0; }, wait_ms,
             StrCat("the node table from the ", scheduler_name_,
                    " (is the scheduler running, and did every node start?)"));
@@ -196,7 +199,8 @@ void ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   Send(std::move(m));
-  WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id]; }, timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
+  WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id]; },
+            timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
             StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
   MutexLock lock(mu_);
   barriers_.erase(id);

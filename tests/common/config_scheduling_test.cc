@@ -72,7 +72,8 @@ TEST(ConfigSchedulingTest, Values) {
   EXPECT_EQ(c.scheduling.autotune_steps, 5);
   EXPECT_EQ(c.scheduling.autotune_partition_bytes, (std::vector<int64_t>{8192, 1048576}));
   EXPECT_EQ(c.scheduling.autotune_credits, (std::vector<int64_t>{1, 16}));
-  EXPECT_EQ(c.scheduling.CreditBytesFor(65536), 100000);  // given in bytes: independent of partitions
+  EXPECT_EQ(c.scheduling.CreditBytesFor(65536),
+            100000);  // given in bytes: independent of partitions
   for (const char* p : {"fifo", "priority", "credit", "fifo-bucket"}) {
     EXPECT_STREQ(SchedulingPolicyName(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling.policy), p);
   }

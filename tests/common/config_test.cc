@@ -380,7 +380,9 @@ TEST(ConfigTest, WorkerIdRange) {
   ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "-1"}}), "DMLC_WORKER_ID");
   ExpectInvalid(With(BaseEnv(), {{"DMLC_WORKER_ID", "first"}}), "DMLC_WORKER_ID");
   // The range follows DMLC_NUM_WORKER.
-  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "8"}, {"DMLC_WORKER_ID", "7"}})).cluster.worker_id, 7);
+  EXPECT_EQ(
+      Read(With(BaseEnv(), {{"DMLC_NUM_WORKER", "8"}, {"DMLC_WORKER_ID", "7"}})).cluster.worker_id,
+      7);
 }
 
 TEST(ConfigTest, HeartbeatTimeoutMustBeTwiceTheInterval) {
@@ -418,7 +420,8 @@ TEST(ConfigTest, LogLevels) {
 }
 
 TEST(ConfigTest, NodeKind) {
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "colocated"}})).cluster.node_kind, "colocated");
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "colocated"}})).cluster.node_kind,
+            "colocated");
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_NODE_KIND", "cpu"}})).cluster.node_kind, "cpu");
   ExpectInvalid(With(BaseEnv(), {{"FERRY_NODE_KIND", "gpu"}}), "FERRY_NODE_KIND");
 }
@@ -462,7 +465,8 @@ TEST(ConfigTest, ServerDevice) {
   EXPECT_EQ(c.server.gpu, 0);
   EXPECT_EQ(c.server.gpu_streams, 2);
   EXPECT_FALSE(StrContains(c.Summary(), "device="));
-  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "cpu"}})).server.device, ServerDevice::kCpu);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "cpu"}})).server.device,
+            ServerDevice::kCpu);
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", ""}})).server.device, ServerDevice::kCpu);
   c = Read(With(BaseEnv(), {{"FERRY_SERVER_DEVICE", "gpu"}}));
   EXPECT_EQ(c.server.device, ServerDevice::kGpu);
@@ -508,8 +512,8 @@ TEST(ConfigTest, LocalGroupSettings) {
                 "FERRY_LOCAL_SOCKET");
   // 'gpus' is for ferry-launch: a worker needs the number, a server ignores it.
   ExpectInvalid(With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "gpus"}}), "FERRY_LOCAL_SIZE");
-  EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_LOCAL_SIZE", "gpus"}})).local.size,
-            1);
+  EXPECT_EQ(
+      Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_LOCAL_SIZE", "gpus"}})).local.size, 1);
   const std::string m = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_LOCAL_SIZE", "2"}, {"FERRY_LOCAL_RANK", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),
       "FERRY_ENABLE_ASYNC");

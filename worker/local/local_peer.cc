@@ -137,7 +137,8 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
     // The slot is the root's until DONE of the previous operation on this tensor.
     if (!cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms),
                      [&]() REQUIRES(mu_) { return !slot.busy || !failure_.empty(); })) {
-      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ", config_.cluster.op_timeout_ms,
+      Fail(StrCat(Me(), ": ", LocalOpName(kind), " of '", name, "' waited ",
+                  config_.cluster.op_timeout_ms,
                   " ms (FERRY_OP_TIMEOUT_MS) for the previous operation "
                   "on that tensor"));
     }
@@ -210,11 +211,12 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
     FERRY_ENFORCE(!bye_sent_, ErrorCode::kShutdown, "push_pull of '", t.name, "' after Shutdown()");
     if (!nccl_) {
-      nccl_ = LocalNccl::Create(config_.local.rank, config_.local.size, config_.cluster.op_timeout_ms,
-                                nullptr, [this](const std::string& reason) {
-                                  MutexLock lock(mu_);
-                                  Fail(reason);
-                                });
+      nccl_ =
+          LocalNccl::Create(config_.local.rank, config_.local.size, config_.cluster.op_timeout_ms,
+                            nullptr, [this](const std::string& reason) {
+                              MutexLock lock(mu_);
+                              Fail(reason);
+                            });
     }
     // Queued before the root hears of it, so that its GO finds it.
     nccl = nccl_.get();

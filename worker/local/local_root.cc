@@ -18,8 +18,8 @@ namespace {
 
 // The rounds of Barrier().
 const std::string kBarrierKey = ReservedTensorName(reserved::kLocalBarrier);
-// The rounds of device tensor T are counted under kDevicePrefix + T (__ferry__/device/T): a host and
-// a device push_pull of one name are rounds of two sequences.
+// The rounds of device tensor T are counted under kDevicePrefix + T (__ferry__/device/T): a host
+// and a device push_pull of one name are rounds of two sequences.
 const std::string kDevicePrefix = ReservedTensorName(reserved::kDevice) + "/";
 
 std::string DeviceKey(const std::string& name) { return kDevicePrefix + name; }
@@ -58,7 +58,8 @@ LocalRoot::LocalRoot(const Config& config)
           [this](Handle h) {
             MutexLock lock(mu_);
             return StrCat(
-                Me(), ": timed out after ", config_.cluster.op_timeout_ms, " ms (FERRY_OP_TIMEOUT_MS): ",
+                Me(), ": timed out after ", config_.cluster.op_timeout_ms,
+                " ms (FERRY_OP_TIMEOUT_MS): ",
                 rounds_.Describe([h](const LocalRound& r) { return r.handle == h; }, kBarrierKey));
           }),
       peers_(config.local.size),
@@ -481,9 +482,9 @@ void LocalRoot::Shutdown() {
     }
     return true;
   };
-  if (failure_.empty() && !cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms), [&]() REQUIRES(mu_) {
-        return all_bye() || !failure_.empty();
-      })) {
+  if (failure_.empty() &&
+      !cv_.WaitFor(mu_, Millis(config_.cluster.op_timeout_ms),
+                   [&]() REQUIRES(mu_) { return all_bye() || !failure_.empty(); })) {
     std::string missing;
     for (int lr = 1; lr < config_.local.size; ++lr) {
       if (!peers_[lr].bye)
