@@ -187,7 +187,8 @@ size_t OperationTable::size() const {
 void OperationTable::Post(std::function<void()> task) {
   MutexLock lock(mu_);
   if (stop_) return;
-  ready_.push_back(Ready{0, Verdict{}, [task = std::move(task)](Handle, const Verdict&) { task(); }});
+  ready_.push_back(
+      Ready{0, Verdict{}, [task = std::move(task)](Handle, const Verdict&) { task(); }});
   callbacks_cv_.NotifyAll();
 }
 

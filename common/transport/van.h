@@ -77,11 +77,11 @@ struct VanOptions {
 //   connections_refused          failed the security check or handshake
 //   injected_drops               data messages dropped by fault injection
 //   connections_closed           inbound connections that ended (any reason)
-#define FERRY_VAN_COUNTERS(X)                                                           \
-  X(messages_sent)                                                                      \
-  X(messages_received) X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy)       \
-      X(bad_messages_dropped) X(send_failures) X(connections_refused) X(injected_drops) \
-          X(connections_closed)
+#define FERRY_VAN_COUNTERS(X)                                                        \
+  X(messages_sent)                                                                   \
+  X(messages_received)                                                               \
+  X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
+      X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed)
 
 struct VanStats {
 #define FERRY_VAN_STATS_FIELD(name) uint64_t name = 0;
