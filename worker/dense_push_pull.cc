@@ -224,19 +224,6 @@ void DensePushPull::ReturnCredit(InFlight& f) {
   queue_.Done(f.task);
 }
 
-bool DensePushPull::OnReply(Message& m) {
-  switch (m.type()) {
-    case proto::PUSH_ACK:
-      return OnAck(m);
-    case proto::PUSH_RESULT:
-      return OnResult(std::move(m));
-    case proto::ERROR:
-      return OnError(m);
-    default:
-      return false;
-  }
-}
-
 bool DensePushPull::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
   DrainReleases();

@@ -45,15 +45,13 @@ class DensePushPull : public OperationKind {
   void SendBatch(const Batch& batch) EXCLUDES(ctx_.mu);
 
   void Start(const std::shared_ptr<Operation>& op) override;
-  bool OnReply(Message& m) override;
   void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) override;
   std::string Describe(const Operation& op) const override;
 
  private:
-  // OnReply by type; each false if the request is not one of ours.
-  bool OnAck(const Message& m) EXCLUDES(ctx_.mu);
-  bool OnResult(Message&& m) EXCLUDES(ctx_.mu);
-  bool OnError(const Message& m) EXCLUDES(ctx_.mu);
+  bool OnAck(const Message& m) override EXCLUDES(ctx_.mu);
+  bool OnResult(Message&& m) override EXCLUDES(ctx_.mu);
+  bool OnError(const Message& m) override EXCLUDES(ctx_.mu);
   // A partition between the queue and its reply.
   struct InFlight : TrackedRequest {
     std::shared_ptr<Operation> op;

@@ -106,6 +106,13 @@ bool Sequencer::AnyUnfinished() const {
   return false;
 }
 
+bool OperationKind::OnReply(Message& m, proto::MessageType result_type) {
+  if (m.type() == proto::PUSH_ACK) return OnAck(m);
+  if (m.type() == result_type) return OnResult(std::move(m));
+  if (m.type() == proto::ERROR) return OnError(m);
+  return false;
+}
+
 bool Sequencer::WaitUntilIdle() {
   ctx_.mu.AssertHeld();
   const int64_t deadline = NowMs() + ctx_.config.cluster.op_timeout_ms;

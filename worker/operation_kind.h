@@ -123,15 +123,21 @@ class OperationKind {
   // Sends (or queues) the operation's requests. REQUIRES: mu held (implementations
   // assert it: the interface cannot name the lock).
   virtual void Start(const std::shared_ptr<Operation>& op) = 0;
-  // A reply (PUSH_ACK, PUSH_RESULT, ROWS_RESULT or ERROR) to a request of this kind
-  // (van-io thread; takes mu); the kind may take `m`'s payload. False: not ours (`m` is
-  // untouched), for the next kind to try.
-  virtual bool OnReply(Message& m) = 0;
+  // A reply to a request of this kind (van-io thread; takes mu), by type: PUSH_ACK to
+  // OnAck, `result_type` (PUSH_RESULT, ROWS_RESULT) to OnResult (which may take `m`'s
+  // payload), ERROR to OnError. False: not ours (`m` is untouched), for the next kind.
+  bool OnReply(Message& m, proto::MessageType result_type);
   // Sender thread, resends on: what to send again, as (server rank, message).
   // REQUIRES: mu held.
   virtual void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) = 0;
   // What the unfinished operation waits for, for a timeout. REQUIRES: mu held.
   virtual std::string Describe(const Operation& op) const = 0;
+
+ private:
+  // OnReply by type; each returns false if the request is not one of this kind's.
+  virtual bool OnAck(const Message& m) = 0;
+  virtual bool OnResult(Message&& m) = 0;
+  virtual bool OnError(const Message& m) = 0;
 };
 
 // The operations of each tensor run one at a time, in call order. Methods marked

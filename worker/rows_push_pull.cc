@@ -100,19 +100,6 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
   op->rows->pushes.clear();
 }
 
-bool RowsPushPull::OnReply(Message& m) {
-  switch (m.type()) {
-    case proto::PUSH_ACK:
-      return OnAck(m);
-    case proto::ROWS_RESULT:
-      return OnResult(std::move(m));
-    case proto::ERROR:
-      return OnError(m);
-    default:
-      return false;
-  }
-}
-
 bool RowsPushPull::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
   // From now on only the sums are missing: ask for them if they do not come in time,

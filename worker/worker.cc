@@ -221,7 +221,7 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     case proto::ROWS_RESULT:
     case proto::ERROR:
       // The rows kind knows its request ids; whatever it does not claim is dense.
-      if (!rows_->OnReply(m) && !dense_->OnReply(m)) {
+      if (!rows_->OnReply(m, proto::ROWS_RESULT) && !dense_->OnReply(m, proto::PUSH_RESULT)) {
         LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
       }
       break;
