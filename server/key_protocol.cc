@@ -29,15 +29,10 @@ Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::stri
   return r;
 }
 
-Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, uint32_t round,
-               DataType dtype, uint64_t length, uint64_t tensor_hash, uint32_t contributors,
+Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, const Reply::Sum& sum,
                const Buffer& payload) {
   Reply r = AddressedReply(kind, to, key);
-  r.round = round;
-  r.dtype = dtype;
-  r.length = length;
-  r.tensor_hash = tensor_hash;
-  r.contributors = contributors;
+  r.sum = sum;
   r.payload = payload;
   return r;
 }
@@ -76,14 +71,14 @@ Message ToMessage(const Reply& reply, int sender) {
       break;
     case Reply::Kind::kSum:
     case Reply::Kind::kRowsSum:
-      e.set_round(reply.round);
-      e.set_dtype(static_cast<proto::DataTypeProto>(reply.dtype));
-      e.set_length(reply.length);
-      e.set_tensor_hash(reply.tensor_hash);
-      e.set_contributors(reply.contributors);
+      e.set_round(reply.sum.round);
+      e.set_dtype(static_cast<proto::DataTypeProto>(reply.sum.dtype));
+      e.set_length(reply.sum.length);
+      e.set_tensor_hash(reply.sum.tensor_hash);
+      e.set_contributors(reply.sum.contributors);
       if (reply.kind == Reply::Kind::kRowsSum) {
         proto::RowsHeader* h = e.mutable_rows();
-        const uint64_t row_bytes = reply.row_elements * DataTypeSize(reply.dtype);
+        const uint64_t row_bytes = reply.row_elements * DataTypeSize(reply.sum.dtype);
         h->set_num_rows(reply.payload.size() / row_bytes);
         h->set_row_elements(reply.row_elements);
       }

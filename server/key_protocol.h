@@ -87,12 +87,15 @@ struct Reply {
   std::string identity;
   uint64_t request_id = 0;
   uint64_t key = 0;
-  // kSum and kRowsSum:
-  uint32_t round = 0;
-  DataType dtype = DataType::kFloat32;
-  uint64_t length = 0;  // the envelope's length: a dense key's bytes, the rows' bytes
-  uint64_t tensor_hash = 0;
-  uint32_t contributors = 0;
+  // kSum and kRowsSum: the envelope's fields of a sum.
+  struct Sum {
+    uint32_t round = 0;
+    DataType dtype = DataType::kFloat32;
+    uint64_t length = 0;  // a dense key's bytes, the rows' bytes
+    uint64_t tensor_hash = 0;
+    uint32_t contributors = 0;
+  };
+  Sum sum;
   uint64_t row_elements = 0;  // kRowsSum: elements per row
   Buffer payload;             // shared with the key's state (and other replies), no copy
   // kError:
@@ -104,8 +107,7 @@ Reply AckReply(const PendingReply& to, uint64_t key);
 Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::string reason);
 // A kSum (or, with row_elements set after, kRowsSum) reply: `payload` is shared, not
 // copied (every reply of a round sends the same bytes).
-Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, uint32_t round,
-               DataType dtype, uint64_t length, uint64_t tensor_hash, uint32_t contributors,
+Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, const Reply::Sum& sum,
                const Buffer& payload);
 
 // Why a dense push disagrees with the key's definition (verdict kMismatch): the text

@@ -157,8 +157,8 @@ Reply ParamProtocol::Result(const PendingReply& to, uint64_t key, const ParamSta
                             uint32_t round) const {
   // Contributors 1: one push applied, not a round's sum. The parameters are shared: they
   // are never written again.
-  return SumReply(Reply::Kind::kSum, to, key, round, state.dtype, state.length, state.tensor_hash,
-                  1, state.params);
+  return SumReply(Reply::Kind::kSum, to, key,
+                  {round, state.dtype, state.length, state.tensor_hash, 1}, state.params);
 }
 
 void ParamProtocol::DropKey(uint64_t key, ParamState& state, ErrorCode code,

@@ -200,8 +200,8 @@ void RoundProtocol::SendRound(uint64_t key, KeyState& state) {
 
 Reply RoundProtocol::Result(const PendingReply& to, uint64_t key, const KeyState& state,
                             uint32_t round, const Buffer& sum, uint32_t contributors) const {
-  return SumReply(Reply::Kind::kSum, to, key, round, state.dtype, state.length, state.tensor_hash,
-                  contributors, sum);
+  return SumReply(Reply::Kind::kSum, to, key,
+                  {round, state.dtype, state.length, state.tensor_hash, contributors}, sum);
 }
 
 void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState& state) {

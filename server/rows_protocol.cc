@@ -154,8 +154,8 @@ void RowsProtocol::SendRound(uint64_t key, RowKeyState& state) {
 Reply RowsProtocol::Result(const PendingReply& to, uint64_t key, const RowKeyState& state,
                            uint32_t round, const Buffer& values, uint32_t contributors) const {
   // `values` shared with last_results, kept for resends.
-  Reply r = SumReply(Reply::Kind::kRowsSum, to, key, round, state.dtype, values.size(),
-                     state.tensor_hash, contributors, values);
+  Reply r = SumReply(Reply::Kind::kRowsSum, to, key,
+                     {round, state.dtype, values.size(), state.tensor_hash, contributors}, values);
   r.row_elements = state.row_elements;
   return r;
 }

@@ -120,10 +120,10 @@ void ExpectSum(const Reply& r, int rank, uint32_t request_round, uint32_t round,
   EXPECT_EQ(r.identity, Identity(rank));
   EXPECT_EQ(r.request_id, RequestId(rank, request_round));
   EXPECT_EQ(r.key, kKey);
-  EXPECT_EQ(r.round, round);
-  EXPECT_EQ(r.length, sum.size() * 4);
-  EXPECT_EQ(r.tensor_hash, kHash);
-  EXPECT_EQ(r.contributors, contributors);
+  EXPECT_EQ(r.sum.round, round);
+  EXPECT_EQ(r.sum.length, sum.size() * 4);
+  EXPECT_EQ(r.sum.tensor_hash, kHash);
+  EXPECT_EQ(r.sum.contributors, contributors);
   EXPECT_EQ(FloatsOf(r.payload), sum);
 }
 
@@ -430,7 +430,7 @@ TEST(RowsProtocolTest, EachPusherGetsTheSumsOfExactlyTheRowsItListed) {
   EXPECT_EQ(FloatsOf(r[1].payload), (std::vector<float>{1, 2, 13, 24}));
   EXPECT_EQ(r[2].identity, Identity(1));
   EXPECT_EQ(FloatsOf(r[2].payload), (std::vector<float>{13, 24, 30, 40}));
-  EXPECT_EQ(r[2].contributors, 2u);
+  EXPECT_EQ(r[2].sum.contributors, 2u);
   Message m = ToMessage(r[2], 42);
   EXPECT_EQ(m.type(), proto::ROWS_RESULT);
   EXPECT_EQ(m.envelope.rows().num_rows(), 2u);
@@ -490,11 +490,11 @@ TEST(ToMessageTest, BuildsEveryKindOfReply) {
   sum.kind = Reply::Kind::kSum;
   sum.request_id = 8;
   sum.key = kKey;
-  sum.round = 4;
-  sum.dtype = DataType::kFloat32;
-  sum.length = 8;
-  sum.tensor_hash = kHash;
-  sum.contributors = 2;
+  sum.sum.round = 4;
+  sum.sum.dtype = DataType::kFloat32;
+  sum.sum.length = 8;
+  sum.sum.tensor_hash = kHash;
+  sum.sum.contributors = 2;
   sum.payload = Floats({1, 2});
   Message m = ToMessage(sum, 5);
   EXPECT_EQ(m.type(), proto::PUSH_RESULT);

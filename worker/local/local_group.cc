@@ -26,6 +26,18 @@ Handle LocalMember::PushPullRowsAsync(const std::string& name, const int64_t*, u
                           "for sparse rows"));
 }
 
+void LocalMember::SetScheduling(int64_t partition_bytes, int64_t credit_bytes) {
+  MachineWorker("SetScheduling").SetScheduling(partition_bytes, credit_bytes);
+}
+
+SchedulingChoice LocalMember::scheduling() const {
+  return MachineWorker("scheduling()").scheduling();
+}
+
+std::string LocalMember::scheduling_policy() const {
+  return MachineWorker("scheduling_policy()").scheduling_policy();
+}
+
 void LocalMember::Join() {
   throw FerryError(
       ErrorCode::kInvalidArgument,

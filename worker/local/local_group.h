@@ -33,6 +33,8 @@
 
 namespace ferry {
 
+class Worker;
+
 // A device push_pull's description (local_nccl.h), after checking that this Ferry was
 // built with NCCL (else FerryError kInvalidArgument naming the tensor).
 DeviceTensor CheckedDeviceTensor(const std::string& name, const void* input, void* output,
@@ -47,9 +49,14 @@ class LocalGroup {
 };
 
 // What LocalRoot and LocalPeer share: the local shape, the table of this rank's handles,
-// and refusing what a local group cannot do (sparse rows, Join).
+// refusing what a local group cannot do (sparse rows, Join), and the calls only the
+// machine's Worker can answer (the root forwards them; a peer refuses them).
 class LocalMember : public Collective {
  public:
+  // The machine's Worker partitions its tensors: see Worker.
+  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) override;
+  SchedulingChoice scheduling() const override;
+  std::string scheduling_policy() const override;
   int local_rank() const override { return config_.local.rank; }
   int local_size() const override { return config_.local.size; }
   // Refused: a local group would have to merge its ranks' row lists before the root pushes.
@@ -62,6 +69,10 @@ class LocalMember : public Collective {
   // `timeout_message`: as Collective's.
   LocalMember(const Config& config, TimeoutMessageFn timeout_message)
       : Collective(config.cluster.op_timeout_ms, std::move(timeout_message)), config_(config) {}
+
+  // The local root's Worker; on another local rank, throws FerryError (kInvalidArgument)
+  // saying that `what` is only available on local rank 0.
+  virtual Worker& MachineWorker(const char* what) const = 0;
 
   const Config config_;
 };

@@ -399,7 +399,10 @@ class NcclGroup : public LocalNccl {
   }
 
   // Polls the stream (and the communicator's errors) until its work is done, for at most
-  // `timeouts` x FERRY_OP_TIMEOUT_MS.
+  // `timeouts` x FERRY_OP_TIMEOUT_MS. Polling, not a blocking wait, on purpose: a peer that
+  // died leaves NCCL's kernel spinning forever, and NCCL's documented way to notice that
+  // and abort the communicator is to poll ncclCommGetAsyncError against a deadline (the
+  // one loop of the data path that polls; the host path waits on condition variables).
   void WaitStream(const std::string& what, int timeouts = 1) {
     const int64_t deadline = NowMs() + timeouts * op_timeout_ms_;
     for (int spins = 0;; ++spins) {

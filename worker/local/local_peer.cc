@@ -235,18 +235,12 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
   nccl->Wait(ticket);
 }
 
-void LocalPeer::RefuseOffRoot(const char* what) const {
+Worker& LocalPeer::MachineWorker(const char* what) const {
   throw FerryError(ErrorCode::kInvalidArgument,
                    StrCat(what, " is not available on local rank ", config_.local.rank,
                           " (FERRY_LOCAL_SIZE=", config_.local.size,
                           "): only local rank 0 talks to the servers; make the call there"));
 }
-
-void LocalPeer::SetScheduling(int64_t, int64_t) { RefuseOffRoot("SetScheduling"); }
-
-SchedulingChoice LocalPeer::scheduling() const { RefuseOffRoot("scheduling()"); }
-
-std::string LocalPeer::scheduling_policy() const { RefuseOffRoot("scheduling_policy()"); }
 
 CounterValues LocalPeer::Counters() const { return {{"operations", operations_.value()}}; }
 

@@ -60,10 +60,6 @@ class LocalPeer : public LocalMember {
                  int root) override;
   void Barrier() override;
   void StepBoundary() override {}  // the root times the machine's iterations
-  // Refused: the root alone partitions the machine's tensors; make the call there.
-  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) override;
-  SchedulingChoice scheduling() const override;
-  std::string scheduling_policy() const override;
   // Waits for this rank's operations, says BYE, and waits (FERRY_OP_TIMEOUT_MS) for the
   // root's word that the job shut down. Idempotent.
   void Shutdown() override;
@@ -85,8 +81,8 @@ class LocalPeer : public LocalMember {
                 DataType dtype, uint64_t count, bool average, int root,
                 CompletionCallback done = nullptr);
   void Fail(const std::string& reason) REQUIRES(mu_);
-  // Throws: `what` is only available on local rank 0.
-  [[noreturn]] void RefuseOffRoot(const char* what) const;
+  // Throws: the root alone talks to the servers and partitions the machine's tensors.
+  [[noreturn]] Worker& MachineWorker(const char* what) const override;
   std::string TimeoutMessage(Handle handle) const EXCLUDES(mu_);
   std::string Me() const;
 

@@ -73,14 +73,8 @@ class LocalRoot : public LocalMember {
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                  int root) override;
   void Barrier() override;
-  // The Worker's (worker.h): the root times the machine's iterations and partitions its
-  // tensors.
+  // The Worker's (worker.h): the root times the machine's iterations.
   void StepBoundary() override { worker_->StepBoundary(); }
-  void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) override {
-    worker_->SetScheduling(partition_bytes, credit_bytes);
-  }
-  SchedulingChoice scheduling() const override { return worker_->scheduling(); }
-  std::string scheduling_policy() const override { return worker_->scheduling_policy(); }
   // Waits for the other local ranks' BYE (FERRY_OP_TIMEOUT_MS), shuts the Worker down,
   // and tells them how that went. Idempotent.
   void Shutdown() override;
@@ -89,6 +83,8 @@ class LocalRoot : public LocalMember {
 
  private:
   struct PeerState;
+
+  Worker& MachineWorker(const char*) const override { return *worker_; }
 
   explicit LocalRoot(const Config& config);
   void OnMessage(LocalMessage&& m);  // IO thread
