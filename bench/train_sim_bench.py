@@ -120,7 +120,8 @@ class Run:
         env = dict(os.environ, DMLC_ROLE=role, DMLC_NUM_WORKER=str(self.args.workers),
                    DMLC_NUM_SERVER=str(self.num_servers()), DMLC_PS_ROOT_URI="198.18.0.1",
                    DMLC_PS_ROOT_PORT=str(SCHEDULER_PORT), DMLC_NODE_HOST=address,
-                   FERRY_LOG_LEVEL=self.args.log_level, **self.env, **(extra_env or {}))
+                   FERRY_LOG_LEVEL=self.args.log_level,
+                   FERRY_STATS_FILE=os.path.join(self.logs.name, "%r.json"), **self.env, **(extra_env or {}))
         cmd = [NETNS_CLUSTER, "exec", "--name", self.name, host, "--"] + argv
         # Files, not pipes: nobody has to read while waiting for another process.
         with open(self.log(label, "out"), "w") as out, open(self.log(label, "err"), "w") as err:
@@ -133,6 +134,22 @@ class Run:
     def read(self, label, stream):
         with open(self.log(label, stream), errors="replace") as f:
             return f.read()
+
+    def transport_stats(self):
+        """The workers' reply delays and the Van's unreleased bytes, from the counters every
+        node writes at exit (FERRY_STATS_FILE): the worst worker's figure of each."""
+        out = {}
+        for i in range(self.args.workers):
+            path = os.path.join(self.logs.name, "worker-%d.json" % i)
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                counters = json.load(f)["counters"]
+            for name in ("ack_delay_us_p50", "ack_delay_us_p99", "ack_delay_us_max", "sum_delay_us_p50",
+                         "sum_delay_us_p99", "van.unreleased_bytes_max"):
+                if name in counters:
+                    out[name] = max(out.get(name, 0), counters[name])
+        return out
 
     def num_servers(self):
         return (self.args.workers if self.args.colocate else self.args.servers) + self.args.extra_servers
@@ -205,7 +222,7 @@ class Run:
                 "p90_over_lb1": max(w["p90_ms"] for w in workers) / lb1 if lb1 else None,
                 "wrong_values": sum(w["wrong_values"] for w in workers),
                 "checked_values": sum(w["checked_values"] for w in workers),
-                "cpu": cpu, "workers": workers}
+                "cpu": cpu, "transport": self.transport_stats(), "workers": workers}
 
     def cleanup(self):
         for p in self.procs.values():
@@ -260,6 +277,9 @@ def summarize(runs):
             vals = [r[k] for r in rs if r[k] is not None]
             row[k] = statistics.median(vals) if vals else None
         row["busiest_core_pct"] = max(r["cpu"]["busiest_core_pct"] for r in rs)
+        for k in ("ack_delay_us_p50", "ack_delay_us_p99"):
+            vals = [r["transport"][k] for r in rs if k in r.get("transport", {})]
+            row[k] = statistics.median(vals) if vals else None
         out.append(row)
     return out
 
@@ -275,10 +295,12 @@ def run_all(args):
             run = Run(args, model, rate, scale, env, name)
             try:
                 record = dict(run.execute(), repeat=rep)
-                say("  median %.1f ms, p90 %.1f ms, median/LB1 %s, busiest core %.0f%%" % (
-                    record["median_ms"], record["p90_ms"],
-                    "%.3f" % record["median_over_lb1"] if record["median_over_lb1"] else "-",
-                    record["cpu"]["busiest_core_pct"]))
+                say("  median %.1f ms, p90 %.1f ms, median/LB1 %s, busiest core %.0f%%, "
+                    "ack delay p50/p99 %s/%s us" % (
+                        record["median_ms"], record["p90_ms"],
+                        "%.3f" % record["median_over_lb1"] if record["median_over_lb1"] else "-",
+                        record["cpu"]["busiest_core_pct"], record["transport"].get("ack_delay_us_p50", "-"),
+                        record["transport"].get("ack_delay_us_p99", "-")))
             except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
                 record = {"model": model, "rate": rate, "compute_scale": scale, "env": env,
                           "cluster": name, "repeat": rep, "error": str(e)}

@@ -109,13 +109,17 @@ def run_all(args):
             record = {"k": k, "repeat": rep, "t_opt_s": t_opt_s(args.workers, k, args.nbytes, rate_bps)}
             try:
                 record["ferry_s"], record["ferry_cpu"] = run.ferry()
+                record["transport"] = run.transport_stats()
                 if k == args.ks[0]:  # gloo does not depend on k: once per repeat, same hosts
                     run.procs.clear()  # Ferry's processes have all ended
                     record["gloo_s"], record["gloo_cpu"] = run.gloo()
-                say("repeat %d k=%d: Ferry %.2f s (T_opt %.2f s, ratio %.3f)%s, busiest core %.0f%%" % (
-                    rep + 1, k, record["ferry_s"], record["t_opt_s"], record["ferry_s"] / record["t_opt_s"],
-                    ", gloo %.2f s" % record["gloo_s"] if "gloo_s" in record else "",
-                    record["ferry_cpu"]["busiest_core_pct"]))
+                say("repeat %d k=%d: Ferry %.2f s (T_opt %.2f s, ratio %.3f)%s, busiest core %.0f%%, "
+                    "ack delay p50/p99 %s/%s us" % (
+                        rep + 1, k, record["ferry_s"], record["t_opt_s"], record["ferry_s"] / record["t_opt_s"],
+                        ", gloo %.2f s" % record["gloo_s"] if "gloo_s" in record else "",
+                        record["ferry_cpu"]["busiest_core_pct"],
+                        record["transport"].get("ack_delay_us_p50", "-"),
+                        record["transport"].get("ack_delay_us_p99", "-")))
             except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
                 record["error"] = str(e)
                 say("repeat %d k=%d failed: %s" % (rep + 1, k, e))

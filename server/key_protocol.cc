@@ -1,5 +1,7 @@
 #include "server/key_protocol.h"
 
+#include "common/util/clock.h"
+
 #include <utility>
 
 namespace ferry {
@@ -61,6 +63,7 @@ Message ToMessage(const Reply& reply, int sender) {
   proto::Envelope& e = m.envelope;
   e.set_request_id(reply.request_id);
   e.set_key(reply.key);
+  e.set_sent_us(static_cast<uint64_t>(UnixUs()));  // handed to the Van next (Server::SendReply)
   switch (reply.kind) {
     case Reply::Kind::kAck:
     case Reply::Kind::kJoinAck:

@@ -63,6 +63,11 @@ struct WorkerCounters {
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");
   Counter& rows_bytes_received = registry.Register("rows_bytes_received");
+  // From a server's hand-off of a reply (Envelope.sent_us, its wall clock) to its arrival
+  // here, in microseconds: acks and errors, and sums. Exact where the nodes share a clock
+  // (one host, the emulated clusters); across hosts only as good as their clock sync.
+  Histogram& ack_delay_us = registry.RegisterHistogram("ack_delay_us");
+  Histogram& sum_delay_us = registry.RegisterHistogram("sum_delay_us");
 };
 
 // Sparse rows of one operation (RowsPushPull), fixed at the call.

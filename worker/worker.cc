@@ -220,6 +220,7 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     case proto::PUSH_RESULT:
     case proto::ROWS_RESULT:
     case proto::ERROR:
+      NoteReplyDelay(m);
       // The rows kind knows its request ids; whatever it does not claim is dense.
       if (!rows_->OnReply(m, proto::ROWS_RESULT) && !dense_->OnReply(m, proto::PUSH_RESULT)) {
         LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
@@ -228,6 +229,13 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     default:
       LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
   }
+}
+
+void Worker::NoteReplyDelay(const Message& m) {
+  if (m.envelope.sent_us() == 0) return;
+  const int64_t delay = std::max<int64_t>(0, UnixUs() - static_cast<int64_t>(m.envelope.sent_us()));
+  const bool sum = m.type() == proto::PUSH_RESULT || m.type() == proto::ROWS_RESULT;
+  (sum ? counters_.sum_delay_us : counters_.ack_delay_us).Record(static_cast<uint64_t>(delay));
 }
 
 void Worker::FailAll(const std::string& reason) {

@@ -180,6 +180,8 @@ class Worker : public Collective {
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  // Records a server reply's delay since it left the server (the WorkerCounters histograms).
+  void NoteReplyDelay(const Message& m);
   // PushPullAsync without the reserved-name check: for Ferry's own tensors.
   Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority,

@@ -36,14 +36,23 @@ void SetInt(void* socket, int option, int value) {
 struct PayloadHold {
   std::shared_ptr<void> owner;
   const std::function<void(const void*)>* observer;  // the Van's; outlives every hold
+  std::atomic<uint64_t>* unreleased;                 // the Van's gauge; outlives every hold
+  uint64_t bytes;
 };
 
 // ZeroMQ calls this (on its own IO thread) once a payload frame's bytes are no longer
 // needed; dropping the owner reference may free the bytes or tell their owner.
 void ReleasePayload(void* data, void* hint) {
   auto* hold = static_cast<PayloadHold*>(hint);
+  hold->unreleased->fetch_sub(hold->bytes, std::memory_order_relaxed);
   if (*hold->observer) (*hold->observer)(data);
   delete hold;
+}
+
+void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
+  uint64_t seen = max.load(std::memory_order_relaxed);
+  while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
 }
 
 // A zmq_msg_t that owns a received frame; the payload Buffer's owner.
@@ -217,9 +226,12 @@ Van::Frames Van::BuildFrames(const Message& message) {
   if (f.has_payload) {
     // Zero copy: ZeroMQ sends from the payload's own bytes and holds its owner until
     // the release hook runs.
-    zmq_msg_init_data(&f.payload, message.payload.data(), message.payload.size(),
-                      ReleasePayload,
-                      new PayloadHold{message.payload.owner(), &options_.on_payload_released});
+    const uint64_t bytes = message.payload.size();
+    RaiseMax(counters_.unreleased_bytes_max,
+             counters_.unreleased_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    zmq_msg_init_data(&f.payload, message.payload.data(), bytes, ReleasePayload,
+                      new PayloadHold{message.payload.owner(), &options_.on_payload_released,
+                                      &counters_.unreleased_bytes, bytes});
   }
   return f;
 }

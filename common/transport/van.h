@@ -77,11 +77,16 @@ struct VanOptions {
 //   connections_refused          failed the security check or handshake
 //   injected_drops               data messages dropped by fault injection
 //   connections_closed           inbound connections that ended (any reason)
+//   unreleased_bytes             a gauge: payload bytes handed to the Van (its pipe or
+//                                ZeroMQ) whose release hook has not run yet, i.e. not yet in
+//                                the kernel (with CURVE: not yet encrypted into a copy)
+//   unreleased_bytes_max         the largest value unreleased_bytes ever had
 #define FERRY_VAN_COUNTERS(X)                                                        \
   X(messages_sent)                                                                   \
   X(messages_received)                                                               \
   X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
-      X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed)
+      X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed) \
+          X(unreleased_bytes) X(unreleased_bytes_max)
 
 struct VanStats {
 #define FERRY_VAN_STATS_FIELD(name) uint64_t name = 0;

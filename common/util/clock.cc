@@ -12,4 +12,10 @@ int64_t NowUs() {
       .count();
 }
 
+int64_t UnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace ferry

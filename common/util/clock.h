@@ -12,5 +12,9 @@ using Millis = std::chrono::milliseconds;
 int64_t NowMs();
 // Microseconds on the steady clock; for timings.
 int64_t NowUs();
+// Microseconds since the Unix epoch on the system clock: comparable between the nodes of
+// one host exactly, between hosts only as well as their clocks are synchronised (NTP: about
+// a millisecond). For diagnostics that span nodes (Envelope.sent_us), never for deadlines.
+int64_t UnixUs();
 
 }  // namespace ferry

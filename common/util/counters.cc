@@ -1,5 +1,6 @@
 #include "common/util/counters.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,12 +20,68 @@ Counter& CounterRegistry::Register(const std::string& name) {
   return counters_.back().second;
 }
 
+Histogram& CounterRegistry::RegisterHistogram(const std::string& name) {
+  MutexLock lock(mu_);
+  for (auto& [n, h] : histograms_) {
+    if (n == name) return h;
+  }
+  histograms_.emplace_back(std::piecewise_construct, std::forward_as_tuple(name),
+                           std::forward_as_tuple());
+  return histograms_.back().second;
+}
+
 CounterValues CounterRegistry::Snapshot() const {
   MutexLock lock(mu_);
   CounterValues out;
-  out.reserve(counters_.size());
+  out.reserve(counters_.size() + 4 * histograms_.size());
   for (const auto& [n, c] : counters_) out.emplace_back(n, c.value());
+  for (const auto& [n, h] : histograms_) {
+    out.emplace_back(n + "_count", h.count());
+    out.emplace_back(n + "_p50", h.Percentile(0.50));
+    out.emplace_back(n + "_p99", h.Percentile(0.99));
+    out.emplace_back(n + "_max", h.max());
+  }
   return out;
+}
+
+int Histogram::BucketOf(uint64_t value) {
+  if (value < 4) return static_cast<int>(value);
+  const int e = 63 - __builtin_clzll(value);  // 2^e <= value < 2^(e+1), e >= 2
+  const int sub = static_cast<int>((value >> (e - 2)) & 3);
+  return 4 * (e - 1) + sub;
+}
+
+uint64_t Histogram::UpperBound(int bucket) {
+  if (bucket < 4) return static_cast<uint64_t>(bucket);
+  const int e = bucket / 4 + 1;
+  const uint64_t sub = static_cast<uint64_t>(bucket % 4);
+  const uint64_t step = 1ull << (e - 2);
+  return (1ull << e) + (sub + 1) * step - 1;  // wraps to 2^64-1 at the top bucket, as it should
+}
+
+void Histogram::Record(uint64_t value) {
+  buckets_[BucketOf(value)].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t seen = max_.load(std::memory_order_relaxed);
+  while (value > seen && !max_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t Histogram::Percentile(double q) const {
+  uint64_t total = 0;
+  uint64_t counts[kBuckets];
+  for (int i = 0; i < kBuckets; ++i) total += counts[i] = buckets_[i].load(std::memory_order_relaxed);
+  if (total == 0) return 0;
+  // The rank of the q-quantile, 1-based: the smallest r with r >= q * total.
+  uint64_t rank = static_cast<uint64_t>(q * static_cast<double>(total));
+  if (static_cast<double>(rank) < q * static_cast<double>(total)) ++rank;
+  rank = std::max<uint64_t>(rank, 1);
+  uint64_t seen = 0;
+  for (int i = 0; i < kBuckets; ++i) {
+    seen += counts[i];
+    if (seen >= rank) return std::min(UpperBound(i), max());
+  }
+  return max();
 }
 
 namespace {

@@ -39,6 +39,28 @@ class Counter {
 
 using CounterValues = std::vector<std::pair<std::string, uint64_t>>;
 
+// A distribution of non-negative values (e.g. delays in microseconds), recorded lock-free:
+// log-linear buckets, 4 per power of two, so a percentile read back is at most 25% above the
+// true value (it is the upper bound of its bucket) and never below it. A registry
+// snapshot shows it as four counters: <name>_count, <name>_p50, <name>_p99, <name>_max.
+class Histogram {
+ public:
+  void Record(uint64_t value);
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  uint64_t max() const { return max_.load(std::memory_order_relaxed); }
+  // The smallest bucket bound at or above the q-quantile (0 < q <= 1); 0 if empty.
+  uint64_t Percentile(double q) const;
+
+  static constexpr int kBuckets = 4 * 64;
+  static int BucketOf(uint64_t value);
+  static uint64_t UpperBound(int bucket);  // the largest value in `bucket`
+
+ private:
+  std::atomic<uint64_t> buckets_[kBuckets] = {};
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> max_{0};
+};
+
 // The value of the counter `name` in `values`; 0 if it is not there (a counter that never
 // counted reads as 0 either way).
 uint64_t CounterValue(const CounterValues& values, const std::string& name);
@@ -48,12 +70,15 @@ class CounterRegistry {
   // The counter named `name` (created at 0 on first use). The reference stays valid for
   // the registry's life.
   Counter& Register(const std::string& name) EXCLUDES(mu_);
-  // Every counter's value, in registration order.
+  // The histogram named `name` (created empty on first use); stable like a counter.
+  Histogram& RegisterHistogram(const std::string& name) EXCLUDES(mu_);
+  // Every counter's value, in registration order, then every histogram's four values.
   CounterValues Snapshot() const EXCLUDES(mu_);
 
  private:
   mutable Mutex mu_;  // guards counters_ (the counters themselves are atomic)
   std::deque<std::pair<std::string, Counter>> counters_ GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, Histogram>> histograms_ GUARDED_BY(mu_);
 };
 
 // `{"role": ..., "rank": ..., "counters": {"name": value, ...}}`.

@@ -68,6 +68,15 @@ TEST(ClusterTest, DroppedAndDelayedMessagesAreResentAndSumsStayExact) {
   EXPECT_GT(dropped, 0u) << c.AllOutput();
   EXPECT_GT(resent, 0u) << c.AllOutput();
   EXPECT_GT(deduplicated, 0u) << c.AllOutput();
+  // Every reply was held 20 ms on arrival, so its delay since the server handed it over
+  // (the servers' wall clock, which is this host's) is at least that.
+  EXPECT_GT(stats.Sum("worker", "ack_delay_us_count"), 0u);
+  EXPECT_GT(stats.Sum("worker", "sum_delay_us_count"), 0u);
+  EXPECT_GE(stats.Min("worker", "ack_delay_us_p50"), 20000u);
+  EXPECT_GE(stats.Min("worker", "sum_delay_us_p50"), 20000u);
+  // Every operation completed, so ZeroMQ released every payload a worker handed it.
+  EXPECT_EQ(stats.Sum("worker", "van.unreleased_bytes"), 0u);
+  EXPECT_GT(stats.Sum("worker", "van.unreleased_bytes_max"), 0u);
   std::printf("fault injection: %llu messages dropped, %llu resends, %llu duplicates answered\n",
               static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(resent),
               static_cast<unsigned long long>(deduplicated));

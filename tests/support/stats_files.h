@@ -9,9 +9,12 @@
 //   EXPECT_GT(stats.Sum("worker", "resends"), 0u);
 
 #include <dirent.h>
+
+#include <algorithm>
 #include <unistd.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -44,16 +47,33 @@ class StatsFiles {
   // counting as a huge number (so EXPECT_EQ / EXPECT_LE notice it).
   uint64_t Sum(const std::string& role, const std::string& counter) const {
     uint64_t total = 0;
+    for (uint64_t v : Values(role, counter)) {
+      if (v == UINT64_MAX) return v;
+      total += v;
+    }
+    return total;
+  }
+  // The smallest value of `counter` over the files of `role` (UINT64_MAX: none, or one bad).
+  uint64_t Min(const std::string& role, const std::string& counter) const {
+    std::vector<uint64_t> values = Values(role, counter);
+    if (values.empty() || std::count(values.begin(), values.end(), UINT64_MAX)) return UINT64_MAX;
+    return *std::min_element(values.begin(), values.end());
+  }
+
+ private:
+  // `counter` in each file of `role`; UINT64_MAX for a file that is not valid JSON or lacks it.
+  std::vector<uint64_t> Values(const std::string& role, const std::string& counter) const {
+    std::vector<uint64_t> out;
     for (const std::string& f : Files(role + "-")) {
       std::ifstream in(dir_ + "/" + f);
       std::stringstream text;
       text << in.rdbuf();
       Json j;
       JsonParser p(text.str());
-      if (!p.Parse(&j) || j["counters"][counter].kind != Json::kNumber) return UINT64_MAX;
-      total += static_cast<uint64_t>(j["counters"][counter].number);
+      const bool ok = p.Parse(&j) && j["counters"][counter].kind == Json::kNumber;
+      out.push_back(ok ? static_cast<uint64_t>(j["counters"][counter].number) : UINT64_MAX);
     }
-    return total;
+    return out;
   }
 
  private:
