@@ -86,8 +86,8 @@ DEFINE_bool(tune_malloc, false,
             "glibc stops returning the receive buffers ZeroMQ allocates per message to the kernel "
             "(with the default, large messages page-fault on every receive)");
 DEFINE_bool(verify, true,
-            "receiver checks sample bytes of every message, and with --pingpong the sender those of "
-            "every echo (sizes are always checked)");
+            "receiver checks sample bytes of every message, with --pingpong the sender those "
+            "of every echo too (sizes are always checked)");
 DEFINE_bool(pingpong, false,
             "measure round trips instead of throughput: each message is echoed back by the "
             "receiver before the next is sent; --messages round trips per run");
@@ -275,14 +275,15 @@ bool SendAck(void* sock, Msg* identity, const Ack& ack) {
 // (1 = wrong size, 2 = corrupt contents), having said what is wrong.
 uint32_t CheckPayload(const char* what, uint64_t i, uint64_t size, Msg* payload) {
   if (payload->size() != size) {
-    FailMsg(std::string(what) + " " + std::to_string(i) + " has " + std::to_string(payload->size()) +
-            " bytes, expected " + std::to_string(size));
+    FailMsg(std::string(what) + " " + std::to_string(i) + " has " +
+            std::to_string(payload->size()) + " bytes, expected " + std::to_string(size));
     return 1;
   }
   if (FLAGS_verify && size > 0) {
     const uint8_t* d = payload->data();
     const uint64_t mid = size / 2;
-    if (d[0] != PatternByte(0) || d[mid] != PatternByte(mid) || d[size - 1] != PatternByte(size - 1)) {
+    if (d[0] != PatternByte(0) || d[mid] != PatternByte(mid) ||
+        d[size - 1] != PatternByte(size - 1)) {
       FailMsg(std::string(what) + " " + std::to_string(i) + " has corrupt contents");
       return 2;
     }
@@ -472,7 +473,8 @@ bool StreamSizes(void* sock, const uint8_t* buf, const std::string& endpoint,
       count = std::max(count, need);
     }
     if (FLAGS_warmup > 0) {
-      if (!RunPhase(sock, buf, size, static_cast<uint64_t>(FLAGS_warmup), &seconds, &ack)) return false;
+      if (!RunPhase(sock, buf, size, static_cast<uint64_t>(FLAGS_warmup), &seconds, &ack))
+        return false;
     }
     for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
       if (!RunPhase(sock, buf, size, count, &seconds, &ack)) return false;
@@ -498,7 +500,8 @@ bool StreamSizes(void* sock, const uint8_t* buf, const std::string& endpoint,
 
 // Runs one ping-pong phase: `count` round trips of one `size`-byte message, each sent only after
 // the echo of the previous one arrived. Appends each round trip's nanoseconds to *rtt_ns.
-bool RunPingPong(void* sock, const uint8_t* buf, uint64_t size, uint64_t count, std::vector<int64_t>* rtt_ns) {
+bool RunPingPong(void* sock, const uint8_t* buf, uint64_t size, uint64_t count,
+                 std::vector<int64_t>* rtt_ns) {
   if (!SendControl(sock, kPingPong, size, count)) return false;
   for (uint64_t i = 0; i < count; ++i) {
     const Clock::time_point t0 = Clock::now();
@@ -518,7 +521,8 @@ bool RunPingPong(void* sock, const uint8_t* buf, uint64_t size, uint64_t count, 
 // value with at least a fraction q of all values at or below it.
 double QuantileUs(const std::vector<int64_t>& sorted_ns, double q) {
   const size_t n = sorted_ns.size();
-  const size_t rank = std::min(n, std::max<size_t>(1, static_cast<size_t>(std::ceil(q * static_cast<double>(n)))));
+  const size_t rank =
+      std::min(n, std::max<size_t>(1, static_cast<size_t>(std::ceil(q * static_cast<double>(n)))));
   return static_cast<double>(sorted_ns[rank - 1]) * 1e-3;
 }
 
@@ -530,16 +534,19 @@ bool PingPongSizes(void* sock, const uint8_t* buf, const std::string& endpoint,
   if (csv) {
     std::printf("message_bytes,round_trips,p50_us,p99_us,min_us,max_us\n");
   } else {
-    std::printf("# ferry-zmq-stream --pingpong: %s, DEALER->ROUTER and back over %s, zero-copy sends, "
-                "round trips in microseconds\n", FLAGS_role.c_str(), endpoint.c_str());
-    std::printf("%14s %12s %10s %10s %10s %10s %10s\n", "message_bytes", "round_trips", "p50_us", "p99_us",
-                "min_us", "max_us", "mean_us");
+    std::printf(
+        "# ferry-zmq-stream --pingpong: %s, DEALER->ROUTER and back over %s, zero-copy sends, "
+        "round trips in microseconds\n",
+        FLAGS_role.c_str(), endpoint.c_str());
+    std::printf("%14s %12s %10s %10s %10s %10s %10s\n", "message_bytes", "round_trips", "p50_us",
+                "p99_us", "min_us", "max_us", "mean_us");
   }
   std::fflush(stdout);
 
   const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(1, FLAGS_messages));
   std::vector<int64_t> rtt_ns;
-  rtt_ns.reserve(std::max<uint64_t>(count, static_cast<uint64_t>(std::max<int64_t>(0, FLAGS_warmup))));
+  rtt_ns.reserve(
+      std::max<uint64_t>(count, static_cast<uint64_t>(std::max<int64_t>(0, FLAGS_warmup))));
   for (uint64_t size : sizes) {
     if (FLAGS_warmup > 0) {
       rtt_ns.clear();
@@ -552,14 +559,15 @@ bool PingPongSizes(void* sock, const uint8_t* buf, const std::string& endpoint,
       double sum_ns = 0;
       for (int64_t ns : rtt_ns) sum_ns += static_cast<double>(ns);
       const double p50 = QuantileUs(rtt_ns, 0.50), p99 = QuantileUs(rtt_ns, 0.99);
-      const double lo = static_cast<double>(rtt_ns.front()) * 1e-3, hi = static_cast<double>(rtt_ns.back()) * 1e-3;
+      const double lo = static_cast<double>(rtt_ns.front()) * 1e-3,
+                   hi = static_cast<double>(rtt_ns.back()) * 1e-3;
       if (csv) {
         std::printf("%llu,%llu,%.2f,%.2f,%.2f,%.2f\n", static_cast<unsigned long long>(size),
                     static_cast<unsigned long long>(count), p50, p99, lo, hi);
       } else {
-        std::printf("%14llu %12llu %10.2f %10.2f %10.2f %10.2f %10.2f\n", static_cast<unsigned long long>(size),
-                    static_cast<unsigned long long>(count), p50, p99, lo, hi,
-                    sum_ns * 1e-3 / static_cast<double>(count));
+        std::printf("%14llu %12llu %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(count),
+                    p50, p99, lo, hi, sum_ns * 1e-3 / static_cast<double>(count));
       }
       std::fflush(stdout);
     }
@@ -705,7 +713,8 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "raw ZeroMQ stream throughput (the reference for Ferry's throughput), or with --pingpong\n"
       "raw ZeroMQ round trips (the reference for Ferry's small push_pull latency).\n"
-      "  ferry-zmq-stream [--role=both] [--sizes=4K,64K,1M,4M,16M] [--messages=500] [--format=csv]\n"
+      "  ferry-zmq-stream [--role=both] [--sizes=4K,64K,1M,4M,16M] [--messages=500] "
+      "[--format=csv]\n"
       "  ferry-zmq-stream --pingpong --message_bytes=4096 --messages=10000 [--format=csv]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {
@@ -721,7 +730,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (FLAGS_pingpong && FLAGS_min_total_bytes > 0) {
-    std::fprintf(stderr, "ferry-zmq-stream: --min_total_bytes is for the stream mode, not --pingpong\n");
+    std::fprintf(stderr,
+                 "ferry-zmq-stream: --min_total_bytes is for the stream mode, not --pingpong\n");
     return 2;
   }
   std::vector<uint64_t> sizes;
