@@ -3,7 +3,7 @@
 
 Two source roots, each with its own build (<root>/build/bin, <root>/build/python) and its
 own scripts: BEFORE (--before-root) and AFTER (--after-root). For each of --repeats rounds,
-every selected benchmark runs on BEFORE then on AFTER (perf, then torch, then trainsim), so
+every selected benchmark runs on BEFORE then on AFTER (perf, torch, trainsim, latency4k), so
 slow drift of the machine hits both builds alike:
 
   perf      ferry-perf push_pull on <root>/scripts/local-cluster (2 servers + 2 workers,
@@ -18,6 +18,15 @@ slow drift of the machine hits both builds alike:
             2 workers, 2 servers, 1gbit links: the slowest worker's median iteration time
             and median / LB1. With --trainsim-mode loopback: on <root>/scripts/local-cluster
             instead, the slowest worker's mean iteration time.
+  latency4k issue 12's latency goal: a 4 KiB push_pull on loopback TCP, 2 workers x 2 servers,
+            within 3x a raw ZeroMQ 4 KiB round trip measured in the same run. Per repeat and
+            build: ferry-perf -b 4K -e 4K -n --latency-perf-iters (20 warm-up) on
+            <root>/scripts/local-cluster -s 2 -w 2, its time per push_pull (the mean over the
+            timed ones, each after a barrier, as ferry-perf prints it: time_us), then
+            <root>/build/bin/ferry-zmq-stream --pingpong --message_bytes 4096 --messages
+            --latency-round-trips (its own 20 warm-up): the raw round trip's p50 and p99, and
+            Ferry's time / the raw p50 (the goal: <= 3). The header says, per build, whether the
+            median ratio meets the goal. Needs ferry-zmq-stream built besides ferry-perf.
 
 Per metric it prints the median and [min-max] over the repeats of each build, after/before
 (of the medians) and a verdict: "within 5%" if |after/before - 1| <= 0.05, else "ranges
@@ -27,6 +36,12 @@ stdout and to --out.
   /usr/bin/python3 bench/compare_builds.py --before-root /work/wt-before --after-root /work/main \\
       --repeats 5 --out bench/results/compare_builds.md
   /usr/bin/python3 bench/compare_builds.py --repeats 1 --only perf,trainsim --out /tmp/cmp.md
+
+One build alone (e.g. latency4k's goal for the tree at hand): give the same root as both; each
+repeat then measures it twice, and after/before only shows the noise between the two runs.
+
+  /usr/bin/python3 bench/compare_builds.py --before-root /work/main --after-root /work/main \\
+      --repeats 3 --only latency4k --out /tmp/latency4k.md
 """
 
 import argparse
@@ -41,7 +56,14 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = ("perf", "torch", "trainsim")
+BENCHMARKS = ("perf", "torch", "trainsim", "latency4k")
+# The programs in <root>/build/bin each benchmark needs.
+PROGRAMS = {"perf": ("ferry-scheduler", "ferry-server", "ferry-perf"),
+            "torch": ("ferry-scheduler", "ferry-server"),
+            "trainsim": ("ferry-scheduler", "ferry-server", "ferry-train-sim"),
+            "latency4k": ("ferry-scheduler", "ferry-server", "ferry-perf", "ferry-zmq-stream")}
+LATENCY4K_GOAL = 3.0    # issue 12: Ferry's 4 KiB push_pull within 3x a raw ZeroMQ round trip
+LATENCY4K_RATIO = "Ferry push_pull mean / raw ZeroMQ round trip p50 (goal <= 3, lower is better)"
 PY = "/usr/bin/python3"
 
 # ferry-perf sizes: 4 KiB .. 256 MiB by factors of 16, in two runs so the small sizes get
@@ -70,7 +92,7 @@ class Build:
     def fingerprint(self):
         """HEAD and the modification times of the programs used: changes if someone rebuilds."""
         files = [os.path.join(self.bin, b) for b in ("ferry-scheduler", "ferry-server", "ferry-perf",
-                                                     "ferry-train-sim")]
+                                                     "ferry-train-sim", "ferry-zmq-stream")]
         files += [os.path.join(self.python, "ferry", f) for f in sorted(os.listdir(os.path.join(self.python, "ferry")))
                   if f.endswith(".so")] if os.path.isdir(os.path.join(self.python, "ferry")) else []
         return (self.head(), tuple((f, os.path.getmtime(f) if os.path.exists(f) else None) for f in files))
@@ -177,7 +199,33 @@ def bench_trainsim(build, args):
             max(statistics.mean(r["iterations_ms"]) for r in reports)}
 
 
-RUNNERS = {"perf": bench_perf, "torch": bench_torch, "trainsim": bench_trainsim}
+def bench_latency4k(build, args):
+    """Ferry's 4 KiB push_pull beside a raw ZeroMQ 4 KiB round trip, one right after the other."""
+    cmd = [os.path.join(build.root, "scripts", "local-cluster"), "-s", "2", "-w", "2", "--",
+           os.path.join(build.bin, "ferry-perf"), "-b", "4K", "-e", "4K", "-n", str(args.latency_perf_iters),
+           "-w", "20", "--format=csv"]
+    out = run_cmd(cmd, build.env(), timeout=args.timeout)
+    rows = re.findall(r"^\[worker 0\] (\d+),([\d.]+),([\d.]+),(\d+)\s*$", out, re.M)
+    if len(rows) != 1 or int(rows[0][0]) != 4096:
+        raise RuntimeError("expected one ferry-perf row of 4096 bytes in the output:\n" + out[-2000:])
+    if int(rows[0][3]):
+        raise RuntimeError("ferry-perf: %s wrong values at 4096 bytes" % rows[0][3])
+    ferry_us = float(rows[0][1])
+    # --port 0: an ephemeral port, so two runs (or another developer's) never collide.
+    cmd = [os.path.join(build.bin, "ferry-zmq-stream"), "--pingpong", "--message_bytes", "4096",
+           "--messages", str(args.latency_round_trips), "--warmup", "20", "--port", "0", "--format=csv"]
+    out = run_cmd(cmd, build.env(), timeout=args.timeout)
+    m = re.search(r"^4096,(\d+),([\d.]+),([\d.]+),([\d.]+),([\d.]+)\s*$", out, re.M)
+    if not m:
+        raise RuntimeError("no ferry-zmq-stream --pingpong row in the output:\n" + out[-2000:])
+    p50, p99 = float(m.group(2)), float(m.group(3))
+    return {"Ferry 4 KiB push_pull us, mean (lower is better)": ferry_us,
+            "raw ZeroMQ 4 KiB round trip p50 us (lower is better)": p50,
+            "raw ZeroMQ 4 KiB round trip p99 us (lower is better)": p99,
+            LATENCY4K_RATIO: ferry_us / p50}
+
+
+RUNNERS = {"perf": bench_perf, "torch": bench_torch, "trainsim": bench_trainsim, "latency4k": bench_latency4k}
 
 
 # ------------------------------------------------------------------ the table
@@ -219,7 +267,7 @@ def main():
     ap.add_argument("--before-root", default="/work/wt-before")
     ap.add_argument("--after-root", default=ROOT)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", default=",".join(BENCHMARKS), help="comma list of perf,torch,trainsim")
+    ap.add_argument("--only", default=",".join(BENCHMARKS), help="comma list of " + ",".join(BENCHMARKS))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare_builds.md"))
     ap.add_argument("--timeout", type=float, default=600, help="seconds per benchmark run")
     ap.add_argument("--perf-small-iters", type=int, default=50, help="timed push_pulls at 4 KiB-1 MiB")
@@ -230,6 +278,10 @@ def main():
     ap.add_argument("--trainsim-byte-scale", type=float, default=0.05)
     ap.add_argument("--trainsim-compute-scale", type=float, default=1.0)
     ap.add_argument("--trainsim-iterations", type=int, default=5)
+    ap.add_argument("--latency-perf-iters", type=int, default=1000,
+                    help="latency4k: timed 4 KiB push_pulls of ferry-perf")
+    ap.add_argument("--latency-round-trips", type=int, default=10000,
+                    help="latency4k: timed 4 KiB round trips of ferry-zmq-stream --pingpong")
     args = ap.parse_args()
 
     only = [b.strip() for b in args.only.split(",") if b.strip()]
@@ -238,8 +290,9 @@ def main():
         ap.error("--only: expected a comma list of %s, got %r" % (",".join(BENCHMARKS), args.only))
     order = [b for b in BENCHMARKS if b in only]
     builds = [Build("before", args.before_root), Build("after", args.after_root)]
+    needed = sorted({prog for bench in order for prog in PROGRAMS[bench]})
     for build in builds:
-        for prog in ("ferry-scheduler", "ferry-server", "ferry-perf", "ferry-train-sim"):
+        for prog in needed:
             if not os.access(os.path.join(build.bin, prog), os.X_OK):
                 say("%s not found in %s: build %s first" % (prog, build.bin, build.root))
                 return 2
@@ -268,6 +321,14 @@ def main():
                     results.setdefault(bench, {}).setdefault(metric, {}).setdefault(build.label, []).append(value)
 
     end_prints = {b.label: b.fingerprint() for b in builds}
+    goal = []             # latency4k: whether each build meets issue 12's goal
+    for b in builds:
+        ratios = results.get("latency4k", {}).get(LATENCY4K_RATIO, {}).get(b.label)
+        if ratios:
+            r = statistics.median(ratios)
+            goal.append("- latency4k goal (Ferry's 4 KiB push_pull <= %g x the raw ZeroMQ round trip p50) on %s: "
+                        "median ratio %.2f, %s" % (LATENCY4K_GOAL, b.label, r,
+                                                   "met" if r <= LATENCY4K_GOAL else "NOT met"))
     head = ["# compare_builds: before vs after",
             "",
             "- date: %s (%.0f s)" % (time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(started)), time.time() - started)]
@@ -281,9 +342,12 @@ def main():
              "at 4 KiB-1 MiB, %d (1 warm-up) at 16-256 MiB" % (args.perf_small_iters, args.perf_large_iters),
              "- torch: examples/benchmark_torch.py --compare %d %s" % (args.torch_compare, args.torch_args),
              "- trainsim: %s, %d iterations + 1 warm-up" % (trainsim_label(args), args.trainsim_iterations),
+             "- latency4k: ferry-perf -b 4K -e 4K on scripts/local-cluster -s 2 -w 2 (loopback), %d timed "
+             "push_pulls (20 warm-up), mean time per push_pull; ferry-zmq-stream --pingpong --message_bytes 4096, "
+             "%d timed round trips (20 warm-up)" % (args.latency_perf_iters, args.latency_round_trips),
              "- seconds per run (one build, one repeat): " + (", ".join(
-                 "%s %.0f" % (k, statistics.median(v)) for k, v in seconds.items()) or "-"),
-             ""]
+                 "%s %.0f" % (k, statistics.median(v)) for k, v in seconds.items()) or "-")]
+    head += goal + [""]
     for b in builds:
         if start_prints[b.label] != end_prints[b.label]:
             head.append("WARNING: %s changed during the comparison (HEAD or programs rebuilt): %s -> %s"

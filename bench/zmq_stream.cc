@@ -1,4 +1,5 @@
-// ferry-zmq-stream: the "raw ZeroMQ throughput" reference benchmark.
+// ferry-zmq-stream: the "raw ZeroMQ throughput" (and, with --pingpong, "raw ZeroMQ round trip")
+// reference benchmark.
 //
 // A plain two-process ZeroMQ stream over TCP, used as the ceiling that Ferry's own push/pull
 // throughput is compared against. The sender (DEALER, connects) streams messages from one
@@ -16,6 +17,18 @@
 //   sender -> Control{kQuit}; receiver -> Ack and exits.
 // A phase with count 0 is a ping, used once at the start so that connecting is never timed.
 //
+// --pingpong: latency instead of throughput, the floor that a small push_pull (a request out, a
+// reply of the same size back) is compared against. The sender sends one message of
+// --message_bytes (zero-copy, as above), the receiver checks it and sends the same bytes back on
+// the same connection (the received message itself, no copy), and the sender waits for that echo
+// before it sends the next. A round trip is timed from just before the send to the receipt of the
+// echo. --warmup untimed round trips come first, then --repeat runs of --messages timed ones per
+// size. Its phases on the wire:
+//   sender -> Control{kPingPong, message_bytes, count}, then `count` times: one data message,
+//             receiver -> the same message back
+//   receiver -> Ack{status, count, bytes, 0} after the last echo
+// The receiver learns the mode from the control message, so --role=recv needs no --pingpong.
+//
 // --role=both (the default) forks a receiver child, which binds and reports its bound endpoint
 // back through a pipe, and runs the sender in the parent, so one command measures. --role=send and
 // --role=recv run the two ends separately (e.g. on two hosts; here only 127.0.0.1 is used).
@@ -24,7 +37,9 @@
 // child's exit); any error exits non-zero.
 //
 // Output: --format=text prints a table; --format=csv prints `message_bytes,messages,seconds,GBps`
-// and one row per timed run (GB/s = 1e9 bytes per second).
+// and one row per timed run (GB/s = 1e9 bytes per second). With --pingpong, one row per timed run
+// of the round trips' percentiles in microseconds (p50 and p99 by nearest rank): csv
+// `message_bytes,round_trips,p50_us,p99_us,min_us,max_us`; the text table adds mean_us.
 
 #include <gflags/gflags.h>
 #include <malloc.h>
@@ -38,6 +53,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,13 +85,19 @@ DEFINE_bool(tune_malloc, false,
             "mallopt(M_MMAP_THRESHOLD=32 MiB, M_TRIM_THRESHOLD=1 GiB) in both processes, so that "
             "glibc stops returning the receive buffers ZeroMQ allocates per message to the kernel "
             "(with the default, large messages page-fault on every receive)");
-DEFINE_bool(verify, true, "receiver checks sample bytes of every message (sizes are always checked)");
+DEFINE_bool(verify, true,
+            "receiver checks sample bytes of every message, with --pingpong the sender those "
+            "of every echo too (sizes are always checked)");
+DEFINE_bool(pingpong, false,
+            "measure round trips instead of throughput: each message is echoed back by the "
+            "receiver before the next is sent; --messages round trips per run");
 
 namespace {
 
 constexpr uint32_t kMagic = 0x46525a53;  // "FRZS"
 constexpr uint32_t kPhase = 1;
 constexpr uint32_t kQuit = 2;
+constexpr uint32_t kPingPong = 3;
 
 struct Control {
   uint32_t magic;
@@ -248,6 +270,64 @@ bool SendAck(void* sock, Msg* identity, const Ack& ack) {
   return true;
 }
 
+// Checks message i of a phase (a data message at the receiver, an echo at the sender): its size,
+// and with --verify three sample bytes. Returns 0 if it is good, else the Ack status for it
+// (1 = wrong size, 2 = corrupt contents), having said what is wrong.
+uint32_t CheckPayload(const char* what, uint64_t i, uint64_t size, Msg* payload) {
+  if (payload->size() != size) {
+    FailMsg(std::string(what) + " " + std::to_string(i) + " has " +
+            std::to_string(payload->size()) + " bytes, expected " + std::to_string(size));
+    return 1;
+  }
+  if (FLAGS_verify && size > 0) {
+    const uint8_t* d = payload->data();
+    const uint64_t mid = size / 2;
+    if (d[0] != PatternByte(0) || d[mid] != PatternByte(mid) ||
+        d[size - 1] != PatternByte(size - 1)) {
+      FailMsg(std::string(what) + " " + std::to_string(i) + " has corrupt contents");
+      return 2;
+    }
+  }
+  return 0;
+}
+
+// Receives the `count` data messages of a stream phase into *ack (count, bytes, first-to-last
+// time; the status of the first bad message, after which it stops). False on a socket error.
+bool ReceiveStream(void* sock, const Control& ctl, Ack* ack) {
+  Clock::time_point first;
+  const uint64_t size = ctl.message_bytes;
+  for (uint64_t i = 0; i < ctl.count; ++i) {
+    Msg payload;
+    if (!RecvFromPeer(sock, nullptr, &payload, "a data message")) return false;
+    if (i == 0) first = Clock::now();
+    ack->status = CheckPayload("message", i, size, &payload);
+    if (ack->status != 0) break;
+    ack->count += 1;
+    ack->bytes += payload.size();
+  }
+  if (ctl.count > 0) ack->recv_ns = NsSince(first);
+  return true;
+}
+
+// Echoes each of the `count` data messages of a ping-pong phase back to its sender as it arrives:
+// the received message itself is sent, so the reply has the same size and bytes, without a copy.
+// A bad message is not echoed: the phase stops and the Ack (with its status) goes out instead.
+bool EchoPingPong(void* sock, const Control& ctl, Ack* ack) {
+  for (uint64_t i = 0; i < ctl.count; ++i) {
+    Msg identity;
+    Msg payload;
+    if (!RecvFromPeer(sock, &identity, &payload, "a ping-pong message")) return false;
+    ack->status = CheckPayload("message", i, ctl.message_bytes, &payload);
+    if (ack->status != 0) break;
+    const uint64_t bytes = payload.size();
+    if (zmq_msg_send(identity.get(), sock, ZMQ_SNDMORE) < 0) return Fail("send echo identity");
+    if (zmq_msg_send(payload.get(), sock, 0) < 0) return Fail("send echo");
+    ack->count += 1;
+    ack->bytes += bytes;
+  }
+  return true;
+}
+
 // ready_fd >= 0: write the bound endpoint (or an empty line on failure) there, then close it.
 int RunReceiver(int ready_fd) {
   auto report = [&ready_fd](const std::string& line) {
@@ -300,36 +380,16 @@ int RunReceiver(int ready_fd) {
       if (!SendAck(sock, &identity, ack)) return 1;
       return 0;
     }
-    if (ctl.kind != kPhase) {
+    bool ok = false;
+    if (ctl.kind == kPhase) {
+      ok = ReceiveStream(sock, ctl, &ack);
+    } else if (ctl.kind == kPingPong) {
+      ok = EchoPingPong(sock, ctl, &ack);
+    } else {
       FailMsg("protocol error: unknown control kind " + std::to_string(ctl.kind));
       return 1;
     }
-
-    Clock::time_point first;
-    const uint64_t size = ctl.message_bytes;
-    for (uint64_t i = 0; i < ctl.count; ++i) {
-      Msg payload;
-      if (!RecvFromPeer(sock, nullptr, &payload, "a data message")) return 1;
-      if (i == 0) first = Clock::now();
-      if (payload.size() != size) {
-        FailMsg("message " + std::to_string(i) + " has " + std::to_string(payload.size()) +
-                " bytes, expected " + std::to_string(size));
-        ack.status = 1;
-        break;
-      }
-      if (FLAGS_verify && size > 0) {
-        const uint8_t* d = payload.data();
-        const uint64_t mid = size / 2;
-        if (d[0] != PatternByte(0) || d[mid] != PatternByte(mid) || d[size - 1] != PatternByte(size - 1)) {
-          FailMsg("message " + std::to_string(i) + " has corrupt contents");
-          ack.status = 2;
-          break;
-        }
-      }
-      ack.count += 1;
-      ack.bytes += payload.size();
-    }
-    if (ctl.count > 0) ack.recv_ns = NsSince(first);
+    if (!ok) return 1;
     if (!SendAck(sock, &identity, ack)) return 1;
     if (ack.status != 0) return 1;
   }
@@ -390,8 +450,132 @@ bool RunPhase(void* sock, const uint8_t* buf, uint64_t size, uint64_t count, dou
   return true;
 }
 
-int RunSender(const std::string& endpoint, const std::vector<uint64_t>& sizes) {
+// The stream mode: per size, --warmup untimed messages, then --repeat timed phases, one row each.
+bool StreamSizes(void* sock, const uint8_t* buf, const std::string& endpoint,
+                 const std::vector<uint64_t>& sizes) {
   const bool csv = FLAGS_format == "csv";
+  Ack ack;
+  double seconds = 0;
+  if (csv) {
+    std::printf("message_bytes,messages,seconds,GBps\n");
+  } else {
+    std::printf("# ferry-zmq-stream: %s, DEALER->ROUTER over %s, zero-copy sends, GB/s = 1e9 B/s\n",
+                FLAGS_role.c_str(), endpoint.c_str());
+    std::printf("%14s %10s %12s %10s %14s %14s\n", "message_bytes", "messages", "seconds", "GB/s",
+                "messages/s", "recv_GB/s");
+  }
+  std::fflush(stdout);
+
+  for (uint64_t size : sizes) {
+    uint64_t count = static_cast<uint64_t>(std::max<int64_t>(1, FLAGS_messages));
+    if (FLAGS_min_total_bytes > 0) {
+      const uint64_t need = (static_cast<uint64_t>(FLAGS_min_total_bytes) + size - 1) / size;
+      count = std::max(count, need);
+    }
+    if (FLAGS_warmup > 0) {
+      if (!RunPhase(sock, buf, size, static_cast<uint64_t>(FLAGS_warmup), &seconds, &ack))
+        return false;
+    }
+    for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
+      if (!RunPhase(sock, buf, size, count, &seconds, &ack)) return false;
+      const double bytes = static_cast<double>(size) * static_cast<double>(count);
+      const double gbps = bytes / seconds / 1e9;
+      if (csv) {
+        std::printf("%llu,%llu,%.6f,%.4f\n", static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(count), seconds, gbps);
+      } else {
+        // The receiver's own rate covers messages 2..N (first to last arrival).
+        const double recv_s = static_cast<double>(ack.recv_ns) * 1e-9;
+        const double recv_gbps =
+            (count > 1 && recv_s > 0) ? static_cast<double>(size) * static_cast<double>(count - 1) / recv_s / 1e9 : 0.0;
+        std::printf("%14llu %10llu %12.6f %10.3f %14.1f %14.3f\n", static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(count), seconds, gbps,
+                    static_cast<double>(count) / seconds, recv_gbps);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return true;
+}
+
+// Runs one ping-pong phase: `count` round trips of one `size`-byte message, each sent only after
+// the echo of the previous one arrived. Appends each round trip's nanoseconds to *rtt_ns.
+bool RunPingPong(void* sock, const uint8_t* buf, uint64_t size, uint64_t count,
+                 std::vector<int64_t>* rtt_ns) {
+  if (!SendControl(sock, kPingPong, size, count)) return false;
+  for (uint64_t i = 0; i < count; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    if (!SendData(sock, buf, size, 1)) return false;
+    Msg echo;
+    if (!RecvFrame(sock, &echo, "the receiver's echo")) return false;
+    const int64_t ns = NsSince(t0);
+    // Checked after the clock stops: the check is not part of the round trip.
+    if (CheckPayload("echo", i, size, &echo) != 0) return false;
+    rtt_ns->push_back(ns);
+  }
+  Ack ack;
+  return WaitAck(sock, count, size * count, &ack);
+}
+
+// The q-quantile (0 < q <= 1) of sorted values in microseconds, by nearest rank: the smallest
+// value with at least a fraction q of all values at or below it.
+double QuantileUs(const std::vector<int64_t>& sorted_ns, double q) {
+  const size_t n = sorted_ns.size();
+  const size_t rank =
+      std::min(n, std::max<size_t>(1, static_cast<size_t>(std::ceil(q * static_cast<double>(n)))));
+  return static_cast<double>(sorted_ns[rank - 1]) * 1e-3;
+}
+
+// The ping-pong mode: per size, --warmup untimed round trips, then --repeat timed runs of
+// --messages round trips, one row of percentiles each.
+bool PingPongSizes(void* sock, const uint8_t* buf, const std::string& endpoint,
+                   const std::vector<uint64_t>& sizes) {
+  const bool csv = FLAGS_format == "csv";
+  if (csv) {
+    std::printf("message_bytes,round_trips,p50_us,p99_us,min_us,max_us\n");
+  } else {
+    std::printf(
+        "# ferry-zmq-stream --pingpong: %s, DEALER->ROUTER and back over %s, zero-copy sends, "
+        "round trips in microseconds\n",
+        FLAGS_role.c_str(), endpoint.c_str());
+    std::printf("%14s %12s %10s %10s %10s %10s %10s\n", "message_bytes", "round_trips", "p50_us",
+                "p99_us", "min_us", "max_us", "mean_us");
+  }
+  std::fflush(stdout);
+
+  const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(1, FLAGS_messages));
+  std::vector<int64_t> rtt_ns;
+  rtt_ns.reserve(
+      std::max<uint64_t>(count, static_cast<uint64_t>(std::max<int64_t>(0, FLAGS_warmup))));
+  for (uint64_t size : sizes) {
+    if (FLAGS_warmup > 0) {
+      rtt_ns.clear();
+      if (!RunPingPong(sock, buf, size, static_cast<uint64_t>(FLAGS_warmup), &rtt_ns)) return false;
+    }
+    for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
+      rtt_ns.clear();
+      if (!RunPingPong(sock, buf, size, count, &rtt_ns)) return false;
+      std::sort(rtt_ns.begin(), rtt_ns.end());
+      double sum_ns = 0;
+      for (int64_t ns : rtt_ns) sum_ns += static_cast<double>(ns);
+      const double p50 = QuantileUs(rtt_ns, 0.50), p99 = QuantileUs(rtt_ns, 0.99);
+      const double lo = static_cast<double>(rtt_ns.front()) * 1e-3,
+                   hi = static_cast<double>(rtt_ns.back()) * 1e-3;
+      if (csv) {
+        std::printf("%llu,%llu,%.2f,%.2f,%.2f,%.2f\n", static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(count), p50, p99, lo, hi);
+      } else {
+        std::printf("%14llu %12llu %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(count),
+                    p50, p99, lo, hi, sum_ns * 1e-3 / static_cast<double>(count));
+      }
+      std::fflush(stdout);
+    }
+  }
+  return true;
+}
+
+int RunSender(const std::string& endpoint, const std::vector<uint64_t>& sizes) {
   const uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   // One buffer of the largest size, page-aligned and filled once; every message references it.
   std::unique_ptr<uint8_t, decltype(&std::free)> buf(
@@ -416,44 +600,9 @@ int RunSender(const std::string& endpoint, const std::vector<uint64_t>& sizes) {
   // Ping: the connection is established before anything is timed.
   if (!RunPhase(sock, buf.get(), 0, 0, &seconds, &ack)) return 1;
 
-  if (csv) {
-    std::printf("message_bytes,messages,seconds,GBps\n");
-  } else {
-    std::printf("# ferry-zmq-stream: %s, DEALER->ROUTER over %s, zero-copy sends, GB/s = 1e9 B/s\n",
-                FLAGS_role.c_str(), endpoint.c_str());
-    std::printf("%14s %10s %12s %10s %14s %14s\n", "message_bytes", "messages", "seconds", "GB/s",
-                "messages/s", "recv_GB/s");
-  }
-  std::fflush(stdout);
-
-  for (uint64_t size : sizes) {
-    uint64_t count = static_cast<uint64_t>(std::max<int64_t>(1, FLAGS_messages));
-    if (FLAGS_min_total_bytes > 0) {
-      const uint64_t need = (static_cast<uint64_t>(FLAGS_min_total_bytes) + size - 1) / size;
-      count = std::max(count, need);
-    }
-    if (FLAGS_warmup > 0) {
-      if (!RunPhase(sock, buf.get(), size, static_cast<uint64_t>(FLAGS_warmup), &seconds, &ack)) return 1;
-    }
-    for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
-      if (!RunPhase(sock, buf.get(), size, count, &seconds, &ack)) return 1;
-      const double bytes = static_cast<double>(size) * static_cast<double>(count);
-      const double gbps = bytes / seconds / 1e9;
-      if (csv) {
-        std::printf("%llu,%llu,%.6f,%.4f\n", static_cast<unsigned long long>(size),
-                    static_cast<unsigned long long>(count), seconds, gbps);
-      } else {
-        // The receiver's own rate covers messages 2..N (first to last arrival).
-        const double recv_s = static_cast<double>(ack.recv_ns) * 1e-9;
-        const double recv_gbps =
-            (count > 1 && recv_s > 0) ? static_cast<double>(size) * static_cast<double>(count - 1) / recv_s / 1e9 : 0.0;
-        std::printf("%14llu %10llu %12.6f %10.3f %14.1f %14.3f\n", static_cast<unsigned long long>(size),
-                    static_cast<unsigned long long>(count), seconds, gbps,
-                    static_cast<double>(count) / seconds, recv_gbps);
-      }
-      std::fflush(stdout);
-    }
-  }
+  const bool ok = FLAGS_pingpong ? PingPongSizes(sock, buf.get(), endpoint, sizes)
+                                 : StreamSizes(sock, buf.get(), endpoint, sizes);
+  if (!ok) return 1;
 
   if (!SendControl(sock, kQuit, 0, 0)) return 1;
   if (!WaitAck(sock, 0, 0, &ack)) return 1;
@@ -562,8 +711,11 @@ int RunBoth(const std::vector<uint64_t>& sizes) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "raw ZeroMQ stream throughput (the reference for Ferry's throughput).\n"
-      "  ferry-zmq-stream [--role=both] [--sizes=4K,64K,1M,4M,16M] [--messages=500] [--format=csv]");
+      "raw ZeroMQ stream throughput (the reference for Ferry's throughput), or with --pingpong\n"
+      "raw ZeroMQ round trips (the reference for Ferry's small push_pull latency).\n"
+      "  ferry-zmq-stream [--role=both] [--sizes=4K,64K,1M,4M,16M] [--messages=500] "
+      "[--format=csv]\n"
+      "  ferry-zmq-stream --pingpong --message_bytes=4096 --messages=10000 [--format=csv]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {
     std::fprintf(stderr, "ferry-zmq-stream: unexpected argument '%s'\n", argv[1]);
@@ -575,6 +727,11 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_timeout_ms <= 0) {
     std::fprintf(stderr, "ferry-zmq-stream: --timeout_ms must be > 0\n");
+    return 2;
+  }
+  if (FLAGS_pingpong && FLAGS_min_total_bytes > 0) {
+    std::fprintf(stderr,
+                 "ferry-zmq-stream: --min_total_bytes is for the stream mode, not --pingpong\n");
     return 2;
   }
   std::vector<uint64_t> sizes;
