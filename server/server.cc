@@ -194,12 +194,23 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     return;
   }
   const NodeTable& table = cluster_.table();
-  if (!table.IsWorker(m.sender()) || origin.identity != table.node(m.sender()).routing_id()) {
+  if (!table.IsWorker(m.sender()) ||
+      DataIdentity(origin.identity) != table.node(m.sender()).routing_id()) {
     counters_.rejected++;
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m)
                                   << ": the sender is not a worker of this job";
     ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(), ErrorCode::kBadMessage,
                "push refused: the sender is not a worker of this job");
+    return;
+  }
+  if (IsControlIdentity(origin.identity) && !IsControlMessage(m.type())) {
+    // A JOIN must stay behind the pushes sent before it, and tensor bytes must not block
+    // the control connection: neither belongs there.
+    counters_.rejected++;
+    FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m) << ": it came on the control connection";
+    ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(), ErrorCode::kBadMessage,
+               StrCat(MessageTypeName(m.type()), " refused: it belongs on the data connection, "
+                                                 "not the control connection"));
     return;
   }
   if (m.type() == proto::JOIN) {

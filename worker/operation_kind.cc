@@ -20,6 +20,10 @@ void WorkerContext::CheckRunning(const char* what, const std::string& name) cons
 }
 
 void WorkerContext::NoteLateReply(const Message& m) {
+  if (m.type() == proto::PUSH_ACK) {  // its sum came first, on the other lane
+    counters.late_acks++;
+    return;
+  }
   counters.late_replies++;
   if (config.transport.resend_timeout_ms > 0) {
     VLOG(1) << "dropped " << Describe(m) << ": answered already (a resend crossed its reply)";

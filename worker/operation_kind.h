@@ -42,7 +42,9 @@ namespace ferry {
 //   bytes_received      payload bytes of sums    send_releases      ZeroMQ release hooks fired
 //   resends             pushes sent again (no acknowledgement in time)
 //   pulls               sums asked for again (acknowledged, but no sum in time)
-//   late_replies        replies to requests already answered
+//   late_replies        replies to requests already answered (acks not counted)
+//   late_acks           acks of requests already answered: on the control lane an ack may
+//                       arrive after its sum (van.h, "Lanes"), which is no fault
 //   fused_messages      PUSH_FUSED messages      partitions_fused   partitions inside them
 //   rows_operations     PushPullRows calls       rows_pushed        rows they listed
 //   rows_bytes_pushed   ROWS_PUSH payload bytes (first sends)
@@ -57,6 +59,7 @@ struct WorkerCounters {
   Counter& resends = registry.Register("resends");
   Counter& pulls = registry.Register("pulls");
   Counter& late_replies = registry.Register("late_replies");
+  Counter& late_acks = registry.Register("late_acks");
   Counter& fused_messages = registry.Register("fused_messages");
   Counter& partitions_fused = registry.Register("partitions_fused");
   Counter& rows_operations = registry.Register("rows_operations");

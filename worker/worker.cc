@@ -61,7 +61,8 @@ void Worker::Start() {
   std::vector<double> weights;
   for (const auto& s : table.Servers()) {
     weights.push_back(s.weight());
-    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id());
+    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
+                 config_.transport.control_lane);
   }
   if (!config_.diagnostics.trace_dir.empty())
     trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);

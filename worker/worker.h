@@ -173,6 +173,8 @@ class Worker : public Collective {
   // Every counter of this worker by name (its own, then the transport's "van.*"): what
   // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (operation_kind.h).
   CounterValues Counters() const override;
+  // For tests of the transport (e.g. Van::HoldDataReadsForTest).
+  Van& van_for_test() { return van_; }
   // Bytes placed on each server so far (by rank), from this worker's placement.
   std::vector<uint64_t> PlacedBytes() const;
 

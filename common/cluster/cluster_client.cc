@@ -15,6 +15,7 @@ VanOptions VanOptionsFor(const std::string& name, const Config& config) {
   VanOptions o =
       VanOptions::Named(name, config.transport.max_message_bytes, config.transport.secret);
   o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
+  o.control_lane = config.transport.control_lane;
   o.drop_percent = config.transport.test_drop_percent;
   o.delay_ms = static_cast<int>(config.transport.test_delay_ms);
   return o;

@@ -447,6 +447,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
     Invalid("FERRY_LINK_TIMEOUT_MS", std::to_string(c.transport.link_timeout_ms),
             "must be 0 (off) or at least 300");
   }
+  c.transport.control_lane = r.Bool("FERRY_CONTROL_LANE", nullptr, c.transport.control_lane);
   c.transport.test_drop_percent = r.Double("FERRY_TEST_DROP_PERCENT", 0.0, 0.0, 100.0);
   c.transport.test_delay_ms = r.Int("FERRY_TEST_DELAY_MS", nullptr, 0, 0, 60000);
   if (c.transport.test_drop_percent > 0 && c.transport.resend_timeout_ms == 0) {
@@ -501,6 +502,7 @@ std::string Config::Summary() const {
            : std::string()),
       " heartbeat=", cluster.heartbeat_interval_ms, "/", cluster.heartbeat_timeout_ms, "ms",
       " resend=", transport.resend_timeout_ms, "ms link_timeout=", transport.link_timeout_ms, "ms",
+      transport.control_lane ? " control_lane" : "",
       " security=", transport.secret.empty() ? "none" : "CURVE",
       " connect_timeout=", cluster.connect_timeout_ms, "ms");
 }

@@ -62,6 +62,10 @@ struct Config {
     // ZeroMQ heartbeats on every connection: a connection silent this long is closed and
     // reconnected (what it carried is resent by the above). 0 = rely on TCP alone.
     int64_t link_timeout_ms = 5000;
+    // Workers open a second connection to each server for control messages (acks,
+    // errors, JOIN_ACK, RESEND_SUM), and servers answer them there, so they never wait
+    // behind tensor bytes (common/transport/van.h, "Lanes"). FERRY_CONTROL_LANE.
+    bool control_lane = true;
     // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
     // Never logged.
     std::string secret;

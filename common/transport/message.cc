@@ -22,6 +22,11 @@ Message MakeMessage(proto::MessageType type, int sender) {
   return m;
 }
 
+bool IsControlMessage(proto::MessageType type) {
+  return type == proto::PUSH_ACK || type == proto::ERROR || type == proto::JOIN_ACK ||
+         type == proto::RESEND_SUM;
+}
+
 std::string MessageTypeName(int type) {
   if (proto::MessageType_IsValid(type)) {
     return proto::MessageType_Name(static_cast<proto::MessageType>(type));

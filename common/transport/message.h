@@ -62,6 +62,11 @@ Status CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes);
 // Parses an envelope frame. Returns false (and `error`) on bytes that do not parse.
 bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::string* error);
 
+// Control messages: small, and nothing may make them wait behind tensor bytes. They take
+// the control lane where a connection has one (see van.h): PUSH_ACK, ERROR, JOIN_ACK
+// (server -> worker) and RESEND_SUM (worker -> server).
+bool IsControlMessage(proto::MessageType type);
+
 // "PUSH", "REGISTER", ... ; "type N" when unknown.
 std::string MessageTypeName(int type);
 // One line for logs: type, sender, request, key, round, length.

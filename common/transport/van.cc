@@ -16,9 +16,26 @@ namespace ferry {
 
 struct Van::Connection {
   int id = -1;
-  void* socket = nullptr;
+  void* socket = nullptr;   // the data lane (every message without a control lane)
+  void* control = nullptr;  // the control lane, or null
   std::string endpoint;
 };
+
+namespace {
+constexpr char kControlSuffix = '\x01';  // Ferry's routing ids are printable (NewRoutingId)
+}  // namespace
+
+std::string ControlIdentity(const std::string& data_identity) {
+  return data_identity + kControlSuffix;
+}
+
+bool IsControlIdentity(const std::string& identity) {
+  return !identity.empty() && identity.back() == kControlSuffix;
+}
+
+std::string DataIdentity(const std::string& identity) {
+  return IsControlIdentity(identity) ? identity.substr(0, identity.size() - 1) : identity;
+}
 
 namespace {
 
@@ -168,7 +185,7 @@ void Van::Stop() {
   if (stopped_.exchange(true)) return;
   if (started_) {
     CHECK(std::this_thread::get_id() != io_thread_id_) << "Van::Stop from its own IO thread";
-    Enqueue(Command::kStop, 0, "", nullptr);  // the last command the pipe carries
+    Enqueue(Command::kStop, 0, false, "", nullptr);  // the last command the pipe carries
     io_thread_.join();  // the IO thread closes its sockets on the way out
   } else {
     {
@@ -190,35 +207,61 @@ void Van::Stop() {
   zmq_ctx_term(context_);
 }
 
-void Van::Connect(int peer, const std::string& endpoint, const std::string& routing_id) {
+void Van::Connect(int peer, const std::string& endpoint, const std::string& routing_id,
+                  bool control_lane) {
   if (!started_ || std::this_thread::get_id() == io_thread_id_) {
-    DoConnect(peer, endpoint, routing_id);
+    DoConnect(peer, endpoint, routing_id, control_lane);
     return;
   }
-  Enqueue(Command::kConnect, peer, endpoint, nullptr, routing_id);
+  Enqueue(Command::kConnect, peer, control_lane, endpoint, nullptr, routing_id);
 }
 
 void Van::Send(int peer, Message message) {
   if (std::this_thread::get_id() != io_thread_id_) {
-    Enqueue(Command::kSend, peer, "", &message);
+    Enqueue(Command::kSend, peer, false, "", &message);
     return;
   }
   Frames frames = BuildFrames(message);
-  Connection* p = FindConnection(peer);
-  Transmit(p ? p->socket : nullptr, nullptr, &frames, StrCat("node ", peer));
+  TransmitToPeer(peer, &frames);
 }
 
 void Van::Reply(const std::string& identity, Message message) {
   if (std::this_thread::get_id() != io_thread_id_) {
-    Enqueue(Command::kReply, 0, identity, &message);
+    Enqueue(Command::kReply, 0, false, identity, &message);
     return;
   }
   Frames frames = BuildFrames(message);
-  Transmit(router_, &identity, &frames, "an inbound peer");
+  TransmitReply(identity, &frames);
+}
+
+void Van::HoldDataReadsForTest(bool hold) {
+  Enqueue(Command::kHoldReads, 0, hold, "", nullptr);
+}
+
+void Van::TransmitToPeer(int peer, Frames* frames) {
+  Connection* p = FindConnection(peer);
+  void* socket = !p ? nullptr : (frames->control && p->control) ? p->control : p->socket;
+  Transmit(socket, nullptr, frames, StrCat("node ", peer));
+}
+
+void Van::TransmitReply(const std::string& identity, Frames* frames) {
+  const std::string data_identity = DataIdentity(identity);
+  if (frames->control && options_.control_lane) {
+    // ROUTER_MANDATORY refuses an identity with no connection at its first frame, before
+    // anything of the message is taken: then the data connection carries it.
+    const std::string control = ControlIdentity(data_identity);
+    if (SendBytes(router_, control.data(), control.size(), true)) {
+      Transmit(router_, nullptr, frames, "an inbound peer's control connection");
+      return;
+    }
+    counters_.control_fallbacks++;
+  }
+  Transmit(router_, &data_identity, frames, "an inbound peer");
 }
 
 Van::Frames Van::BuildFrames(const Message& message) {
   Frames f;
+  f.control = IsControlMessage(message.type());
   std::string envelope = message.envelope.SerializeAsString();
   zmq_msg_init_size(&f.envelope, envelope.size());
   std::memcpy(zmq_msg_data(&f.envelope), envelope.data(), envelope.size());
@@ -256,15 +299,18 @@ void Van::Transmit(void* socket, const std::string* identity, Frames* f,
   if (f->has_payload) counters_.payloads_sent_zero_copy++;
 }
 
-// Pipe frames: [command(1) + peer(4)] [text] [extra or envelope] [payload?]
-void Van::Enqueue(Command command, int peer, const std::string& text, const Message* message,
-                  const std::string& extra) {
-  char header[5];
+// Pipe frames: [command(1) + peer(4) + flag(1)] [text] [extra or envelope] [payload?]
+// The flag is Frames::control for kSend/kReply, the control lane for kConnect.
+void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
+                  const Message* message, const std::string& extra) {
+  char header[6];
   header[0] = static_cast<char>(command);
   std::memcpy(header + 1, &peer, 4);
+  header[5] = flag ? 1 : 0;
   Frames f;
   if (message) {
     f = BuildFrames(*message);
+    header[5] = f.control ? 1 : 0;
   } else {
     zmq_msg_init_size(&f.envelope, extra.size());
     std::memcpy(zmq_msg_data(&f.envelope), extra.data(), extra.size());
@@ -286,13 +332,20 @@ void Van::Enqueue(Command command, int peer, const std::string& text, const Mess
 
 void Van::IoLoop() {
   std::vector<zmq_pollitem_t> items;
+  std::vector<std::pair<void*, int>> polled;  // outbound sockets polled, and their peers
   while (true) {
     items.clear();
     items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});
     items.push_back({zap_, 0, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
     items.push_back({monitor_, 0, static_cast<short>(monitor_ ? ZMQ_POLLIN : 0), 0});
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
-    for (auto& p : connections_) items.push_back({p->socket, 0, ZMQ_POLLIN, 0});
+    // Peers may be added by handlers while we iterate; only visit the polled ones.
+    polled.clear();
+    for (auto& p : connections_) {
+      if (!(hold_data_reads_ && p->control)) polled.emplace_back(p->socket, p->id);
+      if (p->control) polled.emplace_back(p->control, p->id);
+    }
+    for (auto& [socket, peer] : polled) items.push_back({socket, 0, ZMQ_POLLIN, 0});
     int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
@@ -310,9 +363,11 @@ void Van::IoLoop() {
           zmq_msg_close(&header);
           break;
         }
-        Command command = static_cast<Command>(static_cast<char*>(zmq_msg_data(&header))[0]);
+        const char* head = static_cast<char*>(zmq_msg_data(&header));
+        Command command = static_cast<Command>(head[0]);
         int peer;
-        std::memcpy(&peer, static_cast<char*>(zmq_msg_data(&header)) + 1, 4);
+        std::memcpy(&peer, head + 1, 4);
+        const bool flag = head[5] != 0;
         zmq_msg_close(&header);
         std::vector<zmq_msg_t> frames;
         frames.reserve(3);  // text, envelope, payload: never reallocated
@@ -329,13 +384,18 @@ void Van::IoLoop() {
           case Command::kStop:
             stop = true;
             break;
+          case Command::kHoldReads:
+            hold_data_reads_ = flag;
+            break;
           case Command::kConnect:
             DoConnect(peer, text,
-                      std::string(static_cast<char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])));
+                      std::string(static_cast<char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])),
+                      flag);
             break;
           case Command::kSend:
           case Command::kReply: {
             Frames f;
+            f.control = flag;
             zmq_msg_init(&f.envelope);
             zmq_msg_move(&f.envelope, &frames[1]);
             f.has_payload = frames.size() > 2;
@@ -344,10 +404,9 @@ void Van::IoLoop() {
               zmq_msg_move(&f.payload, &frames[2]);
             }
             if (command == Command::kSend) {
-              Connection* p = FindConnection(peer);
-              Transmit(p ? p->socket : nullptr, nullptr, &f, StrCat("node ", peer));
+              TransmitToPeer(peer, &f);
             } else {
-              Transmit(router_, &text, &f, "an inbound peer");
+              TransmitReply(text, &f);
             }
             break;
           }
@@ -359,19 +418,18 @@ void Van::IoLoop() {
     if (items[index++].revents & ZMQ_POLLIN) HandleZapRequest();
     if (items[index++].revents & ZMQ_POLLIN) HandleMonitorEvent();
     if (router_ && (items[index++].revents & ZMQ_POLLIN)) ReceiveFrom(router_, true, -1);
-    // Peers may be added by handlers while we iterate; only visit the polled ones.
-    size_t polled_peers = items.size() - index;
-    for (size_t i = 0; i < polled_peers; ++i) {
-      if (items[index + i].revents & ZMQ_POLLIN) {
-        ReceiveFrom(connections_[i]->socket, false, connections_[i]->id);
-      }
+    for (size_t i = 0; i < polled.size(); ++i) {
+      if (items[index + i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i].first, false, polled[i].second);
     }
     DeliverDelayed();
   }
   // Shutdown: sockets flush for up to linger_ms, then close.
   for (auto& p : connections_) {
-    SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
-    zmq_close(p->socket);
+    for (void* socket : {p->socket, p->control}) {
+      if (!socket) continue;
+      SetInt(socket, ZMQ_LINGER, options_.linger_ms);
+      zmq_close(socket);
+    }
   }
   connections_.clear();
   if (router_) zmq_close(router_);
@@ -500,35 +558,52 @@ void Van::ApplyLinkOptions(void* socket) {
   SetInt(socket, ZMQ_HEARTBEAT_TTL, options_.link_timeout_ms);
 }
 
-void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id) {
+void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
+                    bool control_lane) {
   if (FindConnection(peer)) return;
   auto p = std::make_unique<Connection>();
   p->id = peer;
   p->endpoint = endpoint;
-  p->socket = zmq_socket(context_, ZMQ_DEALER);
-  if (!p->socket) ThrowZmq("zmq_socket(DEALER)");
-  SetInt(p->socket, ZMQ_SNDHWM, 0);
-  SetInt(p->socket, ZMQ_RCVHWM, 0);
-  SetInt(p->socket, ZMQ_LINGER, options_.linger_ms);
-  ApplyLinkOptions(p->socket);
-  int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
-  zmq_setsockopt(p->socket, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
-  if (!routing_id.empty()) {
-    zmq_setsockopt(p->socket, ZMQ_ROUTING_ID, routing_id.data(), routing_id.size());
+  p->socket = OpenDealer(endpoint, routing_id);
+  if (p->socket && control_lane && !routing_id.empty()) {
+    p->control = OpenDealer(endpoint, ControlIdentity(routing_id));
   }
-  if (secure_) {
-    zmq_setsockopt(p->socket, ZMQ_CURVE_SERVERKEY, keys_.server_public.data(), 32);
-    zmq_setsockopt(p->socket, ZMQ_CURVE_PUBLICKEY, keys_.client_public.data(), 32);
-    zmq_setsockopt(p->socket, ZMQ_CURVE_SECRETKEY, keys_.client_secret.data(), 32);
-  }
-  if (zmq_connect(p->socket, endpoint.c_str()) != 0) {
+  if (!p->socket || (control_lane && !routing_id.empty() && !p->control)) {
     LOG(ERROR) << options_.name << ": cannot connect to node " << peer << " at " << endpoint
                << ": " << zmq_strerror(zmq_errno());
-    zmq_close(p->socket);
+    if (p->socket) zmq_close(p->socket);
     return;
   }
-  VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint;
+  VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint
+          << (p->control ? " (data and control connections)" : "");
   connections_.push_back(std::move(p));
+}
+
+// A DEALER connected to `endpoint` as `routing_id`; null (errno set) if it cannot connect.
+void* Van::OpenDealer(const std::string& endpoint, const std::string& routing_id) {
+  void* socket = zmq_socket(context_, ZMQ_DEALER);
+  if (!socket) ThrowZmq("zmq_socket(DEALER)");
+  SetInt(socket, ZMQ_SNDHWM, 0);
+  SetInt(socket, ZMQ_RCVHWM, 0);
+  SetInt(socket, ZMQ_LINGER, options_.linger_ms);
+  ApplyLinkOptions(socket);
+  int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
+  zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
+  if (!routing_id.empty()) {
+    zmq_setsockopt(socket, ZMQ_ROUTING_ID, routing_id.data(), routing_id.size());
+  }
+  if (secure_) {
+    zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, keys_.server_public.data(), 32);
+    zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys_.client_public.data(), 32);
+    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys_.client_secret.data(), 32);
+  }
+  if (zmq_connect(socket, endpoint.c_str()) != 0) {
+    const int error = zmq_errno();
+    zmq_close(socket);
+    errno = error;
+    return nullptr;
+  }
+  return socket;
 }
 
 Van::Connection* Van::FindConnection(int peer) {

@@ -16,6 +16,17 @@
 // reference to the payload's owner until ZeroMQ's release hook fires after the bytes
 // are on the wire. Received payloads are Buffers that own the ZeroMQ frame.
 //
+// Lanes: a worker opens two DEALERs to each server (Connect with control_lane), both to
+// the server's one ROUTER: the data connection, whose routing id is the node's, and the
+// control connection, whose routing id is ControlIdentity(the node's). Control messages
+// (IsControlMessage: acks, errors, JOIN_ACK, RESEND_SUM) take the control connection
+// where there is one, so they never queue behind the tensor bytes ZeroMQ and the kernel
+// hold for the data connection: an acknowledgement (which returns a worker's credit)
+// crosses the link while megabytes of sums wait for the other connection. A reply whose
+// requester has no control connection (not connected yet, or a node without one) falls
+// back to the data connection (counted: control_fallbacks). Messages on one lane keep
+// their order; between lanes there is none (an ack may arrive after its sum).
+//
 // Every socket has an unlimited send high-water mark: a full queue must never block
 // the IO thread or drop a message silently. Flow control is the caller's (workers
 // bound the bytes in flight by their scheduling credit).
@@ -48,6 +59,9 @@ struct VanOptions {
   // Non-empty: every socket uses CURVE with keys derived from this secret, and only
   // peers holding it are admitted (see security.h).
   std::string secret;
+  // Replies of control types go to the requester's control connection (above);
+  // false: every reply takes the connection its request came on.
+  bool control_lane = false;
   // > 0: ZeroMQ heartbeats on every connection; one silent this long is closed and
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
@@ -77,6 +91,8 @@ struct VanOptions {
 //   connections_refused          failed the security check or handshake
 //   injected_drops               data messages dropped by fault injection
 //   connections_closed           inbound connections that ended (any reason)
+//   control_fallbacks            control replies sent on the data connection because the
+//                                requester had no control connection
 //   unreleased_bytes             a gauge: payload bytes handed to the Van (its pipe or
 //                                ZeroMQ) whose release hook has not run yet, i.e. not yet in
 //                                the kernel (with CURVE: not yet encrypted into a copy)
@@ -86,7 +102,7 @@ struct VanOptions {
   X(messages_received)                                                               \
   X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
       X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed) \
-          X(unreleased_bytes) X(unreleased_bytes_max)
+          X(control_fallbacks) X(unreleased_bytes) X(unreleased_bytes_max)
 
 struct VanStats {
 #define FERRY_VAN_STATS_FIELD(name) uint64_t name = 0;
@@ -96,6 +112,12 @@ struct VanStats {
 
 // The Van's statistics as named counters ("van.<field>"), for a node's stats file.
 CounterValues VanCounterValues(const VanStats& s);
+
+// The routing id of a node's control connection: its data routing id and one byte that
+// no routing id of Ferry's contains. DataIdentity maps either lane's id to the data one.
+std::string ControlIdentity(const std::string& data_identity);
+std::string DataIdentity(const std::string& identity);
+bool IsControlIdentity(const std::string& identity);
 
 // Where a received message came from.
 struct Origin {
@@ -123,14 +145,20 @@ class Van {
   void Start(Handler handler);
 
   // Opens an outbound connection named `peer` to `endpoint` (tcp://ip:port); the
-  // remote ROUTER sees us as `routing_id` (empty: ZeroMQ picks one). Thread-safe.
-  void Connect(int peer, const std::string& endpoint, const std::string& routing_id);
+  // remote ROUTER sees us as `routing_id` (empty: ZeroMQ picks one). With
+  // `control_lane` (and a routing id) a second connection carries control messages
+  // (see Lanes above). Thread-safe.
+  void Connect(int peer, const std::string& endpoint, const std::string& routing_id,
+               bool control_lane = false);
 
-  // Sends on the outbound connection to `peer`. Thread-safe; never blocks on the
-  // network. Messages to one peer keep their order.
+  // Sends on the outbound connection to `peer` (a control message on its control
+  // connection if it has one). Thread-safe; never blocks on the network. Messages to one
+  // peer keep their order within a lane.
   void Send(int peer, Message message);
 
-  // Sends on the inbound ROUTER to the connection `identity`. Thread-safe.
+  // Sends on the inbound ROUTER to the node whose connection (either lane) is
+  // `identity`: a control message on its control connection when control_lane is on and
+  // it has one, anything else on its data connection. Thread-safe.
   void Reply(const std::string& identity, Message message);
 
   // Flushes (up to linger_ms), closes every socket, joins the IO thread and ends the
@@ -141,11 +169,18 @@ class Van {
   VanStats stats() const;
   const std::string& name() const { return options_.name; }
 
- private:
-  enum class Command : uint8_t { kSend = 1, kReply = 2, kConnect = 3, kStop = 4 };
-  struct Connection;  // the outbound (DEALER) socket to one node, made by Connect()
+  // For tests: while held, the IO thread reads nothing from the data connections of
+  // outbound peers that have a control lane (their bytes wait in ZeroMQ), but still
+  // reads their control connections and every other socket. Thread-safe.
+  void HoldDataReadsForTest(bool hold);
 
-  void Enqueue(Command command, int peer, const std::string& text, const Message* message,
+ private:
+  enum class Command : uint8_t { kSend = 1, kReply = 2, kConnect = 3, kStop = 4, kHoldReads = 5 };
+  struct Connection;  // the outbound (DEALER) sockets to one node, made by Connect()
+
+  // `flag`: kConnect: open a control lane; kSend, kReply: a control message; kHoldReads:
+  // hold (or release) the data reads.
+  void Enqueue(Command command, int peer, bool flag, const std::string& text, const Message* message,
                const std::string& extra = std::string()) EXCLUDES(push_mutex_);
   void IoLoop();
   void HandleCommand();
@@ -156,13 +191,18 @@ class Van {
     zmq_msg_t envelope;
     zmq_msg_t payload;  // initialised only when has_payload
     bool has_payload = false;
+    bool control = false;  // IsControlMessage: takes the control lane where there is one
   };
   Frames BuildFrames(const Message& message);
   // Sends `frames` (prefixed by `identity` on the ROUTER), counts the outcome, and
   // always releases the frames. `target` names the destination in logs.
   void Transmit(void* socket, const std::string* identity, Frames* frames,
                 const std::string& target);
-  void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id);
+  void TransmitToPeer(int peer, Frames* frames);                     // Send, on the IO thread
+  void TransmitReply(const std::string& identity, Frames* frames);  // Reply, on the IO thread
+  void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
+                 bool control_lane);
+  void* OpenDealer(const std::string& endpoint, const std::string& routing_id);
   // Hands a received message on, unless fault injection drops or delays it.
   void Deliver(Message&& message, const Origin& origin);
   void DeliverDelayed();         // IO thread: hands on the delayed messages now due
@@ -181,6 +221,7 @@ class Van {
   void* command_push_ GUARDED_BY(push_mutex_) = nullptr;  // other threads' end of the pipe
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
+  bool hold_data_reads_ = false;                          // IO thread only (tests)
   bool secure_ = false;
   CurveKeys keys_{};
   void* zap_ = nullptr;           // ZAP handler socket (secure only); IO thread

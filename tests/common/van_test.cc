@@ -160,6 +160,91 @@ Message PushOf(uint64_t key, Buffer payload) {
 
 constexpr size_t kFloats = 262144;  // 1 MiB
 
+Message ReplyOf(proto::MessageType type, uint64_t request, Buffer payload = Buffer()) {
+  Message m = MakeMessage(type, 1);
+  m.envelope.set_request_id(request);
+  if (type == proto::ERROR) m.envelope.mutable_error()->set_reason("refused");
+  if (!payload.empty()) {
+    m.envelope.set_dtype(proto::FLOAT32);
+    m.envelope.set_length(payload.size());
+    m.payload = std::move(payload);
+  }
+  return m;
+}
+
+// Lanes (van.h): a control reply takes the requester's control connection, tensor bytes
+// its data connection; while the data reads are held, the ack still arrives, and the
+// sum sent before it arrives once they resume. Requests from either lane are answered by
+// type, not by the lane they came on.
+TEST(VanTest, ControlRepliesTakeTheControlConnectionAndOvertakeHeldSums) {
+  Recorder at_server, at_worker;
+  VanOptions server_options = Options("server");
+  server_options.control_lane = true;
+  Van server(server_options);
+  int port = server.Bind("127.0.0.1", 0);
+  server.Start(at_server.Handler());
+  Van worker(Options("worker"));
+  worker.Start(at_worker.Handler());
+  worker.Connect(1, Endpoint(port), "id-w", /*control_lane=*/true);
+
+  // A push on the data lane, a RESEND_SUM (control) on the control lane.
+  std::vector<float> tensor = Pattern(1024, 1.0f);
+  worker.Send(1, PushOf(MakeKey(1, 0), Buffer::Borrow(tensor.data(), 4096, [] {})));
+  Message pull = MakeMessage(proto::RESEND_SUM, 5);
+  pull.envelope.set_request_id(12);
+  worker.Send(1, std::move(pull));
+  ASSERT_TRUE(at_server.WaitFor(2));
+  std::string data_id, control_id;
+  for (size_t i = 0; i < 2; ++i) {
+    (at_server.at(i).message.type() == proto::PUSH ? data_id : control_id) = at_server.at(i).origin.identity;
+  }
+  EXPECT_EQ(data_id, "id-w");
+  EXPECT_EQ(control_id, ControlIdentity("id-w"));
+  EXPECT_TRUE(IsControlIdentity(control_id));
+  EXPECT_EQ(DataIdentity(control_id), "id-w");
+
+  worker.HoldDataReadsForTest(true);
+  // Replies addressed to the identity a request came from, whichever lane that was.
+  server.Reply(control_id, ReplyOf(proto::PUSH_RESULT, 11, Buffer::Allocate(1 << 20)));
+  server.Reply(data_id, ReplyOf(proto::PUSH_ACK, 11));
+  ASSERT_TRUE(at_worker.WaitFor(1));
+  EXPECT_EQ(at_worker.at(0).message.type(), proto::PUSH_ACK);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(at_worker.count(), 1u);  // the sum waits on the held data connection
+  worker.HoldDataReadsForTest(false);
+  ASSERT_TRUE(at_worker.WaitFor(2));
+  EXPECT_EQ(at_worker.at(1).message.type(), proto::PUSH_RESULT);
+  EXPECT_EQ(at_worker.at(1).message.payload.size(), 1u << 20);
+  EXPECT_EQ(server.stats().control_fallbacks, 0u);
+  worker.Stop();
+  server.Stop();
+}
+
+// A requester without a control connection gets its control replies on its data
+// connection, counted as fallbacks.
+TEST(VanTest, ControlRepliesFallBackToTheDataConnection) {
+  Recorder at_server, at_worker;
+  VanOptions server_options = Options("server");
+  server_options.control_lane = true;
+  Van server(server_options);
+  int port = server.Bind("127.0.0.1", 0);
+  server.Start(at_server.Handler());
+  Van worker(Options("worker"));
+  worker.Start(at_worker.Handler());
+  worker.Connect(1, Endpoint(port), "id-w");  // no control lane
+  worker.Send(1, MakeMessage(proto::RESEND_SUM, 5));
+  ASSERT_TRUE(at_server.WaitFor(1));
+  EXPECT_EQ(at_server.at(0).origin.identity, "id-w");
+  server.Reply("id-w", ReplyOf(proto::PUSH_ACK, 3));
+  server.Reply("id-w", ReplyOf(proto::ERROR, 4));
+  ASSERT_TRUE(at_worker.WaitFor(2));
+  EXPECT_EQ(at_worker.at(0).message.envelope.request_id(), 3u);
+  EXPECT_EQ(at_worker.at(1).message.envelope.request_id(), 4u);
+  EXPECT_EQ(server.stats().control_fallbacks, 2u);
+  worker.Stop();
+  server.Stop();
+}
+
 // (a) + (b): bytes arrive intact, with the sender's identity; ZeroMQ sent from the
 // caller's pointer, and the borrowed bytes were released exactly once.
 TEST(VanTest, ZeroCopySendDeliversCallerBytes) {

@@ -7,7 +7,7 @@
 // sends the abuse of the round:
 //   a push for a round far ahead, a RESEND_SUM for a round it never pushed, a push of an
 //   old round, a push for a key nobody else uses, and its honest push twice. In round 0
-//   also sparse rows: a ROWS_PUSH with a row id out of range (refused; the rows key
+//   also a push on a control connection (common/transport/van.h, "Lanes"), and sparse rows: a ROWS_PUSH with a row id out of range (refused; the rows key
 //   fails), another push to that key (refused with the same reason), a ROWS_PUSH of a
 //   round ahead, and a rows RESEND_SUM for a push never made.
 // Every abuse must be answered (an ERROR with the reason, or an acknowledgement for the
@@ -84,6 +84,17 @@ class RawMember {
     van_.Connect(server.id(), StrCat("tcp://", server.host(), ":", server.port()),
                  cluster_.routing_id());
     server_ = server.id();
+    // A connection that claims to be our control lane, to send on it what is not control.
+    van_.Connect(kControlPeer, StrCat("tcp://", server.host(), ":", server.port()),
+                 ControlIdentity(cluster_.routing_id()));
+  }
+
+  // Like Send, on the control connection whatever the message's type.
+  uint64_t SendOnControl(Message m) {
+    uint64_t id = next_request_++;
+    m.envelope.set_request_id(id);
+    van_.Send(kControlPeer, std::move(m));
+    return id;
   }
 
   // Sends `m` with a fresh request id; returns the id.
@@ -162,6 +173,7 @@ class RawMember {
   Van van_;
   ClusterClient cluster_;
   Inbox inbox_;
+  static constexpr int kControlPeer = 1 << 20;  // a peer id no node has
   int server_ = -1;
   uint64_t next_request_ = 1;
   int errors_ = 0;
@@ -201,6 +213,9 @@ int AbuseRound(RawMember& m, int round) {
   if (round == 0) {  // a key nobody else pushes: accepted (keys are defined by use), waits
     uint64_t stray = m.Send(m.Push(MakeKey(77, 0), 0, {1.0f, 2.0f}));
     ok &= m.Take(stray, proto::PUSH_ACK, &reply);
+    // Tensor bytes on the control connection: refused, and nothing is added.
+    ok &= m.ExpectError(m.SendOnControl(m.Push(key, round, values)),
+                        "belongs on the data connection");
     // Sparse rows on keys nobody else uses.
     ok &= m.ExpectError(m.Send(m.RowsPush(RowsKey(77, 0), 0, {3, 100})),
                         "row id 100 (position 1 of 2) is outside the tensor's rows 0..99");
