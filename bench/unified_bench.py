@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import ferry_netns  # noqa: E402
-from train_sim_bench import CpuSampler, Run, say  # noqa: E402
+from train_sim_bench import CpuSampler, Run, parse_env, say  # noqa: E402
 
 GLOO = os.path.join(ROOT, "bench", "gloo_allreduce.py")
 GLOO_PORT = 29600
@@ -52,10 +52,10 @@ class PerfRun(Run):
     """A cluster of n worker hosts with colocated servers and k CPU-only server hosts,
     running ferry-perf on every worker, then gloo on the same worker hosts."""
 
-    def __init__(self, args, k, name):
+    def __init__(self, args, k, knobs, name):
         cluster = SimpleNamespace(workers=args.workers, servers=0, colocate=True, extra_servers=k,
                                   log_level=args.log_level, bin=args.bin)
-        env = dict({"FERRY_PARTITION_BYTES": str(args.partition_bytes)}, **args.env)
+        env = dict({"FERRY_PARTITION_BYTES": str(args.partition_bytes)}, **knobs)
         super().__init__(cluster, "perf", args.rate, 1.0, env, name)
         self.bench, self.k = args, k
 
@@ -104,25 +104,27 @@ def run_all(args):
     rate_bps = ferry_netns.rate_bits(args.rate) / 8.0
     runs = []
     for rep in range(args.repeats):
-        for k in args.ks:
-            run = PerfRun(args, k, "ub%d" % os.getpid())
-            record = {"k": k, "repeat": rep, "t_opt_s": t_opt_s(args.workers, k, args.nbytes, rate_bps)}
+        for c, k in [(c, k) for c in range(len(args.configs)) for k in args.ks]:
+            knobs = args.configs[c]
+            run = PerfRun(args, k, knobs, "ub%d" % os.getpid())
+            record = {"k": k, "env": knobs, "repeat": rep,
+                      "t_opt_s": t_opt_s(args.workers, k, args.nbytes, rate_bps)}
             try:
                 record["ferry_s"], record["ferry_cpu"] = run.ferry()
                 record["transport"] = run.transport_stats()
-                if k == args.ks[0]:  # gloo does not depend on k: once per repeat, same hosts
+                if c == 0 and k == args.ks[0]:  # gloo depends on neither: once per repeat, same hosts
                     run.procs.clear()  # Ferry's processes have all ended
                     record["gloo_s"], record["gloo_cpu"] = run.gloo()
-                say("repeat %d k=%d: Ferry %.2f s (T_opt %.2f s, ratio %.3f)%s, busiest core %.0f%%, "
+                say("repeat %d k=%d %s: Ferry %.2f s (T_opt %.2f s, ratio %.3f)%s, busiest core %.0f%%, "
                     "ack delay p50/p99 %s/%s us" % (
-                        rep + 1, k, record["ferry_s"], record["t_opt_s"], record["ferry_s"] / record["t_opt_s"],
+                        rep + 1, k, knobs or "", record["ferry_s"], record["t_opt_s"], record["ferry_s"] / record["t_opt_s"],
                         ", gloo %.2f s" % record["gloo_s"] if "gloo_s" in record else "",
                         record["ferry_cpu"]["busiest_core_pct"],
                         record["transport"].get("ack_delay_us_p50", "-"),
                         record["transport"].get("ack_delay_us_p99", "-")))
             except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
                 record["error"] = str(e)
-                say("repeat %d k=%d failed: %s" % (rep + 1, k, e))
+                say("repeat %d k=%d %s failed: %s" % (rep + 1, k, knobs or "", e))
             finally:
                 run.cleanup()
             runs.append(record)
@@ -133,13 +135,15 @@ def summarize(args, runs):
     gloo = [r["gloo_s"] for r in runs if "gloo_s" in r]
     gloo_med = statistics.median(gloo) if gloo else None
     rows = []
-    for k in args.ks:
-        rs = [r for r in runs if r["k"] == k and "ferry_s" in r]
+    for knobs, k in [(c, k) for c in args.configs for k in args.ks]:
+        rs = [r for r in runs if r["k"] == k and r["env"] == knobs and "ferry_s" in r]
         if not rs:
             continue
         f = [r["ferry_s"] for r in rs]
         med = statistics.median(f)
-        rows.append({"k": k, "repeats": len(rs), "t_opt_s": rs[0]["t_opt_s"], "ferry_median_s": med,
+        delays = {name: statistics.median([r["transport"][name] for r in rs if name in r["transport"]] or [0])
+                  for name in ("ack_delay_us_p50", "ack_delay_us_p99")}
+        rows.append({"k": k, "env": knobs, "repeats": len(rs), **delays, "t_opt_s": rs[0]["t_opt_s"], "ferry_median_s": med,
                      "ferry_min_s": min(f), "ferry_max_s": max(f), "ferry_over_t_opt": med / rs[0]["t_opt_s"],
                      "gloo_median_s": gloo_med, "gloo_over_ferry": gloo_med / med if gloo_med else None,
                      "predicted_gloo_over_ferry": (t_opt_s(args.workers, 0, 1, 1) /
@@ -149,14 +153,16 @@ def summarize(args, runs):
 
 
 def table(rows, args):
-    lines = ["| k | T_opt (s) | Ferry median (min-max) (s) | Ferry / T_opt | gloo (s) | gloo / Ferry "
-             "| predicted | busiest core |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| knobs | k | T_opt (s) | Ferry median (min-max) (s) | Ferry / T_opt | gloo (s) | gloo / Ferry "
+             "| predicted | busiest core | ack delay p50 / p99 (ms) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append("| %d | %.2f | %.2f (%.2f-%.2f) | %.3f | %s | %s | %.2f | %.0f%% |" % (
-            r["k"], r["t_opt_s"], r["ferry_median_s"], r["ferry_min_s"], r["ferry_max_s"],
+        lines.append("| %s | %d | %.2f | %.2f (%.2f-%.2f) | %.3f | %s | %s | %.2f | %.0f%% | %.1f / %.1f |" % (
+            " ".join("%s=%s" % kv for kv in sorted(r["env"].items())) or "defaults", r["k"], r["t_opt_s"], r["ferry_median_s"], r["ferry_min_s"], r["ferry_max_s"],
             r["ferry_over_t_opt"], "%.2f" % r["gloo_median_s"] if r["gloo_median_s"] else "-",
             "%.2f" % r["gloo_over_ferry"] if r["gloo_over_ferry"] else "-",
-            r["predicted_gloo_over_ferry"], r["busiest_core_pct"]))
+            r["predicted_gloo_over_ferry"], r["busiest_core_pct"], r["ack_delay_us_p50"] / 1000.0,
+            r["ack_delay_us_p99"] / 1000.0))
     return "\n".join(lines)
 
 
@@ -164,12 +170,16 @@ def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ks = [r["k"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(ks, [r["t_opt_s"] for r in rows], "k--", label="T_opt (BytePS)")
-    ax.errorbar(ks, [r["ferry_median_s"] for r in rows],
-                yerr=[[r["ferry_median_s"] - r["ferry_min_s"] for r in rows],
-                      [r["ferry_max_s"] - r["ferry_median_s"] for r in rows]], fmt="o-", label="Ferry")
+    first = [r for r in rows if r["env"] == rows[0]["env"]]
+    ax.plot([r["k"] for r in first], [r["t_opt_s"] for r in first], "k--", label="T_opt (BytePS)")
+    for knobs in {json.dumps(r["env"], sort_keys=True) for r in rows}:
+        rs = [r for r in rows if json.dumps(r["env"], sort_keys=True) == knobs]
+        label = " ".join("%s=%s" % kv for kv in sorted(json.loads(knobs).items()))
+        ax.errorbar([r["k"] for r in rs], [r["ferry_median_s"] for r in rs],
+                    yerr=[[r["ferry_median_s"] - r["ferry_min_s"] for r in rs],
+                          [r["ferry_max_s"] - r["ferry_median_s"] for r in rs]], fmt="o-",
+                    label="Ferry" + (" " + label if label else ""))
     if rows[0]["gloo_median_s"]:
         ax.axhline(rows[0]["gloo_median_s"], color="tab:red", label="gloo ring allreduce")
     ax.set_xlabel("CPU-only server hosts k (n = 4 worker hosts with colocated servers)")
@@ -188,8 +198,9 @@ def main():
     p.add_argument("--bytes", default="100M", help="bytes per worker (K, M, G: powers of 1024)")
     p.add_argument("--partition-bytes", type=int, default=1 << 20,
                    help="FERRY_PARTITION_BYTES (small partitions spread evenly over 4-8 servers)")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="an extra environment variable for every Ferry process (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=V1[,V2...]",
+                   help="an environment knob for every Ferry process and its values (repeatable: "
+                        "the runs cover the product, interleaved within each repeat)")
     p.add_argument("--iters", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
@@ -200,7 +211,7 @@ def main():
     p.add_argument("--plot", help="a PNG to draw")
     args = p.parse_args()
     args.ks = [int(k) for k in args.ks.split(",")]
-    args.env = dict(item.split("=", 1) for item in args.env)
+    args.configs = parse_env(args.env)  # [{}] without --env; each NAME=V1,V2 is an axis
     args.nbytes = parse_bytes(args.bytes)
     args.bin = os.path.abspath(args.bin)
     why = ferry_netns.unavailable_reason()

@@ -15,6 +15,7 @@ Reply AddressedReply(Reply::Kind kind, const PendingReply& to, uint64_t key) {
   r.identity = to.identity;
   r.request_id = to.request_id;
   r.key = key;
+  r.priority = to.priority;
   return r;
 }
 
@@ -63,6 +64,7 @@ Message ToMessage(const Reply& reply, int sender) {
   proto::Envelope& e = m.envelope;
   e.set_request_id(reply.request_id);
   e.set_key(reply.key);
+  e.set_priority(reply.priority);
   e.set_sent_us(static_cast<uint64_t>(UnixUs()));  // handed to the Van next (Server::SendReply)
   switch (reply.kind) {
     case Reply::Kind::kAck:

@@ -73,7 +73,8 @@ struct Request {
 
   const proto::Envelope& envelope() const { return message.envelope; }
   PendingReply reply_to() const {
-    return PendingReply{message.envelope.sender(), identity, message.envelope.request_id()};
+    return PendingReply{message.envelope.sender(), identity, message.envelope.request_id(),
+                        message.envelope.priority()};
   }
 };
 
@@ -87,6 +88,7 @@ struct Reply {
   std::string identity;
   uint64_t request_id = 0;
   uint64_t key = 0;
+  int32_t priority = 0;  // the request's; sums are sent most urgent first (van.h, "Order")
   // kSum and kRowsSum: the envelope's fields of a sum.
   struct Sum {
     uint32_t round = 0;

@@ -58,6 +58,7 @@ struct PendingReply {
   int worker_id = -1;
   std::string identity;  // the worker's connection on the server's ROUTER
   uint64_t request_id = 0;
+  int32_t priority = 0;  // the request's: its sum leaves before less urgent ones (van.h)
 };
 
 // What to do with a push, given the key's state (see the round invariant above).

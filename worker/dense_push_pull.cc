@@ -200,6 +200,7 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(KeyOf(f));
           pull.envelope.set_round(f.round);
+          pull.envelope.set_priority(f.op->priority);  // its sum's place in the server's queue
           out->emplace_back(p.server, std::move(pull));
           ctx_.counters.pulls++;
         } else {

@@ -448,6 +448,14 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
             "must be 0 (off) or at least 300");
   }
   c.transport.control_lane = r.Bool("FERRY_CONTROL_LANE", nullptr, c.transport.control_lane);
+  c.transport.tcp_notsent_lowat = r.Int("FERRY_TCP_NOTSENT_LOWAT", nullptr,
+                                        c.transport.tcp_notsent_lowat, 0, 64 << 20);
+  c.transport.watermark_bytes = r.Int("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr,
+                                      c.transport.watermark_bytes, 0, 1LL << 30);
+  if (c.transport.tcp_notsent_lowat > 0 && c.transport.tcp_notsent_lowat < 4096) {
+    Invalid("FERRY_TCP_NOTSENT_LOWAT", std::to_string(c.transport.tcp_notsent_lowat),
+            "must be 0 (the kernel's default) or at least 4096");
+  }
   c.transport.test_drop_percent = r.Double("FERRY_TEST_DROP_PERCENT", 0.0, 0.0, 100.0);
   c.transport.test_delay_ms = r.Int("FERRY_TEST_DELAY_MS", nullptr, 0, 0, 60000);
   if (c.transport.test_drop_percent > 0 && c.transport.resend_timeout_ms == 0) {
@@ -503,6 +511,10 @@ std::string Config::Summary() const {
       " heartbeat=", cluster.heartbeat_interval_ms, "/", cluster.heartbeat_timeout_ms, "ms",
       " resend=", transport.resend_timeout_ms, "ms link_timeout=", transport.link_timeout_ms, "ms",
       transport.control_lane ? " control_lane" : "",
+      transport.tcp_notsent_lowat > 0 ? StrCat(" notsent_lowat=", transport.tcp_notsent_lowat)
+                                      : std::string(),
+      transport.watermark_bytes > 0 ? StrCat(" watermark=", transport.watermark_bytes)
+                                    : std::string(),
       " security=", transport.secret.empty() ? "none" : "CURVE",
       " connect_timeout=", cluster.connect_timeout_ms, "ms");
 }

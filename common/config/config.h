@@ -66,6 +66,14 @@ struct Config {
     // errors, JOIN_ACK, RESEND_SUM), and servers answer them there, so they never wait
     // behind tensor bytes (common/transport/van.h, "Lanes"). FERRY_CONTROL_LANE.
     bool control_lane = true;
+    // TCP_NOTSENT_LOWAT of the data connections (workers' to servers, servers' accepted
+    // ones): unsent bytes the kernel holds per connection; 0 = the kernel's default
+    // (unlimited up to the send buffer). FERRY_TCP_NOTSENT_LOWAT.
+    int64_t tcp_notsent_lowat = 0;
+    // Servers: sums wait in a priority queue per worker and go to ZeroMQ while less than
+    // this many of their bytes to that worker are unreleased (van.h, "Order"); 0 = every
+    // sum to ZeroMQ at once, in completion order. FERRY_TRANSPORT_WATERMARK_BYTES.
+    int64_t watermark_bytes = 0;
     // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
     // Never logged.
     std::string secret;

@@ -1,12 +1,15 @@
 #include "common/transport/van.h"
 
 #include <glog/logging.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <map>
 
 #include "common/util/clock.h"
 #include "common/util/logging.h"
@@ -14,10 +17,29 @@
 
 namespace ferry {
 
+struct Van::OwnedFrames {
+  Frames f;
+  OwnedFrames() {
+    zmq_msg_init(&f.envelope);
+    zmq_msg_init(&f.payload);
+  }
+  ~OwnedFrames() {  // closing a moved-from (empty) frame is a no-op
+    zmq_msg_close(&f.envelope);
+    zmq_msg_close(&f.payload);
+  }
+};
+
+struct Van::Destination {
+  std::atomic<uint64_t> unreleased{0};  // payload bytes handed to ZeroMQ, not yet released
+  // Waiting replies, most urgent first: key (-priority, arrival).
+  std::map<std::pair<int64_t, uint64_t>, std::unique_ptr<OwnedFrames>> queue;
+};
+
 struct Van::Connection {
   int id = -1;
   void* socket = nullptr;   // the data lane (every message without a control lane)
   void* control = nullptr;  // the control lane, or null
+  void* monitor = nullptr;  // the data lane's connection events (tcp_notsent_lowat), or null
   std::string endpoint;
 };
 
@@ -49,19 +71,33 @@ void SetInt(void* socket, int option, int value) {
   if (zmq_setsockopt(socket, option, &value, sizeof value) != 0) ThrowZmq("zmq_setsockopt");
 }
 
+}  // namespace
+
 // What ZeroMQ holds for a payload it sends from the caller's memory.
 struct PayloadHold {
   std::shared_ptr<void> owner;
   const std::function<void(const void*)>* observer;  // the Van's; outlives every hold
   std::atomic<uint64_t>* unreleased;                 // the Van's gauge; outlives every hold
   uint64_t bytes;
+  int wake_fd;  // the Van's eventfd; outlives every hold
+  // Set by the IO thread just before a queued reply goes to ZeroMQ (Order in van.h): its
+  // destination's unreleased bytes.
+  std::atomic<std::atomic<uint64_t>*> destination{nullptr};
 };
+
+namespace {
 
 // ZeroMQ calls this (on its own IO thread) once a payload frame's bytes are no longer
 // needed; dropping the owner reference may free the bytes or tell their owner.
 void ReleasePayload(void* data, void* hint) {
   auto* hold = static_cast<PayloadHold*>(hint);
   hold->unreleased->fetch_sub(hold->bytes, std::memory_order_relaxed);
+  if (std::atomic<uint64_t>* d = hold->destination.load(std::memory_order_acquire)) {
+    d->fetch_sub(hold->bytes, std::memory_order_relaxed);
+    const uint64_t one = 1;  // wakes the IO thread: the destination may take the next reply
+    ssize_t written = write(hold->wake_fd, &one, sizeof one);
+    (void)written;  // cannot fail: the descriptor outlives every hold, the count cannot overflow
+  }
   if (*hold->observer) (*hold->observer)(data);
   delete hold;
 }
@@ -100,6 +136,10 @@ Van::Van(VanOptions options)
   if (!context_) ThrowZmq("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
   pipe_endpoint_ = StrCat("inproc://ferry-van-", g_pipe_counter.fetch_add(1));
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    throw FerryError(ErrorCode::kInternal, StrCat("eventfd: ", std::strerror(errno)));
+  }
   command_pull_ = zmq_socket(context_, ZMQ_PULL);
   command_push_ = zmq_socket(context_, ZMQ_PUSH);
   if (!command_pull_ || !command_push_) ThrowZmq("zmq_socket(inproc pipe)");
@@ -143,17 +183,11 @@ int Van::Bind(const std::string& host, int port) {
     zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY, keys_.server_secret.data(), 32);
     zmq_setsockopt(router_, ZMQ_ZAP_DOMAIN, "ferry", 5);
   }
-  // Failed handshakes (garbage, wrong secret) are logged from the IO thread.
-  std::string monitor_endpoint = pipe_endpoint_ + "-monitor";
-  if (zmq_socket_monitor(router_, monitor_endpoint.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED) == 0) {
-    monitor_ = zmq_socket(context_, ZMQ_PAIR);
-    if (monitor_ && zmq_connect(monitor_, monitor_endpoint.c_str()) != 0) {
-      zmq_close(monitor_);
-      monitor_ = nullptr;
-    }
-  }
+  // Failed handshakes (garbage, wrong secret) are logged from the IO thread; accepted
+  // connections get tcp_notsent_lowat there.
+  monitor_ = Monitor(router_, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED |
+                                  (options_.tcp_notsent_lowat > 0 ? ZMQ_EVENT_ACCEPTED : 0));
   std::string endpoint = StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
   if (zmq_bind(router_, endpoint.c_str()) != 0) {
     throw FerryError(ErrorCode::kInvalidConfig,
@@ -164,6 +198,17 @@ int Van::Bind(const std::string& host, int port) {
   zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &len);
   std::string bound(last);
   return std::stoi(bound.substr(bound.rfind(':') + 1));
+}
+
+void* Van::Monitor(void* socket, int events) {
+  std::string endpoint = StrCat(pipe_endpoint_, "-monitor-", monitors_made_++);
+  if (zmq_socket_monitor(socket, endpoint.c_str(), events) != 0) return nullptr;
+  void* pair = zmq_socket(context_, ZMQ_PAIR);
+  if (pair && zmq_connect(pair, endpoint.c_str()) != 0) {
+    zmq_close(pair);
+    pair = nullptr;
+  }
+  return pair;
 }
 
 void Van::Start(Handler handler) {
@@ -203,8 +248,9 @@ void Van::Stop() {
     command_push_ = nullptr;
   }
   // Blocks until every socket flushed (up to linger_ms) and ZeroMQ dropped every
-  // message: after this, no release hook can run.
+  // message: after this, no release hook can run (so none writes to wake_fd_).
   zmq_ctx_term(context_);
+  close(wake_fd_);
 }
 
 void Van::Connect(int peer, const std::string& endpoint, const std::string& routing_id,
@@ -238,6 +284,52 @@ void Van::HoldDataReadsForTest(bool hold) {
   Enqueue(Command::kHoldReads, 0, hold, "", nullptr);
 }
 
+void Van::HoldRepliesForTest(bool hold) {
+  Enqueue(Command::kHoldReplies, 0, hold, "", nullptr);
+}
+
+void Van::QueueReply(const std::string& data_identity, Frames* frames) {
+  std::unique_ptr<Destination>& d = destinations_[data_identity];
+  if (!d) d = std::make_unique<Destination>();
+  auto owned = std::make_unique<OwnedFrames>();
+  zmq_msg_move(&owned->f.envelope, &frames->envelope);
+  zmq_msg_move(&owned->f.payload, &frames->payload);
+  owned->f.has_payload = true;
+  owned->f.hold = frames->hold;
+  zmq_msg_close(&frames->envelope);  // moved from: empty
+  zmq_msg_close(&frames->payload);
+  d->queue.emplace(std::make_pair(-static_cast<int64_t>(frames->priority), next_reply_seq_++),
+                   std::move(owned));
+  counters_.replies_queued++;
+  Pump(data_identity, *d);
+}
+
+void Van::Pump(const std::string& data_identity, Destination& d) {
+  while (!hold_replies_ && !d.queue.empty() &&
+         d.unreleased.load(std::memory_order_relaxed) < options_.reply_watermark_bytes) {
+    auto first = d.queue.begin();
+    uint64_t oldest = first->first.second;
+    for (const auto& entry : d.queue) oldest = std::min(oldest, entry.first.second);
+    if (first->first.second != oldest) counters_.replies_reordered++;
+    Frames f;
+    zmq_msg_init(&f.envelope);
+    zmq_msg_init(&f.payload);
+    zmq_msg_move(&f.envelope, &first->second->f.envelope);
+    zmq_msg_move(&f.payload, &first->second->f.payload);
+    f.has_payload = true;
+    PayloadHold* hold = first->second->f.hold;
+    d.queue.erase(first);
+    // Counted before ZeroMQ can release it; the hook subtracts it and wakes us.
+    d.unreleased.fetch_add(hold->bytes, std::memory_order_relaxed);
+    hold->destination.store(&d.unreleased, std::memory_order_release);
+    Transmit(router_, &data_identity, &f, "an inbound peer");
+  }
+}
+
+void Van::PumpAll() {
+  for (auto& [identity, d] : destinations_) Pump(identity, *d);
+}
+
 void Van::TransmitToPeer(int peer, Frames* frames) {
   Connection* p = FindConnection(peer);
   void* socket = !p ? nullptr : (frames->control && p->control) ? p->control : p->socket;
@@ -246,6 +338,10 @@ void Van::TransmitToPeer(int peer, Frames* frames) {
 
 void Van::TransmitReply(const std::string& identity, Frames* frames) {
   const std::string data_identity = DataIdentity(identity);
+  if (!frames->control && frames->has_payload && options_.reply_watermark_bytes > 0) {
+    QueueReply(data_identity, frames);
+    return;
+  }
   if (frames->control && options_.control_lane) {
     // ROUTER_MANDATORY refuses an identity with no connection at its first frame, before
     // anything of the message is taken: then the data connection carries it.
@@ -262,6 +358,7 @@ void Van::TransmitReply(const std::string& identity, Frames* frames) {
 Van::Frames Van::BuildFrames(const Message& message) {
   Frames f;
   f.control = IsControlMessage(message.type());
+  f.priority = message.envelope.priority();
   std::string envelope = message.envelope.SerializeAsString();
   zmq_msg_init_size(&f.envelope, envelope.size());
   std::memcpy(zmq_msg_data(&f.envelope), envelope.data(), envelope.size());
@@ -272,9 +369,9 @@ Van::Frames Van::BuildFrames(const Message& message) {
     const uint64_t bytes = message.payload.size();
     RaiseMax(counters_.unreleased_bytes_max,
              counters_.unreleased_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
-    zmq_msg_init_data(&f.payload, message.payload.data(), bytes, ReleasePayload,
-                      new PayloadHold{message.payload.owner(), &options_.on_payload_released,
-                                      &counters_.unreleased_bytes, bytes});
+    f.hold = new PayloadHold{message.payload.owner(), &options_.on_payload_released,
+                             &counters_.unreleased_bytes, bytes, wake_fd_};
+    zmq_msg_init_data(&f.payload, message.payload.data(), bytes, ReleasePayload, f.hold);
   }
   return f;
 }
@@ -299,11 +396,12 @@ void Van::Transmit(void* socket, const std::string* identity, Frames* f,
   if (f->has_payload) counters_.payloads_sent_zero_copy++;
 }
 
-// Pipe frames: [command(1) + peer(4) + flag(1)] [text] [extra or envelope] [payload?]
-// The flag is Frames::control for kSend/kReply, the control lane for kConnect.
+// Pipe frames: [command(1) + peer(4) + flag(1) + priority(4) + hold(8)] [text]
+// [extra or envelope] [payload?]. The flag is Frames::control for kSend/kReply, the control
+// lane for kConnect; priority and hold are the Frames' (the pipe is in-process).
 void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
                   const Message* message, const std::string& extra) {
-  char header[6];
+  char header[kPipeHeaderBytes];
   header[0] = static_cast<char>(command);
   std::memcpy(header + 1, &peer, 4);
   header[5] = flag ? 1 : 0;
@@ -311,7 +409,10 @@ void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
   if (message) {
     f = BuildFrames(*message);
     header[5] = f.control ? 1 : 0;
-  } else {
+  }
+  std::memcpy(header + 6, &f.priority, 4);
+  std::memcpy(header + 10, &f.hold, sizeof f.hold);
+  if (!message) {
     zmq_msg_init_size(&f.envelope, extra.size());
     std::memcpy(zmq_msg_data(&f.envelope), extra.data(), extra.size());
   }
@@ -333,9 +434,11 @@ void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
 void Van::IoLoop() {
   std::vector<zmq_pollitem_t> items;
   std::vector<std::pair<void*, int>> polled;  // outbound sockets polled, and their peers
+  std::vector<void*> monitors;                // their monitors, polled after them
   while (true) {
     items.clear();
     items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
     items.push_back({zap_, 0, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
     items.push_back({monitor_, 0, static_cast<short>(monitor_ ? ZMQ_POLLIN : 0), 0});
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
@@ -346,6 +449,11 @@ void Van::IoLoop() {
       if (p->control) polled.emplace_back(p->control, p->id);
     }
     for (auto& [socket, peer] : polled) items.push_back({socket, 0, ZMQ_POLLIN, 0});
+    monitors.clear();
+    for (auto& p : connections_) {
+      if (p->monitor) monitors.push_back(p->monitor);
+    }
+    for (void* m : monitors) items.push_back({m, 0, ZMQ_POLLIN, 0});
     int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
@@ -368,6 +476,10 @@ void Van::IoLoop() {
         int peer;
         std::memcpy(&peer, head + 1, 4);
         const bool flag = head[5] != 0;
+        int32_t priority;
+        std::memcpy(&priority, head + 6, 4);
+        PayloadHold* hold;
+        std::memcpy(&hold, head + 10, sizeof hold);
         zmq_msg_close(&header);
         std::vector<zmq_msg_t> frames;
         frames.reserve(3);  // text, envelope, payload: never reallocated
@@ -387,6 +499,10 @@ void Van::IoLoop() {
           case Command::kHoldReads:
             hold_data_reads_ = flag;
             break;
+          case Command::kHoldReplies:
+            hold_replies_ = flag;
+            if (!flag) PumpAll();
+            break;
           case Command::kConnect:
             DoConnect(peer, text,
                       std::string(static_cast<char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])),
@@ -396,6 +512,8 @@ void Van::IoLoop() {
           case Command::kReply: {
             Frames f;
             f.control = flag;
+            f.priority = priority;
+            f.hold = hold;
             zmq_msg_init(&f.envelope);
             zmq_msg_move(&f.envelope, &frames[1]);
             f.has_payload = frames.size() > 2;
@@ -415,21 +533,34 @@ void Van::IoLoop() {
       }
       if (stop) break;
     }
+    if (items[index++].revents & ZMQ_POLLIN) {  // releases: the reply order may go on
+      uint64_t count;
+      ssize_t got = read(wake_fd_, &count, sizeof count);
+      (void)got;  // nonblocking; nothing to do on EAGAIN
+      PumpAll();
+    }
     if (items[index++].revents & ZMQ_POLLIN) HandleZapRequest();
-    if (items[index++].revents & ZMQ_POLLIN) HandleMonitorEvent();
+    if (items[index++].revents & ZMQ_POLLIN) HandleMonitorEvent(monitor_);
     if (router_ && (items[index++].revents & ZMQ_POLLIN)) ReceiveFrom(router_, true, -1);
     for (size_t i = 0; i < polled.size(); ++i) {
       if (items[index + i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i].first, false, polled[i].second);
     }
+    index += polled.size();
+    for (size_t i = 0; i < monitors.size(); ++i) {
+      if (items[index + i].revents & ZMQ_POLLIN) HandleMonitorEvent(monitors[i]);
+    }
     DeliverDelayed();
   }
-  // Shutdown: sockets flush for up to linger_ms, then close.
+  // Shutdown: replies still in the reply order are dropped (their payloads released);
+  // sockets flush for up to linger_ms, then close.
+  for (auto& [identity, d] : destinations_) d->queue.clear();
   for (auto& p : connections_) {
     for (void* socket : {p->socket, p->control}) {
       if (!socket) continue;
       SetInt(socket, ZMQ_LINGER, options_.linger_ms);
       zmq_close(socket);
     }
+    if (p->monitor) zmq_close(p->monitor);
   }
   connections_.clear();
   if (router_) zmq_close(router_);
@@ -574,6 +705,7 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     if (p->socket) zmq_close(p->socket);
     return;
   }
+  if (p->control && options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
   VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint
           << (p->control ? " (data and control connections)" : "");
   connections_.push_back(std::move(p));

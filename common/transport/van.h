@@ -27,6 +27,16 @@
 // back to the data connection (counted: control_fallbacks). Messages on one lane keep
 // their order; between lanes there is none (an ack may arrive after its sum).
 //
+// Order (servers): with reply_watermark_bytes > 0, replies that carry tensor bytes
+// (PUSH_RESULT, ROWS_RESULT) wait in a priority queue per destination node (its data
+// connection), most urgent first (Envelope.priority, then arrival), and the IO thread hands
+// the next one to ZeroMQ only while less than the watermark of payload bytes to that
+// destination is handed over and not yet released (a release hook wakes the IO thread
+// through an eventfd). With tcp_notsent_lowat bounding the kernel's share, a newly
+// completed urgent sum waits behind about one watermark plus one sum, not behind every sum
+// completed before it. A destination never stalls for good: a connection that dies drops
+// what ZeroMQ held, which runs the release hooks.
+//
 // Every socket has an unlimited send high-water mark: a full queue must never block
 // the IO thread or drop a message silently. Flow control is the caller's (workers
 // bound the bytes in flight by their scheduling credit).
@@ -40,6 +50,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/util/counters.h"
@@ -48,6 +59,8 @@
 #include "common/util/mutex.h"
 
 namespace ferry {
+
+struct PayloadHold;  // what ZeroMQ holds of a payload it sends without copying (van.cc)
 
 struct VanOptions {
   std::string name = "van";                 // for log lines
@@ -62,6 +75,14 @@ struct VanOptions {
   // Replies of control types go to the requester's control connection (above);
   // false: every reply takes the connection its request came on.
   bool control_lane = false;
+  // > 0: TCP_NOTSENT_LOWAT on every TCP connection the ROUTER accepts and every data
+  // connection Connect opens beside a control lane (set when ZeroMQ reports the
+  // connection, again after each reconnect): the kernel then holds at most this many
+  // unsent bytes per connection, and what waits beyond them waits in ZeroMQ, where the
+  // Van sees it (unreleased_bytes), instead of in a socket buffer of up to megabytes.
+  int tcp_notsent_lowat = 0;
+  // > 0: the reply order above (servers); 0: replies go to ZeroMQ at once, in order.
+  uint64_t reply_watermark_bytes = 0;
   // > 0: ZeroMQ heartbeats on every connection; one silent this long is closed and
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
@@ -93,6 +114,9 @@ struct VanOptions {
 //   connections_closed           inbound connections that ended (any reason)
 //   control_fallbacks            control replies sent on the data connection because the
 //                                requester had no control connection
+//   sockets_tuned                TCP connections given TCP_NOTSENT_LOWAT
+//   replies_queued               replies that went through the reply order (Order above)
+//   replies_reordered            ... handed to ZeroMQ before one that arrived earlier
 //   unreleased_bytes             a gauge: payload bytes handed to the Van (its pipe or
 //                                ZeroMQ) whose release hook has not run yet, i.e. not yet in
 //                                the kernel (with CURVE: not yet encrypted into a copy)
@@ -102,7 +126,8 @@ struct VanOptions {
   X(messages_received)                                                               \
   X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
       X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed) \
-          X(control_fallbacks) X(unreleased_bytes) X(unreleased_bytes_max)
+          X(control_fallbacks) X(sockets_tuned) X(replies_queued) X(replies_reordered) \
+              X(unreleased_bytes) X(unreleased_bytes_max)
 
 struct VanStats {
 #define FERRY_VAN_STATS_FIELD(name) uint64_t name = 0;
@@ -173,13 +198,18 @@ class Van {
   // outbound peers that have a control lane (their bytes wait in ZeroMQ), but still
   // reads their control connections and every other socket. Thread-safe.
   void HoldDataReadsForTest(bool hold);
+  // For tests: while held, the reply order hands nothing to ZeroMQ (replies queue up).
+  void HoldRepliesForTest(bool hold);
 
  private:
-  enum class Command : uint8_t { kSend = 1, kReply = 2, kConnect = 3, kStop = 4, kHoldReads = 5 };
+  static constexpr size_t kPipeHeaderBytes = 18;  // see Enqueue
+  enum class Command : uint8_t {
+    kSend = 1, kReply = 2, kConnect = 3, kStop = 4, kHoldReads = 5, kHoldReplies = 6
+  };
   struct Connection;  // the outbound (DEALER) sockets to one node, made by Connect()
 
   // `flag`: kConnect: open a control lane; kSend, kReply: a control message; kHoldReads:
-  // hold (or release) the data reads.
+  // hold (or release) the data reads; kHoldReplies: the reply order.
   void Enqueue(Command command, int peer, bool flag, const std::string& text, const Message* message,
                const std::string& extra = std::string()) EXCLUDES(push_mutex_);
   void IoLoop();
@@ -192,7 +222,11 @@ class Van {
     zmq_msg_t payload;  // initialised only when has_payload
     bool has_payload = false;
     bool control = false;  // IsControlMessage: takes the control lane where there is one
+    int32_t priority = 0;  // Envelope.priority, for the reply order
+    PayloadHold* hold = nullptr;  // the payload's, until ZeroMQ releases it
   };
+  struct OwnedFrames;  // Frames on the heap, closed when destroyed
+  struct Destination;  // one node's reply queue and unreleased bytes (Order above)
   Frames BuildFrames(const Message& message);
   // Sends `frames` (prefixed by `identity` on the ROUTER), counts the outcome, and
   // always releases the frames. `target` names the destination in logs.
@@ -200,6 +234,10 @@ class Van {
                 const std::string& target);
   void TransmitToPeer(int peer, Frames* frames);                     // Send, on the IO thread
   void TransmitReply(const std::string& identity, Frames* frames);  // Reply, on the IO thread
+  // IO thread: queues a reply with tensor bytes for `data_identity` (Order above).
+  void QueueReply(const std::string& data_identity, Frames* frames);
+  void Pump(const std::string& data_identity, Destination& d);  // hands over what fits
+  void PumpAll();
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                  bool control_lane);
   void* OpenDealer(const std::string& endpoint, const std::string& routing_id);
@@ -209,7 +247,12 @@ class Van {
   int PollTimeoutMs() const;     // IO thread: -1, or until the next delayed message
   void ApplyLinkOptions(void* socket);
   void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
-  void HandleMonitorEvent();     // IO thread: log failed handshakes on the ROUTER
+  // IO thread: an event of `monitor` (the ROUTER's: failed handshakes, closed and accepted
+  // connections; a DEALER's: its connection made).
+  void HandleMonitorEvent(void* monitor);
+  // A PAIR socket receiving `events` of `socket`, or null if ZeroMQ cannot monitor it.
+  void* Monitor(void* socket, int events);
+  void TuneConnection(int fd);   // IO thread: applies tcp_notsent_lowat to a new connection
   Connection* FindConnection(int peer);
 
   VanOptions options_;
@@ -222,6 +265,14 @@ class Van {
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
   bool hold_data_reads_ = false;                          // IO thread only (tests)
+  bool hold_replies_ = false;                             // IO thread only (tests)
+  // Reply order: one Destination per data identity replied to (a job's workers), kept for
+  // the Van's life (release hooks point at them). IO thread only, but for the hooks'
+  // atomic counts.
+  std::unordered_map<std::string, std::unique_ptr<Destination>> destinations_;
+  uint64_t next_reply_seq_ = 0;  // IO thread only
+  int wake_fd_ = -1;             // eventfd: a release hook wakes the IO thread to Pump
+  int monitors_made_ = 0;  // names monitor endpoints; Bind, then the IO thread
   bool secure_ = false;
   CurveKeys keys_{};
   void* zap_ = nullptr;           // ZAP handler socket (secure only); IO thread

@@ -5,9 +5,15 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "common/transport/van.h"
+#include "common/util/logging.h"
 
 namespace ferry {
 
@@ -54,19 +60,42 @@ void Van::HandleZapRequest() {
   }
 }
 
-void Van::HandleMonitorEvent() {
+void Van::TuneConnection(int fd) {
+  const int lowat = options_.tcp_notsent_lowat;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat) == 0) {
+    counters_.sockets_tuned++;
+  } else {
+    FERRY_LOG_EVERY_T(WARNING, 60) << options_.name << ": cannot set TCP_NOTSENT_LOWAT="
+                                   << lowat << " on a connection: " << std::strerror(errno);
+  }
+}
+
+void Van::HandleMonitorEvent(void* monitor) {
   // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
   zmq_msg_t event, address;
   zmq_msg_init(&event);
   zmq_msg_init(&address);
-  if (zmq_msg_recv(&event, monitor_, ZMQ_DONTWAIT) < 0) {
+  if (zmq_msg_recv(&event, monitor, ZMQ_DONTWAIT) < 0) {
     zmq_msg_close(&event);
     zmq_msg_close(&address);
     return;
   }
-  if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor_, 0);
+  if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor, 0);
   uint16_t id = 0;
   if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+  if (id == ZMQ_EVENT_ACCEPTED || id == ZMQ_EVENT_CONNECTED) {
+    int32_t fd = -1;  // the event's value: the new connection's descriptor
+    if (zmq_msg_size(&event) >= 6) std::memcpy(&fd, static_cast<char*>(zmq_msg_data(&event)) + 2, 4);
+    if (fd >= 0) TuneConnection(fd);
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
+  if (id == ZMQ_EVENT_MONITOR_STOPPED) {
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
   if (id == ZMQ_EVENT_DISCONNECTED) {
     // ZeroMQ gives no reason: a peer that left looks like one it cut off for a frame
     // over the limit or a protocol error.

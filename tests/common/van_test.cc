@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -216,6 +217,88 @@ TEST(VanTest, ControlRepliesTakeTheControlConnectionAndOvertakeHeldSums) {
   EXPECT_EQ(at_worker.at(1).message.type(), proto::PUSH_RESULT);
   EXPECT_EQ(at_worker.at(1).message.payload.size(), 1u << 20);
   EXPECT_EQ(server.stats().control_fallbacks, 0u);
+  worker.Stop();
+  server.Stop();
+}
+
+// The reply order (van.h, "Order"): sums wait per destination, most urgent first, then
+// in arrival order, and go to ZeroMQ while less than the watermark is unreleased (here
+// one byte: one sum at a time). Acks are not ordered: they pass at once.
+TEST(VanTest, RepliesWithTensorBytesLeaveMostUrgentFirst) {
+  Recorder at_server, at_worker;
+  VanOptions server_options = Options("server");
+  server_options.control_lane = true;
+  server_options.reply_watermark_bytes = 1;
+  Van server(server_options);
+  int port = server.Bind("127.0.0.1", 0);
+  server.Start(at_server.Handler());
+  Van worker(Options("worker"));
+  worker.Start(at_worker.Handler());
+  worker.Connect(1, Endpoint(port), "id-w", /*control_lane=*/true);
+  worker.Send(1, MakeMessage(proto::RESEND_SUM, 5));  // both connections are up once it is in
+  std::vector<float> tensor = Pattern(1024, 1.0f);
+  worker.Send(1, PushOf(MakeKey(1, 0), Buffer::Borrow(tensor.data(), 4096, [] {})));
+  ASSERT_TRUE(at_server.WaitFor(2));
+
+  server.HoldRepliesForTest(true);
+  const int32_t priorities[] = {1, 5, 1, 9, 5};  // request ids 1..5
+  for (uint64_t id = 1; id <= 5; ++id) {
+    Message sum = ReplyOf(proto::PUSH_RESULT, id, Buffer::Allocate(65536));
+    sum.envelope.set_priority(priorities[id - 1]);
+    server.Reply("id-w", std::move(sum));
+  }
+  server.Reply("id-w", ReplyOf(proto::PUSH_ACK, 6));  // not held: no tensor bytes
+  ASSERT_TRUE(at_worker.WaitFor(1));
+  EXPECT_EQ(at_worker.at(0).message.envelope.request_id(), 6u);
+  server.HoldRepliesForTest(false);
+  ASSERT_TRUE(at_worker.WaitFor(6));
+  const uint64_t expected[] = {4, 2, 5, 1, 3};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(at_worker.at(i + 1).message.envelope.request_id(), expected[i]) << "position " << i;
+  }
+  ASSERT_TRUE(WaitUntil([&] { return server.stats().unreleased_bytes == 0; }));
+  EXPECT_EQ(server.stats().replies_queued, 5u);
+  EXPECT_EQ(server.stats().replies_reordered, 3u);  // 4, 2 and 5 overtook 1
+  worker.Stop();
+  server.Stop();
+}
+
+// The TCP connections of this process whose TCP_NOTSENT_LOWAT is `lowat`.
+int ConnectionsWithLowat(int lowat) {
+  int found = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    int value = 0;
+    socklen_t len = sizeof value;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &value, &len) == 0 && value == lowat) found++;
+  }
+  return found;
+}
+
+// tcp_notsent_lowat reaches the kernel on both ends of a data connection: the accepted
+// one at the ROUTER, the worker's data DEALER (not its control one).
+TEST(VanTest, NotSentLowatIsSetOnAcceptedAndDataConnections) {
+  constexpr int kLowat = 98304;  // a value no default has
+  ASSERT_EQ(ConnectionsWithLowat(kLowat), 0);
+  Recorder at_server, at_worker;
+  VanOptions server_options = Options("server");
+  server_options.control_lane = true;
+  server_options.tcp_notsent_lowat = kLowat;
+  Van server(server_options);
+  int port = server.Bind("127.0.0.1", 0);
+  server.Start(at_server.Handler());
+  VanOptions worker_options = Options("worker");
+  worker_options.tcp_notsent_lowat = kLowat;
+  Van worker(worker_options);
+  worker.Start(at_worker.Handler());
+  worker.Connect(1, Endpoint(port), "id-w", /*control_lane=*/true);
+  worker.Send(1, MakeMessage(proto::RESEND_SUM, 5));
+  std::vector<float> tensor = Pattern(1024, 1.0f);
+  worker.Send(1, PushOf(MakeKey(1, 0), Buffer::Borrow(tensor.data(), 4096, [] {})));
+  ASSERT_TRUE(at_server.WaitFor(2));
+  // Accepted: data and control (2); connected: the worker's data connection (1).
+  ASSERT_TRUE(WaitUntil([&] { return server.stats().sockets_tuned == 2 && worker.stats().sockets_tuned == 1; }))
+      << server.stats().sockets_tuned << " " << worker.stats().sockets_tuned;
+  EXPECT_EQ(ConnectionsWithLowat(kLowat), 3);
   worker.Stop();
   server.Stop();
 }
