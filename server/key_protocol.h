@@ -63,6 +63,8 @@ struct ServerCounters {
   // into a round.
   Counter& rows_pushes = registry.Register("rows_pushes");
   Counter& rows_summed = registry.Register("rows_summed");
+  // Pushes summed and answered on the IO thread (FERRY_SERVER_INLINE_BYTES).
+  Counter& pushes_inline = registry.Register("pushes_inline");
 };
 
 // A PUSH, ROWS_PUSH or RESEND_SUM of a worker, as the engine thread hands it to a protocol.

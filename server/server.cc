@@ -224,12 +224,35 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   // The arrival order of pushes, for tests of the workers' scheduling (TRACE level).
   VLOG(2) << "arrived " << Describe(m) << " priority " << m.envelope.priority();
   Engine* e = engines_[EngineForKey(m.envelope.key(), static_cast<int>(engines_.size()))].get();
+  Request request{std::move(m), origin.identity};
+  if (TryDispatchInline(e, request)) return;
   {
     MutexLock lock(e->mu);
-    const int32_t priority = m.envelope.priority();
-    e->queue.Push(Request{std::move(m), origin.identity}, priority);
+    const int32_t priority = request.message.envelope.priority();
+    e->queue.Push(std::move(request), priority);
   }
   e->cv.NotifyOne();
+}
+
+bool Server::TryDispatchInline(Engine* engine, Request& request) {
+  if (request.message.type() != proto::PUSH || config_.server.device != ServerDevice::kCpu ||
+      request.message.payload.size() > static_cast<uint64_t>(config_.server.inline_bytes)) {
+    return false;
+  }
+  {
+    MutexLock lock(engine->mu);
+    if (engine->stop || !engine->queue.empty()) return false;
+    if (!engine->run_mu.TryLock()) return false;  // the engine thread is running it
+  }
+  // The engine is idle and cannot start anything: only this thread queues its work.
+  counters_.pushes_inline++;
+  try {
+    Dispatch(engine, request);
+  } catch (const FerryError& e) {  // not on a CPU engine today; handled as the engine would
+    FailEngine(engine, e.what());
+  }
+  engine->run_mu.Unlock();
+  return true;
 }
 
 void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
@@ -272,6 +295,7 @@ void Server::EngineLoop(Engine* engine) {
       }
     }
     // Nothing on the CPU path throws FerryError; a GPU failure does (FailEngine).
+    MutexLock running(engine->run_mu);
     if (sums_ready && !engine->failed) {  // sums first: they release waiting workers
       try {
         engine->summation->RunCompletions();

@@ -83,9 +83,15 @@ class Server {
   // touch (on_ready locks `mu` and signals `cv` from a CUDA thread until the summer's
   // destructor has waited for its streams; SumReady calls `dense`), so it is destroyed
   // first.
+  // Who runs an engine's protocols: its thread, or (CPU engines, FERRY_SERVER_INLINE_BYTES)
+  // the IO thread for a small push that arrives while the engine is idle. Either holds
+  // run_mu while it does, so the protocols still see one caller at a time; the IO thread
+  // only tries (TryLock) and only with the queue empty, so it never waits for an engine
+  // and never overtakes a queued (more urgent, or fenced) request.
   struct Engine {
     Mutex mu;    // guards queue, stop and sums_ready
     CondVar cv;  // signalled on a new item, stop, or sums_ready
+    Mutex run_mu;  // held while the protocols run (see above); taken after mu, never before
     // Most urgent first; JOINs are fences (rank set on Pop).
     EngineQueue<Request> queue GUARDED_BY(mu);
     bool stop GUARDED_BY(mu) = false;
@@ -101,6 +107,9 @@ class Server {
   };
 
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  // IO thread: runs a small push on its idle engine at once (see Engine); false if the
+  // push must be queued instead (it is then untouched).
+  bool TryDispatchInline(Engine* engine, Request& request);
   // IO thread: splits a PUSH_FUSED into its pushes (zero-copy slices of its frame) and
   // dispatches each as if it had arrived alone.
   void DispatchFusedPush(Message&& fused, const Origin& origin);

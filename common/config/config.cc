@@ -183,6 +183,8 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
   c->server.deterministic = r.Bool("FERRY_DETERMINISTIC", nullptr, false);
   c->server.split_bytes =
       r.Int("FERRY_SERVER_SPLIT_BYTES", nullptr, c->server.split_bytes, 0, 1LL << 40);
+  c->server.inline_bytes =
+      r.Int("FERRY_SERVER_INLINE_BYTES", nullptr, c->server.inline_bytes, 0, 1LL << 30);
   if (c->server.deterministic && c->server.async) {
     Invalid("FERRY_DETERMINISTIC", "1",
             "asynchronous training (FERRY_ENABLE_ASYNC=1) has no rounds to sum in rank order: "

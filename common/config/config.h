@@ -64,8 +64,10 @@ struct Config {
     int64_t link_timeout_ms = 5000;
     // Workers open a second connection to each server for control messages (acks,
     // errors, JOIN_ACK, RESEND_SUM), and servers answer them there, so they never wait
-    // behind tensor bytes (common/transport/van.h, "Lanes"). FERRY_CONTROL_LANE.
-    bool control_lane = true;
+    // behind tensor bytes (common/transport/van.h, "Lanes"). FERRY_CONTROL_LANE; off by
+    // default: it costs small push_pulls 15% on loopback and has not yet moved an
+    // iteration time (docs/benchmarks.md, "Issue 12").
+    bool control_lane = false;
     // TCP_NOTSENT_LOWAT of the data connections (workers' to servers, servers' accepted
     // ones): unsent bytes the kernel holds per connection; 0 = the kernel's default
     // (unlimited up to the send buffer). FERRY_TCP_NOTSENT_LOWAT.
@@ -117,6 +119,10 @@ struct Config {
     // by several threads; 0 = never.
     bool deterministic = false;
     int64_t split_bytes = 1 << 20;
+    // CPU engines: a push of at most this many bytes that arrives while its engine is idle
+    // (nothing queued, nothing running) is summed and answered on the IO thread, saving
+    // two thread hand-offs; 0 = never. FERRY_SERVER_INLINE_BYTES.
+    int64_t inline_bytes = 65536;
     // The summation device: FERRY_SERVER_DEVICE=cpu (common/reduce), gpu or gpu:N
     // (server/gpu/, on CUDA device N, default 0), with FERRY_SERVER_GPU_STREAMS CUDA
     // streams per engine thread. Only the syntax is checked here; whether the GPU exists

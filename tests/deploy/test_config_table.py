@@ -44,6 +44,7 @@ INVALID = {
     "FERRY_SECRET_FILE": "/no/such/secret/file",
     "FERRY_SERVER_ENGINE_THREADS": "0",
     "FERRY_SERVER_SPLIT_BYTES": "-1",
+    "FERRY_SERVER_INLINE_BYTES": "-1",
     "FERRY_SERVER_DEVICE": "tpu",
     "FERRY_SERVER_GPU_STREAMS": "0",
     "FERRY_TEST_DELAY_MS": "forever",

@@ -7,7 +7,8 @@
 // connections. After a barrier (so both workers' pushes of A are in, and the server has
 // handed every sum of A to its transport), a 4 KiB tensor B is pushed: its ack arrives
 // although 64 MiB of sums queued ahead of it on the data connections are still unread.
-// Then the reads resume, and both sums are checked exactly. With FERRY_CONTROL_LANE=0 (one
+// Then the reads resume, and both sums are checked exactly. With FERRY_CONTROL_LANE=0 (the
+// default; one
 // connection per server, acks behind sums) the test fails: the hold applies only beside a
 // control lane, so A's sums are read before B is pushed and A has finished.
 
@@ -47,6 +48,7 @@ TEST(ControlLaneTest, AnAckArrivesBeforeA64MiBSumQueuedAheadOfItIsRead) {
   InProcessCluster cluster({1, 2,
                             {{"FERRY_PARTITION_BYTES", std::to_string(kPartitionBytes)},
                              {"FERRY_SERVER_ENGINE_THREADS", "1"},
+                             {"FERRY_CONTROL_LANE", "1"},
                              {"FERRY_RESEND_TIMEOUT_MS", "0"}}});
   cluster.RunWorkers([&](Worker& w) {
     const uint64_t big_partitions = kBigElements * sizeof(float) / kPartitionBytes;
