@@ -17,7 +17,7 @@ VanOptions VanOptionsFor(const std::string& name, const Config& config) {
   o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
   o.control_lane = config.transport.control_lane;
   o.tcp_notsent_lowat = static_cast<int>(config.transport.tcp_notsent_lowat);
-  o.reply_watermark_bytes = static_cast<uint64_t>(config.transport.watermark_bytes);
+  o.watermark_bytes = static_cast<uint64_t>(config.transport.watermark_bytes);
   o.drop_percent = config.transport.test_drop_percent;
   o.delay_ms = static_cast<int>(config.transport.test_delay_ms);
   return o;

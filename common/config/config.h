@@ -72,9 +72,9 @@ struct Config {
     // ones): unsent bytes the kernel holds per connection; 0 = the kernel's default
     // (unlimited up to the send buffer). FERRY_TCP_NOTSENT_LOWAT.
     int64_t tcp_notsent_lowat = 0;
-    // Servers: sums wait in a priority queue per worker and go to ZeroMQ while less than
-    // this many of their bytes to that worker are unreleased (van.h, "Order"); 0 = every
-    // sum to ZeroMQ at once, in completion order. FERRY_TRANSPORT_WATERMARK_BYTES.
+    // Pushes (workers) and sums (servers) wait in a priority queue per destination node
+    // and go to ZeroMQ while less than this many of their bytes to that node are
+    // unreleased (van.h, "Order"); 0 = at once, in order. FERRY_TRANSPORT_WATERMARK_BYTES.
     int64_t watermark_bytes = 0;
     // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
     // Never logged.

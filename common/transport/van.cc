@@ -30,6 +30,8 @@ struct Van::OwnedFrames {
 };
 
 struct Van::Destination {
+  std::string name;  // inbound: the node's data routing id; outbound: a name for the peer
+  int peer = -1;     // outbound: the peer's id; -1: inbound (reached through the ROUTER)
   std::atomic<uint64_t> unreleased{0};  // payload bytes handed to ZeroMQ, not yet released
   // Waiting replies, most urgent first: key (-priority, arrival).
   std::map<std::pair<int64_t, uint64_t>, std::unique_ptr<OwnedFrames>> queue;
@@ -284,13 +286,17 @@ void Van::HoldDataReadsForTest(bool hold) {
   Enqueue(Command::kHoldReads, 0, hold, "", nullptr);
 }
 
-void Van::HoldRepliesForTest(bool hold) {
-  Enqueue(Command::kHoldReplies, 0, hold, "", nullptr);
+void Van::HoldDataQueuesForTest(bool hold) {
+  Enqueue(Command::kHoldQueues, 0, hold, "", nullptr);
 }
 
-void Van::QueueReply(const std::string& data_identity, Frames* frames) {
-  std::unique_ptr<Destination>& d = destinations_[data_identity];
-  if (!d) d = std::make_unique<Destination>();
+void Van::QueueData(const std::string& name, int peer, Frames* frames) {
+  std::unique_ptr<Destination>& d = destinations_[name];
+  if (!d) {
+    d = std::make_unique<Destination>();
+    d->name = name;
+    d->peer = peer;
+  }
   auto owned = std::make_unique<OwnedFrames>();
   zmq_msg_move(&owned->f.envelope, &frames->envelope);
   zmq_msg_move(&owned->f.payload, &frames->payload);
@@ -298,19 +304,19 @@ void Van::QueueReply(const std::string& data_identity, Frames* frames) {
   owned->f.hold = frames->hold;
   zmq_msg_close(&frames->envelope);  // moved from: empty
   zmq_msg_close(&frames->payload);
-  d->queue.emplace(std::make_pair(-static_cast<int64_t>(frames->priority), next_reply_seq_++),
+  d->queue.emplace(std::make_pair(-static_cast<int64_t>(frames->priority), next_seq_++),
                    std::move(owned));
-  counters_.replies_queued++;
-  Pump(data_identity, *d);
+  counters_.data_queued++;
+  Pump(*d);
 }
 
-void Van::Pump(const std::string& data_identity, Destination& d) {
-  while (!hold_replies_ && !d.queue.empty() &&
-         d.unreleased.load(std::memory_order_relaxed) < options_.reply_watermark_bytes) {
+void Van::Pump(Destination& d) {
+  while (!hold_data_queues_ && !d.queue.empty() &&
+         d.unreleased.load(std::memory_order_relaxed) < options_.watermark_bytes) {
     auto first = d.queue.begin();
     uint64_t oldest = first->first.second;
     for (const auto& entry : d.queue) oldest = std::min(oldest, entry.first.second);
-    if (first->first.second != oldest) counters_.replies_reordered++;
+    if (first->first.second != oldest) counters_.data_reordered++;
     Frames f;
     zmq_msg_init(&f.envelope);
     zmq_msg_init(&f.payload);
@@ -322,15 +328,24 @@ void Van::Pump(const std::string& data_identity, Destination& d) {
     // Counted before ZeroMQ can release it; the hook subtracts it and wakes us.
     d.unreleased.fetch_add(hold->bytes, std::memory_order_relaxed);
     hold->destination.store(&d.unreleased, std::memory_order_release);
-    Transmit(router_, &data_identity, &f, "an inbound peer");
+    if (d.peer >= 0) {
+      Connection* p = FindConnection(d.peer);
+      Transmit(p ? p->socket : nullptr, nullptr, &f, StrCat("node ", d.peer));
+    } else {
+      Transmit(router_, &d.name, &f, "an inbound peer");
+    }
   }
 }
 
 void Van::PumpAll() {
-  for (auto& [identity, d] : destinations_) Pump(identity, *d);
+  for (auto& [name, d] : destinations_) Pump(*d);
 }
 
 void Van::TransmitToPeer(int peer, Frames* frames) {
+  if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
+    QueueData(StrCat("\x02node ", peer), peer, frames);  // no routing id starts with 0x02
+    return;
+  }
   Connection* p = FindConnection(peer);
   void* socket = !p ? nullptr : (frames->control && p->control) ? p->control : p->socket;
   Transmit(socket, nullptr, frames, StrCat("node ", peer));
@@ -338,8 +353,8 @@ void Van::TransmitToPeer(int peer, Frames* frames) {
 
 void Van::TransmitReply(const std::string& identity, Frames* frames) {
   const std::string data_identity = DataIdentity(identity);
-  if (!frames->control && frames->has_payload && options_.reply_watermark_bytes > 0) {
-    QueueReply(data_identity, frames);
+  if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
+    QueueData(data_identity, -1, frames);
     return;
   }
   if (frames->control && options_.control_lane) {
@@ -499,8 +514,8 @@ void Van::IoLoop() {
           case Command::kHoldReads:
             hold_data_reads_ = flag;
             break;
-          case Command::kHoldReplies:
-            hold_replies_ = flag;
+          case Command::kHoldQueues:
+            hold_data_queues_ = flag;
             if (!flag) PumpAll();
             break;
           case Command::kConnect:
@@ -551,7 +566,7 @@ void Van::IoLoop() {
     }
     DeliverDelayed();
   }
-  // Shutdown: replies still in the reply order are dropped (their payloads released);
+  // Shutdown: messages still in the order queues are dropped (their payloads released);
   // sockets flush for up to linger_ms, then close.
   for (auto& [identity, d] : destinations_) d->queue.clear();
   for (auto& p : connections_) {
@@ -705,7 +720,7 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     if (p->socket) zmq_close(p->socket);
     return;
   }
-  if (p->control && options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
+  if (options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
   VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint
           << (p->control ? " (data and control connections)" : "");
   connections_.push_back(std::move(p));

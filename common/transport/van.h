@@ -27,15 +27,17 @@
 // back to the data connection (counted: control_fallbacks). Messages on one lane keep
 // their order; between lanes there is none (an ack may arrive after its sum).
 //
-// Order (servers): with reply_watermark_bytes > 0, replies that carry tensor bytes
-// (PUSH_RESULT, ROWS_RESULT) wait in a priority queue per destination node (its data
-// connection), most urgent first (Envelope.priority, then arrival), and the IO thread hands
-// the next one to ZeroMQ only while less than the watermark of payload bytes to that
-// destination is handed over and not yet released (a release hook wakes the IO thread
-// through an eventfd). With tcp_notsent_lowat bounding the kernel's share, a newly
-// completed urgent sum waits behind about one watermark plus one sum, not behind every sum
-// completed before it. A destination never stalls for good: a connection that dies drops
-// what ZeroMQ held, which runs the release hooks.
+// Order: with watermark_bytes > 0, messages that carry tensor bytes on a data connection
+// (a worker's pushes, a server's sums) wait in a priority queue per destination node, most
+// urgent first (Envelope.priority, then arrival), and the IO thread hands the next one to
+// ZeroMQ only while less than the watermark of payload bytes to that destination is
+// handed over and not yet released (a release hook wakes the IO thread through an
+// eventfd). With tcp_notsent_lowat bounding the kernel's share, a newly ready urgent
+// message waits behind about one watermark plus one message, not behind everything handed
+// over before it. Messages without tensor bytes pass at once: that is safe because a JOIN
+// (the one that must not overtake pushes) is sent only when its worker has nothing in
+// flight. A destination never stalls for good: a connection that dies drops what ZeroMQ
+// held, which runs the release hooks.
 //
 // Every socket has an unlimited send high-water mark: a full queue must never block
 // the IO thread or drop a message silently. Flow control is the caller's (workers
@@ -81,8 +83,8 @@ struct VanOptions {
   // unsent bytes per connection, and what waits beyond them waits in ZeroMQ, where the
   // Van sees it (unreleased_bytes), instead of in a socket buffer of up to megabytes.
   int tcp_notsent_lowat = 0;
-  // > 0: the reply order above (servers); 0: replies go to ZeroMQ at once, in order.
-  uint64_t reply_watermark_bytes = 0;
+  // > 0: the order above; 0: messages go to ZeroMQ at once, in order.
+  uint64_t watermark_bytes = 0;
   // > 0: ZeroMQ heartbeats on every connection; one silent this long is closed and
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
@@ -115,8 +117,8 @@ struct VanOptions {
 //   control_fallbacks            control replies sent on the data connection because the
 //                                requester had no control connection
 //   sockets_tuned                TCP connections given TCP_NOTSENT_LOWAT
-//   replies_queued               replies that went through the reply order (Order above)
-//   replies_reordered            ... handed to ZeroMQ before one that arrived earlier
+//   data_queued                  messages that went through the order queues (Order above)
+//   data_reordered               ... handed to ZeroMQ before one that arrived earlier
 //   unreleased_bytes             a gauge: payload bytes handed to the Van (its pipe or
 //                                ZeroMQ) whose release hook has not run yet, i.e. not yet in
 //                                the kernel (with CURVE: not yet encrypted into a copy)
@@ -126,7 +128,7 @@ struct VanOptions {
   X(messages_received)                                                               \
   X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
       X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed) \
-          X(control_fallbacks) X(sockets_tuned) X(replies_queued) X(replies_reordered) \
+          X(control_fallbacks) X(sockets_tuned) X(data_queued) X(data_reordered) \
               X(unreleased_bytes) X(unreleased_bytes_max)
 
 struct VanStats {
@@ -198,18 +200,18 @@ class Van {
   // outbound peers that have a control lane (their bytes wait in ZeroMQ), but still
   // reads their control connections and every other socket. Thread-safe.
   void HoldDataReadsForTest(bool hold);
-  // For tests: while held, the reply order hands nothing to ZeroMQ (replies queue up).
-  void HoldRepliesForTest(bool hold);
+  // For tests: while held, the order queues hand nothing to ZeroMQ (messages queue up).
+  void HoldDataQueuesForTest(bool hold);
 
  private:
   static constexpr size_t kPipeHeaderBytes = 18;  // see Enqueue
   enum class Command : uint8_t {
-    kSend = 1, kReply = 2, kConnect = 3, kStop = 4, kHoldReads = 5, kHoldReplies = 6
+    kSend = 1, kReply = 2, kConnect = 3, kStop = 4, kHoldReads = 5, kHoldQueues = 6
   };
   struct Connection;  // the outbound (DEALER) sockets to one node, made by Connect()
 
   // `flag`: kConnect: open a control lane; kSend, kReply: a control message; kHoldReads:
-  // hold (or release) the data reads; kHoldReplies: the reply order.
+  // hold (or release) the data reads; kHoldQueues: the order queues.
   void Enqueue(Command command, int peer, bool flag, const std::string& text, const Message* message,
                const std::string& extra = std::string()) EXCLUDES(push_mutex_);
   void IoLoop();
@@ -226,7 +228,7 @@ class Van {
     PayloadHold* hold = nullptr;  // the payload's, until ZeroMQ releases it
   };
   struct OwnedFrames;  // Frames on the heap, closed when destroyed
-  struct Destination;  // one node's reply queue and unreleased bytes (Order above)
+  struct Destination;  // one node's order queue and unreleased bytes (Order above)
   Frames BuildFrames(const Message& message);
   // Sends `frames` (prefixed by `identity` on the ROUTER), counts the outcome, and
   // always releases the frames. `target` names the destination in logs.
@@ -234,9 +236,10 @@ class Van {
                 const std::string& target);
   void TransmitToPeer(int peer, Frames* frames);                     // Send, on the IO thread
   void TransmitReply(const std::string& identity, Frames* frames);  // Reply, on the IO thread
-  // IO thread: queues a reply with tensor bytes for `data_identity` (Order above).
-  void QueueReply(const std::string& data_identity, Frames* frames);
-  void Pump(const std::string& data_identity, Destination& d);  // hands over what fits
+  // IO thread: queues a message with tensor bytes (Order above) for the destination
+  // `name`: an inbound node's data identity (peer -1), or outbound peer `peer`.
+  void QueueData(const std::string& name, int peer, Frames* frames);
+  void Pump(Destination& d);  // hands over what fits under the watermark
   void PumpAll();
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                  bool control_lane);
@@ -265,12 +268,12 @@ class Van {
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
   bool hold_data_reads_ = false;                          // IO thread only (tests)
-  bool hold_replies_ = false;                             // IO thread only (tests)
-  // Reply order: one Destination per data identity replied to (a job's workers), kept for
-  // the Van's life (release hooks point at them). IO thread only, but for the hooks'
+  bool hold_data_queues_ = false;                         // IO thread only (tests)
+  // Order: one Destination per node sent tensor bytes (a job's servers or workers), kept
+  // for the Van's life (release hooks point at them). IO thread only, but for the hooks'
   // atomic counts.
   std::unordered_map<std::string, std::unique_ptr<Destination>> destinations_;
-  uint64_t next_reply_seq_ = 0;  // IO thread only
+  uint64_t next_seq_ = 0;  // IO thread only
   int wake_fd_ = -1;             // eventfd: a release hook wakes the IO thread to Pump
   int monitors_made_ = 0;  // names monitor endpoints; Bind, then the IO thread
   bool secure_ = false;

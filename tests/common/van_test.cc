@@ -228,7 +228,7 @@ TEST(VanTest, RepliesWithTensorBytesLeaveMostUrgentFirst) {
   Recorder at_server, at_worker;
   VanOptions server_options = Options("server");
   server_options.control_lane = true;
-  server_options.reply_watermark_bytes = 1;
+  server_options.watermark_bytes = 1;
   Van server(server_options);
   int port = server.Bind("127.0.0.1", 0);
   server.Start(at_server.Handler());
@@ -240,7 +240,7 @@ TEST(VanTest, RepliesWithTensorBytesLeaveMostUrgentFirst) {
   worker.Send(1, PushOf(MakeKey(1, 0), Buffer::Borrow(tensor.data(), 4096, [] {})));
   ASSERT_TRUE(at_server.WaitFor(2));
 
-  server.HoldRepliesForTest(true);
+  server.HoldDataQueuesForTest(true);
   const int32_t priorities[] = {1, 5, 1, 9, 5};  // request ids 1..5
   for (uint64_t id = 1; id <= 5; ++id) {
     Message sum = ReplyOf(proto::PUSH_RESULT, id, Buffer::Allocate(65536));
@@ -250,15 +250,51 @@ TEST(VanTest, RepliesWithTensorBytesLeaveMostUrgentFirst) {
   server.Reply("id-w", ReplyOf(proto::PUSH_ACK, 6));  // not held: no tensor bytes
   ASSERT_TRUE(at_worker.WaitFor(1));
   EXPECT_EQ(at_worker.at(0).message.envelope.request_id(), 6u);
-  server.HoldRepliesForTest(false);
+  server.HoldDataQueuesForTest(false);
   ASSERT_TRUE(at_worker.WaitFor(6));
   const uint64_t expected[] = {4, 2, 5, 1, 3};
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(at_worker.at(i + 1).message.envelope.request_id(), expected[i]) << "position " << i;
   }
   ASSERT_TRUE(WaitUntil([&] { return server.stats().unreleased_bytes == 0; }));
-  EXPECT_EQ(server.stats().replies_queued, 5u);
-  EXPECT_EQ(server.stats().replies_reordered, 3u);  // 4, 2 and 5 overtook 1
+  EXPECT_EQ(server.stats().data_queued, 5u);
+  EXPECT_EQ(server.stats().data_reordered, 3u);  // 4, 2 and 5 overtook 1
+  worker.Stop();
+  server.Stop();
+}
+
+// The same order on a worker's way out: pushes to one server, most urgent first.
+TEST(VanTest, PushesToOneServerLeaveMostUrgentFirst) {
+  Recorder at_server, at_worker;
+  Van server(Options("server"));
+  int port = server.Bind("127.0.0.1", 0);
+  server.Start(at_server.Handler());
+  VanOptions worker_options = Options("worker");
+  worker_options.watermark_bytes = 1;
+  Van worker(worker_options);
+  worker.Start(at_worker.Handler());
+  worker.Connect(1, Endpoint(port), "id-w");
+  std::vector<float> tensor = Pattern(16384, 1.0f);
+  worker.HoldDataQueuesForTest(true);
+  const int32_t priorities[] = {-3, 0, -3, 7, 0};  // request ids 1..5
+  for (uint64_t id = 1; id <= 5; ++id) {
+    Message push = PushOf(MakeKey(1, static_cast<uint32_t>(id)),
+                          Buffer::Borrow(tensor.data(), 65536, [] {}));
+    push.envelope.set_request_id(id);
+    push.envelope.set_priority(priorities[id - 1]);
+    worker.Send(1, std::move(push));
+  }
+  worker.Send(1, MakeMessage(proto::JOIN, 5));  // no tensor bytes: passes at once
+  ASSERT_TRUE(at_server.WaitFor(1));
+  EXPECT_EQ(at_server.at(0).message.type(), proto::JOIN);
+  worker.HoldDataQueuesForTest(false);
+  ASSERT_TRUE(at_server.WaitFor(6));
+  const uint64_t expected[] = {4, 2, 5, 1, 3};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(at_server.at(i + 1).message.envelope.request_id(), expected[i]) << "position " << i;
+  }
+  ASSERT_TRUE(WaitUntil([&] { return worker.stats().unreleased_bytes == 0; }));
+  EXPECT_EQ(worker.stats().data_queued, 5u);
   worker.Stop();
   server.Stop();
 }
