@@ -246,11 +246,7 @@ bool Server::TryDispatchInline(Engine* engine, Request& request) {
   }
   // The engine is idle and cannot start anything: only this thread queues its work.
   counters_.pushes_inline++;
-  try {
-    Dispatch(engine, request);
-  } catch (const FerryError& e) {  // not on a CPU engine today; handled as the engine would
-    FailEngine(engine, e.what());
-  }
+  DispatchOnEngine(engine, request);
   engine->run_mu.Unlock();
   return true;
 }
@@ -293,28 +289,39 @@ void Server::EngineLoop(Engine* engine) {
         work = engine->queue.Pop();
         have_work = true;
       }
+      // Taken before mu is let go: from the pop to the end of the run the engine never
+      // looks idle to TryDispatchInline, so nothing overtakes what was popped (a JOIN's
+      // fence above all). The IO thread only tries run_mu, so this cannot deadlock.
+      engine->run_mu.Lock();
     }
-    // Nothing on the CPU path throws FerryError; a GPU failure does (FailEngine).
-    MutexLock running(engine->run_mu);
-    if (sums_ready && !engine->failed) {  // sums first: they release waiting workers
-      try {
-        engine->summation->RunCompletions();
-      } catch (const FerryError& e) {
-        FailEngine(engine, e.what());
-      }
-    }
-    if (!have_work) continue;
+    RunEngineWork(engine, sums_ready, have_work ? &work : nullptr);
+    engine->run_mu.Unlock();
+  }
+}
+
+void Server::RunEngineWork(Engine* engine, bool sums_ready, Request* work) {
+  // Nothing on the CPU path throws FerryError; a GPU failure does (FailEngine).
+  if (sums_ready && !engine->failed) {  // sums first: they release waiting workers
     try {
-      Dispatch(engine, work);
+      engine->summation->RunCompletions();
     } catch (const FerryError& e) {
       FailEngine(engine, e.what());
-      if (work.message.type() == proto::PUSH) {
-        // The push being added when the GPU failed is in no round's `waiting` (or, if
-        // it is, it was answered already and the worker ignores a second answer).
-        const proto::Envelope& env = work.message.envelope;
-        ReplyError(work.identity, env.request_id(), env.key(), ErrorCode::kInternal,
-                   StrCat(KeyName(env.key()), ": the server's summation failed: ", e.what()));
-      }
+    }
+  }
+  if (work) DispatchOnEngine(engine, *work);
+}
+
+void Server::DispatchOnEngine(Engine* engine, Request& work) {
+  try {
+    Dispatch(engine, work);
+  } catch (const FerryError& e) {
+    FailEngine(engine, e.what());
+    if (work.message.type() == proto::PUSH) {
+      // The push being added when the GPU failed is in no round's `waiting` (or, if
+      // it is, it was answered already and the worker ignores a second answer).
+      const proto::Envelope& env = work.message.envelope;
+      ReplyError(work.identity, env.request_id(), env.key(), ErrorCode::kInternal,
+                 StrCat(KeyName(env.key()), ": the server's summation failed: ", e.what()));
     }
   }
 }

@@ -118,6 +118,10 @@ class Server {
   // its protocols, by the configured mode.
   void MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers);
   void EngineLoop(Engine* engine);
+  // Runs what the engine loop took (ready GPU sums, then `work` if any).
+  void RunEngineWork(Engine* engine, bool sums_ready, Request* work) REQUIRES(engine->run_mu);
+  // Dispatch, and a summation failure handled (FailEngine; the push is answered).
+  void DispatchOnEngine(Engine* engine, Request& work) REQUIRES(engine->run_mu);
   // Engine thread: routes one request to its protocol (after the boundary checks).
   void Dispatch(Engine* engine, Request& request);
   // A worker joined: rounds that waited only for it complete without it. Once every

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <map>
@@ -138,10 +139,6 @@ Van::Van(VanOptions options)
   if (!context_) ThrowZmq("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
   pipe_endpoint_ = StrCat("inproc://ferry-van-", g_pipe_counter.fetch_add(1));
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) {
-    throw FerryError(ErrorCode::kInternal, StrCat("eventfd: ", std::strerror(errno)));
-  }
   command_pull_ = zmq_socket(context_, ZMQ_PULL);
   command_push_ = zmq_socket(context_, ZMQ_PUSH);
   if (!command_pull_ || !command_push_) ThrowZmq("zmq_socket(inproc pipe)");
@@ -159,6 +156,11 @@ Van::Van(VanOptions options)
     // ZeroMQ asks the handler bound here (RFC 27) about every CURVE client.
     zap_ = zmq_socket(context_, ZMQ_REP);
     if (!zap_ || zmq_bind(zap_, "inproc://zeromq.zap.01") != 0) ThrowZmq("ZAP handler");
+  }
+  // Last: nothing after it throws, so the descriptor cannot leak from a failed constructor.
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    throw FerryError(ErrorCode::kInternal, StrCat("eventfd: ", std::strerror(errno)));
   }
 }
 
@@ -284,6 +286,12 @@ void Van::Reply(const std::string& identity, Message message) {
 
 void Van::HoldDataReadsForTest(bool hold) {
   Enqueue(Command::kHoldReads, 0, hold, "", nullptr);
+  // Returns once the IO thread applied it (it reads nothing more from a held socket).
+  const int64_t deadline = NowMs() + 10000;
+  while (data_reads_held_.load() != hold) {
+    CHECK_LT(NowMs(), deadline) << options_.name << ": the IO thread did not take the hold";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void Van::HoldDataQueuesForTest(bool hold) {
@@ -352,7 +360,9 @@ void Van::TransmitToPeer(int peer, Frames* frames) {
 }
 
 void Van::TransmitReply(const std::string& identity, Frames* frames) {
-  const std::string data_identity = DataIdentity(identity);
+  // Only where lanes exist: an identity ZeroMQ made up (a peer without a routing id) may
+  // end in the control byte by chance.
+  const std::string data_identity = options_.control_lane ? DataIdentity(identity) : identity;
   if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
     QueueData(data_identity, -1, frames);
     return;
@@ -476,6 +486,7 @@ void Van::IoLoop() {
       continue;
     }
     size_t index = 0;
+    bool reads_changed = false;
     if (items[index++].revents & ZMQ_POLLIN) {
       bool stop = false;
       // Commands first: drain a bounded batch so inbound traffic is not starved.
@@ -513,6 +524,8 @@ void Van::IoLoop() {
             break;
           case Command::kHoldReads:
             hold_data_reads_ = flag;
+            reads_changed = true;
+            data_reads_held_.store(flag);
             break;
           case Command::kHoldQueues:
             hold_data_queues_ = flag;
@@ -547,6 +560,8 @@ void Van::IoLoop() {
         CloseFrames(frames);
       }
       if (stop) break;
+      // The sockets polled this round were chosen before the change: poll again.
+      if (reads_changed) continue;
     }
     if (items[index++].revents & ZMQ_POLLIN) {  // releases: the reply order may go on
       uint64_t count;
@@ -710,24 +725,39 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
   auto p = std::make_unique<Connection>();
   p->id = peer;
   p->endpoint = endpoint;
-  p->socket = OpenDealer(endpoint, routing_id);
-  if (p->socket && control_lane && !routing_id.empty()) {
-    p->control = OpenDealer(endpoint, ControlIdentity(routing_id));
+  bool connected = false;
+  try {
+    p->socket = NewDealer(routing_id);
+    // Before connecting: ZeroMQ does not replay the first connection's event to a
+    // monitor attached later.
+    if (options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
+    if (control_lane && !routing_id.empty()) p->control = NewDealer(ControlIdentity(routing_id));
+    connected = zmq_connect(p->socket, endpoint.c_str()) == 0 &&
+                (!p->control || zmq_connect(p->control, endpoint.c_str()) == 0);
+  } catch (const FerryError&) {
+    CloseConnection(*p);
+    throw;
   }
-  if (!p->socket || (control_lane && !routing_id.empty() && !p->control)) {
+  if (!connected) {
     LOG(ERROR) << options_.name << ": cannot connect to node " << peer << " at " << endpoint
                << ": " << zmq_strerror(zmq_errno());
-    if (p->socket) zmq_close(p->socket);
+    CloseConnection(*p);
     return;
   }
-  if (options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
   VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint
           << (p->control ? " (data and control connections)" : "");
   connections_.push_back(std::move(p));
 }
 
-// A DEALER connected to `endpoint` as `routing_id`; null (errno set) if it cannot connect.
-void* Van::OpenDealer(const std::string& endpoint, const std::string& routing_id) {
+void Van::CloseConnection(Connection& p) {
+  for (void* socket : {p.socket, p.control, p.monitor}) {
+    if (socket) zmq_close(socket);
+  }
+  p.socket = p.control = p.monitor = nullptr;
+}
+
+// A DEALER configured to connect as `routing_id` (not connected yet).
+void* Van::NewDealer(const std::string& routing_id) {
   void* socket = zmq_socket(context_, ZMQ_DEALER);
   if (!socket) ThrowZmq("zmq_socket(DEALER)");
   SetInt(socket, ZMQ_SNDHWM, 0);
@@ -743,12 +773,6 @@ void* Van::OpenDealer(const std::string& endpoint, const std::string& routing_id
     zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, keys_.server_public.data(), 32);
     zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys_.client_public.data(), 32);
     zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys_.client_secret.data(), 32);
-  }
-  if (zmq_connect(socket, endpoint.c_str()) != 0) {
-    const int error = zmq_errno();
-    zmq_close(socket);
-    errno = error;
-    return nullptr;
   }
   return socket;
 }

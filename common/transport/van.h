@@ -198,7 +198,8 @@ class Van {
 
   // For tests: while held, the IO thread reads nothing from the data connections of
   // outbound peers that have a control lane (their bytes wait in ZeroMQ), but still
-  // reads their control connections and every other socket. Thread-safe.
+  // reads their control connections and every other socket. Returns once the IO thread
+  // applied it. Thread-safe; not from a handler.
   void HoldDataReadsForTest(bool hold);
   // For tests: while held, the order queues hand nothing to ZeroMQ (messages queue up).
   void HoldDataQueuesForTest(bool hold);
@@ -243,7 +244,8 @@ class Van {
   void PumpAll();
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                  bool control_lane);
-  void* OpenDealer(const std::string& endpoint, const std::string& routing_id);
+  void* NewDealer(const std::string& routing_id);
+  void CloseConnection(Connection& p);  // closes what of it is open
   // Hands a received message on, unless fault injection drops or delays it.
   void Deliver(Message&& message, const Origin& origin);
   void DeliverDelayed();         // IO thread: hands on the delayed messages now due
@@ -268,6 +270,7 @@ class Van {
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
   bool hold_data_reads_ = false;                          // IO thread only (tests)
+  std::atomic<bool> data_reads_held_{false};              // hold_data_reads_, for the caller
   bool hold_data_queues_ = false;                         // IO thread only (tests)
   // Order: one Destination per node sent tensor bytes (a job's servers or workers), kept
   // for the Van's life (release hooks point at them). IO thread only, but for the hooks'
