@@ -11,6 +11,7 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <set>
 
 #include "common/util/clock.h"
 #include "common/util/logging.h"
@@ -34,8 +35,9 @@ struct Van::Destination {
   std::string name;  // inbound: the node's data routing id; outbound: a name for the peer
   int peer = -1;     // outbound: the peer's id; -1: inbound (reached through the ROUTER)
   std::atomic<uint64_t> unreleased{0};  // payload bytes handed to ZeroMQ, not yet released
-  // Waiting replies, most urgent first: key (-priority, arrival).
+  // Waiting messages, most urgent first: key (-priority, arrival).
   std::map<std::pair<int64_t, uint64_t>, std::unique_ptr<OwnedFrames>> queue;
+  std::set<uint64_t> arrivals;  // the arrival numbers in `queue`: the oldest is begin()
 };
 
 struct Van::Connection {
@@ -312,8 +314,9 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
   owned->f.hold = frames->hold;
   zmq_msg_close(&frames->envelope);  // moved from: empty
   zmq_msg_close(&frames->payload);
-  d->queue.emplace(std::make_pair(-static_cast<int64_t>(frames->priority), next_seq_++),
+  d->queue.emplace(std::make_pair(-static_cast<int64_t>(frames->priority), next_seq_),
                    std::move(owned));
+  d->arrivals.insert(next_seq_++);
   counters_.data_queued++;
   Pump(*d);
 }
@@ -322,9 +325,8 @@ void Van::Pump(Destination& d) {
   while (!hold_data_queues_ && !d.queue.empty() &&
          d.unreleased.load(std::memory_order_relaxed) < options_.watermark_bytes) {
     auto first = d.queue.begin();
-    uint64_t oldest = first->first.second;
-    for (const auto& entry : d.queue) oldest = std::min(oldest, entry.first.second);
-    if (first->first.second != oldest) counters_.data_reordered++;
+    if (first->first.second != *d.arrivals.begin()) counters_.data_reordered++;
+    d.arrivals.erase(first->first.second);
     Frames f;
     zmq_msg_init(&f.envelope);
     zmq_msg_init(&f.payload);
@@ -583,7 +585,10 @@ void Van::IoLoop() {
   }
   // Shutdown: messages still in the order queues are dropped (their payloads released);
   // sockets flush for up to linger_ms, then close.
-  for (auto& [identity, d] : destinations_) d->queue.clear();
+  for (auto& [identity, d] : destinations_) {
+    d->queue.clear();
+    d->arrivals.clear();
+  }
   for (auto& p : connections_) {
     for (void* socket : {p->socket, p->control}) {
       if (!socket) continue;

@@ -10,24 +10,29 @@
 
 namespace ferry {
 
+namespace {
+
+// The entry named `name` of `entries`, made (default-constructed) on first use.
+template <typename T>
+T& FindOrAdd(std::deque<std::pair<std::string, T>>& entries, const std::string& name) {
+  for (auto& [n, value] : entries) {
+    if (n == name) return value;
+  }
+  entries.emplace_back(std::piecewise_construct, std::forward_as_tuple(name),
+                       std::forward_as_tuple());
+  return entries.back().second;
+}
+
+}  // namespace
+
 Counter& CounterRegistry::Register(const std::string& name) {
   MutexLock lock(mu_);
-  for (auto& [n, c] : counters_) {
-    if (n == name) return c;
-  }
-  counters_.emplace_back(std::piecewise_construct, std::forward_as_tuple(name),
-                         std::forward_as_tuple());
-  return counters_.back().second;
+  return FindOrAdd(counters_, name);
 }
 
 Histogram& CounterRegistry::RegisterHistogram(const std::string& name) {
   MutexLock lock(mu_);
-  for (auto& [n, h] : histograms_) {
-    if (n == name) return h;
-  }
-  histograms_.emplace_back(std::piecewise_construct, std::forward_as_tuple(name),
-                           std::forward_as_tuple());
-  return histograms_.back().second;
+  return FindOrAdd(histograms_, name);
 }
 
 CounterValues CounterRegistry::Snapshot() const {
