@@ -1,5 +1,7 @@
 #include "common/transport/message.h"
 
+#include <algorithm>
+
 #include "common/transport/fused_push.h"
 #include "common/transport/rows_message.h"
 #include "common/util/status.h"
@@ -82,6 +84,54 @@ Status CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes) {
   return Status::Ok();
 }
 
+uint64_t FrameKeyLength(const proto::Envelope& e) {
+  return e.key_length() != 0 ? e.key_length() : e.length();
+}
+
+uint64_t FrameSize(const proto::Envelope& e) {
+  return e.frame_bytes() != 0 ? e.frame_bytes() : FrameKeyLength(e);
+}
+
+uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes) {
+  if (frame_bytes == 0 || key_length == 0) return 1;
+  return static_cast<uint32_t>((key_length + frame_bytes - 1) / frame_bytes);
+}
+
+Status CheckFrame(const proto::Envelope& e, uint64_t max_payload_bytes) {
+  auto bad = [&e](const std::string& why) {
+    return BadMessageError(StrCat(MessageTypeName(e.type()), " of ", KeyName(e.key()), " round ",
+                                  e.round(), " at offset ", e.offset(), ": ", why));
+  };
+  if (e.frame_bytes() == 0) {
+    if (e.offset() != 0) return bad("a whole-key message (frame_bytes 0) must be at offset 0");
+    if (e.key_length() != 0 && e.key_length() != e.length()) {
+      return bad(StrCat("a whole-key message of ", e.length(), " bytes says the key has ",
+                        e.key_length()));
+    }
+    return Status::Ok();
+  }
+  const uint64_t element = DataTypeSize(static_cast<DataType>(e.dtype()));
+  if (e.frame_bytes() % element != 0) {
+    return bad(StrCat("frame size ", e.frame_bytes(), " is not a whole number of ",
+                      DataTypeName(static_cast<DataType>(e.dtype())), " elements"));
+  }
+  if (e.frame_bytes() > max_payload_bytes) {
+    return bad(StrCat("frame size ", e.frame_bytes(), " exceeds the limit of ", max_payload_bytes));
+  }
+  if (e.key_length() == 0 || e.offset() >= e.key_length()) {
+    return bad(StrCat("the offset is past the key's ", e.key_length(), " bytes"));
+  }
+  if (e.offset() % e.frame_bytes() != 0) {
+    return bad(StrCat("the offset is not a multiple of the frame size ", e.frame_bytes()));
+  }
+  const uint64_t expected = std::min(e.frame_bytes(), e.key_length() - e.offset());
+  if (e.length() != expected) {
+    return bad(StrCat(e.length(), " bytes where the frame has ", expected, " (key of ",
+                      e.key_length(), " bytes in ", e.frame_bytes(), "-byte frames)"));
+  }
+  return Status::Ok();
+}
+
 Status ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
   const proto::Envelope& e = m.envelope;
   if (e.version() != kProtocolVersion) {
@@ -115,7 +165,7 @@ Status ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
                                   " bytes is not a whole number of ",
                                   DataTypeName(static_cast<DataType>(e.dtype())), " elements"));
   }
-  return Status::Ok();
+  return CheckFrame(e, max_payload_bytes);
 }
 
 std::string Describe(const Message& m) {
@@ -124,6 +174,7 @@ std::string Describe(const Message& m) {
   if (e.request_id()) s += StrCat(" request ", e.request_id());
   if (e.type() == proto::PUSH || e.type() == proto::PUSH_RESULT) {
     s += StrCat(" ", KeyName(e.key()), " round ", e.round(), " ", e.length(), " bytes");
+    if (e.frame_bytes() != 0) s += StrCat(" at offset ", e.offset(), " of ", e.key_length());
   }
   if (e.type() == proto::PUSH_FUSED) {
     s += StrCat(" of ", e.fused_push().pushes_size(), " pushes, ", e.length(), " bytes");

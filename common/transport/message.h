@@ -16,8 +16,9 @@
 
 namespace ferry {
 
-// 1: the first release; 2: type 16 renamed (PULL -> RESEND_SUM: same number, same meaning).
-constexpr uint32_t kProtocolVersion = 2;
+// 1: the first release; 2: type 16 renamed (PULL -> RESEND_SUM: same number, same meaning);
+// 3: frames (Envelope fields offset, key_length, frame_bytes).
+constexpr uint32_t kProtocolVersion = 3;
 
 struct Message {
   proto::Envelope envelope;
@@ -58,6 +59,21 @@ Status ValidateMessage(const Message& m, uint64_t max_payload_bytes);
 // payload frame, and the frame is within max_payload_bytes. OK when both hold, else
 // kBadMessage with the reason.
 Status CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes);
+
+// Frames (protocol 3): a PUSH or PUSH_RESULT carries the bytes [offset, offset + length) of
+// its key, which has key_length bytes cut in frame_bytes-byte frames (the last one
+// shorter). frame_bytes 0 is the whole key in one message: offset 0, key_length 0 or
+// equal to length. So two frames of one cut are either equal or disjoint.
+// The key's bytes: key_length, or length for a whole-key message.
+uint64_t FrameKeyLength(const proto::Envelope& e);
+// The size the key is cut in: frame_bytes, or the key's bytes for a whole-key message.
+uint64_t FrameSize(const proto::Envelope& e);
+// How many frames a key of `key_length` bytes has in `frame_bytes`-byte frames (at least
+// one: an empty key is one empty frame). frame_bytes 0: one.
+uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes);
+// The frame rules above, for a PUSH or PUSH_RESULT whose length and dtype were checked:
+// OK, or kBadMessage naming the key, round and offset. Also checked by ValidateMessage.
+Status CheckFrame(const proto::Envelope& e, uint64_t max_payload_bytes);
 
 // Parses an envelope frame. Returns false (and `error`) on bytes that do not parse.
 bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::string* error);

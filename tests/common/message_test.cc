@@ -95,19 +95,69 @@ TEST(MessageTest, AcceptsValidMessages) {
   }
 }
 
+// The frame at `offset` of a float32 key of `key_length` bytes cut in `frame_bytes`.
+Message Frame(uint64_t key_length, uint64_t frame_bytes, uint64_t offset, uint64_t length) {
+  Message m = GoodPush(length / sizeof(float));
+  m.envelope.set_key_length(key_length);
+  m.envelope.set_frame_bytes(frame_bytes);
+  m.envelope.set_offset(offset);
+  return m;
+}
+
+TEST(MessageTest, FramesFollowTheirCut) {
+  EXPECT_EQ(FrameCount(1000, 256), 4u);
+  EXPECT_EQ(FrameCount(1024, 256), 4u);
+  EXPECT_EQ(FrameCount(1024, 0), 1u);
+  EXPECT_EQ(FrameCount(0, 256), 1u);
+  // Whole keys: frame_bytes 0, offset 0, key_length 0 or the length.
+  EXPECT_TRUE(ValidateMessage(GoodPush(), kLimit).ok());
+  EXPECT_TRUE(ValidateMessage(Frame(64, 0, 0, 64), kLimit).ok());
+  EXPECT_EQ(FrameKeyLength(GoodPush().envelope), 64u);
+  EXPECT_EQ(FrameSize(GoodPush().envelope), 64u);
+  // A 1000-byte key in 256-byte frames: 256, 256, 256, 232.
+  for (uint64_t offset : {0u, 256u, 512u}) {
+    EXPECT_TRUE(ValidateMessage(Frame(1000, 256, offset, 256), kLimit).ok()) << offset;
+  }
+  const Message last = Frame(1000, 256, 768, 232);
+  EXPECT_TRUE(ValidateMessage(last, kLimit).ok());
+  EXPECT_EQ(FrameSize(last.envelope), 256u);
+  EXPECT_EQ(FrameKeyLength(last.envelope), 1000u);
+  struct Bad {
+    Message m;
+    const char* why;
+  };
+  const Bad bad[] = {
+      {Frame(64, 0, 16, 48), "must be at offset 0"},
+      {Frame(128, 0, 0, 64), "says the key has 128"},
+      {Frame(1000, 256, 1024, 0), "past the key"},
+      {Frame(1000, 256, 1000, 0), "past the key"},
+      {Frame(0, 256, 0, 256), "past the key"},
+      {Frame(1000, 256, 128, 256), "not a multiple of the frame size"},
+      {Frame(1000, 256, 256, 128), "128 bytes where the frame has 256"},  // short middle frame
+      {Frame(1000, 256, 768, 256), "256 bytes where the frame has 232"},  // last frame too long
+      {Frame(1000, 254, 0, 252), "not a whole number of float32"},
+      {Frame(kLimit * 4, kLimit * 2, 0, 256), "exceeds the limit"},
+  };
+  for (const Bad& b : bad) {
+    const std::string error = ValidateMessage(b.m, kLimit).message();
+    EXPECT_TRUE(StrContains(error, b.why)) << error << " (expected: " << b.why << ")";
+    EXPECT_TRUE(StrContains(error, "tensor 3 partition 1 round 2 at offset")) << error;
+  }
+}
+
 TEST(MessageTest, RejectsWrongVersion) {
-  for (uint32_t version : {0u, 1u, kProtocolVersion + 1, 1000u}) {
+  for (uint32_t version : {0u, 1u, 2u, kProtocolVersion + 1, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
     std::string error = ValidateMessage(m, kLimit).message();
     EXPECT_TRUE(StrContains(error, "version")) << error;
   }
-  // A peer of the first release (version 1) is told apart by the number.
-  Message v1 = GoodPush();
-  v1.envelope.set_version(1);
+  // A peer of an earlier release (version 2: before frames) is told apart by the number.
+  Message v2 = GoodPush();
+  v2.envelope.set_version(2);
   EXPECT_TRUE(
-      StrContains(ValidateMessage(v1, kLimit).message(), "protocol version 1 (this node speaks 2)"))
-      << ValidateMessage(v1, kLimit).message();
+      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 3)"))
+      << ValidateMessage(v2, kLimit).message();
 }
 
 TEST(MessageTest, RejectsUnknownType) {
