@@ -21,8 +21,10 @@ Reply AddressedReply(Reply::Kind kind, const PendingReply& to, uint64_t key) {
 
 }  // namespace
 
-Reply AckReply(const PendingReply& to, uint64_t key) {
-  return AddressedReply(Reply::Kind::kAck, to, key);
+Reply AckReply(const PendingReply& to, uint64_t key, uint64_t offset) {
+  Reply r = AddressedReply(Reply::Kind::kAck, to, key);
+  r.offset = offset;
+  return r;
 }
 
 Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::string reason) {
@@ -43,7 +45,7 @@ Reply SumReply(Reply::Kind kind, const PendingReply& to, uint64_t key, const Rep
 std::string MismatchReason(const Request& request, const KeyDefinition& definition) {
   const proto::Envelope& e = request.envelope();
   return StrCat("workers disagree on ", KeyName(e.key()), ": worker ", request.rank, " pushed ",
-                e.length(), " bytes of ", DataTypeName(static_cast<DataType>(e.dtype())),
+                FrameKeyLength(e), " bytes of ", DataTypeName(static_cast<DataType>(e.dtype())),
                 " (tensor hash ", std::hex, e.tensor_hash(), std::dec, ") but worker ",
                 definition.defined_by_rank, " pushed ", definition.length, " bytes of ",
                 DataTypeName(definition.dtype), " (tensor hash ", std::hex, definition.tensor_hash,
@@ -66,6 +68,7 @@ Message ToMessage(const Reply& reply, int sender) {
   e.set_key(reply.key);
   e.set_priority(reply.priority);
   e.set_sent_us(static_cast<uint64_t>(UnixUs()));  // handed to the Van next (Server::SendReply)
+  e.set_offset(reply.offset);
   switch (reply.kind) {
     case Reply::Kind::kAck:
     case Reply::Kind::kJoinAck:
@@ -81,6 +84,8 @@ Message ToMessage(const Reply& reply, int sender) {
       e.set_length(reply.sum.length);
       e.set_tensor_hash(reply.sum.tensor_hash);
       e.set_contributors(reply.sum.contributors);
+      e.set_key_length(reply.sum.key_length);
+      e.set_frame_bytes(reply.sum.frame_bytes);
       if (reply.kind == Reply::Kind::kRowsSum) {
         proto::RowsHeader* h = e.mutable_rows();
         const uint64_t row_bytes = reply.row_elements * DataTypeSize(reply.sum.dtype);

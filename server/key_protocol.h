@@ -91,13 +91,17 @@ struct Reply {
   uint64_t request_id = 0;
   uint64_t key = 0;
   int32_t priority = 0;  // the request's; sums are sent most urgent first (van.h, "Order")
+  uint64_t offset = 0;   // kAck, kSum: the frame's place in its key (message.h, frames)
   // kSum and kRowsSum: the envelope's fields of a sum.
   struct Sum {
     uint32_t round = 0;
     DataType dtype = DataType::kFloat32;
-    uint64_t length = 0;  // a dense key's bytes, the rows' bytes
+    uint64_t length = 0;  // a dense key's (or frame's) bytes, the rows' bytes
     uint64_t tensor_hash = 0;
     uint32_t contributors = 0;
+    // A frame of a key cut in frames (kSum): the key's bytes and the cut; 0 for whole keys.
+    uint64_t key_length = 0;
+    uint64_t frame_bytes = 0;
   };
   Sum sum;
   uint64_t row_elements = 0;  // kRowsSum: elements per row
@@ -107,7 +111,8 @@ struct Reply {
   std::string reason;
 };
 
-Reply AckReply(const PendingReply& to, uint64_t key);
+// A PUSH_ACK of the frame at `offset` (0 for whole keys).
+Reply AckReply(const PendingReply& to, uint64_t key, uint64_t offset = 0);
 Reply ErrorReply(const PendingReply& to, uint64_t key, ErrorCode code, std::string reason);
 // A kSum (or, with row_elements set after, kRowsSum) reply: `payload` is shared, not
 // copied (every reply of a round sends the same bytes).

@@ -1,5 +1,9 @@
 #include "server/key_state.h"
 
+#include <algorithm>
+
+#include "common/transport/message.h"
+
 namespace ferry {
 
 int EngineForKey(uint64_t key, int engines) {
@@ -24,15 +28,18 @@ bool KeyDefinition::Define(int rank, uint64_t push_length, DataType push_dtype,
   return push_length == length && push_dtype == dtype && push_hash == tensor_hash;
 }
 
-PushVerdict KeyState::Classify(int rank, uint32_t push_round, uint64_t push_length,
-                               DataType push_dtype, uint64_t push_hash, int num_workers) {
+PushVerdict KeyState::Classify(int rank, uint32_t push_round, const FrameRef& frame,
+                               uint64_t key_length, DataType push_dtype, uint64_t push_hash,
+                               int num_workers) {
   if (!failure.empty()) return PushVerdict::kFailed;
-  if (!defined) {
-    pushed.assign(num_workers, false);
-    held.assign(num_workers, Buffer());
+  if (!defined) pushed.assign(num_workers, false);
+  if (!Define(rank, key_length, push_dtype, push_hash)) return PushVerdict::kMismatch;
+  if (push_round == round) {
+    if (frames.empty()) return PushVerdict::kAccumulate;  // the round's first frame
+    if (frame.frame_bytes != frame_bytes) return PushVerdict::kBadFrame;
+    return frames[FrameIndex(frame.offset)].got[rank] ? PushVerdict::kDuplicate
+                                                      : PushVerdict::kAccumulate;
   }
-  if (!Define(rank, push_length, push_dtype, push_hash)) return PushVerdict::kMismatch;
-  if (push_round == round) return pushed[rank] ? PushVerdict::kDuplicate : PushVerdict::kAccumulate;
   if (push_round > round) return PushVerdict::kAhead;
   return push_round + 1 == round && has_last ? PushVerdict::kPrevious : PushVerdict::kStale;
 }
@@ -45,43 +52,73 @@ PushVerdict KeyState::ClassifyPull(int rank, uint32_t pull_round) const {
   return pull_round > round ? PushVerdict::kAhead : PushVerdict::kStale;
 }
 
-bool KeyState::Record(int rank, const PendingReply& reply, const std::vector<bool>& joined) {
-  pushed[rank] = true;
-  waiting.push_back(reply);
-  bytes_pushed += length;
-  return Complete(joined);
+uint32_t KeyState::Record(int rank, const PendingReply& reply, const FrameRef& frame) {
+  const size_t workers = pushed.size();
+  if (frames.empty()) {  // the round's first frame fixes its cut
+    frame_bytes = frame.frame_bytes;
+    frames.resize(FrameCount(length, frame_bytes));
+    for (FrameSum& f : frames) {
+      f.got.assign(workers, false);
+      f.held.assign(workers, Buffer());
+    }
+  }
+  if (!pushed[rank]) {
+    pushed[rank] = true;
+    waiting.push_back(reply);
+  }
+  const uint32_t f = FrameIndex(frame.offset);
+  frames[f].got[rank] = true;
+  frames[f].count++;
+  bytes_pushed += frame.length;
+  return f;
 }
 
-bool KeyState::Complete(const std::vector<bool>& joined) const {
-  if (waiting.empty() || summing) return false;
-  for (size_t r = 0; r < pushed.size(); ++r) {
-    if (!pushed[r] && !(r < joined.size() && joined[r])) return false;
+uint64_t KeyState::FrameLength(uint32_t f) const {
+  if (frame_bytes == 0) return length;
+  const uint64_t offset = FrameOffset(f);
+  return offset >= length ? 0 : std::min(frame_bytes, length - offset);
+}
+
+bool KeyState::FrameComplete(uint32_t f, const std::vector<bool>& joined) const {
+  if (waiting.empty() || f >= frames.size()) return false;
+  const FrameSum& frame = frames[f];
+  if (frame.summing || frame.sent) return false;
+  for (size_t r = 0; r < frame.got.size(); ++r) {
+    if (!frame.got[r] && !(r < joined.size() && joined[r])) return false;
   }
   return true;
 }
 
+bool KeyState::Complete(const std::vector<bool>& joined) const {
+  for (uint32_t f = 0; f < frames.size(); ++f) {
+    if (FrameComplete(f, joined)) return true;
+  }
+  return false;
+}
+
 void KeyState::NextRound(int num_workers) {
   last_contributors = static_cast<uint32_t>(waiting.size());
-  last_sum = std::move(sum);  // the old last_sum is freed once ZeroMQ released it
-  sum = Buffer();
+  // The old last_sums are freed once ZeroMQ released them.
+  last_sums.clear();
+  for (FrameSum& f : frames) last_sums.push_back(std::move(f.sum));
+  last_frame_bytes = frame_bytes;
+  frames.clear();
+  frames_sent = 0;
   has_last = true;
   waiting.clear();
   pushed.assign(num_workers, false);
-  held.assign(num_workers, Buffer());
-  next_rank = 0;
   round++;
   rounds_completed++;
 }
 
 void KeyState::Restart(int num_workers) {
-  summing = false;
   ++generation;
   round = 0;
+  frames.clear();
+  frames_sent = 0;
   pushed.assign(num_workers, false);
-  held.assign(num_workers, Buffer());
-  next_rank = 0;
   has_last = false;
-  last_sum = Buffer();
+  last_sums.clear();
   last_contributors = 0;
 }
 

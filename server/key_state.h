@@ -41,6 +41,18 @@
 // in `held` until every lower rank has pushed or joined. Float addition is not
 // associative, so this is what makes the bits of a sum independent of arrival order.
 //
+// Frames (streaming aggregation): a push may come as several frames (wire protocol 3,
+// common/transport/message.h), all with the push's request id. Everything above holds per
+// frame: the round's first frame fixes the round's cut (frame_bytes), each frame has its
+// own sum (the first frame of it adopted), its own record of ranks (so a resent frame is a
+// duplicate: deduplication is per (rank, frame)), its own rank order in deterministic mode
+// (each element is still summed in rank order, so the bits equal a whole-key sum's), and
+// its sum goes to every pusher as soon as every worker's frame is in, while later frames
+// still arrive. The round ends, and becomes last_sums, when every frame's sum was sent.
+// A worker pushes round r+1 only after it has every frame of r's sum, so one round per
+// key stays open, whatever a slow worker does. `waiting` holds one reply per pushing rank
+// (its first frame's): every frame of a push shares the request id.
+//
 // Asynchronous mode (FERRY_ENABLE_ASYNC=1) keeps parameters, not rounds: ParamState
 // (param_protocol.h) is its key state; only the definition (KeyDefinition) is shared.
 
@@ -70,6 +82,7 @@ enum class PushVerdict {
   kAhead,       // a round the key has not reached: protocol error
   kMismatch,    // length, dtype or tensor hash differ from the key's definition
   kFailed,      // the key failed earlier; every push is refused
+  kBadFrame,    // cut in other frames than the open round (workers disagree on FERRY_FRAME_BYTES)
 };
 
 // The engine thread that owns `key`: splitmix64's finalizer of the key, modulo
@@ -91,52 +104,94 @@ struct KeyDefinition {
   bool Define(int rank, uint64_t push_length, DataType push_dtype, uint64_t push_hash);
 };
 
-struct KeyState : KeyDefinition {
+// A frame's place in its key (wire protocol 3, message.h): `offset` and `length` of the
+// frame, the round's cut `frame_bytes` (the key's length for a whole-key push).
+struct FrameRef {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t frame_bytes = 0;
+};
+
+// One frame of a key's open round: its running sum and who is in it.
+struct FrameSum {
+  Buffer sum;               // CPU: the running sum (the first frame adopted); GPU: empty
+  std::vector<bool> got;    // by rank: this rank's frame is recorded
+  uint32_t count = 0;       // ranks recorded
+  std::vector<Buffer> held; // deterministic mode: frames waiting for their turn
+  int next_rank = 0;        // deterministic mode: the next rank to add
+  bool summing = false;     // complete, its sum on its way (GPU)
+  bool sent = false;        // its sum went to every pusher
+};
+
+struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (all frames)
   uint32_t round = 0;                 // the round being accumulated
-  Buffer sum;                         // this round's running sum (empty: no push yet)
-  std::vector<bool> pushed;           // by worker rank, for this round
-  std::vector<PendingReply> waiting;  // pushers of this round, in arrival order
-  bool summing = false;               // complete; its sum is on its way (see above)
+  // The open round's cut, fixed by its first frame (frames empty: no frame yet). Every
+  // frame of a round has its own sum; a whole-key round is one frame of `length` bytes.
+  uint64_t frame_bytes = 0;
+  std::vector<FrameSum> frames;
+  uint32_t frames_sent = 0;           // frames whose sum went out; all: the round is over
+  std::vector<bool> pushed;           // by worker rank: pushed a frame of this round
+  std::vector<PendingReply> waiting;  // pushers of this round, in arrival order (one each)
   uint64_t generation = 0;            // bumped when a round is abandoned (see above)
 
   bool has_last = false;           // round - 1 completed and its sum is kept
-  Buffer last_sum;                 // the sum of round - 1 (see Resends above)
-  uint32_t last_contributors = 0;  // how many pushes last_sum holds
-
-  std::vector<Buffer> held;  // deterministic mode: pushes waiting for their turn
-  int next_rank = 0;         // deterministic mode: the next rank to add
+  std::vector<Buffer> last_sums;   // the frames of round - 1's sum (see Resends above)
+  uint64_t last_frame_bytes = 0;   // their cut
+  uint32_t last_contributors = 0;  // how many pushes last_sums hold
 
   std::string failure;  // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
   uint64_t bytes_pushed = 0;
 
   // Defines the key on its first push (num_workers sizes `pushed`), then classifies
-  // the push. Changes nothing else.
+  // the push of `frame`. Changes nothing else. A frame cut differently from the open
+  // round's is kBadFrame.
+  PushVerdict Classify(int rank, uint32_t push_round, const FrameRef& frame, uint64_t key_length,
+                       DataType push_dtype, uint64_t push_hash, int num_workers);
+  // A whole-key push (one frame of `push_length` bytes).
   PushVerdict Classify(int rank, uint32_t push_round, uint64_t push_length, DataType push_dtype,
-                       uint64_t push_hash, int num_workers);
-  // Records an accepted push from `rank`; returns true when the round is complete.
-  bool Record(int rank, const PendingReply& reply, const std::vector<bool>& joined);
-  // Whether every worker has pushed this round or joined (has no more pushes), with
-  // at least one push to answer, and the round is not already summing.
+                       uint64_t push_hash, int num_workers) {
+    return Classify(rank, push_round, FrameRef{0, push_length, push_length}, push_length,
+                    push_dtype, push_hash, num_workers);
+  }
+  // Records an accepted frame from `rank` (the round's first frame fixes its cut); returns
+  // the frame's index. REQUIRES: Classify said kAccumulate.
+  uint32_t Record(int rank, const PendingReply& reply, const FrameRef& frame);
+  // Whole keys: records the push and returns whether the round (its one frame) is complete.
+  bool Record(int rank, const PendingReply& reply, const std::vector<bool>& joined) {
+    return FrameComplete(Record(rank, reply, FrameRef{0, length, length}), joined);
+  }
+  // Whether every worker has pushed frame `f` of this round or joined, with at least
+  // one push to answer, and the frame is neither summing nor sent.
+  bool FrameComplete(uint32_t f, const std::vector<bool>& joined) const;
+  // Whether any frame is complete (FrameComplete).
   bool Complete(const std::vector<bool>& joined) const;
+  // The frame at `offset` in the open round's cut.
+  uint32_t FrameIndex(uint64_t offset) const {
+    return frame_bytes == 0 ? 0 : static_cast<uint32_t>(offset / frame_bytes);
+  }
+  // Where frame `f` of the open round starts, and its bytes.
+  uint64_t FrameOffset(uint32_t f) const { return f * frame_bytes; }
+  uint64_t FrameLength(uint32_t f) const;
   // What to do with a RESEND_SUM (a worker asking for the sum of `pull_round` after its push
-  // was acknowledged): kPrevious (answer from last_sum), kDuplicate (the round is still
-  // open and holds the push: acknowledge again), or kStale (no record of the push).
+  // was acknowledged): kPrevious (answer from last_sums), kDuplicate (the round is still
+  // open and holds the push: acknowledge again, and send the frames already summed), or
+  // kStale (no record of the push).
   PushVerdict ClassifyPull(int rank, uint32_t pull_round) const;
-  // Deterministic mode: adds every push whose turn has come into `sum`, in rank order
-  // (the first one adopted as the sum), skipping ranks that joined; stops at the first
-  // rank that has neither pushed nor joined. `add(sum, push)` adds one push into `sum`.
-  // REQUIRES: pushes were recorded (Record) with their frames in `held`.
+  // Deterministic mode: adds every frame `f` whose turn has come into its sum, in rank
+  // order (the first one adopted as the sum), skipping ranks that joined; stops at the
+  // first rank that has neither pushed nor joined. `add(sum, push)` adds one push into
+  // `sum`. REQUIRES: frames were recorded (Record) with their bytes in `held`.
   template <typename Add>
-  void SumInRankOrder(const std::vector<bool>& joined, Add&& add);
-  // Deterministic mode, for any summation (server/summation.h): hands every push whose
+  void SumInRankOrder(const std::vector<bool>& joined, Add&& add, uint32_t f = 0);
+  // Deterministic mode, for any summation (server/summation.h): hands every frame `f` whose
   // turn has come to `take(Buffer push)`, in rank order, skipping ranks that joined;
   // stops at the first rank that has neither pushed nor joined. SumInRankOrder is this
-  // with `take` = adopt the first push as `sum`, add the others into it.
+  // with `take` = adopt the first push as the sum, add the others into it.
   template <typename Take>
-  void TakeInRankOrder(const std::vector<bool>& joined, Take&& take);
-  // Starts the next round (after the replies of this one were sent); the finished
-  // round's sum becomes last_sum.
+  void TakeInRankOrder(const std::vector<bool>& joined, Take&& take, uint32_t f = 0);
+  // Starts the next round (after every frame's sum was sent); the finished round's
+  // frames become last_sums.
   void NextRound(int num_workers);
   // Every worker joined: rounds start over at 0 and nothing from before is resent; a
   // new generation (a sum still on its way is dropped when it arrives).
@@ -145,24 +200,30 @@ struct KeyState : KeyDefinition {
 };
 
 template <typename Add>
-void KeyState::SumInRankOrder(const std::vector<bool>& joined, Add&& add) {
-  TakeInRankOrder(joined, [this, &add](Buffer push) {
-    if (sum.empty()) {
-      sum = std::move(push);
-    } else if (!push.empty()) {
-      add(sum, push);
-    }
-  });
+void KeyState::SumInRankOrder(const std::vector<bool>& joined, Add&& add, uint32_t f) {
+  TakeInRankOrder(
+      joined,
+      [this, &add, f](Buffer push) {
+        Buffer& sum = frames[f].sum;
+        if (sum.empty()) {
+          sum = std::move(push);
+        } else if (!push.empty()) {
+          add(sum, push);
+        }
+      },
+      f);
 }
 
 template <typename Take>
-void KeyState::TakeInRankOrder(const std::vector<bool>& joined, Take&& take) {
-  const int workers = static_cast<int>(pushed.size());
-  for (; next_rank < workers; ++next_rank) {
-    const size_t r = static_cast<size_t>(next_rank);
-    if (pushed[r]) {
-      Buffer push = std::move(held[r]);
-      held[r] = Buffer();
+void KeyState::TakeInRankOrder(const std::vector<bool>& joined, Take&& take, uint32_t f) {
+  if (f >= frames.size()) return;  // no frame of this round yet
+  FrameSum& frame = frames[f];
+  const int workers = static_cast<int>(frame.got.size());
+  for (; frame.next_rank < workers; ++frame.next_rank) {
+    const size_t r = static_cast<size_t>(frame.next_rank);
+    if (frame.got[r]) {
+      Buffer push = std::move(frame.held[r]);
+      frame.held[r] = Buffer();
       take(std::move(push));
     } else if (!(r < joined.size() && joined[r])) {
       return;  // rank r has not pushed yet: later ranks wait for it

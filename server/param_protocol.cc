@@ -28,6 +28,12 @@ void ParamProtocol::Push(Request& request) {
     state.queued.push_back(std::move(request));
     return;
   }
+  if (e.frame_bytes() != 0) {  // async pushes update parameters whole (workers never cut them)
+    Reject(request, ErrorCode::kBadMessage,
+           StrCat("push of ", KeyName(key), " in ", e.frame_bytes(),
+                  "-byte frames, but asynchronous training (FERRY_ENABLE_ASYNC) takes whole keys"));
+    return;
+  }
   PushVerdict verdict =
       state.Classify(request.rank, e.round(), e.length(), static_cast<DataType>(e.dtype()),
                      e.tensor_hash(), context_.num_workers);

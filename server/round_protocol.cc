@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "server/summation.h"
@@ -10,6 +12,19 @@ namespace ferry {
 
 RoundProtocol::RoundProtocol(ProtocolContext context, bool deterministic)
     : KeyProtocolOf(std::move(context)), deterministic_(deterministic) {}
+
+namespace {
+
+// The frame a push carries, in the key's cut (a whole-key push: one frame of the key).
+FrameRef FrameOf(const proto::Envelope& e) {
+  const uint64_t key_length = FrameKeyLength(e);
+  const uint64_t cut = std::min(FrameSize(e), key_length);  // one frame: the key's length
+  return FrameRef{e.offset(), e.length(), cut};
+}
+
+constexpr uint64_t kFrameSumIdBit = 1ull << 63;
+
+}  // namespace
 
 void RoundProtocol::Push(Request& request) {
   const proto::Envelope& e = request.envelope();
@@ -22,17 +37,19 @@ void RoundProtocol::Push(Request& request) {
                   " after joining; a worker may push again only once every worker has joined"));
     return;
   }
+  const FrameRef frame = FrameOf(e);
   PushVerdict verdict =
-      state.Classify(rank, e.round(), e.length(), static_cast<DataType>(e.dtype()), e.tensor_hash(),
-                     context_.num_workers);
+      state.Classify(rank, e.round(), frame, FrameKeyLength(e), static_cast<DataType>(e.dtype()),
+                     e.tensor_hash(), context_.num_workers);
   if (verdict == PushVerdict::kAccumulate) {
-    Accumulate(request, state);
+    Accumulate(request, state, frame);
   } else {
-    Refuse(request, state, verdict);
+    Refuse(request, state, verdict, frame);
   }
 }
 
-void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdict) {
+void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdict,
+                           const FrameRef& frame) {
   const proto::Envelope& e = request.envelope();
   const uint64_t key = e.key();
   if (RefuseBrokenKey(
@@ -45,12 +62,20 @@ void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdic
     case PushVerdict::kDuplicate:
       counters.duplicates++;
       VLOG(1) << "dropped a duplicate push of " << KeyName(key) << " round " << e.round()
-              << " from worker " << request.rank;
-      context_.reply(AckReply(request.reply_to(), key));
+              << " offset " << frame.offset << " from worker " << request.rank;
+      context_.reply(AckReply(request.reply_to(), key, frame.offset));
       return;
     case PushVerdict::kPrevious:
       counters.duplicates++;
-      Resend(request.reply_to(), key, state);
+      Resend(request.reply_to(), key, state, frame.offset, frame.frame_bytes);
+      return;
+    case PushVerdict::kBadFrame:
+      Reject(request, ErrorCode::kBadMessage,
+             StrCat("worker ", request.rank, " cuts round ", e.round(), " of ", KeyName(key),
+                    " in ", frame.frame_bytes, "-byte frames, but the round is cut in ",
+                    state.frame_bytes,
+                    "-byte frames (offset ", frame.offset,
+                    "); every worker must use the same FERRY_FRAME_BYTES"));
       return;
     case PushVerdict::kStale:
       Reject(request, ErrorCode::kBadMessage,
@@ -68,34 +93,36 @@ void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdic
   }
 }
 
-void RoundProtocol::Accumulate(Request& request, KeyState& state) {
-  const proto::Envelope& e = request.envelope();
-  const uint64_t key = e.key();
+void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef& frame) {
+  const uint64_t key = request.envelope().key();
   const int rank = request.rank;
-  // A summing round has every worker recorded or joined, and joined workers' pushes are
-  // refused before Classify: a push of it can only be a duplicate.
-  CHECK(!state.summing) << KeyName(key) << ": a push accepted into a round already summing";
-  // Acknowledge first, every push, the one completing the round too: the ack returns the
-  // worker's credit, so it must not wait for the summation nor travel behind the sum.
+  // Acknowledge first, every frame, the one completing the frame's sum too: the ack returns
+  // the worker's credit, so it must not wait for the summation nor travel behind the sum.
   // (When the sum doubled as the last push's ack, credit 1 became stop-and-wait: 2.4x
   // LB1 with 1 MiB partitions, 2.8x with 4 MiB; docs/benchmarks.md.)
-  context_.reply(AckReply(request.reply_to(), key));
+  context_.reply(AckReply(request.reply_to(), key, frame.offset));
+  const uint32_t f = state.Record(rank, request.reply_to(), frame);
+  // A frame summing or sent has every worker recorded or joined, and joined workers'
+  // pushes are refused before Classify: a push of it can only be a duplicate.
+  CHECK(!state.frames[f].summing && !state.frames[f].sent)
+      << KeyName(key) << ": a push accepted into a frame already summed";
   Summation& summation = *context_.summation;
+  const uint64_t id = SumId(key, state, f);
+  const uint64_t length = state.FrameLength(f);
   auto add = [&](Buffer push) {
-    summation.Add(key, state.dtype, state.length, state.sum, std::move(push));
+    summation.Add(id, state.dtype, length, state.frames[f].sum, std::move(push));
   };
   if (deterministic_) {
-    state.held[rank] = std::move(request.message.payload);  // summed when its turn comes
+    state.frames[f].held[rank] = std::move(request.message.payload);  // summed in its turn
   } else {
     add(std::move(request.message.payload));
   }
-  context_.counters->bytes_summed += state.length;
-  const bool complete = state.Record(rank, request.reply_to(), *context_.joined);
+  context_.counters->bytes_summed += frame.length;
   if (deterministic_) {
-    state.TakeInRankOrder(*context_.joined, add);
-    if (state.next_rank <= rank) context_.counters->pushes_held++;  // waits for a lower rank
+    state.TakeInRankOrder(*context_.joined, add, f);
+    if (state.frames[f].next_rank <= rank) context_.counters->pushes_held++;  // waits
   }
-  if (complete) CompleteRound(key, state);
+  if (state.FrameComplete(f, *context_.joined)) CompleteFrame(key, state, f);
 }
 
 void RoundProtocol::Pull(const Request& request) {
@@ -106,10 +133,11 @@ void RoundProtocol::Pull(const Request& request) {
       it == keys_.end() ? PushVerdict::kStale : it->second.ClassifyPull(request.rank, e.round());
   switch (verdict) {
     case PushVerdict::kPrevious:
-      Resend(request.reply_to(), key, it->second);
+      Resend(request.reply_to(), key, it->second, 0, 0);
       return;
     case PushVerdict::kDuplicate:  // still waiting for other workers: say so again
       context_.reply(AckReply(request.reply_to(), key));
+      ResendSent(request.reply_to(), key, it->second);
       return;
     case PushVerdict::kFailed:
       context_.reply(ErrorReply(request.reply_to(), key, ErrorCode::kMismatch, it->second.failure));
@@ -127,14 +155,28 @@ void RoundProtocol::Join() {
   const std::vector<bool>& joined = *context_.joined;
   for (auto& [key, state] : keys_) {
     if (deterministic_ && state.defined && state.failure.empty()) {
-      // A push held for this rank's turn may go now. (A failed key holds nothing.)
-      const uint64_t k = key;
-      KeyState& s = state;
-      s.TakeInRankOrder(joined, [&](Buffer push) {
-        context_.summation->Add(k, s.dtype, s.length, s.sum, std::move(push));
-      });
+      // A frame held for this rank's turn may go now. (A failed key holds nothing.)
+      for (uint32_t f = 0; f < state.frames.size(); ++f) {
+        const uint64_t id = SumId(key, state, f);
+        const uint64_t length = state.FrameLength(f);
+        KeyState& s = state;
+        s.TakeInRankOrder(
+            joined,
+            [&](Buffer push) {
+              context_.summation->Add(id, s.dtype, length, s.frames[f].sum, std::move(push));
+            },
+            f);
+      }
     }
-    if (state.Complete(joined)) CompleteRound(key, state);
+    CompleteFrames(key, state);
+  }
+}
+
+void RoundProtocol::CompleteFrames(uint64_t key, KeyState& state) {
+  // SendFrame of the round's last frame moves the key on (frames empty): the loop ends.
+  const uint32_t round = state.round;
+  for (uint32_t f = 0; f < state.frames.size() && state.round == round; ++f) {
+    if (state.FrameComplete(f, *context_.joined)) CompleteFrame(key, state, f);
   }
 }
 
@@ -145,7 +187,7 @@ void RoundProtocol::Restart() {
     if (!state.waiting.empty()) {
       FailKey(key, state, StrCat(KeyName(key), " had pushes waiting when every worker had joined"));
     }
-    context_.summation->Reset(key);       // no open round may carry over into round 0
+    ResetSums(key, state);                // no open round may carry over into round 0
     state.Restart(context_.num_workers);  // new generation: a sum still on its way is dropped
   }
 }
@@ -160,20 +202,47 @@ void RoundProtocol::FailAll(const std::string& why) {
   }
 }
 
-void RoundProtocol::CompleteRound(uint64_t key, KeyState& state) {
-  if (context_.summation->Finish(key, state.generation)) {
-    SendRound(key, state);  // the sum is in state.sum now
+uint64_t RoundProtocol::SumId(uint64_t key, const KeyState& state, uint32_t f) {
+  if (state.frames.size() <= 1) return key;
+  auto [it, added] = sum_ids_.try_emplace({key, state.frame_bytes, f}, 0);
+  if (added) {
+    it->second = kFrameSumIdBit | sum_ids_.size();
+    frame_of_sum_[it->second] = {key, f};
+  }
+  return it->second;
+}
+
+void RoundProtocol::ResetSums(uint64_t key, KeyState& state) {
+  if (state.frames.empty()) {
+    context_.summation->Reset(key);
     return;
   }
-  // The sum comes to OnSumReady. Until then the key stays at this round with every
-  // pusher recorded: resent pushes and RESEND_SUMs of it are acknowledged again.
-  state.summing = true;
+  for (uint32_t f = 0; f < state.frames.size(); ++f) {
+    context_.summation->Reset(SumId(key, state, f));
+  }
+}
+
+void RoundProtocol::CompleteFrame(uint64_t key, KeyState& state, uint32_t f) {
+  if (context_.summation->Finish(SumId(key, state, f), state.generation)) {
+    SendFrame(key, state, f);  // the sum is in the frame's sum now
+    return;
+  }
+  // The sum comes to OnSumReady. Until then the frame stays open with every pusher
+  // recorded: resent frames and RESEND_SUMs of it are acknowledged again.
+  state.frames[f].summing = true;
   sums_in_flight_++;
 }
 
-void RoundProtocol::OnSumReady(uint64_t key, uint64_t generation, Buffer sum) {
+void RoundProtocol::OnSumReady(uint64_t id, uint64_t generation, Buffer sum) {
   sums_in_flight_--;
   context_.counters->device_sums++;
+  uint64_t key = id;
+  uint32_t f = 0;
+  if (id & kFrameSumIdBit) {
+    auto frame = frame_of_sum_.find(id);
+    CHECK(frame != frame_of_sum_.end()) << "a sum arrived for an unknown frame id " << id;
+    std::tie(key, f) = frame->second;
+  }
   auto it = keys_.find(key);  // keys are never erased; looked up, never held
   if (it == keys_.end() || it->second.generation != generation) {
     // The round was abandoned (the key failed, or every worker joined) after Finish:
@@ -182,33 +251,62 @@ void RoundProtocol::OnSumReady(uint64_t key, uint64_t generation, Buffer sum) {
     return;
   }
   KeyState& state = it->second;
-  // Only FailKey and Restart end a summing round, and both change the generation.
-  CHECK(state.summing) << KeyName(key) << ": a sum arrived for a round that is not summing";
-  state.summing = false;
-  state.sum = std::move(sum);
-  SendRound(key, state);
+  // Only FailKey and Restart end a summing frame, and both change the generation.
+  CHECK(f < state.frames.size() && state.frames[f].summing)
+      << KeyName(key) << ": a sum arrived for a frame that is not summing";
+  state.frames[f].summing = false;
+  state.frames[f].sum = std::move(sum);
+  SendFrame(key, state, f);
 }
 
-void RoundProtocol::SendRound(uint64_t key, KeyState& state) {
+void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
+  FrameSum& frame = state.frames[f];
   for (const PendingReply& p : state.waiting) {
-    context_.reply(
-        Result(p, key, state, state.round, state.sum, static_cast<uint32_t>(state.waiting.size())));
+    context_.reply(Result(p, key, state, state.round, state.frame_bytes, state.frames.size(), f,
+                          frame.sum, frame.count));
   }
+  frame.sent = true;
+  if (++state.frames_sent < state.frames.size()) return;
   state.NextRound(context_.num_workers);
   context_.counters->rounds++;
 }
 
 Reply RoundProtocol::Result(const PendingReply& to, uint64_t key, const KeyState& state,
-                            uint32_t round, const Buffer& sum, uint32_t contributors) const {
-  return SumReply(Reply::Kind::kSum, to, key,
-                  {round, state.dtype, state.length, state.tensor_hash, contributors}, sum);
+                            uint32_t round, uint64_t frame_bytes, size_t frames, uint32_t f,
+                            const Buffer& sum, uint32_t contributors) const {
+  Reply::Sum header{round, state.dtype, sum.size(), state.tensor_hash, contributors};
+  if (frames > 1) {  // a frame: the wire's frame fields (a whole key leaves them 0)
+    header.key_length = state.length;
+    header.frame_bytes = frame_bytes;
+  }
+  Reply r = SumReply(Reply::Kind::kSum, to, key, header, sum);
+  r.offset = frames > 1 ? f * frame_bytes : 0;
+  return r;
 }
 
-void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState& state) {
-  context_.counters->results_resent++;
-  VLOG(1) << "sending the sum of " << KeyName(key) << " round " << state.round - 1
-          << " again for request " << to.request_id;
-  context_.reply(Result(to, key, state, state.round - 1, state.last_sum, state.last_contributors));
+void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState& state,
+                           uint64_t offset, uint64_t frame_bytes) {
+  const uint64_t cut = state.last_frame_bytes;
+  const size_t frames = state.last_sums.size();
+  const bool one = frame_bytes == cut && cut != 0 && offset / cut < frames;
+  for (uint32_t f = 0; f < frames; ++f) {
+    if (one && f != offset / cut) continue;
+    context_.counters->results_resent++;
+    VLOG(1) << "sending the sum of " << KeyName(key) << " round " << state.round - 1
+            << " frame " << f << " again for request " << to.request_id;
+    context_.reply(Result(to, key, state, state.round - 1, cut, frames, f, state.last_sums[f],
+                          state.last_contributors));
+  }
+}
+
+void RoundProtocol::ResendSent(const PendingReply& to, uint64_t key, const KeyState& state) {
+  for (uint32_t f = 0; f < state.frames.size(); ++f) {
+    const FrameSum& frame = state.frames[f];
+    if (!frame.sent) continue;
+    context_.counters->results_resent++;
+    context_.reply(Result(to, key, state, state.round, state.frame_bytes, state.frames.size(), f,
+                          frame.sum, frame.count));
+  }
 }
 
 void RoundProtocol::FailKey(uint64_t key, KeyState& state, const std::string& reason) {
@@ -221,13 +319,12 @@ void RoundProtocol::DropKey(uint64_t key, KeyState& state, ErrorCode code,
   state.failure = reason;
   for (const PendingReply& p : state.waiting) context_.reply(ErrorReply(p, key, code, reason));
   state.waiting.clear();
-  state.sum = Buffer();
-  state.held.assign(state.held.size(), Buffer());
   // A sum still on its way answers nobody now (OnSumReady drops it), and the device
   // keeps no open round for the key.
-  state.summing = false;
+  ResetSums(key, state);
+  state.frames.clear();
+  state.frames_sent = 0;
   state.generation++;
-  context_.summation->Reset(key);
 }
 
 }  // namespace ferry

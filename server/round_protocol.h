@@ -5,16 +5,27 @@
 // is acknowledged (PUSH_ACK) before it is added, the one completing the round too, so a
 // worker's scheduling credit never waits on a sum (docs/benchmarks.md).
 //
-// Sums go through the engine's Summation (summation.h): in arrival order or, when
-// `deterministic` (FERRY_DETERMINISTIC=1), in worker-rank order (pushes wait in
-// KeyState::held for their turn). On a GPU a round's sum arrives after the round
-// completed (OnSumReady); the key is `summing` meanwhile (key_state.h).
+// Streaming aggregation: a push may come in frames (key_state.h, "Frames"); each frame is
+// acknowledged, added, and its sum sent to every pusher as soon as every worker's frame is
+// in, while the push's later frames are still on their way.
+//
+// Sums go through the engine's Summation (summation.h), one open sum per frame: in
+// arrival order or, when `deterministic` (FERRY_DETERMINISTIC=1), in worker-rank order
+// (frames wait in FrameSum::held for their turn). On a GPU a frame's sum arrives after the
+// frame completed (OnSumReady); the frame is `summing` meanwhile (key_state.h). The
+// Summation knows a whole-key round's sum by the key, a frame's by an id of its own
+// (SumId: the same id for the same frame of the same cut, round after round, as the GPU
+// keeps one accumulator per id).
 //
 // Owns the KeyState of every dense key of its engine. Threads: the engine thread only;
 // no lock.
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
 
 #include "server/key_protocol.h"
 #include "server/key_state.h"
@@ -34,21 +45,34 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   int sums_in_flight() const override { return sums_in_flight_; }
 
  private:
-  // Replies to a push Classify did not accept (every verdict but kAccumulate).
-  void Refuse(Request& request, KeyState& state, PushVerdict verdict);
-  // Adds an accepted push of the current round (in rank order when deterministic) and
-  // acknowledges it; completes the round if it was the last.
-  void Accumulate(Request& request, KeyState& state);
-  // The round is complete: ends it on the device; answers now (CPU) or once the sum
-  // arrives (GPU: the key is `summing` until OnSumReady).
-  void CompleteRound(uint64_t key, KeyState& state);
-  // Answers every pusher with `state.sum` and moves the key to the next round.
-  void SendRound(uint64_t key, KeyState& state);
-  // A PUSH_RESULT of `sum` for the round `round` of `key`.
+  // Replies to a push of `frame` Classify did not accept (every verdict but kAccumulate).
+  void Refuse(Request& request, KeyState& state, PushVerdict verdict, const FrameRef& frame);
+  // Acknowledges an accepted frame of the current round and adds it (in rank order when
+  // deterministic); completes the frame if it was the last one missing.
+  void Accumulate(Request& request, KeyState& state, const FrameRef& frame);
+  // Frame `f` is complete: ends its sum on the device; answers now (CPU) or once the sum
+  // arrives (GPU: the frame is `summing` until OnSumReady).
+  void CompleteFrame(uint64_t key, KeyState& state, uint32_t f);
+  // Completes every frame of the key that is complete (after a join).
+  void CompleteFrames(uint64_t key, KeyState& state);
+  // Answers every pusher with frame `f`'s sum; the round's last frame moves the key to the
+  // next round.
+  void SendFrame(uint64_t key, KeyState& state, uint32_t f);
+  // A PUSH_RESULT of `sum`: frame `f` of the round `round` of `key`, cut in `frame_bytes`
+  // (`frames` frames: one is a whole-key sum).
   Reply Result(const PendingReply& to, uint64_t key, const KeyState& state, uint32_t round,
-               const Buffer& sum, uint32_t contributors) const;
-  // Answers a resend with the previous round's sum (last_sum).
-  void Resend(const PendingReply& to, uint64_t key, const KeyState& state);
+               uint64_t frame_bytes, size_t frames, uint32_t f, const Buffer& sum,
+               uint32_t contributors) const;
+  // Answers a resend with the previous round's sum (last_sums): only the frame at
+  // `offset` when `frame_bytes` is the previous round's cut, else every frame.
+  void Resend(const PendingReply& to, uint64_t key, const KeyState& state, uint64_t offset,
+              uint64_t frame_bytes);
+  // A RESEND_SUM of the open round: the frames already summed, again.
+  void ResendSent(const PendingReply& to, uint64_t key, const KeyState& state);
+  // The Summation's id of frame `f` of the key's open round (see above).
+  uint64_t SumId(uint64_t key, const KeyState& state, uint32_t f);
+  // Drops the open sums of every frame of the key's open round.
+  void ResetSums(uint64_t key, KeyState& state);
   // The key fails for good (logged): every pusher waiting is told `reason` (kMismatch).
   void FailKey(uint64_t key, KeyState& state, const std::string& reason);
   // FailKey without the log line; the pushers waiting get `code`.
@@ -56,6 +80,10 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
 
   const bool deterministic_;
   int sums_in_flight_ = 0;  // GPU: Finishes whose sum has not arrived
+  // Frames' Summation ids: (key, cut, frame) -> id, and back. Ids have the top bit set, so
+  // they never equal a key (a whole-key round's id).
+  std::map<std::tuple<uint64_t, uint64_t, uint32_t>, uint64_t> sum_ids_;
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint32_t>> frame_of_sum_;
 };
 
 }  // namespace ferry

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -270,7 +271,7 @@ TEST(RoundProtocolTest, SumsThatComeLaterAnswerThePushersWhenTheyArrive) {
   std::vector<Reply> r = h.Take();
   ASSERT_EQ(r.size(), 2u) << "the acks only: the sum is on its way";
   EXPECT_EQ(p.sums_in_flight(), 1);
-  EXPECT_TRUE(p.Find(kKey)->summing);
+  EXPECT_TRUE(p.Find(kKey)->frames[0].summing);
   h.WaitForSums(p);
   r = h.Take();
   ASSERT_EQ(r.size(), 2u);
@@ -287,6 +288,190 @@ PushVerdict AsyncPush(ParamState& k, int rank, uint32_t round, uint64_t length =
 }
 
 // Moved from key_state_test.cc (KeyStateTest.AsyncRoundsPerWorkerDedupeResends).
+// --- Frames: streaming aggregation ---------------------------------------------------
+
+// Frame `f` of a push of `values`, cut in frames of `frame_floats` floats (wire protocol 3).
+Request FramePush(int rank, uint32_t round, const std::vector<float>& values, size_t frame_floats,
+                  size_t f) {
+  const size_t begin = f * frame_floats;
+  const size_t end = std::min(values.size(), begin + frame_floats);
+  Request r = Push(rank, round, std::vector<float>(values.begin() + begin, values.begin() + end));
+  r.message.envelope.set_offset(begin * 4);
+  r.message.envelope.set_key_length(values.size() * 4);
+  r.message.envelope.set_frame_bytes(frame_floats * 4);
+  EXPECT_TRUE(ValidateMessage(r.message, 1 << 20).ok()) << ValidateMessage(r.message, 1 << 20).message();
+  return r;
+}
+
+// A frame of a sum: the PUSH_RESULT for `rank` at `offset` of round `round`.
+void ExpectFrameSum(const Reply& r, int rank, uint32_t round, uint64_t offset,
+                    const std::vector<float>& sum, uint32_t contributors) {
+  ExpectSum(r, rank, round, round, sum, contributors);
+  EXPECT_EQ(r.offset, offset);
+  EXPECT_EQ(r.sum.key_length, 40u);
+  EXPECT_EQ(r.sum.frame_bytes, 12u);
+  // What goes on the wire is a valid frame of the key.
+  EXPECT_TRUE(ValidateMessage(ToMessage(r, 1), 1 << 20).ok())
+      << ValidateMessage(ToMessage(r, 1), 1 << 20).message();
+}
+
+// A key of 10 floats in frames of 3: 3, 3, 3, 1.
+const std::vector<float> kRank0 = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+const std::vector<float> kRank1 = {10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
+
+TEST(RoundProtocolTest, AFrameSumLeavesAsSoonAsEveryWorkersFrameIsIn) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  for (size_t f = 0; f < 4; ++f) {
+    Request push = FramePush(0, 0, kRank0, 3, f);
+    p.Push(push);
+  }
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 4u) << "an ack per frame, no sum yet";
+  for (size_t f = 0; f < 4; ++f) {
+    ExpectAck(r[f], 0, 0);
+    EXPECT_EQ(r[f].offset, f * 12);
+  }
+  // Rank 1's frame 0 completes frame 0: its sum goes to both pushers before rank 1's
+  // frames 1-3 arrive.
+  Request first = FramePush(1, 0, kRank1, 3, 0);
+  p.Push(first);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  ExpectAck(r[0], 1, 0);
+  ExpectFrameSum(r[1], 0, 0, 0, {11, 22, 33}, 2);
+  ExpectFrameSum(r[2], 1, 0, 0, {11, 22, 33}, 2);
+  EXPECT_EQ(h.counters.rounds, 0u) << "the round is open until its last frame is summed";
+  // A resent frame is a duplicate per (rank, frame): acknowledged again, not added.
+  Request again = FramePush(0, 0, kRank0, 3, 2);
+  p.Push(again);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectAck(r[0], 0, 0);
+  EXPECT_EQ(r[0].offset, 24u);
+  EXPECT_EQ(h.counters.duplicates, 1u);
+  // A RESEND_SUM meanwhile: acknowledged again, with the frames already summed.
+  p.Pull(Pull(0, 0));
+  r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectAck(r[0], 0, 0);
+  ExpectFrameSum(r[1], 0, 0, 0, {11, 22, 33}, 2);
+  // The rest arrives in any order; the last frame ends the round.
+  for (size_t f : {3u, 1u, 2u}) {
+    Request push = FramePush(1, 0, kRank1, 3, f);
+    p.Push(push);
+  }
+  r = h.Take();
+  ASSERT_EQ(r.size(), 9u);
+  ExpectFrameSum(r[1], 0, 0, 36, {110}, 2);
+  ExpectFrameSum(r[4], 0, 0, 12, {44, 55, 66}, 2);
+  ExpectFrameSum(r[8], 1, 0, 24, {77, 88, 99}, 2);
+  EXPECT_EQ(h.counters.rounds, 1u);
+  EXPECT_EQ(p.Find(kKey)->round, 1u);
+  // A resent frame of the finished round gets that frame's sum again, and only it.
+  Request late = FramePush(1, 0, kRank1, 3, 1);
+  p.Push(late);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectFrameSum(r[0], 1, 0, 12, {44, 55, 66}, 2);
+  // A RESEND_SUM of it: every frame.
+  p.Pull(Pull(1, 0));
+  r = h.Take();
+  ASSERT_EQ(r.size(), 4u);
+  ExpectFrameSum(r[3], 1, 0, 36, {110}, 2);
+}
+
+TEST(RoundProtocolTest, AFrameOfAnotherCutIsRefusedAndTheRoundGoesOn) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = FramePush(0, 0, kRank0, 3, 0);
+  p.Push(a);
+  Request other = FramePush(1, 0, kRank1, 4, 0);  // 16-byte frames where the round has 12
+  p.Push(other);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectError(r[1], 1, 0, ErrorCode::kBadMessage,
+              "worker 1 cuts round 0 of tensor 7 partition 3 in 16-byte frames, but the round is "
+              "cut in 12-byte frames");
+  EXPECT_TRUE(p.Find(kKey)->failure.empty()) << "the key goes on for the workers that agree";
+  Request b = FramePush(1, 0, kRank1, 3, 0);
+  p.Push(b);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  ExpectFrameSum(r[1], 0, 0, 0, {11, 22, 33}, 2);
+}
+
+// Deterministic sums of frames have the bits of whole-key sums, whatever the arrival
+// order of ranks and frames.
+TEST(RoundProtocolTest, DeterministicFramesHaveTheBitsOfAWholeKeySum) {
+  const std::vector<std::vector<float>> values = {
+      {1e8f, 1.0f, 3.3f, -7.1f, 0.1f}, {1.0f, 1e8f, 1e-3f, 7.1f, 0.2f}, {-1e8f, -1e8f, 5.5f, 1e7f, 0.3f}};
+  Harness whole(3);
+  RoundProtocol w(whole.Context(), true);
+  for (int rank : {2, 0, 1}) {
+    Request push = Push(rank, 0, values[rank]);
+    w.Push(push);
+  }
+  const std::vector<Reply> wr = whole.Take();
+  const std::vector<float> expected = FloatsOf(wr.back().payload);
+  for (const std::vector<int>& order : {std::vector<int>{0, 1, 2}, {2, 1, 0}, {1, 2, 0}}) {
+    Harness h(3);
+    RoundProtocol p(h.Context(), true);
+    for (size_t f : {1u, 0u}) {  // frames of 2 floats: 2, 2, 1 (frame 2 last, below)
+      for (int rank : order) {
+        Request push = FramePush(rank, 0, values[rank], 2, f);
+        p.Push(push);
+      }
+    }
+    for (int rank : order) {
+      Request push = FramePush(rank, 0, values[rank], 2, 2);
+      p.Push(push);
+    }
+    std::vector<float> got(5);
+    for (const Reply& r : h.Take()) {
+      if (r.kind == Reply::Kind::kSum && r.identity == Identity(0)) {
+        std::memcpy(got.data() + r.offset / 4, r.payload.data(), r.payload.size());
+      }
+    }
+    EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), 20)) << "order " << order[0] << order[1];
+  }
+}
+
+TEST(RoundProtocolTest, FrameSumsThatComeLaterStreamToo) {
+  Harness h(2);
+  KeyProtocol* protocol = nullptr;
+  h.UseDeferredSums(&protocol);
+  RoundProtocol p(h.Context(), false);
+  protocol = &p;
+  for (size_t f = 0; f < 4; ++f) {
+    Request push = FramePush(0, 0, kRank0, 3, f);
+    p.Push(push);
+  }
+  Request first = FramePush(1, 0, kRank1, 3, 0);
+  p.Push(first);
+  EXPECT_EQ(p.sums_in_flight(), 1);
+  h.WaitForSums(p);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 7u);  // 5 acks, frame 0's sum to both
+  ExpectFrameSum(r[5], 0, 0, 0, {11, 22, 33}, 2);
+  for (size_t f = 1; f < 4; ++f) {
+    Request push = FramePush(1, 0, kRank1, 3, f);
+    p.Push(push);
+  }
+  h.WaitForSums(p);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 9u);
+  std::vector<float> got(10);
+  for (const Reply& reply : r) {
+    if (reply.kind == Reply::Kind::kSum && reply.identity == Identity(1)) {
+      std::memcpy(got.data() + reply.offset / 4, reply.payload.data(), reply.payload.size());
+    }
+  }
+  EXPECT_EQ(got, (std::vector<float>{0, 0, 0, 44, 55, 66, 77, 88, 99, 110}));
+  EXPECT_EQ(h.counters.rounds, 1u);
+  EXPECT_EQ(h.counters.device_sums, 4u);
+}
+
 TEST(ParamStateTest, AsyncRoundsPerWorkerDedupeResends) {
   ParamState k;
   ASSERT_EQ(AsyncPush(k, 1, 0), PushVerdict::kAccumulate);

@@ -48,7 +48,7 @@ TEST(KeyStateTest, FirstPushDefinesTheKey) {
   // Classify changes nothing else.
   EXPECT_EQ(k.round, 0u);
   EXPECT_TRUE(k.waiting.empty());
-  EXPECT_TRUE(k.sum.empty());
+  EXPECT_TRUE(k.frames.empty()) << "the round's cut is fixed by its first Record";
   EXPECT_EQ(k.bytes_pushed, 0u);
   EXPECT_EQ(k.rounds_completed, 0u);
   // A second Classify of the same push does not redefine the key.
@@ -163,13 +163,13 @@ TEST(KeyStateTest, NextRoundResets) {
     ASSERT_EQ(Push(k, rank, 0), PushVerdict::kAccumulate);
     k.Record(rank, Reply(rank), std::vector<bool>(kWorkers, false));
   }
-  k.sum = Buffer::Allocate(kLength);
+  k.frames[0].sum = Buffer::Allocate(kLength);
   k.NextRound(kWorkers);
   EXPECT_EQ(k.round, 1u);
   EXPECT_EQ(k.rounds_completed, 1u);
   EXPECT_TRUE(k.waiting.empty());
   EXPECT_EQ(k.pushed, std::vector<bool>(kWorkers, false));
-  EXPECT_TRUE(k.sum.empty());
+  EXPECT_TRUE(k.frames.empty());
   // The definition and the byte count survive.
   EXPECT_TRUE(k.defined);
   EXPECT_EQ(k.length, kLength);
@@ -207,13 +207,13 @@ TEST(KeyStateTest, CompletedRoundSumIsKeptForResendsUntilTheNextCompletes) {
     k.Record(rank, Reply(rank), std::vector<bool>(kWorkers, false));
   }
   Buffer round0 = Buffer::Allocate(kLength);
-  k.sum = round0;
+  k.frames[0].sum = round0;
   EXPECT_FALSE(k.has_last);
   k.NextRound(kWorkers);
   ASSERT_TRUE(k.has_last);
-  EXPECT_EQ(k.last_sum.data(), round0.data()) << "the sent buffer is kept, not copied";
+  EXPECT_EQ(k.last_sums[0].data(), round0.data()) << "the sent buffer is kept, not copied";
   EXPECT_EQ(k.last_contributors, static_cast<uint32_t>(kWorkers));
-  EXPECT_TRUE(k.sum.empty());
+  EXPECT_TRUE(k.frames.empty());
   // A RESEND_SUM for round 0 is answered from last_sum; for round 1 before pushing: stale.
   EXPECT_EQ(k.ClassifyPull(2, 0), PushVerdict::kPrevious);
   EXPECT_EQ(k.ClassifyPull(2, 1), PushVerdict::kStale);
@@ -223,9 +223,9 @@ TEST(KeyStateTest, CompletedRoundSumIsKeptForResendsUntilTheNextCompletes) {
   EXPECT_EQ(k.ClassifyPull(2, 2), PushVerdict::kAhead);
   // Round 1 completes: round 0 is gone for good.
   Buffer round1 = Buffer::Allocate(kLength);
-  k.sum = round1;
+  k.frames[0].sum = round1;
   k.NextRound(kWorkers);
-  EXPECT_EQ(k.last_sum.data(), round1.data());
+  EXPECT_EQ(k.last_sums[0].data(), round1.data());
   EXPECT_EQ(k.last_contributors, 1u);
   EXPECT_EQ(Push(k, 0, 0), PushVerdict::kStale);
   EXPECT_EQ(k.ClassifyPull(0, 0), PushVerdict::kStale);
@@ -233,7 +233,7 @@ TEST(KeyStateTest, CompletedRoundSumIsKeptForResendsUntilTheNextCompletes) {
   k.Restart(kWorkers);
   EXPECT_EQ(k.round, 0u);
   EXPECT_FALSE(k.has_last);
-  EXPECT_TRUE(k.last_sum.empty());
+  EXPECT_TRUE(k.last_sums.empty());
   EXPECT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
 }
 
@@ -288,19 +288,19 @@ std::vector<float> SumArriving(const std::vector<std::vector<float>>& values,
   for (int rank : order) {
     EXPECT_EQ(k.Classify(rank, 0, length, DataType::kFloat32, kHash, workers),
               PushVerdict::kAccumulate);
-    k.held[rank] = Floats(values[rank]);
     complete = k.Record(rank, Reply(rank), joined);
+    k.frames[0].held[rank] = Floats(values[rank]);
     k.SumInRankOrder(joined, AddFloats);
-    for (int r = 0; r < k.next_rank; ++r) {
+    for (int r = 0; r < k.frames[0].next_rank; ++r) {
       EXPECT_TRUE(k.pushed[r] || joined[r]) << "rank " << r << " summed before it pushed";
     }
-    for (int r = k.next_rank; r < workers; ++r) {
-      EXPECT_EQ(k.held[r].empty(), !k.pushed[r] || length == 0) << "rank " << r << " held";
+    for (int r = k.frames[0].next_rank; r < workers; ++r) {
+      EXPECT_EQ(k.frames[0].held[r].empty(), !k.pushed[r] || length == 0) << "rank " << r << " held";
     }
   }
   EXPECT_TRUE(complete);
-  EXPECT_EQ(k.next_rank, workers);
-  return FloatsOf(k.sum);
+  EXPECT_EQ(k.frames[0].next_rank, workers);
+  return FloatsOf(k.frames[0].sum);
 }
 
 TEST(KeyStateTest, RankOrderSumIsTheSameBitsForEveryArrivalOrder) {
@@ -337,29 +337,28 @@ TEST(KeyStateTest, RankOrderAdoptsTheLowestRankAndHoldsHigherOnes) {
   const std::vector<bool> none(kWorkers, false);
   ASSERT_EQ(Push(k, 2, 0, 4), PushVerdict::kAccumulate);
   Buffer two = Floats({2.0f});
-  k.held[2] = two;
   k.Record(2, Reply(2), none);
+  k.frames[0].held[2] = two;
   k.SumInRankOrder(none, AddFloats);
-  EXPECT_EQ(k.next_rank, 0) << "rank 0 has not pushed: nothing is summed";
-  EXPECT_TRUE(k.sum.empty());
+  EXPECT_EQ(k.frames[0].next_rank, 0) << "rank 0 has not pushed: nothing is summed";
+  EXPECT_TRUE(k.frames[0].sum.empty());
   ASSERT_EQ(Push(k, 0, 0, 4), PushVerdict::kAccumulate);
   Buffer zero = Floats({0.5f});
-  k.held[0] = zero;
   k.Record(0, Reply(0), none);
+  k.frames[0].held[0] = zero;
   k.SumInRankOrder(none, AddFloats);
-  EXPECT_EQ(k.next_rank, 1);
-  EXPECT_EQ(k.sum.data(), zero.data()) << "rank 0's frame adopted, not copied";
-  EXPECT_FALSE(k.held[2].empty()) << "rank 2 waits for rank 1";
+  EXPECT_EQ(k.frames[0].next_rank, 1);
+  EXPECT_EQ(k.frames[0].sum.data(), zero.data()) << "rank 0's frame adopted, not copied";
+  EXPECT_FALSE(k.frames[0].held[2].empty()) << "rank 2 waits for rank 1";
   ASSERT_EQ(Push(k, 1, 0, 4), PushVerdict::kAccumulate);
-  k.held[1] = Floats({0.25f});
   EXPECT_TRUE(k.Record(1, Reply(1), none));
+  k.frames[0].held[1] = Floats({0.25f});
   k.SumInRankOrder(none, AddFloats);
-  EXPECT_EQ(k.next_rank, kWorkers);
-  EXPECT_EQ(FloatsOf(k.sum), std::vector<float>{2.75f});
+  EXPECT_EQ(k.frames[0].next_rank, kWorkers);
+  EXPECT_EQ(FloatsOf(k.frames[0].sum), std::vector<float>{2.75f});
   // The next round starts from rank 0 with nothing held.
   k.NextRound(kWorkers);
-  EXPECT_EQ(k.next_rank, 0);
-  for (const Buffer& b : k.held) EXPECT_TRUE(b.empty());
+  EXPECT_TRUE(k.frames.empty()) << "the next round starts with nothing held";
 }
 
 TEST(KeyStateTest, RankOrderSkipsJoinedRanks) {
@@ -373,16 +372,16 @@ TEST(KeyStateTest, RankOrderSkipsJoinedRanks) {
   std::vector<bool> joined(kWorkers, false);
   for (int rank : {2, 0}) {
     ASSERT_EQ(Push(k, rank, 0, 4), PushVerdict::kAccumulate);
-    k.held[rank] = Floats(values[rank]);
     EXPECT_FALSE(k.Record(rank, Reply(rank), joined));
+    k.frames[0].held[rank] = Floats(values[rank]);
     k.SumInRankOrder(joined, AddFloats);
   }
-  EXPECT_EQ(k.next_rank, 1);
+  EXPECT_EQ(k.frames[0].next_rank, 1);
   joined[1] = true;  // what Server::HandleJoin does: drain, then complete
   k.SumInRankOrder(joined, AddFloats);
-  EXPECT_EQ(k.next_rank, kWorkers);
+  EXPECT_EQ(k.frames[0].next_rank, kWorkers);
   EXPECT_TRUE(k.Complete(joined));
-  EXPECT_EQ(FloatsOf(k.sum), std::vector<float>{1e8f + 1.0f});
+  EXPECT_EQ(FloatsOf(k.frames[0].sum), std::vector<float>{1e8f + 1.0f});
 }
 
 // --- Engine threads: keys spread evenly -------------------------------------------
@@ -463,7 +462,7 @@ TEST(KeyStateTest, SummingRoundTakesResendsAsDuplicatesAndDoesNotCompleteAgain) 
     complete = k.Record(rank, Reply(rank), none);
   }
   ASSERT_TRUE(complete);
-  k.summing = true;  // Finish returned false: the sum is on its way
+  k.frames[0].summing = true;  // Finish returned false: the sum is on its way
   EXPECT_FALSE(k.Complete(none)) << "a JOIN meanwhile must not finish the round twice";
   EXPECT_FALSE(k.Complete({true, true, true}));
   for (int rank = 0; rank < kWorkers; ++rank) {
@@ -472,8 +471,8 @@ TEST(KeyStateTest, SummingRoundTakesResendsAsDuplicatesAndDoesNotCompleteAgain) 
   }
   EXPECT_EQ(Push(k, 0, 1), PushVerdict::kAhead) << "nobody has the sum of round 0 yet";
   // The sum arrives: the round moves on as on the CPU.
-  k.summing = false;
-  k.sum = Floats({1.0f});
+  k.frames[0].summing = false;
+  k.frames[0].sum = Floats({1.0f});
   k.NextRound(kWorkers);
   EXPECT_EQ(k.round, 1u);
   EXPECT_EQ(Push(k, 0, 0), PushVerdict::kPrevious);
@@ -483,10 +482,11 @@ TEST(KeyStateTest, SummingRoundTakesResendsAsDuplicatesAndDoesNotCompleteAgain) 
 TEST(KeyStateTest, RestartStartsANewGeneration) {
   KeyState k;
   ASSERT_EQ(Push(k, 0, 0), PushVerdict::kAccumulate);
+  k.Record(0, Reply(0), std::vector<bool>(kWorkers, false));
   const uint64_t before = k.generation;
-  k.summing = true;
+  k.frames[0].summing = true;
   k.Restart(kWorkers);
-  EXPECT_FALSE(k.summing);
+  EXPECT_TRUE(k.frames.empty());
   EXPECT_NE(k.generation, before) << "a sum finished before the restart must be recognised";
 }
 
@@ -498,18 +498,18 @@ TEST(KeyStateTest, TakeInRankOrderHandsOverPushesInRankOrder) {
   std::vector<float> taken;
   auto take = [&taken](Buffer push) { taken.push_back(FloatsOf(push)[0]); };
   ASSERT_EQ(Push(k, 2, 0, 4), PushVerdict::kAccumulate);
-  k.held[2] = Floats({2.0f});
   k.Record(2, Reply(2), joined);
+  k.frames[0].held[2] = Floats({2.0f});
   k.TakeInRankOrder(joined, take);
   EXPECT_TRUE(taken.empty()) << "rank 2 waits for rank 0";
   ASSERT_EQ(Push(k, 0, 0, 4), PushVerdict::kAccumulate);
-  k.held[0] = Floats({0.5f});
   EXPECT_TRUE(k.Record(0, Reply(0), joined));
+  k.frames[0].held[0] = Floats({0.5f});
   k.TakeInRankOrder(joined, take);
   EXPECT_EQ(taken, (std::vector<float>{0.5f, 2.0f})) << "rank 0, then (1 joined) rank 2";
-  EXPECT_EQ(k.next_rank, kWorkers);
-  EXPECT_TRUE(k.sum.empty());
-  EXPECT_TRUE(k.held[0].empty() && k.held[2].empty()) << "handed over, not kept";
+  EXPECT_EQ(k.frames[0].next_rank, kWorkers);
+  EXPECT_TRUE(k.frames[0].sum.empty());
+  EXPECT_TRUE(k.frames[0].held[0].empty() && k.frames[0].held[2].empty()) << "handed over, not kept";
 }
 
 }  // namespace
