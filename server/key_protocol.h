@@ -45,6 +45,8 @@ struct ServerCounters {
   Counter& pushes = registry.Register("pushes");
   Counter& bytes_summed = registry.Register("bytes_summed");
   Counter& rounds = registry.Register("rounds_completed");
+  // Sums sent: one per round of a whole key, one per frame of a key pushed in frames.
+  Counter& frames_completed = registry.Register("frames_completed");
   // Failed validation (mismatch, stranger, bad round).
   Counter& rejected = registry.Register("rejected_pushes");
   // Resent pushes not added again.

@@ -266,6 +266,7 @@ void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
                           frame.sum, frame.count));
   }
   frame.sent = true;
+  context_.counters->frames_completed++;
   if (++state.frames_sent < state.frames.size()) return;
   state.NextRound(context_.num_workers);
   context_.counters->rounds++;

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/transport/fused_push.h"
@@ -67,6 +68,21 @@ void DensePushPull::SendBatch(const Batch& batch) {
     const uint64_t request = ctx_.next_request++;
     f.round = f.op->tensor->cuts[f.op->layout].rounds[f.part]++;
     f.sent_us = now_us;
+    CutFrames(f);
+    const bool borrowed = PartOf(f).bytes > 0;
+    ctx_.counters.partitions_pushed++;
+    if (f.frames > 1) {
+      ctx_.counters.frames_pushed += f.frames;  // frames go alone, each its own message
+      for (uint32_t i = 0; i < f.frames; ++i) {
+        Message frame = BuildPush(f, request, i);
+        const uint64_t bytes = frame.payload.size();
+        packs.push_back(Pack{task.server, bytes, {}});
+        packs.back().pushes.push_back(std::move(frame));
+      }
+      f.unreleased = f.frames;
+      in_flight_.Add(request, std::move(f), borrowed);
+      continue;
+    }
     if (open.size() <= static_cast<size_t>(task.server)) open.resize(task.server + 1, 0);
     size_t& slot = open[task.server];
     if (slot == 0 || batch.fuse_bytes == 0 ||
@@ -77,7 +93,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
     }
     packs[slot - 1].bytes += task.bytes;
     packs[slot - 1].pushes.push_back(BuildPush(f, request));
-    const bool borrowed = PartOf(f).bytes > 0;
+    f.unreleased = 1;
     in_flight_.Add(request, std::move(f), borrowed);
   }
   for (const Pack& pack : packs) {
@@ -93,7 +109,6 @@ void DensePushPull::SendBatch(const Batch& batch) {
   }
   lock.Unlock();
   for (Pack& pack : packs) {
-    ctx_.counters.partitions_pushed += pack.pushes.size();
     ctx_.counters.bytes_pushed += pack.bytes;
     if (pack.pushes.size() == 1) {
       ctx_.van.Send(ServerId(pack.server), std::move(pack.pushes.front()));
@@ -121,28 +136,47 @@ void DensePushPull::SendBatch(const Batch& batch) {
   for (Handle h : held) ctx_.table.Unhold(h);
 }
 
-Message DensePushPull::BuildPush(const InFlight& f, uint64_t request) {
+void DensePushPull::CutFrames(InFlight& f) const {
+  const uint64_t bytes = PartOf(f).bytes;
+  const uint64_t frame = static_cast<uint64_t>(ctx_.config.transport.frame_bytes);
+  const bool cut = frame > 0 && !ctx_.config.server.async && bytes > frame;
+  f.frame_bytes = cut ? frame : 0;
+  f.frames = FrameCount(bytes, f.frame_bytes);
+  f.frame_acked.assign(f.frames, false);
+  f.frame_summed.assign(f.frames, false);
+  f.frames_acked = f.frames_summed = 0;
+}
+
+Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t frame) {
   const TensorInfo& t = *f.op->tensor;
   const PartitionSpec& p = PartOf(f);
+  const uint64_t offset = frame * f.frame_bytes;
+  const uint64_t length = f.frames > 1 ? std::min(f.frame_bytes, p.bytes - offset) : p.bytes;
   Message m = MakeMessage(proto::PUSH, ctx_.my_id);
   m.envelope.set_request_id(request);
   m.envelope.set_key(KeyOf(f));
   m.envelope.set_round(f.round);
   m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
-  m.envelope.set_length(p.bytes);
+  m.envelope.set_length(length);
   m.envelope.set_priority(f.op->priority);
   m.envelope.set_tensor_hash(t.hash);
   m.envelope.set_async_mode(ctx_.config.server.async);
-  if (p.bytes > 0) {
+  if (f.frames > 1) {
+    m.envelope.set_offset(offset);
+    m.envelope.set_key_length(p.bytes);
+    m.envelope.set_frame_bytes(f.frame_bytes);
+  }
+  if (length > 0) {
     std::shared_ptr<Operation> op = f.op;
     op->releases_left++;
+    ctx_.counters.payloads_lent++;
     // Zero copy: ZeroMQ sends straight from the caller's input (or MakeFusedPush
     // copies it); the release hook tells us when it no longer reads it.
-    m.payload =
-        Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset, p.bytes, [this, op, request] {
-          ctx_.counters.send_releases++;
-          NoteRelease(Release{op, request, {}});
-        });
+    m.payload = Buffer::Borrow(const_cast<uint8_t*>(op->input) + p.offset + offset, length,
+                               [this, op, request] {
+                                 ctx_.counters.send_releases++;
+                                 NoteRelease(Release{op, request, {}});
+                               });
   }
   return m;
 }
@@ -176,8 +210,11 @@ void DensePushPull::DrainReleases() {
     }
     InFlight* f = in_flight_.Find(r.request);
     // A part of a fused push was copied, not sent: the fused copy starts its timer
-    // (above). Its resends go alone (attempts > 0) and start their own.
-    if (f && (!f->fused || f->attempts > 0)) in_flight_.OnWire(r.request);
+    // (above). Its resends go alone (attempts > 0) and start their own, as do frames once
+    // the last frame of their send was released.
+    if (f && (!f->fused || f->attempts > 0) && f->unreleased > 0 && --f->unreleased == 0) {
+      in_flight_.OnWire(r.request);
+    }
     r.op->releases_left--;
     ctx_.sequencer->MaybeComplete(r.op);
   }
@@ -204,9 +241,15 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
           out->emplace_back(p.server, std::move(pull));
           ctx_.counters.pulls++;
         } else {
-          // Resends go alone (a fused push's parts each resend on their own timer).
-          out->emplace_back(p.server, BuildPush(f, request));
-          ctx_.counters.resends++;
+          // Resends go alone (a fused push's parts each resend on their own timer), and
+          // only the frames not yet acknowledged.
+          f.unreleased = 0;
+          for (uint32_t i = 0; i < f.frames; ++i) {
+            if (f.frame_acked[i]) continue;
+            out->emplace_back(p.server, BuildPush(f, request, i));
+            f.unreleased++;
+            ctx_.counters.resends++;
+          }
         }
         LOG_EVERY_N(WARNING, 100) << "no answer from "
                                   << ctx_.cluster.table().Describe(ServerId(p.server)) << " for "
@@ -228,63 +271,115 @@ void DensePushPull::ReturnCredit(InFlight& f) {
 bool DensePushPull::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
   DrainReleases();
-  // From now on only the sum is missing: ask for it if it does not come in time (the
-  // tracker backs off; see request_tracker.h).
-  InFlight* f = in_flight_.Ack(m.envelope.request_id());
+  const uint64_t request = m.envelope.request_id();
+  InFlight* f = in_flight_.Find(request);
   if (!f) {
     ctx_.NoteLateReply(m);
     return true;
   }
-  ReturnCredit(*f);
-  if (f->acked_us == 0) f->acked_us = NowUs();
+  const uint64_t offset = m.envelope.offset();
+  const uint32_t frame = f->frames > 1 ? static_cast<uint32_t>(offset / f->frame_bytes) : 0;
+  if (frame >= f->frames || (f->frames > 1 && offset % f->frame_bytes != 0)) {
+    LOG(WARNING) << ctx_.cluster.table().Describe(m.sender()) << " acknowledged offset "
+                 << offset << " of " << KeyName(KeyOf(*f)) << ", which has no frame there";
+    return true;
+  }
+  NoteFrameAcked(request, *f, frame);
   return true;
 }
 
-void DensePushPull::Deliver(const InFlight& f, const PartitionSpec& p, const Message& m) {
-  const TensorInfo& t = *f.op->tensor;
-  // The output slice belongs to this partition alone until the operation completes.
-  std::memcpy(f.op->output + p.offset, m.payload.data(), p.bytes);
-  if (f.op->average) {
+void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame) {
+  if (!f.frame_acked[frame]) {
+    f.frame_acked[frame] = true;
+    f.frames_acked++;
+  }
+  if (f.frames_acked < f.frames) return;
+  // From now on only sums are missing: ask for them if they do not come in time (the
+  // tracker backs off; see request_tracker.h). An ack again (a RESEND_SUM answered while
+  // others hold the sum up) restarts the wait.
+  in_flight_.Ack(request);
+  ReturnCredit(f);
+  if (f.acked_us == 0) f.acked_us = NowUs();
+}
+
+void DensePushPull::Deliver(const Operation& op, const PartitionSpec& p, const Message& m) {
+  const TensorInfo& t = *op.tensor;
+  // The output slice belongs to this frame alone until the operation completes.
+  uint8_t* out = op.output + p.offset + m.envelope.offset();
+  std::memcpy(out, m.payload.data(), m.payload.size());
+  if (op.average) {
     // Averages are over the workers whose pushes the sum holds (fewer after a join).
     const uint32_t n = m.envelope.contributors() > 0 ? m.envelope.contributors()
                                                      : static_cast<uint32_t>(ctx_.num_workers);
-    Scale(f.op->output + p.offset, 1.0 / n, p.bytes / DataTypeSize(t.dtype), t.dtype);
+    Scale(out, 1.0 / n, m.payload.size() / DataTypeSize(t.dtype), t.dtype);
   }
-  ctx_.counters.bytes_received += p.bytes;
+  ctx_.counters.bytes_received += m.payload.size();
+}
+
+std::string DensePushPull::CheckResult(const InFlight& f, const Message& m) const {
+  const proto::Envelope& e = m.envelope;
+  const PartitionSpec& p = PartOf(f);
+  const uint64_t cut = f.frames > 1 ? f.frame_bytes : 0;
+  const uint64_t frame_length =
+      f.frames > 1 && e.offset() < p.bytes ? std::min(f.frame_bytes, p.bytes - e.offset()) : p.bytes;
+  const bool frame_ok = e.frame_bytes() == cut &&
+                        (f.frames > 1 ? e.key_length() == p.bytes && e.offset() % cut == 0 &&
+                                            e.offset() < p.bytes
+                                      : e.offset() == 0);
+  if (e.key() == KeyOf(f) && frame_ok && e.length() == frame_length &&
+      e.dtype() == static_cast<int>(f.op->tensor->dtype) && m.sender() == ServerId(p.server)) {
+    return std::string();
+  }
+  return StrCat(ctx_.cluster.table().Describe(m.sender()), " answered the push of ",
+                KeyName(KeyOf(f)), " with ", ::ferry::Describe(m),
+                ", which does not match the request");
 }
 
 bool DensePushPull::OnResult(Message&& m) {
   const proto::Envelope& e = m.envelope;
   MutexLock lock(ctx_.mu);
   DrainReleases();  // so that the last sum completes an operation whose payloads went
-  std::optional<InFlight> taken = in_flight_.Take(e.request_id());
-  if (!taken) {
+  const uint64_t request = e.request_id();
+  InFlight* found = in_flight_.Find(request);
+  if (!found) {
     ctx_.NoteLateReply(m);
     return true;
   }
-  InFlight& f = *taken;
+  std::string error = CheckResult(*found, m);
+  const uint32_t frame =
+      found->frames > 1 && error.empty() ? static_cast<uint32_t>(e.offset() / found->frame_bytes) : 0;
+  if (error.empty()) {
+    if (found->frame_summed[frame]) {  // a resend's answer crossed the first one
+      ctx_.NoteLateReply(m);
+      return true;
+    }
+    found->frame_summed[frame] = true;
+    found->frames_summed++;
+    NoteFrameAcked(request, *found, frame);  // its ack may still be on its way, or lost
+  }
+  const bool last = !error.empty() || found->frames_summed == found->frames;
+  // The partition's record: taken out with its last frame; earlier frames read it in place
+  // (only this thread answers frames, and nothing else erases a request).
+  std::optional<InFlight> taken;
+  if (last) taken = in_flight_.Take(request);
+  InFlight& f = last ? *taken : *found;
   const int64_t result_us = NowUs();
   const TensorInfo& t = *f.op->tensor;
   const PartitionSpec p = PartOf(f);  // a copy: used after the lock is let go
-  std::string error;
-  if (e.key() != KeyOf(f) || e.length() != p.bytes || e.dtype() != static_cast<int>(t.dtype) ||
-      m.sender() != ServerId(p.server)) {
-    error = StrCat(ctx_.cluster.table().Describe(m.sender()), " answered the push of ",
-                   KeyName(KeyOf(f)), " with ", ::ferry::Describe(m),
-                   ", which does not match the request");
-  }
   // The copy runs outside the lock, under a hold: a failed operation's Wait() returns
   // only once its holds are gone, and a failure marks every operation done, so no copy
   // starts after it: a caller that frees its buffers after catching the error never
   // races with us.
-  const bool deliver = error.empty() && !f.op->done && p.bytes > 0;
+  const bool deliver = error.empty() && !f.op->done && !m.payload.empty();
   if (deliver) ctx_.table.Hold(f.op->handle);
-  ReturnCredit(f);
+  if (last) ReturnCredit(f);
+  std::shared_ptr<Operation> op = f.op;
   lock.Unlock();
   if (deliver) {
-    Deliver(f, p, m);
-    ctx_.table.Unhold(f.op->handle);
+    Deliver(*op, p, m);
+    ctx_.table.Unhold(op->handle);
   }
+  if (!last) return true;
   if (ctx_.trace && error.empty()) {
     ctx_.trace->Partition(PartitionTimes{t.name, f.part, e.key(), p.server, p.bytes, f.op->priority,
                                          f.round, f.fused, f.ready_us, f.sent_us, f.acked_us,

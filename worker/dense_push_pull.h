@@ -10,8 +10,21 @@
 // was released (Operation::releases_left). Copies into outputs and into fused pushes run
 // outside the lock under a hold of their operation (OperationTable::Hold).
 //
-// Credit: a partition holds its credit from the queue's Next until its acknowledgement,
-// its sum or its error, whichever comes first (ReturnCredit, exactly once).
+// Frames (FERRY_FRAME_BYTES, wire protocol 3): a partition larger than the frame size goes
+// as frames, each its own PUSH with the partition's request id and priority, so the Van's
+// order queue can put an urgent partition's frames before the rest of a big one, and the
+// server streams each frame's sum back as soon as every worker's frame is in. A frame's
+// sum is copied into the output at once; the partition is answered when every frame's sum
+// is in. Frames are never fused (fusion packs small whole partitions).
+//
+// Credit: a partition holds its credit from the queue's Next until every frame is
+// acknowledged, or its sum or its error, whichever comes first (ReturnCredit, exactly
+// once). A frame's sum counts as its acknowledgement (the ack may be late or lost).
+//
+// Resends (request_tracker.h), one timer per partition: its timer starts when ZeroMQ let
+// go of the last frame sent; when it fires, the frames not yet acknowledged go again, or,
+// once every frame is, a RESEND_SUM asks for the sums still missing (the server answers
+// with every frame's sum it has; sums that come twice are dropped as late).
 //
 // Threads: Start (callers, under mu), SendBatch and resends (the Worker's "sender" thread), replies
 // (van-io), release hooks (ZeroMQ's IO thread). See operation_kind.h for the lock.
@@ -60,17 +73,33 @@ class DensePushPull : public OperationKind {
     uint32_t round = 0;            // the key's round this push belongs to
     bool credit_returned = false;  // the server acknowledged the push (or answered it)
     bool fused = false;            // first sent inside a PUSH_FUSED
+    uint64_t frame_bytes = 0;      // the cut; 0: one message (frames == 1)
+    uint32_t frames = 1;
+    std::vector<bool> frame_acked;   // by frame: acknowledged (or summed)
+    std::vector<bool> frame_summed;  // by frame: its sum was delivered
+    uint32_t frames_acked = 0, frames_summed = 0;
+    uint32_t unreleased = 0;       // frames of the latest send ZeroMQ holds; 0: timer runs
     int64_t ready_us = 0, sent_us = 0, acked_us = 0;  // for the trace
   };
 
-  // REQUIRES: mu held. The PUSH of `f` as request `request`; counts its payload in the
-  // operation's releases_left (ZeroMQ holds it until the hook fires).
-  Message BuildPush(const InFlight& f, uint64_t request) REQUIRES(ctx_.mu);
+  // REQUIRES: mu held. The PUSH of frame `frame` of `f` (the whole partition when it has one
+  // frame) as request `request`; counts its payload in the operation's releases_left
+  // (ZeroMQ holds it until the hook fires).
+  Message BuildPush(const InFlight& f, uint64_t request, uint32_t frame = 0) REQUIRES(ctx_.mu);
+  // Cuts `f` in frames per FERRY_FRAME_BYTES (sets frame_bytes, frames and the bitmaps).
+  void CutFrames(InFlight& f) const;
+  // Frame `frame` of `f` is acknowledged (its ack or its sum came); the last one returns
+  // the credit and starts the wait for the sums (RequestTracker::Ack). REQUIRES: mu.
+  void NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame) REQUIRES(ctx_.mu);
+  // Why reply `m` does not answer `f` (empty if it does): key, length, dtype, sender,
+  // and a frame of f's cut.
+  std::string CheckResult(const InFlight& f, const Message& m) const REQUIRES(ctx_.mu);
   const PartitionSpec& PartOf(const InFlight& f) const;
   uint64_t KeyOf(const InFlight& f) const;
   void ReturnCredit(InFlight& f) REQUIRES(ctx_.mu);
-  // Copies a sum into the output (outside the lock, under a hold of the operation).
-  void Deliver(const InFlight& f, const PartitionSpec& p, const Message& m);
+  // Copies a sum (a frame of it) into op's output, averaged if asked (outside the lock,
+  // under a hold of the operation).
+  void Deliver(const Operation& op, const PartitionSpec& p, const Message& m);
 
   // A payload ZeroMQ let go of: a partition's borrowed input (`op` set: it counts in
   // releases_left) or a fused copy (`requests`: the parts it carried).

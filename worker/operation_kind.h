@@ -40,12 +40,15 @@ namespace ferry {
 //   operations          push_pull calls          partitions_pushed  partitions sent (first sends)
 //   bytes_pushed        payload bytes handed to ZeroMQ, without copy
 //   bytes_received      payload bytes of sums    send_releases      ZeroMQ release hooks fired
+//   payloads_lent       inputs lent to ZeroMQ without copy (a partition or a frame, first
+//                       sends and resends); each one's release hook fires once
 //   resends             pushes sent again (no acknowledgement in time)
 //   pulls               sums asked for again (acknowledged, but no sum in time)
 //   late_replies        replies to requests already answered (acks not counted)
 //   late_acks           acks of requests already answered: on the control lane an ack may
 //                       arrive after its sum (van.h, "Lanes"), which is no fault
 //   fused_messages      PUSH_FUSED messages      partitions_fused   partitions inside them
+//   frames_pushed       frames of partitions sent as frames (FERRY_FRAME_BYTES; first sends)
 //   rows_operations     PushPullRows calls       rows_pushed        rows they listed
 //   rows_bytes_pushed   ROWS_PUSH payload bytes (first sends)
 //   rows_bytes_received ROWS_RESULT payload bytes
@@ -56,12 +59,14 @@ struct WorkerCounters {
   Counter& bytes_pushed = registry.Register("bytes_pushed");
   Counter& bytes_received = registry.Register("bytes_received");
   Counter& send_releases = registry.Register("send_releases");
+  Counter& payloads_lent = registry.Register("payloads_lent");
   Counter& resends = registry.Register("resends");
   Counter& pulls = registry.Register("pulls");
   Counter& late_replies = registry.Register("late_replies");
   Counter& late_acks = registry.Register("late_acks");
   Counter& fused_messages = registry.Register("fused_messages");
   Counter& partitions_fused = registry.Register("partitions_fused");
+  Counter& frames_pushed = registry.Register("frames_pushed");
   Counter& rows_operations = registry.Register("rows_operations");
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");

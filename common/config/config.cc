@@ -477,6 +477,15 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
         StrCat("must exceed FERRY_PARTITION_BYTES (", c.scheduling.partition_bytes, ") by 4096"));
   }
 
+  c.transport.frame_bytes = r.Int("FERRY_FRAME_BYTES", nullptr, c.transport.frame_bytes, 0,
+                                  c.transport.max_message_bytes);
+  if (c.transport.frame_bytes != 0 &&
+      (c.transport.frame_bytes < 4096 || c.transport.frame_bytes % 8 != 0)) {
+    Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
+            "must be 0 (whole partitions) or a multiple of 8 of at least 4096 (whole elements of "
+            "every dtype)");
+  }
+
   ReadScheduling(r, &c);
   c.transport.secret = ReadSecret(r, &c.warnings);
 
@@ -515,6 +524,7 @@ std::string Config::Summary() const {
       transport.control_lane ? " control_lane" : "",
       transport.tcp_notsent_lowat > 0 ? StrCat(" notsent_lowat=", transport.tcp_notsent_lowat)
                                       : std::string(),
+      transport.frame_bytes > 0 ? StrCat(" frames=", transport.frame_bytes) : std::string(),
       transport.watermark_bytes > 0 ? StrCat(" watermark=", transport.watermark_bytes)
                                     : std::string(),
       " security=", transport.secret.empty() ? "none" : "CURVE",

@@ -76,6 +76,12 @@ struct Config {
     // and go to ZeroMQ while less than this many of their bytes to that node are
     // unreleased (van.h, "Order"); 0 = at once, in order. FERRY_TRANSPORT_WATERMARK_BYTES.
     int64_t watermark_bytes = 0;
+    // Workers send a partition larger than this as frames of this many bytes (the last
+    // one shorter), each acknowledged and summed on its own, and servers send each frame's
+    // sum as soon as every worker's frame is in (streaming aggregation; server/key_state.h,
+    // "Frames"); 0 = whole partitions. A multiple of 8 in [4096, FERRY_MAX_MESSAGE_BYTES].
+    // Not in asynchronous mode (FERRY_ENABLE_ASYNC: whole keys). FERRY_FRAME_BYTES.
+    int64_t frame_bytes = 0;
     // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
     // Never logged.
     std::string secret;

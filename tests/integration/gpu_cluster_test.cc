@@ -89,8 +89,8 @@ TEST_P(GpuClusterTest, SumsAreExact) {
     EXPECT_NE(job.Output(w).find("OK rounds=6"), std::string::npos) << job.Output(w);
   }
   ExpectServersOnGpu(job);
-  EXPECT_EQ(job.stats().Sum("server", "device_sums"), job.stats().Sum("server", "rounds_completed"))
-      << "every round's sum came from the GPU\n"
+  EXPECT_EQ(job.stats().Sum("server", "device_sums"), job.stats().Sum("server", "frames_completed"))
+      << "every round's (or frame's) sum came from the GPU\n"
       << job.AllOutput();
 }
 

@@ -146,13 +146,18 @@ int RunSums(Worker& w) {
     const uint64_t send_releases = CounterValue(s, "send_releases");
     const uint64_t partitions_pushed = CounterValue(s, "partitions_pushed");
     const uint64_t resends = CounterValue(s, "resends");
-    // Every payload handed to ZeroMQ (first sends and resends) was released.
-    if (send_releases != partitions_pushed + resends) {
+    const uint64_t frames = CounterValue(s, "frames_pushed");
+    const uint64_t lent = CounterValue(s, "payloads_lent");
+    // Every payload handed to ZeroMQ (first sends and resends, partitions or frames) was
+    // released; without frames, one per partition and resend.
+    if (send_releases != lent || (frames == 0 && lent != partitions_pushed + resends) ||
+        (frames > 0 && lent < frames + resends)) {
       std::fprintf(
           stderr,
-          "round %d: %llu partitions pushed (and %llu resent) but %llu released by ZeroMQ\n", round,
-          static_cast<unsigned long long>(partitions_pushed),
-          static_cast<unsigned long long>(resends), static_cast<unsigned long long>(send_releases));
+          "round %d: %llu partitions pushed (%llu frames, %llu resent, %llu lent) but %llu released by ZeroMQ\n", round,
+          static_cast<unsigned long long>(partitions_pushed), static_cast<unsigned long long>(frames),
+          static_cast<unsigned long long>(resends), static_cast<unsigned long long>(lent),
+          static_cast<unsigned long long>(send_releases));
       return kExitWrong;
     }
     for (int t = 0; t < FLAGS_tensors; ++t) {
