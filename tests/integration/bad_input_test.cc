@@ -61,6 +61,25 @@ class Stranger {
       zmq_send(sock_, frames[i].data(), frames[i].size(), i + 1 < frames.size() ? ZMQ_SNDMORE : 0);
     }
   }
+  // The frames of the next message received, or none after `timeout_ms`.
+  std::vector<std::string> Receive(long timeout_ms) {
+    std::vector<std::string> frames;
+    zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, timeout_ms) <= 0) return frames;
+    int more = 1;
+    while (more) {
+      zmq_msg_t msg;
+      zmq_msg_init(&msg);
+      if (zmq_msg_recv(&msg, sock_, 0) < 0) {
+        zmq_msg_close(&msg);
+        break;
+      }
+      frames.emplace_back(static_cast<char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      more = zmq_msg_more(&msg);
+      zmq_msg_close(&msg);
+    }
+    return frames;
+  }
 
  private:
   void* ctx_;
@@ -130,6 +149,47 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   EXPECT_NE(sched_log.find("registers with kind 'gpu' (FERRY_NODE_KIND): expected colocated or cpu"),
             std::string::npos)
       << sched_log;
+}
+
+TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
+  // A node of another release (protocol 2) registers: the scheduler answers with an ERROR
+  // stamped with version 2, which that node's validator accepts, naming both versions, so
+  // it exits with the reason instead of waiting out FERRY_CONNECT_TIMEOUT_MS. The refused
+  // node does not count: the job then runs with nodes of this release.
+  ClusterSpec spec;
+  spec.worker_args = {"--mode=loop", "--loop_rounds=3"};
+  TestCluster g(spec);
+  int sched = g.StartScheduler();
+  Stranger old_node(g.port());
+  Message reg = MakeMessage(proto::REGISTER, -1);
+  reg.envelope.set_version(2);
+  reg.envelope.mutable_register_request()->set_role(proto::WORKER);
+  reg.envelope.mutable_register_request()->set_host("127.0.0.1");
+  reg.envelope.mutable_register_request()->set_pid(4242);
+  old_node.Send({reg.envelope.SerializeAsString()});
+  std::vector<std::string> reply = old_node.Receive(10000 * TimeScale());
+  ASSERT_EQ(reply.size(), 1u) << "no answer to a version-2 REGISTER";
+  Message error;
+  ASSERT_TRUE(error.envelope.ParseFromString(reply[0]));
+  EXPECT_EQ(error.envelope.version(), 2u);
+  EXPECT_EQ(error.type(), proto::ERROR);
+  const std::string& reason = error.envelope.error().reason();
+  EXPECT_NE(reason.find("WORKER at 127.0.0.1:0 (host , pid 4242) speaks protocol version 2 "
+                        "(this scheduler speaks 3): run the same Ferry release on every node"),
+            std::string::npos)
+      << reason;
+  // Protocols 2 and 3 validate an ERROR alike but for the version.
+  error.envelope.set_version(kProtocolVersion);
+  EXPECT_TRUE(ValidateMessage(error, 1 << 20).ok()) << ValidateMessage(error, 1 << 20).message();
+
+  g.StartServer();
+  int worker = g.StartWorker(0);
+  ASSERT_TRUE(g.Succeeds(60000));
+  EXPECT_NE(g.Output(worker).find("OK loop rounds=3"), std::string::npos) << g.Output(worker);
+  EXPECT_NE(g.Output(sched).find("refused a registration: WORKER at 127.0.0.1:0 (host , pid "
+                                 "4242) speaks protocol version 2 (this scheduler speaks 3)"),
+            std::string::npos)
+      << g.Output(sched);
 }
 
 TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
