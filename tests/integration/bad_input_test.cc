@@ -195,10 +195,12 @@ TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
 TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   // Worker 1 is a member that speaks the protocol by hand (ferry-raw-member): each
   // round it pushes a round far ahead, pulls a round it never pushed, pushes an old
-  // round, and sends its honest push twice. Worker 0 trains normally beside it.
+  // round, sends three frames cut wrong, and sends its honest push twice. Worker 0 trains
+  // normally beside it.
   const int rounds = 8;
   ClusterSpec spec;
   spec.workers = 2;
+  spec.stats_files = true;
   TestCluster g(spec);
   g.StartScheduler();
   int server = g.StartServer();
@@ -209,11 +211,24 @@ TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   EXPECT_NE(g.Output(honest).find("OK loop rounds=8"), std::string::npos) << g.Output(honest);
   // Per round: ahead + pull; from round 3 on also the old round; in round 0 four
   // refused sparse-rows requests (row id out of range twice, a round ahead, a RESEND_SUM).
-  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=26"), std::string::npos) << g.Output(raw);
+  // Frames cut wrong fail ValidateMessage: the server's Van drops them, unanswered, and
+  // logs the reason naming key, round and offset (the first 20 of them).
+  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=26 dropped=24"), std::string::npos)
+      << g.Output(raw);
   std::string log = g.Output(server);
   EXPECT_NE(log.find("but the key is at round"), std::string::npos) << log;
   EXPECT_NE(log.find("duplicates dropped"), std::string::npos) << log;
   EXPECT_NE(log.find("is outside the tensor's rows 0..99"), std::string::npos) << log;
+  for (const char* frame :
+       {"PUSH of tensor 0 partition 0 round 0 at offset 262144: the offset is past the key's "
+        "262144 bytes",
+        "PUSH of tensor 0 partition 0 round 0 at offset 1024: the offset is not a multiple of the "
+        "frame size 65536",
+        "PUSH of tensor 0 partition 0 round 0 at offset 65536: 32768 bytes where the frame has "
+        "65536"}) {
+    EXPECT_NE(log.find(frame), std::string::npos) << frame << "\n" << log;
+  }
+  EXPECT_EQ(g.stats().Sum("server", "van.bad_messages_dropped"), 3u * rounds);
 }
 
 // The resident memory of a process, in KiB.
