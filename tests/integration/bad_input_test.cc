@@ -100,9 +100,9 @@ void Attack(int port) {
   s.Send({"not a protobuf \xff\xff\xff"});
   s.Send({"a", "b", "c", "d", "e"});                          // too many frames
   s.Send({Envelope(proto::PUSH, 99, 1), "xxxx"});             // wrong protocol version
-  s.Send({Envelope(static_cast<proto::MessageType>(77), 1, 1)});  // unknown type
-  s.Send({Envelope(proto::BARRIER, 1, 1)});                   // body missing
-  s.Send({Envelope(proto::HEARTBEAT, 1, 3)});                 // not a member (wrong connection)
+  s.Send({Envelope(static_cast<proto::MessageType>(77), kProtocolVersion, 1)});  // unknown type
+  s.Send({Envelope(proto::BARRIER, kProtocolVersion, 1)});                       // body missing
+  s.Send({Envelope(proto::HEARTBEAT, kProtocolVersion, 3)});  // not a member (wrong connection)
   Message push = MakeMessage(proto::PUSH, 3);                 // claims to be a worker
   push.envelope.set_key(0);
   push.envelope.set_length(8);
@@ -143,6 +143,8 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   std::string server_log = g.Output(server), sched_log = g.Output(sched);
   EXPECT_NE(server_log.find("dropped a bad message"), std::string::npos) << server_log;
   EXPECT_NE(server_log.find("protocol version 99"), std::string::npos) << server_log;
+  EXPECT_NE(server_log.find("unknown message type 77"), std::string::npos) << server_log;
+  EXPECT_NE(server_log.find("BARRIER without its body"), std::string::npos) << server_log;
   EXPECT_NE(server_log.find("not a worker of this job"), std::string::npos) << server_log;
   EXPECT_NE(sched_log.find("dropped a bad message"), std::string::npos) << sched_log;
   EXPECT_NE(sched_log.find("not a registered member"), std::string::npos) << sched_log;
