@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "common/util/clock.h"
 #include "common/util/error.h"
@@ -40,17 +41,27 @@ std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
 namespace {
 
 // The scheduler carries no tensor data: small frames, and no fault injection.
-VanOptions SchedulerVanOptions(const Config& config) {
+VanOptions SchedulerVanOptions(const Config& config,
+                               std::function<void(const Message&, const Origin&)> on_version) {
   VanOptions o = VanOptions::Named("scheduler", 1u << 20, config.transport.secret);
   o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
+  o.on_version_mismatch = std::move(on_version);
   return o;
+}
+
+// "WORKER at 10.0.0.2:0 (host node-b, pid 4242)": a registering node, for log lines and
+// refusals.
+std::string Who(const proto::RegisterRequest& r) {
+  return StrCat(proto::Role_Name(r.role()), " at ", r.host(), ":", r.port(), " (host ",
+                r.hostname(), ", pid ", r.pid(), ")");
 }
 
 }  // namespace
 
 Scheduler::Scheduler(const Config& config)
-    : config_(config),
-      van_(SchedulerVanOptions(config)) {
+    : config_(config), van_(SchedulerVanOptions(config, [this](const Message& m, const Origin& o) {
+        RefuseVersion(m, o);
+      })) {
   port_ = van_.Bind(config.transport.bind_host, config.transport.root_port);
 }
 
@@ -117,18 +128,30 @@ bool Scheduler::IsMember(int id, const std::string& identity) const {
   return it != members_.end() && it->second.identity == identity;
 }
 
-void Scheduler::Refuse(const std::string& identity, const std::string& reason) {
+void Scheduler::Refuse(const std::string& identity, const std::string& reason, uint32_t version) {
   LOG(WARNING) << "refused a registration: " << reason;
   Message m = MakeMessage(proto::ERROR, kSchedulerId);
+  m.envelope.set_version(version);
   m.envelope.mutable_error()->set_code(static_cast<int>(ErrorCode::kInvalidArgument));
   m.envelope.mutable_error()->set_reason(reason);
   van_.Reply(identity, std::move(m));
 }
 
+void Scheduler::RefuseVersion(const Message& m, const Origin& origin) {
+  // Only the envelope's version differs from ours: the ERROR message is the same in every
+  // release so far, so the old node reads the reason and exits instead of waiting out
+  // FERRY_CONNECT_TIMEOUT_MS.
+  const uint32_t version = m.envelope.version();
+  Refuse(origin.identity,
+         StrCat(Who(m.envelope.register_request()), " speaks protocol version ", version,
+                " (this scheduler speaks ", kProtocolVersion,
+                "): run the same Ferry release on every node"),
+         version);
+}
+
 void Scheduler::OnRegister(const Message& m, const std::string& identity) {
   const proto::RegisterRequest& r = m.envelope.register_request();
-  std::string who = StrCat(proto::Role_Name(r.role()), " at ", r.host(), ":", r.port(), " (host ",
-                           r.hostname(), ", pid ", r.pid(), ")");
+  std::string who = Who(r);
   if (phase_ != Phase::kRegistering) {
     Refuse(identity, StrCat(who, " arrived after registration closed; the job already has ",
                             config_.cluster.num_servers, " servers and ",

@@ -67,7 +67,12 @@ class Scheduler {
   void FailJob(int node_id, const std::string& reason) REQUIRES(mu_);
   void CheckHeartbeats() REQUIRES(mu_);
   void SendTo(int id, Message m) REQUIRES(mu_);
-  void Refuse(const std::string& identity, const std::string& reason);
+  // Answers a registration with an ERROR giving `reason`, stamped with `version` (the
+  // requester's, so that a node of another release accepts it), and logs it.
+  void Refuse(const std::string& identity, const std::string& reason,
+              uint32_t version = kProtocolVersion);
+  // The Van's on_version_mismatch: a REGISTER of another protocol version is refused.
+  void RefuseVersion(const Message& m, const Origin& origin);
   bool IsMember(int id, const std::string& identity) const REQUIRES(mu_);
 
   const Config& config_;

@@ -121,6 +121,10 @@ Status CheckFrame(const proto::Envelope& e, uint64_t max_payload_bytes) {
   if (e.key_length() == 0 || e.offset() >= e.key_length()) {
     return bad(StrCat("the offset is past the key's ", e.key_length(), " bytes"));
   }
+  if ((e.key_length() - 1) / e.frame_bytes() >= UINT32_MAX) {  // FrameCount must not wrap
+    return bad(StrCat("a key of ", e.key_length(), " bytes is more than ", UINT32_MAX,
+                      " frames of ", e.frame_bytes()));
+  }
   if (e.offset() % e.frame_bytes() != 0) {
     return bad(StrCat("the offset is not a multiple of the frame size ", e.frame_bytes()));
   }

@@ -73,6 +73,7 @@ uint64_t FrameSize(const proto::Envelope& e);
 uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes);
 // The frame rules above, for a PUSH or PUSH_RESULT whose length and dtype were checked:
 // OK, or kBadMessage naming the key, round and offset. Also checked by ValidateMessage.
+// A valid frame's key has at most UINT32_MAX frames, so FrameCount does not wrap.
 Status CheckFrame(const proto::Envelope& e, uint64_t max_payload_bytes);
 
 // Parses an envelope frame. Returns false (and `error`) on bytes that do not parse.

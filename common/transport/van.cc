@@ -657,10 +657,12 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
     counters_.bytes_received += total;
     std::string error;
     Message message;
+    bool parsed = false;
     if (data_frames < 1 || data_frames > 2) {
       error = StrCat(data_frames, " frames (a Ferry message has 1 or 2)");
     } else if (ParseEnvelope(zmq_msg_data(&frames[first]), zmq_msg_size(&frames[first]),
                              &message.envelope, &error)) {
+      parsed = true;
       if (data_frames == 2) {
         auto owner = std::make_shared<FrameOwner>();
         zmq_msg_init(&owner->msg);
@@ -672,6 +674,11 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
     CloseFrames(frames);
     if (!error.empty()) {
       uint64_t count = ++counters_.bad_messages_dropped;
+      if (parsed && inbound && options_.on_version_mismatch && message.type() == proto::REGISTER &&
+          message.envelope.version() != kProtocolVersion) {
+        options_.on_version_mismatch(message, origin);  // it answers, and logs
+        continue;
+      }
       if (count <= 20 || count % 1000 == 0) {
         LOG(WARNING) << options_.name << ": dropped a bad message from "
                      << (inbound ? "an inbound connection" : StrCat("node ", peer)) << ": "

@@ -64,6 +64,13 @@ namespace ferry {
 
 struct PayloadHold;  // what ZeroMQ holds of a payload it sends without copying (van.cc)
 
+// Where a received message came from.
+struct Origin {
+  bool inbound = false;  // arrived on the ROUTER (reply with Reply(identity, ...))
+  std::string identity;  // ROUTER routing id of the connection (inbound only)
+  int peer = -1;         // outbound peer id (outbound only)
+};
+
 struct VanOptions {
   std::string name = "van";                 // for log lines
   uint64_t max_message_bytes = 1ull << 30;  // larger inbound frames are refused
@@ -93,6 +100,14 @@ struct VanOptions {
   // long before handing it on (a fixed delay keeps each connection's order).
   double drop_percent = 0.0;
   int delay_ms = 0;
+  // Called (on the IO thread) for a REGISTER of another protocol version that arrived on
+  // the ROUTER: its envelope parsed, ValidateMessage refused its version, and it is counted
+  // in bad_messages_dropped and not handed to the handler. The scheduler answers it with an
+  // ERROR stamped with the requester's version, so a node of another release learns why
+  // instead of waiting out its connect timeout. The callback logs; the Van does not. Unset:
+  // dropped and logged like any bad message. Any other message of another version is
+  // always dropped and logged.
+  std::function<void(const Message& message, const Origin& origin)> on_version_mismatch;
 
   static VanOptions Named(std::string name, uint64_t max_message_bytes,
                           std::string secret = "") {
@@ -145,13 +160,6 @@ CounterValues VanCounterValues(const VanStats& s);
 std::string ControlIdentity(const std::string& data_identity);
 std::string DataIdentity(const std::string& identity);
 bool IsControlIdentity(const std::string& identity);
-
-// Where a received message came from.
-struct Origin {
-  bool inbound = false;  // arrived on the ROUTER (reply with Reply(identity, ...))
-  std::string identity;  // ROUTER routing id of the connection (inbound only)
-  int peer = -1;         // outbound peer id (outbound only)
-};
 
 class Van {
  public:

@@ -109,6 +109,12 @@ TEST(MessageTest, FramesFollowTheirCut) {
   EXPECT_EQ(FrameCount(1024, 256), 4u);
   EXPECT_EQ(FrameCount(1024, 0), 1u);
   EXPECT_EQ(FrameCount(0, 256), 1u);
+  // The most frames a key may have: the last byte of the key starts the last frame.
+  EXPECT_EQ(FrameCount(uint64_t{UINT32_MAX} * 4, 4), UINT32_MAX);
+  EXPECT_TRUE(
+      ValidateMessage(Frame(uint64_t{UINT32_MAX} * 4, 4, uint64_t{UINT32_MAX - 1} * 4, 4), kLimit)
+          .ok());
+  EXPECT_FALSE(ValidateMessage(Frame(uint64_t{UINT32_MAX} * 4 + 4, 4, 0, 4), kLimit).ok());
   // Whole keys: frame_bytes 0, offset 0, key_length 0 or the length.
   EXPECT_TRUE(ValidateMessage(GoodPush(), kLimit).ok());
   EXPECT_TRUE(ValidateMessage(Frame(64, 0, 0, 64), kLimit).ok());
@@ -137,6 +143,7 @@ TEST(MessageTest, FramesFollowTheirCut) {
       {Frame(1000, 256, 768, 256), "256 bytes where the frame has 232"},  // last frame too long
       {Frame(1000, 254, 0, 252), "not a whole number of float32"},
       {Frame(kLimit * 4, kLimit * 2, 0, 256), "exceeds the limit"},
+      {Frame(1ull << 40, 256, 0, 256), "more than 4294967295 frames of 256"},  // FrameCount wraps
   };
   for (const Bad& b : bad) {
     const std::string error = ValidateMessage(b.m, kLimit).message();

@@ -745,6 +745,67 @@ TEST(VanTest, StatsCountSendsFailuresAndBadMessages) {
   a.Stop();
 }
 
+// on_version_mismatch sees a REGISTER of another protocol version that arrived on the
+// ROUTER, with the connection to answer on; other types of other versions, and a REGISTER
+// of another version from an outbound peer, are only dropped.
+TEST(VanTest, RegisterOfAnotherVersionGoesToTheMismatchCallback) {
+  std::mutex mu;
+  std::vector<Received> mismatched;  // guarded by mu
+  auto record = [&](const Message& m, const Origin& o) {
+    std::lock_guard<std::mutex> lock(mu);
+    mismatched.push_back(Received{m, o});
+  };
+  auto seen = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return mismatched.size();
+  };
+  Recorder at_a, at_b;
+  VanOptions options_a = Options("a");
+  options_a.on_version_mismatch = record;
+  Van a(options_a);
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  VanOptions options_b = Options("b");
+  options_b.on_version_mismatch = record;
+  Van b(options_b);
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+
+  auto versioned = [](proto::MessageType type, uint32_t version) {
+    Message m = MakeMessage(type, -1);
+    m.envelope.set_version(version);
+    if (type == proto::REGISTER) m.envelope.mutable_register_request()->set_role(proto::WORKER);
+    return m;
+  };
+  b.Send(1, versioned(proto::REGISTER, 2));                 // to the callback
+  b.Send(1, versioned(proto::HEARTBEAT, 2));                // dropped
+  b.Send(1, versioned(proto::REGISTER, 4));                 // to the callback: newer is no better
+  b.Send(1, versioned(proto::REGISTER, kProtocolVersion));  // delivered: the connection's order
+  ASSERT_TRUE(at_a.WaitFor(1));
+  EXPECT_EQ(at_a.at(0).message.type(), proto::REGISTER);
+  ASSERT_EQ(seen(), 2u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(mismatched[0].message.envelope.version(), 2u);
+    EXPECT_EQ(mismatched[0].message.envelope.register_request().role(), proto::WORKER);
+    EXPECT_TRUE(mismatched[0].origin.inbound);
+    EXPECT_EQ(mismatched[0].origin.identity, "id-b");
+    EXPECT_EQ(mismatched[1].message.envelope.version(), 4u);
+  }
+  EXPECT_EQ(a.stats().bad_messages_dropped, 3u);
+  EXPECT_EQ(a.stats().messages_received, 1u);
+
+  // From the ROUTER to an outbound connection: dropped, the callback is not called.
+  a.Reply("id-b", versioned(proto::REGISTER, 2));
+  a.Reply("id-b", MakeMessage(proto::HEARTBEAT_ACK, 1));
+  ASSERT_TRUE(at_b.WaitFor(1));
+  EXPECT_EQ(at_b.at(0).message.type(), proto::HEARTBEAT_ACK);
+  EXPECT_EQ(b.stats().bad_messages_dropped, 1u);
+  EXPECT_EQ(seen(), 2u);
+  b.Stop();
+  a.Stop();
+}
+
 // Bind refuses a port that is taken, with a FerryError.
 TEST(VanTest, BindFailsOnBusyPort) {
   Van a(Options("a"));

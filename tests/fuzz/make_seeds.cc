@@ -1,18 +1,35 @@
 // Writes the fuzzer's seed corpus: one file per real message kind, in the input
-// layout of message_fuzz.cc. Usage: ferry-fuzz-seeds OUTPUT_DIR
+// layout of message_fuzz.cc. Usage: ferry-fuzz-seeds OUTPUT_DIR (tests/fuzz/corpus: run it
+// again after a change to the wire, a new protocol version above all). Exits 1 when a seed
+// is not as valid as it should be.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/transport/fused_push.h"
-#include "common/transport/rows_message.h"
 #include "common/transport/message.h"
+#include "common/transport/rows_message.h"
 
 namespace {
 
+bool all_as_expected = true;
+
+// Writes one seed. Every seed is a message a node accepts (ValidateMessage), but those
+// written with `valid` false: a seed that stopped being valid (a new protocol version, a
+// new rule) would teach the fuzzer only the refusal, so it fails the run.
 void Write(const std::string& dir, const std::string& name, const ferry::Message& m,
-           const std::string& payload) {
+           const std::string& payload, bool valid = true) {
+  ferry::Message check = m;
+  check.payload = ferry::Buffer::CopyOf(payload.data(), payload.size());
+  const ferry::Status status = ferry::ValidateMessage(check, 1 << 20);
+  if (status.ok() != valid) {
+    std::fprintf(stderr, "seed %s: %s\n", name.c_str(),
+                 valid ? status.message().c_str() : "valid, but written as refused");
+    all_as_expected = false;
+  }
   const std::string env = m.envelope.SerializeAsString();
   std::string out;
   out.push_back(static_cast<char>(payload.empty() ? 1 : 2));
@@ -39,6 +56,11 @@ int main(int argc, char** argv) {
   reg.envelope.mutable_register_request()->set_role(proto::WORKER);
   reg.envelope.mutable_register_request()->set_host("127.0.0.1");
   Write(dir, "register", reg, "");
+  // A node of the previous release registering: refused on its version (the scheduler
+  // answers it, see VanOptions::on_version_mismatch).
+  auto reg_v2 = reg;
+  reg_v2.envelope.set_version(2);
+  Write(dir, "register_v2", reg_v2, "", /*valid=*/false);
   auto table = MakeMessage(proto::NODE_TABLE, 0);
   auto* n = table.envelope.mutable_node_table()->add_nodes();
   n->set_id(1);
@@ -82,13 +104,42 @@ int main(int argc, char** argv) {
   const ferry::Message fused = ferry::MakeFusedPush(3, {&parts[0], &parts[1], &parts[2]});
   Write(dir, "push_fused", fused,
         std::string(static_cast<const char*>(fused.payload.data()), fused.payload.size()));
+  // Frames (protocol 3): a key of 200 bytes in 64-byte frames; the second frame (bytes
+  // 64..127) and the last, short one (bytes 192..199).
+  for (uint64_t offset : {64, 192}) {
+    auto frame = MakeMessage(proto::PUSH, 3);
+    frame.envelope.set_request_id(12);
+    frame.envelope.set_key(ferry::MakeKey(2, 1));
+    frame.envelope.set_round(7);
+    frame.envelope.set_dtype(proto::FLOAT32);
+    frame.envelope.set_offset(offset);
+    frame.envelope.set_key_length(200);
+    frame.envelope.set_frame_bytes(64);
+    const std::string bytes(std::min<uint64_t>(64, 200 - offset), '\x06');
+    frame.envelope.set_length(bytes.size());
+    Write(dir, offset == 64 ? "push_frame" : "push_frame_last", frame, bytes);
+  }
   auto result = MakeMessage(proto::PUSH_RESULT, 1);
   result.envelope.set_length(16);
   Write(dir, "push_result", result, std::string(16, '\x02'));
+  auto result_frame = MakeMessage(proto::PUSH_RESULT, 1);
+  result_frame.envelope.set_request_id(12);
+  result_frame.envelope.set_key(ferry::MakeKey(2, 1));
+  result_frame.envelope.set_round(7);
+  result_frame.envelope.set_dtype(proto::FLOAT32);
+  result_frame.envelope.set_offset(64);
+  result_frame.envelope.set_key_length(200);
+  result_frame.envelope.set_frame_bytes(64);
+  result_frame.envelope.set_length(64);
+  Write(dir, "push_result_frame", result_frame, std::string(64, '\x07'));
   auto ack = MakeMessage(proto::PUSH_ACK, 1);
   ack.envelope.set_request_id(9);
   ack.envelope.set_key(ferry::MakeKey(2, 1));
   Write(dir, "push_ack", ack, "");
+  auto ack_frame = ack;  // the acknowledgement of one frame: its offset
+  ack_frame.envelope.set_request_id(12);
+  ack_frame.envelope.set_offset(64);
+  Write(dir, "push_ack_frame", ack_frame, "");
   auto resend_sum = MakeMessage(proto::RESEND_SUM, 3);
   resend_sum.envelope.set_request_id(9);
   resend_sum.envelope.set_key(ferry::MakeKey(2, 1));
@@ -119,5 +170,5 @@ int main(int argc, char** argv) {
   rows_result.envelope.mutable_rows()->set_row_elements(2);
   rows_result.envelope.set_length(3 * 2 * sizeof(float));
   Write(dir, "rows_result", rows_result, std::string(3 * 2 * sizeof(float), '\x05'));
-  return 0;
+  return all_as_expected ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 // libFuzzer target for everything that parses bytes from the wire: envelope decoding,
-// message validation, the splitting of a fused push (PUSH_FUSED) into its pushes, a
-// server key's classification of a push, and a sparse-rows push (ROWS_PUSH) checked and
-// summed as a server's rows key would.
+// message validation (a valid frame lies inside its key, on its cut), the splitting of a fused push
+// (PUSH_FUSED) into its pushes, a server key's classification of a push, and a sparse-rows push
+// (ROWS_PUSH) checked and summed as a server's rows key would.
 //
 // Input layout (so the fuzzer can shape frames): byte 0 = number of frames (1..3, mod 4),
 // then per frame a little-endian u16 length and that many bytes (truncated at the end
@@ -10,6 +10,7 @@
 // Build: CC=clang CXX=clang++ cmake -DFERRY_BUILD_FUZZERS=ON ...; run:
 //   build-fuzz/bin/ferry-message-fuzz -max_total_time=60 tests/fuzz/corpus
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,20 @@ std::vector<std::string> SplitFrames(const uint8_t* data, size_t size) {
     at += len;
   }
   return frames;
+}
+
+// A valid PUSH or PUSH_RESULT lies inside its key, where its cut puts a frame (message.h,
+// "Frames"): so two frames of one cut are equal or disjoint.
+void CheckFrameInvariants(const ferry::proto::Envelope& e) {
+  const uint64_t key_length = ferry::FrameKeyLength(e), frame = ferry::FrameSize(e);
+  if (e.offset() > key_length || e.length() > key_length - e.offset()) __builtin_trap();
+  if (frame == 0) {
+    if (e.offset() != 0 || e.length() != 0) __builtin_trap();  // only an empty whole key
+    return;
+  }
+  if (e.offset() % frame != 0) __builtin_trap();
+  if (e.offset() / frame >= ferry::FrameCount(key_length, frame)) __builtin_trap();
+  if (e.length() != std::min<uint64_t>(frame, key_length - e.offset())) __builtin_trap();
 }
 
 // A valid push reaches a key: classify it as a server would, twice (the second is a
@@ -95,6 +110,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   error = ferry::ValidateMessage(m, 1 << 20).message();
   (void)ferry::Describe(m);
   if (!error.empty()) return 0;
+  if (m.type() == ferry::proto::PUSH || m.type() == ferry::proto::PUSH_RESULT) {
+    CheckFrameInvariants(m.envelope);
+  }
   if (m.type() == ferry::proto::PUSH) {
     ServePush(m);
   } else if (m.type() == ferry::proto::ROWS_PUSH) {

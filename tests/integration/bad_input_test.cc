@@ -61,6 +61,25 @@ class Stranger {
       zmq_send(sock_, frames[i].data(), frames[i].size(), i + 1 < frames.size() ? ZMQ_SNDMORE : 0);
     }
   }
+  // The frames of the next message received, or none after `timeout_ms`.
+  std::vector<std::string> Receive(long timeout_ms) {
+    std::vector<std::string> frames;
+    zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, timeout_ms) <= 0) return frames;
+    int more = 1;
+    while (more) {
+      zmq_msg_t msg;
+      zmq_msg_init(&msg);
+      if (zmq_msg_recv(&msg, sock_, 0) < 0) {
+        zmq_msg_close(&msg);
+        break;
+      }
+      frames.emplace_back(static_cast<char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      more = zmq_msg_more(&msg);
+      zmq_msg_close(&msg);
+    }
+    return frames;
+  }
 
  private:
   void* ctx_;
@@ -81,9 +100,9 @@ void Attack(int port) {
   s.Send({"not a protobuf \xff\xff\xff"});
   s.Send({"a", "b", "c", "d", "e"});                          // too many frames
   s.Send({Envelope(proto::PUSH, 99, 1), "xxxx"});             // wrong protocol version
-  s.Send({Envelope(static_cast<proto::MessageType>(77), 1, 1)});  // unknown type
-  s.Send({Envelope(proto::BARRIER, 1, 1)});                   // body missing
-  s.Send({Envelope(proto::HEARTBEAT, 1, 3)});                 // not a member (wrong connection)
+  s.Send({Envelope(static_cast<proto::MessageType>(77), kProtocolVersion, 1)});  // unknown type
+  s.Send({Envelope(proto::BARRIER, kProtocolVersion, 1)});                       // body missing
+  s.Send({Envelope(proto::HEARTBEAT, kProtocolVersion, 3)});  // not a member (wrong connection)
   Message push = MakeMessage(proto::PUSH, 3);                 // claims to be a worker
   push.envelope.set_key(0);
   push.envelope.set_length(8);
@@ -124,6 +143,8 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
   std::string server_log = g.Output(server), sched_log = g.Output(sched);
   EXPECT_NE(server_log.find("dropped a bad message"), std::string::npos) << server_log;
   EXPECT_NE(server_log.find("protocol version 99"), std::string::npos) << server_log;
+  EXPECT_NE(server_log.find("unknown message type 77"), std::string::npos) << server_log;
+  EXPECT_NE(server_log.find("BARRIER without its body"), std::string::npos) << server_log;
   EXPECT_NE(server_log.find("not a worker of this job"), std::string::npos) << server_log;
   EXPECT_NE(sched_log.find("dropped a bad message"), std::string::npos) << sched_log;
   EXPECT_NE(sched_log.find("not a registered member"), std::string::npos) << sched_log;
@@ -132,13 +153,56 @@ TEST(BadInputTest, GarbageIsDroppedAndTheClusterKeepsSummingExactly) {
       << sched_log;
 }
 
+TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
+  // A node of another release (protocol 2) registers: the scheduler answers with an ERROR
+  // stamped with version 2, which that node's validator accepts, naming both versions, so
+  // it exits with the reason instead of waiting out FERRY_CONNECT_TIMEOUT_MS. The refused
+  // node does not count: the job then runs with nodes of this release.
+  ClusterSpec spec;
+  spec.worker_args = {"--mode=loop", "--loop_rounds=3"};
+  TestCluster g(spec);
+  int sched = g.StartScheduler();
+  Stranger old_node(g.port());
+  Message reg = MakeMessage(proto::REGISTER, -1);
+  reg.envelope.set_version(2);
+  reg.envelope.mutable_register_request()->set_role(proto::WORKER);
+  reg.envelope.mutable_register_request()->set_host("127.0.0.1");
+  reg.envelope.mutable_register_request()->set_pid(4242);
+  old_node.Send({reg.envelope.SerializeAsString()});
+  std::vector<std::string> reply = old_node.Receive(10000 * TimeScale());
+  ASSERT_EQ(reply.size(), 1u) << "no answer to a version-2 REGISTER";
+  Message error;
+  ASSERT_TRUE(error.envelope.ParseFromString(reply[0]));
+  EXPECT_EQ(error.envelope.version(), 2u);
+  EXPECT_EQ(error.type(), proto::ERROR);
+  const std::string& reason = error.envelope.error().reason();
+  EXPECT_NE(reason.find("WORKER at 127.0.0.1:0 (host , pid 4242) speaks protocol version 2 "
+                        "(this scheduler speaks 3): run the same Ferry release on every node"),
+            std::string::npos)
+      << reason;
+  // Protocols 2 and 3 validate an ERROR alike but for the version.
+  error.envelope.set_version(kProtocolVersion);
+  EXPECT_TRUE(ValidateMessage(error, 1 << 20).ok()) << ValidateMessage(error, 1 << 20).message();
+
+  g.StartServer();
+  int worker = g.StartWorker(0);
+  ASSERT_TRUE(g.Succeeds(60000));
+  EXPECT_NE(g.Output(worker).find("OK loop rounds=3"), std::string::npos) << g.Output(worker);
+  EXPECT_NE(g.Output(sched).find("refused a registration: WORKER at 127.0.0.1:0 (host , pid "
+                                 "4242) speaks protocol version 2 (this scheduler speaks 3)"),
+            std::string::npos)
+      << g.Output(sched);
+}
+
 TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   // Worker 1 is a member that speaks the protocol by hand (ferry-raw-member): each
   // round it pushes a round far ahead, pulls a round it never pushed, pushes an old
-  // round, and sends its honest push twice. Worker 0 trains normally beside it.
+  // round, sends three frames cut wrong, and sends its honest push twice. Worker 0 trains
+  // normally beside it.
   const int rounds = 8;
   ClusterSpec spec;
   spec.workers = 2;
+  spec.stats_files = true;
   TestCluster g(spec);
   g.StartScheduler();
   int server = g.StartServer();
@@ -149,11 +213,24 @@ TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   EXPECT_NE(g.Output(honest).find("OK loop rounds=8"), std::string::npos) << g.Output(honest);
   // Per round: ahead + pull; from round 3 on also the old round; in round 0 four
   // refused sparse-rows requests (row id out of range twice, a round ahead, a RESEND_SUM).
-  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=26"), std::string::npos) << g.Output(raw);
+  // Frames cut wrong fail ValidateMessage: the server's Van drops them, unanswered, and
+  // logs the reason naming key, round and offset (the first 20 of them).
+  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=26 dropped=24"), std::string::npos)
+      << g.Output(raw);
   std::string log = g.Output(server);
   EXPECT_NE(log.find("but the key is at round"), std::string::npos) << log;
   EXPECT_NE(log.find("duplicates dropped"), std::string::npos) << log;
   EXPECT_NE(log.find("is outside the tensor's rows 0..99"), std::string::npos) << log;
+  for (const char* frame :
+       {"PUSH of tensor 0 partition 0 round 0 at offset 262144: the offset is past the key's "
+        "262144 bytes",
+        "PUSH of tensor 0 partition 0 round 0 at offset 1024: the offset is not a multiple of the "
+        "frame size 65536",
+        "PUSH of tensor 0 partition 0 round 0 at offset 65536: 32768 bytes where the frame has "
+        "65536"}) {
+    EXPECT_NE(log.find(frame), std::string::npos) << frame << "\n" << log;
+  }
+  EXPECT_EQ(g.stats().Sum("server", "van.bad_messages_dropped"), 3u * rounds);
 }
 
 // The resident memory of a process, in KiB.

@@ -7,16 +7,22 @@
 // sends the abuse of the round:
 //   a push for a round far ahead, a RESEND_SUM for a round it never pushed, a push of an
 //   old round, a push for a key nobody else uses, and its honest push twice. In round 0
-//   also a push on a control connection (common/transport/van.h, "Lanes"), and sparse rows: a ROWS_PUSH with a row id out of range (refused; the rows key
-//   fails), another push to that key (refused with the same reason), a ROWS_PUSH of a
-//   round ahead, and a rows RESEND_SUM for a push never made.
+//   also a push on a control connection (common/transport/van.h, "Lanes"), and sparse rows: a
+//   ROWS_PUSH with a row id out of range (refused; the rows key fails), another push to that key
+//   (refused with the same reason), a ROWS_PUSH of a round ahead, and a rows RESEND_SUM for a push
+//   never made.
 // Every abuse must be answered (an ERROR with the reason, or an acknowledgement for the
-// harmless ones) and the honest sum must be exact. Prints "OK abuse rounds=N errors=E".
+// harmless ones) and the honest sum must be exact. Also each round, three frames of the
+// honest push cut wrong (protocol 3, message.h "Frames"): an offset past the key, an offset
+// off the frame boundary, a short middle frame. ValidateMessage refuses them, so the
+// server's Van drops and logs them: they must get no answer (the test counts them in the
+// server's van.bad_messages_dropped). Prints "OK abuse rounds=N errors=E dropped=D".
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value or a missing answer.
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -60,6 +66,14 @@ class Inbox {
       }
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) return false;
     }
+  }
+  // Whether anything answering `request` arrived (and is not taken).
+  bool Has(uint64_t request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Message& m : messages_) {
+      if (m.envelope.request_id() == request) return true;
+    }
+    return false;
   }
 
  private:
@@ -137,6 +151,25 @@ class RawMember {
     return m;
   }
 
+  // The `length` bytes at `offset` of `values` as a frame of a key of `key_length` bytes
+  // cut in `frame_bytes` (bytes past `values` are zeros), whether or not the cut allows it.
+  Message Frame(uint64_t key, uint32_t round, const std::vector<float>& values, uint64_t key_length,
+                uint64_t frame_bytes, uint64_t offset, uint64_t length) {
+    Message m = Push(key, round, {});
+    m.envelope.set_key_length(key_length);
+    m.envelope.set_frame_bytes(frame_bytes);
+    m.envelope.set_offset(offset);
+    m.envelope.set_length(length);
+    m.payload = Buffer::Allocate(length);
+    std::memset(m.payload.data(), 0, length);
+    const uint64_t have = values.size() * sizeof(float);
+    if (offset < have) {
+      std::memcpy(m.payload.data(), reinterpret_cast<const char*>(values.data()) + offset,
+                  std::min(length, have - offset));
+    }
+    return m;
+  }
+
   Message Pull(uint64_t key, uint32_t round) {
     Message m = MakeMessage(proto::RESEND_SUM, cluster_.my_id());
     m.envelope.set_key(key);
@@ -165,7 +198,34 @@ class RawMember {
   bool Take(uint64_t request, proto::MessageType type, Message* out) {
     return inbox_.Take(request, type, out);
   }
+  // Sends a message the server's Van must drop unanswered (see ExpectDropped).
+  void SendDropped(Message m) { dropped_requests_.push_back(Send(std::move(m))); }
+  // Checks that no answer arrived for what SendDropped sent; counts each once. Call it when
+  // an answer sent after them on the same connection arrived.
+  bool ExpectDropped() {
+    bool ok = true;
+    for (uint64_t request : dropped_requests_) {
+      if (inbox_.Has(request)) {
+        std::fprintf(stderr, "request %llu, a frame cut wrong, was answered\n",
+                     static_cast<unsigned long long>(request));
+        ok = false;
+      }
+    }
+    dropped_ += static_cast<int>(dropped_requests_.size());
+    checked_requests_.insert(checked_requests_.end(), dropped_requests_.begin(),
+                             dropped_requests_.end());
+    dropped_requests_.clear();
+    return ok;
+  }
+  // Whether any request ExpectDropped checked got an answer since.
+  bool AnyDroppedAnswered() {
+    for (uint64_t request : checked_requests_) {
+      if (inbox_.Has(request)) return true;
+    }
+    return false;
+  }
   int errors() const { return errors_; }
+  int dropped() const { return dropped_; }
   void Finish() { cluster_.Finalize(); }
   ~RawMember() { van_.Stop(); }
 
@@ -177,6 +237,9 @@ class RawMember {
   int server_ = -1;
   uint64_t next_request_ = 1;
   int errors_ = 0;
+  std::vector<uint64_t> dropped_requests_;  // sent by SendDropped, not checked yet
+  std::vector<uint64_t> checked_requests_;  // checked by ExpectDropped
+  int dropped_ = 0;
 };
 
 // The loop mode's values of rank `rank` in `round`, and their sum over `n` ranks.
@@ -227,6 +290,11 @@ int AbuseRound(RawMember& m, int round) {
     rows_pull.envelope.mutable_rows()->set_row_elements(1);
     ok &= m.ExpectError(m.Send(std::move(rows_pull)), "no record of its push");
   }
+  // Frames of the honest push cut wrong: the key (kCount floats) in 64 KiB frames.
+  const uint64_t key_bytes = kCount * sizeof(float), frame = 65536;
+  m.SendDropped(m.Frame(key, round, values, key_bytes, frame, key_bytes, frame));  // past the key
+  m.SendDropped(m.Frame(key, round, values, key_bytes, frame, 1024, frame));  // off the boundary
+  m.SendDropped(m.Frame(key, round, values, key_bytes, frame, frame, frame / 2));  // short middle
   // The honest push, sent twice with one request id: added once.
   Message push = m.Push(key, round, values);
   Message twice = push;
@@ -237,6 +305,8 @@ int AbuseRound(RawMember& m, int round) {
     std::fprintf(stderr, "no sum for round %d\n", round);
     return kExitWrong;
   }
+  // The frames went before the push on its connection, so the server's Van looked at them.
+  ok &= m.ExpectDropped();
   if (!ok || !ExactSum(reply, round)) return kExitWrong;
   std::printf("round %d exact\n", round);
   std::fflush(stdout);
@@ -249,8 +319,12 @@ int Run(const Config& config) {
   for (int round = 0; round < FLAGS_rounds; ++round) {
     if (int code = AbuseRound(m, round)) return code;
   }
+  if (m.AnyDroppedAnswered()) {
+    std::fprintf(stderr, "a frame cut wrong was answered late\n");
+    return kExitWrong;
+  }
   m.Finish();
-  std::printf("OK abuse rounds=%d errors=%d\n", FLAGS_rounds, m.errors());
+  std::printf("OK abuse rounds=%d errors=%d dropped=%d\n", FLAGS_rounds, m.errors(), m.dropped());
   return 0;
 }
 
