@@ -487,6 +487,12 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   }
 
   ReadScheduling(r, &c);
+  if (c.transport.frame_bytes > 0 &&
+      (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {
+    Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
+            StrCat("cuts a ", c.scheduling.partition_bytes,
+                   "-byte partition (FERRY_PARTITION_BYTES) into more than 65536 frames"));
+  }
   c.transport.secret = ReadSecret(r, &c.warnings);
 
   std::string used;

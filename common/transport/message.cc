@@ -121,8 +121,13 @@ Status CheckFrame(const proto::Envelope& e, uint64_t max_payload_bytes) {
   if (e.key_length() == 0 || e.offset() >= e.key_length()) {
     return bad(StrCat("the offset is past the key's ", e.key_length(), " bytes"));
   }
-  if ((e.key_length() - 1) / e.frame_bytes() >= UINT32_MAX) {  // FrameCount must not wrap
-    return bad(StrCat("a key of ", e.key_length(), " bytes is more than ", UINT32_MAX,
+  if (e.key_length() > max_payload_bytes) {  // a whole key would not fit in one message
+    return bad(StrCat("a key of ", e.key_length(), " bytes exceeds the limit of ",
+                      max_payload_bytes));
+  }
+  // A server keeps a record per frame of a key's open round: bounded per key.
+  if ((e.key_length() - 1) / e.frame_bytes() >= kMaxFramesPerKey) {
+    return bad(StrCat("a key of ", e.key_length(), " bytes is more than ", kMaxFramesPerKey,
                       " frames of ", e.frame_bytes()));
   }
   if (e.offset() % e.frame_bytes() != 0) {

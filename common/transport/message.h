@@ -64,6 +64,9 @@ Status CheckPayloadFrame(const Message& m, uint64_t max_payload_bytes);
 // its key, which has key_length bytes cut in frame_bytes-byte frames (the last one
 // shorter). frame_bytes 0 is the whole key in one message: offset 0, key_length 0 or
 // equal to length. So two frames of one cut are either equal or disjoint.
+// A key is at most the message limit (FERRY_MAX_MESSAGE_BYTES) and at most
+// kMaxFramesPerKey frames, so what a server keeps per frame is bounded per key.
+constexpr uint64_t kMaxFramesPerKey = 65536;
 // The key's bytes: key_length, or length for a whole-key message.
 uint64_t FrameKeyLength(const proto::Envelope& e);
 // The size the key is cut in: frame_bytes, or the key's bytes for a whole-key message.

@@ -143,7 +143,8 @@ TEST(MessageTest, FramesFollowTheirCut) {
       {Frame(1000, 256, 768, 256), "256 bytes where the frame has 232"},  // last frame too long
       {Frame(1000, 254, 0, 252), "not a whole number of float32"},
       {Frame(kLimit * 4, kLimit * 2, 0, 256), "exceeds the limit"},
-      {Frame(1ull << 40, 256, 0, 256), "more than 4294967295 frames of 256"},  // FrameCount wraps
+      {Frame(1ull << 40, 256, 0, 256), "exceeds the limit of 1048576"},  // FrameCount would wrap
+      {Frame(65536 * 8 + 8, 8, 0, 8), "more than 65536 frames of 8"},
   };
   for (const Bad& b : bad) {
     const std::string error = ValidateMessage(b.m, kLimit).message();
