@@ -109,12 +109,10 @@ TEST(MessageTest, FramesFollowTheirCut) {
   EXPECT_EQ(FrameCount(1024, 256), 4u);
   EXPECT_EQ(FrameCount(1024, 0), 1u);
   EXPECT_EQ(FrameCount(0, 256), 1u);
-  // The most frames a key may have: the last byte of the key starts the last frame.
-  EXPECT_EQ(FrameCount(uint64_t{UINT32_MAX} * 4, 4), UINT32_MAX);
+  // The most frames a key may have (kMaxFramesPerKey): the last frame is valid, one more is not.
   EXPECT_TRUE(
-      ValidateMessage(Frame(uint64_t{UINT32_MAX} * 4, 4, uint64_t{UINT32_MAX - 1} * 4, 4), kLimit)
-          .ok());
-  EXPECT_FALSE(ValidateMessage(Frame(uint64_t{UINT32_MAX} * 4 + 4, 4, 0, 4), kLimit).ok());
+      ValidateMessage(Frame(kMaxFramesPerKey * 8, 8, (kMaxFramesPerKey - 1) * 8, 8), kLimit).ok());
+  EXPECT_FALSE(ValidateMessage(Frame(kMaxFramesPerKey * 8 + 8, 8, 0, 8), kLimit).ok());
   // Whole keys: frame_bytes 0, offset 0, key_length 0 or the length.
   EXPECT_TRUE(ValidateMessage(GoodPush(), kLimit).ok());
   EXPECT_TRUE(ValidateMessage(Frame(64, 0, 0, 64), kLimit).ok());
