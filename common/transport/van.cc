@@ -88,6 +88,10 @@ struct PayloadHold {
   // Set by the IO thread just before a queued reply goes to ZeroMQ (Order in van.h): its
   // destination's unreleased bytes.
   std::atomic<std::atomic<uint64_t>*> destination{nullptr};
+  // Set once built. A hold travels to the IO thread through ZeroMQ's inproc pipe, whose
+  // lock-free hand-off ThreadSanitizer cannot see (libzmq is not instrumented); the IO
+  // thread reads this (acquire) before the other fields, which makes the order visible.
+  std::atomic<bool> built{false};
 };
 
 namespace {
@@ -334,6 +338,7 @@ void Van::Pump(Destination& d) {
     zmq_msg_move(&f.payload, &first->second->f.payload);
     f.has_payload = true;
     PayloadHold* hold = first->second->f.hold;
+    hold->built.load(std::memory_order_acquire);  // see PayloadHold::built
     d.queue.erase(first);
     // Counted before ZeroMQ can release it; the hook subtracts it and wakes us.
     d.unreleased.fetch_add(hold->bytes, std::memory_order_relaxed);
@@ -398,6 +403,7 @@ Van::Frames Van::BuildFrames(const Message& message) {
              counters_.unreleased_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
     f.hold = new PayloadHold{message.payload.owner(), &options_.on_payload_released,
                              &counters_.unreleased_bytes, bytes, wake_fd_};
+    f.hold->built.store(true, std::memory_order_release);
     zmq_msg_init_data(&f.payload, message.payload.data(), bytes, ReleasePayload, f.hold);
   }
   return f;
