@@ -220,8 +220,10 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   std::vector<std::pair<const char*, int64_t>> sizes = {
       {"FERRY_P3_SLICE_BYTES",
        c->scheduling.policy == SchedulingPolicy::kP3 ? c->scheduling.p3_slice_bytes : 0},
-      {"FERRY_FUSION_BYTES",
-       c->scheduling.policy == SchedulingPolicy::kCredit ? c->scheduling.fusion_bytes : 0},
+      {"FERRY_FUSION_BYTES", c->scheduling.policy == SchedulingPolicy::kCredit ||
+                                     c->scheduling.policy == SchedulingPolicy::kMercury
+                                 ? c->scheduling.fusion_bytes
+                                 : 0},
       {"FERRY_BUCKET_BYTES",
        c->scheduling.policy == SchedulingPolicy::kFifoBucket ? c->scheduling.bucket_bytes : 0}};
   for (int64_t p : c->scheduling.autotune_partition_bytes) {
@@ -487,6 +489,14 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   }
 
   ReadScheduling(r, &c);
+  if (c.scheduling.policy == SchedulingPolicy::kMercury) {
+    // Mercury schedules frames at the transport: frames and a watermark unless set.
+    std::string unused;
+    if (!r.Get("FERRY_FRAME_BYTES", nullptr, &unused)) c.transport.frame_bytes = 262144;
+    if (!r.Get("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr, &unused)) {
+      c.transport.watermark_bytes = 2 * std::max<int64_t>(c.transport.frame_bytes, 65536);
+    }
+  }
   if (c.transport.frame_bytes > 0 &&
       (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {
     Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),

@@ -9,6 +9,7 @@ const char* SchedulingPolicyName(SchedulingPolicy policy) {
     case SchedulingPolicy::kCredit: return "credit";
     case SchedulingPolicy::kP3: return "p3";
     case SchedulingPolicy::kFifoBucket: return "fifo-bucket";
+    case SchedulingPolicy::kMercury: return "mercury";
   }
   return "unknown";
 }
@@ -16,7 +17,7 @@ const char* SchedulingPolicyName(SchedulingPolicy policy) {
 bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out) {
   for (SchedulingPolicy p : {SchedulingPolicy::kFifo, SchedulingPolicy::kPriority,
                              SchedulingPolicy::kCredit, SchedulingPolicy::kP3,
-                             SchedulingPolicy::kFifoBucket}) {
+                             SchedulingPolicy::kFifoBucket, SchedulingPolicy::kMercury}) {
     if (name == SchedulingPolicyName(p)) {
       *out = p;
       return true;

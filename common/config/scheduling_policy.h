@@ -16,10 +16,11 @@ enum class SchedulingPolicy {
   kCredit,      // "credit" (the default)
   kP3,          // "p3"
   kFifoBucket,  // "fifo-bucket"
+  kMercury,     // "mercury"
 };
 
 // The name as FERRY_SCHEDULING_POLICY spells it: "fifo", "priority", "credit", "p3",
-// "fifo-bucket" (for logs, the Summary() line and the frameworks' API).
+// "fifo-bucket", "mercury" (for logs, the Summary() line and the frameworks' API).
 const char* SchedulingPolicyName(SchedulingPolicy policy);
 
 // Parses one of the names above (exact spelling). Returns false, leaving `out` as it
@@ -27,6 +28,7 @@ const char* SchedulingPolicyName(SchedulingPolicy policy);
 bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out);
 
 // The accepted names, for error messages: "fifo, priority, credit, p3 or fifo-bucket".
-constexpr const char* kSchedulingPolicyNames = "fifo, priority, credit, p3 or fifo-bucket";
+constexpr const char* kSchedulingPolicyNames =
+    "fifo, priority, credit, p3, fifo-bucket or mercury";
 
 }  // namespace ferry

@@ -74,9 +74,28 @@ TEST(ConfigSchedulingTest, Values) {
   EXPECT_EQ(c.scheduling.autotune_credits, (std::vector<int64_t>{1, 16}));
   EXPECT_EQ(c.scheduling.CreditBytesFor(65536),
             100000);  // given in bytes: independent of partitions
-  for (const char* p : {"fifo", "priority", "credit", "fifo-bucket"}) {
+  for (const char* p : {"fifo", "priority", "credit", "fifo-bucket", "mercury"}) {
     EXPECT_STREQ(SchedulingPolicyName(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling.policy), p);
   }
+}
+
+TEST(ConfigSchedulingTest, MercuryTurnsOnFramesAndTheWatermarkUnlessSet) {
+  Config c = Read({{"FERRY_SCHEDULING_POLICY", "mercury"}});
+  EXPECT_EQ(c.transport.frame_bytes, 262144);
+  EXPECT_EQ(c.transport.watermark_bytes, 524288);
+  c = Read({{"FERRY_SCHEDULING_POLICY", "mercury"},
+            {"FERRY_FRAME_BYTES", "65536"},
+            {"FERRY_TRANSPORT_WATERMARK_BYTES", "0"}});
+  EXPECT_EQ(c.transport.frame_bytes, 65536);
+  EXPECT_EQ(c.transport.watermark_bytes, 0) << "a value set, even 0, is kept";
+  c = Read({{"FERRY_SCHEDULING_POLICY", "credit"}});
+  EXPECT_EQ(c.transport.frame_bytes, 0);
+  EXPECT_EQ(c.transport.watermark_bytes, 0);
+  ExpectInvalid({{"FERRY_FRAME_BYTES", "1000"}}, "FERRY_FRAME_BYTES");
+  ExpectInvalid({{"FERRY_FRAME_BYTES", "4100"}}, "FERRY_FRAME_BYTES");
+  ExpectInvalid({{"FERRY_FRAME_BYTES", "4096"}, {"FERRY_PARTITION_BYTES", "1073741824"},
+                 {"FERRY_MAX_MESSAGE_BYTES", "1099511627776"}},
+                "FERRY_FRAME_BYTES");
 }
 
 TEST(ConfigSchedulingTest, Refusals) {

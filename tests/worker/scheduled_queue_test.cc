@@ -86,7 +86,7 @@ TEST(PolicyTest, NamesRoundTrip) {
   SchedulingPolicy policy = SchedulingPolicy::kCredit;
   EXPECT_FALSE(ParseSchedulingPolicy("lifo", &policy));
   EXPECT_EQ(policy, SchedulingPolicy::kCredit) << "a refused name changed the output";
-  for (const char* name : {"fifo", "priority", "credit", "p3", "fifo-bucket"}) {
+  for (const char* name : {"fifo", "priority", "credit", "p3", "fifo-bucket", "mercury"}) {
     EXPECT_EQ(Make(name)->name(), name);
   }
 }
@@ -106,7 +106,9 @@ TEST(FifoPolicyTest, ReadinessOrderNoCredit) {
 }
 
 TEST(PriorityPolicyTest, MostUrgentFirstUnlimited) {
-  ScheduledQueue q(Make("priority"), 1);
+  for (const char* name : {"priority", "mercury"}) {
+  SCOPED_TRACE(name);
+  ScheduledQueue q(Make(name), 1);
   q.Push(Task(1, 1 << 20, 1));
   q.Push(Task(5, 1 << 20, 2));
   q.Push(Task(-3, 1 << 20, 3));
@@ -116,6 +118,7 @@ TEST(PriorityPolicyTest, MostUrgentFirstUnlimited) {
   for (int i = 0; i < 5; ++i) order.push_back(MustNextOne(q));
   EXPECT_EQ(order, (std::vector<uint64_t>{5, 2, 1, 4, 3}));
   EXPECT_EQ(q.in_flight_bytes(), 5u << 20);  // no credit
+  }
 }
 
 TEST(PriorityPolicyTest, EqualPrioritiesKeepArrivalOrder) {

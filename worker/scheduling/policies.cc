@@ -10,9 +10,11 @@ std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
     case SchedulingPolicy::kFifo:
       return std::make_unique<FifoPolicy>();
     case SchedulingPolicy::kPriority:
-      return std::make_unique<PriorityPolicy>(false, 0);
+      return std::make_unique<PriorityPolicy>(o.policy, false, 0);
     case SchedulingPolicy::kCredit:
-      return std::make_unique<PriorityPolicy>(true, o.fusion_bytes);
+      return std::make_unique<PriorityPolicy>(o.policy, true, o.fusion_bytes);
+    case SchedulingPolicy::kMercury:
+      return std::make_unique<PriorityPolicy>(o.policy, false, o.fusion_bytes);
     case SchedulingPolicy::kP3:
       return std::make_unique<P3Policy>();
     case SchedulingPolicy::kFifoBucket:

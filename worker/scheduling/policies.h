@@ -25,6 +25,16 @@
 //                is FERRY_P3_SLICE_BYTES), most urgent first, at most one slice in
 //                flight per server connection. Order: priority, then arrival, per
 //                server (a task for an idle server may pass one whose server is busy).
+//   mercury      Mercury (INFOCOM'22): nothing is scheduled in units larger than a frame
+//                and there is no partition-level credit. The policy hands every ready
+//                task out at once, most urgent first (as `priority`, fusing small ones up
+//                to `fusion_bytes`); partitions go as frames (FERRY_FRAME_BYTES) into the
+//                transport's priority queue per server, which hands a frame to ZeroMQ only
+//                while less than FERRY_TRANSPORT_WATERMARK_BYTES are unreleased
+//                (common/transport/van.h, "Order"); Config turns both on for it (256 KiB
+//                frames, a two-frame watermark) unless they are set. Order: at the policy,
+//                priority then arrival; on each link, a newly ready frame waits behind at
+//                most the watermark plus one frame. No credit.
 //   fifo-bucket  DDP / Horovod tensor fusion: ready partitions collect in a bucket in
 //                arrival order; the bucket goes, whole, once it holds `bucket_bytes`
 //                or once no partition became ready for `bucket_timeout_us` (the end of
@@ -74,14 +84,13 @@ class FifoPolicy : public Policy {
   std::deque<PushTask> ready_;  // arrival order
 };
 
-// `priority` (with_credit false, no fusion) and `credit` (with_credit true).
+// `priority` (no credit, no fusion), `credit` (credit, fusion) and `mercury` (no credit,
+// fusion): `kind` says which.
 class PriorityPolicy : public Policy {
  public:
-  PriorityPolicy(bool with_credit, uint64_t fusion_bytes)
-      : with_credit_(with_credit), fusion_bytes_(fusion_bytes) {}
-  SchedulingPolicy kind() const override {
-    return with_credit_ ? SchedulingPolicy::kCredit : SchedulingPolicy::kPriority;
-  }
+  PriorityPolicy(SchedulingPolicy kind, bool with_credit, uint64_t fusion_bytes)
+      : kind_(kind), with_credit_(with_credit), fusion_bytes_(fusion_bytes) {}
+  SchedulingPolicy kind() const override { return kind_; }
   bool uses_credit() const override { return with_credit_; }
   void Ready(const PushTask& task, int64_t now_us) override;
   bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
@@ -94,6 +103,7 @@ class PriorityPolicy : public Policy {
   void Fuse(const CreditState& credit, int server, uint64_t bytes,
             std::set<PushTask, ByPriority>::iterator it, Batch* out);
 
+  const SchedulingPolicy kind_;
   const bool with_credit_;
   const uint64_t fusion_bytes_;
   std::set<PushTask, ByPriority> ready_;
