@@ -22,6 +22,20 @@ namespace {
 // for finished sums itself. on_ready wakes it at once; this is only the safety net.
 constexpr std::chrono::milliseconds kSumPollInterval{50};
 
+// The server's Van: VanOptionsFor's, with the server's answer to invalid messages.
+VanOptions ServerVanOptions(
+    const Config& config,
+    std::function<void(const Message&, const Status&, const Origin&)> on_invalid) {
+  VanOptions o = VanOptionsFor("server", config);
+  o.on_invalid = std::move(on_invalid);
+  return o;
+}
+
+bool IsDataRequest(proto::MessageType t) {
+  return t == proto::PUSH || t == proto::PUSH_FUSED || t == proto::ROWS_PUSH ||
+         t == proto::RESEND_SUM;
+}
+
 }  // namespace
 
 void CheckServerSettings(const Config& config) {
@@ -34,7 +48,9 @@ void CheckServerSettings(const Config& config) {
 
 Server::Server(const Config& config, GpuSummerFactory gpu_summers)
     : config_(config),
-      van_(VanOptionsFor("server", config)),
+      // The Van calls on_invalid only on its IO thread, after Start (Run).
+      van_(ServerVanOptions(config, [this](const Message& m, const Status& why,
+                                           const Origin& o) { OnInvalid(m, why, o); })),
       port_(van_.Bind(config.transport.bind_host, config.transport.node_port)),
       cluster_(config, &van_, port_),
       // GPU engines never add dense keys on the CPU (both dense protocols go through the
@@ -193,9 +209,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     }
     return;
   }
-  const NodeTable& table = cluster_.table();
-  if (!table.IsWorker(m.sender()) ||
-      DataIdentity(origin.identity) != table.node(m.sender()).routing_id()) {
+  if (!FromMemberWorker(m, origin)) {
     counters_.rejected++;
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m)
                                   << ": the sender is not a worker of this job";
@@ -234,6 +248,37 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   e->cv.NotifyOne();
 }
 
+bool Server::FromMemberWorker(const Message& m, const Origin& origin) const {
+  if (!origin.inbound || cluster_.my_id() < 0) return false;
+  const NodeTable& table = cluster_.table();
+  return table.IsWorker(m.sender()) &&
+         DataIdentity(origin.identity) == table.node(m.sender()).routing_id();
+}
+
+void Server::OnInvalid(const Message& m, const Status& why, const Origin& origin) {
+  if (!IsDataRequest(m.type()) || !FromMemberWorker(m, origin)) return;
+  counters_.rejected++;
+  ReplyRefused(m, origin.identity, why.message());
+}
+
+void Server::ReplyRefused(const Message& m, const std::string& identity,
+                          const std::string& reason) {
+  // Not SendReply: whoever refused the message logged it already.
+  auto refuse = [&](uint64_t request_id, uint64_t key) {
+    if (request_id == 0) return;
+    PendingReply to{-1, identity, request_id};
+    van_.Reply(identity,
+               ToMessage(ErrorReply(to, key, ErrorCode::kBadMessage, reason), cluster_.my_id()));
+  };
+  const auto& pushes = m.envelope.fused_push().pushes();
+  if (m.type() != proto::PUSH_FUSED || pushes.empty() ||
+      static_cast<size_t>(pushes.size()) > kMaxFusedPushes) {
+    refuse(m.envelope.request_id(), m.type() == proto::PUSH_FUSED ? 0 : m.envelope.key());
+    return;
+  }
+  for (const proto::SubPush& push : pushes) refuse(push.request_id(), push.key());
+}
+
 bool Server::TryDispatchInline(Engine* engine, Request& request) {
   if (request.message.type() != proto::PUSH || config_.server.device != ServerDevice::kCpu ||
       request.message.payload.size() > static_cast<uint64_t>(config_.server.inline_bytes)) {
@@ -257,8 +302,7 @@ void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
   if (!error.empty()) {  // the Van validated it already; this is a second line of defence
     counters_.rejected++;
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(fused) << ": " << error;
-    ReplyError(origin.identity, fused.envelope.request_id(), 0, ErrorCode::kBadMessage,
-               "fused push refused: " + error);
+    ReplyRefused(fused, origin.identity, "fused push refused: " + error);
     return;
   }
   // Each part is an ordinary push from here on, in the order the worker packed them.

@@ -107,6 +107,21 @@ class Server {
   };
 
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  // IO thread, the Van's on_invalid: a data message (PUSH, PUSH_FUSED, ROWS_PUSH,
+  // RESEND_SUM) from a worker of this job that ValidateMessage refused (a frame cut wrong,
+  // say) is counted rejected and answered with an ERROR (kBadMessage, `why`'s reason, which
+  // names key, round and offset for a frame), so the worker fails the operation saying why
+  // instead of waiting out its deadline. Anything else, and anything from a stranger, stays
+  // dropped unanswered; the Van counted and logged it either way.
+  void OnInvalid(const Message& m, const Status& why, const Origin& origin);
+  // IO thread: whether `m` came from a worker of this job on that worker's own connection
+  // (data or control lane). False before this server has its node table.
+  bool FromMemberWorker(const Message& m, const Origin& origin) const;
+  // Answers a refused data message with ERROR kBadMessage and `reason`, without logging:
+  // each push a PUSH_FUSED lists under its own request id and key (the envelope's request
+  // id when the list is empty or too long), any other message under its request id and
+  // key. Requests without an id (0) get nothing.
+  void ReplyRefused(const Message& m, const std::string& identity, const std::string& reason);
   // IO thread: runs a small push on its idle engine at once (see Engine); false if the
   // push must be queued instead (it is then untouched).
   bool TryDispatchInline(Engine* engine, Request& request);

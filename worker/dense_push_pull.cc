@@ -7,6 +7,7 @@
 
 #include "common/transport/fused_push.h"
 #include "common/util/clock.h"
+#include "common/util/logging.h"
 #include "common/util/status.h"
 
 namespace ferry {
@@ -394,8 +395,10 @@ bool DensePushPull::OnError(const Message& m) {
   MutexLock lock(ctx_.mu);
   std::optional<InFlight> taken = in_flight_.Take(e.request_id());
   if (!taken) {
-    LOG(WARNING) << ctx_.cluster.table().Describe(m.sender())
-                 << " reported: " << e.error().reason();
+    // E.g. the other frames of a partition whose first refused frame failed it already: a
+    // server refuses each frame of a key cut wrong (up to kMaxFramesPerKey of them).
+    FERRY_LOG_EVERY_T(WARNING, 1) << ctx_.cluster.table().Describe(m.sender())
+                                  << " reported: " << e.error().reason();
     return true;
   }
   InFlight& f = *taken;

@@ -661,6 +661,7 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
     uint64_t total = 0;
     for (auto& f : frames) total += zmq_msg_size(&f);
     counters_.bytes_received += total;
+    Status invalid = Status::Ok();
     std::string error;
     Message message;
     bool parsed = false;
@@ -675,7 +676,8 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
         zmq_msg_move(&owner->msg, &frames[first + 1]);
         message.payload = Buffer(zmq_msg_data(&owner->msg), zmq_msg_size(&owner->msg), owner);
       }
-      error = ValidateMessage(message, options_.max_message_bytes).message();
+      invalid = ValidateMessage(message, options_.max_message_bytes);
+      error = invalid.message();
     }
     CloseFrames(frames);
     if (!error.empty()) {
@@ -690,6 +692,7 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
                      << (inbound ? "an inbound connection" : StrCat("node ", peer)) << ": "
                      << error << " (" << count << " dropped so far)";
       }
+      if (parsed && inbound && options_.on_invalid) options_.on_invalid(message, invalid, origin);
       continue;
     }
     counters_.messages_received++;

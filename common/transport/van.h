@@ -106,8 +106,17 @@ struct VanOptions {
   // ERROR stamped with the requester's version, so a node of another release learns why
   // instead of waiting out its connect timeout. The callback logs; the Van does not. Unset:
   // dropped and logged like any bad message. Any other message of another version is
-  // always dropped and logged.
+  // dropped and logged like any bad message (on_invalid below).
   std::function<void(const Message& message, const Origin& origin)> on_version_mismatch;
+  // Called (on the IO thread) for a message that arrived on the ROUTER, whose envelope
+  // parsed and that ValidateMessage refused with `why` (e.g. a frame cut wrong, CheckFrame),
+  // but not for what on_version_mismatch (when set) takes; the Van has counted it in
+  // bad_messages_dropped and logged it (rate limited), and does not hand it to the handler.
+  // The callback may answer it (the server answers a data message of a worker of its job
+  // with an ERROR, so the sender learns why instead of waiting out its deadlines); it must
+  // not trust the message beyond its envelope having parsed, and does not log it again.
+  // Unset: dropped and logged only.
+  std::function<void(const Message& message, const Status& why, const Origin& origin)> on_invalid;
 
   static VanOptions Named(std::string name, uint64_t max_message_bytes,
                           std::string secret = "") {

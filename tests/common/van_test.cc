@@ -806,6 +806,67 @@ TEST(VanTest, RegisterOfAnotherVersionGoesToTheMismatchCallback) {
   a.Stop();
 }
 
+// on_invalid sees each message that arrived on the ROUTER, parsed and failed
+// ValidateMessage, with the reason and the connection to answer on; it is counted and not
+// handed to the handler. What does not parse, and what an outbound connection receives,
+// never reaches it.
+TEST(VanTest, InvalidMessagesOnTheRouterGoToTheInvalidCallback) {
+  std::mutex mu;
+  std::vector<std::pair<Received, std::string>> invalid;  // guarded by mu
+  auto record = [&](const Message& m, const Status& why, const Origin& o) {
+    std::lock_guard<std::mutex> lock(mu);
+    invalid.emplace_back(Received{m, o}, why.message());
+  };
+  auto seen = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return invalid.size();
+  };
+  Recorder at_a, at_b;
+  VanOptions options_a = Options("a"), options_b = Options("b");
+  options_a.on_invalid = record;
+  options_b.on_invalid = record;
+  Van a(options_a);
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(options_b);
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+
+  Message frame = MakeMessage(proto::PUSH, 7);  // off its frame boundary
+  frame.envelope.set_request_id(42);
+  frame.envelope.set_dtype(proto::FLOAT32);
+  frame.envelope.set_key_length(16384);
+  frame.envelope.set_frame_bytes(4096);
+  frame.envelope.set_offset(1024);
+  frame.envelope.set_length(4096);
+  frame.payload = Buffer::Allocate(4096);
+  b.Send(1, frame);
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 7));  // delivered: the connection's order
+  ASSERT_TRUE(at_a.WaitFor(1));
+  EXPECT_EQ(at_a.at(0).message.type(), proto::HEARTBEAT);
+  ASSERT_EQ(seen(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(invalid[0].first.message.envelope.request_id(), 42u);
+    EXPECT_TRUE(invalid[0].first.origin.inbound);
+    EXPECT_EQ(invalid[0].first.origin.identity, "id-b");
+    EXPECT_EQ(invalid[0].second,
+              "PUSH of tensor 0 partition 0 round 0 at offset 1024: the offset is not a "
+              "multiple of the frame size 4096");
+  }
+  EXPECT_EQ(a.stats().bad_messages_dropped, 1u);
+
+  // From the ROUTER to an outbound connection: dropped, the callback is not called.
+  a.Reply("id-b", frame);
+  a.Reply("id-b", MakeMessage(proto::HEARTBEAT_ACK, 1));
+  ASSERT_TRUE(at_b.WaitFor(1));
+  EXPECT_EQ(at_b.at(0).message.type(), proto::HEARTBEAT_ACK);
+  EXPECT_EQ(b.stats().bad_messages_dropped, 1u);
+  EXPECT_EQ(seen(), 1u);
+  b.Stop();
+  a.Stop();
+}
+
 // Bind refuses a port that is taken, with a FerryError.
 TEST(VanTest, BindFailsOnBusyPort) {
   Van a(Options("a"));

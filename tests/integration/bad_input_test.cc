@@ -194,28 +194,50 @@ TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
       << g.Output(sched);
 }
 
+// A frame cut wrong (its offset off the frame boundary) of tensor 0's key, claiming to
+// come from node `sender`.
+std::vector<std::string> BadFrame(int sender) {
+  Message m = MakeMessage(proto::PUSH, sender);
+  m.envelope.set_request_id(1);
+  m.envelope.set_dtype(proto::FLOAT32);
+  m.envelope.set_key_length(262144);
+  m.envelope.set_frame_bytes(65536);
+  m.envelope.set_offset(1024);
+  m.envelope.set_length(65536);
+  return {m.envelope.SerializeAsString(), std::string(65536, '\0')};
+}
+
 TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   // Worker 1 is a member that speaks the protocol by hand (ferry-raw-member): each
   // round it pushes a round far ahead, pulls a round it never pushed, pushes an old
   // round, sends three frames cut wrong, and sends its honest push twice. Worker 0 trains
-  // normally beside it.
-  const int rounds = 8;
+  // normally beside it. A stranger sends the same kind of frame cut wrong, claiming every
+  // node id in turn: a stranger is never answered.
+  const int rounds = 8, stranger_frames = 8;
   ClusterSpec spec;
   spec.workers = 2;
   spec.stats_files = true;
   TestCluster g(spec);
+  const int server_port = FreePort();
   g.StartScheduler();
-  int server = g.StartServer();
+  int server = g.StartServer({{"DMLC_PORT", std::to_string(server_port)}});
   int honest = g.StartWorker(0, {"--mode=loop", "--loop_rounds=" + std::to_string(rounds)});
   int raw = g.Spawn("raw", "ferry-raw-member", {"--rounds=" + std::to_string(rounds)}, "worker",
                     {{"DMLC_WORKER_ID", "1"}});
+  ASSERT_TRUE(g.WaitForOutput(raw, "round 0 exact\n", 60000)) << g.Output(raw);
+  {
+    Stranger s(server_port);  // the server has its node table: the job runs
+    for (int sender = 0; sender < stranger_frames; ++sender) s.Send(BadFrame(sender));
+    EXPECT_TRUE(s.Receive(2000 * TimeScale()).empty()) << "a stranger's bad frame was answered";
+  }
   ASSERT_TRUE(g.Succeeds(120000));
   EXPECT_NE(g.Output(honest).find("OK loop rounds=8"), std::string::npos) << g.Output(honest);
   // Per round: ahead + pull; from round 3 on also the old round; in round 0 four
-  // refused sparse-rows requests (row id out of range twice, a round ahead, a RESEND_SUM).
-  // Frames cut wrong fail ValidateMessage: the server's Van drops them, unanswered, and
-  // logs the reason naming key, round and offset (the first 20 of them).
-  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=26 dropped=24"), std::string::npos)
+  // refused sparse-rows requests (row id out of range twice, a round ahead, a RESEND_SUM)
+  // and the fused push's two pushes. Frames cut wrong, 3 per round, fail ValidateMessage:
+  // the server's Van drops them and logs the reason (the first 20 of them), and the server
+  // answers each with an ERROR of that reason, naming key, round and offset.
+  EXPECT_NE(g.Output(raw).find("OK abuse rounds=8 errors=52 bad_frames=24"), std::string::npos)
       << g.Output(raw);
   std::string log = g.Output(server);
   EXPECT_NE(log.find("but the key is at round"), std::string::npos) << log;
@@ -230,7 +252,8 @@ TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
         "65536"}) {
     EXPECT_NE(log.find(frame), std::string::npos) << frame << "\n" << log;
   }
-  EXPECT_EQ(g.stats().Sum("server", "van.bad_messages_dropped"), 3u * rounds);
+  // The member's frames and fused push, and the stranger's frames.
+  EXPECT_EQ(g.stats().Sum("server", "van.bad_messages_dropped"), 3u * rounds + 1 + stranger_frames);
 }
 
 // The resident memory of a process, in KiB.

@@ -115,6 +115,28 @@ TEST(ClusterTest, MismatchedTensorFailsEveryWorkerButOtherKeysServe) {
   }
 }
 
+TEST(ClusterTest, AFrameTheServerRefusesFailsThePushSayingWhy) {
+  // The worker cuts its 4 MiB partition in 256 KiB frames; the server allows messages of
+  // 1 MiB, so each frame arrives whole but its key is over the server's limit: the server's
+  // Van refuses it (CheckFrame) and the server answers with an ERROR of that reason, which
+  // the worker's push_pull throws at once instead of waiting out its deadline.
+  ClusterSpec spec = Spec(1, 1,
+                          {"--mode=refused", "--max_bytes=4194304",
+                           "--expect_error=PUSH of tensor 0 partition 0 round 0 at offset"});
+  spec.server_env = {{"FERRY_MAX_MESSAGE_BYTES", "1048576"}, {"FERRY_PARTITION_BYTES", "65536"}};
+  spec.worker_env = {{"FERRY_PARTITION_BYTES", "4194304"},
+                     {"FERRY_FRAME_BYTES", "262144"},
+                     {"FERRY_OP_TIMEOUT_MS", "600000"}};
+  TestCluster c(spec);
+  c.Start();
+  ASSERT_TRUE(c.Succeeds(60000));
+  const std::string out = c.Output(c.workers()[0]);
+  EXPECT_NE(out.find("push_pull of tensor 'refused'"), std::string::npos) << out;
+  EXPECT_NE(out.find("a key of 4194304 bytes exceeds the limit of 1048576"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("OK other keys still served"), std::string::npos) << out;
+}
+
 TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
   TestCluster c(Spec(2, 2, {"--mode=loop"}));
   c.Start();

@@ -67,7 +67,10 @@
 #include "common/util/error.h"
 #include "worker/worker.h"
 
-DEFINE_string(mode, "sums", "sums, mismatch, join, loop, deterministic, async, order, rows or rows_bytes");
+DEFINE_string(mode, "sums",
+              "sums, mismatch, refused, join, loop, deterministic, async, order, rows or "
+              "rows_bytes");
+DEFINE_string(expect_error, "", "refused mode: words the push_pull's error must contain");
 DEFINE_int32(tensors, 40, "tensors (sums mode)");
 DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
 DEFINE_int32(rounds, 20, "rounds (sums mode)");
@@ -189,16 +192,17 @@ int RunSums(Worker& w) {
   return 0;
 }
 
-int RunMismatch(Worker& w) {
-  uint64_t count = w.rank() == 0 ? 100 : 200;
+// A push_pull of tensor `name` with `count` floats must fail with an error containing
+// `words`, then another tensor must still be summed exactly.
+int ExpectRefusedThenServed(Worker& w, const char* name, uint64_t count, const std::string& words) {
   std::vector<float> data(count, 1.0f);
   try {
-    w.PushPull("mismatched", data.data(), data.data(), DataType::kFloat32, count, false);
-    std::fprintf(stderr, "no error for a mismatched tensor\n");
+    w.PushPull(name, data.data(), data.data(), DataType::kFloat32, count, false);
+    std::fprintf(stderr, "no error for tensor '%s'\n", name);
     return kExitWrong;
   } catch (const FerryError& e) {
     std::printf("error as expected: %s\n", e.what());
-    if (std::string(e.what()).find("'mismatched'") == std::string::npos) return kExitWrong;
+    if (std::string(e.what()).find(words) == std::string::npos) return kExitWrong;
   }
   std::vector<float> after(1000, static_cast<float>(w.rank() + 1));
   w.PushPull("after", after.data(), after.data(), DataType::kFloat32, after.size(), false);
@@ -208,6 +212,15 @@ int RunMismatch(Worker& w) {
   }
   std::printf("OK other keys still served\n");
   return 0;
+}
+
+int RunMismatch(Worker& w) {
+  return ExpectRefusedThenServed(w, "mismatched", w.rank() == 0 ? 100 : 200, "'mismatched'");
+}
+
+// Tensor "refused" of --max_bytes, which the servers refuse (the test sets them up to).
+int RunRefused(Worker& w) {
+  return ExpectRefusedThenServed(w, "refused", FLAGS_max_bytes / sizeof(float), FLAGS_expect_error);
 }
 
 int RunLoop(Worker& w) {
@@ -657,6 +670,8 @@ int Run(const Config& config) {
     code = RunSums(*w);
   } else if (FLAGS_mode == "mismatch") {
     code = RunMismatch(*w);
+  } else if (FLAGS_mode == "refused") {
+    code = RunRefused(*w);
   } else if (FLAGS_mode == "join") {
     code = RunJoin(*w);
   } else if (FLAGS_mode == "loop") {
