@@ -163,6 +163,8 @@ class Run:
         cmd = [NETNS_CLUSTER, "up", "--name", self.name, "--workers", str(self.args.workers),
                "--servers", str(0 if self.args.colocate else self.args.servers),
                "--extra-servers", str(self.args.extra_servers), "--rate", self.rate]
+        if self.args.tcp_limit_output_bytes:
+            cmd += ["--tcp-limit-output-bytes", str(self.args.tcp_limit_output_bytes)]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError("netns-cluster up failed (exit %d): %s" % (r.returncode, r.stdout.strip()))
@@ -323,6 +325,8 @@ def parser():
     p.add_argument("--servers", type=int, default=2)
     p.add_argument("--extra-servers", type=int, default=0, help="CPU-only server hosts besides")
     p.add_argument("--colocate", action="store_true", help="one server in each worker host instead of --servers")
+    p.add_argument("--tcp-limit-output-bytes", type=int, default=0,
+                   help="net.ipv4.tcp_limit_output_bytes in every emulated host (0: the kernel's)")
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)

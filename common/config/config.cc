@@ -490,12 +490,16 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
 
   ReadScheduling(r, &c);
   if (c.scheduling.policy == SchedulingPolicy::kMercury) {
-    // Mercury schedules frames at the transport: frames and a watermark unless set.
+    // Mercury schedules frames at the transport: frames, a watermark and a small kernel
+    // send queue, unless set.
     std::string unused;
     if (!r.Get("FERRY_FRAME_BYTES", nullptr, &unused)) c.transport.frame_bytes = 262144;
     if (!r.Get("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr, &unused)) {
       c.transport.watermark_bytes = 2 * std::max<int64_t>(c.transport.frame_bytes, 65536);
     }
+    // The kernel's unsent share small too, so the order is the order on the wire (measured:
+    // docs/benchmarks.md, "Frames, streaming aggregation and mercury").
+    if (!r.Get("FERRY_TCP_NOTSENT_LOWAT", nullptr, &unused)) c.transport.tcp_notsent_lowat = 131072;
   }
   if (c.transport.frame_bytes > 0 &&
       (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {

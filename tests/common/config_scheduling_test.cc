@@ -83,6 +83,7 @@ TEST(ConfigSchedulingTest, MercuryTurnsOnFramesAndTheWatermarkUnlessSet) {
   Config c = Read({{"FERRY_SCHEDULING_POLICY", "mercury"}});
   EXPECT_EQ(c.transport.frame_bytes, 262144);
   EXPECT_EQ(c.transport.watermark_bytes, 524288);
+  EXPECT_EQ(c.transport.tcp_notsent_lowat, 131072);
   c = Read({{"FERRY_SCHEDULING_POLICY", "mercury"},
             {"FERRY_FRAME_BYTES", "65536"},
             {"FERRY_TRANSPORT_WATERMARK_BYTES", "0"}});
@@ -91,6 +92,7 @@ TEST(ConfigSchedulingTest, MercuryTurnsOnFramesAndTheWatermarkUnlessSet) {
   c = Read({{"FERRY_SCHEDULING_POLICY", "credit"}});
   EXPECT_EQ(c.transport.frame_bytes, 0);
   EXPECT_EQ(c.transport.watermark_bytes, 0);
+  EXPECT_EQ(c.transport.tcp_notsent_lowat, 0);
   ExpectInvalid({{"FERRY_FRAME_BYTES", "1000"}}, "FERRY_FRAME_BYTES");
   ExpectInvalid({{"FERRY_FRAME_BYTES", "4100"}}, "FERRY_FRAME_BYTES");
   ExpectInvalid({{"FERRY_FRAME_BYTES", "4096"}, {"FERRY_PARTITION_BYTES", "1073741824"},

@@ -207,6 +207,26 @@ std::vector<std::string> BadFrame(int sender) {
   return {m.envelope.SerializeAsString(), std::string(65536, '\0')};
 }
 
+TEST(BadInputTest, AFrameSumLeavesTheServerBeforeTheLastWorkersLastFrameArrived) {
+  // Streaming aggregation, end to end: worker 0 trains in 64 KiB frames (its 256 KiB tensor
+  // is 4 frames); worker 1 (ferry-raw-member --streaming) sends its frame 0 and holds
+  // frames 1-3 back until the sum of frame 0 has arrived. Without streaming it never would.
+  const int rounds = 5;
+  ClusterSpec spec;
+  spec.workers = 2;
+  TestCluster g(spec);
+  g.StartScheduler();
+  g.StartServer({});
+  int honest = g.StartWorker(0, {"--mode=loop", "--loop_rounds=" + std::to_string(rounds)},
+                             {{"FERRY_FRAME_BYTES", "65536"}});
+  int raw = g.Spawn("raw", "ferry-raw-member",
+                    {"--streaming", "--rounds=" + std::to_string(rounds)}, "worker",
+                    {{"DMLC_WORKER_ID", "1"}});
+  ASSERT_TRUE(g.Succeeds(120000));
+  EXPECT_NE(g.Output(raw).find("OK streaming rounds=5"), std::string::npos) << g.Output(raw);
+  EXPECT_NE(g.Output(honest).find("OK loop rounds=5"), std::string::npos) << g.Output(honest);
+}
+
 TEST(BadInputTest, MemberAbuseIsRefusedAndTheHonestSumsStayExact) {
   // Worker 1 is a member that speaks the protocol by hand (ferry-raw-member): each
   // round it pushes a round far ahead, pulls a round it never pushed, pushes an old

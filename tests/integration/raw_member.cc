@@ -20,6 +20,11 @@
 // Every abuse must be answered (an ERROR with the reason, or an acknowledgement for the
 // harmless ones) and the honest sum must be exact. Prints "OK abuse rounds=N errors=E
 // bad_frames=F" (F of the E errors answered frames cut wrong).
+// With --streaming it abuses nothing and proves streaming aggregation instead (worker 0
+// runs with FERRY_FRAME_BYTES=65536, so the key is 4 frames): each round it sends its
+// frame 0 only, and must receive the sum of frame 0 before it sends frames 1-3, which
+// cannot happen unless the server answers a frame while the last worker's later frames of
+// that partition have not arrived. Prints "OK streaming rounds=N".
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value or a missing answer.
 
 #include <gflags/gflags.h>
@@ -42,6 +47,7 @@
 #include "worker/placement.h"
 
 DEFINE_int32(rounds, 10, "honest rounds (the loop worker must run as many)");
+DEFINE_bool(streaming, false, "prove streaming aggregation instead of abusing (see above)");
 
 namespace ferry {
 namespace {
@@ -110,9 +116,13 @@ class RawMember {
   // Sends `m` with a fresh request id; returns the id.
   uint64_t Send(Message m) {
     uint64_t id = next_request_++;
+    SendAs(id, std::move(m));
+    return id;
+  }
+  // Sends `m` as request `id` (a later frame of a push).
+  void SendAs(uint64_t id, Message m) {
     m.envelope.set_request_id(id);
     van_.Send(server_, std::move(m));
-    return id;
   }
 
   Message Push(uint64_t key, uint32_t round, const std::vector<float>& values) {
@@ -308,9 +318,68 @@ int AbuseRound(RawMember& m, int round) {
   return 0;
 }
 
+// The frame size worker 0 cuts the loop tensor in (FERRY_FRAME_BYTES of the test).
+constexpr uint64_t kStreamFrame = 65536;
+
+// Whether `sum` is the exact sum of the frame at its offset (PUSH_RESULT of a frame).
+bool ExactFrame(const Message& sum, int round) {
+  const std::vector<float> a = LoopValues(0, round), b = LoopValues(1, round);
+  const proto::Envelope& e = sum.envelope;
+  const uint64_t first = e.offset() / sizeof(float), count = sum.payload.size() / sizeof(float);
+  if (e.frame_bytes() != kStreamFrame || e.key_length() != kCount * sizeof(float) ||
+      first + count > kCount) {
+    std::fprintf(stderr, "round %d: not a frame of the key's cut: %s\n", round,
+                 Describe(sum).c_str());
+    return false;
+  }
+  const float* got = reinterpret_cast<const float*>(sum.payload.data());
+  for (uint64_t i = 0; i < count; ++i) {
+    if (got[i] != a[first + i] + b[first + i]) {
+      std::fprintf(stderr, "WRONG round %d element %llu: %g\n", round,
+                   static_cast<unsigned long long>(first + i), got[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// One round of --streaming: frame 0, its sum, then the other frames and their sums.
+int StreamingRound(RawMember& m, int round) {
+  const uint64_t key = MakeKey(0, 0), key_bytes = kCount * sizeof(float);
+  const std::vector<float> values = LoopValues(1, round);
+  const uint64_t id = m.Send(m.Frame(key, round, values, key_bytes, kStreamFrame, 0, kStreamFrame));
+  Message sum;
+  if (!m.Take(id, proto::PUSH_RESULT, &sum)) {
+    std::fprintf(stderr, "round %d: no sum of frame 0 while frames 1-3 were held back\n", round);
+    return kExitWrong;
+  }
+  if (sum.envelope.offset() != 0 || !ExactFrame(sum, round)) return kExitWrong;
+  for (uint64_t offset = kStreamFrame; offset < key_bytes; offset += kStreamFrame) {
+    // Every frame of a push carries its request id.
+    m.SendAs(id, m.Frame(key, round, values, key_bytes, kStreamFrame, offset, kStreamFrame));
+  }
+  for (int i = 1; i < static_cast<int>(key_bytes / kStreamFrame); ++i) {
+    if (!m.Take(id, proto::PUSH_RESULT, &sum) || !ExactFrame(sum, round)) {
+      std::fprintf(stderr, "round %d: sum %d of the frames missing or wrong\n", round, i);
+      return kExitWrong;
+    }
+  }
+  std::printf("round %d streamed\n", round);
+  std::fflush(stdout);
+  return 0;
+}
+
 int Run(const Config& config) {
   RawMember m(config);
   m.Start();
+  if (FLAGS_streaming) {
+    for (int round = 0; round < FLAGS_rounds; ++round) {
+      if (int code = StreamingRound(m, round)) return code;
+    }
+    m.Finish();
+    std::printf("OK streaming rounds=%d\n", FLAGS_rounds);
+    return 0;
+  }
   for (int round = 0; round < FLAGS_rounds; ++round) {
     if (int code = AbuseRound(m, round)) return code;
   }

@@ -32,7 +32,8 @@
 //                transport's priority queue per server, which hands a frame to ZeroMQ only
 //                while less than FERRY_TRANSPORT_WATERMARK_BYTES are unreleased
 //                (common/transport/van.h, "Order"); Config turns both on for it (256 KiB
-//                frames, a two-frame watermark) unless they are set. Order: at the policy,
+//                frames, a two-frame watermark, and FERRY_TCP_NOTSENT_LOWAT 128 KiB)
+//                unless they are set. Order: at the policy,
 //                priority then arrival; on each link, a newly ready frame waits behind at
 //                most the watermark plus one frame. No credit.
 //   fifo-bucket  DDP / Horovod tensor fusion: ready partitions collect in a bucket in
