@@ -155,15 +155,17 @@ def test_signals_reach_every_local_worker_and_the_exit_code_follows(tmp_path, lo
     (tmp_path / "w.py").write_text(RECORDER)
     mark = tmp_path / "got"
     with Procs(tmp_path) as procs:
-        # Under nohup every child starts with SIGHUP ignored, and a shell cannot trap a
-        # signal ignored at its start (the launcher then rightly ignores it): give the
-        # launcher the default disposition a terminal session would.
-        previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        # Under nohup every child starts with SIGHUP ignored, and a background job of a
+        # shell without job control with SIGINT ignored; a shell cannot trap a signal
+        # ignored at its start (the launcher then rightly ignores it): give the launcher the
+        # default dispositions a terminal session would.
+        previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGHUP, signal.SIGINT)}
         try:
             p = procs.start("launch", [LAUNCH, "--local-size", local_size, PYTHON, tmp_path / "w.py", mark],
                             clean_env(dict(CLUSTER, DMLC_ROLE="worker")))
         finally:
-            signal.signal(signal.SIGHUP, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         deadline = time.monotonic() + 30
         while len(list(tmp_path.glob("got.ready.*"))) < local_size:
             assert p.poll() is None and time.monotonic() < deadline, procs.output("launch")
