@@ -133,8 +133,10 @@ class RawMember {
     m.envelope.set_length(values.size() * sizeof(float));
     m.envelope.set_tensor_hash(
         key == MakeKey(0, 0) ? TensorHash("loop", DataType::kFloat32, {kCount}) : 12345);
-    m.payload = Buffer::Allocate(values.size() * sizeof(float));
-    std::memcpy(m.payload.data(), values.data(), m.payload.size());
+    if (!values.empty()) {  // an empty vector's data() may be null, even for 0 bytes
+      m.payload = Buffer::Allocate(values.size() * sizeof(float));
+      std::memcpy(m.payload.data(), values.data(), m.payload.size());
+    }
     return m;
   }
 
