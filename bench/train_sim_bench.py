@@ -146,7 +146,8 @@ class Run:
             with open(path) as f:
                 counters = json.load(f)["counters"]
             for name in ("ack_delay_us_p50", "ack_delay_us_p99", "ack_delay_us_max", "sum_delay_us_p50",
-                         "sum_delay_us_p99", "van.unreleased_bytes_max"):
+                         "sum_delay_us_p99", "van.unreleased_bytes_max", "window.bytes",
+                         "window.rate_bytes_per_s", "window.min_rtt_us"):
                 if name in counters:
                     out[name] = max(out.get(name, 0), counters[name])
         return out
@@ -297,12 +298,14 @@ def run_all(args):
             run = Run(args, model, rate, scale, env, name)
             try:
                 record = dict(run.execute(), repeat=rep)
+                t = record["transport"]
                 say("  median %.1f ms, p90 %.1f ms, median/LB1 %s, busiest core %.0f%%, "
-                    "ack delay p50/p99 %s/%s us" % (
+                    "ack delay p50/p99 %s/%s us, window %s bytes (%s MB/s x %s us)" % (
                         record["median_ms"], record["p90_ms"],
                         "%.3f" % record["median_over_lb1"] if record["median_over_lb1"] else "-",
-                        record["cpu"]["busiest_core_pct"], record["transport"].get("ack_delay_us_p50", "-"),
-                        record["transport"].get("ack_delay_us_p99", "-")))
+                        record["cpu"]["busiest_core_pct"], t.get("ack_delay_us_p50", "-"),
+                        t.get("ack_delay_us_p99", "-"), t.get("window.bytes", "-"),
+                        t.get("window.rate_bytes_per_s", 0) // 1000000, t.get("window.min_rtt_us", "-")))
             except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
                 record = {"model": model, "rate": rate, "compute_scale": scale, "env": env,
                           "cluster": name, "repeat": rep, "error": str(e)}

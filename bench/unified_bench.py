@@ -54,7 +54,8 @@ class PerfRun(Run):
 
     def __init__(self, args, k, knobs, name):
         cluster = SimpleNamespace(workers=args.workers, servers=0, colocate=True, extra_servers=k,
-                                  log_level=args.log_level, bin=args.bin)
+                                  log_level=args.log_level, bin=args.bin,
+                                  tcp_limit_output_bytes=args.tcp_limit_output_bytes)
         env = dict({"FERRY_PARTITION_BYTES": str(args.partition_bytes)}, **knobs)
         super().__init__(cluster, "perf", args.rate, 1.0, env, name)
         self.bench, self.k = args, k
@@ -115,13 +116,14 @@ def run_all(args):
                 if c == 0 and k == args.ks[0]:  # gloo depends on neither: once per repeat, same hosts
                     run.procs.clear()  # Ferry's processes have all ended
                     record["gloo_s"], record["gloo_cpu"] = run.gloo()
+                t = record["transport"]
                 say("repeat %d k=%d %s: Ferry %.2f s (T_opt %.2f s, ratio %.3f)%s, busiest core %.0f%%, "
-                    "ack delay p50/p99 %s/%s us" % (
+                    "ack delay p50/p99 %s/%s us, window %s bytes (%s MB/s x %s us)" % (
                         rep + 1, k, knobs or "", record["ferry_s"], record["t_opt_s"], record["ferry_s"] / record["t_opt_s"],
                         ", gloo %.2f s" % record["gloo_s"] if "gloo_s" in record else "",
-                        record["ferry_cpu"]["busiest_core_pct"],
-                        record["transport"].get("ack_delay_us_p50", "-"),
-                        record["transport"].get("ack_delay_us_p99", "-")))
+                        record["ferry_cpu"]["busiest_core_pct"], t.get("ack_delay_us_p50", "-"),
+                        t.get("ack_delay_us_p99", "-"), t.get("window.bytes", "-"),
+                        t.get("window.rate_bytes_per_s", 0) // 1000000, t.get("window.min_rtt_us", "-")))
             except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
                 record["error"] = str(e)
                 say("repeat %d k=%d %s failed: %s" % (rep + 1, k, knobs or "", e))
@@ -201,6 +203,9 @@ def main():
     p.add_argument("--env", action="append", default=[], metavar="NAME=V1[,V2...]",
                    help="an environment knob for every Ferry process and its values (repeatable: "
                         "the runs cover the product, interleaved within each repeat)")
+    p.add_argument("--tcp-limit-output-bytes", type=int, default=0,
+                   help="TSQ: the most bytes one socket may have in each emulated host's qdisc "
+                        "(net.ipv4.tcp_limit_output_bytes; 0: the kernel's)")
     p.add_argument("--iters", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)

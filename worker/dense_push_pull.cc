@@ -35,7 +35,7 @@ void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
     InFlight f;
     f.op = op;
     f.part = i;
-    f.task = PushTask{op->priority, 0, cut.parts[i].bytes, cut.parts[i].server, next_cookie_++};
+    f.task = PushTask{op->priority, 0, cut.parts[i].bytes, cut.parts[i].server, next_cookie_++, {}};
     f.ready_us = now;
     queued_[f.task.cookie] = f;
     queue_.Push(f.task);
@@ -63,9 +63,10 @@ void DensePushPull::SendBatch(const Batch& batch) {
     InFlight f = std::move(it->second);
     queued_.erase(it);
     if (f.op->done) {  // failed while queued: never sent
-      queue_.Done(task);
+      queue_.Done(task, /*acked=*/false);
       continue;
     }
+    f.task = task;  // as handed out: its window sample comes back with its credit
     const uint64_t request = ctx_.next_request++;
     f.round = f.op->tensor->cuts[f.op->layout].rounds[f.part]++;
     f.sent_us = now_us;
@@ -139,7 +140,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
 
 void DensePushPull::CutFrames(InFlight& f) const {
   const uint64_t bytes = PartOf(f).bytes;
-  const uint64_t frame = static_cast<uint64_t>(ctx_.config.transport.frame_bytes);
+  const uint64_t frame = ctx_.frame_bytes;
   const bool cut = frame > 0 && !ctx_.config.server.async && bytes > frame;
   f.frame_bytes = cut ? frame : 0;
   f.frames = FrameCount(bytes, f.frame_bytes);
@@ -148,11 +149,16 @@ void DensePushPull::CutFrames(InFlight& f) const {
   f.frames_acked = f.frames_summed = 0;
 }
 
+uint64_t DensePushPull::FrameLength(const InFlight& f, uint32_t frame) const {
+  const uint64_t bytes = PartOf(f).bytes;
+  return f.frames > 1 ? std::min<uint64_t>(f.frame_bytes, bytes - frame * f.frame_bytes) : bytes;
+}
+
 Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t frame) {
   const TensorInfo& t = *f.op->tensor;
   const PartitionSpec& p = PartOf(f);
   const uint64_t offset = frame * f.frame_bytes;
-  const uint64_t length = f.frames > 1 ? std::min(f.frame_bytes, p.bytes - offset) : p.bytes;
+  const uint64_t length = FrameLength(f, frame);
   Message m = MakeMessage(proto::PUSH, ctx_.my_id);
   m.envelope.set_request_id(request);
   m.envelope.set_key(KeyOf(f));
@@ -263,10 +269,10 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
       });
 }
 
-void DensePushPull::ReturnCredit(InFlight& f) {
+void DensePushPull::ReturnCredit(InFlight& f, bool acked) {
   if (f.credit_returned) return;
   f.credit_returned = true;
-  queue_.Done(f.task);
+  queue_.Done(f.task, acked);
 }
 
 bool DensePushPull::OnAck(const Message& m) {
@@ -293,6 +299,11 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
   if (!f.frame_acked[frame]) {
     f.frame_acked[frame] = true;
     f.frames_acked++;
+    // The frame's credit comes back now (the window's sample); the last frame's with
+    // ReturnCredit below.
+    if (f.frames_acked < f.frames && !f.credit_returned) {
+      queue_.ReturnPart(f.task, FrameLength(f, frame));
+    }
   }
   if (f.frames_acked < f.frames) return;
   // From now on only sums are missing: ask for them if they do not come in time (the
@@ -406,7 +417,7 @@ bool DensePushPull::OnError(const Message& m) {
   std::string error = StrCat("push_pull of tensor '", t.name, "' (id ", t.id, ", ",
                              DataTypeName(t.dtype), ShapeString(t.shape), ") failed at ",
                              ctx_.cluster.table().Describe(m.sender()), ": ", e.error().reason());
-  ReturnCredit(f);
+  ReturnCredit(f, /*acked=*/false);
   lock.Unlock();
   ctx_.sequencer->FinishPartition(f.op, error);
   return true;

@@ -19,7 +19,9 @@
 //
 // Credit: a partition holds its credit from the queue's Next until every frame is
 // acknowledged, or its sum or its error, whichever comes first (ReturnCredit, exactly
-// once). A frame's sum counts as its acknowledgement (the ack may be late or lost).
+// once); each frame acknowledged before the last returns its own bytes at once
+// (ScheduledQueue::ReturnPart), so the window counts frames, not whole partitions. A
+// frame's sum counts as its acknowledgement (the ack may be late or lost).
 //
 // Resends (request_tracker.h), one timer per partition: its timer starts when ZeroMQ let
 // go of the last frame sent; when it fires, the frames not yet acknowledged go again, or,
@@ -86,8 +88,10 @@ class DensePushPull : public OperationKind {
   // frame) as request `request`; counts its payload in the operation's releases_left
   // (ZeroMQ holds it until the hook fires).
   Message BuildPush(const InFlight& f, uint64_t request, uint32_t frame = 0) REQUIRES(ctx_.mu);
+  // The bytes of frame `frame` of `f` (the whole partition when it has one frame).
+  uint64_t FrameLength(const InFlight& f, uint32_t frame) const;
   // Cuts `f` in frames per FERRY_FRAME_BYTES (sets frame_bytes, frames and the bitmaps).
-  void CutFrames(InFlight& f) const;
+  void CutFrames(InFlight& f) const REQUIRES(ctx_.mu);
   // Frame `frame` of `f` is acknowledged (its ack or its sum came); the last one returns
   // the credit and starts the wait for the sums (RequestTracker::Ack). REQUIRES: mu.
   void NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame) REQUIRES(ctx_.mu);
@@ -96,7 +100,8 @@ class DensePushPull : public OperationKind {
   std::string CheckResult(const InFlight& f, const Message& m) const REQUIRES(ctx_.mu);
   const PartitionSpec& PartOf(const InFlight& f) const;
   uint64_t KeyOf(const InFlight& f) const;
-  void ReturnCredit(InFlight& f) REQUIRES(ctx_.mu);
+  // `acked`: by the server's ack or sum (a window sample), not by an error.
+  void ReturnCredit(InFlight& f, bool acked = true) REQUIRES(ctx_.mu);
   // Copies a sum (a frame of it) into op's output, averaged if asked (outside the lock,
   // under a hold of the operation).
   void Deliver(const Operation& op, const PartitionSpec& p, const Message& m);

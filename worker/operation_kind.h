@@ -120,6 +120,9 @@ struct WorkerContext {
   int num_workers = 0;
   int num_servers = 0;
   uint64_t next_request GUARDED_BY(mu) = 1;  // request ids, shared by every kind
+  // The frame size of pushes sent from now on (FERRY_FRAME_BYTES; autotune changes it
+  // between operations, as it changes the partition size); 0: whole partitions.
+  uint64_t frame_bytes GUARDED_BY(mu) = 0;
   std::string failure GUARDED_BY(mu) = {};   // non-empty: the job failed; every call throws it
   bool shut_down GUARDED_BY(mu) = false;     // Shutdown() began: no new operations
   void NoteLateReply(const Message& m);

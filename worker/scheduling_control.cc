@@ -15,22 +15,50 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
     : ctx_(ctx), catalog_(catalog), queue_(queue), sum_over_workers_(std::move(sum_over_workers)) {
   const Config::Scheduling& c = ctx_.config.scheduling;
   const int64_t partition = c.InitialPartitionBytes();
+  const bool window = c.window_bdp && queue_.policy() == SchedulingPolicy::kCredit;
+  const SchedulingChoice initial{partition, c.CreditBytesFor(partition),
+                                 window ? c.window_gain : 0.0, ctx_.config.transport.frame_bytes};
+  // The estimator samples under every policy (the exit log says what it measured); the
+  // credit follows it only under `credit` with FERRY_WINDOW=bdp.
+  queue_.UseWindow(WindowOptions{c.window_gain, static_cast<uint64_t>(c.window_min_bytes),
+                                 static_cast<uint64_t>(c.window_max_bytes),
+                                 static_cast<uint64_t>(initial.credit_bytes)});
   {
     MutexLock lock(ctx_.mu);
-    current_ = SchedulingChoice{partition, c.CreditBytesFor(partition)};
+    Apply(initial, "configured", /*log=*/false);
   }
   if (!c.autotune) return;
-  const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
-  std::vector<SchedulingChoice> grid =
-      Autotuner::Grid(partition, c.credit, c.autotune_partition_bytes,
-                      credit ? c.autotune_credits : std::vector<int64_t>{1}, 1024,
-                      ctx_.config.transport.max_message_bytes - 4096);
-  // Without credit the credit does not matter: each size keeps the configured one.
-  if (!credit) {
-    for (auto& choice : grid) choice.credit_bytes = c.CreditBytesFor(choice.partition_bytes);
-  }
   MutexLock lock(step_mu_);
-  tuner_ = std::make_unique<Autotuner>(std::move(grid), c.autotune_steps);
+  tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
+}
+
+std::vector<SchedulingChoice> SchedulingControl::AutotuneGrid(const SchedulingChoice& initial) const {
+  const Config::Scheduling& c = ctx_.config.scheduling;
+  const int64_t max_bytes = ctx_.config.transport.max_message_bytes - 4096;
+  const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
+  // Under `credit` the search is over window gains when the window is on, unless
+  // FERRY_AUTOTUNE_CREDITS asks for fixed credits (Config refuses both lists at once).
+  const bool window = initial.window_gain > 0 && c.autotune_credits.empty();
+  std::vector<int64_t> credits = credit && !window ? c.autotune_credits : std::vector<int64_t>{};
+  if (!credit || window) credits = {c.credit};
+  std::vector<SchedulingChoice> grid =
+      Autotuner::Grid(initial.partition_bytes, c.credit, c.autotune_partition_bytes, credits,
+                      1024, max_bytes);
+  // Without credit the credit does not matter: each size keeps the configured one.
+  for (auto& choice : grid) {
+    if (!credit || window) choice.credit_bytes = c.CreditBytesFor(choice.partition_bytes);
+    choice.window_gain = window ? initial.window_gain : 0.0;
+    choice.frame_bytes = initial.frame_bytes;
+  }
+  std::vector<double> gains = c.autotune_window_gains;
+  if (window && gains.empty()) gains = {c.window_gain / 2, c.window_gain, c.window_gain * 2};
+  if (!window) gains.clear();
+  std::vector<int64_t> frames = c.autotune_frame_bytes;
+  const int64_t f = initial.frame_bytes;
+  if (frames.empty() && f > 0) {
+    frames = {std::max<int64_t>(4096, f / 2 / 8 * 8), f, std::min(max_bytes / 8 * 8, 2 * f)};
+  }
+  return Autotuner::Expand(grid, gains, frames);
 }
 
 SchedulingChoice SchedulingControl::current() const {
@@ -54,7 +82,9 @@ void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
                 credit_bytes, " bytes; it must be at least 1");
   MutexLock lock(ctx_.mu);
   ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
-  Apply(SchedulingChoice{partition_bytes, credit_bytes}, "SetScheduling");
+  // A credit set by the program is fixed (as FERRY_SCHEDULING_CREDIT is); frames stay.
+  Apply(SchedulingChoice{partition_bytes, credit_bytes, 0.0, current_.frame_bytes},
+        "SetScheduling");
 }
 
 void SchedulingControl::StepBoundary() {
@@ -104,17 +134,25 @@ void SchedulingControl::FinishAutotune() {
   tuner_.reset();
 }
 
-void SchedulingControl::Apply(const SchedulingChoice& choice, const std::string& why) {
-  CHECK(!ctx_.sequencer->AnyUnfinished()) << "scheduling changed with an operation unfinished";
+void SchedulingControl::Apply(const SchedulingChoice& choice, const std::string& why, bool log) {
+  CHECK(!ctx_.sequencer || !ctx_.sequencer->AnyUnfinished())
+      << "scheduling changed with an operation unfinished";
   const uint32_t gen = catalog_.SwitchPartitionBytes(static_cast<uint64_t>(choice.partition_bytes));
   current_ = choice;
-  queue_.SetCredit(static_cast<uint64_t>(choice.credit_bytes));
+  ctx_.frame_bytes = static_cast<uint64_t>(choice.frame_bytes);
+  if (choice.window_gain > 0) {
+    queue_.SetWindowGain(choice.window_gain);
+  } else {
+    queue_.SetCredit(static_cast<uint64_t>(choice.credit_bytes));
+  }
+  if (!log) return;
   LOG(INFO) << "scheduling (" << why << "): " << Describe(choice) << "; layout " << gen;
   if (ctx_.trace) {
     ctx_.trace->Instant(
         "scheduling", NowUs(),
         StrCat("{\"partition_bytes\":", choice.partition_bytes,
-               ",\"credit_bytes\":", choice.credit_bytes, ",\"layout\":", gen, "}"));
+               ",\"credit_bytes\":", choice.credit_bytes, ",\"window_gain\":", choice.window_gain,
+               ",\"frame_bytes\":", choice.frame_bytes, ",\"layout\":", gen, "}"));
   }
 }
 

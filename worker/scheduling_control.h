@@ -1,8 +1,11 @@
 #pragma once
 
 // SchedulingControl: a Worker's iterations and how it partitions tensors between them.
-// It owns the current SchedulingChoice (partition size and credit), the iteration clock
-// (StepBoundary: times, trace marks) and the FERRY_AUTOTUNE search over candidates.
+// It owns the current SchedulingChoice (partition size, credit or window gain, frame
+// size), the iteration clock (StepBoundary: times, trace marks) and the FERRY_AUTOTUNE
+// search over candidates. It starts the queue's window (FERRY_WINDOW=bdp) and applies
+// every choice to the catalog (partitions), the queue (credit or window) and
+// WorkerContext::frame_bytes.
 //
 // A switch of the partition size happens only with none of the Worker's operations
 // unfinished (Sequencer::WaitUntilIdle first): a tensor's partitions change between its
@@ -47,7 +50,11 @@ class SchedulingControl {
  private:
   // REQUIRES: no operation of the worker unfinished. Switches new operations to
   // partitions of `choice.partition_bytes` and the queue to `choice.credit_bytes`.
-  void Apply(const SchedulingChoice& choice, const std::string& why) REQUIRES(ctx_.mu);
+  // `log`: say so in the log and the trace (not for the configured start).
+  void Apply(const SchedulingChoice& choice, const std::string& why, bool log = true)
+      REQUIRES(ctx_.mu);
+  // The autotune candidates around `initial` (FERRY_AUTOTUNE_*; docs/configuration.md).
+  std::vector<SchedulingChoice> AutotuneGrid(const SchedulingChoice& initial) const;
   void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
 
   WorkerContext& ctx_;

@@ -321,7 +321,8 @@ void Worker::Shutdown() {
             << " messages dropped by fault injection, " << c.fused_messages << " fused messages of "
             << c.partitions_fused << " partitions, " << c.rows_operations << " push_pull_rows of "
             << c.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
-            << " bytes in flight";
+            << " bytes in flight; " << (queue_.window_on() ? "" : "fixed credit, measured ")
+            << queue_.DescribeWindow();
   if (trace_) trace_->Close();
   Status written = WriteStatsFile(config_.diagnostics.stats_file, "worker", rank_, Counters());
   if (!written.ok()) LOG(ERROR) << written.message();
@@ -330,6 +331,7 @@ void Worker::Shutdown() {
 CounterValues Worker::Counters() const {
   CounterValues values = counters_.registry.Snapshot();
   for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
+  for (auto& v : queue_.WindowCounters()) values.push_back(std::move(v));
   return values;
 }
 

@@ -103,26 +103,52 @@ class EnvReader {
     const char* text = Get(name, nullptr, &used);
     std::vector<int64_t> out;
     if (!text) return out;
-    std::string s(text), item;
-    for (size_t at = 0; at <= s.size(); ++at) {
-      if (at < s.size() && s[at] != ',') {
-        item += s[at];
-        continue;
-      }
+    for (const std::string& item : SplitList(text)) {
       errno = 0;
       char* end = nullptr;
       long long v = std::strtoll(item.c_str(), &end, 10);
       if (item.empty() || *end != '\0' || errno != 0 || std::isspace(item[0]) || v < min ||
           v > max) {
-        Invalid(used, s, StrCat("expected comma-separated integers from ", min, " to ", max));
+        Invalid(used, text, StrCat("expected comma-separated integers from ", min, " to ", max));
       }
       out.push_back(v);
-      item.clear();
+    }
+    return out;
+  }
+
+  // A comma-separated list of numbers, each in [min, max]; empty when unset.
+  std::vector<double> DoubleList(const char* name, double min, double max) const {
+    std::string used;
+    const char* text = Get(name, nullptr, &used);
+    std::vector<double> out;
+    if (!text) return out;
+    for (const std::string& item : SplitList(text)) {
+      errno = 0;
+      char* end = nullptr;
+      double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end != '\0' || errno != 0 || std::isspace(item[0]) ||
+          !std::isfinite(v) || v < min || v > max) {
+        Invalid(used, text, StrCat("expected comma-separated numbers from ", min, " to ", max));
+      }
+      out.push_back(v);
     }
     return out;
   }
 
  private:
+  // "a,b,,c" -> {"a", "b", "", "c"}: an empty item stays (and is refused by the callers).
+  static std::vector<std::string> SplitList(const std::string& s) {
+    std::vector<std::string> items(1);
+    for (char ch : s) {
+      if (ch == ',') {
+        items.emplace_back();
+      } else {
+        items.back() += ch;
+      }
+    }
+    return items;
+  }
+
   const EnvLookup& env_;
   std::vector<std::string>* warnings_;
 };
@@ -194,6 +220,33 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
 
 // FERRY_SCHEDULING_POLICY and its companions (the block at the end of Config's
 // scheduling settings). REQUIRES: partition_bytes and max_message_bytes read.
+// FERRY_WINDOW and its bounds, and the autotune lists over them.
+void ReadWindow(const EnvReader& r, Config* c) {
+  Config::Scheduling& s = c->scheduling;
+  const std::string window = r.Str("FERRY_WINDOW", nullptr, s.window_bdp ? "bdp" : "fixed");
+  if (window != "bdp" && window != "fixed") Invalid("FERRY_WINDOW", window, "expected bdp or fixed");
+  s.window_bdp = window == "bdp";
+  s.window_gain = r.Double("FERRY_WINDOW_GAIN", s.window_gain, 0.25, 64.0);
+  s.window_min_bytes = r.Int("FERRY_WINDOW_MIN_BYTES", nullptr, s.window_min_bytes, 4096, 1LL << 40);
+  s.window_max_bytes = r.Int("FERRY_WINDOW_MAX_BYTES", nullptr, s.window_max_bytes, 4096, 1LL << 40);
+  if (s.window_max_bytes < s.window_min_bytes) {
+    Invalid("FERRY_WINDOW_MAX_BYTES", std::to_string(s.window_max_bytes),
+            StrCat("is below FERRY_WINDOW_MIN_BYTES (", s.window_min_bytes, ")"));
+  }
+  s.autotune_window_gains = r.DoubleList("FERRY_AUTOTUNE_WINDOW_GAINS", 0.25, 64.0);
+  if (!s.autotune_window_gains.empty() && !s.autotune_credits.empty()) {
+    Invalid("FERRY_AUTOTUNE_WINDOW_GAINS", r.Str("FERRY_AUTOTUNE_WINDOW_GAINS", nullptr, ""),
+            "cannot be searched with FERRY_AUTOTUNE_CREDITS (fixed credits): set one of them");
+  }
+  s.autotune_frame_bytes = r.IntList("FERRY_AUTOTUNE_FRAME_BYTES", 0, 1LL << 30);
+  for (int64_t f : s.autotune_frame_bytes) {
+    if (f != 0 && (f < 4096 || f % 8 != 0)) {
+      Invalid("FERRY_AUTOTUNE_FRAME_BYTES", std::to_string(f),
+              "expected frame sizes that are 0 or multiples of 8 from 4096");
+    }
+  }
+}
+
 void ReadScheduling(const EnvReader& r, Config* c) {
   const std::string policy =
       r.Str("FERRY_SCHEDULING_POLICY", nullptr, SchedulingPolicyName(c->scheduling.policy));
@@ -216,6 +269,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   c->scheduling.autotune_partition_bytes =
       r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
   c->scheduling.autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
+  ReadWindow(r, c);
   // Every message a worker may send must pass the servers' size limit.
   std::vector<std::pair<const char*, int64_t>> sizes = {
       {"FERRY_P3_SLICE_BYTES",
@@ -229,6 +283,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   for (int64_t p : c->scheduling.autotune_partition_bytes) {
     sizes.emplace_back("FERRY_AUTOTUNE_PARTITION_BYTES", p);
   }
+  for (int64_t f : c->scheduling.autotune_frame_bytes) sizes.emplace_back("FERRY_AUTOTUNE_FRAME_BYTES", f);
   for (const auto& [name, bytes] : sizes) {
     if (c->transport.max_message_bytes < bytes + 4096) {
       Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->transport.max_message_bytes),

@@ -100,6 +100,15 @@ struct Config {
     int64_t partition_bytes = 1048576;
     int credit = 4;                   // partitions in flight per worker
     int64_t credit_bytes = 0;         // if > 0, the credit in bytes instead
+    // FERRY_WINDOW=bdp: the `credit` policy's credit follows the measured bandwidth-delay
+    // product (worker/scheduling/window_estimator.h), starting from the credit above;
+    // false (`fixed`, the default): the credit stays. Not the default: measured against the fixed 4 x 1 MiB, it is 2-6%
+    // slower on the train-sim models and ~5% faster on the unified cluster
+    // (docs/benchmarks.md, "The window").
+    bool window_bdp = false;
+    double window_gain = 2.0;                // FERRY_WINDOW_GAIN
+    int64_t window_min_bytes = 1 << 20;      // FERRY_WINDOW_MIN_BYTES
+    int64_t window_max_bytes = 64LL << 20;   // FERRY_WINDOW_MAX_BYTES
     int64_t fusion_bytes = 262144;    // credit: fuse small partitions up to this; 0 = never
     int64_t p3_slice_bytes = 160000;  // p3: the partition size
     int64_t bucket_bytes = 26214400;  // fifo-bucket: a bucket goes once it holds this much
@@ -108,6 +117,8 @@ struct Config {
     int autotune_steps = 3;           // iterations per candidate; the first is not scored
     std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition
     std::vector<int64_t> autotune_credits;          // in partitions; empty: C/2, C, 2C
+    std::vector<double> autotune_window_gains;      // window gains; empty: G/2, G, 2G
+    std::vector<int64_t> autotune_frame_bytes;      // frame sizes (0: none); empty: F/2, F, 2F if F
     // The partition size a worker starts with: the slice size under p3, else partition_bytes.
     int64_t InitialPartitionBytes() const;
     // The credit in bytes with partitions of `partition` bytes: credit_bytes if set, else

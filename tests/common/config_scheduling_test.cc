@@ -100,6 +100,47 @@ TEST(ConfigSchedulingTest, MercuryTurnsOnFramesAndTheWatermarkUnlessSet) {
                 "FERRY_FRAME_BYTES");
 }
 
+TEST(ConfigSchedulingTest, TheWindowFollowsTheNetworkOnlyWhenAsked) {
+  Config c = Read({});
+  EXPECT_FALSE(c.scheduling.window_bdp);  // measured: not better than the fixed credit yet
+  EXPECT_TRUE(Read({{"FERRY_WINDOW", "bdp"}}).scheduling.window_bdp);
+  EXPECT_EQ(c.scheduling.window_gain, 2.0);
+  EXPECT_EQ(c.scheduling.window_min_bytes, 1 << 20);
+  EXPECT_EQ(c.scheduling.window_max_bytes, 64 << 20);
+  EXPECT_TRUE(c.scheduling.autotune_window_gains.empty());
+  EXPECT_TRUE(c.scheduling.autotune_frame_bytes.empty());
+  for (const char* credit : {"FERRY_SCHEDULING_CREDIT", "BYTEPS_SCHEDULING_CREDIT",
+                             "FERRY_SCHEDULING_CREDIT_BYTES"}) {
+    EXPECT_FALSE(Read({{credit, "8"}}).scheduling.window_bdp) << credit << " keeps it fixed";
+    EXPECT_TRUE(Read({{credit, "8"}, {"FERRY_WINDOW", "bdp"}}).scheduling.window_bdp)
+        << "FERRY_WINDOW=bdp wins over " << credit << " (which is then the first window)";
+  }
+  c = Read({{"FERRY_WINDOW", "fixed"},
+            {"FERRY_WINDOW_GAIN", "1.5"},
+            {"FERRY_WINDOW_MIN_BYTES", "65536"},
+            {"FERRY_WINDOW_MAX_BYTES", "65536"},
+            {"FERRY_AUTOTUNE_WINDOW_GAINS", "1,2.5,4"},
+            {"FERRY_AUTOTUNE_FRAME_BYTES", "0,65536,262144"}});
+  EXPECT_FALSE(c.scheduling.window_bdp);
+  EXPECT_EQ(c.scheduling.window_gain, 1.5);
+  EXPECT_EQ(c.scheduling.window_min_bytes, 65536);
+  EXPECT_EQ(c.scheduling.window_max_bytes, 65536);
+  EXPECT_EQ(c.scheduling.autotune_window_gains, (std::vector<double>{1, 2.5, 4}));
+  EXPECT_EQ(c.scheduling.autotune_frame_bytes, (std::vector<int64_t>{0, 65536, 262144}));
+  ExpectInvalid({{"FERRY_WINDOW", "bbr"}}, "FERRY_WINDOW");
+  ExpectInvalid({{"FERRY_WINDOW_GAIN", "0"}}, "FERRY_WINDOW_GAIN");
+  ExpectInvalid({{"FERRY_WINDOW_MIN_BYTES", "100"}}, "FERRY_WINDOW_MIN_BYTES");
+  ExpectInvalid({{"FERRY_WINDOW_MAX_BYTES", "65536"}}, "FERRY_WINDOW_MAX_BYTES");  // < min
+  ExpectInvalid({{"FERRY_AUTOTUNE_WINDOW_GAINS", "1,,2"}}, "FERRY_AUTOTUNE_WINDOW_GAINS");
+  ExpectInvalid({{"FERRY_AUTOTUNE_WINDOW_GAINS", "100"}}, "FERRY_AUTOTUNE_WINDOW_GAINS");
+  ExpectInvalid({{"FERRY_AUTOTUNE_WINDOW_GAINS", "1,2"}, {"FERRY_AUTOTUNE_CREDITS", "2,4"}},
+                "FERRY_AUTOTUNE_CREDITS");
+  ExpectInvalid({{"FERRY_AUTOTUNE_FRAME_BYTES", "4100"}}, "FERRY_AUTOTUNE_FRAME_BYTES");
+  ExpectInvalid({{"FERRY_AUTOTUNE_FRAME_BYTES", "2048"}}, "FERRY_AUTOTUNE_FRAME_BYTES");
+  ExpectInvalid({{"FERRY_MAX_MESSAGE_BYTES", "2000000"}, {"FERRY_AUTOTUNE_FRAME_BYTES", "4194304"}},
+                "FERRY_AUTOTUNE_FRAME_BYTES (4194304)");
+}
+
 TEST(ConfigSchedulingTest, Refusals) {
   ExpectInvalid({{"FERRY_SCHEDULING_POLICY", "bytescheduler"}}, "FERRY_SCHEDULING_POLICY");
   ExpectInvalid({{"FERRY_FUSION_BYTES", "-1"}}, "FERRY_FUSION_BYTES");

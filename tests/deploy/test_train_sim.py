@@ -76,3 +76,26 @@ def test_train_sim_on_a_netns_cluster_sums_exactly_and_cleans_up(tmp_path):
         assert r["lb"]["rate_gbps"] == 1 and r["lb"]["b_eff_gbps"] == 0.5   # 1 server for 2 workers
     assert 0 < record["cpu"]["busiest_core_pct"] <= 100
     assert [ns for ns in netns_list() if ns.startswith(record["cluster"] + "-")] == []
+
+
+def test_unified_bench_times_ferry_and_gloo_on_a_netns_cluster_and_cleans_up(tmp_path):
+    need_binaries("ferry-scheduler", "ferry-server", "ferry-perf")
+    need_netns()
+    out_file = tmp_path / "unified.json"
+    code, out = run(["/usr/bin/python3", REPO / "bench" / "unified_bench.py", "--workers", "2", "--ks", "1",
+                     "--rate", "1gbit", "--bytes", "1M", "--iters", "2", "--warmup", "0", "--repeats", "1",
+                     "--timeout", "120", "--bin", FERRY_BIN, "--out", out_file], timeout=300, env=clean_env())
+    assert code == 0, out[-6000:]
+    result = json.loads(out_file.read_text())
+    [record] = result["runs"]
+    assert "error" not in record, record
+    assert record["ferry_s"] > 0 and record["gloo_s"] > 0, record
+    # T_opt for n = 2, k = 1: 2 n (n - 1) M / ((n^2 + k n - 2k) B) = 4 M / (4 B).
+    assert record["t_opt_s"] == pytest.approx((1 << 20) / (1e9 / 8), rel=1e-6), record
+    # Nothing beats the network's bound (bytes cross a shaped link at most at its rate).
+    assert record["ferry_s"] >= 0.9 * record["t_opt_s"], record
+    # The workers' counters came back, the window's among them.
+    assert record["transport"]["window.bytes"] >= 1 << 20, record["transport"]
+    [row] = result["summary"]
+    assert row["gloo_over_ferry"] == pytest.approx(record["gloo_s"] / record["ferry_s"], rel=1e-6)
+    assert [ns for ns in netns_list() if ns.startswith("ub")] == []

@@ -93,12 +93,17 @@ TEST(FrameTest, AnUrgentTensorPushedBehindA64MiBOneCompletesBeforeItsLastFrameLe
 
 // Tensors of odd sizes in 4 KiB frames and 10 KiB partitions: many frames, short last
 // frames, partitions below a frame (whole, some fused), averaged and not; over 3 rounds.
-void SumsAreExact(bool deterministic) {
+// `window`: FERRY_WINDOW=bdp down to one frame, so frames' credit returns (ReturnPart)
+// decide what goes.
+void SumsAreExact(bool deterministic, bool window = false) {
   const std::vector<uint64_t> counts = {1, 1000, 1024, 2561, 5000, 77777};
   InProcessCluster cluster({2, 3,
                             {{"FERRY_PARTITION_BYTES", "10240"},
                              {"FERRY_FRAME_BYTES", "4096"},
-                             {"FERRY_DETERMINISTIC", deterministic ? "1" : "0"}}});
+                             {"FERRY_DETERMINISTIC", deterministic ? "1" : "0"},
+                             {"FERRY_WINDOW", window ? "bdp" : "fixed"},
+                             {"FERRY_WINDOW_MIN_BYTES", "4096"},
+                             {"FERRY_WINDOW_MAX_BYTES", "16384"}}});
   cluster.RunWorkers([&](Worker& w) {
     const int n = w.size();
     for (int round = 0; round < 3; ++round) {
@@ -128,12 +133,22 @@ void SumsAreExact(bool deterministic) {
       }
     }
     EXPECT_GT(CounterValue(w.Counters(), "frames_pushed"), 0u);
+    // The window sampled every acknowledged task or frame, and applied only when asked.
+    const CounterValues c = w.Counters();
+    EXPECT_EQ(CounterValue(c, "window.on"), window ? 1u : 0u);
+    EXPECT_GE(CounterValue(c, "window.samples"), CounterValue(c, "partitions_pushed"));
+    EXPECT_GT(CounterValue(c, "window.rate_bytes_per_s"), 0u);
+    if (window) {
+      EXPECT_GE(CounterValue(c, "window.bytes"), 4096u);
+      EXPECT_LE(CounterValue(c, "window.bytes"), 16384u);
+    }
   });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }
 
 TEST(FrameTest, SumsOfFramesAreExact) { SumsAreExact(false); }
 TEST(FrameTest, SumsOfFramesAreExactInRankOrder) { SumsAreExact(true); }
+TEST(FrameTest, SumsOfFramesAreExactUnderAWindowOfAFewFrames) { SumsAreExact(false, true); }
 
 }  // namespace
 }  // namespace ferry::testing

@@ -31,6 +31,26 @@ TEST(AutotuneTest, GridClampsAndDropsDuplicates) {
   EXPECT_EQ(given, (std::vector<SchedulingChoice>{{8192, 3 * 8192}, {16384, 3 * 16384}}));
 }
 
+TEST(AutotuneTest, ExpandMultipliesByGainsAndFrames) {
+  const std::vector<SchedulingChoice> base = {{1 << 20, 4 << 20, 2.0, 0}, {4 << 20, 16 << 20, 2.0, 0}};
+  auto grid = Autotuner::Expand(base, {1, 2}, {0, 262144});
+  ASSERT_EQ(grid.size(), 8u);
+  EXPECT_EQ(grid[0], (SchedulingChoice{1 << 20, 4 << 20, 1.0, 0}));
+  EXPECT_EQ(grid[1], (SchedulingChoice{1 << 20, 4 << 20, 1.0, 262144}));
+  EXPECT_EQ(grid[2], (SchedulingChoice{1 << 20, 4 << 20, 2.0, 0}));
+  EXPECT_EQ(grid[7], (SchedulingChoice{4 << 20, 16 << 20, 2.0, 262144}));
+  // Empty axes keep each choice's own value; no duplicates.
+  EXPECT_EQ(Autotuner::Expand(base, {}, {}), base);
+  EXPECT_EQ(Autotuner::Expand(base, {2, 2}, {}), base);
+  // A frame size that would cut a partition into more than 65536 frames is raised.
+  auto big = Autotuner::Expand({{1 << 30, 1 << 30, 0.0, 0}}, {}, {4096});
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].frame_bytes, 16384);
+  EXPECT_EQ(Describe(grid[1]), "partition 1048576 bytes, window gain 1, frames 262144 bytes");
+  EXPECT_EQ(Describe(base[0]), "partition 1048576 bytes, window gain 2");
+  EXPECT_EQ(Describe(SchedulingChoice{1 << 20, 3 << 20}), "partition 1048576 bytes, credit 3145728 bytes");
+}
+
 TEST(AutotuneTest, TriesEachCandidateThenAsksForADecision) {
   std::vector<SchedulingChoice> grid = {{1024, 1024}, {2048, 4096}, {4096, 4096}};
   Autotuner t(grid, /*steps=*/3);

@@ -390,6 +390,33 @@ TEST(ScheduledQueueTest, SetCreditTakesEffect) {
   EXPECT_EQ(q.in_flight_bytes(), 100u);
 }
 
+TEST(ScheduledQueueTest, ReturnedPartsLetTheNextTaskGoAndDoneReturnsTheRest) {
+  ScheduledQueue q(Make("credit"), 100);
+  q.Push(Task(0, 100, 0));
+  q.Push(Task(0, 30, 1));
+  MustNext(q);
+  MustBlock(q);
+  q.ReturnPart(Task(0, 100, 0), 20);  // a frame of task 0 acknowledged
+  MustBlock(q);                       // 80 + 30 > 100
+  q.ReturnPart(Task(0, 100, 0), 20);
+  MustNext(q);                        // 60 + 30 <= 100
+  EXPECT_EQ(q.in_flight(), 2);
+  EXPECT_EQ(q.in_flight_bytes(), 90u);
+  q.Done(Task(0, 100, 0));  // the rest of task 0: 60
+  EXPECT_EQ(q.in_flight_bytes(), 30u);
+  EXPECT_EQ(q.in_flight(), 1);
+  q.Done(Task(0, 30, 1));
+  EXPECT_EQ(q.in_flight_bytes(), 0u);
+}
+
+TEST(ScheduledQueueDeathTest, PartsThatReturnAWholeTaskAreABug) {
+  ScheduledQueue q(Make("credit"), 100);
+  q.Push(Task(0, 40, 0));
+  MustNext(q);
+  q.ReturnPart(Task(0, 40, 0), 30);
+  EXPECT_DEATH(q.ReturnPart(Task(0, 40, 0), 10), "returned all of its credit");
+}
+
 TEST(ScheduledQueueDeathTest, CreditReturnedTwiceIsABug) {
   ScheduledQueue q(Make("credit"), 10);
   q.Push(Task(0, 1, 0));

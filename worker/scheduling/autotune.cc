@@ -9,7 +9,10 @@
 namespace ferry {
 
 std::string Describe(const SchedulingChoice& c) {
-  return StrCat("partition ", c.partition_bytes, " bytes, credit ", c.credit_bytes, " bytes");
+  return StrCat("partition ", c.partition_bytes, " bytes, ",
+                c.window_gain > 0 ? StrCat("window gain ", c.window_gain)
+                                  : StrCat("credit ", c.credit_bytes, " bytes"),
+                c.frame_bytes > 0 ? StrCat(", frames ", c.frame_bytes, " bytes") : std::string());
 }
 
 Autotuner::Autotuner(std::vector<SchedulingChoice> grid, int steps)
@@ -33,6 +36,28 @@ std::vector<SchedulingChoice> Autotuner::Grid(int64_t partition, int credit,
     }
   }
   return grid;
+}
+
+std::vector<SchedulingChoice> Autotuner::Expand(const std::vector<SchedulingChoice>& grid,
+                                                const std::vector<double>& gains,
+                                                const std::vector<int64_t>& frames) {
+  std::vector<SchedulingChoice> out;
+  for (const SchedulingChoice& base : grid) {
+    const std::vector<double> g = gains.empty() ? std::vector<double>{base.window_gain} : gains;
+    const std::vector<int64_t> f =
+        frames.empty() ? std::vector<int64_t>{base.frame_bytes} : frames;
+    for (double gain : g) {
+      for (int64_t frame : f) {
+        SchedulingChoice choice = base;
+        choice.window_gain = gain;
+        // At most 65536 frames per partition (wire protocol 3), in whole 8-byte units.
+        const int64_t least = (base.partition_bytes + 65535) / 65536;
+        choice.frame_bytes = frame > 0 ? std::max(frame, (least + 7) / 8 * 8) : 0;
+        if (std::find(out.begin(), out.end(), choice) == out.end()) out.push_back(choice);
+      }
+    }
+  }
+  return out;
 }
 
 Autotuner::Action Autotuner::OnStep(double ms) {

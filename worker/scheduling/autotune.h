@@ -1,7 +1,7 @@
 #pragma once
 
-// Autotuner: a grid search over partition size and credit, scored by measured
-// iteration time (FERRY_AUTOTUNE=1).
+// Autotuner: a grid search over partition size, credit or window gain, and frame size,
+// scored by measured iteration time (FERRY_AUTOTUNE=1).
 //
 // The worker calls OnStep() at every iteration boundary (Worker::StepBoundary) with the
 // duration of the iteration that just ended. The tuner tries each candidate of the grid
@@ -24,13 +24,17 @@ namespace ferry {
 
 struct SchedulingChoice {
   int64_t partition_bytes = 0;
-  int64_t credit_bytes = 0;
+  int64_t credit_bytes = 0;  // the fixed credit; with a window, the window's start
+  double window_gain = 0;    // > 0: the credit follows the window with this gain
+  int64_t frame_bytes = 0;   // frames of this size (0: whole partitions)
 
   bool operator==(const SchedulingChoice& o) const {
-    return partition_bytes == o.partition_bytes && credit_bytes == o.credit_bytes;
+    return partition_bytes == o.partition_bytes && credit_bytes == o.credit_bytes &&
+           window_gain == o.window_gain && frame_bytes == o.frame_bytes;
   }
 };
-// "partition 4194304 bytes, credit 16777216 bytes"
+// "partition 4194304 bytes, credit 16777216 bytes" (fixed), "partition 1048576 bytes, window
+// gain 2" (window), with ", frames 262144 bytes" when cut in frames.
 std::string Describe(const SchedulingChoice& c);
 
 class Autotuner {
@@ -50,6 +54,13 @@ class Autotuner {
                                             std::vector<int64_t> partitions,
                                             std::vector<int64_t> credits, int64_t min_partition,
                                             int64_t max_partition);
+  // Each choice of `grid` times window gains `gains` (empty: the choice's own window_gain)
+  // times frame sizes `frames` (empty: the choice's own frame_bytes), without duplicates,
+  // in that order. A frame size that would cut a partition into more than 65536 frames is
+  // raised to the least that does not.
+  static std::vector<SchedulingChoice> Expand(const std::vector<SchedulingChoice>& grid,
+                                              const std::vector<double>& gains,
+                                              const std::vector<int64_t>& frames);
 
   // At an iteration boundary; `ms` is the iteration that just ended (< 0 at the first
   // boundary, which ends no measured iteration).

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/config/scheduling_policy.h"
+#include "worker/scheduling/window_estimator.h"
 
 namespace ferry {
 
@@ -32,6 +33,9 @@ struct PushTask {
   uint64_t bytes = 0;
   int server = 0;       // the server rank the partition goes to
   uint64_t cookie = 0;  // the caller's reference to the task
+  // Set by the queue at hand-out (the window's sample); give the handed-out task back
+  // to ScheduledQueue::Done.
+  WindowEstimator::Snapshot handout;
 };
 
 // The queue's credit accounting, as a policy sees it in Next().

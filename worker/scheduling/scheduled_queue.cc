@@ -32,8 +32,10 @@ bool ScheduledQueue::TryNext(Batch* out) {
 
 bool ScheduledQueue::TryNextLocked(Batch* out) {
   Batch batch;
-  if (!policy_->Next(credit_, now_(), &batch)) return false;
+  const int64_t now = now_();
+  if (!policy_->Next(credit_, now, &batch)) return false;
   CheckInvariants(batch);
+  const bool idle = credit_.idle();
   for (const PushTask& t : batch.tasks) {
     credit_.in_flight_tasks++;
     credit_.in_flight_bytes += t.bytes;
@@ -43,6 +45,14 @@ bool ScheduledQueue::TryNextLocked(Batch* out) {
     credit_.in_flight_per_server[t.server]++;
   }
   max_in_flight_bytes_ = std::max(max_in_flight_bytes_, credit_.in_flight_bytes);
+  if (window_) {
+    // App-limited: nothing else waits and the credit is not used up, so the sender (not
+    // the network) limits what these tasks' samples see.
+    const bool app_limited = policy_->queued() == 0 && credit_.Admits(1);
+    for (size_t i = 0; i < batch.tasks.size(); ++i) {
+      batch.tasks[i].handout = window_->OnSend(now, batch.tasks[i].bytes, idle && i == 0, app_limited);
+    }
+  }
   *out = std::move(batch);
   return true;
 }
@@ -88,18 +98,43 @@ bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
   }
 }
 
-void ScheduledQueue::Done(const PushTask& task) {
+void ScheduledQueue::ReturnPart(const PushTask& task, uint64_t bytes) {
   {
     MutexLock lock(mu_);
+    uint64_t& returned = returned_[task.cookie];
+    CHECK_LT(returned + bytes, task.bytes) << "a task's parts returned all of its credit";
+    CHECK_GE(credit_.in_flight_bytes, bytes) << "credit returned twice";
+    returned += bytes;
+    credit_.in_flight_bytes -= bytes;
+    if (window_ && task.handout.sent_us > 0) {
+      window_->OnAck(task.handout, bytes, now_());
+      UpdateLimit();
+    }
+  }
+  cv_.NotifyAll();
+}
+
+void ScheduledQueue::Done(const PushTask& task, bool acked) {
+  {
+    MutexLock lock(mu_);
+    uint64_t rest = task.bytes;
+    if (auto it = returned_.find(task.cookie); it != returned_.end()) {
+      rest -= it->second;
+      returned_.erase(it);
+    }
     CHECK_GT(credit_.in_flight_tasks, 0) << "credit returned twice";
-    CHECK_GE(credit_.in_flight_bytes, task.bytes);
+    CHECK_GE(credit_.in_flight_bytes, rest);
     CHECK(task.server < static_cast<int>(credit_.in_flight_per_server.size()) &&
           credit_.in_flight_per_server[task.server] > 0)
         << "credit returned twice for server " << task.server;
     credit_.in_flight_tasks--;
-    credit_.in_flight_bytes -= task.bytes;
+    credit_.in_flight_bytes -= rest;
     credit_.in_flight_per_server[task.server]--;
     policy_->Done(task);
+    if (window_ && acked && task.handout.sent_us > 0) {
+      window_->OnAck(task.handout, rest, now_());
+      UpdateLimit();
+    }
   }
   cv_.NotifyAll();
 }
@@ -119,9 +154,65 @@ void ScheduledQueue::SetCredit(uint64_t credit_bytes) {
   {
     MutexLock lock(mu_);
     credit_bytes_ = credit_bytes;
-    credit_.limit_bytes = policy_->uses_credit() ? credit_bytes : CreditState::kUnlimited;
+    window_on_ = false;
+    UpdateLimit();
   }
   cv_.NotifyAll();
+}
+
+void ScheduledQueue::UpdateLimit() {
+  if (!policy_->uses_credit()) {
+    credit_.limit_bytes = CreditState::kUnlimited;
+  } else {
+    credit_.limit_bytes = window_on_ ? window_->window_bytes() : credit_bytes_;
+  }
+}
+
+void ScheduledQueue::UseWindow(const WindowOptions& options) {
+  {
+    MutexLock lock(mu_);
+    CHECK(!window_) << "UseWindow called twice";
+    window_ = std::make_unique<WindowEstimator>(options);
+    window_on_ = true;
+    UpdateLimit();
+  }
+  cv_.NotifyAll();
+}
+
+void ScheduledQueue::SetWindowGain(double gain) {
+  {
+    MutexLock lock(mu_);
+    CHECK(window_) << "SetWindowGain without UseWindow";
+    window_->set_gain(gain);
+    window_on_ = true;
+    UpdateLimit();
+  }
+  cv_.NotifyAll();
+}
+
+uint64_t ScheduledQueue::limit_bytes() const {
+  MutexLock lock(mu_);
+  return credit_.limit_bytes;
+}
+
+std::vector<std::pair<std::string, uint64_t>> ScheduledQueue::WindowCounters() const {
+  MutexLock lock(mu_);
+  if (!window_) return {};
+  return {{"window.on", window_on_ ? 1 : 0},
+          {"window.bytes", window_->window_bytes()},
+          {"window.rate_bytes_per_s", static_cast<uint64_t>(window_->rate_bytes_per_us() * 1e6)},
+          {"window.min_rtt_us", static_cast<uint64_t>(window_->min_rtt_us())},
+          {"window.samples", window_->samples()}};
+}
+
+bool ScheduledQueue::window_on() const {
+  MutexLock lock(mu_);
+  return window_on_;
+}
+
+std::string ScheduledQueue::DescribeWindow() const {
+  MutexLock lock(mu_);
+  return window_ ? window_->Describe() : std::string();
 }
 
 uint64_t ScheduledQueue::credit_bytes() const {

@@ -14,20 +14,33 @@
 // different times), so a credit held until the sum can deadlock: worker A's credit is
 // all in partitions B has not sent yet, and B's in partitions A has not sent.
 //
+// The window (UseWindow, FERRY_WINDOW=bdp): the credit of a policy with uses_credit()
+// follows a WindowEstimator (window_estimator.h) fed by this queue: each task handed out
+// carries the estimator's Snapshot (PushTask::handout), and Done(task, acked = true) is its
+// sample. SetCredit() fixes the credit again; SetWindowGain() returns to the window. With
+// UseWindow the estimator samples in both modes (a fixed credit's log shows what the
+// window would be). A shrinking window holds new tasks back until the bytes in flight
+// drop below it; it never takes back what was handed out.
+//
 // Invariants (checked here with CHECK on every hand-out, and by the tests):
-//   - credit (policies with uses_credit()): bytes in flight <= the credit, except that
+//   - credit (policies with uses_credit()): bytes in flight <= the credit (the fixed
+//     credit, or the window at the moment of hand-out), except that
 //     when nothing is in flight one task goes whatever its size, so bytes in flight
 //     never exceed credit + one partition, and no task waits forever for credit;
 //   - window (per_server_window() > 0): tasks in flight to one server <= the window;
 //   - every pushed task is handed out exactly once, in the policy's order (equal
 //     priorities keep arrival order: Push numbers tasks in arrival order);
-//   - every task handed out is Done() exactly once (a second Done is a CHECK failure).
+//   - every task handed out is Done() exactly once (a second Done is a CHECK failure),
+//     and the credit it returns in all (ReturnPart, then Done) is exactly its bytes.
 // Thread-safe: any number of producers (Push), senders (Next) and acknowledgers (Done).
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/util/mutex.h"
 #include "worker/scheduling/policy.h"
@@ -49,15 +62,38 @@ class ScheduledQueue {
   bool Next(Batch* out, int64_t timeout_ms, bool* timed_out) EXCLUDES(mu_);
   // Next() that does not block.
   bool TryNext(Batch* out) EXCLUDES(mu_);
-  // Returns the credit of a task handed out by Next().
-  void Done(const PushTask& task) EXCLUDES(mu_);
+  // Returns `bytes` of the credit of a task handed out by Next() before it is done: a
+  // frame of it was acknowledged (a window sample). The task stays in flight (it still
+  // counts against a per-server window) until Done. REQUIRES: what is returned of a task
+  // in all stays below its bytes.
+  void ReturnPart(const PushTask& task, uint64_t bytes) EXCLUDES(mu_);
+  // Returns the rest of the credit of a task handed out by Next() (pass the task as
+  // handed out). `acked`: the server acknowledged it (a window sample); false for a task
+  // that never went or failed.
+  void Done(const PushTask& task, bool acked = true) EXCLUDES(mu_);
   // Wakes every waiter; Next() returns false from now on.
   void Close() EXCLUDES(mu_);
   // Re-evaluates blocked Next() calls: for fake clocks, after moving time.
   void Wake() EXCLUDES(mu_);
 
+  // Fixes the credit (the window, if any, keeps sampling but no longer applies).
   void SetCredit(uint64_t credit_bytes) EXCLUDES(mu_);
   uint64_t credit_bytes() const EXCLUDES(mu_);
+  // Starts the window estimator; the credit follows it from now on. Call once, before
+  // the first task.
+  void UseWindow(const WindowOptions& options) EXCLUDES(mu_);
+  // The credit follows the window again, with this gain. REQUIRES: UseWindow was called.
+  void SetWindowGain(double gain) EXCLUDES(mu_);
+  // The credit in force now: the fixed credit or the window (kUnlimited for policies
+  // without credit).
+  uint64_t limit_bytes() const EXCLUDES(mu_);
+  // Whether the credit follows the window now.
+  bool window_on() const EXCLUDES(mu_);
+  // The estimator's state for logs ("" without UseWindow).
+  std::string DescribeWindow() const EXCLUDES(mu_);
+  // For the stats file: window.on, window.bytes (what the window is, applied or not),
+  // window.rate_bytes_per_s, window.min_rtt_us, window.samples; empty without UseWindow.
+  std::vector<std::pair<std::string, uint64_t>> WindowCounters() const EXCLUDES(mu_);
   SchedulingPolicy policy() const EXCLUDES(mu_);
   // policy()'s name, for logs.
   std::string policy_name() const EXCLUDES(mu_);
@@ -70,16 +106,22 @@ class ScheduledQueue {
 
  private:
   bool TryNextLocked(Batch* out) REQUIRES(mu_);
+  // credit_.limit_bytes from the policy, the mode and the window.
+  void UpdateLimit() REQUIRES(mu_);
   void CheckInvariants(const Batch& batch) const REQUIRES(mu_);
 
   const NowFn now_;
   // Guards the policy (*policy_: the pointer itself is set once, in the constructor),
-  // credit_, credit_bytes_, next_seq_, max_in_flight_bytes_ and closed_.
+  // the window, credit_, credit_bytes_, next_seq_, max_in_flight_bytes_ and closed_.
   mutable Mutex mu_;
   CondVar cv_;  // signalled on Push, Done, Close, SetCredit, Wake
   const std::unique_ptr<Policy> policy_ PT_GUARDED_BY(mu_);
   CreditState credit_ GUARDED_BY(mu_);  // limit_bytes: the credit (kUnlimited if unused)
   uint64_t credit_bytes_ GUARDED_BY(mu_);
+  std::unique_ptr<WindowEstimator> window_ GUARDED_BY(mu_);  // null: no UseWindow
+  // Tasks in flight with part of their credit returned: cookie -> bytes returned.
+  std::unordered_map<uint64_t, uint64_t> returned_ GUARDED_BY(mu_);
+  bool window_on_ GUARDED_BY(mu_) = false;
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   uint64_t max_in_flight_bytes_ GUARDED_BY(mu_) = 0;
   bool closed_ GUARDED_BY(mu_) = false;
