@@ -28,7 +28,8 @@
 // FERRY_AUTOTUNE and marks the trace (FERRY_TRACE_DIR).
 //
 // Re-partitioning: SetScheduling() changes the partition size and the credit between
-// iterations. A tensor cut with another partition size uses fresh keys (a layout
+// iterations (a fixed credit: with FERRY_WINDOW=bdp the window stops applying; the frame
+// size stays). A tensor cut with another partition size uses fresh keys (a layout
 // generation in the key, common/transport/message.h), because a server fixes a key's
 // length at its first push; every worker computes the same cut and placement for each
 // partition size, and keeps each cut's rounds, so switching back reuses its keys.

@@ -213,6 +213,8 @@ PYBIND11_MODULE(_core, m) {
     d["policy"] = w->scheduling_policy();
     d["partition_bytes"] = c.partition_bytes;
     d["credit_bytes"] = c.credit_bytes;
+    d["window_gain"] = c.window_gain;  // 0: the credit is fixed (FERRY_WINDOW)
+    d["frame_bytes"] = c.frame_bytes;  // 0: whole partitions
     return d;
   });
   m.def("stats", [] {

@@ -95,3 +95,21 @@ def test_set_scheduling_between_push_pulls(cluster, policy):
         for step, got in enumerate(r["sums"]):
             want = 2 * torch.arange(50000, dtype=torch.float32) + 1 + 2 * step
             assert torch.equal(got, want), step
+        assert [s["window_gain"] for s in r["seen"]] == [0.0] * 4  # FERRY_WINDOW=fixed default
+
+
+def test_set_scheduling_fixes_the_window_and_keeps_the_frames(cluster):
+    c = cluster(workers=2, servers=2, env={"FERRY_WINDOW": "bdp", "FERRY_FRAME_BYTES": "16384"})
+    c.start("scheduling")
+    res = sorted(c.wait_workers(timeout=120), key=lambda r: r["rank"])
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        assert r["before"]["window_gain"] == 2.0 and r["before"]["frame_bytes"] == 16384
+        # set_scheduling's credit is fixed; the frame size stays.
+        assert [s["window_gain"] for s in r["seen"]] == [2.0, 0.0, 0.0, 0.0]
+        assert [s["frame_bytes"] for s in r["seen"]] == [16384] * 4
+        for step, got in enumerate(r["sums"]):
+            want = 2 * torch.arange(50000, dtype=torch.float32) + 1 + 2 * step
+            assert torch.equal(got, want), step
+        assert r["stats"]["window_on"] == 0 and r["stats"]["window_samples"] > 0
+        assert r["stats"]["frames_pushed"] > 0

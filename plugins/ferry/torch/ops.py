@@ -190,7 +190,9 @@ def set_scheduling(partition_bytes, credit_bytes):
 
 
 def scheduling():
-    """{'policy', 'partition_bytes', 'credit_bytes'}: what new push_pulls use."""
+    """{'policy', 'partition_bytes', 'credit_bytes', 'window_gain', 'frame_bytes'}: what new
+    push_pulls use. window_gain > 0: the credit follows the measured window (FERRY_WINDOW=bdp),
+    starting from credit_bytes; 0: the credit is fixed. frame_bytes 0: whole partitions."""
     return _core.scheduling()
 
 
