@@ -319,64 +319,56 @@ TEST(SchedulingTest, PartitionSizeChangesMidRunAndSumsStayExact) {
   }
 }
 
-TEST(SchedulingTest, AutotuneAgreesOnEveryWorkerAndSumsStayExact) {
+// Runs ferry-train-sim (2 workers, 2 servers, 10 iterations) with autotune over the
+// four candidates `candidates` (as Describe() logs them), 2 iterations each: decided at
+// the 9th boundary of 11. Every worker tried each, chose the same one, and every sum was
+// exact.
+void ExpectAutotuneAgrees(std::map<std::string, std::string> env,
+                          const std::vector<std::string>& candidates) {
+  ASSERT_EQ(candidates.size(), 4u);
   TestCluster c;
   const std::string workload = WriteWorkload(c.dir());
-  // 2 sizes x 2 credits, 2 iterations each: decided at the 9th boundary of 11.
-  c.spec() = Spec(2, 2, "ferry-train-sim", TrainSimArgs(workload, 10, 0),
-                  {{"FERRY_AUTOTUNE", "1"},
-                   {"FERRY_AUTOTUNE_PARTITION_BYTES", "16384,65536"},
-                   {"FERRY_AUTOTUNE_CREDITS", "1,4"},
-                   {"FERRY_AUTOTUNE_STEPS", "2"}});
+  env["FERRY_AUTOTUNE"] = "1";
+  env["FERRY_AUTOTUNE_STEPS"] = "2";
+  c.spec() = Spec(2, 2, "ferry-train-sim", TrainSimArgs(workload, 10, 0), env);
   c.Start();
   ASSERT_TRUE(c.Succeeds(120000));
   ExpectExactReports(c, 10);
   std::vector<std::string> chosen;
-  std::regex line(
-      R"(autotune: chose (partition \d+ bytes, credit \d+ bytes) \(candidate (\d) of 4\) )"
-      R"(after 9 iterations)");
+  const std::regex line(R"(autotune: chose (.+) \(candidate (\d) of 4\) after 9 iterations)");
   for (int w : c.workers()) {
-    std::string out = c.Output(w);
+    const std::string out = c.Output(w);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(out, m, line)) << out;
     chosen.push_back(m[1]);
+    EXPECT_EQ(m[1], candidates[std::stoi(m[2])]) << out;
     // Every candidate was tried: four switches, each logged.
     EXPECT_EQ(CountOccurrences(out, "scheduling (autotune candidate"), 4) << out;
+    for (const std::string& candidate : candidates) {
+      EXPECT_NE(out.find("): " + candidate + "; layout"), std::string::npos) << candidate << "\n" << out;
+    }
   }
   EXPECT_EQ(chosen[0], chosen[1]) << "the workers chose differently";
 }
 
+TEST(SchedulingTest, AutotuneAgreesOnEveryWorkerAndSumsStayExact) {
+  ExpectAutotuneAgrees({{"FERRY_AUTOTUNE_PARTITION_BYTES", "16384,65536"},
+                        {"FERRY_AUTOTUNE_CREDITS", "1,4"}},
+                       {"partition 16384 bytes, credit 16384 bytes",
+                        "partition 16384 bytes, credit 65536 bytes",
+                        "partition 65536 bytes, credit 65536 bytes",
+                        "partition 65536 bytes, credit 262144 bytes"});
+}
+
 TEST(SchedulingTest, AutotuneSearchesWindowGainsAndFrameSizes) {
-  TestCluster c;
-  const std::string workload = WriteWorkload(c.dir());
-  // 1 size x 2 gains x 2 frame sizes, 2 iterations each: decided at the 9th boundary of 11.
-  c.spec() = Spec(2, 2, "ferry-train-sim", TrainSimArgs(workload, 10, 0),
-                  {{"FERRY_AUTOTUNE", "1"},
-                   {"FERRY_WINDOW", "bdp"},
-                   {"FERRY_AUTOTUNE_PARTITION_BYTES", "65536"},
-                   {"FERRY_AUTOTUNE_WINDOW_GAINS", "1,4"},
-                   {"FERRY_AUTOTUNE_FRAME_BYTES", "0,16384"},
-                   {"FERRY_AUTOTUNE_STEPS", "2"}});
-  c.Start();
-  ASSERT_TRUE(c.Succeeds(120000));
-  ExpectExactReports(c, 10);
-  std::vector<std::string> chosen;
-  std::regex line(
-      R"(autotune: chose (partition 65536 bytes, window gain [14](, frames 16384 bytes)?) )"
-      R"(\(candidate (\d) of 4\) after 9 iterations)");
-  for (int w : c.workers()) {
-    std::string out = c.Output(w);
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(out, m, line)) << out;
-    chosen.push_back(m[1]);
-    EXPECT_EQ(CountOccurrences(out, "scheduling (autotune candidate"), 4) << out;
-    for (const char* candidate :
-         {"partition 65536 bytes, window gain 1; ", "partition 65536 bytes, window gain 1, frames 16384 bytes; ",
-          "partition 65536 bytes, window gain 4; ", "partition 65536 bytes, window gain 4, frames 16384 bytes; "}) {
-      EXPECT_NE(out.find(std::string("): ") + candidate), std::string::npos) << candidate << "\n" << out;
-    }
-  }
-  EXPECT_EQ(chosen[0], chosen[1]) << "the workers chose differently";
+  ExpectAutotuneAgrees({{"FERRY_WINDOW", "bdp"},
+                        {"FERRY_AUTOTUNE_PARTITION_BYTES", "65536"},
+                        {"FERRY_AUTOTUNE_WINDOW_GAINS", "1,4"},
+                        {"FERRY_AUTOTUNE_FRAME_BYTES", "0,16384"}},
+                       {"partition 65536 bytes, window gain 1",
+                        "partition 65536 bytes, window gain 1, frames 16384 bytes",
+                        "partition 65536 bytes, window gain 4",
+                        "partition 65536 bytes, window gain 4, frames 16384 bytes"});
 }
 
 }  // namespace
