@@ -39,8 +39,8 @@ std::vector<SchedulingChoice> SchedulingControl::AutotuneGrid(const SchedulingCh
   // Under `credit` the search is over window gains when the window is on, unless
   // FERRY_AUTOTUNE_CREDITS asks for fixed credits (Config refuses both lists at once).
   const bool window = initial.window_gain > 0 && c.autotune_credits.empty();
-  std::vector<int64_t> credits = credit && !window ? c.autotune_credits : std::vector<int64_t>{};
-  if (!credit || window) credits = {c.credit};
+  const std::vector<int64_t> credits =
+      credit && !window ? c.autotune_credits : std::vector<int64_t>{c.credit};
   std::vector<SchedulingChoice> grid =
       Autotuner::Grid(initial.partition_bytes, c.credit, c.autotune_partition_bytes, credits,
                       1024, max_bytes);

@@ -19,8 +19,8 @@
 namespace ferry {
 namespace {
 
-constexpr double kRate = 125.0;      // bytes per microsecond: 1 Gbit/s
-constexpr int64_t kDelayUs = 200;    // the ack's way back
+constexpr double kRate = 125.0;    // bytes per microsecond: 1 Gbit/s
+constexpr int64_t kDelayUs = 200;  // the ack's way back
 constexpr uint64_t kMiB = 1 << 20;
 
 // A FIFO link: a task's last byte is through at start + bytes / rate, its ack arrives
@@ -36,7 +36,7 @@ struct Link {
 // Pushes `tasks` tasks of `bytes` at `*now` and runs queue and link until every one is
 // acknowledged; returns the largest number of bytes in flight seen.
 uint64_t RunToEnd(ScheduledQueue& q, Link& link, int64_t* now, int tasks, uint64_t bytes,
-             uint64_t first_cookie) {
+                  uint64_t first_cookie) {
   for (int i = 0; i < tasks; ++i) {
     PushTask t;
     t.bytes = bytes;

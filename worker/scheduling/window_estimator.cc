@@ -76,17 +76,17 @@ uint64_t WindowEstimator::window_bytes() const {
     return std::clamp(options_.initial_bytes, options_.min_bytes, options_.max_bytes);
   }
   const double bdp = options_.gain * rate_ * static_cast<double>(min_rtt_us()) +
-                    static_cast<double>(max_quantum_) + extra_acked_;
+                     static_cast<double>(max_quantum_) + extra_acked_;
   const double clamped = std::clamp(bdp, static_cast<double>(options_.min_bytes),
                                     static_cast<double>(options_.max_bytes));
   return static_cast<uint64_t>(clamped);
 }
 
 std::string WindowEstimator::Describe() const {
-  return StrCat("window ", window_bytes(), " bytes (rate ", rate_, " MB/s x min rtt ",
-                min_rtt_us(), " us x gain ", options_.gain, " + ", max_quantum_,
-                " bytes of a task + ", static_cast<uint64_t>(extra_acked_), " bytes acked in bursts; ",
-                samples_, " samples)");
+  return StrCat("window ", window_bytes(), " bytes (rate ", rate_, " MB/s x min rtt ", min_rtt_us(),
+                " us x gain ", options_.gain, " + ", max_quantum_, " bytes of a task + ",
+                static_cast<uint64_t>(extra_acked_), " bytes acked in bursts; ", samples_,
+                " samples)");
 }
 
 }  // namespace ferry

@@ -51,10 +51,10 @@
 namespace ferry {
 
 struct WindowOptions {
-  double gain = 2.0;                // BBR's cwnd_gain; FERRY_WINDOW_GAIN
-  uint64_t min_bytes = 1 << 20;     // FERRY_WINDOW_MIN_BYTES
-  uint64_t max_bytes = 64 << 20;    // FERRY_WINDOW_MAX_BYTES
-  uint64_t initial_bytes = 4 << 20; // until min_samples samples: the configured credit
+  double gain = 2.0;                 // BBR's cwnd_gain; FERRY_WINDOW_GAIN
+  uint64_t min_bytes = 1 << 20;      // FERRY_WINDOW_MIN_BYTES
+  uint64_t max_bytes = 64 << 20;     // FERRY_WINDOW_MAX_BYTES
+  uint64_t initial_bytes = 4 << 20;  // until min_samples samples: the configured credit
   int min_samples = 8;
   int rate_samples = 64;
   int64_t rtt_window_us = 10'000'000;
@@ -63,9 +63,9 @@ struct WindowOptions {
 class WindowEstimator {
  public:
   struct Snapshot {
-    int64_t sent_us = 0;        // hand-out
-    uint64_t delivered = 0;     // bytes acknowledged before the hand-out
-    int64_t delivered_us = 0;   // the latest acknowledgement before it (or the hand-out)
+    int64_t sent_us = 0;       // hand-out
+    uint64_t delivered = 0;    // bytes acknowledged before the hand-out
+    int64_t delivered_us = 0;  // the latest acknowledgement before it (or the hand-out)
     bool app_limited = false;
   };
 
@@ -95,15 +95,15 @@ class WindowEstimator {
   uint64_t delivered_ = 0;
   int64_t delivered_us_ = 0;
   uint64_t samples_ = 0;
-  std::deque<double> rates_;  // the last rate_samples admitted rate samples, oldest first
+  std::deque<double> rates_;     // the last rate_samples admitted rate samples, oldest first
   std::deque<uint64_t> quanta_;  // the sizes of the last rate_samples tasks handed out
   uint64_t max_quantum_ = 0;     // the largest of quanta_
   void NoteAggregation(uint64_t bytes, int64_t now_us);
-  int64_t epoch_start_us_ = 0;   // the ack epoch (0: none yet)
-  double epoch_acked_ = 0;       // bytes acknowledged in it
-  std::deque<double> extras_;    // the last rate_samples acks' extra
-  double extra_acked_ = 0;       // the largest of extras_: the burst
-  double rate_ = 0.0;         // the median of rates_
+  int64_t epoch_start_us_ = 0;  // the ack epoch (0: none yet)
+  double epoch_acked_ = 0;      // bytes acknowledged in it
+  std::deque<double> extras_;   // the last rate_samples acks' extra
+  double extra_acked_ = 0;      // the largest of extras_: the burst
+  double rate_ = 0.0;           // the median of rates_
   // (time, rtt), the rtts increasing from the front: the front is the least rtt of the
   // window (a monotonic queue: a sample evicts every later-or-equal one before it).
   std::deque<std::pair<int64_t, int64_t>> rtts_;
