@@ -99,44 +99,44 @@ class EnvReader {
 
   // A comma-separated list of integers, each in [min, max]; empty when unset.
   std::vector<int64_t> IntList(const char* name, int64_t min, int64_t max) const {
-    std::string used;
-    const char* text = Get(name, nullptr, &used);
-    std::vector<int64_t> out;
-    if (!text) return out;
-    for (const std::string& item : SplitList(text)) {
-      errno = 0;
+    return List<int64_t>(name, min, max, "integers", [](const std::string& item, int64_t* v) {
       char* end = nullptr;
-      long long v = std::strtoll(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || errno != 0 || std::isspace(item[0]) || v < min ||
-          v > max) {
-        Invalid(used, text, StrCat("expected comma-separated integers from ", min, " to ", max));
-      }
-      out.push_back(v);
-    }
-    return out;
+      *v = std::strtoll(item.c_str(), &end, 10);
+      return *end == '\0';
+    });
   }
 
   // A comma-separated list of numbers, each in [min, max]; empty when unset.
   std::vector<double> DoubleList(const char* name, double min, double max) const {
+    return List<double>(name, min, max, "numbers", [](const std::string& item, double* v) {
+      char* end = nullptr;
+      *v = std::strtod(item.c_str(), &end);
+      return *end == '\0' && std::isfinite(*v);
+    });
+  }
+
+ private:
+  // The values of a comma-separated list; `parse(item, &v)` says whether all of `item`
+  // is one value. Each must parse, in [min, max]; `what` names them in the error.
+  template <typename T, typename Parse>
+  std::vector<T> List(const char* name, T min, T max, const char* what, Parse parse) const {
     std::string used;
     const char* text = Get(name, nullptr, &used);
-    std::vector<double> out;
+    std::vector<T> out;
     if (!text) return out;
     for (const std::string& item : SplitList(text)) {
       errno = 0;
-      char* end = nullptr;
-      double v = std::strtod(item.c_str(), &end);
-      if (item.empty() || *end != '\0' || errno != 0 || std::isspace(item[0]) ||
-          !std::isfinite(v) || v < min || v > max) {
-        Invalid(used, text, StrCat("expected comma-separated numbers from ", min, " to ", max));
+      T v{};
+      if (item.empty() || std::isspace(item[0]) || !parse(item, &v) || errno != 0 || v < min ||
+          v > max) {
+        Invalid(used, text, StrCat("expected comma-separated ", what, " from ", min, " to ", max));
       }
       out.push_back(v);
     }
     return out;
   }
 
- private:
-  // "a,b,,c" -> {"a", "b", "", "c"}: an empty item stays (and is refused by the callers).
+  // "a,b,,c" -> {"a", "b", "", "c"}: an empty item stays (and is refused by List).
   static std::vector<std::string> SplitList(const std::string& s) {
     std::vector<std::string> items(1);
     for (char ch : s) {
@@ -218,8 +218,10 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
   }
 }
 
-// FERRY_SCHEDULING_POLICY and its companions (the block at the end of Config's
-// scheduling settings). REQUIRES: partition_bytes and max_message_bytes read.
+// Whether `bytes` may be a frame size: 0 (whole partitions) or a multiple of 8 (whole
+// elements of every dtype) of at least 4096.
+bool ValidFrameBytes(int64_t bytes) { return bytes == 0 || (bytes >= 4096 && bytes % 8 == 0); }
+
 // FERRY_WINDOW and its bounds, and the autotune lists over them.
 void ReadWindow(const EnvReader& r, Config* c) {
   Config::Scheduling& s = c->scheduling;
@@ -240,13 +242,15 @@ void ReadWindow(const EnvReader& r, Config* c) {
   }
   s.autotune_frame_bytes = r.IntList("FERRY_AUTOTUNE_FRAME_BYTES", 0, 1LL << 30);
   for (int64_t f : s.autotune_frame_bytes) {
-    if (f != 0 && (f < 4096 || f % 8 != 0)) {
+    if (!ValidFrameBytes(f)) {
       Invalid("FERRY_AUTOTUNE_FRAME_BYTES", std::to_string(f),
               "expected frame sizes that are 0 or multiples of 8 from 4096");
     }
   }
 }
 
+// FERRY_SCHEDULING_POLICY and its companions (the block at the end of Config's
+// scheduling settings). REQUIRES: partition_bytes and max_message_bytes read.
 void ReadScheduling(const EnvReader& r, Config* c) {
   const std::string policy =
       r.Str("FERRY_SCHEDULING_POLICY", nullptr, SchedulingPolicyName(c->scheduling.policy));
@@ -536,8 +540,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
 
   c.transport.frame_bytes = r.Int("FERRY_FRAME_BYTES", nullptr, c.transport.frame_bytes, 0,
                                   c.transport.max_message_bytes);
-  if (c.transport.frame_bytes != 0 &&
-      (c.transport.frame_bytes < 4096 || c.transport.frame_bytes % 8 != 0)) {
+  if (!ValidFrameBytes(c.transport.frame_bytes)) {
     Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
             "must be 0 (whole partitions) or a multiple of 8 of at least 4096 (whole elements of "
             "every dtype)");

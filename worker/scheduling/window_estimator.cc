@@ -10,7 +10,27 @@
 
 namespace ferry {
 
-WindowEstimator::WindowEstimator(const WindowOptions& options) : options_(options) {
+void WindowEstimator::LastSamples::Add(double v) {
+  values_.push_back(v);
+  if (values_.size() > n_) values_.pop_front();
+}
+
+double WindowEstimator::LastSamples::Max() const {
+  return values_.empty() ? 0.0 : *std::max_element(values_.begin(), values_.end());
+}
+
+double WindowEstimator::LastSamples::Median() const {
+  if (values_.empty()) return 0.0;
+  std::vector<double> sorted(values_.begin(), values_.end());
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
+WindowEstimator::WindowEstimator(const WindowOptions& options)
+    : options_(options),
+      rates_(options.rate_samples),
+      quanta_(options.rate_samples),
+      extras_(options.rate_samples) {
   CHECK_GT(options_.min_bytes, 0u);
   CHECK_LE(options_.min_bytes, options_.max_bytes);
   CHECK_GE(options_.rate_samples, 1);
@@ -25,9 +45,7 @@ void WindowEstimator::set_gain(double gain) {
 WindowEstimator::Snapshot WindowEstimator::OnSend(int64_t now_us, uint64_t bytes, bool idle,
                                                   bool app_limited) {
   if (idle || delivered_us_ == 0) delivered_us_ = now_us;
-  quanta_.push_back(bytes);
-  if (quanta_.size() > static_cast<size_t>(options_.rate_samples)) quanta_.pop_front();
-  max_quantum_ = *std::max_element(quanta_.begin(), quanta_.end());
+  quanta_.Add(static_cast<double>(bytes));
   return Snapshot{now_us, delivered_, delivered_us_, app_limited};
 }
 
@@ -53,18 +71,13 @@ void WindowEstimator::NoteAggregation(uint64_t bytes, int64_t now_us) {
     expected = 0;
   }
   epoch_acked_ += static_cast<double>(bytes);
-  extras_.push_back(std::max(0.0, epoch_acked_ - expected));
-  if (extras_.size() > static_cast<size_t>(options_.rate_samples)) extras_.pop_front();
-  extra_acked_ = *std::max_element(extras_.begin(), extras_.end());
+  extras_.Add(std::max(0.0, epoch_acked_ - expected));
 }
 
 void WindowEstimator::AddRate(double rate, bool app_limited) {
   if (app_limited && rate <= rate_) return;
-  rates_.push_back(rate);
-  if (rates_.size() > static_cast<size_t>(options_.rate_samples)) rates_.pop_front();
-  std::vector<double> sorted(rates_.begin(), rates_.end());
-  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-  rate_ = sorted[sorted.size() / 2];
+  rates_.Add(rate);
+  rate_ = rates_.Median();
 }
 
 double WindowEstimator::rate_bytes_per_us() const { return rate_; }
@@ -76,7 +89,7 @@ uint64_t WindowEstimator::window_bytes() const {
     return std::clamp(options_.initial_bytes, options_.min_bytes, options_.max_bytes);
   }
   const double bdp = options_.gain * rate_ * static_cast<double>(min_rtt_us()) +
-                     static_cast<double>(max_quantum_) + extra_acked_;
+                     quanta_.Max() + extras_.Max();
   const double clamped = std::clamp(bdp, static_cast<double>(options_.min_bytes),
                                     static_cast<double>(options_.max_bytes));
   return static_cast<uint64_t>(clamped);
@@ -84,8 +97,8 @@ uint64_t WindowEstimator::window_bytes() const {
 
 std::string WindowEstimator::Describe() const {
   return StrCat("window ", window_bytes(), " bytes (rate ", rate_, " MB/s x min rtt ", min_rtt_us(),
-                " us x gain ", options_.gain, " + ", max_quantum_, " bytes of a task + ",
-                static_cast<uint64_t>(extra_acked_), " bytes acked in bursts; ", samples_,
+                " us x gain ", options_.gain, " + ", static_cast<uint64_t>(quanta_.Max()),
+                " bytes of a task + ", static_cast<uint64_t>(extras_.Max()), " bytes acked in bursts; ", samples_,
                 " samples)");
 }
 

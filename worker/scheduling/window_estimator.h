@@ -85,25 +85,37 @@ class WindowEstimator {
   uint64_t samples() const { return samples_; }
   void set_gain(double gain);
   double gain() const { return options_.gain; }
-  // "window 2097152 bytes (rate 117.2 MB/s x min rtt 8950 us x gain 2; 1234 samples)"
+  // "window 4244304 bytes (rate 125 MB/s x min rtt 8588 us x gain 2 + 1048576 bytes of a
+  // task + 1048676 bytes acked in bursts; 100 samples)"
   std::string Describe() const;
 
  private:
+  // The last `n` values of a sample stream (the filters count samples, not time).
+  class LastSamples {
+   public:
+    explicit LastSamples(int n) : n_(static_cast<size_t>(n)) {}
+    void Add(double v);
+    double Max() const;     // 0 when empty
+    double Median() const;  // the upper median; 0 when empty
+
+   private:
+    size_t n_;
+    std::deque<double> values_;  // oldest first
+  };
+
   void AddRate(double rate, bool app_limited);
+  void NoteAggregation(uint64_t bytes, int64_t now_us);
 
   WindowOptions options_;
   uint64_t delivered_ = 0;
   int64_t delivered_us_ = 0;
   uint64_t samples_ = 0;
-  std::deque<double> rates_;     // the last rate_samples admitted rate samples, oldest first
-  std::deque<uint64_t> quanta_;  // the sizes of the last rate_samples tasks handed out
-  uint64_t max_quantum_ = 0;     // the largest of quanta_
-  void NoteAggregation(uint64_t bytes, int64_t now_us);
+  LastSamples rates_;           // admitted rate samples
+  double rate_ = 0.0;           // their median: the rate
+  LastSamples quanta_;          // the sizes of the tasks handed out (max: the quantum)
   int64_t epoch_start_us_ = 0;  // the ack epoch (0: none yet)
   double epoch_acked_ = 0;      // bytes acknowledged in it
-  std::deque<double> extras_;   // the last rate_samples acks' extra
-  double extra_acked_ = 0;      // the largest of extras_: the burst
-  double rate_ = 0.0;           // the median of rates_
+  LastSamples extras_;          // each ack's extra (max: the burst)
   // (time, rtt), the rtts increasing from the front: the front is the least rtt of the
   // window (a monotonic queue: a sample evicts every later-or-equal one before it).
   std::deque<std::pair<int64_t, int64_t>> rtts_;
