@@ -21,6 +21,7 @@ Needs root and `ip netns` (exits 2 otherwise). Writes JSON, and with --plot a PN
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -33,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import ferry_netns  # noqa: E402
+from link_probe import LinkProbe  # noqa: E402
 from train_sim_bench import CpuSampler, Run, parse_env, say  # noqa: E402
 
 GLOO = os.path.join(ROOT, "bench", "gloo_allreduce.py")
@@ -73,7 +75,9 @@ class PerfRun(Run):
                    self.hosts["scheduler"])
         for i, host in enumerate(self.server_hosts()):
             self.start("server%d" % i, host, [os.path.join(bin_, "ferry-server")], "server", self.hosts[host])
-        with CpuSampler() as cpu:
+        ports = [h for h in self.hosts if h != "scheduler"]
+        self.probe = LinkProbe(self.name + "-bridge", ports) if self.bench.probe_links else None
+        with CpuSampler() as cpu, (self.probe or contextlib.nullcontext()):
             for i in range(self.args.workers):
                 self.start("worker%d" % i, "worker%d" % i, self.perf_argv(), "worker",
                            self.hosts["worker%d" % i], {"DMLC_WORKER_ID": str(i)})
@@ -113,6 +117,14 @@ def run_all(args):
             try:
                 record["ferry_s"], record["ferry_cpu"] = run.ferry()
                 record["transport"] = run.transport_stats()
+                if run.probe:
+                    record["links"] = links = run.probe.summary(rate_bps)
+                    record["link_timeline"] = run.probe.timeline(rate_bps)
+                    say("  links over %s s (uplinks idle %s s in gaps, %s s in steady traffic): %s" % (
+                        links.get("span_s"), links.get("idle_s_gaps"), links.get("idle_s_steady"), "; ".join(
+                            "%s up %.0f%% down %.0f%% queue p50/max %d/%d KB" % (
+                                h, 100 * v["up_busy"], 100 * v["down_busy"], v["backlog_p50"] // 1000,
+                                v["backlog_max"] // 1000) for h, v in links.items() if isinstance(v, dict))))
                 if c == 0 and k == args.ks[0]:  # gloo depends on neither: once per repeat, same hosts
                     run.procs.clear()  # Ferry's processes have all ended
                     record["gloo_s"], record["gloo_cpu"] = run.gloo()
@@ -207,6 +219,9 @@ def main():
                    help="TSQ: the most bytes one socket may have in each emulated host's qdisc "
                         "(net.ipv4.tcp_limit_output_bytes; 0: the kernel's)")
     p.add_argument("--iters", type=int, default=4)
+    p.add_argument("--probe-links", action="store_true",
+                   help="sample every host's link use and downlink queue (bench/link_probe.py); "
+                        "adds 'links' and 'link_timeline' to each record")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")

@@ -5,6 +5,7 @@ with shaped links (bench/train_sim_bench.py on scripts/netns-cluster)."""
 import csv
 import json
 import re
+import sys
 
 import pytest
 
@@ -84,7 +85,8 @@ def test_unified_bench_times_ferry_and_gloo_on_a_netns_cluster_and_cleans_up(tmp
     out_file = tmp_path / "unified.json"
     code, out = run(["/usr/bin/python3", REPO / "bench" / "unified_bench.py", "--workers", "2", "--ks", "1",
                      "--rate", "1gbit", "--bytes", "1M", "--iters", "2", "--warmup", "0", "--repeats", "1",
-                     "--timeout", "120", "--bin", FERRY_BIN, "--out", out_file], timeout=300, env=clean_env())
+                     "--timeout", "120", "--probe-links", "--bin", FERRY_BIN, "--out", out_file],
+                    timeout=300, env=clean_env())
     assert code == 0, out[-6000:]
     result = json.loads(out_file.read_text())
     [record] = result["runs"]
@@ -96,6 +98,56 @@ def test_unified_bench_times_ferry_and_gloo_on_a_netns_cluster_and_cleans_up(tmp
     assert record["ferry_s"] >= 0.9 * record["t_opt_s"], record
     # The workers' counters came back, the window's among them.
     assert record["transport"]["window.bytes"] >= 1 << 20, record["transport"]
+    # The links: the bridge forwards what it receives, so what the hosts sent is what they got
+    # (give or take ARP); worker 0 sent at least the remote part of its pushes, 2 x 1 MiB
+    # times the share off its own host (at least half with a CPU-only server beside it).
+    links = record["links"]
+    hosts = ["worker0", "worker1", "extra0"]
+    sent, got = (sum(links[h][d] for h in hosts) for d in ("up_bytes", "down_bytes"))
+    assert got == pytest.approx(sent, rel=0.02), links
+    assert links["worker0"]["up_bytes"] >= 2 * (1 << 20) // 2, links
+    assert 0 < links["worker0"]["up_busy"] <= 1.05, links
     [row] = result["summary"]
     assert row["gloo_over_ferry"] == pytest.approx(record["gloo_s"] / record["ferry_s"], rel=1e-6)
     assert [ns for ns in netns_list() if ns.startswith("ub")] == []
+
+
+def test_link_probe_summary_reads_busy_shares_and_queue_depths_from_samples():
+    sys.path.insert(0, str(REPO / "bench"))
+    from link_probe import LinkProbe
+    probe = LinkProbe("unused-bridge", ["a", "b"])
+    rate = 1000.0  # bytes per second
+    # Idle 0.2 s, then 1 s in which a sends at the full rate and receives half, b the reverse;
+    # then idle again. Queue depths sampled on every other sample.
+    samples, rx, tx = [], [0, 0], [0, 0]
+    for i in range(15):
+        t = i * 0.1
+        if 2 <= i < 12:
+            rx, tx = [rx[0] + 100, rx[1] + 50], [tx[0] + 50, tx[1] + 100]
+        line = {"t": t, "rx": list(rx), "tx": list(tx)}
+        if i % 2 == 0:
+            line["backlog"] = [i * 10, 0]
+        samples.append(line)
+    probe.samples = samples
+    s = probe.summary(rate)
+    assert s["span_s"] == pytest.approx(1.0)
+    assert s["a"]["up_bytes"] == 1000 and s["a"]["down_bytes"] == 500
+    assert s["a"]["up_busy"] == pytest.approx(1.0) and s["a"]["down_busy"] == pytest.approx(0.5)
+    assert s["b"]["up_busy"] == pytest.approx(0.5) and s["b"]["down_busy"] == pytest.approx(1.0)
+    # Together the uplinks sent 75% of their rate all through the span: a quarter of it idle,
+    # in bins of steady traffic (none below half the rate).
+    assert s["idle_s_gaps"] == 0 and s["idle_s_steady"] == pytest.approx(0.25)
+    # The span runs from the last idle sample (t = 0.1) to the last moving one (1.1); the
+    # backlog samples inside it are t = 0.2, 0.4, ..., 1.0 -> 20, 40, ..., 100.
+    assert s["a"]["backlog_max"] == 100 and s["a"]["backlog_p50"] == 60 and s["b"]["backlog_max"] == 0
+    timeline = probe.timeline(rate, bin_s=0.5)
+    # Whole bins only: [0, 0.5) and [0.5, 1.0); the samples end at 1.4.
+    assert [round(t, 1) for t, _ in timeline] == [0.0, 0.5]
+    assert timeline[0][1]["a"][:2] == (0.8, 0.4) and timeline[1][1]["a"][:2] == (1.0, 0.5)
+    assert LinkProbe("x", ["a"]).summary(rate) == {}
+    # One host: 0.5 s at the full rate, then 0.5 s at 20% (a gap: 80% of it lost).
+    probe = LinkProbe("unused-bridge", ["a"])
+    probe.samples = [{"t": i * 0.1, "rx": [sum(100 if k < 5 else 20 for k in range(i))], "tx": [0]}
+                     for i in range(11)]
+    split = probe.idle_split(rate, 0.0, 1.0)
+    assert split["idle_s_gaps"] == pytest.approx(0.4) and split["idle_s_steady"] == pytest.approx(0.0)
