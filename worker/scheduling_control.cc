@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/util/clock.h"
@@ -27,9 +28,9 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
     MutexLock lock(ctx_.mu);
     Apply(initial, "configured", /*log=*/false);
   }
-  if (!c.autotune) return;
   MutexLock lock(step_mu_);
-  tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
+  size_by_time_ = c.partition_ms > 0 && !c.autotune && queue_.policy() != SchedulingPolicy::kP3;
+  if (c.autotune) tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
 }
 
 std::vector<SchedulingChoice> SchedulingControl::AutotuneGrid(const SchedulingChoice& initial) const {
@@ -80,6 +81,8 @@ void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
                 " bytes is outside 1024..", max_partition, " (FERRY_MAX_MESSAGE_BYTES - 4096)");
   FERRY_ENFORCE(credit_bytes >= 1, ErrorCode::kInvalidArgument, "SetScheduling: credit of ",
                 credit_bytes, " bytes; it must be at least 1");
+  MutexLock step_lock(step_mu_);
+  size_by_time_ = false;
   MutexLock lock(ctx_.mu);
   ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
   // A credit set by the program is fixed (as FERRY_SCHEDULING_CREDIT is); frames stay.
@@ -90,12 +93,14 @@ void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
 void SchedulingControl::StepBoundary() {
   MutexLock step_lock(step_mu_);
   Autotuner::Action action;
+  bool size_now = false;
   {
     MutexLock lock(ctx_.mu);
     ctx_.ThrowIfFailed();
     const int64_t now = NowUs();
     const double ms = last_step_us_ > 0 ? (now - last_step_us_) / 1000.0 : -1.0;
     steps_++;
+    size_now = size_by_time_ && steps_ == kSizingStep;
     if (ctx_.trace) {
       ctx_.trace->Instant(StrCat("step ", steps_), now,
                           ms < 0 ? std::string("{}") : StrCat("{\"iteration_ms\":", ms, "}"));
@@ -109,6 +114,7 @@ void SchedulingControl::StepBoundary() {
     }
   }
   if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
+  if (size_now) SizePartitionsByTime();
   last_step_us_ = NowUs();  // after the decision's push_pull, which is no iteration's time
 }
 
@@ -132,6 +138,32 @@ void SchedulingControl::FinishAutotune() {
             << summed.size() << ") after " << steps_ << " iterations; mean iteration per "
             << "candidate over all workers: " << table;
   tuner_.reset();
+}
+
+void SchedulingControl::SizePartitionsByTime() {
+  size_by_time_ = false;
+  // Every worker sums every worker's rate (and how many measured one), so every worker
+  // picks the same size.
+  std::vector<double> rates{queue_.measured_rate_bytes_per_s(), 0.0};
+  rates[1] = rates[0] > 0 ? 1.0 : 0.0;
+  sum_over_workers_(rates);
+  const double mean = rates[1] > 0 ? rates[0] / rates[1] : 0.0;
+  const double ms = ctx_.config.scheduling.partition_ms;
+  MutexLock lock(ctx_.mu);
+  const int64_t ceiling = current_.partition_bytes;
+  const int64_t bytes = PartitionBytesForRate(
+      mean, ms, std::min(kMinTimedPartitionBytes, ceiling), ceiling);
+  const std::string why = StrCat("FERRY_PARTITION_MS: ", static_cast<int64_t>(mean / 1e3),
+                                 " KB/s per worker over ", rates[1], " workers x ", ms, " ms");
+  if (bytes == current_.partition_bytes) {
+    LOG(INFO) << "scheduling (" << why << "): partitions stay " << bytes << " bytes";
+    return;
+  }
+  ctx_.sequencer->WaitUntilIdleOrThrow("StepBoundary");
+  SchedulingChoice choice = current_;
+  choice.partition_bytes = bytes;
+  choice.credit_bytes = ctx_.config.scheduling.CreditBytesFor(bytes);
+  Apply(choice, why);
 }
 
 void SchedulingControl::Apply(const SchedulingChoice& choice, const std::string& why, bool log) {

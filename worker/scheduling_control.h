@@ -12,6 +12,16 @@
 // operations, never under one. Every worker makes the same switches at the same point of
 // its sequence of push_pulls, so their keys agree (worker.h, "Re-partitioning").
 //
+// Partitions sized by the link (FERRY_PARTITION_MS > 0, not under p3 or autotune): at the
+// third boundary (two iterations measured) every worker sums every worker's measured rate
+// (the window estimator's, queue.measured_rate_bytes_per_s) with a push_pull, and all switch
+// to PartitionBytesForRate(mean rate, ms, 128 KiB, the configured size): a partition then
+// takes about `ms` on the link, whatever the link. Why time and not bytes: a partition is
+// the unit that a server sums and sends back only once every worker's copy is in, and the
+// link time lost to that grows with its transfer time (docs/benchmarks.md, "Where the idle
+// link time goes"). Every worker decides from the same sum at the same boundary, so their
+// keys agree. A SetScheduling before that boundary cancels it (the program's choice stands).
+//
 // Locks: step_mu_ serializes StepBoundary and guards the clock and the tuner; the
 // current choice, the catalog and the sequencer are under WorkerContext::mu, taken inside
 // step_mu_ (never around it). The autotune decision sums the scores over the workers (the
@@ -41,7 +51,7 @@ class SchedulingControl {
   // What new operations use now. Takes mu.
   SchedulingChoice current() const EXCLUDES(ctx_.mu);
   // As Worker::SetScheduling: validates, waits for the worker's operations, switches.
-  void Set(int64_t partition_bytes, int64_t credit_bytes) EXCLUDES(ctx_.mu);
+  void Set(int64_t partition_bytes, int64_t credit_bytes) EXCLUDES(step_mu_, ctx_.mu);
   // As Worker::StepBoundary.
   void StepBoundary() EXCLUDES(step_mu_, ctx_.mu);
   // "; autotune over N candidates, K iterations each", or "" when off: for the start log.
@@ -56,6 +66,11 @@ class SchedulingControl {
   // The autotune candidates around `initial` (FERRY_AUTOTUNE_*; docs/configuration.md).
   std::vector<SchedulingChoice> AutotuneGrid(const SchedulingChoice& initial) const;
   void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+  // FERRY_PARTITION_MS's decision (above); blocks in a push_pull.
+  void SizePartitionsByTime() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+
+  static constexpr uint64_t kSizingStep = 3;                 // the boundary that decides
+  static constexpr int64_t kMinTimedPartitionBytes = 131072;  // the smallest it picks
 
   WorkerContext& ctx_;
   TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
@@ -67,6 +82,7 @@ class SchedulingControl {
   std::unique_ptr<Autotuner> tuner_ GUARDED_BY(step_mu_);  // FERRY_AUTOTUNE; null: off or done
   int64_t last_step_us_ GUARDED_BY(step_mu_) = 0;          // the previous boundary (0: none yet)
   uint64_t steps_ GUARDED_BY(step_mu_) = 0;                // boundaries so far
+  bool size_by_time_ GUARDED_BY(step_mu_) = false;         // FERRY_PARTITION_MS still to apply
 };
 
 }  // namespace ferry

@@ -274,6 +274,12 @@ void ReadScheduling(const EnvReader& r, Config* c) {
       r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
   c->scheduling.autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
   ReadWindow(r, c);
+  c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS", 0.0, 0.0, 60000.0);
+  if (c->scheduling.partition_ms > 0 && c->scheduling.autotune) {
+    Invalid("FERRY_PARTITION_MS", r.Str("FERRY_PARTITION_MS", nullptr, ""),
+            "cannot be used with FERRY_AUTOTUNE=1, which searches the partition size itself: "
+            "set one of them");
+  }
   // Every message a worker may send must pass the servers' size limit.
   std::vector<std::pair<const char*, int64_t>> sizes = {
       {"FERRY_P3_SLICE_BYTES",
@@ -294,6 +300,20 @@ void ReadScheduling(const EnvReader& r, Config* c) {
               StrCat("must exceed ", name, " (", bytes, ") by 4096"));
     }
   }
+}
+
+// FERRY_SCHEDULING_POLICY=mercury schedules frames at the transport: frames, a watermark
+// and a small kernel send queue, each unless set (the kernel's unsent share small too, so
+// the order is the order on the wire; measured: docs/benchmarks.md, "Frames, streaming
+// aggregation and mercury"). Other policies: nothing.
+void ApplyMercuryDefaults(const EnvReader& r, Config* c) {
+  if (c->scheduling.policy != SchedulingPolicy::kMercury) return;
+  std::string unused;
+  if (!r.Get("FERRY_FRAME_BYTES", nullptr, &unused)) c->transport.frame_bytes = 262144;
+  if (!r.Get("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr, &unused)) {
+    c->transport.watermark_bytes = 2 * std::max<int64_t>(c->transport.frame_bytes, 65536);
+  }
+  if (!r.Get("FERRY_TCP_NOTSENT_LOWAT", nullptr, &unused)) c->transport.tcp_notsent_lowat = 131072;
 }
 
 }  // namespace
@@ -547,18 +567,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   }
 
   ReadScheduling(r, &c);
-  if (c.scheduling.policy == SchedulingPolicy::kMercury) {
-    // Mercury schedules frames at the transport: frames, a watermark and a small kernel
-    // send queue, unless set.
-    std::string unused;
-    if (!r.Get("FERRY_FRAME_BYTES", nullptr, &unused)) c.transport.frame_bytes = 262144;
-    if (!r.Get("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr, &unused)) {
-      c.transport.watermark_bytes = 2 * std::max<int64_t>(c.transport.frame_bytes, 65536);
-    }
-    // The kernel's unsent share small too, so the order is the order on the wire (measured:
-    // docs/benchmarks.md, "Frames, streaming aggregation and mercury").
-    if (!r.Get("FERRY_TCP_NOTSENT_LOWAT", nullptr, &unused)) c.transport.tcp_notsent_lowat = 131072;
-  }
+  ApplyMercuryDefaults(r, &c);
   if (c.transport.frame_bytes > 0 &&
       (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {
     Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),

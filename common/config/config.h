@@ -113,6 +113,10 @@ struct Config {
     int64_t p3_slice_bytes = 160000;  // p3: the partition size
     int64_t bucket_bytes = 26214400;  // fifo-bucket: a bucket goes once it holds this much
     int64_t bucket_timeout_ms = 5;    // fifo-bucket: ... or when no tensor came for this long
+    // FERRY_PARTITION_MS: > 0: after two iterations, partitions shrink to what the
+    // workers' measured link rate sends in this many ms (worker/scheduling_control.h);
+    // 0: partitions stay partition_bytes.
+    double partition_ms = 0;
     bool autotune = false;            // search partition size and credit online
     int autotune_steps = 3;           // iterations per candidate; the first is not scored
     std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition

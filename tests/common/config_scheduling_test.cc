@@ -141,6 +141,16 @@ TEST(ConfigSchedulingTest, TheWindowFollowsTheNetworkOnlyWhenAsked) {
                 "FERRY_AUTOTUNE_FRAME_BYTES (4194304)");
 }
 
+TEST(ConfigSchedulingTest, PartitionsSizedByTime) {
+  EXPECT_EQ(Read({}).scheduling.partition_ms, 0) << "off by default";
+  EXPECT_EQ(Read({{"FERRY_PARTITION_MS", "4"}}).scheduling.partition_ms, 4);
+  EXPECT_EQ(Read({{"FERRY_PARTITION_MS", "0.5"}}).scheduling.partition_ms, 0.5);
+  ExpectInvalid({{"FERRY_PARTITION_MS", "-1"}}, "FERRY_PARTITION_MS");
+  ExpectInvalid({{"FERRY_PARTITION_MS", "soon"}}, "FERRY_PARTITION_MS");
+  ExpectInvalid({{"FERRY_PARTITION_MS", "4"}, {"FERRY_AUTOTUNE", "1"}},
+                "cannot be used with FERRY_AUTOTUNE=1");
+}
+
 TEST(ConfigSchedulingTest, Refusals) {
   ExpectInvalid({{"FERRY_SCHEDULING_POLICY", "bytescheduler"}}, "FERRY_SCHEDULING_POLICY");
   ExpectInvalid({{"FERRY_FUSION_BYTES", "-1"}}, "FERRY_FUSION_BYTES");

@@ -371,5 +371,30 @@ TEST(SchedulingTest, AutotuneSearchesWindowGainsAndFrameSizes) {
                         "partition 65536 bytes, window gain 4, frames 16384 bytes"});
 }
 
+// FERRY_PARTITION_MS: at the third boundary every worker switches to the partition size that
+// the workers' mean measured rate sends in that time, the same on every worker, and the sums
+// stay exact across the switch. 0.001 ms is less than any link's 128 KiB (the floor); a
+// minute is more than its 1 MiB (the configured size, the ceiling): the partitions stay.
+TEST(SchedulingTest, PartitionsSizedByTheLinkAgreeAndSumsStayExact) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"0.001", "): partition 131072 bytes, credit 524288 bytes; layout 1"},
+      {"60000", "): partitions stay 1048576 bytes"}};
+  for (const auto& [ms, expected] : cases) {
+    SCOPED_TRACE("FERRY_PARTITION_MS=" + ms);
+    TestCluster c;
+    const std::string workload = WriteWorkload(c.dir());
+    c.spec() = Spec(2, 2, "ferry-train-sim", TrainSimArgs(workload, 6, 0),
+                    {{"FERRY_PARTITION_MS", ms}, {"FERRY_PARTITION_BYTES", "1048576"}});
+    c.Start();
+    ASSERT_TRUE(c.Succeeds(120000));
+    ExpectExactReports(c, 6);
+    for (int w : c.workers()) {
+      const std::string out = c.Output(w);
+      EXPECT_EQ(CountOccurrences(out, "scheduling (FERRY_PARTITION_MS: "), 1) << out;
+      EXPECT_NE(out.find(expected), std::string::npos) << out;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace ferry {
@@ -95,6 +96,25 @@ TEST(AutotuneTest, WorkersWithDifferentTimesSwitchAtTheSameBoundaries) {
     EXPECT_EQ(a.kind, b.kind) << "boundary " << step;
     EXPECT_EQ(a.choice, b.choice) << "boundary " << step;
   }
+}
+
+TEST(AutotuneTest, PartitionBytesForRateIsWhatTheLinkSendsInTheTime) {
+  constexpr int64_t kFloor = 131072, kCeiling = 1048576;
+  // 200 Mbit/s shared by a worker's pushes and its server's sums (~20 MB/s each) for 4 ms
+  // is 80 KB: the floor. 1 Gbit/s (110 MB/s): 440 KB, so 256 KiB. Loopback: the ceiling.
+  EXPECT_EQ(PartitionBytesForRate(20e6, 4, kFloor, kCeiling), kFloor);
+  EXPECT_EQ(PartitionBytesForRate(110e6, 4, kFloor, kCeiling), 262144);
+  EXPECT_EQ(PartitionBytesForRate(1e9, 4, kFloor, kCeiling), kCeiling);
+  // Exactly 512 KiB in the time: 512 KiB; one byte less: 256 KiB.
+  EXPECT_EQ(PartitionBytesForRate(524288e3, 1, kFloor, kCeiling), 524288);
+  EXPECT_EQ(PartitionBytesForRate(524287e3, 1, kFloor, kCeiling), 262144);
+  // Nothing measured: the ceiling (the configured size stays).
+  EXPECT_EQ(PartitionBytesForRate(0, 4, kFloor, kCeiling), kCeiling);
+  EXPECT_EQ(PartitionBytesForRate(std::nan(""), 4, kFloor, kCeiling), kCeiling);
+  // A ceiling that is no power of two times the floor is reached only as itself.
+  EXPECT_EQ(PartitionBytesForRate(600e6, 1, kFloor, 1000000), 524288);
+  EXPECT_EQ(PartitionBytesForRate(2e9, 1, kFloor, 1000000), 1000000);
+  EXPECT_EQ(PartitionBytesForRate(1e6, 4, kFloor, kFloor), kFloor);
 }
 
 }  // namespace

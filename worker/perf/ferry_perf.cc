@@ -4,7 +4,8 @@
 // exactly, and prints bytes, time per push_pull, algorithm bandwidth (bytes / time,
 // GB = 1e9 bytes) and the number of wrong elements. Exits 1 on any wrong value.
 // Only the push_pull is timed: workers fill and check outside it and meet at a
-// barrier before each timed push_pull.
+// barrier before each timed push_pull. Each push_pull is one iteration (StepBoundary), so
+// FERRY_AUTOTUNE and FERRY_PARTITION_MS act across the iterations of one size.
 //
 // Values are small integers that depend on the worker's rank, the iteration and the
 // element's position, so a wrong partition offset or a stale round shows as an error,
@@ -142,8 +143,10 @@ int RunPerf(const Config& config) {
       if (FLAGS_check || iter == 0) {
         for (uint64_t i = 0; i < count; ++i) Store(input.data(), i, dtype, Pattern(worker->rank(), i, iter));
       }
-      // Every worker starts the timed push_pull together, so one worker's untimed
-      // fill and check never overlap another's timed section.
+      // Each push_pull is an iteration (FERRY_AUTOTUNE, FERRY_PARTITION_MS); every worker
+      // starts the timed push_pull together, so one worker's untimed fill and check never
+      // overlap another's timed section.
+      worker->StepBoundary();
       worker->Barrier();
       int64_t t0 = NowUs();
       worker->PushPull(name, input.data(), output.data(), dtype, count, false);

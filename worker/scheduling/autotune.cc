@@ -15,6 +15,16 @@ std::string Describe(const SchedulingChoice& c) {
                 c.frame_bytes > 0 ? StrCat(", frames ", c.frame_bytes, " bytes") : std::string());
 }
 
+int64_t PartitionBytesForRate(double bytes_per_s, double ms, int64_t floor, int64_t ceiling) {
+  CHECK(floor > 0 && floor <= ceiling) << floor << " " << ceiling;
+  if (!(bytes_per_s > 0)) return ceiling;
+  const double bytes = bytes_per_s * ms / 1000.0;
+  if (bytes >= static_cast<double>(ceiling)) return ceiling;
+  int64_t p = floor;
+  while (p * 2 <= ceiling && static_cast<double>(p * 2) <= bytes) p *= 2;
+  return p;
+}
+
 Autotuner::Autotuner(std::vector<SchedulingChoice> grid, int steps)
     : grid_(std::move(grid)), steps_(steps), scores_(grid_.size(), 0.0) {
   CHECK(!grid_.empty());

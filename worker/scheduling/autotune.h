@@ -33,6 +33,12 @@ struct SchedulingChoice {
            window_gain == o.window_gain && frame_bytes == o.frame_bytes;
   }
 };
+// FERRY_PARTITION_MS: the partition size for a link that moves `bytes_per_s`: the largest
+// floor x 2^k that it sends within `ms` milliseconds, or `ceiling` if it sends that much
+// (also when bytes_per_s <= 0 or NaN: nothing measured); `floor` if it sends less than
+// `floor`. REQUIRES: 0 < floor <= ceiling.
+int64_t PartitionBytesForRate(double bytes_per_s, double ms, int64_t floor, int64_t ceiling);
+
 // "partition 4194304 bytes, credit 16777216 bytes" (fixed), "partition 1048576 bytes, window
 // gain 2" (window), with ", frames 262144 bytes" when cut in frames.
 std::string Describe(const SchedulingChoice& c);

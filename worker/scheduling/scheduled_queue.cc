@@ -205,6 +205,11 @@ std::vector<std::pair<std::string, uint64_t>> ScheduledQueue::WindowCounters() c
           {"window.samples", window_->samples()}};
 }
 
+double ScheduledQueue::measured_rate_bytes_per_s() const {
+  MutexLock lock(mu_);
+  return window_ && window_->measured() ? window_->rate_bytes_per_us() * 1e6 : 0.0;
+}
+
 bool ScheduledQueue::window_on() const {
   MutexLock lock(mu_);
   return window_on_;

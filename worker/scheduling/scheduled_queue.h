@@ -94,6 +94,9 @@ class ScheduledQueue {
   // For the stats file: window.on, window.bytes (what the window is, applied or not),
   // window.rate_bytes_per_s, window.min_rtt_us, window.samples; empty without UseWindow.
   std::vector<std::pair<std::string, uint64_t>> WindowCounters() const EXCLUDES(mu_);
+  // The estimator's rate in bytes per second, or 0 before it measured (WindowEstimator::
+  // measured) or without UseWindow.
+  double measured_rate_bytes_per_s() const EXCLUDES(mu_);
   SchedulingPolicy policy() const EXCLUDES(mu_);
   // policy()'s name, for logs.
   std::string policy_name() const EXCLUDES(mu_);

@@ -83,6 +83,9 @@ class WindowEstimator {
   double rate_bytes_per_us() const;
   int64_t min_rtt_us() const;
   uint64_t samples() const { return samples_; }
+  // Whether min_samples samples were taken (before, the window is the configured credit
+  // and the rate may rest on a burst).
+  bool measured() const { return samples_ >= static_cast<uint64_t>(options_.min_samples); }
   void set_gain(double gain);
   double gain() const { return options_.gain; }
   // "window 4244304 bytes (rate 125 MB/s x min rtt 8588 us x gain 2 + 1048576 bytes of a
