@@ -20,7 +20,10 @@
 // the unit that a server sums and sends back only once every worker's copy is in, and the
 // link time lost to that grows with its transfer time (docs/benchmarks.md, "Where the idle
 // link time goes"). Every worker decides from the same sum at the same boundary, so their
-// keys agree. A SetScheduling before that boundary cancels it (the program's choice stands).
+// keys agree. A SetScheduling before that boundary cancels it (the program's choice
+// stands); like every SetScheduling, the program makes it on every worker alike, or the
+// others would wait in the decision's push_pull for the one that cancelled (until the
+// operation's deadline).
 //
 // Locks: step_mu_ serializes StepBoundary and guards the clock and the tuner; the
 // current choice, the catalog and the sequencer are under WorkerContext::mu, taken inside
