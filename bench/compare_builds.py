@@ -14,7 +14,7 @@ slow drift of the machine hits both builds alike:
             median samples/s per worker and the median per-repeat Ferry/DDP-gloo ratio.
             DDP-gloo and compute only do not use Ferry: they are controls for the machine.
   trainsim  ferry-train-sim on an emulated cluster of network namespaces
-            (<root>/bench/train_sim_bench.py: needs root and `ip netns`), resnet50,
+            (<root>/bench/train_sim_bench.py: needs root and `ip netns`), --trainsim-model (resnet50),
             2 workers, 2 servers, 1gbit links: the slowest worker's median iteration time
             and median / LB1. With --trainsim-mode loopback: on <root>/scripts/local-cluster
             instead, the slowest worker's mean iteration time.
@@ -22,7 +22,10 @@ slow drift of the machine hits both builds alike:
             within 3x a raw ZeroMQ 4 KiB round trip measured in the same run. Per repeat and
             build: ferry-perf -b 4K -e 4K -n --latency-perf-iters (20 warm-up) on
             <root>/scripts/local-cluster -s 2 -w 2, its time per push_pull (the mean over the
-            timed ones, each after a barrier, as ferry-perf prints it: time_us), then
+            timed ones, as ferry-perf prints it: time_us), twice: each push_pull after a
+            barrier (which adds the barrier's release skew between the workers), and back to
+            back (--nobarrier, as a training loop runs them; the goal's figure; skipped on a
+            build whose ferry-perf has no --barrier flag), then
             <root>/build/bin/ferry-zmq-stream --pingpong --message_bytes 4096 --messages
             --latency-round-trips (its own 20 warm-up): the raw round trip's p50 and p99, and
             Ferry's time / the raw p50 (the goal: <= 3). The header says, per build, whether the
@@ -63,7 +66,8 @@ PROGRAMS = {"perf": ("ferry-scheduler", "ferry-server", "ferry-perf"),
             "trainsim": ("ferry-scheduler", "ferry-server", "ferry-train-sim"),
             "latency4k": ("ferry-scheduler", "ferry-server", "ferry-perf", "ferry-zmq-stream")}
 LATENCY4K_GOAL = 3.0    # issue 12: Ferry's 4 KiB push_pull within 3x a raw ZeroMQ round trip
-LATENCY4K_RATIO = "Ferry push_pull mean / raw ZeroMQ round trip p50 (goal <= 3, lower is better)"
+LATENCY4K_RATIO = "Ferry push_pull mean, back to back / raw ZeroMQ round trip p50 (goal <= 3, lower is better)"
+LATENCY4K_BARRIER_RATIO = "Ferry push_pull mean, each after a barrier / raw ZeroMQ round trip p50 (lower is better)"
 PY = "/usr/bin/python3"
 
 # ferry-perf sizes: 4 KiB .. 256 MiB by factors of 16, in two runs so the small sizes get
@@ -166,16 +170,16 @@ def bench_torch(build, args):
 
 
 def trainsim_label(args):
-    return ("resnet50 x%g bytes, x%g compute, 2 workers + 2 servers" % (args.trainsim_byte_scale,
-                                                                       args.trainsim_compute_scale)
+    return ("%s x%g bytes, x%g compute, 2 workers + 2 servers" % (args.trainsim_model, args.trainsim_byte_scale,
+                                                                 args.trainsim_compute_scale)
             + (", 1gbit links (netns)" if args.trainsim_mode == "netns" else ", loopback"))
 
 
 def bench_trainsim(build, args):
-    label = "resnet50 " + ("1gbit netns" if args.trainsim_mode == "netns" else "loopback")
+    label = args.trainsim_model + " " + ("1gbit netns" if args.trainsim_mode == "netns" else "loopback")
     if args.trainsim_mode == "netns":
         with tempfile.NamedTemporaryFile(prefix="compare_builds.", suffix=".json") as f:
-            cmd = [PY, os.path.join(build.root, "bench", "train_sim_bench.py"), "--models", "resnet50",
+            cmd = [PY, os.path.join(build.root, "bench", "train_sim_bench.py"), "--models", args.trainsim_model,
                    "--byte-scale", str(args.trainsim_byte_scale), "--compute-scales", str(args.trainsim_compute_scale),
                    "--workers", "2", "--servers", "2", "--rates", "1gbit", "--iterations", str(args.trainsim_iterations),
                    "--warmup", "1", "--repeats", "1", "--timeout", str(args.timeout), "--bin", build.bin,
@@ -186,7 +190,7 @@ def bench_trainsim(build, args):
         [s] = result["summary"]
         return {"%s: median iteration ms (lower is better)" % label: s["median_ms"],
                 "%s: median iteration / LB1 (lower is better)" % label: s["median_over_lb1"]}
-    workload = os.path.join(build.root, "bench", "workloads", "resnet50_layers.csv")
+    workload = os.path.join(build.root, "bench", "workloads", args.trainsim_model + "_layers.csv")
     cmd = [os.path.join(build.root, "scripts", "local-cluster"), "-s", "2", "-w", "2", "--",
            os.path.join(build.bin, "ferry-train-sim"), "--workload", workload, "--json",
            "--iterations", str(args.trainsim_iterations), "--warmup", "1",
@@ -199,18 +203,31 @@ def bench_trainsim(build, args):
             max(statistics.mean(r["iterations_ms"]) for r in reports)}
 
 
-def bench_latency4k(build, args):
-    """Ferry's 4 KiB push_pull beside a raw ZeroMQ 4 KiB round trip, one right after the other."""
+def perf_4k_us(build, args, barrier):
+    """ferry-perf's mean time per 4 KiB push_pull; None where this build's ferry-perf has no
+    --barrier flag (a build before it) and back to back was asked."""
     cmd = [os.path.join(build.root, "scripts", "local-cluster"), "-s", "2", "-w", "2", "--",
            os.path.join(build.bin, "ferry-perf"), "-b", "4K", "-e", "4K", "-n", str(args.latency_perf_iters),
-           "-w", "20", "--format=csv"]
-    out = run_cmd(cmd, build.env(), timeout=args.timeout)
+           "-w", "20", "--format=csv"] + ([] if barrier else ["--nobarrier"])
+    try:
+        out = run_cmd(cmd, build.env(), timeout=args.timeout)
+    except RuntimeError as e:
+        if not barrier and "unknown command line flag" in str(e):
+            return None
+        raise
     rows = re.findall(r"^\[worker 0\] (\d+),([\d.]+),([\d.]+),(\d+)\s*$", out, re.M)
     if len(rows) != 1 or int(rows[0][0]) != 4096:
         raise RuntimeError("expected one ferry-perf row of 4096 bytes in the output:\n" + out[-2000:])
     if int(rows[0][3]):
         raise RuntimeError("ferry-perf: %s wrong values at 4096 bytes" % rows[0][3])
-    ferry_us = float(rows[0][1])
+    return float(rows[0][1])
+
+
+def bench_latency4k(build, args):
+    """Ferry's 4 KiB push_pull (each after a barrier, and back to back) beside a raw ZeroMQ
+    4 KiB round trip, one right after the other."""
+    barrier_us = perf_4k_us(build, args, True)
+    loop_us = perf_4k_us(build, args, False)
     # --port 0: an ephemeral port, so two runs (or another developer's) never collide.
     cmd = [os.path.join(build.bin, "ferry-zmq-stream"), "--pingpong", "--message_bytes", "4096",
            "--messages", str(args.latency_round_trips), "--warmup", "20", "--port", "0", "--format=csv"]
@@ -219,10 +236,14 @@ def bench_latency4k(build, args):
     if not m:
         raise RuntimeError("no ferry-zmq-stream --pingpong row in the output:\n" + out[-2000:])
     p50, p99 = float(m.group(2)), float(m.group(3))
-    return {"Ferry 4 KiB push_pull us, mean (lower is better)": ferry_us,
-            "raw ZeroMQ 4 KiB round trip p50 us (lower is better)": p50,
-            "raw ZeroMQ 4 KiB round trip p99 us (lower is better)": p99,
-            LATENCY4K_RATIO: ferry_us / p50}
+    result = {"Ferry 4 KiB push_pull us, mean, each after a barrier (lower is better)": barrier_us,
+              "raw ZeroMQ 4 KiB round trip p50 us (lower is better)": p50,
+              "raw ZeroMQ 4 KiB round trip p99 us (lower is better)": p99,
+              LATENCY4K_BARRIER_RATIO: barrier_us / p50}
+    if loop_us is not None:
+        result["Ferry 4 KiB push_pull us, mean, back to back (lower is better)"] = loop_us
+        result[LATENCY4K_RATIO] = loop_us / p50
+    return result
 
 
 RUNNERS = {"perf": bench_perf, "torch": bench_torch, "trainsim": bench_trainsim, "latency4k": bench_latency4k}
@@ -275,6 +296,7 @@ def main():
     ap.add_argument("--torch-compare", type=int, default=3, help="benchmark_torch.py --compare N")
     ap.add_argument("--torch-args", default="--model mlp", help="more benchmark_torch.py arguments")
     ap.add_argument("--trainsim-mode", choices=("netns", "loopback"), default="netns")
+    ap.add_argument("--trainsim-model", default="resnet50", help="vgg16, resnet50 or bert_base")
     ap.add_argument("--trainsim-byte-scale", type=float, default=0.05)
     ap.add_argument("--trainsim-compute-scale", type=float, default=1.0)
     ap.add_argument("--trainsim-iterations", type=int, default=5)
@@ -343,7 +365,8 @@ def main():
              "- torch: examples/benchmark_torch.py --compare %d %s" % (args.torch_compare, args.torch_args),
              "- trainsim: %s, %d iterations + 1 warm-up" % (trainsim_label(args), args.trainsim_iterations),
              "- latency4k: ferry-perf -b 4K -e 4K on scripts/local-cluster -s 2 -w 2 (loopback), %d timed "
-             "push_pulls (20 warm-up), mean time per push_pull; ferry-zmq-stream --pingpong --message_bytes 4096, "
+             "push_pulls (20 warm-up), mean time per push_pull, each after a barrier and back to back "
+             "(the goal's figure); ferry-zmq-stream --pingpong --message_bytes 4096, "
              "%d timed round trips (20 warm-up)" % (args.latency_perf_iters, args.latency_round_trips),
              "- seconds per run (one build, one repeat): " + (", ".join(
                  "%s %.0f" % (k, statistics.median(v)) for k, v in seconds.items()) or "-")]

@@ -38,7 +38,7 @@ void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
     f.task = PushTask{op->priority, 0, cut.parts[i].bytes, cut.parts[i].server, next_cookie_++, {}};
     f.ready_us = now;
     queued_[f.task.cookie] = f;
-    queue_.Push(f.task);
+    queue_.Push(f.task, /*notify=*/false);  // the thread that started it sends (SendReady)
   }
 }
 
@@ -48,6 +48,17 @@ const PartitionSpec& DensePushPull::PartOf(const InFlight& f) const {
 
 uint64_t DensePushPull::KeyOf(const InFlight& f) const {
   return MakeLayoutKey(f.op->tensor->id, f.op->layout, PartOf(f).index);
+}
+
+int DensePushPull::SendReady() {
+  MutexLock lock(send_mu_);
+  int sent = 0;
+  Batch batch;
+  while (queue_.TryNext(&batch)) {
+    SendBatch(batch);
+    sent++;
+  }
+  return sent;
 }
 
 void DensePushPull::SendBatch(const Batch& batch) {
@@ -63,7 +74,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
     InFlight f = std::move(it->second);
     queued_.erase(it);
     if (f.op->done) {  // failed while queued: never sent
-      queue_.Done(task, /*acked=*/false);
+      queue_.Done(task, /*acked=*/false, /*notify=*/false);  // SendReady's loop goes on
       continue;
     }
     f.task = task;  // as handed out: its window sample comes back with its credit
@@ -198,8 +209,11 @@ void DensePushPull::NoteRelease(Release r) {
   // One drain per batch: later releases join the inbox until it runs.
   if (first) {
     ctx_.table.Post([this] {
-      MutexLock lock(ctx_.mu);
-      DrainReleases();
+      {
+        MutexLock lock(ctx_.mu);
+        DrainReleases();
+      }
+      SendReady();  // a completion may have started the tensor's next operation
     });
   }
 }
@@ -272,7 +286,7 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
 void DensePushPull::ReturnCredit(InFlight& f, bool acked) {
   if (f.credit_returned) return;
   f.credit_returned = true;
-  queue_.Done(f.task, acked);
+  queue_.Done(f.task, acked, /*notify=*/false);  // on van-io, which sends after the reply
 }
 
 bool DensePushPull::OnAck(const Message& m) {
@@ -302,7 +316,7 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
     // The frame's credit comes back now (the window's sample); the last frame's with
     // ReturnCredit below.
     if (f.frames_acked < f.frames && !f.credit_returned) {
-      queue_.ReturnPart(f.task, FrameLength(f, frame));
+      queue_.ReturnPart(f.task, FrameLength(f, frame), /*notify=*/false);  // as Done
     }
   }
   if (f.frames_acked < f.frames) return;

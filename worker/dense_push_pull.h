@@ -1,9 +1,25 @@
 #pragma once
 
 // DensePushPull: the dense push_pull of a tensor. Its partitions go through the
-// scheduled queue (the policy's order and credit), out of the sender thread as PUSH, or
-// several to one server fused into one PUSH_FUSED; each server answers PUSH_ACK (the
-// credit comes back) and PUSH_RESULT (the sum, copied into the output).
+// scheduled queue (the policy's order and credit) and out as PUSH, or several to one server
+// fused into one PUSH_FUSED; each server answers PUSH_ACK (the credit comes back) and
+// PUSH_RESULT (the sum, copied into the output).
+//
+// Who sends (SendReady): the thread that made a batch releasable sends it, with no hand-off
+// to another thread: the caller right after its push_pull started (Worker::StartPushPull),
+// van-io right after a reply returned credit (Worker::OnMessage; the Van transmits inline on
+// its own thread), and the Worker's "sender" thread for everything else (the policy's
+// timers, a new credit, an operation started by a completion) and for resends. Every
+// hand-out (ScheduledQueue::TryNext) and its sends happen under send_mu_, so batches reach
+// the Van in the order the queue handed them out, whichever thread sends them. Lock order:
+// send_mu_, then mu, then the queue's and the Van's own locks; nothing that holds mu takes
+// send_mu_. So that the sender thread does not wake for what another thread sends, Start's
+// pushes and the credit the reply handlers return wake nobody (ScheduledQueue's notify =
+// false): every thread that calls Start (through the Sequencer) or a reply handler calls
+// SendReady once it let go of mu: callers (Worker::StartPushPull), van-io (Worker::OnMessage),
+// the table's callback thread (the release drain; the Worker's completion callbacks). Were
+// one missed, the sender thread would still send it at its next wake-up (at most 1 s: quiet
+// changes are counted; see Sender).
 //
 // Buffers: a partition's payload borrows the caller's input (zero copy) until ZeroMQ's
 // release hook; the operation completes only after every sum arrived AND every payload
@@ -28,8 +44,8 @@
 // once every frame is, a RESEND_SUM asks for the sums still missing (the server answers
 // with every frame's sum it has; sums that come twice are dropped as late).
 //
-// Threads: Start (callers, under mu), SendBatch and resends (the Worker's "sender" thread), replies
-// (van-io), release hooks (ZeroMQ's IO thread). See operation_kind.h for the lock.
+// Threads: Start (callers, under mu), SendReady (above), resends (the Worker's "sender"
+// thread), replies (van-io), release hooks (ZeroMQ's IO thread). See operation_kind.h for the lock.
 //
 // Release hooks take no lock of the Worker: ZeroMQ's IO thread moves every socket's bytes
 // and must never wait for a caller or a reply handler. A hook only notes its release in
@@ -55,9 +71,10 @@ class DensePushPull : public OperationKind {
  public:
   DensePushPull(WorkerContext& ctx, ScheduledQueue& queue);
 
-  // Sender thread: sends a batch from the queue, each task as a PUSH or, per the
-  // batch's fusion limit, several to one server as one PUSH_FUSED. Takes mu.
-  void SendBatch(const Batch& batch) EXCLUDES(ctx_.mu);
+  // Sends every batch the queue releases now (see "Who sends"). Any thread that does not
+  // hold mu; a thread of a Van handler only for that Van's replies (van-io). Returns the
+  // number of batches sent.
+  int SendReady() EXCLUDES(ctx_.mu, send_mu_);
 
   void Start(const std::shared_ptr<Operation>& op) override;
   void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) override;
@@ -84,6 +101,9 @@ class DensePushPull : public OperationKind {
     int64_t ready_us = 0, sent_us = 0, acked_us = 0;  // for the trace
   };
 
+  // Sends a batch from the queue, each task as a PUSH or, per the batch's fusion limit,
+  // several to one server as one PUSH_FUSED. Takes mu.
+  void SendBatch(const Batch& batch) REQUIRES(send_mu_) EXCLUDES(ctx_.mu);
   // REQUIRES: mu held. The PUSH of frame `frame` of `f` (the whole partition when it has one
   // frame) as request `request`; counts its payload in the operation's releases_left
   // (ZeroMQ holds it until the hook fires).
@@ -120,6 +140,7 @@ class DensePushPull : public OperationKind {
 
   WorkerContext& ctx_;
   ScheduledQueue& queue_;
+  Mutex send_mu_;  // held from a hand-out to its last Van::Send (see "Who sends")
   Mutex release_mu_;  // a leaf: guards releases_ only; nothing is taken inside it
   std::vector<Release> releases_ GUARDED_BY(release_mu_);
   RequestTracker<InFlight> in_flight_ GUARDED_BY(ctx_.mu);  // request id -> partition

@@ -12,7 +12,8 @@
 // Locking: one lock, WorkerContext::mu, guards the catalog, every kind's requests in
 // flight, the operations' progress counters and the tensors' queues of operations.
 // The kinds take it themselves on the threads that reach them (van-io for replies,
-// ZeroMQ's IO thread for payload releases, the sender thread for sends and resends);
+// ZeroMQ's IO thread for payload releases, callers, van-io and the sender thread for
+// sends (DensePushPull::SendReady), the sender thread for resends);
 // methods marked REQUIRES(mu) are called with it held. Copies of payloads run outside
 // it, under a hold of the operation (OperationTable::Hold).
 
@@ -49,6 +50,10 @@ namespace ferry {
 //                       arrive after its sum (van.h, "Lanes"), which is no fault
 //   fused_messages      PUSH_FUSED messages      partitions_fused   partitions inside them
 //   frames_pushed       frames of partitions sent as frames (FERRY_FRAME_BYTES; first sends)
+//   sender_thread_batches  batches of partitions the sender thread sent: let out by a policy's
+//                       timer, a new credit or window, or missed by the thread that let them out
+//                       (dense_push_pull.h, "Who sends"); every other batch went from the caller
+//                       or van-io without a hand-off
 //   rows_operations     PushPullRows calls       rows_pushed        rows they listed
 //   rows_bytes_pushed   ROWS_PUSH payload bytes (first sends)
 //   rows_bytes_received ROWS_RESULT payload bytes
@@ -67,6 +72,7 @@ struct WorkerCounters {
   Counter& fused_messages = registry.Register("fused_messages");
   Counter& partitions_fused = registry.Register("partitions_fused");
   Counter& frames_pushed = registry.Register("frames_pushed");
+  Counter& sender_thread_batches = registry.Register("sender_thread_batches");
   Counter& rows_operations = registry.Register("rows_operations");
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");

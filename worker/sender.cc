@@ -25,16 +25,18 @@ void Sender::Loop() {
   // With resends on, wake often enough to resend within a quarter of the timeout.
   const int64_t resend_ms = ctx_.config.transport.resend_timeout_ms;
   const int64_t wake_ms = resend_ms > 0 ? std::clamp<int64_t>(resend_ms / 4, 5, 1000) : 1000;
+  uint64_t version = 0;
+  int64_t resent_ms = NowMs();
   while (true) {
-    Batch batch;
-    bool timed_out = false;
-    bool got = queue_.Next(&batch, wake_ms, &timed_out);
-    if (resend_ms > 0) ResendOverdue();
-    if (!got) {
-      if (timed_out) continue;
-      return;  // closed
+    const ScheduledQueue::WaitResult wake = queue_.WaitForChange(&version, wake_ms);
+    if (resend_ms > 0 && NowMs() - resent_ms >= wake_ms) {
+      ResendOverdue();
+      resent_ms = NowMs();
     }
-    dense_.SendBatch(batch);
+    if (wake == ScheduledQueue::WaitResult::kClosed) return;
+    if (wake == ScheduledQueue::WaitResult::kChanged) {
+      ctx_.counters.sender_thread_batches += dense_.SendReady();
+    }
   }
 }
 

@@ -1,9 +1,13 @@
 #pragma once
 
-// Sender: the Worker's "sender" thread. It takes batches of partitions from the scheduled
-// queue in the order the policy releases them and sends them (DensePushPull::SendBatch);
-// with resends on (FERRY_RESEND_TIMEOUT_MS > 0) it also wakes at least every quarter of
-// that timeout to send every kind's overdue requests again.
+// Sender: the Worker's "sender" thread. Callers and van-io send what their own calls
+// let out (DensePushPull::SendReady, "Who sends"); this thread sends whatever else the
+// scheduled queue lets out: it wakes on the queue's notified changes (a new credit or
+// window, Wake, Close; ScheduledQueue::WaitForChange), at the policy's timers, and at least
+// every second, when it tries too if the queue changed quietly since it last looked (a
+// safety net: a quiet change its thread failed to send goes within a second). Counter
+// sender_thread_batches. With resends on (FERRY_RESEND_TIMEOUT_MS > 0) it also sends every
+// kind's overdue requests again, at least every quarter of that timeout.
 //
 // Lifetime: the thread starts in the constructor; the destructor closes the queue and
 // joins it, so every object it uses must outlive this one (the Worker destroys it first).

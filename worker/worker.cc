@@ -124,8 +124,11 @@ std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
     std::weak_ptr<Operation> weak = op;
     done = [this, weak, done = std::move(done)](Handle h, const Verdict& v) {
       if (!v.ok()) {
-        MutexLock lock(mu_);
-        if (auto op = weak.lock()) sequencer_->Abandon(op);
+        {
+          MutexLock lock(mu_);
+          if (auto op = weak.lock()) sequencer_->Abandon(op);
+        }
+        dense_->SendReady();  // the tensor's next operation may have started
       }
       done(h, v);
     };
@@ -146,6 +149,15 @@ Handle Worker::StartPushPull(const std::string& name, const void* input, void* o
                              std::optional<int> priority, CompletionCallback done) {
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
+  const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
+                                       std::move(done));
+  dense_->SendReady();  // from this thread: no hand-off to the sender thread
+  return handle;
+}
+
+Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* output,
+                              DataType dtype, uint64_t count, bool average,
+                              std::optional<int> priority, CompletionCallback done) {
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
@@ -226,6 +238,8 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
       if (!rows_->OnReply(m, proto::ROWS_RESULT) && !dense_->OnReply(m, proto::PUSH_RESULT)) {
         LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
       }
+      // What the reply let out (its credit, the tensor's next operation) goes from here.
+      dense_->SendReady();
       break;
     default:
       LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);

@@ -185,10 +185,15 @@ class Worker : public Collective {
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
   // Records a server reply's delay since it left the server (the WorkerCounters histograms).
   void NoteReplyDelay(const Message& m);
-  // PushPullAsync without the reserved-name check: for Ferry's own tensors.
+  // PushPullAsync without the reserved-name check: for Ferry's own tensors. Submits, then
+  // sends what the queue lets out from this thread (DensePushPull::SendReady).
   Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority,
-                       CompletionCallback done);
+                       CompletionCallback done) EXCLUDES(mu_);
+  // The operation, checked and queued behind its tensor's earlier ones.
+  Handle SubmitPushPull(const std::string& name, const void* input, void* output, DataType dtype,
+                        uint64_t count, bool average, std::optional<int> priority,
+                        CompletionCallback done) EXCLUDES(mu_);
   // A new operation of tensor `t`, registered in the table.
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
                                           CompletionCallback done) REQUIRES(mu_);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -277,6 +278,7 @@ void Van::Send(int peer, Message message) {
     Enqueue(Command::kSend, peer, false, "", &message);
     return;
   }
+  DrainCommands(std::numeric_limits<int>::max());  // what other threads sent before: first
   Frames frames = BuildFrames(message);
   TransmitToPeer(peer, &frames);
 }
@@ -286,6 +288,7 @@ void Van::Reply(const std::string& identity, Message message) {
     Enqueue(Command::kReply, 0, false, identity, &message);
     return;
   }
+  DrainCommands(std::numeric_limits<int>::max());  // as in Send
   Frames frames = BuildFrames(message);
   TransmitReply(identity, &frames);
 }
@@ -464,11 +467,85 @@ void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
   if (f.has_payload) CHECK_GE(zmq_msg_send(&f.payload, command_push_, 0), 0);
 }
 
+void Van::DrainCommands(int max) {
+  // A bounded batch, so inbound traffic is not starved; nothing after a stop.
+  for (int i = 0; i < max && !stop_; ++i) {
+    zmq_msg_t header;
+    zmq_msg_init(&header);
+    if (zmq_msg_recv(&header, command_pull_, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&header);
+      break;
+    }
+    const char* head = static_cast<char*>(zmq_msg_data(&header));
+    Command command = static_cast<Command>(head[0]);
+    int peer;
+    std::memcpy(&peer, head + 1, 4);
+    const bool flag = head[5] != 0;
+    int32_t priority;
+    std::memcpy(&priority, head + 6, 4);
+    PayloadHold* hold;
+    std::memcpy(&hold, head + 10, sizeof hold);
+    zmq_msg_close(&header);
+    std::vector<zmq_msg_t> frames;
+    frames.reserve(3);  // text, envelope, payload: never reallocated
+    int more = 1;
+    while (more) {
+      CHECK_LT(frames.size(), 3u) << "malformed command in the van's own pipe";
+      zmq_msg_t* f = &frames.emplace_back();
+      zmq_msg_init(f);
+      CHECK_GE(zmq_msg_recv(f, command_pull_, 0), 0);
+      more = zmq_msg_more(f);
+    }
+    std::string text(static_cast<char*>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
+    switch (command) {
+      case Command::kStop:
+        stop_ = true;
+        break;
+      case Command::kHoldReads:
+        hold_data_reads_ = flag;
+        reads_changed_ = true;
+        data_reads_held_.store(flag);
+        break;
+      case Command::kHoldQueues:
+        hold_data_queues_ = flag;
+        if (!flag) PumpAll();
+        break;
+      case Command::kConnect:
+        DoConnect(peer, text,
+                  std::string(static_cast<char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])),
+                  flag);
+        break;
+      case Command::kSend:
+      case Command::kReply: {
+        Frames f;
+        f.control = flag;
+        f.priority = priority;
+        f.hold = hold;
+        zmq_msg_init(&f.envelope);
+        zmq_msg_move(&f.envelope, &frames[1]);
+        f.has_payload = frames.size() > 2;
+        if (f.has_payload) {
+          zmq_msg_init(&f.payload);
+          zmq_msg_move(&f.payload, &frames[2]);
+        }
+        if (command == Command::kSend) {
+          TransmitToPeer(peer, &f);
+        } else {
+          TransmitReply(text, &f);
+        }
+        break;
+      }
+    }
+    CloseFrames(frames);
+  }
+}
+
 void Van::IoLoop() {
   std::vector<zmq_pollitem_t> items;
   std::vector<std::pair<void*, int>> polled;  // outbound sockets polled, and their peers
   std::vector<void*> monitors;                // their monitors, polled after them
   while (true) {
+    reads_changed_ = false;
     items.clear();
     items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});
     items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
@@ -494,82 +571,11 @@ void Van::IoLoop() {
       continue;
     }
     size_t index = 0;
-    bool reads_changed = false;
     if (items[index++].revents & ZMQ_POLLIN) {
-      bool stop = false;
-      // Commands first: drain a bounded batch so inbound traffic is not starved.
-      for (int i = 0; i < 256 && !stop; ++i) {
-        zmq_msg_t header;
-        zmq_msg_init(&header);
-        if (zmq_msg_recv(&header, command_pull_, ZMQ_DONTWAIT) < 0) {
-          zmq_msg_close(&header);
-          break;
-        }
-        const char* head = static_cast<char*>(zmq_msg_data(&header));
-        Command command = static_cast<Command>(head[0]);
-        int peer;
-        std::memcpy(&peer, head + 1, 4);
-        const bool flag = head[5] != 0;
-        int32_t priority;
-        std::memcpy(&priority, head + 6, 4);
-        PayloadHold* hold;
-        std::memcpy(&hold, head + 10, sizeof hold);
-        zmq_msg_close(&header);
-        std::vector<zmq_msg_t> frames;
-        frames.reserve(3);  // text, envelope, payload: never reallocated
-        int more = 1;
-        while (more) {
-          CHECK_LT(frames.size(), 3u) << "malformed command in the van's own pipe";
-          zmq_msg_t* f = &frames.emplace_back();
-          zmq_msg_init(f);
-          CHECK_GE(zmq_msg_recv(f, command_pull_, 0), 0);
-          more = zmq_msg_more(f);
-        }
-        std::string text(static_cast<char*>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
-        switch (command) {
-          case Command::kStop:
-            stop = true;
-            break;
-          case Command::kHoldReads:
-            hold_data_reads_ = flag;
-            reads_changed = true;
-            data_reads_held_.store(flag);
-            break;
-          case Command::kHoldQueues:
-            hold_data_queues_ = flag;
-            if (!flag) PumpAll();
-            break;
-          case Command::kConnect:
-            DoConnect(peer, text,
-                      std::string(static_cast<char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])),
-                      flag);
-            break;
-          case Command::kSend:
-          case Command::kReply: {
-            Frames f;
-            f.control = flag;
-            f.priority = priority;
-            f.hold = hold;
-            zmq_msg_init(&f.envelope);
-            zmq_msg_move(&f.envelope, &frames[1]);
-            f.has_payload = frames.size() > 2;
-            if (f.has_payload) {
-              zmq_msg_init(&f.payload);
-              zmq_msg_move(&f.payload, &frames[2]);
-            }
-            if (command == Command::kSend) {
-              TransmitToPeer(peer, &f);
-            } else {
-              TransmitReply(text, &f);
-            }
-            break;
-          }
-        }
-        CloseFrames(frames);
-      }
-      if (stop) break;
+      DrainCommands(256);
+      if (stop_) break;
       // The sockets polled this round were chosen before the change: poll again.
-      if (reads_changed) continue;
+      if (reads_changed_) continue;
     }
     if (items[index++].revents & ZMQ_POLLIN) {  // releases: the reply order may go on
       uint64_t count;
@@ -580,7 +586,7 @@ void Van::IoLoop() {
     if (items[index++].revents & ZMQ_POLLIN) HandleZapRequest();
     if (items[index++].revents & ZMQ_POLLIN) HandleMonitorEvent(monitor_);
     if (router_ && (items[index++].revents & ZMQ_POLLIN)) ReceiveFrom(router_, true, -1);
-    for (size_t i = 0; i < polled.size(); ++i) {
+    for (size_t i = 0; i < polled.size() && !reads_changed_; ++i) {  // a handler's Send may hold
       if (items[index + i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i].first, false, polled[i].second);
     }
     index += polled.size();

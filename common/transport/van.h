@@ -39,6 +39,11 @@
 // flight. A destination never stalls for good: a connection that dies drops what ZeroMQ
 // held, which runs the release hooks.
 //
+// Order across threads: messages to one destination and lane leave in the order of the Send
+// (or Reply) calls, whichever threads make them: other threads' messages travel through the
+// pipe, and a Send on the IO thread (a handler's, transmitted at once) first carries out
+// what the pipe holds, so it never overtakes a message another thread sent before it.
+//
 // Every socket has an unlimited send high-water mark: a full queue must never block
 // the IO thread or drop a message silently. Flow control is the caller's (workers
 // bound the bytes in flight by their scheduling credit).
@@ -233,7 +238,10 @@ class Van {
   void Enqueue(Command command, int peer, bool flag, const std::string& text, const Message* message,
                const std::string& extra = std::string()) EXCLUDES(push_mutex_);
   void IoLoop();
-  void HandleCommand();
+  // IO thread: carries out up to `max` commands waiting in the pipe, in order (sets stop_
+  // at a kStop and reads nothing after it). Run by the loop, and by Send and Reply on the
+  // IO thread before they transmit, so that what other threads sent first goes first.
+  void DrainCommands(int max);
   void ReceiveFrom(void* socket, bool inbound, int peer);
   bool ReceiveMultipart(void* socket, std::vector<zmq_msg_t>* frames, size_t* extra);
   // The frames of one message, ready for a socket.
@@ -286,6 +294,8 @@ class Van {
   void* command_push_ GUARDED_BY(push_mutex_) = nullptr;  // other threads' end of the pipe
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
+  bool stop_ = false;           // IO thread only: a kStop was read (DrainCommands)
+  bool reads_changed_ = false;  // IO thread only: hold_data_reads_ changed this poll round
   bool hold_data_reads_ = false;                          // IO thread only (tests)
   std::atomic<bool> data_reads_held_{false};              // hold_data_reads_, for the caller
   bool hold_data_queues_ = false;                         // IO thread only (tests)

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -584,6 +585,42 @@ TEST(VanTest, HandlerCanSendFromIoThread) {
   ASSERT_TRUE(at_a.WaitFor(2));
   EXPECT_EQ(at_a.at(1).message.type(), proto::FINALIZE);
   EXPECT_EQ(at_a.at(1).origin.identity, "id-b");
+}
+
+// Order across threads (van.h): a message another thread sent before a handler's own Send
+// leaves first, though the handler's is transmitted at once and the other waits in the pipe.
+// B's handler, on A's HEARTBEAT_ACK, waits until this thread has sent request 1 (it sits in
+// the pipe: the IO thread is in the handler), then sends request 2 itself: A must see 1, 2.
+TEST(VanTest, AHandlersSendDoesNotOvertakeAnotherThreadsEarlierSend) {
+  Recorder at_a, at_b;
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  std::promise<void> sent_1;
+  std::shared_future<void> sent_1_done = sent_1.get_future().share();
+  at_b.SetHook([&b, sent_1_done](const Message& m, const Origin& o) {
+    if (m.type() != proto::HEARTBEAT_ACK) return;
+    ASSERT_EQ(sent_1_done.wait_for(kDeadline), std::future_status::ready);
+    Message second = MakeMessage(proto::FINALIZE, 5);
+    second.envelope.set_request_id(2);
+    b.Send(o.peer, std::move(second));  // on the IO thread: transmitted at once
+  });
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  ASSERT_TRUE(at_a.WaitFor(1));
+  a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  ASSERT_TRUE(WaitUntil([&] { return b.stats().messages_received >= 1; }));
+  Message first = MakeMessage(proto::FINALIZE, 5);
+  first.envelope.set_request_id(1);
+  b.Send(1, std::move(first));  // from this thread: through the pipe
+  sent_1.set_value();
+  ASSERT_TRUE(at_a.WaitFor(3));
+  EXPECT_EQ(at_a.at(1).message.envelope.request_id(), 1u) << "the handler's send overtook";
+  EXPECT_EQ(at_a.at(2).message.envelope.request_id(), 2u);
+  b.Stop();
+  a.Stop();
 }
 
 // (e) After Stop(), Send and Reply are harmless no-ops that still release the payload.

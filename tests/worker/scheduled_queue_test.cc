@@ -365,6 +365,49 @@ TEST(ScheduledQueueTest, CloseWakesABlockedNext) {
   MustBlock(q);  // closed: refuses even when a task could go
 }
 
+// WaitForChange (the sender thread's wait; dense_push_pull.h, "Who sends"): quiet changes
+// wake nobody but are seen by the next wait; notified ones wake a waiter; the policy's
+// timer counts as a change; Close ends it.
+TEST(ScheduledQueueTest, WaitForChangeSeesQuietChangesAndWakesOnNotifiedOnes) {
+  FakeClock clock;
+  ScheduledQueue q(Make("credit"), 10, clock.fn());
+  uint64_t version = 0;
+  // The constructor's SetCredit is a change.
+  EXPECT_EQ(q.WaitForChange(&version, 0), ScheduledQueue::WaitResult::kChanged);
+  EXPECT_EQ(q.WaitForChange(&version, 1), ScheduledQueue::WaitResult::kTimedOut);
+  q.Push(Task(0, 8, 1), /*notify=*/false);
+  EXPECT_EQ(q.WaitForChange(&version, 0), ScheduledQueue::WaitResult::kChanged);
+  const Batch first = MustNext(q);
+  q.Push(Task(0, 8, 2), /*notify=*/false);  // waits for the credit
+  EXPECT_EQ(q.WaitForChange(&version, 0), ScheduledQueue::WaitResult::kChanged);
+  MustBlock(q);
+  q.Done(first.tasks[0], true, /*notify=*/false);
+  EXPECT_EQ(q.WaitForChange(&version, 0), ScheduledQueue::WaitResult::kChanged);
+  EXPECT_EQ(MustNextOne(q), 2u);
+  // A notified change wakes a waiter blocked for up to a minute.
+  auto waiter = std::async(std::launch::async, [&q, version]() mutable {
+    return q.WaitForChange(&version, 60000);
+  });
+  q.Push(Task(0, 1, 3));
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(waiter.get(), ScheduledQueue::WaitResult::kChanged);
+  q.Close();
+  EXPECT_EQ(q.WaitForChange(&version, 60000), ScheduledQueue::WaitResult::kClosed);
+}
+
+TEST(BucketPolicyTest, ADueTimerIsAChangeForWaitForChange) {
+  FakeClock clock;
+  ScheduledQueue q(Make("fifo-bucket", 0, 1000, 5000), 1, clock.fn());
+  q.Push(Task(0, 10, 0), /*notify=*/false);
+  uint64_t version = 0;
+  EXPECT_EQ(q.WaitForChange(&version, 0), ScheduledQueue::WaitResult::kChanged);
+  MustBlock(q);  // the bucket is neither full nor due
+  EXPECT_EQ(q.WaitForChange(&version, 1), ScheduledQueue::WaitResult::kTimedOut);
+  clock.us += 5000;
+  EXPECT_EQ(q.WaitForChange(&version, 60000), ScheduledQueue::WaitResult::kChanged);
+  EXPECT_EQ(MustNextOne(q), 0u);
+}
+
 TEST(ScheduledQueueTest, SetCreditTakesEffect) {
   ScheduledQueue q(Make("credit"), 50);
   for (uint64_t i = 0; i < 6; ++i) q.Push(Task(0, 50, i));

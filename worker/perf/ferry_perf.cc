@@ -4,7 +4,10 @@
 // exactly, and prints bytes, time per push_pull, algorithm bandwidth (bytes / time,
 // GB = 1e9 bytes) and the number of wrong elements. Exits 1 on any wrong value.
 // Only the push_pull is timed: workers fill and check outside it and meet at a
-// barrier before each timed push_pull. Each push_pull is one iteration (StepBoundary), so
+// barrier before each timed push_pull (--barrier; with --nobarrier they meet once per size
+// and then run back to back, as a training loop does, so the time leaves out the barrier's
+// release skew but counts the other workers' fill and check of the previous iteration:
+// microseconds at small sizes, where this is the latency to quote). Each push_pull is one iteration (StepBoundary), so
 // FERRY_AUTOTUNE and FERRY_PARTITION_MS act across the iterations of one size.
 //
 // Values are small integers that depend on the worker's rank, the iteration and the
@@ -38,6 +41,9 @@ DEFINE_int32(w, 5, "warm-up iterations per size");
 DEFINE_string(dtype, "float32", "float32, float16, bfloat16, float64, int32 or int64");
 DEFINE_string(format, "text", "text (a table) or csv (bytes,time_us,algbw_GBps,errors)");
 DEFINE_bool(check, true, "check every result exactly");
+DEFINE_bool(barrier, true,
+            "meet at a barrier before every push_pull (false: once per size, then back to "
+            "back; for latency at small sizes)");
 DEFINE_int32(idle_seconds, 0,
              "instead of measuring: join the cluster, stay idle this long, leave (to measure "
              "the CPU an idle cluster uses)");
@@ -147,7 +153,7 @@ int RunPerf(const Config& config) {
       // starts the timed push_pull together, so one worker's untimed fill and check never
       // overlap another's timed section.
       worker->StepBoundary();
-      worker->Barrier();
+      if (FLAGS_barrier || iter == 0) worker->Barrier();
       int64_t t0 = NowUs();
       worker->PushPull(name, input.data(), output.data(), dtype, count, false);
       int64_t t1 = NowUs();

@@ -16,13 +16,14 @@ ScheduledQueue::ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_b
   SetCredit(credit_bytes);
 }
 
-void ScheduledQueue::Push(PushTask task) {
+void ScheduledQueue::Push(PushTask task, bool notify) {
   {
     MutexLock lock(mu_);
     task.seq = next_seq_++;
     policy_->Ready(task, now_());
+    changes_++;
   }
-  cv_.NotifyAll();
+  if (notify) cv_.NotifyAll();
 }
 
 bool ScheduledQueue::TryNext(Batch* out) {
@@ -98,7 +99,29 @@ bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
   }
 }
 
-void ScheduledQueue::ReturnPart(const PushTask& task, uint64_t bytes) {
+ScheduledQueue::WaitResult ScheduledQueue::WaitForChange(uint64_t* version, int64_t timeout_ms) {
+  MutexLock lock(mu_);
+  const int64_t wake_us = policy_->WakeAtUs();
+  const bool timer = wake_us != std::numeric_limits<int64_t>::max();
+  if (!closed_ && changes_ == *version && !(timer && wake_us <= now_())) {
+    const auto now = Clock::now();
+    auto until = now + std::chrono::milliseconds(timeout_ms);
+    if (timer) {
+      // As in Next: at least 100 us away, which bounds a spin on a timer that has passed.
+      until = std::min(until,
+                       now + std::chrono::microseconds(std::max<int64_t>(100, wake_us - now_())));
+    }
+    cv_.WaitUntilOnce(mu_, until);
+  }
+  if (closed_) return WaitResult::kClosed;
+  const int64_t due_us = policy_->WakeAtUs();
+  const bool changed = changes_ != *version ||
+                       (due_us != std::numeric_limits<int64_t>::max() && due_us <= now_());
+  *version = changes_;
+  return changed ? WaitResult::kChanged : WaitResult::kTimedOut;
+}
+
+void ScheduledQueue::ReturnPart(const PushTask& task, uint64_t bytes, bool notify) {
   {
     MutexLock lock(mu_);
     uint64_t& returned = returned_[task.cookie];
@@ -110,11 +133,12 @@ void ScheduledQueue::ReturnPart(const PushTask& task, uint64_t bytes) {
       window_->OnAck(task.handout, bytes, now_());
       UpdateLimit();
     }
+    changes_++;
   }
-  cv_.NotifyAll();
+  if (notify) cv_.NotifyAll();
 }
 
-void ScheduledQueue::Done(const PushTask& task, bool acked) {
+void ScheduledQueue::Done(const PushTask& task, bool acked, bool notify) {
   {
     MutexLock lock(mu_);
     uint64_t rest = task.bytes;
@@ -135,19 +159,27 @@ void ScheduledQueue::Done(const PushTask& task, bool acked) {
       window_->OnAck(task.handout, rest, now_());
       UpdateLimit();
     }
+    changes_++;
   }
-  cv_.NotifyAll();
+  if (notify) cv_.NotifyAll();
 }
 
 void ScheduledQueue::Close() {
   {
     MutexLock lock(mu_);
     closed_ = true;
+    changes_++;
   }
   cv_.NotifyAll();
 }
 
-void ScheduledQueue::Wake() { cv_.NotifyAll(); }
+void ScheduledQueue::Wake() {
+  {
+    MutexLock lock(mu_);
+    changes_++;
+  }
+  cv_.NotifyAll();
+}
 
 void ScheduledQueue::SetCredit(uint64_t credit_bytes) {
   CHECK_GE(credit_bytes, 1u);
@@ -156,6 +188,7 @@ void ScheduledQueue::SetCredit(uint64_t credit_bytes) {
     credit_bytes_ = credit_bytes;
     window_on_ = false;
     UpdateLimit();
+    changes_++;
   }
   cv_.NotifyAll();
 }
@@ -175,6 +208,7 @@ void ScheduledQueue::UseWindow(const WindowOptions& options) {
     window_ = std::make_unique<WindowEstimator>(options);
     window_on_ = true;
     UpdateLimit();
+    changes_++;
   }
   cv_.NotifyAll();
 }
@@ -186,6 +220,7 @@ void ScheduledQueue::SetWindowGain(double gain) {
     window_->set_gain(gain);
     window_on_ = true;
     UpdateLimit();
+    changes_++;
   }
   cv_.NotifyAll();
 }

@@ -55,22 +55,34 @@ class ScheduledQueue {
   // `credit_bytes`: the credit, for policies that use one. REQUIRES: credit_bytes >= 1.
   ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_bytes, NowFn now = nullptr);
 
-  void Push(PushTask task) EXCLUDES(mu_);
+  // `notify`: wake the threads blocked in Next and WaitForChange. false for a pusher that
+  // takes what it let out itself (TryNext) right after; Push, ReturnPart and Done count the
+  // change either way, so a waiter that wakes for another reason still sees it.
+  void Push(PushTask task, bool notify = true) EXCLUDES(mu_);
   // Blocks until the policy hands out a batch (returns true), the queue is closed
   // (false), or `timeout_ms` passed (false with *timed_out). `out` is overwritten only
   // on success.
   bool Next(Batch* out, int64_t timeout_ms, bool* timed_out) EXCLUDES(mu_);
   // Next() that does not block.
   bool TryNext(Batch* out) EXCLUDES(mu_);
+  // For a sender that takes batches with TryNext (worker/dense_push_pull.h, SendReady):
+  // blocks until a notified change (a Push, credit returned, a new credit or window,
+  // Wake, Close: anything that may let a batch out), the policy's timer (WakeAtUs), or
+  // `timeout_ms`, whichever comes first. Returns kClosed once the queue is closed, kChanged
+  // if the queue changed since `*version` (quietly or not) or the policy's timer is due
+  // (a batch may be out: try TryNext), else kTimedOut; sets `*version` to the current
+  // change count.
+  enum class WaitResult { kClosed, kChanged, kTimedOut };
+  WaitResult WaitForChange(uint64_t* version, int64_t timeout_ms) EXCLUDES(mu_);
   // Returns `bytes` of the credit of a task handed out by Next() before it is done: a
   // frame of it was acknowledged (a window sample). The task stays in flight (it still
   // counts against a per-server window) until Done. REQUIRES: what is returned of a task
   // in all stays below its bytes.
-  void ReturnPart(const PushTask& task, uint64_t bytes) EXCLUDES(mu_);
+  void ReturnPart(const PushTask& task, uint64_t bytes, bool notify = true) EXCLUDES(mu_);
   // Returns the rest of the credit of a task handed out by Next() (pass the task as
   // handed out). `acked`: the server acknowledged it (a window sample); false for a task
   // that never went or failed.
-  void Done(const PushTask& task, bool acked = true) EXCLUDES(mu_);
+  void Done(const PushTask& task, bool acked = true, bool notify = true) EXCLUDES(mu_);
   // Wakes every waiter; Next() returns false from now on.
   void Close() EXCLUDES(mu_);
   // Re-evaluates blocked Next() calls: for fake clocks, after moving time.
@@ -117,7 +129,10 @@ class ScheduledQueue {
   // Guards the policy (*policy_: the pointer itself is set once, in the constructor),
   // the window, credit_, credit_bytes_, next_seq_, max_in_flight_bytes_ and closed_.
   mutable Mutex mu_;
-  CondVar cv_;  // signalled on Push, Done, Close, SetCredit, Wake
+  CondVar cv_;  // signalled on every change_ below
+  // Counts what may let a batch out: Push, ReturnPart, Done, Close, Wake, SetCredit,
+  // UseWindow, SetWindowGain (WaitForChange).
+  uint64_t changes_ GUARDED_BY(mu_) = 0;
   const std::unique_ptr<Policy> policy_ PT_GUARDED_BY(mu_);
   CreditState credit_ GUARDED_BY(mu_);  // limit_bytes: the credit (kUnlimited if unused)
   uint64_t credit_bytes_ GUARDED_BY(mu_);
