@@ -84,8 +84,7 @@ Message ToMessage(const Reply& reply, int sender) {
       e.set_length(reply.sum.length);
       e.set_tensor_hash(reply.sum.tensor_hash);
       e.set_contributors(reply.sum.contributors);
-      e.set_key_length(reply.sum.key_length);
-      e.set_frame_bytes(reply.sum.frame_bytes);
+      SetFrame(&e, reply.offset, reply.sum.key_length, reply.sum.frame_bytes);
       if (reply.kind == Reply::Kind::kRowsSum) {
         proto::RowsHeader* h = e.mutable_rows();
         const uint64_t row_bytes = reply.row_elements * DataTypeSize(reply.sum.dtype);

@@ -180,9 +180,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   m.envelope.set_tensor_hash(t.hash);
   m.envelope.set_async_mode(ctx_.config.server.async);
   if (f.frames > 1) {
-    m.envelope.set_offset(offset);
-    m.envelope.set_key_length(p.bytes);
-    m.envelope.set_frame_bytes(f.frame_bytes);
+    SetFrame(&m.envelope, offset, p.bytes, f.frame_bytes);
   }
   if (length > 0) {
     std::shared_ptr<Operation> op = f.op;

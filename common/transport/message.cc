@@ -97,6 +97,12 @@ uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes) {
   return static_cast<uint32_t>((key_length + frame_bytes - 1) / frame_bytes);
 }
 
+void SetFrame(proto::Envelope* e, uint64_t offset, uint64_t key_length, uint64_t frame_bytes) {
+  e->set_offset(offset);
+  e->set_key_length(key_length);
+  e->set_frame_bytes(frame_bytes);
+}
+
 Status CheckFrame(const proto::Envelope& e, uint64_t max_payload_bytes) {
   auto bad = [&e](const std::string& why) {
     return BadMessageError(StrCat(MessageTypeName(e.type()), " of ", KeyName(e.key()), " round ",

@@ -74,6 +74,10 @@ uint64_t FrameSize(const proto::Envelope& e);
 // How many frames a key of `key_length` bytes has in `frame_bytes`-byte frames (at least
 // one: an empty key is one empty frame). frame_bytes 0: one.
 uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes);
+// Sets the frame fields of `e`: the frame at `offset` of a key of `key_length` bytes cut in
+// `frame_bytes`-byte frames (length, dtype and the payload are the caller's). Whether the
+// cut is valid is CheckFrame's to say.
+void SetFrame(proto::Envelope* e, uint64_t offset, uint64_t key_length, uint64_t frame_bytes);
 // The frame rules above, for a PUSH or PUSH_RESULT whose length and dtype were checked:
 // OK, or kBadMessage naming the key, round and offset. Also checked by ValidateMessage.
 // A valid frame's key has at most UINT32_MAX frames, so FrameCount does not wrap.

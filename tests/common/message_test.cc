@@ -98,9 +98,7 @@ TEST(MessageTest, AcceptsValidMessages) {
 // The frame at `offset` of a float32 key of `key_length` bytes cut in `frame_bytes`.
 Message Frame(uint64_t key_length, uint64_t frame_bytes, uint64_t offset, uint64_t length) {
   Message m = GoodPush(length / sizeof(float));
-  m.envelope.set_key_length(key_length);
-  m.envelope.set_frame_bytes(frame_bytes);
-  m.envelope.set_offset(offset);
+  SetFrame(&m.envelope, offset, key_length, frame_bytes);
   return m;
 }
 

@@ -872,9 +872,7 @@ TEST(VanTest, InvalidMessagesOnTheRouterGoToTheInvalidCallback) {
   Message frame = MakeMessage(proto::PUSH, 7);  // off its frame boundary
   frame.envelope.set_request_id(42);
   frame.envelope.set_dtype(proto::FLOAT32);
-  frame.envelope.set_key_length(16384);
-  frame.envelope.set_frame_bytes(4096);
-  frame.envelope.set_offset(1024);
+  SetFrame(&frame.envelope, /*offset=*/1024, /*key_length=*/16384, /*frame_bytes=*/4096);
   frame.envelope.set_length(4096);
   frame.payload = Buffer::Allocate(4096);
   b.Send(1, frame);

@@ -112,9 +112,7 @@ int main(int argc, char** argv) {
     frame.envelope.set_key(ferry::MakeKey(2, 1));
     frame.envelope.set_round(7);
     frame.envelope.set_dtype(proto::FLOAT32);
-    frame.envelope.set_offset(offset);
-    frame.envelope.set_key_length(200);
-    frame.envelope.set_frame_bytes(64);
+    ferry::SetFrame(&frame.envelope, offset, /*key_length=*/200, /*frame_bytes=*/64);
     const std::string bytes(std::min<uint64_t>(64, 200 - offset), '\x06');
     frame.envelope.set_length(bytes.size());
     Write(dir, offset == 64 ? "push_frame" : "push_frame_last", frame, bytes);
@@ -127,9 +125,7 @@ int main(int argc, char** argv) {
   result_frame.envelope.set_key(ferry::MakeKey(2, 1));
   result_frame.envelope.set_round(7);
   result_frame.envelope.set_dtype(proto::FLOAT32);
-  result_frame.envelope.set_offset(64);
-  result_frame.envelope.set_key_length(200);
-  result_frame.envelope.set_frame_bytes(64);
+  ferry::SetFrame(&result_frame.envelope, /*offset=*/64, /*key_length=*/200, /*frame_bytes=*/64);
   result_frame.envelope.set_length(64);
   Write(dir, "push_result_frame", result_frame, std::string(64, '\x07'));
   auto ack = MakeMessage(proto::PUSH_ACK, 1);

@@ -200,9 +200,7 @@ std::vector<std::string> BadFrame(int sender) {
   Message m = MakeMessage(proto::PUSH, sender);
   m.envelope.set_request_id(1);
   m.envelope.set_dtype(proto::FLOAT32);
-  m.envelope.set_key_length(262144);
-  m.envelope.set_frame_bytes(65536);
-  m.envelope.set_offset(1024);
+  SetFrame(&m.envelope, /*offset=*/1024, /*key_length=*/262144, /*frame_bytes=*/65536);
   m.envelope.set_length(65536);
   return {m.envelope.SerializeAsString(), std::string(65536, '\0')};
 }

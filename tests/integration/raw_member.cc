@@ -164,9 +164,7 @@ class RawMember {
   Message Frame(uint64_t key, uint32_t round, const std::vector<float>& values, uint64_t key_length,
                 uint64_t frame_bytes, uint64_t offset, uint64_t length) {
     Message m = Push(key, round, {});
-    m.envelope.set_key_length(key_length);
-    m.envelope.set_frame_bytes(frame_bytes);
-    m.envelope.set_offset(offset);
+    SetFrame(&m.envelope, offset, key_length, frame_bytes);
     m.envelope.set_length(length);
     m.payload = Buffer::Allocate(length);
     std::memset(m.payload.data(), 0, length);

@@ -296,9 +296,7 @@ Request FramePush(int rank, uint32_t round, const std::vector<float>& values, si
   const size_t begin = f * frame_floats;
   const size_t end = std::min(values.size(), begin + frame_floats);
   Request r = Push(rank, round, std::vector<float>(values.begin() + begin, values.begin() + end));
-  r.message.envelope.set_offset(begin * 4);
-  r.message.envelope.set_key_length(values.size() * 4);
-  r.message.envelope.set_frame_bytes(frame_floats * 4);
+  SetFrame(&r.message.envelope, begin * 4, values.size() * 4, frame_floats * 4);
   EXPECT_TRUE(ValidateMessage(r.message, 1 << 20).ok()) << ValidateMessage(r.message, 1 << 20).message();
   return r;
 }
