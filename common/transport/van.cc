@@ -544,7 +544,7 @@ void Van::IoLoop() {
   std::vector<zmq_pollitem_t> items;
   std::vector<std::pair<void*, int>> polled;  // outbound sockets polled, and their peers
   std::vector<void*> monitors;                // their monitors, polled after them
-  while (true) {
+  while (!stop_) {  // a kStop read by a handler's Send (DrainCommands) ends the loop too
     reads_changed_ = false;
     items.clear();
     items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});

@@ -623,6 +623,38 @@ TEST(VanTest, AHandlersSendDoesNotOvertakeAnotherThreadsEarlierSend) {
   a.Stop();
 }
 
+// A Stop whose command a handler's own Send reads from the pipe (Send drains it first)
+// still ends the IO thread: B's handler waits until Stop() was called on another thread,
+// then sends; Stop() must return.
+TEST(VanTest, AStopReadByAHandlersSendStillEndsTheIoThread) {
+  Recorder at_a, at_b;
+  Van a(Options("a"));
+  int port = a.Bind("127.0.0.1", 0);
+  a.Start(at_a.Handler());
+  Van b(Options("b"));
+  std::promise<void> stopping;
+  std::shared_future<void> stopping_done = stopping.get_future().share();
+  at_b.SetHook([&b, stopping_done](const Message& m, const Origin& o) {
+    if (m.type() != proto::HEARTBEAT_ACK) return;
+    ASSERT_EQ(stopping_done.wait_for(kDeadline), std::future_status::ready);
+    b.Send(o.peer, MakeMessage(proto::FINALIZE, 5));  // reads the kStop queued before it
+  });
+  b.Start(at_b.Handler());
+  b.Connect(1, Endpoint(port), "id-b");
+  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+  ASSERT_TRUE(at_a.WaitFor(1));
+  a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  ASSERT_TRUE(WaitUntil([&] { return b.stats().messages_received >= 1; }));
+  auto stopped = std::async(std::launch::async, [&b] { b.Stop(); });
+  // Stop() queues its command at once; give it the time to (a later handler drain that
+  // misses it only leaves this run without the case, never fails it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  stopping.set_value();
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "Stop() did not return: the IO thread missed the stop its handler read";
+  a.Stop();
+}
+
 // (e) After Stop(), Send and Reply are harmless no-ops that still release the payload.
 TEST(VanTest, SendAfterStopIsANoOp) {
   Recorder at_a, at_b;
