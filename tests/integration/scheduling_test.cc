@@ -147,7 +147,10 @@ void CheckTrace(const std::string& path) {
     EXPECT_EQ(count[std::string("e ") + stage], expected) << stage;
   }
   for (const auto& [id, balance] : open) EXPECT_EQ(balance, 0) << "unbalanced slice " << id;
-  EXPECT_GT(fused, 0) << "no partition went in a fused message";
+  // Not asserted: whether any partition went fused. Partitions leave from the thread that let
+  // them out (dense_push_pull.h, "Who sends"), so small ones are fused only when they wait
+  // together for credit, which here depends on how fast acks come back; the fused flag is
+  // checked in trace_test, and fusion of waiting partitions in SchedulingOrderTest.
   EXPECT_EQ(steps, kWarmup + kIterations + 1);  // a boundary after every forward pass
   double worst = 0;
   for (double us : urgent_queue_us) worst = std::max(worst, us);
@@ -216,8 +219,9 @@ Arrivals ParseArrivals(const std::string& server_output) {
 
 constexpr int kSmall = 23, kRounds = 2;
 
-// Runs --mode=order; returns each server's arrivals.
-std::vector<Arrivals> RunOrder(const std::string& policy) {
+// Runs --mode=order; returns each server's arrivals, and in `fused_messages` (if given)
+// the PUSH_FUSED messages the workers sent, summed.
+std::vector<Arrivals> RunOrder(const std::string& policy, uint64_t* fused_messages = nullptr) {
   TestCluster c;
   Env common = {{"FERRY_SCHEDULING_POLICY", policy}, {"FERRY_PARTITION_BYTES", "1048576"}};
   // Servers log every arrival. Workers: a 64 KiB credit (one iteration is 1.2 MiB),
@@ -245,6 +249,11 @@ std::vector<Arrivals> RunOrder(const std::string& policy) {
   }
   for (int w : c.workers()) {
     EXPECT_NE(c.Output(w).find("OK order rounds=2"), std::string::npos) << c.Output(w);
+    std::smatch m;
+    const std::string out = c.Output(w);
+    if (fused_messages && std::regex_search(out, m, std::regex(R"(fused_messages=(\d+))"))) {
+      *fused_messages += std::stoull(m[1]);
+    }
   }
   // Every push of every worker and round arrived exactly once, at some server.
   for (int node : {3, 4}) {
@@ -264,7 +273,11 @@ std::vector<Arrivals> RunOrder(const std::string& policy) {
 }
 
 TEST(SchedulingOrderTest, CreditDeliversInPriorityOrderAtTheServers) {
-  std::vector<Arrivals> servers = RunOrder("credit");
+  uint64_t fused = 0;
+  std::vector<Arrivals> servers = RunOrder("credit", &fused);
+  // The small tensors that waited behind the blocker's credit left together, so several to
+  // one server went as one PUSH_FUSED (FERRY_FUSION_BYTES 16 KiB: two 8 KiB tensors each).
+  EXPECT_GT(fused, 0u) << "no fused message although small tensors waited for credit";
   size_t longest = 0;
   for (const Arrivals& a : servers) {
     for (const auto& [who, tensors] : a) {
