@@ -147,7 +147,7 @@ class Run:
                 counters = json.load(f)["counters"]
             for name in ("ack_delay_us_p50", "ack_delay_us_p99", "ack_delay_us_max", "sum_delay_us_p50",
                          "sum_delay_us_p99", "van.unreleased_bytes_max", "window.bytes",
-                         "window.rate_bytes_per_s", "window.min_rtt_us"):
+                         "window.rate_bytes_per_s", "window.min_rtt_us", "scheduling.partition_bytes"):
                 if name in counters:
                     out[name] = max(out.get(name, 0), counters[name])
         return out

@@ -29,7 +29,8 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
     Apply(initial, "configured", /*log=*/false);
   }
   MutexLock lock(step_mu_);
-  size_by_time_ = c.partition_ms > 0 && !c.autotune && queue_.policy() != SchedulingPolicy::kP3;
+  size_by_time_ = c.partition_ms > 0 && !c.autotune && queue_.policy() != SchedulingPolicy::kP3 &&
+                  (c.partition_ms_set || !ctx_.cluster.table().ServersOnLoopback());
   if (c.autotune) tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
 }
 
@@ -67,11 +68,22 @@ SchedulingChoice SchedulingControl::current() const {
   return current_;
 }
 
-std::string SchedulingControl::DescribeAutotune() const {
+std::string SchedulingControl::DescribePlan() const {
   MutexLock lock(step_mu_);
-  if (!tuner_) return "";
-  return StrCat("; autotune over ", tuner_->grid().size(), " candidates, ",
-                ctx_.config.scheduling.autotune_steps, " iterations each");
+  const Config::Scheduling& c = ctx_.config.scheduling;
+  if (tuner_) {
+    return StrCat("; autotune over ", tuner_->grid().size(), " candidates, ", c.autotune_steps,
+                  " iterations each");
+  }
+  if (size_by_time_) {
+    return StrCat("; partitions sized by the link at iteration ", kSizingStep,
+                  " (FERRY_PARTITION_MS=", c.partition_ms, ")");
+  }
+  if (c.partition_ms > 0 && queue_.policy() != SchedulingPolicy::kP3) {
+    return "; partitions stay this size: every server is on loopback (FERRY_PARTITION_MS "
+           "sizes them by a link's rate, and this path has none)";
+  }
+  return "";
 }
 
 void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {

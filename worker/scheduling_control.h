@@ -12,7 +12,9 @@
 // operations, never under one. Every worker makes the same switches at the same point of
 // its sequence of push_pulls, so their keys agree (worker.h, "Re-partitioning").
 //
-// Partitions sized by the link (FERRY_PARTITION_MS > 0, not under p3 or autotune): at the
+// Partitions sized by the link (FERRY_PARTITION_MS > 0, the default, not under p3 or
+// autotune; the default, not a set value, stands aside when every server is on loopback,
+// NodeTable::ServersOnLoopback: a one-machine job whose measured rate is the CPU's): at the
 // third boundary (two iterations measured) every worker sums every worker's measured rate
 // (the window estimator's, queue.measured_rate_bytes_per_s) with a push_pull, and all switch
 // to PartitionBytesForRate(mean rate, ms, 128 KiB, the configured size): a partition then
@@ -57,8 +59,9 @@ class SchedulingControl {
   void Set(int64_t partition_bytes, int64_t credit_bytes) EXCLUDES(step_mu_, ctx_.mu);
   // As Worker::StepBoundary.
   void StepBoundary() EXCLUDES(step_mu_, ctx_.mu);
-  // "; autotune over N candidates, K iterations each", or "" when off: for the start log.
-  std::string DescribeAutotune() const EXCLUDES(step_mu_);
+  // For the start log: "; autotune over N candidates, K iterations each", "; partitions
+  // sized by the link at iteration 3 (...)", why they are not, or "" when neither applies.
+  std::string DescribePlan() const EXCLUDES(step_mu_);
 
  private:
   // REQUIRES: no operation of the worker unfinished. Switches new operations to

@@ -89,7 +89,7 @@ void Worker::Start() {
   sender_ = std::make_unique<Sender>(*ctx_, queue_, *dense_, *rows_);
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
             << " servers; scheduling policy " << queue_.policy_name() << ", "
-            << Describe(scheduling_->current()) << scheduling_->DescribeAutotune()
+            << Describe(scheduling_->current()) << scheduling_->DescribePlan()
             << (trace_ ? "; trace " + trace_->path() : std::string());
 }
 
@@ -346,6 +346,11 @@ CounterValues Worker::Counters() const {
   CounterValues values = counters_.registry.Snapshot();
   for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
   for (auto& v : queue_.WindowCounters()) values.push_back(std::move(v));
+  if (scheduling_) {
+    const SchedulingChoice now = scheduling_->current();
+    values.emplace_back("scheduling.partition_bytes", static_cast<uint64_t>(now.partition_bytes));
+    values.emplace_back("scheduling.credit_bytes", static_cast<uint64_t>(now.credit_bytes));
+  }
   return values;
 }
 

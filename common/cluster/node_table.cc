@@ -1,6 +1,9 @@
 #include "common/cluster/node_table.h"
 
+#include <arpa/inet.h>
 #include <glog/logging.h>
+
+#include <cstring>
 
 #include "common/util/error.h"
 
@@ -14,6 +17,14 @@ std::string DescribeNode(const proto::NodeInfo& n) {
   if (!n.hostname().empty() && n.hostname() != n.host()) where += StrCat(", ", n.hostname());
   if (n.role() == proto::SCHEDULER) return StrCat("scheduler (", where, ")");
   return StrCat(role, " ", n.rank(), " (", where, ")");
+}
+
+bool IsLoopbackAddress(const std::string& ip) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, ip.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, ip.c_str(), &v6) == 1 &&
+         std::memcmp(&v6, &in6addr_loopback, sizeof v6) == 0;
 }
 
 NodeTable::NodeTable(const proto::NodeTable& table)
@@ -40,6 +51,15 @@ std::vector<proto::NodeInfo> NodeTable::Servers() const {
     if (Contains(ServerId(r))) servers.push_back(node(ServerId(r)));
   }
   return servers;
+}
+
+bool NodeTable::ServersOnLoopback() const {
+  const std::vector<proto::NodeInfo> servers = Servers();
+  if (servers.empty()) return false;
+  for (const auto& s : servers) {
+    if (!IsLoopbackAddress(s.host())) return false;
+  }
+  return true;
 }
 
 std::string NodeTable::Describe(int id) const {

@@ -32,6 +32,9 @@ class NodeTable {
   bool IsServer(int id) const { return Contains(id) && node(id).role() == proto::SERVER; }
   // Servers by rank.
   std::vector<proto::NodeInfo> Servers() const;
+  // True when there is a server and every server's address is a loopback address: the
+  // whole job's server traffic stays inside this host's network namespace (one machine).
+  bool ServersOnLoopback() const;
   // "server 1 (10.0.0.2:9001)"; "node 7 (unknown)" for an id not in the table.
   std::string Describe(int id) const;
   const proto::NodeTable& proto() const { return table_; }
@@ -44,5 +47,10 @@ class NodeTable {
 };
 
 std::string DescribeNode(const proto::NodeInfo& n);
+
+// True for an IPv4 address in 127.0.0.0/8 and for IPv6 ::1: an address that reaches only
+// the network namespace it is used in. (Emulated hosts on one machine, scripts/netns-cluster
+// and scripts/compose-local, use their own addresses, never these.)
+bool IsLoopbackAddress(const std::string& ip);
 
 }  // namespace ferry

@@ -48,6 +48,11 @@ class EnvReader {
     return alias_value;
   }
 
+  // Whether `name` or `alias` is set (no warning: the read of the value gives it).
+  bool Has(const char* name, const char* alias) const {
+    return env_(name) != nullptr || (alias && env_(alias) != nullptr);
+  }
+
   int64_t Int(const char* name, const char* alias, int64_t def, int64_t min, int64_t max) const {
     std::string used;
     const char* text = Get(name, alias, &used);
@@ -274,7 +279,13 @@ void ReadScheduling(const EnvReader& r, Config* c) {
       r.IntList("FERRY_AUTOTUNE_PARTITION_BYTES", 1024, 1LL << 30);
   c->scheduling.autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
   ReadWindow(r, c);
-  c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS", 0.0, 0.0, 60000.0);
+  // Unset, FERRY_PARTITION_MS is the default's, which stands aside for a partition size
+  // the user chose (FERRY_PARTITION_BYTES) or searches (FERRY_AUTOTUNE).
+  c->scheduling.partition_ms_set = r.Has("FERRY_PARTITION_MS", nullptr);
+  const bool size_chosen = r.Has("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES") ||
+                           c->scheduling.autotune;
+  c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS",
+                                        size_chosen ? 0.0 : Config::Scheduling::kDefaultPartitionMs, 0.0, 60000.0);
   if (c->scheduling.partition_ms > 0 && c->scheduling.autotune) {
     Invalid("FERRY_PARTITION_MS", r.Str("FERRY_PARTITION_MS", nullptr, ""),
             "cannot be used with FERRY_AUTOTUNE=1, which searches the partition size itself: "

@@ -115,8 +115,13 @@ struct Config {
     int64_t bucket_timeout_ms = 5;    // fifo-bucket: ... or when no tensor came for this long
     // FERRY_PARTITION_MS: > 0: after two iterations, partitions shrink to what the
     // workers' measured link rate sends in this many ms (worker/scheduling_control.h);
-    // 0: partitions stay partition_bytes.
+    // 0: partitions stay partition_bytes. Unset: kDefaultPartitionMs, or 0 when
+    // FERRY_PARTITION_BYTES or FERRY_AUTOTUNE chooses the size; the default (not a set
+    // value) also stands aside when every server is on loopback (one machine, where the
+    // measured rate is the CPU's, not a link's).
+    static constexpr double kDefaultPartitionMs = 2;
     double partition_ms = 0;
+    bool partition_ms_set = false;  // FERRY_PARTITION_MS was set
     bool autotune = false;            // search partition size and credit online
     int autotune_steps = 3;           // iterations per candidate; the first is not scored
     std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition

@@ -142,8 +142,21 @@ TEST(ConfigSchedulingTest, TheWindowFollowsTheNetworkOnlyWhenAsked) {
 }
 
 TEST(ConfigSchedulingTest, PartitionsSizedByTime) {
-  EXPECT_EQ(Read({}).scheduling.partition_ms, 0) << "off by default";
-  EXPECT_EQ(Read({{"FERRY_PARTITION_MS", "4"}}).scheduling.partition_ms, 4);
+  const Config::Scheduling unset = Read({}).scheduling;
+  EXPECT_EQ(unset.partition_ms, Config::Scheduling::kDefaultPartitionMs) << "on by default";
+  EXPECT_GT(unset.partition_ms, 0);
+  EXPECT_FALSE(unset.partition_ms_set) << "the default, which stands aside on loopback";
+  // A size the user chose or has searched is not resized by the default.
+  EXPECT_EQ(Read({{"FERRY_PARTITION_BYTES", "262144"}}).scheduling.partition_ms, 0);
+  EXPECT_EQ(Read({{"BYTEPS_PARTITION_BYTES", "262144"}}).scheduling.partition_ms, 0);
+  EXPECT_EQ(Read({{"FERRY_AUTOTUNE", "1"}}).scheduling.partition_ms, 0) << "not refused: unset";
+  // A set value is the user's, everywhere: with a chosen size it only lowers it.
+  const Config::Scheduling set =
+      Read({{"FERRY_PARTITION_MS", "4"}, {"FERRY_PARTITION_BYTES", "4194304"}}).scheduling;
+  EXPECT_EQ(set.partition_ms, 4);
+  EXPECT_TRUE(set.partition_ms_set);
+  EXPECT_EQ(set.partition_bytes, 4194304);
+  EXPECT_EQ(Read({{"FERRY_PARTITION_MS", "0"}}).scheduling.partition_ms, 0) << "0: off";
   EXPECT_EQ(Read({{"FERRY_PARTITION_MS", "0.5"}}).scheduling.partition_ms, 0.5);
   ExpectInvalid({{"FERRY_PARTITION_MS", "-1"}}, "FERRY_PARTITION_MS");
   ExpectInvalid({{"FERRY_PARTITION_MS", "soon"}}, "FERRY_PARTITION_MS");

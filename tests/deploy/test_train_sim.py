@@ -45,16 +45,26 @@ def assert_exact(report, workers, servers, iterations, warmup):
     assert min(report["iterations_ms"]) >= 0.99 * report["lb"]["lb1_ms"], report
 
 
-def test_train_sim_on_loopback_sums_exactly():
+def worker_counters(stats_dir, workers):
+    return [json.loads((stats_dir / ("worker-%d.json" % i)).read_text())["counters"] for i in range(workers)]
+
+
+def test_train_sim_on_loopback_sums_exactly(tmp_path):
     need_binaries("ferry-scheduler", "ferry-server", "ferry-train-sim")
     code, out = run([SCRIPTS / "local-cluster", "-s", "2", "-w", "2", "--", FERRY_BIN / "ferry-train-sim"]
                     + sim_args(iterations=4, warmup=1), timeout=120,
-                    env=clean_env({"FERRY_BIN": str(FERRY_BIN), "FERRY_LOG_LEVEL": "WARNING"}))
+                    env=clean_env({"FERRY_BIN": str(FERRY_BIN), "FERRY_LOG_LEVEL": "WARNING",
+                                   "FERRY_STATS_FILE": str(tmp_path / "%r.json")}))
     assert code == 0, out[-6000:]
     reports = [json.loads(m.group(1)) for m in re.finditer(r"^\[worker \d\] (\{.*\})$", out, re.M)]
     assert sorted(r["rank"] for r in reports) == [0, 1], out[-6000:]
     for r in reports:
         assert_exact(r, workers=2, servers=2, iterations=4, warmup=1)
+    # Every server is on loopback: FERRY_PARTITION_MS's default stands aside (the rate
+    # measured here is the CPU's), so partitions stay the configured 1 MiB past iteration 3.
+    for counters in worker_counters(tmp_path, 2):
+        assert counters["scheduling.partition_bytes"] == 1 << 20, counters
+        assert counters["window.samples"] >= 8, counters
 
 
 def test_train_sim_on_a_netns_cluster_sums_exactly_and_cleans_up(tmp_path):
@@ -63,19 +73,23 @@ def test_train_sim_on_a_netns_cluster_sums_exactly_and_cleans_up(tmp_path):
     out_file = tmp_path / "result.json"
     code, out = run(["/usr/bin/python3", REPO / "bench" / "train_sim_bench.py", "--models", "resnet50",
                      "--rates", "1gbit", "--compute-scales", str(COMPUTE_SCALE), "--byte-scale", str(BYTE_SCALE),
-                     "--workers", "2", "--servers", "1", "--iterations", "2", "--warmup", "0", "--repeats", "1",
+                     "--workers", "2", "--servers", "1", "--iterations", "3", "--warmup", "1", "--repeats", "1",
                      "--check", "--timeout", "60", "--bin", FERRY_BIN, "--out", out_file],
                     timeout=120, env=clean_env())
     assert code == 0, out[-6000:]
     result = json.loads(out_file.read_text())
     [record] = result["runs"]
     assert "error" not in record, record
-    assert record["wrong_values"] == 0 and record["checked_values"] == 2 * 2 * scaled_elements()
+    assert record["wrong_values"] == 0 and record["checked_values"] == 2 * 4 * scaled_elements()
     assert len(record["workers"]) == 2
     for r in record["workers"]:
-        assert_exact(r, workers=2, servers=1, iterations=2, warmup=0)
+        assert_exact(r, workers=2, servers=1, iterations=3, warmup=1)
         assert r["lb"]["rate_gbps"] == 1 and r["lb"]["b_eff_gbps"] == 0.5   # 1 server for 2 workers
     assert 0 < record["cpu"]["busiest_core_pct"] <= 100
+    # The server is another (emulated) host behind a 1 Gbit/s link: by default, at the third
+    # iteration boundary, partitions shrank to what that link sends in FERRY_PARTITION_MS
+    # (2 ms: at most 256 KiB at 1 Gbit/s, whatever share of it the workers measured).
+    assert 128 << 10 <= record["transport"]["scheduling.partition_bytes"] <= 256 << 10, record["transport"]
     assert [ns for ns in netns_list() if ns.startswith(record["cluster"] + "-")] == []
 
 
