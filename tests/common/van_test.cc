@@ -566,22 +566,35 @@ TEST(VanTest, ReplyReachesTheSender) {
   a.Stop();
 }
 
-// A handler may send on an outbound connection from the IO thread.
-TEST(VanTest, HandlerCanSendFromIoThread) {
+// Two Vans, B connected to A as peer 1, for tests of what B's handler does on its IO
+// thread. ExchangeHeartbeat: B sends a HEARTBEAT, A answers with a HEARTBEAT_ACK, and
+// `on_ack` runs in B's handler (on B's IO thread) when the ack arrives. The Vans are
+// destroyed (stopped) before the recorders their handlers write to.
+class VanPairTest : public ::testing::Test {
+ protected:
+  void ExchangeHeartbeat(std::function<void(const Origin&)> on_ack) {
+    const int port = a.Bind("127.0.0.1", 0);
+    a.Start(at_a.Handler());
+    at_b.SetHook([on_ack](const Message& m, const Origin& o) {
+      if (m.type() == proto::HEARTBEAT_ACK) on_ack(o);
+    });
+    b.Start(at_b.Handler());
+    b.Connect(1, Endpoint(port), "id-b");
+    b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
+    ASSERT_TRUE(at_a.WaitFor(1));
+    ASSERT_EQ(at_a.at(0).message.type(), proto::HEARTBEAT);
+    a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  }
+
   Recorder at_a, at_b;
-  Van a(Options("a"));
-  int port = a.Bind("127.0.0.1", 0);
-  a.Start(at_a.Handler());
-  Van b(Options("b"));
-  at_b.SetHook([&b](const Message& m, const Origin& o) {
-    if (m.type() == proto::HEARTBEAT_ACK) b.Send(o.peer, MakeMessage(proto::FINALIZE, 5));
-  });
-  b.Start(at_b.Handler());
-  b.Connect(1, Endpoint(port), "id-b");
-  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
-  ASSERT_TRUE(at_a.WaitFor(1));
-  EXPECT_EQ(at_a.at(0).message.type(), proto::HEARTBEAT);
-  a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  Van a{Options("a")};
+  Van b{Options("b")};
+};
+
+// A handler may send on an outbound connection from the IO thread.
+TEST_F(VanPairTest, HandlerCanSendFromIoThread) {
+  ASSERT_NO_FATAL_FAILURE(ExchangeHeartbeat(
+      [this](const Origin& o) { b.Send(o.peer, MakeMessage(proto::FINALIZE, 5)); }));
   ASSERT_TRUE(at_a.WaitFor(2));
   EXPECT_EQ(at_a.at(1).message.type(), proto::FINALIZE);
   EXPECT_EQ(at_a.at(1).origin.identity, "id-b");
@@ -591,26 +604,15 @@ TEST(VanTest, HandlerCanSendFromIoThread) {
 // leaves first, though the handler's is transmitted at once and the other waits in the pipe.
 // B's handler, on A's HEARTBEAT_ACK, waits until this thread has sent request 1 (it sits in
 // the pipe: the IO thread is in the handler), then sends request 2 itself: A must see 1, 2.
-TEST(VanTest, AHandlersSendDoesNotOvertakeAnotherThreadsEarlierSend) {
-  Recorder at_a, at_b;
-  Van a(Options("a"));
-  int port = a.Bind("127.0.0.1", 0);
-  a.Start(at_a.Handler());
-  Van b(Options("b"));
+TEST_F(VanPairTest, AHandlersSendDoesNotOvertakeAnotherThreadsEarlierSend) {
   std::promise<void> sent_1;
   std::shared_future<void> sent_1_done = sent_1.get_future().share();
-  at_b.SetHook([&b, sent_1_done](const Message& m, const Origin& o) {
-    if (m.type() != proto::HEARTBEAT_ACK) return;
+  ASSERT_NO_FATAL_FAILURE(ExchangeHeartbeat([this, sent_1_done](const Origin& o) {
     ASSERT_EQ(sent_1_done.wait_for(kDeadline), std::future_status::ready);
     Message second = MakeMessage(proto::FINALIZE, 5);
     second.envelope.set_request_id(2);
     b.Send(o.peer, std::move(second));  // on the IO thread: transmitted at once
-  });
-  b.Start(at_b.Handler());
-  b.Connect(1, Endpoint(port), "id-b");
-  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
-  ASSERT_TRUE(at_a.WaitFor(1));
-  a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  }));
   ASSERT_TRUE(WaitUntil([&] { return b.stats().messages_received >= 1; }));
   Message first = MakeMessage(proto::FINALIZE, 5);
   first.envelope.set_request_id(1);
@@ -626,26 +628,15 @@ TEST(VanTest, AHandlersSendDoesNotOvertakeAnotherThreadsEarlierSend) {
 // A Stop whose command a handler's own Send reads from the pipe (Send drains it first)
 // still ends the IO thread: B's handler waits until Stop() was called on another thread,
 // then sends; Stop() must return.
-TEST(VanTest, AStopReadByAHandlersSendStillEndsTheIoThread) {
-  Recorder at_a, at_b;
-  Van a(Options("a"));
-  int port = a.Bind("127.0.0.1", 0);
-  a.Start(at_a.Handler());
-  Van b(Options("b"));
+TEST_F(VanPairTest, AStopReadByAHandlersSendStillEndsTheIoThread) {
   std::promise<void> stopping;
   std::shared_future<void> stopping_done = stopping.get_future().share();
-  at_b.SetHook([&b, stopping_done](const Message& m, const Origin& o) {
-    if (m.type() != proto::HEARTBEAT_ACK) return;
+  ASSERT_NO_FATAL_FAILURE(ExchangeHeartbeat([this, stopping_done](const Origin& o) {
     ASSERT_EQ(stopping_done.wait_for(kDeadline), std::future_status::ready);
     b.Send(o.peer, MakeMessage(proto::FINALIZE, 5));  // reads the kStop queued before it
-  });
-  b.Start(at_b.Handler());
-  b.Connect(1, Endpoint(port), "id-b");
-  b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
-  ASSERT_TRUE(at_a.WaitFor(1));
-  a.Reply(at_a.at(0).origin.identity, MakeMessage(proto::HEARTBEAT_ACK, 0));
+  }));
   ASSERT_TRUE(WaitUntil([&] { return b.stats().messages_received >= 1; }));
-  auto stopped = std::async(std::launch::async, [&b] { b.Stop(); });
+  auto stopped = std::async(std::launch::async, [this] { b.Stop(); });
   // Stop() queues its command at once; give it the time to (a later handler drain that
   // misses it only leaves this run without the case, never fails it).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
