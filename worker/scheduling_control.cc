@@ -29,8 +29,10 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
     Apply(initial, "configured", /*log=*/false);
   }
   MutexLock lock(step_mu_);
-  size_by_time_ = c.partition_ms > 0 && !c.autotune && queue_.policy() != SchedulingPolicy::kP3 &&
-                  (c.partition_ms_set || !ctx_.cluster.table().ServersOnLoopback());
+  const bool sizes = c.partition_ms > 0 && !c.autotune && queue_.policy() != SchedulingPolicy::kP3;
+  loopback_keeps_size_ =
+      sizes && !c.partition_ms_set && ctx_.cluster.table().ServersOnLoopback();
+  size_by_time_ = sizes && !loopback_keeps_size_;
   if (c.autotune) tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
 }
 
@@ -79,7 +81,7 @@ std::string SchedulingControl::DescribePlan() const {
     return StrCat("; partitions sized by the link at iteration ", kSizingStep,
                   " (FERRY_PARTITION_MS=", c.partition_ms, ")");
   }
-  if (c.partition_ms > 0 && queue_.policy() != SchedulingPolicy::kP3) {
+  if (loopback_keeps_size_) {
     return "; partitions stay this size: every server is on loopback (FERRY_PARTITION_MS "
            "sizes them by a link's rate, and this path has none)";
   }

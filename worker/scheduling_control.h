@@ -89,6 +89,7 @@ class SchedulingControl {
   int64_t last_step_us_ GUARDED_BY(step_mu_) = 0;          // the previous boundary (0: none yet)
   uint64_t steps_ GUARDED_BY(step_mu_) = 0;                // boundaries so far
   bool size_by_time_ GUARDED_BY(step_mu_) = false;         // FERRY_PARTITION_MS still to apply
+  bool loopback_keeps_size_ GUARDED_BY(step_mu_) = false;  // its default stood aside at start
 };
 
 }  // namespace ferry

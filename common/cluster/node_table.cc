@@ -54,12 +54,13 @@ std::vector<proto::NodeInfo> NodeTable::Servers() const {
 }
 
 bool NodeTable::ServersOnLoopback() const {
-  const std::vector<proto::NodeInfo> servers = Servers();
-  if (servers.empty()) return false;
-  for (const auto& s : servers) {
-    if (!IsLoopbackAddress(s.host())) return false;
+  bool any = false;
+  for (int r = 0; r < num_servers_; ++r) {
+    if (!Contains(ServerId(r))) continue;
+    if (!IsLoopbackAddress(node(ServerId(r)).host())) return false;
+    any = true;
   }
-  return true;
+  return any;
 }
 
 std::string NodeTable::Describe(int id) const {

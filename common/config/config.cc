@@ -284,8 +284,8 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   c->scheduling.partition_ms_set = r.Has("FERRY_PARTITION_MS", nullptr);
   const bool size_chosen = r.Has("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES") ||
                            c->scheduling.autotune;
-  c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS",
-                                        size_chosen ? 0.0 : Config::Scheduling::kDefaultPartitionMs, 0.0, 60000.0);
+  const double default_ms = size_chosen ? 0.0 : Config::Scheduling::kDefaultPartitionMs;
+  c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS", default_ms, 0.0, 60000.0);
   if (c->scheduling.partition_ms > 0 && c->scheduling.autotune) {
     Invalid("FERRY_PARTITION_MS", r.Str("FERRY_PARTITION_MS", nullptr, ""),
             "cannot be used with FERRY_AUTOTUNE=1, which searches the partition size itself: "

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Session 11 train-sim matrix: median iteration / LB1 (min-max) per model, ratio, policy and
 FERRY_PARTITION_MS, and matrix.png. Usage: summary.py matrix-*.json"""
-import json,statistics,glob,collections,sys
+import collections
+import json
+import statistics
+import sys
+
 d=collections.defaultdict(list)
 for f in sys.argv[1:]:
     for r in json.load(open(f))['runs']:
@@ -25,7 +29,6 @@ for m in ('vgg16',):
         for ms in ('2','0'):
             c=statistics.median([t for a,b,t in d[(m,ratio,'credit',ms)]]); f=statistics.median([t for a,b,t in d[(m,ratio,'fifo',ms)]])
             print('fifo/credit', m, ratio, 'ms', ms, '%.3f'%(f/c))
-        f=statistics.median([t for a,b,t in d[(m,ratio,'fifo','2')]]); c=statistics.median([t for a,b,t in d[(m,ratio,'credit','2')]])
 
 # The plot: one panel per model, iteration / LB1 against the ratio for the columns above.
 if __name__ == "__main__" and len(sys.argv) > 1:
