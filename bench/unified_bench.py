@@ -58,7 +58,10 @@ class PerfRun(Run):
         cluster = SimpleNamespace(workers=args.workers, servers=0, colocate=True, extra_servers=k,
                                   log_level=args.log_level, bin=args.bin,
                                   tcp_limit_output_bytes=args.tcp_limit_output_bytes)
-        env = dict({"FERRY_PARTITION_BYTES": str(args.partition_bytes)}, **knobs)
+        # Ferry's defaults unless asked: FERRY_PARTITION_BYTES set would stand the default
+        # FERRY_PARTITION_MS aside (docs/configuration.md).
+        env = dict({"FERRY_PARTITION_BYTES": str(args.partition_bytes)} if args.partition_bytes
+                   else {}, **knobs)
         super().__init__(cluster, "perf", args.rate, 1.0, env, name)
         self.bench, self.k = args, k
 
@@ -210,8 +213,9 @@ def main():
     p.add_argument("--ks", default="0,1,2,4", help="CPU-only server hosts, comma-separated")
     p.add_argument("--rate", default="200mbit", help="every host's link, each way (tc syntax)")
     p.add_argument("--bytes", default="100M", help="bytes per worker (K, M, G: powers of 1024)")
-    p.add_argument("--partition-bytes", type=int, default=1 << 20,
-                   help="FERRY_PARTITION_BYTES (small partitions spread evenly over 4-8 servers)")
+    p.add_argument("--partition-bytes", type=int, default=0,
+                   help="FERRY_PARTITION_BYTES for every run (default: unset, Ferry's default: "
+                        "partitions sized by the path, FERRY_PARTITION_MS)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=V1[,V2...]",
                    help="an environment knob for every Ferry process and its values (repeatable: "
                         "the runs cover the product, interleaved within each repeat)")

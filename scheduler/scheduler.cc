@@ -59,9 +59,11 @@ std::string Who(const proto::RegisterRequest& r) {
 }  // namespace
 
 Scheduler::Scheduler(const Config& config)
-    : config_(config), van_(SchedulerVanOptions(config, [this](const Message& m, const Origin& o) {
-        RefuseVersion(m, o);
-      })) {
+    : config_(config),
+      van_(SchedulerVanOptions(config,
+                               [this](const Message& m, const Origin& o) { RefuseVersion(m, o); })),
+      stalls_(config.cluster.num_workers, config.cluster.stall_warning_ms,
+              config.cluster.stall_shutdown_ms) {
   port_ = van_.Bind(config.transport.bind_host, config.transport.root_port);
 }
 
@@ -82,6 +84,7 @@ int Scheduler::Run() {
                          " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
     } else if (phase_ == Phase::kRunning) {
       CheckHeartbeats();
+      if (phase_ == Phase::kRunning) CheckStalls();
     }
   }
   bool ok = phase_ == Phase::kDone;
@@ -109,7 +112,7 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
   members_[m.sender()].last_heartbeat_ms = NowMs();
   switch (type) {
     case proto::HEARTBEAT:
-      SendTo(m.sender(), MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId));
+      OnHeartbeat(m);
       break;
     case proto::BARRIER:
       OnBarrier(m);
@@ -333,9 +336,12 @@ void Scheduler::OnBarrier(const Message& m) {
   VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
           << arrived.size() << " of " << expected;
   if (static_cast<int>(arrived.size()) < expected) return;
+  const int last_rank = table_.node(m.sender()).rank();
   for (const auto& [node, request] : arrived) {
     Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
     release.envelope.set_request_id(request);
+    release.envelope.mutable_barrier()->set_group(m.envelope.barrier().group());
+    release.envelope.mutable_barrier()->set_last_rank(last_rank);
     SendTo(node, std::move(release));
   }
   arrived.clear();
@@ -366,6 +372,42 @@ void Scheduler::CheckHeartbeats() {
       return;
     }
   }
+}
+
+void Scheduler::OnHeartbeat(const Message& m) {
+  Message ack = MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId);
+  if (table_.IsWorker(m.sender()) && stalls_.enabled()) {
+    if (m.envelope.has_stall_report()) {
+      stalls_.Update(table_.node(m.sender()).rank(), m.envelope.stall_report(), NowMs());
+    }
+    proto::StallWatch* watch = ack.envelope.mutable_stall_watch();
+    watch->set_report_after_ms(stalls_.report_after_ms());
+    for (std::string& label : stalls_.Watched()) watch->add_labels(std::move(label));
+  }
+  SendTo(m.sender(), std::move(ack));
+}
+
+void Scheduler::CheckStalls() {
+  if (!stalls_.enabled()) return;
+  std::string ending;  // every stall past FERRY_STALL_SHUTDOWN_MS, in one reason
+  for (const StallCheck::Stall& s : stalls_.Check(NowMs())) {
+    if (s.shutdown) {
+      ending += (ending.empty() ? "" : "; also ") + s.message;
+      continue;
+    }
+    LOG(WARNING) << s.message;
+    for (int rank : s.waiting) {
+      Message m = MakeMessage(proto::STALL, kSchedulerId);
+      proto::Stall* body = m.envelope.mutable_stall();
+      body->set_label(s.label);
+      body->set_seq(s.seq);
+      body->set_waited_ms(s.waited_ms);
+      for (int missing : s.missing) body->add_missing_ranks(missing);
+      body->set_message(s.message);
+      SendTo(WorkerId(config_.cluster.num_servers, rank), std::move(m));
+    }
+  }
+  if (!ending.empty()) FailJob(-1, ending);
 }
 
 void Scheduler::FailJob(int node_id, const std::string& reason) {

@@ -18,6 +18,7 @@
 #include "common/config/config.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "scheduler/stall_check.h"
 
 namespace ferry {
 
@@ -66,6 +67,9 @@ class Scheduler {
   std::string MissingNodes() const REQUIRES(mu_);
   void FailJob(int node_id, const std::string& reason) REQUIRES(mu_);
   void CheckHeartbeats() REQUIRES(mu_);
+  // The stall check (stall_check.h): warns the waiting workers, or ends the job.
+  void CheckStalls() REQUIRES(mu_);
+  void OnHeartbeat(const Message& m) REQUIRES(mu_);
   void SendTo(int id, Message m) REQUIRES(mu_);
   // Answers a registration with an ERROR giving `reason`, stamped with `version` (the
   // requester's, so that a node of another release accepts it), and logs it.
@@ -79,7 +83,7 @@ class Scheduler {
   Van van_;
   int port_ = 0;
 
-  // Guards phase_, pending_, table_, members_, barriers_, finalized_ and failure_.
+  // Guards phase_, pending_, table_, members_, barriers_, finalized_, stalls_ and failure_.
   Mutex mu_;
   CondVar cv_;  // signalled when the phase changes
   Phase phase_ GUARDED_BY(mu_) = Phase::kRegistering;
@@ -89,6 +93,7 @@ class Scheduler {
   // group -> (node, request)
   std::map<int, std::vector<std::pair<int, uint64_t>>> barriers_ GUARDED_BY(mu_);
   std::set<int> finalized_ GUARDED_BY(mu_);
+  StallCheck stalls_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);
 };
 

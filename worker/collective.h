@@ -96,8 +96,8 @@ class Collective {
   virtual void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) = 0;
   virtual SchedulingChoice scheduling() const = 0;
   virtual std::string scheduling_policy() const = 0;
-  // Uneven data (Horovod's join; worker.h).
-  virtual void Join() = 0;
+  // Uneven data (Horovod's join; worker.h). Returns the rank that joined last.
+  virtual int Join() = 0;
   // Waits for this rank's operations and leaves the job. Idempotent.
   virtual void Shutdown() = 0;
   // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).

@@ -332,10 +332,8 @@ void DensePushPull::Deliver(const Operation& op, const PartitionSpec& p, const M
   uint8_t* out = op.output + p.offset + m.envelope.offset();
   std::memcpy(out, m.payload.data(), m.payload.size());
   if (op.average) {
-    // Averages are over the workers whose pushes the sum holds (fewer after a join).
-    const uint32_t n = m.envelope.contributors() > 0 ? m.envelope.contributors()
-                                                     : static_cast<uint32_t>(ctx_.num_workers);
-    Scale(out, 1.0 / n, m.payload.size() / DataTypeSize(t.dtype), t.dtype);
+    // Over every worker, as Horovod: a worker that joined counts as zeros.
+    Scale(out, 1.0 / ctx_.num_workers, m.payload.size() / DataTypeSize(t.dtype), t.dtype);
   }
   ctx_.counters.bytes_received += m.payload.size();
 }

@@ -7,7 +7,7 @@
 
 namespace ferry {
 
-void JoinProtocol::Join() {
+int JoinProtocol::Join() {
   const Config& config = ctx_.config;
   FERRY_ENFORCE(!config.server.async, ErrorCode::kInvalidArgument,
                 "join: not available in asynchronous training (FERRY_ENABLE_ASYNC=1); no push "
@@ -36,10 +36,13 @@ void JoinProtocol::Join() {
                   config.cluster.op_timeout_ms, " ms");
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
-  ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms);
+  const int last = ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms);
   MutexLock lock(ctx_.mu);
   catalog_.ResetRounds();
-  LOG(INFO) << "every worker joined; rounds start over";
+  // Uneven data: the workers submitted different numbers of operations before joining.
+  ctx_.table.RestartCounts();
+  LOG(INFO) << "every worker joined (rank " << last << " last); rounds start over";
+  return last;
 }
 
 void JoinProtocol::OnAck(const Message& m) {

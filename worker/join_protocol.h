@@ -23,8 +23,9 @@ class JoinProtocol {
  public:
   JoinProtocol(WorkerContext& ctx, TensorCatalog& catalog) : ctx_(ctx), catalog_(catalog) {}
 
-  // Blocks until every worker joined (see above). Throws FerryError.
-  void Join() EXCLUDES(ctx_.mu);
+  // Blocks until every worker joined (see above); returns the rank that joined last.
+  // Throws FerryError.
+  int Join() EXCLUDES(ctx_.mu);
   // A JOIN_ACK from a server (van-io). Takes mu.
   void OnAck(const Message& m) EXCLUDES(ctx_.mu);
   // The job failed (WorkerContext::failure is set): wakes a waiting Join. REQUIRES: mu.

@@ -12,6 +12,10 @@ namespace ferry {
 
 OperationTable::OperationTable(int64_t timeout_ms, TimeoutMessageFn timeout_message)
     : timeout_ms_(timeout_ms), timeout_message_(std::move(timeout_message)) {
+  {
+    MutexLock lock(mu_);
+    last_labelled_ms_ = NowMs();
+  }
   callback_thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "ferry-done");
     CallbackLoop();
@@ -34,10 +38,15 @@ void OperationTable::Close() {
   }
 }
 
-Handle OperationTable::Add(CompletionCallback callback) {
+Handle OperationTable::Add(CompletionCallback callback, const std::string& label) {
   MutexLock lock(mu_);
   const Handle h = next_handle_++;
   Entry& e = entries_[h];
+  if (!label.empty()) {
+    e.label = label;
+    e.seq = ++submitted_[label];
+    e.added_ms = last_labelled_ms_ = NowMs();
+  }
   if (callback) {
     e.callback = std::move(callback);
     e.deadline_ms = NowMs() + timeout_ms_;
@@ -50,6 +59,37 @@ Handle OperationTable::Add(CompletionCallback callback) {
     if (e.callback) QueueCallback(h, e);
   }
   return h;
+}
+
+std::vector<PendingOperation> OperationTable::Unfinished(int64_t min_age_ms, size_t limit) const {
+  MutexLock lock(mu_);
+  const int64_t now = NowMs();
+  std::vector<PendingOperation> out;
+  for (const auto& [handle, e] : entries_) {
+    if (e.finished || e.label.empty() || now - e.added_ms < min_age_ms) continue;
+    out.push_back(PendingOperation{e.label, e.seq, now - e.added_ms});
+  }
+  std::sort(out.begin(), out.end(), [](const PendingOperation& a, const PendingOperation& b) {
+    return a.age_ms > b.age_ms;
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+uint64_t OperationTable::Submitted(const std::string& label) const {
+  MutexLock lock(mu_);
+  auto it = submitted_.find(label);
+  return it == submitted_.end() ? 0 : it->second;
+}
+
+void OperationTable::RestartCounts() {
+  MutexLock lock(mu_);
+  submitted_.clear();
+}
+
+int64_t OperationTable::IdleMs() const {
+  MutexLock lock(mu_);
+  return NowMs() - last_labelled_ms_;
 }
 
 OperationTable::Entry& OperationTable::Find(Handle handle) {

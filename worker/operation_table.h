@@ -32,6 +32,12 @@
 // side effect a woken caller could race with (messages to send, outputs to write), or a
 // caller may return, even end the process, first (LocalRoot::Fail once lost its FAIL so).
 //
+// Labels (the stall check, scheduler/stall_check.h): an operation added with a label
+// ("push_pull of 'fc.weight'") counts as the label's next submission (Submitted), and is
+// listed by Unfinished until it finished, with its sequence number under the label (1 for
+// the label's first operation) and its age. Every rank submits the same operations under
+// the same labels in the same order, so (label, seq) names one collective across ranks.
+//
 // Thread-safe. Lock order: an owner may call any method with its own lock held, except
 // the waits (Wait, WaitFor, WaitAny, WaitAll), which block; the table calls out (describe,
 // callbacks, timeout_message) with no lock of its own held.
@@ -60,6 +66,13 @@ struct Verdict {
 };
 
 using CompletionCallback = std::function<void(Handle, const Verdict&)>;
+
+// An unfinished labelled operation (see Labels above).
+struct PendingOperation {
+  std::string label;
+  uint64_t seq = 0;     // 1: the label's first operation on this rank
+  int64_t age_ms = 0;   // since it was added
+};
 // The message of an unfinished operation's timeout (kTimeout), naming what it waits for.
 // Called with no lock of the table held.
 using TimeoutMessageFn = std::function<std::string(Handle)>;
@@ -76,7 +89,8 @@ class OperationTable {
   OperationTable& operator=(const OperationTable&) = delete;
 
   // A new unfinished operation; `callback` (may be empty) runs once when it finished.
-  Handle Add(CompletionCallback callback = nullptr) EXCLUDES(mu_);
+  // `label` (may be empty: not tracked): see Labels above.
+  Handle Add(CompletionCallback callback = nullptr, const std::string& label = {}) EXCLUDES(mu_);
   // The operation is over. The first verdict counts; later ones and unknown handles
   // (already released) are ignored. Returns true if this call finished it.
   bool Finish(Handle handle, Verdict verdict) EXCLUDES(mu_);
@@ -106,6 +120,16 @@ class OperationTable {
   bool WaitAll(int64_t timeout_ms) EXCLUDES(mu_);
   // Operations not yet released.
   size_t size() const EXCLUDES(mu_);
+  // Labelled operations not finished and at least `min_age_ms` old, oldest first, at most
+  // `limit` of them.
+  std::vector<PendingOperation> Unfinished(int64_t min_age_ms, size_t limit) const EXCLUDES(mu_);
+  // Operations added under `label` so far (since RestartCounts).
+  uint64_t Submitted(const std::string& label) const EXCLUDES(mu_);
+  // Every label's count starts over at 0 (Worker::Join: after uneven data the ranks'
+  // counts differ; every rank restarts at the same point).
+  void RestartCounts() EXCLUDES(mu_);
+  // Milliseconds since the last labelled operation was added (since construction if none).
+  int64_t IdleMs() const EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -114,6 +138,9 @@ class OperationTable {
     Verdict verdict;
     int64_t deadline_ms = 0;  // 0: not waited on yet
     CompletionCallback callback;
+    std::string label;  // empty: not tracked (Labels)
+    uint64_t seq = 0;
+    int64_t added_ms = 0;
   };
   Entry& Find(Handle handle) REQUIRES(mu_);  // throws kInvalidArgument if unknown
   static bool Visible(const Entry& e) { return e.finished && e.holds == 0; }
@@ -129,6 +156,8 @@ class OperationTable {
   CondVar callbacks_cv_;  // signalled on a queued callback, a new deadline and on stop
   std::unordered_map<Handle, Entry> entries_ GUARDED_BY(mu_);
   Handle next_handle_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<std::string, uint64_t> submitted_ GUARDED_BY(mu_);  // label -> count
+  int64_t last_labelled_ms_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);  // non-empty: FailAll ran
   struct Ready {
     Handle handle;

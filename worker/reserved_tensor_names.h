@@ -24,6 +24,9 @@ inline constexpr std::string_view kReservedTensorPrefix = "__ferry__/";
 namespace reserved {
 // Worker::Broadcast(name): a sum in which only the root contributes non-zeros.
 inline constexpr std::string_view kBroadcast = "broadcast";
+// Worker::Broadcast(name): what each worker called it with (root, dtype, count), summed
+// before the data so that disagreeing workers all fail with the reason.
+inline constexpr std::string_view kBroadcastVote = "broadcast_vote";
 // Worker::StepBoundary: the workers' autotuning scores, summed once to decide.
 inline constexpr std::string_view kAutotune = "autotune";
 // LocalRoot: the rounds of the local group's Barrier() (a key, never pushed).

@@ -164,8 +164,7 @@ bool RowsPushPull::OnResult(Message&& m) {
   lock.Unlock();
   if (deliver) {
     // Rows of different servers go to disjoint rows of `output` (each position once).
-    const uint32_t n =
-        e.contributors() > 0 ? e.contributors() : static_cast<uint32_t>(ctx_.num_workers);
+    const uint32_t n = static_cast<uint32_t>(ctx_.num_workers);  // joined workers count as zeros
     for (size_t j = 0; j < positions.size(); ++j) {
       uint8_t* dst = op->output + positions[j] * plan.row_bytes;
       std::memcpy(dst, m.payload.bytes() + j * plan.row_bytes, plan.row_bytes);

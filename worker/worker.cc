@@ -16,6 +16,51 @@ namespace ferry {
 
 namespace {
 
+// The stall check's label of an operation on tensor `name` (operation_table.h, "Labels"):
+// what the user called, on the name the user gave.
+std::string OperationLabel(const char* what, const std::string& name) {
+  const std::string broadcast = ReservedTensorName(reserved::kBroadcast) + "/";
+  if (name.compare(0, broadcast.size(), broadcast) == 0) {
+    return StrCat("broadcast of '", name.substr(broadcast.size()), "'");
+  }
+  return StrCat(what, " of '", name, "'");
+}
+
+// Empty if every worker took part in broadcast `name` with the same root, dtype and count
+// (`votes`: 3 per rank, each value + 1, 0 for a worker that took no part); else why not.
+std::string BroadcastDisagreement(const std::string& name, const std::vector<int64_t>& votes,
+                                  int workers) {
+  auto vote = [&](int r, int i) { return votes[3 * static_cast<size_t>(r) + i] - 1; };
+  auto describe = [&](int r) {
+    return StrCat("rank ", r, ": root ", vote(r, 0), ", ",
+                  DataTypeName(static_cast<DataType>(vote(r, 1))), "[", vote(r, 2), "]");
+  };
+  std::vector<int> absent;
+  int first = -1;
+  for (int r = 0; r < workers; ++r) {
+    if (votes[3 * static_cast<size_t>(r)] == 0) {
+      absent.push_back(r);
+    } else if (first < 0) {
+      first = r;
+    }
+  }
+  for (int r = first + 1; first >= 0 && r < workers; ++r) {
+    if (votes[3 * static_cast<size_t>(r)] == 0) continue;
+    if (vote(r, 0) != vote(first, 0) || vote(r, 1) != vote(first, 1) ||
+        vote(r, 2) != vote(first, 2)) {
+      return StrCat("broadcast of '", name, "': the workers disagree (", describe(first), "; ",
+                    describe(r), "); every worker must broadcast a tensor with the same root "
+                    "rank, dtype and shape");
+    }
+  }
+  const int root = first >= 0 ? static_cast<int>(vote(first, 0)) : -1;
+  if (std::find(absent.begin(), absent.end(), root) != absent.end()) {
+    return StrCat("broadcast of '", name, "' from root rank ", root,
+                  ", which has joined (join()): the root must take part in a broadcast");
+  }
+  return "";
+}
+
 PolicyOptions PolicyOptionsOf(const Config& c) {
   PolicyOptions o;
   o.policy = c.scheduling.policy;
@@ -51,6 +96,10 @@ void Worker::Start() {
   KeepLargeBuffersInHeap();
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
   cluster_.SetFailureCallback([this](const std::string& reason) { FailAll(reason); });
+  cluster_.SetStallReporter([this](int64_t report_after_ms, const std::vector<std::string>& labels,
+                                   proto::StallReport* report) {
+    ReportStalls(report_after_ms, labels, report);
+  });
   cluster_.Register();
   const NodeTable& table = cluster_.table();
   my_id_ = cluster_.my_id();
@@ -110,9 +159,26 @@ int Worker::DeclareTensor(const std::string& name, DataType dtype,
   return static_cast<int>(catalog_->Declare(name, dtype, shape, priority).id);
 }
 
+void Worker::ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
+                          proto::StallReport* report) const {
+  for (const PendingOperation& p : table_.Unfinished(report_after_ms, ClusterClient::kMaxReported)) {
+    auto* out = report->add_pending();
+    out->set_label(p.label);
+    out->set_seq(p.seq);
+    out->set_age_ms(p.age_ms);
+  }
+  for (const std::string& label : labels) {
+    auto* count = report->add_counts();  // 0 too: "never submitted" is the point
+    count->set_label(label);
+    count->set_count(table_.Submitted(label));
+  }
+  report->set_idle_ms(table_.IdleMs());
+}
+
 std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
                                                 std::optional<int> priority,
-                                                CompletionCallback done) {
+                                                CompletionCallback done,
+                                                const std::string& label) {
   auto op = std::make_shared<Operation>();
   op->tensor = &t;
   op->average = average;
@@ -133,7 +199,7 @@ std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
       done(h, v);
     };
   }
-  op->handle = table_.Add(std::move(done));
+  op->handle = table_.Add(std::move(done), label);
   return op;
 }
 
@@ -170,7 +236,8 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
               << " (declare tensors up front, in forward order, on every worker)";
   }
   TensorInfo& t = catalog_->Declare(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
-  std::shared_ptr<Operation> op = NewOperation(t, average, priority, std::move(done));
+  std::shared_ptr<Operation> op =
+      NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull", name));
   op->input = static_cast<const uint8_t*>(input);
   op->output = static_cast<uint8_t*>(output);
   sequencer_->Submit(op, *dense_);
@@ -210,7 +277,8 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   std::unique_ptr<RowsPlan> plan = rows_->Plan(t, catalog_->layout(),
                                                priority ? *priority : t.priority, rows,
                                                num_rows, values);
-  std::shared_ptr<Operation> op = NewOperation(t, average, priority, std::move(done));
+  std::shared_ptr<Operation> op =
+      NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull_rows", name));
   op->output = static_cast<uint8_t*>(output);
   op->rows = std::move(plan);
   sequencer_->Submit(op, *rows_);
@@ -273,7 +341,19 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
                 "': not available in asynchronous training (FERRY_ENABLE_ASYNC=1); there the "
                 "servers hold the parameters, and every worker's first push_pull of a tensor "
                 "returns them");
-  // A sum in which every worker but the root contributes zeros: exact for every dtype.
+  // First the vote: each worker writes (root, dtype, count) + 1 into its own slot, so
+  // every worker learns what every other one asked for (0: it took no part: joined). Only
+  // if they agree comes the data: a sum in which every worker but the root contributes
+  // zeros, exact for every dtype. (Declaring the data tensor with disagreeing sizes would
+  // also set the workers' placements apart for every later tensor.)
+  std::vector<int64_t> vote(3 * static_cast<size_t>(num_workers_), 0);
+  vote[3 * rank_] = root + 1;
+  vote[3 * rank_ + 1] = static_cast<int64_t>(dtype) + 1;
+  vote[3 * rank_ + 2] = static_cast<int64_t>(count) + 1;
+  Wait(StartPushPull(ReservedTensorName(reserved::kBroadcastVote, name), vote.data(), vote.data(),
+                     DataType::kInt64, vote.size(), false, std::nullopt, nullptr));
+  const std::string disagreement = BroadcastDisagreement(name, vote, num_workers_);
+  FERRY_ENFORCE(disagreement.empty(), ErrorCode::kMismatch, disagreement);
   Buffer zeros;
   const void* input = data;
   if (rank_ != root) {

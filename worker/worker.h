@@ -162,11 +162,12 @@ class Worker : public Collective {
   SchedulingChoice scheduling() const override { return scheduling_->current(); }
   std::string scheduling_policy() const override { return queue_.policy_name(); }
   // For uneven data (Horovod's join): this worker has no more batches. Its operations
-  // finish, the servers stop waiting for it (sums and averages from then on are over
-  // the workers still pushing: PUSH_RESULT says how many contributed), and the call
-  // blocks until every worker has joined (deadline FERRY_JOIN_TIMEOUT_MS). Then every
-  // worker may push again (the next epoch), all starting over at round 0.
-  void Join() override { join_->Join(); }
+  // finish, the servers stop waiting for it (sums from then on are over the workers
+  // still pushing, as if the joined ones pushed zeros; averages still divide by size(),
+  // as Horovod's; a broadcast whose root joined fails), and the call blocks until every
+  // worker has joined (deadline FERRY_JOIN_TIMEOUT_MS); it returns the rank that joined
+  // last. Then every worker may push again (the next epoch), all starting over at round 0.
+  int Join() override { return join_->Join(); }
   // Waits for this worker's operations, tells the scheduler this worker is done, and
   // waits until every worker is (then the servers and scheduler exit). Idempotent.
   void Shutdown() override;
@@ -195,8 +196,13 @@ class Worker : public Collective {
                         uint64_t count, bool average, std::optional<int> priority,
                         CompletionCallback done) EXCLUDES(mu_);
   // A new operation of tensor `t`, registered in the table.
+  // `label`: the stall check's (operation_table.h, "Labels").
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
-                                          CompletionCallback done) REQUIRES(mu_);
+                                          CompletionCallback done, const std::string& label)
+      REQUIRES(mu_);
+  // What heartbeats report for the stall check (ClusterClient::StallReporter).
+  void ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
+                    proto::StallReport* report) const;
   void FailAll(const std::string& reason) EXCLUDES(mu_);
 
   Config config_;

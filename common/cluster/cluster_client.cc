@@ -140,11 +140,22 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
     }
     case proto::BARRIER_RELEASE: {
       MutexLock lock(mu_);
-      barriers_[e.request_id()] = true;
+      auto it = barriers_.find(e.request_id());
+      if (it != barriers_.end()) {
+        it->second.released = true;
+        it->second.last_rank = e.has_barrier() ? e.barrier().last_rank() : -1;
+      }
       cv_.NotifyAll();
       return true;
     }
     case proto::HEARTBEAT_ACK:
+      if (e.has_stall_watch()) {
+        MutexLock lock(mu_);
+        stall_watch_ = e.stall_watch();
+      }
+      return true;
+    case proto::STALL:
+      OnStall(e.stall());
       return true;
     case proto::ERROR:
       // The scheduler refuses us (job full, rank taken, ...): nothing to wait for.
@@ -191,22 +202,95 @@ void ClusterClient::WaitUntil(const std::function<bool()>& done, int64_t timeout
   }
 }
 
-void ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
+void ClusterClient::SetStallReporter(StallReporter reporter) {
+  MutexLock lock(mu_);
+  stall_reporter_ = std::move(reporter);
+}
+
+void ClusterClient::OnStall(const proto::Stall& stall) {
+  stall_warnings_++;
+  LOG(WARNING) << stall.message();
+}
+
+namespace {
+
+// The stall check's label of a barrier group's waits; empty: not reported.
+std::string BarrierLabel(proto::BarrierGroup group) {
+  switch (group) {
+    case proto::GROUP_WORKERS: return "barrier";
+    case proto::GROUP_JOIN: return "join";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+Message ClusterClient::MakeHeartbeat() {
+  Message m = MakeMessage(proto::HEARTBEAT, my_id());
+  StallReporter reporter;
+  int64_t report_after_ms;
+  std::vector<std::string> labels;  // the reporter's; this client's own are its barriers'
+  {
+    MutexLock lock(mu_);
+    if (!stall_reporter_ || stall_watch_.report_after_ms() <= 0) return m;
+    reporter = stall_reporter_;
+    report_after_ms = stall_watch_.report_after_ms();
+    for (const std::string& label : stall_watch_.labels()) {
+      if (label != BarrierLabel(proto::GROUP_WORKERS) && label != BarrierLabel(proto::GROUP_JOIN)) {
+        labels.push_back(label);
+      }
+    }
+  }
+  proto::StallReport* report = m.envelope.mutable_stall_report();
+  reporter(report_after_ms, labels, report);
+  MutexLock lock(mu_);
+  const int64_t now = NowMs();
+  for (const auto& [id, wait] : barriers_) {
+    if (wait.released || wait.label.empty() || now - wait.start_ms < report_after_ms) continue;
+    auto* p = report->add_pending();
+    p->set_label(wait.label);
+    p->set_seq(wait.seq);
+    p->set_age_ms(now - wait.start_ms);
+  }
+  for (const std::string& label : stall_watch_.labels()) {
+    if (label != BarrierLabel(proto::GROUP_WORKERS) && label != BarrierLabel(proto::GROUP_JOIN)) {
+      continue;
+    }
+    auto it = barriers_entered_.find(label);
+    auto* c = report->add_counts();
+    c->set_label(label);
+    c->set_count(it == barriers_entered_.end() ? 0 : it->second);
+  }
+  return m;
+}
+
+int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   uint64_t id;
   {
     MutexLock lock(mu_);
     id = next_request_++;
-    barriers_[id] = false;
+    BarrierWait& wait = barriers_[id];
+    wait.label = BarrierLabel(group);
+    if (!wait.label.empty()) wait.seq = ++barriers_entered_[wait.label];
+    wait.start_ms = NowMs();
   }
   Message m = MakeMessage(proto::BARRIER, my_id());
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   Send(std::move(m));
-  WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id]; },
-            timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
-            StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
+  try {
+    WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id].released; },
+              timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
+              StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
+  } catch (...) {
+    MutexLock lock(mu_);
+    barriers_.erase(id);  // no longer waited for: not a stall to report
+    throw;
+  }
   MutexLock lock(mu_);
+  const int last_rank = barriers_[id].last_rank;
   barriers_.erase(id);
+  return last_rank;
 }
 
 void ClusterClient::Finalize() {
@@ -229,7 +313,7 @@ void ClusterClient::HeartbeatLoop() {
   while (!stop_heartbeat_ && !shut_down_ && !failed_) {
     {
       MutexUnlock unlock(mu_);
-      Send(MakeMessage(proto::HEARTBEAT, my_id()));
+      Send(MakeHeartbeat());
       int64_t silent = NowMs() - last_scheduler_contact_ms_;
       if (silent > config_.cluster.heartbeat_timeout_ms) {
         Fail(StrCat("the ", scheduler_name_, " has not answered for ", silent,

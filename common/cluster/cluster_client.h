@@ -8,12 +8,18 @@
 //
 // Threads: HandleMessage runs on the Van's IO thread; a "heartbeat" thread sends
 // heartbeats and watches the scheduler; any thread may wait.
+//
+// The stall check (scheduler/stall_check.h): a worker's heartbeats carry what it has
+// submitted and not finished (its StallReporter's operations, and its barriers and
+// joins, labelled "barrier" and "join"), as the last HEARTBEAT_ACK's StallWatch asks; a
+// STALL from the scheduler is logged as a warning and counted (stall_warnings()).
 
 #include <atomic>
 #include <functional>
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/cluster/node_table.h"
 #include "common/config/config.h"
@@ -26,8 +32,18 @@ namespace ferry {
 // the test-only fault injection.
 VanOptions VanOptionsFor(const std::string& name, const Config& config);
 
+// Fills a heartbeat's StallReport with the node's own operations: those at least
+// `report_after_ms` old (oldest first, at most kMaxReported), the submitted counts of
+// `labels`, and idle_ms. Called on the heartbeat thread with no lock of the client held.
+using StallReporter = std::function<void(int64_t report_after_ms,
+                                         const std::vector<std::string>& labels,
+                                         proto::StallReport* report)>;
+
 class ClusterClient {
  public:
+  // Operations a heartbeat reports at most (the oldest).
+  static constexpr size_t kMaxReported = 32;
+
   // `van` must outlive this object and route every message to HandleMessage first.
   // `port` is the port this node listens on (0 for workers, which accept nothing).
   ClusterClient(const Config& config, Van* van, int port);
@@ -49,8 +65,8 @@ class ClusterClient {
   const NodeTable& table() const NO_THREAD_SAFETY_ANALYSIS { return table_; }  // see my_id()
 
   // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,
-  // default op_timeout_ms).
-  void Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0) EXCLUDES(mu_);
+  // default op_timeout_ms). Returns the rank of the node that arrived last.
+  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0) EXCLUDES(mu_);
 
   // Worker: tells the scheduler this worker is done and waits until the scheduler
   // ends the job (every worker finalized). Servers: just waits for that end.
@@ -66,12 +82,20 @@ class ClusterClient {
   // Records a failure found by the role itself (e.g. a peer unreachable).
   void Fail(const std::string& reason) EXCLUDES(mu_);
 
+  // Workers: what the heartbeats report for the stall check (see the file comment).
+  void SetStallReporter(StallReporter reporter) EXCLUDES(mu_);
+  // STALL warnings received so far.
+  uint64_t stall_warnings() const { return stall_warnings_; }
+
  private:
   // Waits until `done()` (called with mu_ held) or failure or the deadline; throws on
   // failure/timeout.
   void WaitUntil(const std::function<bool()>& done, int64_t timeout_ms, const std::string& what)
       EXCLUDES(mu_);
   void HeartbeatLoop() EXCLUDES(mu_);
+  // The next HEARTBEAT, with the StallReport the last StallWatch asked for.
+  Message MakeHeartbeat() EXCLUDES(mu_);
+  void OnStall(const proto::Stall& stall);
   void Send(Message m);
 
   const Config& config_;
@@ -86,7 +110,17 @@ class ClusterClient {
   NodeTable table_ GUARDED_BY(mu_);
   int my_id_ GUARDED_BY(mu_) = -1;
   const std::string routing_id_;
-  std::map<uint64_t, bool> barriers_ GUARDED_BY(mu_);  // request id -> released
+  struct BarrierWait {
+    bool released = false;
+    int last_rank = -1;  // from the release
+    std::string label;  // "barrier", "join", ...: the stall check's label
+    uint64_t seq = 0;   // under the label
+    int64_t start_ms = 0;
+  };
+  std::map<uint64_t, BarrierWait> barriers_ GUARDED_BY(mu_);  // by request id
+  std::map<std::string, uint64_t> barriers_entered_ GUARDED_BY(mu_);  // label -> count
+  StallReporter stall_reporter_ GUARDED_BY(mu_);
+  proto::StallWatch stall_watch_ GUARDED_BY(mu_);  // the last HEARTBEAT_ACK's
   uint64_t next_request_ GUARDED_BY(mu_) = 1;
   std::string failure_ GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_failure_ GUARDED_BY(mu_);
@@ -94,6 +128,7 @@ class ClusterClient {
   std::atomic<bool> failed_{false};
   std::atomic<bool> shut_down_{false};
   std::atomic<bool> stop_heartbeat_{false};
+  std::atomic<uint64_t> stall_warnings_{0};
   std::atomic<int64_t> last_scheduler_contact_ms_{0};
   std::thread heartbeat_thread_;
 };

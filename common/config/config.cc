@@ -533,6 +533,19 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
       r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.cluster.op_timeout_ms, 100, 7 * 86400000LL);
   c.cluster.join_timeout_ms =
       r.Int("FERRY_JOIN_TIMEOUT_MS", nullptr, c.cluster.join_timeout_ms, 100, 30 * 86400000LL);
+  c.cluster.stall_warning_ms =
+      r.Int("FERRY_STALL_WARNING_MS", nullptr, c.cluster.stall_warning_ms, 0, 30 * 86400000LL);
+  c.cluster.stall_shutdown_ms =
+      r.Int("FERRY_STALL_SHUTDOWN_MS", nullptr, c.cluster.stall_shutdown_ms, 0, 30 * 86400000LL);
+  if (c.cluster.stall_warning_ms > 0 && c.cluster.stall_warning_ms < 100) {
+    Invalid("FERRY_STALL_WARNING_MS", std::to_string(c.cluster.stall_warning_ms),
+            "must be 0 (off) or at least 100");
+  }
+  if (c.cluster.stall_shutdown_ms > 0 && c.cluster.stall_shutdown_ms < c.cluster.stall_warning_ms) {
+    Invalid("FERRY_STALL_SHUTDOWN_MS", std::to_string(c.cluster.stall_shutdown_ms),
+            StrCat("must be 0 (never) or at least FERRY_STALL_WARNING_MS (",
+                   c.cluster.stall_warning_ms, "): the job ends after the warning"));
+  }
   c.transport.resend_timeout_ms = r.Int("FERRY_RESEND_TIMEOUT_MS", "PS_RESEND_TIMEOUT",
                                         c.transport.resend_timeout_ms, 0, 3600000);
   c.transport.link_timeout_ms =

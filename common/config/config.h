@@ -43,6 +43,13 @@ struct Config {
     int64_t heartbeat_timeout_ms = 10000;
     int64_t op_timeout_ms = 600000;      // one push_pull, barrier or broadcast
     int64_t join_timeout_ms = 86400000;  // Worker::Join: waiting for the other workers
+    // The stall check (scheduler/stall_check.h), read by the scheduler: a worker operation
+    // that waits this long for ranks that never submitted it is named, with those ranks, on
+    // every waiting worker (and again every as long); 0 = off. FERRY_STALL_WARNING_MS.
+    int64_t stall_warning_ms = 60000;
+    // ... and after this long the job ends with that message; 0 = never (the operation's
+    // FERRY_OP_TIMEOUT_MS still applies). FERRY_STALL_SHUTDOWN_MS.
+    int64_t stall_shutdown_ms = 0;
   };
   Cluster cluster;
 

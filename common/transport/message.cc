@@ -65,6 +65,7 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
     case proto::PUSH_FUSED: return proto::Envelope::kFusedPush;
     case proto::ROWS_PUSH: return proto::Envelope::kRows;
     case proto::ROWS_RESULT: return proto::Envelope::kRows;
+    case proto::STALL: return proto::Envelope::kStall;
     default: return proto::Envelope::BODY_NOT_SET;
   }
 }

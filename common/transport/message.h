@@ -17,8 +17,9 @@
 namespace ferry {
 
 // 1: the first release; 2: type 16 renamed (PULL -> RESEND_SUM: same number, same meaning);
-// 3: frames (Envelope fields offset, key_length, frame_bytes).
-constexpr uint32_t kProtocolVersion = 3;
+// 3: frames (Envelope fields offset, key_length, frame_bytes); 4: the stall check (STALL,
+// the bodies stall_report, stall_watch and stall).
+constexpr uint32_t kProtocolVersion = 4;
 
 struct Message {
   proto::Envelope envelope;

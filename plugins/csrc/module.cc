@@ -183,10 +183,11 @@ PYBIND11_MODULE(_core, m) {
       "join",
       [] {
         auto w = Get();
-        w->Join();
+        return w->Join();
       },
       py::call_guard<py::gil_scoped_release>(),
-      "Uneven data: this worker has no more batches; returns once every worker joined.");
+      "Uneven data: this worker has no more batches; returns once every worker joined, with "
+      "the rank that joined last.");
   m.def(
       "step_boundary",
       [] {

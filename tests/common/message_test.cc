@@ -150,7 +150,7 @@ TEST(MessageTest, FramesFollowTheirCut) {
 }
 
 TEST(MessageTest, RejectsWrongVersion) {
-  for (uint32_t version : {0u, 1u, 2u, kProtocolVersion + 1, 1000u}) {
+  for (uint32_t version : {0u, 1u, 2u, 3u, kProtocolVersion + 1, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
     std::string error = ValidateMessage(m, kLimit).message();
@@ -160,8 +160,22 @@ TEST(MessageTest, RejectsWrongVersion) {
   Message v2 = GoodPush();
   v2.envelope.set_version(2);
   EXPECT_TRUE(
-      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 3)"))
+      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 4)"))
       << ValidateMessage(v2, kLimit).message();
+}
+
+TEST(MessageTest, StallNeedsItsBody) {
+  Message bare = MakeMessage(proto::STALL, 0);
+  EXPECT_TRUE(StrContains(ValidateMessage(bare, kLimit).message(), "STALL without its body"))
+      << ValidateMessage(bare, kLimit).message();
+  Message stall = MakeMessage(proto::STALL, 0);
+  stall.envelope.mutable_stall()->set_message("stall: barrier");
+  EXPECT_TRUE(ValidateMessage(stall, kLimit).ok());
+  // A heartbeat may carry a report, or nothing (servers).
+  Message heartbeat = MakeMessage(proto::HEARTBEAT, 3);
+  EXPECT_TRUE(ValidateMessage(heartbeat, kLimit).ok());
+  heartbeat.envelope.mutable_stall_report()->set_idle_ms(5);
+  EXPECT_TRUE(ValidateMessage(heartbeat, kLimit).ok());
 }
 
 TEST(MessageTest, RejectsUnknownType) {

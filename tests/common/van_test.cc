@@ -839,7 +839,7 @@ TEST(VanTest, RegisterOfAnotherVersionGoesToTheMismatchCallback) {
   };
   b.Send(1, versioned(proto::REGISTER, 2));                 // to the callback
   b.Send(1, versioned(proto::HEARTBEAT, 2));                // dropped
-  b.Send(1, versioned(proto::REGISTER, 4));                 // to the callback: newer is no better
+  b.Send(1, versioned(proto::REGISTER, kProtocolVersion + 1));  // to the callback: newer is no better
   b.Send(1, versioned(proto::REGISTER, kProtocolVersion));  // delivered: the connection's order
   ASSERT_TRUE(at_a.WaitFor(1));
   EXPECT_EQ(at_a.at(0).message.type(), proto::REGISTER);
@@ -850,7 +850,7 @@ TEST(VanTest, RegisterOfAnotherVersionGoesToTheMismatchCallback) {
     EXPECT_EQ(mismatched[0].message.envelope.register_request().role(), proto::WORKER);
     EXPECT_TRUE(mismatched[0].origin.inbound);
     EXPECT_EQ(mismatched[0].origin.identity, "id-b");
-    EXPECT_EQ(mismatched[1].message.envelope.version(), 4u);
+    EXPECT_EQ(mismatched[1].message.envelope.version(), kProtocolVersion + 1);
   }
   EXPECT_EQ(a.stats().bad_messages_dropped, 3u);
   EXPECT_EQ(a.stats().messages_received, 1u);

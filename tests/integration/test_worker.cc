@@ -316,7 +316,10 @@ int RunJoin(Worker& w) {
       }
     }
     const float mine = static_cast<float>(w.rank() + 1);
-    if (CheckAll(sum, total, "sum", round) || CheckAll(avg, total / active, "average", round) ||
+    // As Horovod: a joined worker counts as zeros, the average divides by size() (the
+    // worker multiplies by 1/size in float32, as this does).
+    const float average = total * static_cast<float>(1.0 / n);
+    if (active < 1 || CheckAll(sum, total, "sum", round) || CheckAll(avg, average, "average", round) ||
         CheckAll({row_sums[0], row_sums[1]}, total, "shared row", round) ||
         CheckAll({row_sums[2], row_sums[3]}, mine, "own row", round)) {
       return kExitWrong;

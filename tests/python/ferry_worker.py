@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import ferry.torch as bps
 from ferry import _core
+from parity_modes import mode_hvd_api, mode_hvd_stall  # noqa: F401 - modes run by name
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64]
 SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 7), (1031,), (257, 129), (0,)]
@@ -261,7 +262,7 @@ def mode_join(args, out):
         t = torch.full((1000,), float(rank + 1))
         sums.append(bps.push_pull(t, average=False, name="join.sum"))
         avgs.append(bps.push_pull(t, average=True, name="join.avg"))
-    bps.join()
+    out["last_joined"] = bps.join()
     out["sums"], out["avgs"] = sums, avgs
     out["after"] = bps.push_pull(torch.full((10,), float(rank + 1)), average=False, name="join.after")
     out["batches"] = batches(rank)
@@ -417,7 +418,7 @@ def main():
     try:
         bps.shutdown()
     except bps.FerryError as e:
-        if args.mode != "kill":
+        if args.mode not in ("kill", "hvd_stall"):
             raise
         print("shutdown after the failure: %s" % e, file=sys.stderr)
     return 0

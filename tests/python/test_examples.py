@@ -26,3 +26,33 @@ def test_benchmark_runs():
                        "--num-iters", "3", "--num-batches-per-iter", "2"], timeout=240)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert re.search(r"samples/s per worker: [0-9.]+", r.stdout), r.stdout
+
+
+def run_with_import_changed(tmp_path, example, old, new):
+    """Runs an example written for Horovod or BytePS with only its import line changed."""
+    source = (EXAMPLES / example).read_text()
+    assert source.count(old + "\n") == 1, "%s must import %r exactly once" % (example, old)
+    changed = source.replace(old + "\n", new + "\n")
+    differing = [(a, b) for a, b in zip(source.splitlines(), changed.splitlines()) if a != b]
+    assert differing == [(old, new)], differing
+    script = tmp_path / example
+    script.write_text(changed)
+    r = local_cluster([str(script)], timeout=240)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    m = re.search(r"test accuracy ([0-9.]+)", r.stdout)
+    assert m, r.stdout
+    return float(m.group(1)), r.stdout
+
+
+def test_a_horovod_program_runs_with_only_its_import_changed(tmp_path):
+    accuracy, out = run_with_import_changed(tmp_path, "horovod_digits.py",
+                                            "import horovod.torch as hvd", "import ferry.torch as hvd")
+    assert accuracy >= 0.95, out
+    assert "samples per worker [180, 180]" in out, out
+
+
+def test_a_byteps_program_runs_with_only_its_import_changed(tmp_path):
+    accuracy, out = run_with_import_changed(tmp_path, "byteps_digits.py",
+                                            "import byteps.torch.cross_barrier as bps",
+                                            "import ferry.torch.cross_barrier as bps")
+    assert accuracy >= 0.95, out

@@ -38,7 +38,7 @@ std::string LocalMember::scheduling_policy() const {
   return MachineWorker("scheduling_policy()").scheduling_policy();
 }
 
-void LocalMember::Join() {
+int LocalMember::Join() {
   throw FerryError(
       ErrorCode::kInvalidArgument,
       StrCat("Join (uneven data) is not supported with FERRY_LOCAL_SIZE=", config_.local.size,

@@ -63,7 +63,7 @@ class LocalMember : public Collective {
   Handle PushPullRowsAsync(const std::string& name, const int64_t*, uint64_t, const void*, void*,
                            DataType, bool, std::optional<int>, CompletionCallback) override;
   // Refused: every local rank must push every round.
-  void Join() override;
+  int Join() override;
 
  protected:
   // `timeout_message`: as Collective's.

@@ -37,7 +37,13 @@ class CrossBarrier(object):
     iterations overlap: see the module documentation."""
 
     def __init__(self, model, optimizer, named_parameters=None, compression=Compression.none,
-                 backward_passes_per_step=1):
+                 backward_passes_per_step=1, num_steps=None):
+        # BytePS's num_steps: the training's last step; after it every pending update is
+        # applied at once (the parameters are final without a synchronize()).
+        if num_steps is not None and (not isinstance(num_steps, int) or num_steps < 1):
+            raise ValueError("CrossBarrier: num_steps must be a positive int, got %r" % (num_steps,))
+        self._num_steps = num_steps
+        self._steps = 0
         if not getattr(optimizer.__class__, "_ferry_distributed", False):
             if named_parameters is None:
                 named_parameters = model.named_parameters()
@@ -158,6 +164,9 @@ class CrossBarrier(object):
         # The iteration's end. This iteration's sums are still on their way; the core
         # waits for them only at the iterations where FERRY_AUTOTUNE switches.
         ops.step_boundary()
+        self._steps += 1
+        if self._num_steps is not None and self._steps >= self._num_steps:
+            self.synchronize()
         return None
 
     def synchronize(self):
@@ -209,3 +218,18 @@ class CrossBarrier(object):
 
     def __getattr__(self, name):
         return getattr(self.__dict__["_ferry_optimizer"], name)
+
+
+# `import byteps.torch.cross_barrier as bps` gives BytePS programs the whole API: so does
+# this module (every name of ferry.torch, looked up when first used).
+def __getattr__(name):
+    import ferry.torch as api
+    if name in api.__all__:
+        return getattr(api, name)
+    raise AttributeError("module 'ferry.torch.cross_barrier' has no attribute %r" % (name,))
+
+
+def __dir__():
+    import ferry.torch as api
+    return sorted(set(globals()) | set(api.__all__))
+

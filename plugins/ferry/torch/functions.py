@@ -7,7 +7,8 @@ import pickle
 
 import torch
 
-from ferry.torch.ops import _check_root, broadcast_, broadcast_async_, rank, synchronize
+from ferry.torch.ops import (_allgather, _check_process_set, _check_root, broadcast_,
+                             broadcast_async_, rank, synchronize)
 
 
 def broadcast_parameters(params, root_rank):
@@ -42,8 +43,9 @@ def _bucket_bytes(n):
     return max(256, 1 << (max(n, 1) - 1).bit_length())
 
 
-def broadcast_object(obj, root_rank, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Returns root_rank's `obj` (pickled) on every worker. On the root, `obj` itself."""
+    _check_process_set(process_set)
     _check_root(root_rank)
     tag = "object." + (name or "default")
     root = rank() == root_rank
@@ -63,6 +65,22 @@ def broadcast_object(obj, root_rank, name=None):
     if root:
         return obj
     return pickle.load(io.BytesIO(buf[:n].numpy().tobytes()))
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every worker's `obj` (pickled), as a list in rank order (this worker's own included)."""
+    _check_process_set(process_set)
+    tag = "object." + (name or type(obj).__name__)
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    mine = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+    gathered = _allgather(torch.cat([mine, torch.zeros(1, dtype=torch.uint8)]), tag)
+    # Each worker's bytes, then one pad byte (so no worker sends an empty tensor).
+    out, offset = [], 0
+    sizes = _allgather(torch.tensor([len(data)], dtype=torch.int64), tag + ".lengths").tolist()
+    for n in sizes:
+        out.append(pickle.loads(gathered[offset:offset + n].numpy().tobytes()))
+        offset += n + 1
+    return out
 
 
 class _TensorSpec(object):

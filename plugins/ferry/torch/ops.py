@@ -4,6 +4,11 @@ Every tensor operation goes through the native worker (ferry._core, a wrapper of
 C++ ferry::Worker). Tensors cross as raw addresses; this module keeps every tensor the
 core reads or writes alive (in ``_pending``) until the operation is waited for, and
 after a failure for the rest of the process, since ZeroMQ may still hold the memory.
+
+Names in flight (as Horovod): an operation's name is taken from its call until its
+synchronize(); a second operation of the same kind under a taken name raises ValueError
+at the call, on every rank that makes it. Unnamed operations get the lowest free
+"<kind>.noname.<dtype>.<shape>.<k>", the same on every rank that makes the same calls.
 """
 
 import atexit
@@ -41,35 +46,79 @@ _DTYPES = {
 # The core's broadcast also carries these, widened to int32 (it copies values exactly).
 _WIDENED_FOR_BROADCAST = (torch.bool, torch.uint8, torch.int8, torch.int16)
 
+# Reduction operations (Horovod's names). Average and Sum are summed by the servers;
+# the others are refused for now (see _average).
 Average = "average"
 Sum = "sum"
+Adasum = "adasum"
+Min = "min"
+Max = "max"
+Product = "product"
 
 _lock = threading.Lock()   # guards the module state below
 _pending = {}              # handle -> _Pending: tensors the core uses until wait()
 _keepalive = []            # tensors of failed operations: ZeroMQ may still read them
 _declared = {}             # name -> (dtype code, shape) declared to the core
+_in_flight = set()         # (kind, name) of operations started and not yet synchronized
 _local = None              # (local_rank, local_size), found at init()
 _finished_handles = itertools.count(-1, -1)  # handles of operations done when started
 _atexit_registered = False
 
 
 class _Pending(object):
-    __slots__ = ("name", "tensors", "result", "finish")
+    __slots__ = ("name", "tensors", "result", "finish", "claim")
 
-    def __init__(self, name, tensors, result, finish=None):
+    def __init__(self, name, tensors, result, finish=None, claim=None):
         self.name = name          # for error messages
         self.tensors = tensors    # every tensor whose memory the core reads or writes
         self.result = result      # what synchronize() returns
-        self.finish = finish      # callable run after a successful wait (copy-back)
+        self.finish = finish      # callable run after a successful wait (copy-back); if it
+        #                           returns something other than None, synchronize() returns that
+        self.claim = claim        # (kind, name) in _in_flight until synchronize()
 
 
-def _finished(name, result):
+def _finished(name, result, claim=None):
     """A handle for an operation the core already finished (a broadcast): synchronize()
     returns `result` without waiting."""
     handle = next(_finished_handles)
     with _lock:
-        _pending[handle] = _Pending(name, (), result)
+        _pending[handle] = _Pending(name, (), result, claim=claim)
     return handle
+
+
+def _claim(kind, name):
+    """Takes `name` for an operation of `kind` until its synchronize(); ValueError (with
+    Horovod's wording) if an earlier one still holds it."""
+    with _lock:
+        if (kind, name) in _in_flight:
+            raise ValueError(
+                "Requested to %s a tensor with the same name as another tensor that is currently "
+                "being processed ('%s': started and not yet synchronized).  If you want to request "
+                "another tensor, use a different tensor name." % (kind, name))
+        _in_flight.add((kind, name))
+    return (kind, name)
+
+
+def _release(claim):
+    if claim is not None:
+        with _lock:
+            _in_flight.discard(claim)
+
+
+def _name_or_free(kind, name, tensor):
+    """`name`, or for an unnamed call the lowest free auto name of the tensor's dtype and
+    shape: deterministic, so every rank making the same calls picks the same one."""
+    if name:
+        return name
+    # An allgather's first dimension may differ between ranks: not part of its name.
+    shape = tensor.shape[1:] if kind == "allgather" else tensor.shape
+    base = "%s.noname.%s.%s" % (kind, str(tensor.dtype).replace("torch.", ""),
+                                "x".join(str(d) for d in shape) or "scalar")
+    with _lock:
+        k = 0
+        while (kind, "%s.%d" % (base, k)) in _in_flight:
+            k += 1
+    return "%s.%d" % (base, k)
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -85,6 +134,7 @@ def init():
     _core.init()
     with _lock:
         _declared.clear()
+        _in_flight.clear()
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
@@ -103,6 +153,7 @@ def shutdown():
             _pending.clear()
             del _keepalive[:]
             _declared.clear()
+            _in_flight.clear()
         _local = None
 
 
@@ -150,7 +201,31 @@ def _local_pair():
     local = _local
     if local is None:  # not initialised (the core raises its error), or init() under way
         return _core.local_rank(), _core.local_size()
-    return local
+    return local[:2]
+
+
+def _cross():
+    local = _local
+    if local is None:  # not initialised: the core raises its error; or init() under way
+        _core.require_initialized()
+        return 0, 1, True
+    return local[2:]
+
+
+def cross_rank():
+    """The index of this worker's machine among the job's machines (machines ordered by
+    their lowest worker rank), as Horovod's cross_rank()."""
+    return _cross()[0]
+
+
+def cross_size():
+    """The number of machines the workers run on, as Horovod's cross_size()."""
+    return _cross()[1]
+
+
+def is_homogeneous():
+    """True if every machine runs the same number of workers."""
+    return _cross()[2]
 
 
 def num_servers():
@@ -158,21 +233,24 @@ def num_servers():
     return _core.num_servers()
 
 
-def barrier():
+def barrier(process_set=None):
     """Blocks until every worker called barrier()."""
+    _check_process_set(process_set)
     _core.barrier()
 
 
-def join():
-    """Uneven data (Horovod's join): this worker has no more batches.
+def join(device=-1):
+    """Uneven data (Horovod's join): this worker has no more batches. Returns the rank of
+    the worker that joined last.
 
-    Its pending operations finish first; from then on the servers stop waiting for it,
-    so the other workers' sums cover only the workers still pushing and their averages
-    divide by that number. Blocks until every worker has called join() (deadline
-    FERRY_JOIN_TIMEOUT_MS); then every worker may train on (the next epoch). Returns None
-    (Horovod returns the last rank to join; Ferry does not track it).
-    """
-    _core.join()
+    Its pending operations finish first; from then on the servers stop waiting for it: the
+    other workers' sums count it as zeros, and averages still divide by size(), as in
+    Horovod. A broadcast whose root has joined fails. Blocks until every worker has called
+    join() (deadline FERRY_JOIN_TIMEOUT_MS); then every worker may train on (the next
+    epoch). `device` is Horovod's (the GPU for its zero tensors): accepted and unused."""
+    if not isinstance(device, int):
+        raise TypeError("join(device=...) takes an int, got %s" % type(device).__name__)
+    return _core.join()
 
 
 def step_boundary():
@@ -205,11 +283,18 @@ def _find_local_rank():
     ids[rank()] = host_id
     synchronize(push_pull_async_inplace(ids, average=False, name=_core.HOST_IDS_TENSOR))
     same = (ids == host_id)
+    # Machines in the order of their lowest rank: Horovod's cross_rank / cross_size.
+    hosts = []
+    for h in ids.tolist():
+        if h not in hosts:
+            hosts.append(h)
+    counts = [ids.tolist().count(h) for h in hosts]
+    cross = (hosts.index(host_id), len(hosts), len(set(counts)) == 1)
     # A launcher's word wins (ferry-launch --local-size, bpslaunch): the core read and
     # checked FERRY_LOCAL_RANK / FERRY_LOCAL_SIZE (or the BYTEPS_ names) at init.
     if _core.local_size_from_environment():
-        return _core.local_rank(), _core.local_size()
-    return int(same[:rank()].sum()), int(same.sum())
+        return (_core.local_rank(), _core.local_size()) + cross
+    return (int(same[:rank()].sum()), int(same.sum())) + cross
 
 
 # ----------------------------------------------------------------------------- checks
@@ -239,13 +324,6 @@ def _check_tensor(tensor, what):
                          % (what, tensor.layout))
 
 
-def _auto_name(prefix, tensor):
-    # Bounded: one core tensor per (dtype, shape), and operations on one name run in
-    # call order on every worker, so unnamed calls made in the same order agree.
-    return "%s.noname.%s.%s" % (prefix, str(tensor.dtype).replace("torch.", ""),
-                                "x".join(str(d) for d in tensor.shape) or "scalar")
-
-
 def _declare(name, code, shape):
     shape = tuple(int(d) for d in shape)
     if _declared.get(name) == (code, shape):
@@ -261,9 +339,51 @@ def declare(name, tensor):
     _declare(name, _dtype_code(tensor, "tensor '%s'" % name), tensor.shape)
 
 
+class _ProcessSet(object):
+    """Horovod's process sets: Ferry has only the global one (every worker)."""
+
+    def __init__(self, ranks=None):
+        self.ranks = ranks
+        self.process_set_id = 0
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "ProcessSet(global)"
+
+
+global_process_set = _ProcessSet()
+
+
+def ProcessSet(ranks_or_comm):  # noqa: N802 - Horovod's name
+    raise NotImplementedError(
+        "ferry.torch: process sets (horovod.torch.ProcessSet) are not supported; every "
+        "collective runs over all workers (global_process_set)")
+
+
+def add_process_set(process_set):
+    ProcessSet(process_set)
+
+
+def remove_process_set(process_set):
+    ProcessSet(process_set)
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set:
+        ProcessSet(process_set)
+
+
 # ----------------------------------------------------------------------------- push_pull
 
-def _start(tensor, output, average, name, priority, result=None, finish=None, keep=()):
+def _start(tensor, output, average, name, priority, claim, result=None, finish=None, keep=()):
     """Starts a push_pull of contiguous `tensor` into contiguous `output`."""
     code = _dtype_code(tensor, "tensor '%s'" % name)
     if priority is not None:
@@ -273,21 +393,43 @@ def _start(tensor, output, average, name, priority, result=None, finish=None, ke
                                    tensor.numel(), bool(average), priority)
     with _lock:
         _pending[handle] = _Pending(name, (tensor, output) + tuple(keep),
-                                    output if result is None else result, finish)
+                                    output if result is None else result, finish, claim)
     return handle
 
 
-def _push_pull_async(tensor, output, average, name, priority):
-    """push_pull of `tensor` into `output` (which may be `tensor`); handles
-    non-contiguous tensors with contiguous copies."""
-    inp = tensor if tensor.is_contiguous() else tensor.contiguous()
-    if output is tensor:
+def _scale(tensor, factor):
+    """tensor * factor in tensor's dtype (integers: computed in float64, truncated)."""
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_floating_point:
+        return tensor * factor
+    return (tensor.to(torch.float64) * factor).to(tensor.dtype)
+
+
+def _scale_(tensor, factor):
+    if factor != 1.0:
+        tensor.copy_(_scale(tensor, factor))
+    return tensor
+
+
+def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, postscale=1.0,
+                     kind="push_pull"):
+    """push_pull of `tensor` times `prescale` into `output` (which may be `tensor`), the
+    result times `postscale`. A non-contiguous or prescaled input travels as a copy (in
+    place: copied back into `tensor` at synchronize())."""
+    claim = _claim(kind, name)
+    try:
+        inp = _scale(tensor if tensor.is_contiguous() else tensor.contiguous(), prescale)
+        scale_output = (lambda: _scale_(output, postscale)) if postscale != 1.0 else None
+        if output is not tensor:
+            return _start(inp, output, average, name, priority, claim, finish=scale_output)
         if inp is tensor:
-            return _start(inp, inp, average, name, priority)
-        # Sum into the contiguous copy, then copy back into the caller's strided tensor.
-        return _start(inp, inp, average, name, priority, result=tensor,
-                      finish=lambda: tensor.copy_(inp))
-    return _start(inp, output, average, name, priority)
+            return _start(inp, inp, average, name, priority, claim, finish=scale_output)
+        return _start(inp, inp, average, name, priority, claim, result=tensor,
+                      finish=lambda: tensor.copy_(_scale(inp, postscale)))
+    except BaseException:
+        _release(claim)
+        raise
 
 
 def push_pull_async(tensor, average=True, name=None, priority=None):
@@ -295,19 +437,20 @@ def push_pull_async(tensor, average=True, name=None, priority=None):
     tensor; `tensor` is not modified. Returns a handle for poll() and synchronize(),
     which returns the result.
 
-    name: identifies the tensor across workers (default: derived from dtype and shape;
-    give names to run different tensors of one shape concurrently). priority: larger
-    goes first; default -(declaration index), so tensors declared first are most urgent."""
-    name = name or _auto_name("push_pull", tensor)
+    name: identifies the tensor across workers (default: derived from dtype and shape);
+    two operations in flight (not yet synchronized) under one name raise ValueError.
+    priority: larger goes first; default -(declaration index), so tensors declared first
+    are most urgent."""
     _check_tensor(tensor, "tensor '%s'" % name)
+    name = _name_or_free("push_pull", name, tensor)
     output = torch.empty(tensor.shape, dtype=tensor.dtype)
     return _push_pull_async(tensor, output, average, name, priority)
 
 
 def push_pull_async_inplace(tensor, average=True, name=None, priority=None):
     """As push_pull_async, but the result is written into `tensor`."""
-    name = name or _auto_name("push_pull", tensor)
     _check_tensor(tensor, "tensor '%s'" % name)
+    name = _name_or_free("push_pull", name, tensor)
     return _push_pull_async(tensor, tensor, average, name, priority)
 
 
@@ -334,7 +477,8 @@ def wait_any(handles, timeout_ms=0):
 
 def synchronize(handle):
     """Waits for the operation of `handle` and returns its result tensor. Raises
-    FerryError with the core's message if it failed (a dead node, a mismatch, a timeout)."""
+    FerryError with the core's message if it failed (a dead node, a mismatch, a timeout).
+    The operation's name is free again afterwards."""
     with _lock:
         entry = _pending.pop(handle, None)
     if entry is None:
@@ -347,34 +491,55 @@ def synchronize(handle):
         # The core may have given up before ZeroMQ let go of the input: keep it alive.
         with _lock:
             _keepalive.append(entry.tensors)
+        _release(entry.claim)
         raise
+    _release(entry.claim)
     if entry.finish is not None:
-        entry.finish()
+        value = entry.finish()
+        if value is not None and entry.result is None:
+            return value
     return entry.result
 
 
 class _PushPull(torch.autograd.Function):
-    """push_pull as a differentiable op: the gradient is the push_pull of the gradient."""
+    """push_pull as a differentiable op: the gradient is the push_pull of the gradient,
+    with the same average and scale factors (as Horovod's allreduce)."""
 
     @staticmethod
-    def forward(ctx, tensor, average, name, priority):
+    def forward(ctx, tensor, average, name, priority, prescale, postscale):
         ctx.average, ctx.name, ctx.priority = average, name, priority
-        return synchronize(push_pull_async(tensor, average, name, priority))
+        ctx.prescale, ctx.postscale = prescale, postscale
+        return _sync_push_pull(tensor, average, name, priority, prescale, postscale)
 
     @staticmethod
     def backward(ctx, grad_output):
         name = ctx.name + ".grad" if ctx.name else None
-        grad = synchronize(push_pull_async(grad_output, ctx.average, name, ctx.priority))
-        return grad, None, None, None
+        grad = _sync_push_pull(grad_output, ctx.average, name, ctx.priority, ctx.prescale,
+                               ctx.postscale)
+        return grad, None, None, None, None, None
+
+
+def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0):
+    _check_tensor(tensor, "tensor '%s'" % name)
+    name = _name_or_free("push_pull", name, tensor)
+    output = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return synchronize(_push_pull_async(tensor, output, average, name, priority, prescale,
+                                        postscale))
 
 
 def push_pull(tensor, average=True, name=None, priority=None, compression=None):
     """Sums (average=True: averages) `tensor` over all workers and returns the result as
     a new tensor; `tensor` is not modified. Differentiable. See push_pull_async."""
+    return _compressed_push_pull(tensor, average, name, priority, compression)
+
+
+def _compressed_push_pull(tensor, average, name, priority, compression, prescale=1.0,
+                          postscale=1.0):
     if compression is not None:
         compressed, ctx = compression.compress(tensor)
-        return compression.decompress(_PushPull.apply(compressed, average, name, priority), ctx)
-    return _PushPull.apply(tensor, average, name, priority)
+        return compression.decompress(
+            _PushPull.apply(compressed, average, name, priority, prescale, postscale), ctx)
+    return _PushPull.apply(tensor, average, name, priority, prescale, postscale)
 
 
 def push_pull_inplace(tensor, average=True, name=None, priority=None):
@@ -414,10 +579,15 @@ def push_pull_rows_async(values, row_ids, name, average=False, num_rows=None, pr
     vals = values.contiguous()
     ids = row_ids.contiguous()
     output = torch.empty(values.shape, dtype=values.dtype)
-    handle = _core.push_pull_rows_async(name, ids.data_ptr(), ids.numel(), vals.data_ptr(),
-                                        output.data_ptr(), code, bool(average), priority)
+    claim = _claim("push_pull_rows", name)
+    try:
+        handle = _core.push_pull_rows_async(name, ids.data_ptr(), ids.numel(), vals.data_ptr(),
+                                            output.data_ptr(), code, bool(average), priority)
+    except BaseException:
+        _release(claim)
+        raise
     with _lock:
-        _pending[handle] = _Pending(name, (vals, ids, output), output, None)
+        _pending[handle] = _Pending(name, (vals, ids, output), output, None, claim)
     return handle
 
 
@@ -426,32 +596,71 @@ def push_pull_rows(values, row_ids, name, average=False, num_rows=None, priority
     return synchronize(push_pull_rows_async(values, row_ids, name, average, num_rows, priority))
 
 
-# Horovod names (op=Average or Sum; average=... is accepted too).
+# ----------------------------------------------------------------------------- Horovod names
+
 def _average(average, op):
+    """Horovod's `average` / `op` arguments -> average (bool)."""
     if op is not None and average is not None:
-        raise ValueError("give either average= or op=, not both")
-    if op is not None:
-        if op not in (Average, Sum):
-            raise ValueError("op must be ferry.torch.Average or ferry.torch.Sum")
-        return op == Average
-    return True if average is None else bool(average)
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if op is None:
+        return True if average is None else bool(average)
+    if op in (Min, Max, Product):
+        raise NotImplementedError(
+            "ferry.torch: op=%s is not supported yet; the servers sum (op=Average or op=Sum)"
+            % op.capitalize())
+    if op == Adasum:
+        raise NotImplementedError("ferry.torch: op=Adasum is not supported; use op=Average or "
+                                  "op=Sum")
+    if op not in (Average, Sum):
+        raise ValueError("ferry.torch: op must be one of ferry.torch.Average, Sum, Min, Max, "
+                         "Product or Adasum, got %r" % (op,))
+    return op == Average
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None):
-    """horovod.torch.allreduce: push_pull returning a new tensor."""
-    return push_pull(tensor, _average(average, op), name, compression=compression)
+def _factors(prescale_factor, postscale_factor):
+    return float(prescale_factor), float(postscale_factor)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None):
-    return push_pull_async(tensor, _average(average, op), name)
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    """horovod.torch.allreduce: a new tensor, postscale * reduce(prescale * tensor) (Average
+    divides by size() too). Differentiable: the gradient is the allreduce of the gradient
+    with the same op and factors."""
+    _check_process_set(process_set)
+    pre, post = _factors(prescale_factor, postscale_factor)
+    return _compressed_push_pull(tensor, _average(average, op), name, None, compression, pre, post)
 
 
-def allreduce_(tensor, average=None, name=None, op=None):
-    return push_pull_inplace(tensor, _average(average, op), name)
+def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
+                     process_set):
+    _check_process_set(process_set)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    pre, post = _factors(prescale_factor, postscale_factor)
+    avg = _average(average, op)
+    name = _name_or_free("push_pull", name, tensor)
+    output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype)
+    return _push_pull_async(tensor, output, avg, name, None, pre, post)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None):
-    return push_pull_async_inplace(tensor, _average(average, op), name)
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    """horovod.torch.allreduce_async: a handle; synchronize() returns a new tensor."""
+    return _allreduce_async(tensor, False, average, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    """horovod.torch.allreduce_: in place; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    """horovod.torch.allreduce_async_: in place; returns a handle."""
+    return _allreduce_async(tensor, True, average, name, op, prescale_factor, postscale_factor,
+                            process_set)
 
 
 # ----------------------------------------------------------------------------- broadcast
@@ -462,16 +671,10 @@ def _check_root(root_rank):
         raise ValueError("ferry.torch: root_rank %r is not a worker rank (0..%d)" % (root_rank, n - 1))
 
 
-def broadcast_async_(tensor, root_rank, name=None):
-    """Replaces `tensor` on every worker by root_rank's; returns a handle for synchronize(),
-    which returns `tensor`.
-
-    The core's broadcast (LocalGroup::Broadcast: a sum to which every worker but the root
-    contributes zeros, exact for every dtype) has finished when this returns, so the
-    handle is already done. bool and 8/16-bit integer tensors travel widened to int32."""
-    name = name or _auto_name("broadcast", tensor)
-    _check_tensor(tensor, "tensor '%s'" % name)
-    _check_root(root_rank)
+def _broadcast_into(tensor, root_rank, name):
+    """The core's broadcast of `tensor` in place (LocalGroup::Broadcast: a sum to which
+    every worker but the root contributes zeros, exact for every dtype, checked by a vote
+    that every worker named the same root, dtype and shape)."""
     if tensor.dtype in _WIDENED_FOR_BROADCAST:
         buf = tensor.to(torch.int32)
     else:
@@ -480,25 +683,258 @@ def broadcast_async_(tensor, root_rank, name=None):
     _core.broadcast(name, buf.data_ptr(), code, buf.numel(), root_rank)
     if buf is not tensor:
         tensor.copy_(buf)
-    return _finished(name, tensor)
 
 
-def broadcast_(tensor, root_rank, name=None):
-    """Replaces `tensor` on every worker by root_rank's, in place; returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    """Replaces `tensor` on every worker by root_rank's; returns a handle for synchronize(),
+    which returns `tensor`.
+
+    The core's broadcast has finished when this returns, so the handle is already done.
+    bool and 8/16-bit integer tensors travel widened to int32. Workers that disagree on
+    the root, dtype or shape all raise FerryError naming the disagreement."""
+    _check_process_set(process_set)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    name = _name_or_free("broadcast", name, tensor)
+    _check_root(root_rank)
+    claim = _claim("broadcast", name)
+    try:
+        _broadcast_into(tensor, root_rank, name)
+    except BaseException:
+        _release(claim)
+        raise
+    return _finished(name, tensor, claim)
 
 
-def broadcast_async(tensor, root_rank, name=None):
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    """Replaces `tensor` on every worker by root_rank's, in place; returns it. Not
+    differentiable (as Horovod's)."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
     """Starts a broadcast into a new tensor (`tensor` is not modified); returns a handle."""
-    return broadcast_async_(tensor.detach().clone(), root_rank, name)
+    return broadcast_async_(tensor.detach().clone(), root_rank, name, process_set)
 
 
-def broadcast(tensor, root_rank, name=None):
-    """Returns root_rank's `tensor` on every worker, as a new tensor."""
-    return synchronize(broadcast_async(tensor, root_rank, name))
+class _Broadcast(torch.autograd.Function):
+    """broadcast as a differentiable op (Horovod's): the gradient flows back to the root,
+    averaged over the workers; the other workers' inputs get zeros."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank, ctx.name = root_rank, name
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        name = ctx.name + ".grad" if ctx.name else None
+        grad = _sync_push_pull(grad_output.contiguous(), True, name, None)
+        if rank() != ctx.root_rank:
+            grad = torch.zeros_like(grad)
+        return grad, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """Returns root_rank's `tensor` on every worker, as a new tensor. Differentiable."""
+    _check_process_set(process_set)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    _check_root(root_rank)
+    return _Broadcast.apply(tensor, root_rank, name)
+
+
+# ----------------------------------------------------------------------------- allgather
+
+# Dimensions an allgather's metadata carries (a tensor of more is refused).
+_MAX_GATHER_DIMS = 16
+_GATHER_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32,
+                  torch.int64, torch.bool, torch.uint8, torch.int8, torch.int16]
+
+
+def _describe_meta(row):
+    ndim, code = int(row[0]), int(row[1])
+    dtype = _GATHER_DTYPES[code] if 0 <= code < len(_GATHER_DTYPES) else "?"
+    return "%s%s" % (str(dtype).replace("torch.", ""), list(int(d) for d in row[2:2 + ndim]))
+
+
+def _gather_shapes(tensor, name):
+    """Every worker's (ndim, dtype, shape) of its allgather input: checked to agree but
+    for dim 0 (ValueError naming the ranks otherwise, on every worker). Returns the first
+    dims in rank order."""
+    if tensor.dim() == 0:
+        raise ValueError("ferry.torch: allgather of '%s': a rank-zero tensor has no dimension "
+                         "0 to concatenate along (Horovod refuses it too)" % name)
+    if tensor.dim() > _MAX_GATHER_DIMS:
+        raise ValueError("ferry.torch: allgather of '%s': at most %d dimensions"
+                         % (name, _MAX_GATHER_DIMS))
+    if tensor.dtype not in _GATHER_DTYPES:
+        raise TypeError("ferry.torch: allgather of '%s': dtype %s is not supported"
+                        % (name, tensor.dtype))
+    meta = torch.zeros(size(), 2 + _MAX_GATHER_DIMS, dtype=torch.int64)
+    meta[rank(), 0] = tensor.dim()
+    meta[rank(), 1] = _GATHER_DTYPES.index(tensor.dtype)
+    meta[rank(), 2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+    meta = _sync_push_pull(meta, False, "allgather.%s.shapes" % name, None)
+    for r in range(1, size()):
+        a, b = meta[0], meta[r]
+        if a[0] != b[0] or a[1] != b[1] or not torch.equal(a[3:], b[3:]):
+            raise ValueError(
+                "ferry.torch: allgather of '%s': the workers disagree: rank 0 sent %s, rank %d "
+                "sent %s; every worker must send the same dtype and the same dimensions but "
+                "the first" % (name, _describe_meta(a), r, _describe_meta(b)))
+    return [int(d) for d in meta[:, 2]]
+
+
+def _bucket(n):
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _allgather(tensor, name):
+    """The gathered tensor: every worker's `tensor` concatenated along dim 0, in rank order
+    (a sum in which each worker fills its own rows: exact for every dtype)."""
+    firsts = _gather_shapes(tensor, name)
+    rest = tuple(tensor.shape[1:])
+    row = 1
+    for d in rest:
+        row *= d
+    total = sum(firsts)
+    offset = sum(firsts[:rank()]) * row
+    wide = torch.int32 if tensor.dtype in _WIDENED_FOR_BROADCAST else tensor.dtype
+    elements = total * row
+    # A few sizes per name only: one core tensor per power of two.
+    flat = torch.zeros(_bucket(elements), dtype=wide)
+    flat[offset:offset + tensor.numel()] = tensor.reshape(-1).to(wide)
+    flat = _sync_push_pull(flat, False, "allgather.%s.%d" % (name, flat.numel()), None)
+    return flat[:elements].reshape((total,) + rest).to(tensor.dtype)
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    """horovod.torch.allgather_async: a handle; synchronize() returns every worker's
+    `tensor` concatenated along dim 0 in rank order (dim 0 may differ between workers; the
+    other dimensions and the dtype must agree). Runs to completion in this call."""
+    _check_process_set(process_set)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    name = _name_or_free("allgather", name, tensor)
+    claim = _claim("allgather", name)
+    try:
+        result = _allgather(tensor.detach(), name)
+    except BaseException:
+        _release(claim)
+        raise
+    return _finished(name, result, claim)
+
+
+class _Allgather(torch.autograd.Function):
+    """allgather as a differentiable op (Horovod's): the gradient is this worker's slice
+    of the average of every worker's gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.name, ctx.first = name, tensor.shape[0] if tensor.dim() else 0
+        return synchronize(allgather_async(tensor, name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        name = ctx.name + ".grad" if ctx.name else None
+        grad = _sync_push_pull(grad_output.contiguous(), True, name, None)
+        firsts = torch.zeros(size(), dtype=torch.int64)
+        firsts[rank()] = ctx.first
+        firsts = _sync_push_pull(firsts, False, (ctx.name or "allgather") + ".grad.firsts", None)
+        offset = int(firsts[:rank()].sum())
+        return grad.narrow(0, offset, ctx.first), None
+
+
+def allgather(tensor, name=None, process_set=None):
+    """horovod.torch.allgather: every worker's `tensor` concatenated along dim 0, in rank
+    order, as a new tensor. Differentiable."""
+    _check_process_set(process_set)
+    _check_tensor(tensor, "tensor '%s'" % name)
+    return _Allgather.apply(tensor, name)
+
+
+# ----------------------------------------------------------------------------- not offered
+
+def _not_offered(feature, hint=""):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("ferry.torch: %s is not supported%s" % (feature, hint))
+    refuse.__name__ = feature.split("(")[0].strip()
+    refuse.__doc__ = "Not supported by Ferry: raises NotImplementedError."
+    return refuse
+
+
+alltoall = _not_offered("alltoall")
+alltoall_async = _not_offered("alltoall_async")
+reducescatter = _not_offered("reducescatter")
+reducescatter_async = _not_offered("reducescatter_async")
+grouped_allreduce = _not_offered("grouped_allreduce", "; call allreduce on each tensor (Ferry "
+                                  "fuses small tensors by itself)")
+grouped_allreduce_async = _not_offered("grouped_allreduce_async", "; call allreduce_async on "
+                                        "each tensor")
+grouped_allreduce_ = _not_offered("grouped_allreduce_", "; call allreduce_ on each tensor")
+grouped_allreduce_async_ = _not_offered("grouped_allreduce_async_", "; call allreduce_async_ on "
+                                         "each tensor")
+grouped_allgather = _not_offered("grouped_allgather", "; call allgather on each tensor")
+grouped_allgather_async = _not_offered("grouped_allgather_async")
+grouped_reducescatter = _not_offered("grouped_reducescatter")
+grouped_reducescatter_async = _not_offered("grouped_reducescatter_async")
+sparse_allreduce_async = _not_offered("sparse_allreduce_async", "; use push_pull_rows (sparse "
+                                      "rows) or a dense allreduce")
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's timeline: Ferry writes Chrome traces for the whole run when
+    FERRY_TRACE_DIR is set; starting one at run time is not supported."""
+    raise NotImplementedError("ferry.torch: start_timeline is not supported; set "
+                              "FERRY_TRACE_DIR=<dir> before init() for a Chrome trace per worker")
+
+
+def stop_timeline():
+    raise NotImplementedError("ferry.torch: stop_timeline is not supported; see start_timeline")
+
+
+# Build and runtime predicates (Horovod's): Ferry's transport is ZeroMQ (no MPI, no gloo);
+# its torch data path is CPU-only.
+def mpi_threads_supported():
+    raise ValueError("Horovod MPI is not enabled; Ferry runs without MPI (mpi_enabled() is "
+                     "False)")
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    """0: ferry.torch moves CPU tensors only (Horovod returns the NCCL version code)."""
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return bool(_core.CUDA)
+
+
+def rocm_built():
+    return False
 
 
 def _stats():
     """The core's counters for this worker (operations, partitions, bytes)."""
     return _core.stats()
-

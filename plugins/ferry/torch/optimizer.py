@@ -22,8 +22,16 @@ from ferry.torch import ops
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step, original):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, original,
+                 op=ops.Average, gradient_predivide_factor=1.0):
         super(self.__class__, self).__init__(params)
+        self._average = ops._average(None, op)
+        if gradient_predivide_factor != 1.0 and op != ops.Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        # Horovod's: each gradient is divided by the factor before the sum, and the sum
+        # multiplied by it after (then averaged over size()).
+        self._prescale = 1.0 / float(gradient_predivide_factor)
+        self._postscale = float(gradient_predivide_factor)
         # Keep whatever state the wrapped optimizer already had (Horovod drops it).
         self.state = original.state
         self._compression = compression or Compression.none
@@ -101,8 +109,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _push_pull_grad_async(self, p):
         if p.grad is None:  # unused in this backward and set to None by zero_grad
             p.grad = torch.zeros_like(p.data)
-        compressed, ctx = self._compression.compress(p.grad)
-        handle = ops.push_pull_async_inplace(compressed, average=True, name=self._gradient_name(p))
+        # A sparse gradient (nn.Embedding(sparse=True)) travels dense; _finish makes the sum
+        # sparse again (Horovod's sparse_as_dense; the values are those of its sparse path).
+        grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
+        compressed, ctx = self._compression.compress(grad)
+        ops._check_tensor(compressed, "gradient '%s'" % self._gradient_name(p))
+        handle = ops._push_pull_async(compressed, compressed, self._average,
+                                      self._gradient_name(p), None, self._prescale,
+                                      self._postscale)
         return handle, ctx
 
     def _make_hook(self, p):
@@ -135,7 +149,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _finish(self, p, handle, ctx):
         output = ops.synchronize(handle)
         self._push_pull_delay[p] = self.backward_passes_per_step
-        if output is not p.grad:
+        if p.grad.is_sparse:
+            p.grad = self._compression.decompress(output, ctx).to_sparse()
+        elif output is not p.grad:
             p.grad.copy_(self._compression.decompress(output, ctx))
 
     def synchronize(self):
@@ -183,8 +199,36 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+def _check_groups(groups, num_groups):
+    """Horovod's `groups` / `num_groups` checks. Ferry fuses small tensors by its own
+    scheduling policy, so a valid grouping changes nothing about the result or the order."""
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed "
+                      "in v0.23.0.", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is None:
+        return
+    if isinstance(groups, int):
+        if groups < 0:
+            raise ValueError("groups should be a non-negative integer or a list of list of "
+                             "torch.Tensor.")
+        return
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, (list, tuple)) for g in groups):
+        raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+    seen = set()
+    for group in groups:
+        for t in group:
+            if not isinstance(t, torch.Tensor):
+                raise ValueError("groups must consist of torch.Tensor.")
+            if id(t) in seen:
+                raise ValueError("A parameter can only appear once in groups.")
+            seen.add(id(t))
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1):
+                         backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
     """Wraps a torch optimizer so that step() uses gradients averaged over all workers.
 
     optimizer: any torch.optim.Optimizer. named_parameters: model.named_parameters()
@@ -194,8 +238,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     before each push. Call ferry.torch.init() first, and create the optimizer in the
     same order on every worker.
 
+    Horovod's options: op=Average (default) or Sum (Adasum, Min, Max, Product raise
+    NotImplementedError); gradient_predivide_factor=f divides each gradient by f before the
+    sum and multiplies the sum by f (op=Average only); groups / num_groups are checked as
+    Horovod checks them and otherwise change nothing (Ferry fuses small tensors itself);
+    sparse gradients always travel dense and come back sparse (sparse_as_dense's way; the
+    values equal those of Horovod's sparse path); process_set: only the global one.
+
     The result is an instance of the optimizer's own class with synchronize() and
     skip_synchronize() added (as horovod.torch / byteps.torch)."""
+    ops._check_process_set(process_set)
+    _check_groups(groups, num_groups)
     base = optimizer.__class__
     if getattr(base, "_ferry_distributed", False):
         raise ValueError("the optimizer is already a ferry.torch.DistributedOptimizer")
@@ -205,4 +258,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     members["_ferry_base_class"] = base
     cls = type(base.__name__, (base,), members)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               optimizer)
+               optimizer, op, gradient_predivide_factor)

@@ -1,0 +1,193 @@
+"""Worker modes for test_parity.py: horovod.torch / byteps.torch semantics, run by
+ferry_worker.py (`ferry_worker.py hvd_api OUT`). Each records what it saw in `out`; the
+tests assert on the values."""
+
+import time
+
+import torch
+
+import ferry.torch as hvd
+
+
+def _outcome(fn):
+    """(exception type name, message) of fn(), or ("ok", result)."""
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        return (type(e).__name__, str(e))
+
+
+def _names_in_flight(rank, out):
+    t = torch.full((4,), float(rank + 1))
+    h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
+    out["dup_second"] = _outcome(lambda: hvd.allreduce_async(t, name="dup", op=hvd.Sum))
+    out["dup_first"] = hvd.synchronize(h)
+    # Free again once synchronized.
+    out["dup_again"] = hvd.allreduce(t, name="dup", op=hvd.Sum)
+    # A broadcast may use the name of an allreduce in flight (another kind), as in Horovod.
+    h = hvd.allreduce_async(t, name="shared", op=hvd.Sum)
+    out["other_kind"] = _outcome(lambda: hvd.broadcast(t, root_rank=0, name="shared"))
+    hvd.synchronize(h)
+    # Unnamed operations of one shape in flight together get names of their own.
+    a = hvd.allreduce_async(torch.full((3,), float(rank)), op=hvd.Sum)
+    b = hvd.allreduce_async(torch.full((3,), 10.0 * rank), op=hvd.Sum)
+    out["noname"] = (hvd.synchronize(b), hvd.synchronize(a))
+
+
+def _scaling(rank, out):
+    size = hvd.size()
+    x = torch.full((5,), float(rank + 1))
+    out["scaled_sum"] = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25)
+    out["scaled_avg"] = hvd.allreduce(x, prescale_factor=3.0, postscale_factor=float(size))
+    y = x.clone()
+    hvd.allreduce_(y, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0, name="scaled.inplace")
+    out["scaled_inplace"] = y
+    h = hvd.allreduce_async(x, op=hvd.Sum, postscale_factor=-1.0, name="scaled.async")
+    out["scaled_async"] = hvd.synchronize(h)
+    z = torch.full((4,), rank + 1, dtype=torch.int32)
+    out["scaled_int"] = hvd.allreduce(z, op=hvd.Sum, prescale_factor=3.0, name="scaled.int")
+    # Both forms of the op.
+    out["op_and_average"] = _outcome(lambda: hvd.allreduce(x, average=True, op=hvd.Sum))
+    # Autograd: the gradient is the allreduce of the gradient with the same factors.
+    w = torch.ones(3, requires_grad=True)
+    (hvd.allreduce(w, op=hvd.Sum, prescale_factor=2.0, name="scaled.grad") * (rank + 1)).sum().backward()
+    out["scaled_grad"] = w.grad
+
+
+def _broadcasts(rank, out):
+    x = torch.arange(4, dtype=torch.float32) + 10 * rank
+    x.requires_grad_()
+    y = hvd.broadcast(x, root_rank=1, name="bgrad")
+    (y * (rank + 1)).sum().backward()
+    out["broadcast_value"], out["broadcast_grad"] = y.detach(), x.grad
+    out["object_default_root"] = hvd.broadcast_object({"from": rank})
+    # Disagreements fail on every worker, naming them.
+    out["root_mismatch"] = _outcome(
+        lambda: hvd.broadcast_(torch.ones(3), root_rank=0 if rank == 0 else 1, name="badroot"))
+    dtype = torch.float32 if rank == 0 else torch.float64
+    out["dtype_mismatch"] = _outcome(
+        lambda: hvd.broadcast_(torch.ones(3, dtype=dtype), root_rank=0, name="baddtype"))
+    out["after_mismatch"] = hvd.broadcast(torch.full((2,), float(rank)), root_rank=2,
+                                          name="good")
+
+
+def _allgathers(rank, out):
+    size = hvd.size()
+    t = torch.arange((rank + 1) * 3, dtype=torch.float32).reshape(rank + 1, 3) + 100 * rank
+    out["gathered"] = hvd.allgather(t, name="g")
+    out["gathered_int8"] = hvd.allgather(torch.full((rank + 1,), rank - 1, dtype=torch.int8))
+    out["gathered_bool"] = hvd.allgather(torch.tensor([rank % 2 == 0]))
+    h = hvd.allgather_async(torch.full((2, 2), rank, dtype=torch.int64), name="g.async")
+    out["gathered_async"] = hvd.synchronize(h)
+    out["gathered_empty"] = hvd.allgather(torch.zeros(0 if rank == 0 else 1, 2), name="g.empty")
+    out["objects"] = hvd.allgather_object({"rank": rank, "text": "x" * rank})
+    # Autograd: this worker's slice of the average of the gradients.
+    x = torch.ones(rank + 1, 2, requires_grad=True)
+    (hvd.allgather(x, name="g.grad") * (rank + 1)).sum().backward()
+    out["gather_grad"] = x.grad
+    out["gather_mismatch"] = _outcome(
+        lambda: hvd.allgather(torch.zeros(2, 3 if rank == size - 1 else 4), name="g.bad"))
+    out["gather_scalar"] = _outcome(lambda: hvd.allgather(torch.tensor(1.0), name="g.scalar"))
+
+
+def _refusals(rank, out):
+    refused = {}
+    for what, fn in [
+        ("alltoall", lambda: hvd.alltoall(torch.ones(3))),
+        ("reducescatter", lambda: hvd.reducescatter(torch.ones(3))),
+        ("grouped_allreduce", lambda: hvd.grouped_allreduce([torch.ones(3)])),
+        ("op_min", lambda: hvd.allreduce(torch.ones(3), op=hvd.Min)),
+        ("op_adasum", lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum)),
+        ("process_set", lambda: hvd.ProcessSet([0, 1])),
+        ("add_process_set", lambda: hvd.add_process_set([0])),
+        ("allreduce_process_set", lambda: hvd.allreduce(torch.ones(3), process_set=object())),
+        ("sync_batch_norm", lambda: hvd.SyncBatchNorm(4)),
+        ("elastic_run", lambda: hvd.elastic.run(lambda state: None)),
+        ("elastic_state", lambda: hvd.elastic.TorchState()),
+        ("start_timeline", lambda: hvd.start_timeline("/tmp/x.json")),
+        ("mpi_threads_supported", lambda: hvd.mpi_threads_supported()),
+    ]:
+        refused[what] = _outcome(fn)
+    out["refused"] = refused
+    out["predicates"] = dict(
+        cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size(),
+        is_homogeneous=hvd.is_homogeneous(), mpi_enabled=hvd.mpi_enabled(),
+        mpi_built=hvd.mpi_built(), gloo_enabled=hvd.gloo_enabled(), gloo_built=hvd.gloo_built(),
+        nccl_built=hvd.nccl_built(), ddl_built=hvd.ddl_built(), ccl_built=hvd.ccl_built(),
+        cuda_built=hvd.cuda_built(), rocm_built=hvd.rocm_built(),
+        global_set_size=hvd.global_process_set.size())
+    # The global process set is accepted everywhere.
+    out["global_set"] = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="gs",
+                                      process_set=hvd.global_process_set)
+    hvd.barrier(process_set=hvd.global_process_set)
+
+
+def _optimizers(rank, out):
+    size = hvd.size()
+
+    def one_step(name, **kwargs):
+        model = torch.nn.Linear(3, 1, bias=False)
+        torch.nn.init.zeros_(model.weight)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=[(name, model.weight)], **kwargs)
+        # Every worker's gradient is (rank + 1) everywhere.
+        (model(torch.ones(1, 3)).sum() * (rank + 1)).backward()
+        opt.step()
+        return -model.weight.detach().clone()  # = the averaged (or summed) gradient
+
+    out["opt_average"] = one_step("w.avg")
+    out["opt_sum"] = one_step("w.sum", op=hvd.Sum)
+    out["opt_predivide"] = one_step("w.pre", gradient_predivide_factor=2.0)
+    out["opt_groups"] = one_step("w.groups", groups=2)
+    out["opt_num_groups"] = one_step("w.numgroups", num_groups=1)
+    out["opt_bad_groups"] = _outcome(lambda: one_step("w.badgroups", groups=-1))
+    out["opt_predivide_sum"] = _outcome(
+        lambda: one_step("w.badpre", op=hvd.Sum, gradient_predivide_factor=2.0))
+    out["opt_adasum"] = _outcome(lambda: one_step("w.adasum", op=hvd.Adasum))
+    # Sparse gradients (nn.Embedding(sparse=True)) come back sparse, summed as dense.
+    emb = torch.nn.Embedding(5, 2, sparse=True)
+    torch.nn.init.zeros_(emb.weight)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=[("emb", emb.weight)], sparse_as_dense=False)
+    emb(torch.tensor([rank, 4])).sum().backward()
+    opt.step()
+    out["sparse_weight"] = emb.weight.detach().clone()
+    out["size"] = size
+
+
+def _byteps_names(rank, out):
+    import ferry.torch.cross_barrier as cb
+    out["cross_barrier_api"] = dict(rank=cb.rank(), size=cb.size(),
+                                    has=[n for n in ("init", "push_pull", "broadcast_parameters",
+                                                     "DistributedOptimizer", "declare")
+                                         if hasattr(cb, n)])
+    model = torch.nn.Linear(2, 2)
+    barrier = cb.CrossBarrier(model, torch.optim.SGD(model.parameters(), lr=0.1), num_steps=2)
+    for _ in range(2):
+        barrier.zero_grad()
+        model(torch.ones(1, 2)).sum().backward()
+        barrier.step()
+    out["cross_barrier_pending_after_last_step"] = len(barrier._pending)
+    barrier.remove()
+
+
+def mode_hvd_api(args, out):
+    rank = hvd.rank()
+    out["size"] = hvd.size()
+    for part in (_names_in_flight, _scaling, _broadcasts, _allgathers, _refusals, _optimizers,
+                 _byteps_names):
+        part(rank, out)
+
+
+def mode_hvd_stall(args, out):
+    """Rank size-1 never issues push_pull 'skipped': it goes to a barrier instead, where
+    the others never come. The stall check names both on the waiting workers, then ends
+    the job (FERRY_STALL_SHUTDOWN_MS)."""
+    rank, size = hvd.rank(), hvd.size()
+    hvd.allreduce(torch.ones(2), name="before")  # everyone gets going together
+    start = time.time()
+    if rank == size - 1:
+        out["error"] = _outcome(lambda: hvd.barrier())
+    else:
+        out["error"] = _outcome(lambda: hvd.allreduce(torch.ones(3), name="skipped"))
+    out["seconds"] = time.time() - start

@@ -1,0 +1,126 @@
+"""horovod.torch / byteps.torch semantics of ferry.torch, with real worker processes
+(parity_modes.py), and the stall check naming a rank that skipped a tensor."""
+
+import torch
+
+HEARTBEAT = {"FERRY_HEARTBEAT_INTERVAL_MS": "200", "FERRY_HEARTBEAT_TIMEOUT_MS": "5000"}
+WORKERS = 3
+
+
+def full(shape, value, dtype=torch.float32):
+    return torch.full(shape, value, dtype=dtype)
+
+
+def raised(outcome, kind, *parts):
+    """The outcome (type name, message) is exception `kind` whose message has `parts`."""
+    assert outcome[0] == kind, outcome
+    for part in parts:
+        assert part in outcome[1], (part, outcome[1])
+    return True
+
+
+def test_horovod_and_byteps_semantics(module_cluster):
+    c = module_cluster(workers=WORKERS, servers=2, env=dict(HEARTBEAT, FERRY_OP_TIMEOUT_MS="30000"))
+    c.start("hvd_api")
+    res = sorted(c.wait_workers(timeout=180), key=lambda r: r["rank"])
+    for r in res:
+        rank = r["rank"]
+        assert "traceback" not in r, r.get("traceback")
+        # Same name twice in flight: ValueError at the second call; free after synchronize.
+        assert raised(r["dup_second"], "ValueError", "same name as another tensor that is "
+                      "currently being processed", "'dup'")
+        assert torch.equal(r["dup_first"], full((4,), 6.0))
+        assert torch.equal(r["dup_again"], full((4,), 6.0))
+        assert r["other_kind"][0] == "ok" and torch.equal(r["other_kind"][1], full((4,), 1.0))
+        later, earlier = r["noname"]
+        assert torch.equal(later, full((3,), 30.0)) and torch.equal(earlier, full((3,), 3.0))
+        # postscale * reduce(prescale * x); Average divides by size() too.
+        assert torch.equal(r["scaled_sum"], full((5,), 3.0))
+        assert torch.equal(r["scaled_avg"], full((5,), 18.0))
+        assert torch.equal(r["scaled_inplace"], full((5,), 12.0))
+        assert torch.equal(r["scaled_async"], full((5,), -6.0))
+        assert torch.equal(r["scaled_int"], full((4,), 18, torch.int32))
+        assert raised(r["op_and_average"], "ValueError", "supersedes average")
+        assert torch.equal(r["scaled_grad"], full((3,), 12.0))
+        # broadcast is differentiable: the root gets the average gradient, the others zeros.
+        assert torch.equal(r["broadcast_value"], torch.arange(4, dtype=torch.float32) + 10)
+        assert torch.equal(r["broadcast_grad"], full((4,), 2.0 if rank == 1 else 0.0))
+        assert r["object_default_root"] == {"from": 0}
+        assert raised(r["root_mismatch"], "FerryError", "'badroot'", "disagree",
+                      "rank 0: root 0, float32[3]", "rank 1: root 1, float32[3]")
+        assert raised(r["dtype_mismatch"], "FerryError", "'baddtype'", "disagree",
+                      "float32[3]", "float64[3]")
+        assert torch.equal(r["after_mismatch"], full((2,), 2.0))
+        # allgather: dim 0 in rank order, any dtype; autograd; objects.
+        expected = torch.cat([torch.arange((w + 1) * 3, dtype=torch.float32).reshape(w + 1, 3)
+                              + 100 * w for w in range(WORKERS)])
+        assert torch.equal(r["gathered"], expected)
+        assert torch.equal(r["gathered_int8"],
+                           torch.tensor([-1, 0, 0, 1, 1, 1], dtype=torch.int8))
+        assert torch.equal(r["gathered_bool"], torch.tensor([True, False, True]))
+        assert torch.equal(r["gathered_async"],
+                           torch.cat([torch.full((2, 2), w, dtype=torch.int64)
+                                      for w in range(WORKERS)]))
+        assert torch.equal(r["gathered_empty"], torch.zeros(2, 2))
+        assert r["objects"] == [{"rank": w, "text": "x" * w} for w in range(WORKERS)]
+        assert torch.equal(r["gather_grad"], full((rank + 1, 2), 2.0))
+        assert raised(r["gather_mismatch"], "ValueError", "'g.bad'", "disagree",
+                      "rank 0 sent float32[2, 4]", "rank 2 sent float32[2, 3]")
+        assert raised(r["gather_scalar"], "ValueError", "rank-zero")
+        # What Ferry does not offer says so.
+        for what, outcome in r["refused"].items():
+            kind = "ValueError" if what == "mpi_threads_supported" else "NotImplementedError"
+            assert outcome[0] == kind, (what, outcome)
+        assert "not supported" in r["refused"]["alltoall"][1]
+        assert "op=Min" in r["refused"]["op_min"][1]
+        assert "elastic training" in r["refused"]["elastic_run"][1]
+        assert "FERRY_TRACE_DIR" in r["refused"]["start_timeline"][1]
+        assert r["predicates"] == dict(
+            cross_rank=0, cross_size=1, is_homogeneous=True, mpi_enabled=False, mpi_built=False,
+            gloo_enabled=False, gloo_built=False, nccl_built=0, ddl_built=False, ccl_built=False,
+            cuda_built=False, rocm_built=False, global_set_size=WORKERS)
+        assert torch.equal(r["global_set"], full((2,), 3.0))
+        # DistributedOptimizer: op, gradient_predivide_factor, groups, sparse gradients.
+        assert torch.equal(r["opt_average"], full((1, 3), 2.0))
+        assert torch.equal(r["opt_sum"], full((1, 3), 6.0))
+        assert torch.equal(r["opt_predivide"], full((1, 3), 2.0))
+        assert torch.equal(r["opt_groups"], full((1, 3), 2.0))
+        assert torch.equal(r["opt_num_groups"], full((1, 3), 2.0))
+        assert raised(r["opt_bad_groups"], "ValueError", "groups should be a non-negative integer")
+        assert raised(r["opt_predivide_sum"], "ValueError", "op != Average")
+        assert raised(r["opt_adasum"], "NotImplementedError", "Adasum")
+        sparse = torch.zeros(5, 2)
+        sparse[0:3] = -1.0 / 3
+        sparse[4] = -1.0
+        assert torch.allclose(r["sparse_weight"], sparse, atol=1e-7), r["sparse_weight"]
+        # byteps.torch.cross_barrier carries the whole API; CrossBarrier takes num_steps.
+        assert r["cross_barrier_api"] == dict(rank=rank, size=WORKERS,
+                                              has=["init", "push_pull", "broadcast_parameters",
+                                                   "DistributedOptimizer", "declare"])
+        assert r["cross_barrier_pending_after_last_step"] == 0
+
+
+def test_a_stall_is_named_on_every_waiting_worker(cluster):
+    c = cluster(workers=WORKERS, servers=2,
+                env=dict(HEARTBEAT, FERRY_STALL_WARNING_MS="1000", FERRY_STALL_SHUTDOWN_MS="4000",
+                         FERRY_OP_TIMEOUT_MS="60000"))
+    c.start("hvd_stall")
+    res = sorted(c.wait_workers(timeout=90), key=lambda r: r["rank"])
+    skipper = WORKERS - 1
+    for r in res:
+        rank = r["rank"]
+        assert "traceback" not in r, r.get("traceback")
+        log = c.log("worker %d" % rank)
+        if rank == skipper:
+            # It waits in a barrier the others never reach: named too.
+            assert "stall: barrier (operation 1 under this name) has waited" in log, log
+            assert "on rank %d for ranks 0, 1, which have not submitted it" % skipper in log, log
+            assert "push_pull of 'skipped'" not in log.split("ending the job")[0], log
+        else:
+            assert "stall: push_pull of 'skipped' (operation 1 under this name) has waited" in log, log
+            assert "on ranks 0, 1 for rank %d, which has not submitted it" % skipper in log, log
+        # FERRY_STALL_SHUTDOWN_MS ended the job with both stalls, on every worker.
+        assert raised(r["error"], "FerryError", "ending the job (FERRY_STALL_SHUTDOWN_MS=4000)",
+                      "push_pull of 'skipped'", "barrier")
+        assert 3.5 < r["seconds"] < 40, r["seconds"]
+    assert "stall: push_pull of 'skipped'" in c.log("scheduler")
