@@ -128,6 +128,7 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   // The open round's cut, fixed by its first frame (frames empty: no frame yet). Every
   // frame of a round has its own sum; a whole-key round is one frame of `length` bytes.
   uint64_t frame_bytes = 0;
+  ReduceOp reduce_op = ReduceOp::kSum;  // how the open round combines, fixed by its first frame
   std::vector<FrameSum> frames;
   uint32_t frames_sent = 0;           // frames whose sum went out; all: the round is over
   std::vector<bool> pushed;           // by worker rank: pushed a frame of this round

@@ -42,6 +42,18 @@ void RoundProtocol::Push(Request& request) {
       state.Classify(rank, e.round(), frame, FrameKeyLength(e), static_cast<DataType>(e.dtype()),
                      e.tensor_hash(), context_.num_workers);
   if (verdict == PushVerdict::kAccumulate) {
+    const ReduceOp op = static_cast<ReduceOp>(e.reduce_op());
+    if (state.frames.empty()) {
+      state.reduce_op = op;  // the round's first frame
+    } else if (op != state.reduce_op) {
+      FailKey(key, state,
+              StrCat("workers disagree on how to combine ", KeyName(key), " round ", e.round(),
+                     ": worker ", rank, " asks for the ", ReduceOpName(op),
+                     ", an earlier push of the round for the ", ReduceOpName(state.reduce_op),
+                     "; every worker must reduce a tensor with the same op"));
+      Refuse(request, state, PushVerdict::kFailed, frame);
+      return;
+    }
     Accumulate(request, state, frame);
   } else {
     Refuse(request, state, verdict, frame);
@@ -110,7 +122,7 @@ void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef
   const uint64_t id = SumId(key, state, f);
   const uint64_t length = state.FrameLength(f);
   auto add = [&](Buffer push) {
-    summation.Add(id, state.dtype, length, state.frames[f].sum, std::move(push));
+    summation.Add(id, state.dtype, length, state.frames[f].sum, std::move(push), state.reduce_op);
   };
   if (deterministic_) {
     state.frames[f].held[rank] = std::move(request.message.payload);  // summed in its turn
@@ -163,7 +175,8 @@ void RoundProtocol::Join() {
         s.TakeInRankOrder(
             joined,
             [&](Buffer push) {
-              context_.summation->Add(id, s.dtype, length, s.frames[f].sum, std::move(push));
+              context_.summation->Add(id, s.dtype, length, s.frames[f].sum, std::move(push),
+                                      s.reduce_op);
             },
             f);
       }

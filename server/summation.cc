@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/util/error.h"
+
 namespace ferry {
 namespace {
 
@@ -9,14 +11,17 @@ class CpuSummation : public Summation {
  public:
   explicit CpuSummation(SumPool* pool) : pool_(pool) {}
 
-  void Add(uint64_t, DataType dtype, uint64_t length, Buffer& sum, Buffer push) override {
+  void Add(uint64_t, DataType dtype, uint64_t length, Buffer& sum, Buffer push,
+           ReduceOp op) override {
     if (sum.empty()) {
       // Adopt the first push's frame as the sum: no copy. Later rounds adopt fresh
       // frames, so this buffer is never written again once the round is sent
       // (key_state.h, buffer invariant).
       sum = std::move(push);
-    } else if (!push.empty()) {
+    } else if (!push.empty() && op == ReduceOp::kSum) {
       pool_->SumInto(sum.data(), push.data(), length / DataTypeSize(dtype), dtype);
+    } else if (!push.empty()) {
+      ReduceInto(sum.data(), push.data(), length / DataTypeSize(dtype), dtype, op);
     }
   }
   bool Finish(uint64_t, uint64_t) override { return true; }  // `sum` is the sum
@@ -32,7 +37,9 @@ class GpuSummation : public Summation {
   GpuSummation(std::unique_ptr<GpuSummer> summer, SumReady ready)
       : ready_(std::move(ready)), summer_(std::move(summer)) {}
 
-  void Add(uint64_t key, DataType dtype, uint64_t, Buffer&, Buffer push) override {
+  void Add(uint64_t key, DataType dtype, uint64_t, Buffer&, Buffer push, ReduceOp op) override {
+    FERRY_ENFORCE(op == ReduceOp::kSum, ErrorCode::kInvalidArgument, "the GPU server sums only; ",
+                  ReduceOpName(op), " needs FERRY_SERVER_DEVICE=cpu");
     // Copied into pinned staging before Add returns: `push` (the received frame) is
     // released when this function returns, and ZeroMQ may reuse its memory.
     summer_->Add(key, push.data(), push.size(), dtype);

@@ -46,8 +46,10 @@ class Summation {
   // Adds `push` (`length` bytes of `dtype`, the key's definition) to the key's open sum;
   // the first push of a sum opens it. CPU: the running sum is `sum` (the caller's, kept
   // between calls); GPU: `sum` stays empty. GPU: may throw FerryError (a failed CUDA call,
-  // a GPU past its deadline).
-  virtual void Add(uint64_t key, DataType dtype, uint64_t length, Buffer& sum, Buffer push) = 0;
+  // a GPU past its deadline). `op` other than kSum combines by min, max or product
+  // instead (CPU only: the GPU throws FerryError for it).
+  virtual void Add(uint64_t key, DataType dtype, uint64_t length, Buffer& sum, Buffer push,
+                   ReduceOp op = ReduceOp::kSum) = 0;
   // Ends the key's open sum. Returns true when it is in the `sum` given to Add now (CPU);
   // false when it will go to SumReady(key, generation, sum) from a later RunCompletions
   // (GPU). REQUIRES: at least one Add since the sum opened.

@@ -28,7 +28,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/reduce/reduce.h"
 #include "common/types/data_type.h"
+#include "common/util/error.h"
 #include "common/util/counters.h"
 #include "worker/operation_table.h"
 #include "worker/scheduling/autotune.h"
@@ -61,6 +63,17 @@ class Collective {
                                DataType dtype, uint64_t count, bool average,
                                std::optional<int> priority = std::nullopt,
                                CompletionCallback done = nullptr) = 0;
+  // The pushes combined by `op` (min, max, product) instead of summed (worker.h). A local
+  // group (FERRY_LOCAL_SIZE > 1) reduces by sums only: the default refuses it.
+  virtual Handle ReduceAsync(const std::string& name, const void* input, void* output,
+                             DataType dtype, uint64_t count, ReduceOp op,
+                             std::optional<int> priority = std::nullopt,
+                             CompletionCallback done = nullptr) {
+    (void)input, (void)output, (void)dtype, (void)count, (void)priority, (void)done;
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     StrCat("reduce of '", name, "' by ", ReduceOpName(op),
+                            ": a local group (FERRY_LOCAL_SIZE > 1) reduces by sums only"));
+  }
   // Sparse rows of a tensor declared [R, ...] (worker.h).
   virtual Handle PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,
                                    const void* values, void* output, DataType dtype, bool average,

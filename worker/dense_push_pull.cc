@@ -178,6 +178,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   m.envelope.set_length(length);
   m.envelope.set_priority(f.op->priority);
   m.envelope.set_tensor_hash(t.hash);
+  m.envelope.set_reduce_op(static_cast<proto::ReduceOpProto>(f.op->reduce));
   m.envelope.set_async_mode(ctx_.config.server.async);
   if (f.frames > 1) {
     SetFrame(&m.envelope, offset, p.bytes, f.frame_bytes);

@@ -27,6 +27,7 @@
 
 #include "common/cluster/cluster_client.h"
 #include "common/config/config.h"
+#include "common/reduce/reduce.h"
 #include "common/transport/van.h"
 #include "common/util/counters.h"
 #include "common/util/mutex.h"
@@ -101,6 +102,7 @@ struct Operation {
   const uint8_t* input = nullptr;
   uint8_t* output = nullptr;
   bool average = false;
+  ReduceOp reduce = ReduceOp::kSum;  // dense push_pull: how the servers combine the pushes
   int priority = 0;
   uint32_t layout = 0;    // the layout generation its partitions use
   int replies_left = 0;   // partitions (rows: servers) whose answer has not arrived

@@ -210,20 +210,34 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   return StartPushPull(name, input, output, dtype, count, average, priority, std::move(done));
 }
 
+Handle Worker::ReduceAsync(const std::string& name, const void* input, void* output,
+                           DataType dtype, uint64_t count, ReduceOp op,
+                           std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("reduce", name);
+  FERRY_ENFORCE(IsValidReduceOp(static_cast<int>(op)), ErrorCode::kInvalidArgument, "reduce of '",
+                name, "': unknown reduce op ", static_cast<int>(op));
+  FERRY_ENFORCE(op == ReduceOp::kSum || !config_.server.async, ErrorCode::kInvalidArgument,
+                "reduce of '", name, "' by ", ReduceOpName(op),
+                ": not available in asynchronous training (FERRY_ENABLE_ASYNC=1)");
+  return StartPushPull(name, input, output, dtype, count, false, priority, std::move(done), op);
+}
+
 Handle Worker::StartPushPull(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
-                             std::optional<int> priority, CompletionCallback done) {
+                             std::optional<int> priority, CompletionCallback done,
+                             ReduceOp reduce) {
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
   const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
-                                       std::move(done));
+                                       std::move(done), reduce);
   dense_->SendReady();  // from this thread: no hand-off to the sender thread
   return handle;
 }
 
 Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* output,
                               DataType dtype, uint64_t count, bool average,
-                              std::optional<int> priority, CompletionCallback done) {
+                              std::optional<int> priority, CompletionCallback done,
+                              ReduceOp reduce) {
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
@@ -238,6 +252,7 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
   TensorInfo& t = catalog_->Declare(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
   std::shared_ptr<Operation> op =
       NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull", name));
+  op->reduce = reduce;
   op->input = static_cast<const uint8_t*>(input);
   op->output = static_cast<uint8_t*>(output);
   sequencer_->Submit(op, *dense_);

@@ -109,6 +109,13 @@ class Worker : public Collective {
   Handle PushPullAsync(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority = std::nullopt,
                        CompletionCallback done = nullptr) override;
+  // As PushPullAsync without averaging, the pushes combined by `op` instead of summed
+  // (min, max, product; kSum is a push_pull). Every worker must name the same op for one
+  // operation: a server that sees two fails the tensor with the reason, on every worker.
+  // Workers that joined take no part (as in a sum). Not in asynchronous training.
+  Handle ReduceAsync(const std::string& name, const void* input, void* output, DataType dtype,
+                     uint64_t count, ReduceOp op, std::optional<int> priority = std::nullopt,
+                     CompletionCallback done = nullptr) override;
   // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
   // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
   // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
@@ -190,11 +197,11 @@ class Worker : public Collective {
   // sends what the queue lets out from this thread (DensePushPull::SendReady).
   Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority,
-                       CompletionCallback done) EXCLUDES(mu_);
+                       CompletionCallback done, ReduceOp reduce = ReduceOp::kSum) EXCLUDES(mu_);
   // The operation, checked and queued behind its tensor's earlier ones.
   Handle SubmitPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                         uint64_t count, bool average, std::optional<int> priority,
-                        CompletionCallback done) EXCLUDES(mu_);
+                        CompletionCallback done, ReduceOp reduce) EXCLUDES(mu_);
   // A new operation of tensor `t`, registered in the table.
   // `label`: the stall check's (operation_table.h, "Labels").
   std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,

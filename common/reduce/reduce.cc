@@ -19,6 +19,7 @@
 #include <cstring>
 #include <iterator>
 #include <mutex>
+#include <type_traits>
 
 #include "common/reduce/reduce_internal.h"
 
@@ -378,6 +379,94 @@ const char* SimdLevelName(SimdLevel level) {
   static const char* const kNames[] = {"portable", "avx2", "avx512"};  // by SimdLevel
   const int i = static_cast<int>(level);
   return i >= 0 && i < static_cast<int>(std::size(kNames)) ? kNames[i] : "unknown";
+}
+
+// ---------------------------------------------------------------------------------
+// Min, max and product: plain loops (they are rare: metrics, not gradients).
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "?";
+}
+
+bool IsValidReduceOp(int op) { return op >= 0 && op <= static_cast<int>(ReduceOp::kProduct); }
+
+namespace {
+
+template <typename C>
+inline C Apply(ReduceOp op, C x, C y) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (op != ReduceOp::kProduct && (x != x || y != y)) return x != x ? x : y;  // NaN wins
+  }
+  switch (op) {
+    case ReduceOp::kMin: return y < x ? y : x;
+    case ReduceOp::kMax: return y > x ? y : x;
+    default: return x * y;  // kProduct
+  }
+}
+
+// dst[i] = op(dst[i], src[i]) with elements stored as S, computed as C.
+template <typename S, typename C, typename Decode, typename Encode>
+void ReduceLoop(unsigned char* d, const unsigned char* s, size_t n, ReduceOp op, Decode decode,
+                Encode encode) {
+  for (size_t i = 0; i < n; ++i) {
+    S a, b;
+    std::memcpy(&a, d + i * sizeof(S), sizeof(S));
+    std::memcpy(&b, s + i * sizeof(S), sizeof(S));
+    const S r = encode(Apply<C>(op, decode(a), decode(b)));
+    std::memcpy(d + i * sizeof(S), &r, sizeof(S));
+  }
+}
+
+// Integers: min and max compare signed; the product multiplies unsigned (wraps, no UB).
+template <typename Signed, typename Unsigned>
+void ReduceIntegers(unsigned char* d, const unsigned char* s, size_t n, ReduceOp op) {
+  for (size_t i = 0; i < n; ++i) {
+    Signed a, b;
+    std::memcpy(&a, d + i * sizeof a, sizeof a);
+    std::memcpy(&b, s + i * sizeof b, sizeof b);
+    Signed r;
+    if (op == ReduceOp::kProduct) {
+      r = static_cast<Signed>(static_cast<Unsigned>(a) * static_cast<Unsigned>(b));
+    } else {
+      r = op == ReduceOp::kMin ? (b < a ? b : a) : (b > a ? b : a);
+    }
+    std::memcpy(d + i * sizeof r, &r, sizeof r);
+  }
+}
+
+}  // namespace
+
+void ReduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op) {
+  if (op == ReduceOp::kSum) {
+    SumInto(dst, src, count, type);
+    return;
+  }
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto same = [](auto v) { return v; };
+  switch (type) {
+    case DataType::kFloat32:
+      return ReduceLoop<float, float>(d, s, count, op, same, same);
+    case DataType::kFloat64:
+      return ReduceLoop<double, double>(d, s, count, op, same, same);
+    case DataType::kFloat16:
+      return ReduceLoop<uint16_t, float>(d, s, count, op, HalfToFloatInline, FloatToHalfInline);
+    case DataType::kBFloat16:
+      return ReduceLoop<uint16_t, float>(d, s, count, op, BFloat16ToFloatInline,
+                                         FloatToBFloat16Inline);
+    case DataType::kInt32:
+      return ReduceIntegers<int32_t, uint32_t>(d, s, count, op);
+    case DataType::kInt64:
+      return ReduceIntegers<int64_t, uint64_t>(d, s, count, op);
+  }
+  std::fprintf(stderr, "ReduceInto: unknown data type %d\n", static_cast<int>(type));
+  std::abort();
 }
 
 }  // namespace ferry

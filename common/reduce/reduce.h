@@ -21,6 +21,18 @@ void SumInto(void* dst, const void* src, size_t count, DataType type);
 // dst[i] = a[i] + b[i]. dst may alias a or b.
 void SumTo(void* dst, const void* a, const void* b, size_t count, DataType type);
 
+// The reductions a server performs (Horovod's ops but Average, which is a Sum scaled by
+// the worker, and Adasum).
+enum class ReduceOp : int { kSum = 0, kMin = 1, kMax = 2, kProduct = 3 };
+const char* ReduceOpName(ReduceOp op);  // "sum", "min", "max", "product"
+bool IsValidReduceOp(int op);
+
+// dst[i] = op(dst[i], src[i]) for i in [0, count); kSum is SumInto. The 16-bit floats
+// compute in float32 and round back to nearest-even; integers multiply modulo 2^N. Min
+// and max return NaN where either input is NaN (as torch.minimum / torch.maximum). dst and
+// src must not overlap unless dst == src.
+void ReduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op);
+
 // dst[i] *= scale, computed in the type's arithmetic (float32 for the 16-bit floats,
 // double for float64, truncation toward zero for integers: dst = dst * scale).
 // Used to turn a sum into an average (scale = 1 / number of workers).

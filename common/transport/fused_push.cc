@@ -17,6 +17,7 @@ proto::SubPush SubPushOf(const proto::Envelope& push) {
   s.set_length(push.length());
   s.set_priority(push.priority());
   s.set_tensor_hash(push.tensor_hash());
+  s.set_reduce_op(push.reduce_op());
   return s;
 }
 
@@ -61,6 +62,10 @@ Status ValidateFusedPush(const Message& m, uint64_t max_payload_bytes) {
       return BadMessageError(
           StrCat("fused push ", i, ": unknown dtype ", static_cast<int>(s.dtype())));
     }
+    if (!proto::ReduceOpProto_IsValid(s.reduce_op())) {
+      return BadMessageError(
+          StrCat("fused push ", i, ": unknown reduce op ", static_cast<int>(s.reduce_op())));
+    }
     size_t element = DataTypeSize(static_cast<DataType>(s.dtype()));
     if (s.length() % element != 0) {
       return BadMessageError(StrCat("fused push ", i, ": ", s.length(),
@@ -95,6 +100,7 @@ Status SplitFusedPush(const Message& fused, std::vector<Message>* out) {
     p.envelope.set_length(s.length());
     p.envelope.set_priority(s.priority());
     p.envelope.set_tensor_hash(s.tensor_hash());
+    p.envelope.set_reduce_op(s.reduce_op());
     p.envelope.set_async_mode(fused.envelope.async_mode());
     if (s.length() > 0) p.payload = fused.payload.Slice(at, s.length());  // zero copy
     at += s.length();

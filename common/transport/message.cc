@@ -174,6 +174,9 @@ Status ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
   if (!IsValidDataType(e.dtype())) {
     return BadMessageError(StrCat("unknown dtype ", static_cast<int>(e.dtype())));
   }
+  if (!proto::ReduceOpProto_IsValid(e.reduce_op())) {
+    return BadMessageError(StrCat("unknown reduce op ", static_cast<int>(e.reduce_op())));
+  }
   if (Status bad = CheckPayloadFrame(m, max_payload_bytes); !bad.ok()) return bad;
   size_t element = DataTypeSize(static_cast<DataType>(e.dtype()));
   if (m.payload.size() % element != 0) {

@@ -124,6 +124,23 @@ PYBIND11_MODULE(_core, m) {
       "handle. Both buffers must stay alive (and input unchanged) until wait() returns.");
 
   m.def(
+      "reduce_async",
+      [](const std::string& name, uintptr_t input, uintptr_t output, int dtype, uint64_t count,
+         int op, std::optional<int> priority) {
+        FERRY_ENFORCE(ferry::IsValidReduceOp(op), ferry::ErrorCode::kInvalidArgument,
+                      "reduce of '", name, "': unknown reduce op ", op);
+        return Get()->ReduceAsync(name, Address(input), const_cast<void*>(Address(output)),
+                                  Type(dtype), count, static_cast<ferry::ReduceOp>(op), priority);
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("count"),
+      py::arg("op"), py::arg("priority") = py::none(),
+      "As push_pull_async, the pushes combined by `op` (REDUCE_MIN, REDUCE_MAX, REDUCE_PRODUCT) "
+      "instead of summed; returns a handle.");
+  m.attr("REDUCE_MIN") = static_cast<int>(ferry::ReduceOp::kMin);
+  m.attr("REDUCE_MAX") = static_cast<int>(ferry::ReduceOp::kMax);
+  m.attr("REDUCE_PRODUCT") = static_cast<int>(ferry::ReduceOp::kProduct);
+
+  m.def(
       "push_pull_rows_async",
       [](const std::string& name, uintptr_t rows, uint64_t num_rows, uintptr_t values,
          uintptr_t output, int dtype, bool average, std::optional<int> priority) {

@@ -164,6 +164,15 @@ TEST(MessageTest, RejectsWrongVersion) {
       << ValidateMessage(v2, kLimit).message();
 }
 
+TEST(MessageTest, RejectsUnknownReduceOp) {
+  Message m = GoodPush();
+  m.envelope.set_reduce_op(proto::REDUCE_PRODUCT);
+  EXPECT_TRUE(ValidateMessage(m, kLimit).ok());
+  m.envelope.set_reduce_op(static_cast<proto::ReduceOpProto>(9));
+  EXPECT_TRUE(StrContains(ValidateMessage(m, kLimit).message(), "unknown reduce op 9"))
+      << ValidateMessage(m, kLimit).message();
+}
+
 TEST(MessageTest, StallNeedsItsBody) {
   Message bare = MakeMessage(proto::STALL, 0);
   EXPECT_TRUE(StrContains(ValidateMessage(bare, kLimit).message(), "STALL without its body"))

@@ -893,3 +893,61 @@ TEST(CrossLevelTest, SixteenBitResultsIdenticalAcrossLevels) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// ReduceInto: min, max and product against std:: on each type, NaN and wrap-around included.
+template <typename T>
+std::vector<T> Reduced(std::vector<T> a, const std::vector<T>& b, DataType type, ReduceOp op) {
+  ReduceInto(a.data(), b.data(), a.size(), type, op);
+  return a;
+}
+
+TEST(ReduceIntoTest, MinMaxProductOfFloatsAndIntegers) {
+  const std::vector<float> a = {1.5f, -2.0f, 3.0f, 0.0f};
+  const std::vector<float> b = {-1.0f, 4.0f, 3.0f, -0.5f};
+  EXPECT_EQ(Reduced(a, b, DataType::kFloat32, ReduceOp::kMin), (std::vector<float>{-1.0f, -2.0f, 3.0f, -0.5f}));
+  EXPECT_EQ(Reduced(a, b, DataType::kFloat32, ReduceOp::kMax), (std::vector<float>{1.5f, 4.0f, 3.0f, 0.0f}));
+  EXPECT_EQ(Reduced(a, b, DataType::kFloat32, ReduceOp::kProduct), (std::vector<float>{-1.5f, -8.0f, 9.0f, -0.0f}));
+  EXPECT_EQ(Reduced(a, b, DataType::kFloat32, ReduceOp::kSum), (std::vector<float>{0.5f, 2.0f, 6.0f, -0.5f}));
+  const std::vector<double> da = {2.0, -7.0}, db = {3.0, -8.0};
+  EXPECT_EQ(Reduced(da, db, DataType::kFloat64, ReduceOp::kMin), (std::vector<double>{2.0, -8.0}));
+  EXPECT_EQ(Reduced(da, db, DataType::kFloat64, ReduceOp::kProduct), (std::vector<double>{6.0, 56.0}));
+  const std::vector<int32_t> ia = {5, -3, INT32_MAX}, ib = {-4, -9, 2};
+  EXPECT_EQ(Reduced(ia, ib, DataType::kInt32, ReduceOp::kMin), (std::vector<int32_t>{-4, -9, 2}));
+  EXPECT_EQ(Reduced(ia, ib, DataType::kInt32, ReduceOp::kMax), (std::vector<int32_t>{5, -3, INT32_MAX}));
+  EXPECT_EQ(Reduced(ia, ib, DataType::kInt32, ReduceOp::kProduct),
+            (std::vector<int32_t>{-20, 27, -2}));  // INT32_MAX * 2 wraps to -2
+  const std::vector<int64_t> la = {INT64_MIN, 6}, lb = {0, -7};
+  EXPECT_EQ(Reduced(la, lb, DataType::kInt64, ReduceOp::kMin), (std::vector<int64_t>{INT64_MIN, -7}));
+  EXPECT_EQ(Reduced(la, lb, DataType::kInt64, ReduceOp::kProduct), (std::vector<int64_t>{0, -42}));
+}
+
+TEST(ReduceIntoTest, SixteenBitFloatsComputeInFloat32) {
+  const std::vector<uint16_t> a = {FloatToHalf(1.5f), FloatToHalf(-2.0f)};
+  const std::vector<uint16_t> b = {FloatToHalf(3.0f), FloatToHalf(0.25f)};
+  std::vector<uint16_t> p = Reduced(a, b, DataType::kFloat16, ReduceOp::kProduct);
+  EXPECT_EQ(HalfToFloat(p[0]), 4.5f);
+  EXPECT_EQ(HalfToFloat(p[1]), -0.5f);
+  std::vector<uint16_t> m = Reduced(a, b, DataType::kFloat16, ReduceOp::kMax);
+  EXPECT_EQ(HalfToFloat(m[0]), 3.0f);
+  EXPECT_EQ(HalfToFloat(m[1]), 0.25f);
+  const std::vector<uint16_t> ba = {FloatToBFloat16(-1.0f)}, bb = {FloatToBFloat16(2.0f)};
+  EXPECT_EQ(BFloat16ToFloat(Reduced(ba, bb, DataType::kBFloat16, ReduceOp::kMin)[0]), -1.0f);
+}
+
+TEST(ReduceIntoTest, NanWinsMinAndMax) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+    EXPECT_TRUE(std::isnan(Reduced<float>({nan}, {1.0f}, DataType::kFloat32, op)[0]));
+    EXPECT_TRUE(std::isnan(Reduced<float>({1.0f}, {nan}, DataType::kFloat32, op)[0]));
+  }
+  EXPECT_STREQ(ReduceOpName(ReduceOp::kProduct), "product");
+  EXPECT_TRUE(IsValidReduceOp(3));
+  EXPECT_FALSE(IsValidReduceOp(4));
+  EXPECT_FALSE(IsValidReduceOp(-1));
+}
+
+}  // namespace
+}  // namespace ferry

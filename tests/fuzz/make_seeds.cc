@@ -114,6 +114,10 @@ int main(int argc, char** argv) {
     push.envelope.set_length(payload.size());
     push.envelope.set_tensor_hash(0x1234);
     Write(dir, "push_dtype" + std::to_string(dtype), push, payload);
+    if (dtype == 4) {  // protocol 4: combined by max instead of summed
+      push.envelope.set_reduce_op(proto::REDUCE_MAX);
+      Write(dir, "push_reduce_max", push, payload);
+    }
   }
   // A fused push of three pushes (float16, float32, an empty int64 tensor), 22 bytes.
   std::vector<ferry::Message> parts;

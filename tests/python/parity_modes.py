@@ -54,6 +54,29 @@ def _scaling(rank, out):
     out["scaled_grad"] = w.grad
 
 
+def _reductions(rank, out):
+    # Min, Max and Product: a server operation beside the sum, every dtype.
+    x = torch.tensor([rank + 1.0, -(rank + 1.0), 2.0 * rank, 0.5])
+    out["min"] = hvd.allreduce(x, op=hvd.Min, name="min")
+    out["max"] = hvd.allreduce(x, op=hvd.Max, name="max")
+    out["product"] = hvd.allreduce(x, op=hvd.Product, name="product")
+    out["max_int"] = hvd.allreduce(torch.tensor([rank, -rank, 7], dtype=torch.int32), op=hvd.Max)
+    out["product_int64"] = hvd.allreduce(torch.tensor([rank + 2, -1], dtype=torch.int64),
+                                         op=hvd.Product)
+    out["min_half"] = hvd.allreduce(torch.tensor([rank - 1.5, 3.0], dtype=torch.float16),
+                                    op=hvd.Min)
+    y = x.clone()
+    hvd.allreduce_(y, op=hvd.Max, prescale_factor=2.0, name="max.inplace")
+    out["max_inplace_scaled"] = y
+    h = hvd.allreduce_async(torch.full((3,), rank + 1.0), op=hvd.Product, name="product.async")
+    out["product_async"] = hvd.synchronize(h)
+    # Workers that disagree on the op all fail, naming it.
+    op = hvd.Min if rank == 0 else hvd.Max
+    out["op_mismatch"] = _outcome(lambda: hvd.allreduce(torch.ones(3), op=op, name="badop"))
+    out["op_after_mismatch"] = hvd.allreduce(torch.full((2,), float(rank)), op=hvd.Max,
+                                             name="goodop")
+
+
 def _broadcasts(rank, out):
     x = torch.arange(4, dtype=torch.float32) + 10 * rank
     x.requires_grad_()
@@ -96,7 +119,8 @@ def _refusals(rank, out):
         ("alltoall", lambda: hvd.alltoall(torch.ones(3))),
         ("reducescatter", lambda: hvd.reducescatter(torch.ones(3))),
         ("grouped_allreduce", lambda: hvd.grouped_allreduce([torch.ones(3)])),
-        ("op_min", lambda: hvd.allreduce(torch.ones(3), op=hvd.Min)),
+        ("op_min_push_pull", lambda: hvd.DistributedOptimizer(
+            torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0), op=hvd.Min)),
         ("op_adasum", lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum)),
         ("process_set", lambda: hvd.ProcessSet([0, 1])),
         ("add_process_set", lambda: hvd.add_process_set([0])),
@@ -174,7 +198,7 @@ def _byteps_names(rank, out):
 def mode_hvd_api(args, out):
     rank = hvd.rank()
     out["size"] = hvd.size()
-    for part in (_names_in_flight, _scaling, _broadcasts, _allgathers, _refusals, _optimizers,
+    for part in (_names_in_flight, _scaling, _reductions, _broadcasts, _allgathers, _refusals, _optimizers,
                  _byteps_names):
         part(rank, out)
 

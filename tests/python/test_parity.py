@@ -42,6 +42,18 @@ def test_horovod_and_byteps_semantics(module_cluster):
         assert torch.equal(r["scaled_int"], full((4,), 18, torch.int32))
         assert raised(r["op_and_average"], "ValueError", "supersedes average")
         assert torch.equal(r["scaled_grad"], full((3,), 12.0))
+        # Min, Max, Product on the servers; disagreeing ops fail on every worker.
+        ranks = range(WORKERS)
+        assert torch.equal(r["min"], torch.tensor([1.0, -3.0, 0.0, 0.5]))
+        assert torch.equal(r["max"], torch.tensor([3.0, -1.0, 4.0, 0.5]))
+        assert torch.equal(r["product"], torch.tensor([6.0, -6.0, 0.0, 0.125]))
+        assert torch.equal(r["max_int"], torch.tensor([2, 0, 7], dtype=torch.int32))
+        assert torch.equal(r["product_int64"], torch.tensor([24, -1], dtype=torch.int64))
+        assert torch.equal(r["min_half"], torch.tensor([-1.5, 3.0], dtype=torch.float16))
+        assert torch.equal(r["max_inplace_scaled"], torch.tensor([6.0, -2.0, 8.0, 1.0]))
+        assert torch.equal(r["product_async"], full((3,), float(1 * 2 * 3)))
+        assert raised(r["op_mismatch"], "FerryError", "'badop'", "disagree on how to combine")
+        assert torch.equal(r["op_after_mismatch"], full((2,), float(max(ranks))))
         # broadcast is differentiable: the root gets the average gradient, the others zeros.
         assert torch.equal(r["broadcast_value"], torch.arange(4, dtype=torch.float32) + 10)
         assert torch.equal(r["broadcast_grad"], full((4,), 2.0 if rank == 1 else 0.0))
@@ -72,7 +84,7 @@ def test_horovod_and_byteps_semantics(module_cluster):
             kind = "ValueError" if what == "mpi_threads_supported" else "NotImplementedError"
             assert outcome[0] == kind, (what, outcome)
         assert "not supported" in r["refused"]["alltoall"][1]
-        assert "op=Min" in r["refused"]["op_min"][1]
+        assert "op=Min is for allreduce" in r["refused"]["op_min_push_pull"][1]
         assert "elastic training" in r["refused"]["elastic_run"][1]
         assert "FERRY_TRACE_DIR" in r["refused"]["start_timeline"][1]
         assert r["predicates"] == dict(

@@ -46,8 +46,8 @@ _DTYPES = {
 # The core's broadcast also carries these, widened to int32 (it copies values exactly).
 _WIDENED_FOR_BROADCAST = (torch.bool, torch.uint8, torch.int8, torch.int16)
 
-# Reduction operations (Horovod's names). Average and Sum are summed by the servers;
-# the others are refused for now (see _average).
+# Reduction operations (Horovod's names). Average and Sum are summed by the servers, Min,
+# Max and Product combined by them (allreduce family only); Adasum is refused.
 Average = "average"
 Sum = "sum"
 Adasum = "adasum"
@@ -383,14 +383,20 @@ def _check_process_set(process_set):
 
 # ----------------------------------------------------------------------------- push_pull
 
-def _start(tensor, output, average, name, priority, claim, result=None, finish=None, keep=()):
-    """Starts a push_pull of contiguous `tensor` into contiguous `output`."""
+def _start(tensor, output, average, name, priority, claim, result=None, finish=None, keep=(),
+           reduce=None):
+    """Starts a push_pull of contiguous `tensor` into contiguous `output` (with `reduce`, a
+    core REDUCE_* code: combined by min, max or product instead)."""
     code = _dtype_code(tensor, "tensor '%s'" % name)
     if priority is not None:
         priority = int(priority)
     _declare(name, code, tensor.shape)
-    handle = _core.push_pull_async(name, tensor.data_ptr(), output.data_ptr(), code,
-                                   tensor.numel(), bool(average), priority)
+    if reduce is None:
+        handle = _core.push_pull_async(name, tensor.data_ptr(), output.data_ptr(), code,
+                                       tensor.numel(), bool(average), priority)
+    else:
+        handle = _core.reduce_async(name, tensor.data_ptr(), output.data_ptr(), code,
+                                    tensor.numel(), reduce, priority)
     with _lock:
         _pending[handle] = _Pending(name, (tensor, output) + tuple(keep),
                                     output if result is None else result, finish, claim)
@@ -413,7 +419,7 @@ def _scale_(tensor, factor):
 
 
 def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, postscale=1.0,
-                     kind="push_pull"):
+                     kind="push_pull", reduce=None):
     """push_pull of `tensor` times `prescale` into `output` (which may be `tensor`), the
     result times `postscale`. A non-contiguous or prescaled input travels as a copy (in
     place: copied back into `tensor` at synchronize())."""
@@ -422,11 +428,13 @@ def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, post
         inp = _scale(tensor if tensor.is_contiguous() else tensor.contiguous(), prescale)
         scale_output = (lambda: _scale_(output, postscale)) if postscale != 1.0 else None
         if output is not tensor:
-            return _start(inp, output, average, name, priority, claim, finish=scale_output)
+            return _start(inp, output, average, name, priority, claim, finish=scale_output,
+                          reduce=reduce)
         if inp is tensor:
-            return _start(inp, inp, average, name, priority, claim, finish=scale_output)
+            return _start(inp, inp, average, name, priority, claim, finish=scale_output,
+                          reduce=reduce)
         return _start(inp, inp, average, name, priority, claim, result=tensor,
-                      finish=lambda: tensor.copy_(_scale(inp, postscale)))
+                      finish=lambda: tensor.copy_(_scale(inp, postscale)), reduce=reduce)
     except BaseException:
         _release(claim)
         raise
@@ -506,25 +514,25 @@ class _PushPull(torch.autograd.Function):
     with the same average and scale factors (as Horovod's allreduce)."""
 
     @staticmethod
-    def forward(ctx, tensor, average, name, priority, prescale, postscale):
+    def forward(ctx, tensor, average, name, priority, prescale, postscale, reduce):
         ctx.average, ctx.name, ctx.priority = average, name, priority
-        ctx.prescale, ctx.postscale = prescale, postscale
-        return _sync_push_pull(tensor, average, name, priority, prescale, postscale)
+        ctx.prescale, ctx.postscale, ctx.reduce = prescale, postscale, reduce
+        return _sync_push_pull(tensor, average, name, priority, prescale, postscale, reduce)
 
     @staticmethod
     def backward(ctx, grad_output):
         name = ctx.name + ".grad" if ctx.name else None
         grad = _sync_push_pull(grad_output, ctx.average, name, ctx.priority, ctx.prescale,
-                               ctx.postscale)
-        return grad, None, None, None, None, None
+                               ctx.postscale, ctx.reduce)
+        return grad, None, None, None, None, None, None
 
 
-def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0):
+def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0, reduce=None):
     _check_tensor(tensor, "tensor '%s'" % name)
     name = _name_or_free("push_pull", name, tensor)
     output = torch.empty(tensor.shape, dtype=tensor.dtype)
     return synchronize(_push_pull_async(tensor, output, average, name, priority, prescale,
-                                        postscale))
+                                        postscale, reduce=reduce))
 
 
 def push_pull(tensor, average=True, name=None, priority=None, compression=None):
@@ -534,12 +542,13 @@ def push_pull(tensor, average=True, name=None, priority=None, compression=None):
 
 
 def _compressed_push_pull(tensor, average, name, priority, compression, prescale=1.0,
-                          postscale=1.0):
+                          postscale=1.0, reduce=None):
     if compression is not None:
         compressed, ctx = compression.compress(tensor)
         return compression.decompress(
-            _PushPull.apply(compressed, average, name, priority, prescale, postscale), ctx)
-    return _PushPull.apply(tensor, average, name, priority, prescale, postscale)
+            _PushPull.apply(compressed, average, name, priority, prescale, postscale, reduce),
+            ctx)
+    return _PushPull.apply(tensor, average, name, priority, prescale, postscale, reduce)
 
 
 def push_pull_inplace(tensor, average=True, name=None, priority=None):
@@ -598,16 +607,30 @@ def push_pull_rows(values, row_ids, name, average=False, num_rows=None, priority
 
 # ----------------------------------------------------------------------------- Horovod names
 
+_REDUCE_CODES = {Min: _core.REDUCE_MIN, Max: _core.REDUCE_MAX, Product: _core.REDUCE_PRODUCT}
+
+
+def _reduction(average, op):
+    """Horovod's `average` / `op` arguments of the allreduce family -> (average, reduce):
+    reduce is the core's code for Min, Max and Product, None for a sum."""
+    if op in _REDUCE_CODES:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of "
+                             "them.")
+        return False, _REDUCE_CODES[op]
+    return _average(average, op), None
+
+
 def _average(average, op):
-    """Horovod's `average` / `op` arguments -> average (bool)."""
+    """Horovod's `average` / `op` arguments -> average (bool), for the summing calls."""
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
     if op is None:
         return True if average is None else bool(average)
     if op in (Min, Max, Product):
         raise NotImplementedError(
-            "ferry.torch: op=%s is not supported yet; the servers sum (op=Average or op=Sum)"
-            % op.capitalize())
+            "ferry.torch: op=%s is for allreduce (allreduce, allreduce_, allreduce_async, "
+            "allreduce_async_); this call sums (op=Average or op=Sum)" % op.capitalize())
     if op == Adasum:
         raise NotImplementedError("ferry.torch: op=Adasum is not supported; use op=Average or "
                                   "op=Sum")
@@ -628,7 +651,8 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     with the same op and factors."""
     _check_process_set(process_set)
     pre, post = _factors(prescale_factor, postscale_factor)
-    return _compressed_push_pull(tensor, _average(average, op), name, None, compression, pre, post)
+    avg, reduce = _reduction(average, op)
+    return _compressed_push_pull(tensor, avg, name, None, compression, pre, post, reduce)
 
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
@@ -636,10 +660,10 @@ def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, posts
     _check_process_set(process_set)
     _check_tensor(tensor, "tensor '%s'" % name)
     pre, post = _factors(prescale_factor, postscale_factor)
-    avg = _average(average, op)
+    avg, reduce = _reduction(average, op)
     name = _name_or_free("push_pull", name, tensor)
     output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _push_pull_async(tensor, output, avg, name, None, pre, post)
+    return _push_pull_async(tensor, output, avg, name, None, pre, post, reduce=reduce)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
