@@ -3,7 +3,11 @@
 prints the median. Run on a local cluster:
     PYTHONPATH=build/python scripts/local-cluster -s 2 -w 2 -- /usr/bin/python3 bench/broadcast_parameters_bench.py
 """
-import time, torch, torchvision, ferry.torch as hvd
+import time
+
+import torchvision
+
+import ferry.torch as hvd
 hvd.init()
 m = torchvision.models.resnet18()
 sd = m.state_dict()
