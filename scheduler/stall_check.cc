@@ -51,8 +51,7 @@ void StallCheck::Update(int rank, const proto::StallReport& report, int64_t now_
   for (int i = 0; i < report.pending_size() && r.pending.size() < kMaxReported; ++i) {
     const proto::PendingOperation& p = report.pending(i);
     if (p.label().empty()) continue;
-    r.pending.emplace_back(Cut(p.label()), p.seq());
-    r.ages_ms.push_back(std::max<int64_t>(0, p.age_ms()));
+    r.pending.push_back(Pending{{Cut(p.label()), p.seq()}, std::max<int64_t>(0, p.age_ms())});
   }
   for (int i = 0; i < report.counts_size() && r.counts.size() < kMaxWatched; ++i) {
     r.counts[Cut(report.counts(i).label())] = report.counts(i).count();
@@ -62,9 +61,9 @@ void StallCheck::Update(int rank, const proto::StallReport& report, int64_t now_
 std::vector<std::string> StallCheck::Watched() const {
   std::set<std::string> labels;
   for (const Report& r : reports_) {
-    for (const auto& [label, seq] : r.pending) {
+    for (const Pending& p : r.pending) {
       if (labels.size() >= kMaxWatched) break;
-      labels.insert(label);
+      labels.insert(p.op.first);
     }
   }
   return {labels.begin(), labels.end()};
@@ -75,14 +74,14 @@ std::vector<StallCheck::Stall> StallCheck::Check(int64_t now_ms) {
   const int64_t threshold = report_after_ms() * 2;
   if (threshold <= 0) return out;
   // Every operation some worker reported pending: who waits, and for how long.
-  std::map<std::pair<std::string, uint64_t>, Stall> ops;
+  std::map<OpKey, Stall> ops;
   for (int rank = 0; rank < num_workers_; ++rank) {
     const Report& r = reports_[static_cast<size_t>(rank)];
-    for (size_t i = 0; i < r.pending.size(); ++i) {
-      Stall& s = ops[r.pending[i]];
-      s.label = r.pending[i].first;
-      s.seq = r.pending[i].second;
-      s.waited_ms = std::max(s.waited_ms, r.ages_ms[i] + (now_ms - r.received_ms));
+    for (const Pending& p : r.pending) {
+      Stall& s = ops[p.op];
+      s.label = p.op.first;
+      s.seq = p.op.second;
+      s.waited_ms = std::max(s.waited_ms, p.age_ms + (now_ms - r.received_ms));
       if (s.waiting.empty() || s.waiting.back() != rank) s.waiting.push_back(rank);
     }
   }

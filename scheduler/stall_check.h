@@ -70,13 +70,17 @@ class StallCheck {
   std::vector<Stall> Check(int64_t now_ms);
 
  private:
+  using OpKey = std::pair<std::string, uint64_t>;  // (label, seq)
+  struct Pending {
+    OpKey op;
+    int64_t age_ms = 0;  // at the report's received_ms
+  };
   struct Report {
     bool known = false;
     int64_t received_ms = 0;
     int64_t idle_ms = 0;
-    std::vector<std::pair<std::string, uint64_t>> pending;  // (label, seq), with its age:
-    std::vector<int64_t> ages_ms;                             // ... at received_ms
-    std::map<std::string, uint64_t> counts;                   // label -> submitted
+    std::vector<Pending> pending;
+    std::map<std::string, uint64_t> counts;  // label -> submitted
   };
   std::string Message(const Stall& s) const;
 
@@ -84,7 +88,7 @@ class StallCheck {
   const int64_t warning_ms_;
   const int64_t shutdown_ms_;
   std::vector<Report> reports_;  // by rank
-  std::map<std::pair<std::string, uint64_t>, int64_t> last_warned_ms_;
+  std::map<OpKey, int64_t> last_warned_ms_;
 };
 
 }  // namespace ferry

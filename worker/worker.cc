@@ -17,11 +17,15 @@ namespace ferry {
 namespace {
 
 // The stall check's label of an operation on tensor `name` (operation_table.h, "Labels"):
-// what the user called, on the name the user gave.
+// what the user called, on the name the user gave (a broadcast's vote and data both count
+// as the broadcast).
 std::string OperationLabel(const char* what, const std::string& name) {
-  const std::string broadcast = ReservedTensorName(reserved::kBroadcast) + "/";
-  if (name.compare(0, broadcast.size(), broadcast) == 0) {
-    return StrCat("broadcast of '", name.substr(broadcast.size()), "'");
+  static const std::string kPrefixes[] = {ReservedTensorName(reserved::kBroadcast) + "/",
+                                          ReservedTensorName(reserved::kBroadcastVote) + "/"};
+  for (const std::string& prefix : kPrefixes) {
+    if (name.compare(0, prefix.size(), prefix) == 0) {
+      return StrCat("broadcast of '", name.substr(prefix.size()), "'");
+    }
   }
   return StrCat(what, " of '", name, "'");
 }
@@ -35,17 +39,12 @@ std::string BroadcastDisagreement(const std::string& name, const std::vector<int
     return StrCat("rank ", r, ": root ", vote(r, 0), ", ",
                   DataTypeName(static_cast<DataType>(vote(r, 1))), "[", vote(r, 2), "]");
   };
-  std::vector<int> absent;
-  int first = -1;
-  for (int r = 0; r < workers; ++r) {
-    if (votes[3 * static_cast<size_t>(r)] == 0) {
-      absent.push_back(r);
-    } else if (first < 0) {
-      first = r;
-    }
-  }
-  for (int r = first + 1; first >= 0 && r < workers; ++r) {
-    if (votes[3 * static_cast<size_t>(r)] == 0) continue;
+  auto took_part = [&](int r) { return votes[3 * static_cast<size_t>(r)] != 0; };
+  int first = 0;
+  while (first < workers && !took_part(first)) ++first;
+  if (first == workers) return "";  // only this worker's own vote is missing: cannot happen
+  for (int r = first + 1; r < workers; ++r) {
+    if (!took_part(r)) continue;
     if (vote(r, 0) != vote(first, 0) || vote(r, 1) != vote(first, 1) ||
         vote(r, 2) != vote(first, 2)) {
       return StrCat("broadcast of '", name, "': the workers disagree (", describe(first), "; ",
@@ -53,8 +52,8 @@ std::string BroadcastDisagreement(const std::string& name, const std::vector<int
                     "rank, dtype and shape");
     }
   }
-  const int root = first >= 0 ? static_cast<int>(vote(first, 0)) : -1;
-  if (std::find(absent.begin(), absent.end(), root) != absent.end()) {
+  const int root = static_cast<int>(vote(first, 0));
+  if (root >= 0 && root < workers && !took_part(root)) {
     return StrCat("broadcast of '", name, "' from root rank ", root,
                   ", which has joined (join()): the root must take part in a broadcast");
   }

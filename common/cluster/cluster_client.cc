@@ -207,10 +207,7 @@ void ClusterClient::SetStallReporter(StallReporter reporter) {
   stall_reporter_ = std::move(reporter);
 }
 
-void ClusterClient::OnStall(const proto::Stall& stall) {
-  stall_warnings_++;
-  LOG(WARNING) << stall.message();
-}
+void ClusterClient::OnStall(const proto::Stall& stall) { LOG(WARNING) << stall.message(); }
 
 namespace {
 
@@ -221,6 +218,11 @@ std::string BarrierLabel(proto::BarrierGroup group) {
     case proto::GROUP_JOIN: return "join";
     default: return "";
   }
+}
+
+// Whether `label` is one of BarrierLabel's (this client counts those itself).
+bool IsBarrierLabel(const std::string& label) {
+  return label == BarrierLabel(proto::GROUP_WORKERS) || label == BarrierLabel(proto::GROUP_JOIN);
 }
 
 }  // namespace
@@ -236,9 +238,7 @@ Message ClusterClient::MakeHeartbeat() {
     reporter = stall_reporter_;
     report_after_ms = stall_watch_.report_after_ms();
     for (const std::string& label : stall_watch_.labels()) {
-      if (label != BarrierLabel(proto::GROUP_WORKERS) && label != BarrierLabel(proto::GROUP_JOIN)) {
-        labels.push_back(label);
-      }
+      if (!IsBarrierLabel(label)) labels.push_back(label);
     }
   }
   proto::StallReport* report = m.envelope.mutable_stall_report();
@@ -253,9 +253,7 @@ Message ClusterClient::MakeHeartbeat() {
     p->set_age_ms(now - wait.start_ms);
   }
   for (const std::string& label : stall_watch_.labels()) {
-    if (label != BarrierLabel(proto::GROUP_WORKERS) && label != BarrierLabel(proto::GROUP_JOIN)) {
-      continue;
-    }
+    if (!IsBarrierLabel(label)) continue;
     auto it = barriers_entered_.find(label);
     auto* c = report->add_counts();
     c->set_label(label);
@@ -278,19 +276,22 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   Send(std::move(m));
+  // Erased however the wait ends: a barrier no longer waited for is no stall to report.
+  auto forget = [this, id]() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    const int last_rank = barriers_[id].last_rank;
+    barriers_.erase(id);
+    return last_rank;
+  };
   try {
     WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id].released; },
               timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
               StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
   } catch (...) {
-    MutexLock lock(mu_);
-    barriers_.erase(id);  // no longer waited for: not a stall to report
+    forget();
     throw;
   }
-  MutexLock lock(mu_);
-  const int last_rank = barriers_[id].last_rank;
-  barriers_.erase(id);
-  return last_rank;
+  return forget();
 }
 
 void ClusterClient::Finalize() {

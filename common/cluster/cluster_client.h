@@ -12,7 +12,7 @@
 // The stall check (scheduler/stall_check.h): a worker's heartbeats carry what it has
 // submitted and not finished (its StallReporter's operations, and its barriers and
 // joins, labelled "barrier" and "join"), as the last HEARTBEAT_ACK's StallWatch asks; a
-// STALL from the scheduler is logged as a warning and counted (stall_warnings()).
+// STALL from the scheduler is logged as a warning.
 
 #include <atomic>
 #include <functional>
@@ -84,8 +84,6 @@ class ClusterClient {
 
   // Workers: what the heartbeats report for the stall check (see the file comment).
   void SetStallReporter(StallReporter reporter) EXCLUDES(mu_);
-  // STALL warnings received so far.
-  uint64_t stall_warnings() const { return stall_warnings_; }
 
  private:
   // Waits until `done()` (called with mu_ held) or failure or the deadline; throws on
@@ -128,7 +126,6 @@ class ClusterClient {
   std::atomic<bool> failed_{false};
   std::atomic<bool> shut_down_{false};
   std::atomic<bool> stop_heartbeat_{false};
-  std::atomic<uint64_t> stall_warnings_{0};
   std::atomic<int64_t> last_scheduler_contact_ms_{0};
   std::thread heartbeat_thread_;
 };

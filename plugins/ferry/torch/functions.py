@@ -7,7 +7,7 @@ import pickle
 
 import torch
 
-from ferry.torch.ops import (_allgather, _check_process_set, _check_root, broadcast_,
+from ferry.torch.ops import (_allgather, _bucket, _check_process_set, _check_root, broadcast_,
                              broadcast_async_, rank, synchronize)
 
 
@@ -40,7 +40,7 @@ def broadcast_parameters(params, root_rank):
 
 
 def _bucket_bytes(n):
-    return max(256, 1 << (max(n, 1) - 1).bit_length())
+    return max(256, _bucket(n))
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):

@@ -72,8 +72,7 @@ class _Pending(object):
         self.name = name          # for error messages
         self.tensors = tensors    # every tensor whose memory the core reads or writes
         self.result = result      # what synchronize() returns
-        self.finish = finish      # callable run after a successful wait (copy-back); if it
-        #                           returns something other than None, synchronize() returns that
+        self.finish = finish      # callable run after a successful wait (copy-back, scaling)
         self.claim = claim        # (kind, name) in _in_flight until synchronize()
 
 
@@ -419,11 +418,11 @@ def _scale_(tensor, factor):
 
 
 def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, postscale=1.0,
-                     kind="push_pull", reduce=None):
+                     reduce=None):
     """push_pull of `tensor` times `prescale` into `output` (which may be `tensor`), the
     result times `postscale`. A non-contiguous or prescaled input travels as a copy (in
     place: copied back into `tensor` at synchronize())."""
-    claim = _claim(kind, name)
+    claim = _claim("push_pull", name)
     try:
         inp = _scale(tensor if tensor.is_contiguous() else tensor.contiguous(), prescale)
         scale_output = (lambda: _scale_(output, postscale)) if postscale != 1.0 else None
@@ -449,17 +448,21 @@ def push_pull_async(tensor, average=True, name=None, priority=None):
     two operations in flight (not yet synchronized) under one name raise ValueError.
     priority: larger goes first; default -(declaration index), so tensors declared first
     are most urgent."""
-    _check_tensor(tensor, "tensor '%s'" % name)
-    name = _name_or_free("push_pull", name, tensor)
-    output = torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _push_pull_async(tensor, output, average, name, priority)
+    return _submit(tensor, False, average, name, priority)
 
 
 def push_pull_async_inplace(tensor, average=True, name=None, priority=None):
     """As push_pull_async, but the result is written into `tensor`."""
+    return _submit(tensor, True, average, name, priority)
+
+
+def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1.0, reduce=None):
+    """Checks `tensor`, names the call (_name_or_free) and starts its push_pull into
+    `tensor` itself or into a new tensor."""
     _check_tensor(tensor, "tensor '%s'" % name)
     name = _name_or_free("push_pull", name, tensor)
-    return _push_pull_async(tensor, tensor, average, name, priority)
+    output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype)
+    return _push_pull_async(tensor, output, average, name, priority, prescale, postscale, reduce)
 
 
 def poll(handle):
@@ -503,9 +506,7 @@ def synchronize(handle):
         raise
     _release(entry.claim)
     if entry.finish is not None:
-        value = entry.finish()
-        if value is not None and entry.result is None:
-            return value
+        entry.finish()
     return entry.result
 
 
@@ -528,11 +529,7 @@ class _PushPull(torch.autograd.Function):
 
 
 def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0, reduce=None):
-    _check_tensor(tensor, "tensor '%s'" % name)
-    name = _name_or_free("push_pull", name, tensor)
-    output = torch.empty(tensor.shape, dtype=tensor.dtype)
-    return synchronize(_push_pull_async(tensor, output, average, name, priority, prescale,
-                                        postscale, reduce=reduce))
+    return synchronize(_submit(tensor, False, average, name, priority, prescale, postscale, reduce))
 
 
 def push_pull(tensor, average=True, name=None, priority=None, compression=None):
@@ -658,12 +655,9 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set):
     _check_process_set(process_set)
-    _check_tensor(tensor, "tensor '%s'" % name)
     pre, post = _factors(prescale_factor, postscale_factor)
     avg, reduce = _reduction(average, op)
-    name = _name_or_free("push_pull", name, tensor)
-    output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _push_pull_async(tensor, output, avg, name, None, pre, post, reduce=reduce)
+    return _submit(tensor, in_place, avg, name, None, pre, post, reduce)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
