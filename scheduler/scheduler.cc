@@ -320,15 +320,16 @@ void Scheduler::BuildNodeTable() {
 void Scheduler::OnBarrier(const Message& m) {
   int group = m.envelope.barrier().group();
   auto& arrived = barriers_[group];
-  for (const auto& a : arrived) {
-    if (a.first == m.sender()) {
+  for (const Arrival& a : arrived) {
+    if (a.node == m.sender()) {
       LOG(WARNING) << table_.Describe(m.sender()) << " entered a "
                    << proto::BarrierGroup_Name(m.envelope.barrier().group())
                    << " barrier twice; ignored";
       return;
     }
   }
-  arrived.emplace_back(m.sender(), m.envelope.request_id());
+  arrived.push_back(
+      Arrival{m.sender(), m.envelope.request_id(), m.envelope.barrier().join_position()});
   int expected =
       group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.cluster.num_workers
       : group == proto::GROUP_SERVERS                             ? config_.cluster.num_servers
@@ -336,13 +337,19 @@ void Scheduler::OnBarrier(const Message& m) {
   VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
           << arrived.size() << " of " << expected;
   if (static_cast<int>(arrived.size()) < expected) return;
-  const int last_rank = table_.node(m.sender()).rank();
-  for (const auto& [node, request] : arrived) {
+  // The last to arrive; in a join, the one with the highest join position (the last
+  // to join at the servers: worker/join_protocol.h), ties to the later arrival.
+  const Arrival* last = &arrived.back();
+  for (const Arrival& a : arrived) {
+    if (a.join_position >= last->join_position) last = &a;
+  }
+  const int last_rank = table_.node(last->node).rank();
+  for (const Arrival& a : arrived) {
     Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
-    release.envelope.set_request_id(request);
+    release.envelope.set_request_id(a.request);
     release.envelope.mutable_barrier()->set_group(m.envelope.barrier().group());
     release.envelope.mutable_barrier()->set_last_rank(last_rank);
-    SendTo(node, std::move(release));
+    SendTo(a.node, std::move(release));
   }
   arrived.clear();
 }

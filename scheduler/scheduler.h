@@ -90,8 +90,13 @@ class Scheduler {
   std::vector<Pending> pending_ GUARDED_BY(mu_);  // registrations in arrival order
   NodeTable table_ GUARDED_BY(mu_);
   std::map<int, Member> members_ GUARDED_BY(mu_);  // node id -> connection and heartbeat
-  // group -> (node, request)
-  std::map<int, std::vector<std::pair<int, uint64_t>>> barriers_ GUARDED_BY(mu_);
+  // A node in a barrier: its id, its BARRIER's request id, its join position (GROUP_JOIN).
+  struct Arrival {
+    int node = -1;
+    uint64_t request = 0;
+    int join_position = 0;
+  };
+  std::map<int, std::vector<Arrival>> barriers_ GUARDED_BY(mu_);  // by group, in arrival order
   std::set<int> finalized_ GUARDED_BY(mu_);
   StallCheck stalls_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);

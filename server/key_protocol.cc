@@ -71,7 +71,9 @@ Message ToMessage(const Reply& reply, int sender) {
   e.set_offset(reply.offset);
   switch (reply.kind) {
     case Reply::Kind::kAck:
+      break;
     case Reply::Kind::kJoinAck:
+      e.set_round(reply.sum.round);  // the JOIN's position at this server
       break;
     case Reply::Kind::kError:
       e.mutable_error()->set_code(static_cast<int>(reply.code));

@@ -67,6 +67,8 @@ struct ServerCounters {
   Counter& rows_summed = registry.Register("rows_summed");
   // Pushes summed and answered on the IO thread (FERRY_SERVER_INLINE_BYTES).
   Counter& pushes_inline = registry.Register("pushes_inline");
+  // Keys dropped because every worker retired their tensor (a name declared anew).
+  Counter& keys_retired = registry.Register("keys_retired");
 };
 
 // A PUSH, ROWS_PUSH or RESEND_SUM of a worker, as the engine thread hands it to a protocol.
@@ -85,7 +87,8 @@ struct Request {
 // One answer to one request. kAck: PUSH_ACK (the push arrived; its sum comes later).
 // kSum: PUSH_RESULT (a dense key's sum, or its parameters in async mode). kRowsSum:
 // ROWS_RESULT (the rows the pusher listed). kError: ERROR with `code` and `reason`.
-// kJoinAck: JOIN_ACK (the server's answer to a JOIN, not a protocol's).
+// kJoinAck: JOIN_ACK (the server's answer to a JOIN, not a protocol's; sum.round: the
+// JOIN's position among those the server received).
 struct Reply {
   enum class Kind { kAck, kSum, kRowsSum, kError, kJoinAck };
   Kind kind = Kind::kAck;
@@ -158,6 +161,13 @@ class KeyProtocol {
   // The engine's summation failed for good: every key fails with "KEY: why", and the
   // pushers waiting are told (kInternal).
   virtual void FailAll(const std::string& why) = 0;
+  // Some worker retired `tensor` (RETIRE, tensor_retirements.h) while others still push
+  // it: a round of its keys waiting for pushes can never complete; the key fails and its
+  // pushers are told "KEY: reason" (kMismatch). Keys with no round open are left alone.
+  virtual void RefuseOpenRounds(uint32_t tensor, const std::string& reason) = 0;
+  // Every worker retired `tensor` (or joined): its keys are dropped, after refusing any
+  // round still open as RefuseOpenRounds does.
+  virtual void Retire(uint32_t tensor, const std::string& reason) = 0;
   // A sum this protocol ended with Summation::Finish arrived (GPU, from RunCompletions).
   virtual void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) = 0;
   // Sums ended with Finish that have not arrived yet (0 on the CPU).
@@ -198,9 +208,24 @@ class KeyProtocolOf : public KeyProtocol {
     auto it = keys_.find(key);
     return it == keys_.end() ? nullptr : &it->second;
   }
+  size_t key_count() const { return keys_.size(); }
 
  protected:
-  std::unordered_map<uint64_t, State> keys_;  // never erased
+  // Erases every key of `tensor` (a scan: retirements are rare), after `drop(key, state)`.
+  template <typename Drop>
+  void EraseTensor(uint32_t tensor, Drop&& drop) {
+    for (auto it = keys_.begin(); it != keys_.end();) {
+      if (KeyTensor(it->first) != tensor) {
+        ++it;
+        continue;
+      }
+      drop(it->first, it->second);
+      it = keys_.erase(it);
+      context_.counters->keys_retired++;
+    }
+  }
+
+  std::unordered_map<uint64_t, State> keys_;  // erased only when their tensor is retired
 };
 
 }  // namespace ferry

@@ -61,6 +61,12 @@ class ParamProtocol : public KeyProtocolOf<ParamState> {
   void Join() override {}
   void Restart() override {}
   void FailAll(const std::string& why) override;
+  // Parameters have no rounds; workers never re-declare in asynchronous training
+  // (TensorCatalog's fixed layouts), so a retirement only drops the keys.
+  void RefuseOpenRounds(uint32_t, const std::string&) override {}
+  void Retire(uint32_t tensor, const std::string&) override {
+    EraseTensor(tensor, [](uint64_t, ParamState&) {});
+  }
   void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) override;
   int sums_in_flight() const override { return sums_in_flight_; }
 

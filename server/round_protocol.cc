@@ -215,11 +215,32 @@ void RoundProtocol::FailAll(const std::string& why) {
   }
 }
 
+void RoundProtocol::RefuseOpenRounds(uint32_t tensor, const std::string& reason) {
+  for (auto& [key, state] : keys_) {
+    if (KeyTensor(key) == tensor && state.failure.empty() && !state.waiting.empty()) {
+      FailKey(key, state, StrCat(KeyName(key), ": ", reason));
+    }
+  }
+}
+
+void RoundProtocol::Retire(uint32_t tensor, const std::string& reason) {
+  RefuseOpenRounds(tensor, reason);
+  EraseTensor(tensor, [this](uint64_t key, KeyState& state) {
+    ResetSums(key, state);  // the device keeps nothing of it (a sum on its way is dropped)
+    auto first = sum_ids_.lower_bound({key, 0, 0});
+    auto last = first;
+    for (; last != sum_ids_.end() && std::get<0>(last->first) == key; ++last) {
+      frame_of_sum_.erase(last->second);
+    }
+    sum_ids_.erase(first, last);
+  });
+}
+
 uint64_t RoundProtocol::SumId(uint64_t key, const KeyState& state, uint32_t f) {
   if (state.frames.size() <= 1) return key;
   auto [it, added] = sum_ids_.try_emplace({key, state.frame_bytes, f}, 0);
   if (added) {
-    it->second = kFrameSumIdBit | sum_ids_.size();
+    it->second = kFrameSumIdBit | next_sum_id_++;
     frame_of_sum_[it->second] = {key, f};
   }
   return it->second;
@@ -253,13 +274,17 @@ void RoundProtocol::OnSumReady(uint64_t id, uint64_t generation, Buffer sum) {
   uint32_t f = 0;
   if (id & kFrameSumIdBit) {
     auto frame = frame_of_sum_.find(id);
-    CHECK(frame != frame_of_sum_.end()) << "a sum arrived for an unknown frame id " << id;
+    if (frame == frame_of_sum_.end()) {  // its key was retired meanwhile
+      context_.counters->device_sums_dropped++;
+      return;
+    }
     std::tie(key, f) = frame->second;
   }
-  auto it = keys_.find(key);  // keys are never erased; looked up, never held
+  auto it = keys_.find(key);  // looked up, never held
   if (it == keys_.end() || it->second.generation != generation) {
-    // The round was abandoned (the key failed, or every worker joined) after Finish:
-    // nobody waits for this sum. Dropping it returns its pinned block to the pool.
+    // The round was abandoned (the key failed or was retired, or every worker joined)
+    // after Finish: nobody waits for this sum. Dropping it returns its pinned block to
+    // the pool.
     context_.counters->device_sums_dropped++;
     return;
   }

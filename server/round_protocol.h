@@ -41,6 +41,8 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   void Join() override;
   void Restart() override;
   void FailAll(const std::string& why) override;
+  void RefuseOpenRounds(uint32_t tensor, const std::string& reason) override;
+  void Retire(uint32_t tensor, const std::string& reason) override;
   void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) override;
   int sums_in_flight() const override { return sums_in_flight_; }
 
@@ -82,8 +84,10 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   int sums_in_flight_ = 0;  // GPU: Finishes whose sum has not arrived
   // Frames' Summation ids: (key, cut, frame) -> id, and back. Ids have the top bit set, so
   // they never equal a key (a whole-key round's id).
+  // Ids are never reused (a retired key's are forgotten).
   std::map<std::tuple<uint64_t, uint64_t, uint32_t>, uint64_t> sum_ids_;
   std::unordered_map<uint64_t, std::pair<uint64_t, uint32_t>> frame_of_sum_;
+  uint64_t next_sum_id_ = 1;
 };
 
 }  // namespace ferry

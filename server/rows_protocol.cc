@@ -139,6 +139,19 @@ void RowsProtocol::Restart() {
   }
 }
 
+void RowsProtocol::RefuseOpenRounds(uint32_t tensor, const std::string& reason) {
+  for (auto& [key, state] : keys_) {
+    if (KeyTensor(key) == tensor && state.failure.empty() && state.Contributors() > 0) {
+      FailKey(key, state, StrCat(RowsKeyName(key), ": ", reason));
+    }
+  }
+}
+
+void RowsProtocol::Retire(uint32_t tensor, const std::string& reason) {
+  RefuseOpenRounds(tensor, reason);
+  EraseTensor(tensor, [](uint64_t, RowKeyState&) {});
+}
+
 void RowsProtocol::SendRound(uint64_t key, RowKeyState& state) {
   std::vector<Buffer> results = state.SumRound();
   const uint32_t contributors = static_cast<uint32_t>(state.Contributors());

@@ -32,6 +32,8 @@ class RowsProtocol : public KeyProtocolOf<RowKeyState> {
   void Restart() override;
   // Rows are summed on the CPU, which does not fail: rows keys are left as they are.
   void FailAll(const std::string&) override {}
+  void RefuseOpenRounds(uint32_t tensor, const std::string& reason) override;
+  void Retire(uint32_t tensor, const std::string& reason) override;
   // Rows never go through the Summation: no sum ever arrives.
   void OnSumReady(uint64_t, uint64_t, Buffer) override {}
   int sums_in_flight() const override { return 0; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "common/transport/fused_push.h"
@@ -65,6 +66,7 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
     engines_.push_back(std::make_unique<Engine>());
     Engine* e = engines_.back().get();
     e->joined.assign(num_workers_, false);
+    e->retirements = std::make_unique<TensorRetirements>(num_workers_);
     MakeEngine(e, gpu_summers);
   }
   joined_.assign(num_workers_, false);
@@ -196,7 +198,8 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   }
   if (!origin.inbound ||
       (m.type() != proto::PUSH && m.type() != proto::RESEND_SUM && m.type() != proto::JOIN &&
-       m.type() != proto::PUSH_FUSED && m.type() != proto::ROWS_PUSH)) {
+       m.type() != proto::PUSH_FUSED && m.type() != proto::ROWS_PUSH &&
+       m.type() != proto::RETIRE)) {
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped unexpected " << Describe(m);
     return;
   }
@@ -229,6 +232,10 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   }
   if (m.type() == proto::JOIN) {
     OnJoin(m, origin.identity);
+    return;
+  }
+  if (m.type() == proto::RETIRE) {
+    OnRetire(m, origin.identity);
     return;
   }
   if (m.type() == proto::PUSH_FUSED) {
@@ -373,6 +380,18 @@ void Server::DispatchOnEngine(Engine* engine, Request& work) {
 void Server::Dispatch(Engine* engine, Request& request) {
   const proto::Envelope& e = request.envelope();
   request.rank = cluster_.table().node(e.sender()).rank();
+  if (request.message.type() == proto::RETIRE) {
+    HandleRetire(engine, request.rank, KeyTensor(e.key()));
+    return;
+  }
+  if (request.message.type() != proto::JOIN && !engine->retirements->empty()) {
+    if (std::string why = RetiredRefusal(*engine, request); !why.empty()) {
+      counters_.rejected++;
+      ReplyError(request.identity, e.request_id(), e.key(), ErrorCode::kMismatch,
+                 StrCat(KeyName(e.key()), ": ", why));
+      return;
+    }
+  }
   switch (request.message.type()) {
     case proto::JOIN:
       HandleJoin(engine, request.rank);
@@ -421,7 +440,8 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
     e->cv.NotifyOne();
   }
   joined_[rank] = true;
-  bool all = std::find(joined_.begin(), joined_.end(), false) == joined_.end();
+  const int position = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
+  bool all = position == num_workers_;
   LOG(INFO) << "worker " << rank << " joined"
             << (all ? "; every worker has joined: keys restart at round 0" : "");
   if (all) joined_.assign(num_workers_, false);
@@ -429,14 +449,56 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
   ack.kind = Reply::Kind::kJoinAck;
   ack.identity = identity;
   ack.request_id = m.envelope.request_id();
+  ack.sum.round = static_cast<uint32_t>(position);  // who joined last (join_protocol.h)
   SendReply(ack);
+}
+
+void Server::OnRetire(const Message& m, const std::string& identity) {
+  for (auto& e : engines_) {
+    {
+      MutexLock lock(e->mu);
+      e->queue.Push(Request{Message(m), identity}, std::numeric_limits<int32_t>::min());
+    }
+    e->cv.NotifyOne();
+  }
+}
+
+void Server::HandleRetire(Engine* engine, int rank, uint32_t tensor) {
+  if (engine->retirements->Note(tensor, rank)) {
+    // Rounds of it that wait for pushes now wait for a worker that is done with it.
+    const std::string why = engine->retirements->Refusal(tensor, -1);
+    engine->dense->RefuseOpenRounds(tensor, why);
+    engine->rows->RefuseOpenRounds(tensor, why);
+  }
+  RetireComplete(engine, engine->joined);
+}
+
+void Server::RetireComplete(Engine* engine, const std::vector<bool>& joined) {
+  for (uint32_t tensor : engine->retirements->TakeComplete(joined)) {
+    const std::string why = StrCat("tensor ", tensor, " was retired by every worker");
+    engine->dense->Retire(tensor, why);
+    engine->rows->Retire(tensor, why);
+    VLOG(1) << "tensor " << tensor << " retired: its keys are dropped";
+  }
+}
+
+std::string Server::RetiredRefusal(const Engine& engine, const Request& request) const {
+  const uint32_t tensor = KeyTensor(request.envelope().key());
+  // A worker that has not received the old declaration's last sum may ask for it again;
+  // only one that retired the tensor has no business with it.
+  if (request.message.type() == proto::RESEND_SUM &&
+      !engine.retirements->RetiredBy(tensor, request.rank)) {
+    return "";
+  }
+  return engine.retirements->Refusal(tensor, request.rank);
 }
 
 void Server::HandleJoin(Engine* engine, int rank) {
   engine->joined[rank] = true;
   if (std::find(engine->joined.begin(), engine->joined.end(), false) == engine->joined.end()) {
     // Every worker joined: nobody pushes until they all leave Join(), and then every
-    // worker restarts its rounds at 0.
+    // worker restarts its rounds at 0. Every retirement is complete.
+    RetireComplete(engine, engine->joined);
     engine->joined.assign(num_workers_, false);
     engine->dense->Restart();
     engine->rows->Restart();
@@ -444,6 +506,7 @@ void Server::HandleJoin(Engine* engine, int rank) {
   }
   engine->rows->Join();
   engine->dense->Join();
+  RetireComplete(engine, engine->joined);
 }
 
 void Server::FailEngine(Engine* engine, const std::string& reason) {

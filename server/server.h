@@ -50,6 +50,7 @@
 #include "server/engine_queue.h"
 #include "server/key_protocol.h"
 #include "server/sum_pool.h"
+#include "server/tensor_retirements.h"
 #include "server/summation.h"
 
 namespace ferry {
@@ -97,6 +98,8 @@ class Server {
     bool stop GUARDED_BY(mu) = false;
     bool sums_ready GUARDED_BY(mu) = false;  // GPU: a sum reached host memory since the last look
     std::vector<bool> joined;                // by worker rank; this engine's thread only
+    // Who retired which tensors (RETIRE); this engine's thread only.
+    std::unique_ptr<TensorRetirements> retirements;
     bool failed = false;                     // the summation threw (FailEngine); engine thread only
     // The engine's protocols (key_protocol.h), engine thread only: the dense keys'
     // (RoundProtocol or ParamProtocol, by the training mode) and the rows keys'.
@@ -129,6 +132,9 @@ class Server {
   // dispatches each as if it had arrived alone.
   void DispatchFusedPush(Message&& fused, const Origin& origin);
   void OnJoin(const Message& m, const std::string& identity);  // IO thread
+  // IO thread: a RETIRE goes to every engine (each holds some of the tensor's keys), as
+  // the least urgent work: the retiring worker has nothing of the tensor in flight.
+  void OnRetire(const Message& m, const std::string& identity);
   // Sets up an engine: its Summation (CPU, or a GpuSummer whose on_ready wakes it) and
   // its protocols, by the configured mode.
   void MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers);
@@ -142,6 +148,13 @@ class Server {
   // A worker joined: rounds that waited only for it complete without it. Once every
   // worker joined, the join is over: every key restarts at round 0.
   void HandleJoin(Engine* engine, int rank);
+  // `rank` retired `tensor`: open rounds of it are refused (the first retirement), and
+  // the tensor's keys go once every worker retired it or joined.
+  void HandleRetire(Engine* engine, int rank, uint32_t tensor);
+  // Drops the keys of every tensor whose retirement is complete, given `joined`.
+  void RetireComplete(Engine* engine, const std::vector<bool>& joined);
+  // Empty if `request` may proceed; else why it is refused (a tensor some worker retired).
+  std::string RetiredRefusal(const Engine& engine, const Request& request) const;
   // The engine's summation threw (GPU: a failed CUDA call, a GPU past its deadline):
   // every key of the engine fails with the reason (the pushers waiting are told), and
   // the server leaves the job (there is no CPU fallback).

@@ -50,8 +50,8 @@ class Collective {
   virtual int num_servers() const = 0;
 
   // Declares a tensor (forward order, identically on every rank); returns its id. The
-  // same name again with the same dtype and shape returns the same id; another throws.
-  // `priority`: empty = -(id).
+  // same name again with the same dtype and element count returns the same id; another
+  // declares the name anew (Worker::DeclareTensor). `priority`: empty = -(id).
   virtual int DeclareTensor(const std::string& name, DataType dtype,
                             const std::vector<int64_t>& shape,
                             std::optional<int> priority = std::nullopt) = 0;

@@ -2,6 +2,9 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "common/util/clock.h"
 #include "common/util/status.h"
 
@@ -18,6 +21,7 @@ int JoinProtocol::Join() {
     ctx_.sequencer->WaitUntilIdle();
     request = request_ = ctx_.next_request++;
     acks_ = 0;
+    position_ = INT32_MAX;
   }
   for (int s = 0; s < ctx_.num_servers; ++s) {
     Message m = MakeMessage(proto::JOIN, ctx_.my_id);
@@ -36,7 +40,13 @@ int JoinProtocol::Join() {
                   config.cluster.op_timeout_ms, " ms");
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
-  const int last = ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms);
+  int position = 0;
+  {
+    MutexLock lock(ctx_.mu);
+    position = position_;
+  }
+  const int last =
+      ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms, position);
   MutexLock lock(ctx_.mu);
   catalog_.ResetRounds();
   // Uneven data: the workers submitted different numbers of operations before joining.
@@ -47,7 +57,10 @@ int JoinProtocol::Join() {
 
 void JoinProtocol::OnAck(const Message& m) {
   MutexLock lock(ctx_.mu);
-  if (m.envelope.request_id() == request_) acks_++;
+  if (m.envelope.request_id() == request_) {
+    acks_++;
+    position_ = std::min(position_, static_cast<int>(m.envelope.round()));
+  }
   cv_.NotifyAll();
 }
 

@@ -5,6 +5,13 @@
 // then on the servers' rounds no longer wait for it), then waits in the scheduler's join
 // barrier for the other workers; after it every worker's rounds start over at 0.
 //
+// Who joined last: each server numbers the JOINs in the order they reach it (JOIN_ACK's
+// round); a worker's position is its lowest, and the scheduler names the worker with the
+// highest (ties: the later at the barrier). A worker still pushing needs the others' JOINs
+// at the servers of its keys before its last rounds complete, so the worker that called
+// join() last is last at those servers, whatever the order in which the workers reach the
+// scheduler's barrier.
+//
 // Threads: the caller runs Join; OnAck runs on van-io; OnFailure on whichever thread
 // failed the job. The join state is under WorkerContext::mu. Every wait has a deadline:
 // FERRY_OP_TIMEOUT_MS for the servers' acknowledgements, FERRY_JOIN_TIMEOUT_MS for the
@@ -37,6 +44,7 @@ class JoinProtocol {
   CondVar cv_;                                // signalled on a JOIN_ACK and on failure
   uint64_t request_ GUARDED_BY(ctx_.mu) = 0;  // request id of the JOIN in progress
   int acks_ GUARDED_BY(ctx_.mu) = 0;          // servers that acknowledged it
+  int position_ GUARDED_BY(ctx_.mu) = 0;      // the lowest position they gave it
 };
 
 }  // namespace ferry

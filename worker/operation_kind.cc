@@ -34,20 +34,26 @@ void WorkerContext::NoteLateReply(const Message& m) {
 
 void Sequencer::Submit(const std::shared_ptr<Operation>& op, OperationKind& kind) {
   ctx_.mu.AssertHeld();
-  const uint32_t id = op->tensor->id;
-  if (pending_.size() <= id) pending_.resize(id + 1);
-  pending_[id].push_back(Queued{op, &kind});
-  if (pending_[id].size() == 1) {
+  auto& q = pending_[op->tensor->id];
+  q.push_back(Queued{op, &kind});
+  if (q.size() == 1) {
     op->started = true;
     kind.Start(op);
   }
 }
 
-void Sequencer::Pop(const std::shared_ptr<Operation>& op) {
-  auto& q = pending_[op->tensor->id];
-  if (q.empty() || q.front().op != op) return;
+void Sequencer::Pop(const std::shared_ptr<Operation>& op, bool refused) {
+  auto it = pending_.find(op->tensor->id);
+  if (it == pending_.end() || it->second.front().op != op) return;
+  auto& q = it->second;
   q.pop_front();
-  if (q.empty()) return;
+  if (q.empty()) {
+    pending_.erase(it);
+    if (op->tensor->superseded) {
+      Retire(*op->tensor, !refused && op->replies_left <= 0 && op->releases_left <= 0);
+    }
+    return;
+  }
   Queued& next = q.front();
   next.op->started = true;
   next.kind->Start(next.op);  // REQUIRES(ctx_.mu), asserted there
@@ -60,7 +66,8 @@ void Sequencer::FinishPartition(const std::shared_ptr<Operation>& op, const std:
     LOG(ERROR) << error;
     op->done = true;
     ctx_.table.Finish(op->handle, Verdict{ErrorCode::kMismatch, error});
-    Pop(op);
+    catalog_.Undeclare(*op->tensor);
+    Pop(op, /*refused=*/true);
     return;
   }
   MaybeComplete(op);
@@ -70,8 +77,9 @@ void Sequencer::MaybeComplete(const std::shared_ptr<Operation>& op) {
   ctx_.mu.AssertHeld();
   if (op->done || op->replies_left > 0 || op->releases_left > 0) return;
   op->done = true;
-  auto& q = pending_[op->tensor->id];
-  CHECK(!q.empty() && q.front().op == op) << "operations of a tensor out of order";
+  auto it = pending_.find(op->tensor->id);
+  CHECK(it != pending_.end() && it->second.front().op == op)
+      << "operations of a tensor out of order";
   ctx_.table.Finish(op->handle, Verdict{});
   Pop(op);
 }
@@ -83,16 +91,29 @@ void Sequencer::Abandon(const std::shared_ptr<Operation>& op) {
   Pop(op);
 }
 
+void Sequencer::Superseded(const std::shared_ptr<TensorInfo>& t) {
+  ctx_.mu.AssertHeld();
+  if (!pending_.count(t->id)) Retire(*t, true);
+}
+
+void Sequencer::Retire(const TensorInfo& t, bool quiet) {
+  const uint32_t id = t.id;
+  VLOG(1) << "tensor '" << t.name << "' id " << id << " retired"
+          << (quiet ? "" : " (a request of it is still out: the servers keep its keys)");
+  catalog_.Retire(id);  // `t` may be gone now
+  if (quiet) tell_servers_(id);
+}
+
 void Sequencer::FailAll() {
   ctx_.mu.AssertHeld();
-  for (auto& q : pending_) {
+  for (auto& [id, q] : pending_) {
     for (Queued& e : q) e.op->done = true;
   }
 }
 
 std::string Sequencer::Describe(Handle handle) const {
   ctx_.mu.AssertHeld();
-  for (const auto& q : pending_) {
+  for (const auto& [id, q] : pending_) {
     for (const Queued& e : q) {
       if (e.op->handle == handle) return e.kind->Describe(*e.op);
     }
@@ -102,7 +123,7 @@ std::string Sequencer::Describe(Handle handle) const {
 
 bool Sequencer::AnyUnfinished() const {
   ctx_.mu.AssertHeld();
-  for (const auto& q : pending_) {
+  for (const auto& [id, q] : pending_) {
     for (const Queued& e : q) {
       if (!e.op->done) return true;
     }

@@ -20,6 +20,8 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,6 +57,7 @@ namespace ferry {
 //                       timer, a new credit or window, or missed by the thread that let them out
 //                       (dense_push_pull.h, "Who sends"); every other batch went from the caller
 //                       or van-io without a hand-off
+//   redeclarations      names declared again with another dtype or size (tensor_catalog.h)
 //   rows_operations     PushPullRows calls       rows_pushed        rows they listed
 //   rows_bytes_pushed   ROWS_PUSH payload bytes (first sends)
 //   rows_bytes_received ROWS_RESULT payload bytes
@@ -74,6 +77,7 @@ struct WorkerCounters {
   Counter& partitions_fused = registry.Register("partitions_fused");
   Counter& frames_pushed = registry.Register("frames_pushed");
   Counter& sender_thread_batches = registry.Register("sender_thread_batches");
+  Counter& redeclarations = registry.Register("redeclarations");
   Counter& rows_operations = registry.Register("rows_operations");
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");
@@ -98,7 +102,7 @@ struct RowsPlan {
 // One push_pull (dense or rows) of one tensor, from the call until it finished.
 struct Operation {
   Handle handle = 0;  // in the Worker's OperationTable
-  TensorInfo* tensor = nullptr;
+  std::shared_ptr<TensorInfo> tensor;  // its declaration: held until the operation is gone
   const uint8_t* input = nullptr;
   uint8_t* output = nullptr;
   bool average = false;
@@ -167,9 +171,26 @@ class OperationKind {
 // The operations of each tensor run one at a time, in call order. Methods marked
 // "REQUIRES: mu" are called by other objects holding WorkerContext::mu (the analysis
 // cannot see that it is theirs), so they assert it (Mutex::AssertHeld checks the owner).
+//
+// Declarations (tensor_catalog.h, "Re-declarations"): operations queue by declaration
+// (tensor id), so a re-declared name's new operations do not wait for the old
+// declaration's. When the last operation of a superseded declaration is done, the
+// sequencer retires it from the catalog and, if nothing of it is still on the way to or
+// from a server (`tell_servers` would race a push in flight otherwise: the servers would
+// see it after they dropped the keys) and no server refused it, tells the servers through
+// `tell_servers(id)`.
+// An operation a server refused undoes its declaration (TensorCatalog::Undeclare), so
+// workers that disagreed on it agree again on the placement of later tensors. That is
+// the same on every worker when the program waits for the refused operation before it
+// declares another tensor, as a program that sees the error does.
 class Sequencer {
  public:
-  explicit Sequencer(WorkerContext& ctx) : ctx_(ctx) {}
+  Sequencer(WorkerContext& ctx, TensorCatalog& catalog,
+            std::function<void(uint32_t tensor_id)> tell_servers)
+      : ctx_(ctx), catalog_(catalog), tell_servers_(std::move(tell_servers)) {}
+  // `t` was superseded (TensorCatalog::Declare): retires it now if no operation of it is
+  // queued, else its last operation will. REQUIRES: mu.
+  void Superseded(const std::shared_ptr<TensorInfo>& t);
   // Queues `op` behind its tensor's earlier operations; starts it if none. REQUIRES: mu.
   void Submit(const std::shared_ptr<Operation>& op, OperationKind& kind);
   // One partition (rows: one server) of `op` was answered (`error` empty) or failed.
@@ -200,9 +221,17 @@ class Sequencer {
     std::shared_ptr<Operation> op;
     OperationKind* kind;
   };
-  void Pop(const std::shared_ptr<Operation>& op) REQUIRES(ctx_.mu);  // starts the next
+  // Starts the tensor's next operation. `refused`: a server refused `op` (its keys failed
+  // there; the servers are not told of its retirement, which would mask the failure's
+  // reason for a worker whose push is still on its way).
+  void Pop(const std::shared_ptr<Operation>& op, bool refused = false) REQUIRES(ctx_.mu);
+  // Retires a superseded declaration with no operation queued (see above).
+  void Retire(const TensorInfo& t, bool quiet) REQUIRES(ctx_.mu);
   WorkerContext& ctx_;
-  std::vector<std::deque<Queued>> pending_ GUARDED_BY(ctx_.mu);  // by tensor id; front is the running one
+  TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
+  const std::function<void(uint32_t)> tell_servers_;
+  // By tensor id, only ids with operations queued; front is the running one.
+  std::map<uint32_t, std::deque<Queued>> pending_ GUARDED_BY(ctx_.mu);
 };
 
 }  // namespace ferry

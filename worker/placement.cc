@@ -54,6 +54,13 @@ int Placement::Assign(uint64_t bytes) {
   return best;
 }
 
+void Placement::Release(int server, uint64_t bytes) {
+  CHECK(server >= 0 && static_cast<size_t>(server) < loads_.size()) << "server " << server;
+  CHECK_GE(loads_[server], bytes) << "releasing bytes never assigned to server " << server;
+  loads_[server] -= bytes;
+  total_ -= bytes;
+}
+
 uint64_t TensorHash(const std::string& name, DataType dtype, const std::vector<int64_t>& shape) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const void* data, size_t n) {

@@ -18,6 +18,12 @@
 // The rule it replaces, argmin (load[s] + bytes) / weight[s], lets a heavy server run
 // ahead of its share by up to weight[s] * (servers - 1) partitions (24 partitions for
 // one server of weight 0.5 beside 50 of weight 0.01; see placement_test.cc).
+//
+// Releases: a tensor re-declared with another layout gives its partitions' bytes back
+// (Release) before the new cut is placed. The guarantee then holds again once the servers
+// below their share have been refilled by later partitions (a release can leave the
+// others above their share for a while); every worker releases and assigns the same bytes
+// in the same order, so every worker still computes the same placement.
 
 #include <cstdint>
 #include <string>
@@ -45,6 +51,8 @@ class Placement {
   explicit Placement(std::vector<double> weights);
   // Picks the server for a partition of `bytes` and adds it to that server's load.
   int Assign(uint64_t bytes);
+  // Gives back `bytes` that Assign put on `server` earlier. REQUIRES: they were assigned.
+  void Release(int server, uint64_t bytes);
   const std::vector<uint64_t>& loads() const { return loads_; }
   const std::vector<double>& weights() const { return weights_; }
   uint64_t total() const { return total_; }  // bytes placed so far

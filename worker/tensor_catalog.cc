@@ -31,64 +31,108 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-TensorCatalog::TensorCatalog(uint64_t partition_bytes, std::vector<double> server_weights)
-    : server_weights_(std::move(server_weights)) {
+TensorCatalog::TensorCatalog(uint64_t partition_bytes, std::vector<double> server_weights,
+                             bool fixed_layouts)
+    : server_weights_(std::move(server_weights)), fixed_layouts_(fixed_layouts) {
   layouts_.push_back(std::make_unique<Layout>(partition_bytes, server_weights_));
 }
 
-TensorInfo& TensorCatalog::Declare(const std::string& name, DataType dtype,
-                                   const std::vector<int64_t>& shape, std::optional<int> priority) {
+std::shared_ptr<TensorInfo> TensorCatalog::Declare(const std::string& name, DataType dtype,
+                                                   const std::vector<int64_t>& shape,
+                                                   std::optional<int> priority,
+                                                   std::shared_ptr<TensorInfo>* superseded) {
   FERRY_ENFORCE(IsValidDataType(static_cast<int32_t>(dtype)), ErrorCode::kInvalidArgument,
                 "tensor '", name, "': unknown dtype ", static_cast<int>(dtype));
   for (int64_t d : shape) {
     FERRY_ENFORCE(d >= 0, ErrorCode::kInvalidArgument, "tensor '", name,
                   "': negative dimension in shape ", ShapeString(shape));
   }
-  auto it = ids_.find(name);
-  if (it != ids_.end()) {
-    TensorInfo& t = *tensors_[it->second];
-    FERRY_ENFORCE(t.dtype == dtype && CountOf(t.shape) == CountOf(shape),
-                  ErrorCode::kInvalidArgument, "tensor '", name, "' was declared as ",
-                  DataTypeName(t.dtype), ShapeString(t.shape), " and is now used as ",
-                  DataTypeName(dtype), ShapeString(shape));
-    if (priority) t.priority = *priority;
-    return t;
+  std::shared_ptr<TensorInfo> old;
+  if (auto it = ids_.find(name); it != ids_.end()) {
+    old = tensors_.at(it->second);
+    if (old->dtype == dtype && old->count == CountOf(shape)) {
+      if (priority) old->priority = *priority;
+      return old;
+    }
+    FERRY_ENFORCE(!fixed_layouts_, ErrorCode::kInvalidArgument, "tensor '", name,
+                  "' was declared as ", DataTypeName(old->dtype), ShapeString(old->shape),
+                  " and is now used as ", DataTypeName(dtype), ShapeString(shape),
+                  ": in asynchronous training (FERRY_ENABLE_ASYNC=1) the servers keep its "
+                  "parameters, so its dtype and size are fixed");
   }
-  auto t = std::make_unique<TensorInfo>();
-  t->id = static_cast<uint32_t>(tensors_.size());
+  FERRY_ENFORCE(next_id_ < UINT32_MAX, ErrorCode::kInvalidArgument, "tensor '", name,
+                "': every tensor id was used (", UINT32_MAX, " declarations)");
+  auto t = std::make_shared<TensorInfo>();
+  t->id = next_id_;
   t->name = name;
   t->dtype = dtype;
   t->shape = shape;
   t->count = CountOf(shape);
   t->bytes = t->count * DataTypeSize(dtype);
   t->hash = TensorHash(name, dtype, shape);
-  t->priority = priority ? *priority : -static_cast<int>(t->id);
+  // A re-declaration keeps an explicit priority; the default is by declaration order.
+  t->priority = priority ? *priority : old ? old->priority : -static_cast<int>(t->id);
   const uint64_t bytes = partition_bytes();
   const uint64_t parts = PartitionCount(t->bytes, DataTypeSize(dtype), bytes);
   FERRY_ENFORCE(parts <= kMaxPartitionsPerTensor, ErrorCode::kInvalidArgument, "tensor '", name,
                 "' of ", t->bytes, " bytes would have ", parts, " partitions of ", bytes,
                 " bytes; at most ", kMaxPartitionsPerTensor,
                 " are possible: use larger partitions");
+  if (old) {
+    LOG(INFO) << "tensor '" << name << "' declared again as " << DataTypeName(dtype)
+              << ShapeString(shape) << " (was " << DataTypeName(old->dtype)
+              << ShapeString(old->shape) << "): id " << t->id << " replaces id " << old->id;
+    Supersede(*old);
+    if (superseded) *superseded = old;
+  }
+  next_id_++;
   CutTensor(layout_, *t);
   VLOG(1) << "declared tensor '" << name << "' id " << t->id << " " << DataTypeName(dtype)
           << ShapeString(shape) << " in " << parts << " partitions";
   ids_[name] = t->id;
-  tensors_.push_back(std::move(t));
-  return *tensors_.back();
+  tensors_[t->id] = t;
+  return t;
 }
 
-TensorInfo* TensorCatalog::Find(const std::string& name) {
+std::shared_ptr<TensorInfo> TensorCatalog::Find(const std::string& name) const {
   auto it = ids_.find(name);
-  return it == ids_.end() ? nullptr : tensors_[it->second].get();
+  return it == ids_.end() ? nullptr : tensors_.at(it->second);
+}
+
+TensorInfo* TensorCatalog::FindId(uint32_t id) {
+  auto it = tensors_.find(id);
+  return it == tensors_.end() ? nullptr : it->second.get();
 }
 
 std::string TensorCatalog::NameOf(uint32_t id) const {
-  return id < tensors_.size() ? tensors_[id]->name : "?";
+  auto it = tensors_.find(id);
+  return it == tensors_.end() ? "?" : it->second->name;
+}
+
+void TensorCatalog::Supersede(TensorInfo& t) {
+  CHECK(!t.superseded);
+  for (uint32_t gen = 0; gen < t.cuts.size(); ++gen) {
+    for (const PartitionSpec& p : t.cuts[gen].parts) {
+      layouts_[gen]->placement.Release(p.server, p.bytes);
+    }
+  }
+  t.superseded = true;
+  ids_.erase(t.name);
+}
+
+void TensorCatalog::Undeclare(TensorInfo& t) {
+  if (!t.superseded) Supersede(t);
+}
+
+void TensorCatalog::Retire(uint32_t id) {
+  auto it = tensors_.find(id);
+  CHECK(it != tensors_.end() && it->second->superseded) << "retiring tensor " << id;
+  tensors_.erase(it);
 }
 
 void TensorCatalog::CutTensor(uint32_t gen, TensorInfo& t) {
   Layout& l = *layouts_[gen];
-  CHECK_EQ(l.cut, t.id) << "tensors are cut in declaration order";
+  CHECK_LE(l.cut, t.id) << "tensors are cut in declaration order";
   Cut cut;
   cut.parts = SplitTensor(t.bytes, DataTypeSize(t.dtype), l.partition_bytes);
   CHECK_LE(cut.parts.size(), kMaxPartitionsPerTensor);
@@ -96,7 +140,7 @@ void TensorCatalog::CutTensor(uint32_t gen, TensorInfo& t) {
   cut.rounds.assign(cut.parts.size(), 0);
   if (t.cuts.size() <= gen) t.cuts.resize(gen + 1);
   t.cuts[gen] = std::move(cut);
-  l.cut++;
+  l.cut = t.id + 1;
 }
 
 uint32_t TensorCatalog::SwitchPartitionBytes(uint64_t bytes) {
@@ -109,20 +153,26 @@ uint32_t TensorCatalog::SwitchPartitionBytes(uint64_t bytes) {
     layouts_.push_back(std::make_unique<Layout>(bytes, server_weights_));
   }
   Layout& l = *layouts_[gen];
-  for (uint32_t id = l.cut; id < tensors_.size(); ++id) {  // refuse before cutting any
-    const TensorInfo& t = *tensors_[id];
+  // The current declarations not cut in this layout yet, in id order.
+  std::vector<TensorInfo*> uncut;
+  for (auto it = tensors_.lower_bound(l.cut); it != tensors_.end(); ++it) {
+    if (!it->second->superseded) uncut.push_back(it->second.get());
+  }
+  for (const TensorInfo* u : uncut) {  // refuse before cutting any
+    const TensorInfo& t = *u;
     FERRY_ENFORCE(PartitionCount(t.bytes, DataTypeSize(t.dtype), bytes) <= kMaxPartitionsPerTensor,
                   ErrorCode::kInvalidArgument, "tensor '", t.name, "' of ", t.bytes,
                   " bytes would have more than ", kMaxPartitionsPerTensor, " partitions of ", bytes,
                   " bytes");
   }
-  while (l.cut < tensors_.size()) CutTensor(gen, *tensors_[l.cut]);
+  for (TensorInfo* t : uncut) CutTensor(gen, *t);
+  l.cut = next_id_;
   layout_ = gen;
   return gen;
 }
 
 void TensorCatalog::ResetRounds() {
-  for (auto& t : tensors_) {
+  for (auto& [id, t] : tensors_) {
     for (Cut& cut : t->cuts) cut.rounds.assign(cut.parts.size(), 0);
     t->rows_rounds.assign(t->rows_rounds.size(), 0);
   }

@@ -9,8 +9,20 @@
 // length at its first push. Cutting in id order makes the placement a function of the
 // declarations and the size alone, so every worker computes the same whenever it
 // switches, and switching back reuses a layout's keys and rounds.
-// Invariant: the current layout has cut every declared tensor; every layout cuts
+// Invariant: the current layout has cut every current declaration; every layout cuts
 // tensors in id order.
+//
+// Re-declarations: a name used with another dtype or element count than its declaration
+// gets a new declaration: the next id (fresh keys, round 0), cut and placed anew after
+// the old one's bytes were released from every layout's placement (Placement::Release).
+// Every worker makes the same declarations in the same order, so every worker computes
+// the same ids and placement (servers still compare the tensor hash per key, so workers
+// that disagree fail with the reason). The old declaration is `superseded`: its
+// operations already submitted still run on its keys; once none is left its owner
+// retires it (Retire: gone from the catalog; the Worker tells the servers, which free its
+// keys). Ids are never reused, so a key never means two declarations.
+// Invariant: a name maps to its current declaration; a superseded declaration is in no
+// layout's placement and is never cut again.
 //
 // Not thread-safe: its owner (the Worker) guards it with its lock.
 
@@ -43,6 +55,7 @@ struct TensorInfo {
   int priority = 0;
   std::vector<Cut> cuts;              // by layout generation
   std::vector<uint32_t> rows_rounds;  // by server rank: next round of its rows key (lazy)
+  bool superseded = false;            // its name belongs to a later declaration
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape);
@@ -50,15 +63,32 @@ std::string ShapeString(const std::vector<int64_t>& shape);
 class TensorCatalog {
  public:
   // `partition_bytes`: the first layout's; `server_weights`: placement weights by rank.
-  TensorCatalog(uint64_t partition_bytes, std::vector<double> server_weights);
+  // `fixed_layouts`: refuse re-declarations (asynchronous training: the servers keep the
+  // keys' parameters).
+  TensorCatalog(uint64_t partition_bytes, std::vector<double> server_weights,
+                bool fixed_layouts = false);
 
   // Declares a tensor (see Worker::DeclareTensor): a new name gets the next id and is
-  // cut in the current layout; a known one must match in dtype and element count (its
-  // priority is updated when given). Throws FerryError (kInvalidArgument).
-  TensorInfo& Declare(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
-                      std::optional<int> priority);
-  TensorInfo* Find(const std::string& name);  // null if not declared
-  TensorInfo& at(uint32_t id) { return *tensors_[id]; }
+  // cut in the current layout; a known one with the same dtype and element count is
+  // the same declaration (its priority is updated when given); a known one with another
+  // is re-declared (see above), and the declaration it supersedes goes to
+  // `*superseded` (when given). Throws FerryError (kInvalidArgument), changing nothing.
+  std::shared_ptr<TensorInfo> Declare(const std::string& name, DataType dtype,
+                                      const std::vector<int64_t>& shape,
+                                      std::optional<int> priority,
+                                      std::shared_ptr<TensorInfo>* superseded = nullptr);
+  // The current declaration of `name`; null if none.
+  std::shared_ptr<TensorInfo> Find(const std::string& name) const;
+  // The declaration `id`, current or superseded; null once retired (or never made).
+  TensorInfo* FindId(uint32_t id);
+  // Undoes the current declaration `t` of its name (servers refused it: workers disagree
+  // on it): superseded as by a re-declaration, so the name's next use declares it anew and
+  // its bytes leave the placement. No-op if `t` is already superseded.
+  void Undeclare(TensorInfo& t);
+  // Drops a superseded declaration whose operations are all finished.
+  void Retire(uint32_t id);
+  uint32_t next_id() const { return next_id_; }
+  // Declarations held (current and superseded).
   size_t size() const { return tensors_.size(); }
   // The tensor's name for messages; "?" if unknown.
   std::string NameOf(uint32_t id) const;
@@ -82,13 +112,17 @@ class TensorCatalog {
         : partition_bytes(bytes), placement(weights) {}
     uint64_t partition_bytes;
     Placement placement;
-    uint32_t cut = 0;  // tensors 0..cut-1 are cut in this layout
+    uint32_t cut = 0;  // every current declaration with an id below it is cut here
   };
   void CutTensor(uint32_t gen, TensorInfo& t);
+  // Releases `t`'s partitions from every layout's placement and marks it superseded.
+  void Supersede(TensorInfo& t);
 
   const std::vector<double> server_weights_;
-  std::vector<std::unique_ptr<TensorInfo>> tensors_;  // by id
-  std::map<std::string, uint32_t> ids_;               // name -> id
+  const bool fixed_layouts_;
+  std::map<uint32_t, std::shared_ptr<TensorInfo>> tensors_;  // by id; current and superseded
+  std::map<std::string, uint32_t> ids_;                      // name -> current declaration
+  uint32_t next_id_ = 0;
   std::vector<std::unique_ptr<Layout>> layouts_;      // by generation
   uint32_t layout_ = 0;
 };

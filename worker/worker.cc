@@ -117,9 +117,10 @@ void Worker::Start() {
   {
     MutexLock lock(mu_);
     catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(),
-                                               std::move(weights));
+                                               std::move(weights), config_.server.async);
     ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
-    sequencer_ = std::make_unique<Sequencer>(*ctx_);
+    sequencer_ = std::make_unique<Sequencer>(*ctx_, *catalog_,
+                                             [this](uint32_t id) { RetireOnServers(id); });
     ctx_->sequencer = sequencer_.get();
     ctx_->my_id = my_id_;
     ctx_->num_workers = num_workers_;
@@ -155,7 +156,27 @@ int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
   CheckUserTensorName("declaration", name);
   MutexLock lock(mu_);
-  return static_cast<int>(catalog_->Declare(name, dtype, shape, priority).id);
+  return static_cast<int>(Declare(name, dtype, shape, priority)->id);
+}
+
+std::shared_ptr<TensorInfo> Worker::Declare(const std::string& name, DataType dtype,
+                                            const std::vector<int64_t>& shape,
+                                            std::optional<int> priority) {
+  std::shared_ptr<TensorInfo> superseded;
+  std::shared_ptr<TensorInfo> t = catalog_->Declare(name, dtype, shape, priority, &superseded);
+  if (superseded) {
+    counters_.redeclarations++;
+    sequencer_->Superseded(superseded);
+  }
+  return t;
+}
+
+void Worker::RetireOnServers(uint32_t tensor_id) {
+  for (int s = 0; s < num_servers_; ++s) {
+    Message m = MakeMessage(proto::RETIRE, my_id_);
+    m.envelope.set_key(MakeKey(tensor_id, 0));
+    van_.Send(ServerId(s), std::move(m));
+  }
 }
 
 void Worker::ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
@@ -174,12 +195,14 @@ void Worker::ReportStalls(int64_t report_after_ms, const std::vector<std::string
   report->set_idle_ms(table_.IdleMs());
 }
 
-std::shared_ptr<Operation> Worker::NewOperation(TensorInfo& t, bool average,
+std::shared_ptr<Operation> Worker::NewOperation(const std::shared_ptr<TensorInfo>& tensor,
+                                                bool average,
                                                 std::optional<int> priority,
                                                 CompletionCallback done,
                                                 const std::string& label) {
+  const TensorInfo& t = *tensor;
   auto op = std::make_shared<Operation>();
-  op->tensor = &t;
+  op->tensor = tensor;
   op->average = average;
   op->priority = priority ? *priority : t.priority;
   op->layout = catalog_->layout();  // constant while any operation is unfinished
@@ -245,10 +268,11 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
                 "is the parameters, not a sum, so there is nothing to average");
   if (!catalog_->Find(name)) {
     LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "
-              << catalog_->size()
+              << catalog_->next_id()
               << " (declare tensors up front, in forward order, on every worker)";
   }
-  TensorInfo& t = catalog_->Declare(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
+  std::shared_ptr<TensorInfo> t =
+      Declare(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);
   std::shared_ptr<Operation> op =
       NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull", name));
   op->reduce = reduce;
@@ -269,7 +293,7 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   ctx_->CheckRunning("push_pull_rows", name);
   FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
-  TensorInfo* found = catalog_->Find(name);
+  std::shared_ptr<TensorInfo> found = catalog_->Find(name);
   FERRY_ENFORCE(found, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': declare the tensor first (DeclareTensor) with its shape [rows, ...]");
   TensorInfo& t = *found;
@@ -291,8 +315,8 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   std::unique_ptr<RowsPlan> plan = rows_->Plan(t, catalog_->layout(),
                                                priority ? *priority : t.priority, rows,
                                                num_rows, values);
-  std::shared_ptr<Operation> op =
-      NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull_rows", name));
+  std::shared_ptr<Operation> op = NewOperation(found, average, priority, std::move(done),
+                                               OperationLabel("push_pull_rows", name));
   op->output = static_cast<uint8_t*>(output);
   op->rows = std::move(plan);
   sequencer_->Submit(op, *rows_);

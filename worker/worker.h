@@ -88,9 +88,15 @@ class Worker : public Collective {
   int num_servers() const override { return num_servers_; }
 
   // Declares a tensor; returns its id (the declaration index). Declaring the same
-  // name again with the same dtype and shape returns the same id; a different dtype
-  // or shape throws. `priority`: empty = -(id). Names starting with "__ferry__/" are
-  // Ferry's own (reserved_tensor_names.h): this and every operation below refuse them.
+  // name again with the same dtype and element count returns the same id. Another dtype
+  // or element count declares the name anew (a new id and keys; tensor_catalog.h,
+  // "Re-declarations"): operations already submitted under the old declaration finish on
+  // its keys, and then the servers free them. Every worker must re-declare at the same
+  // point; a server that sees workers disagree fails the tensor with the reason, and the
+  // refused declaration is undone. In asynchronous training a different layout throws.
+  // `priority`: empty = -(id) (a re-declaration keeps the name's). Names starting with
+  // "__ferry__/" are Ferry's own (reserved_tensor_names.h): this and every operation
+  // below refuse them.
   int DeclareTensor(const std::string& name, DataType dtype, const std::vector<int64_t>& shape,
                     std::optional<int> priority = std::nullopt) override;
 
@@ -204,9 +210,15 @@ class Worker : public Collective {
                         CompletionCallback done, ReduceOp reduce) EXCLUDES(mu_);
   // A new operation of tensor `t`, registered in the table.
   // `label`: the stall check's (operation_table.h, "Labels").
-  std::shared_ptr<Operation> NewOperation(TensorInfo& t, bool average, std::optional<int> priority,
-                                          CompletionCallback done, const std::string& label)
-      REQUIRES(mu_);
+  std::shared_ptr<Operation> NewOperation(const std::shared_ptr<TensorInfo>& tensor, bool average,
+                                          std::optional<int> priority, CompletionCallback done,
+                                          const std::string& label) REQUIRES(mu_);
+  // TensorCatalog::Declare, and a superseded declaration handed to the sequencer.
+  std::shared_ptr<TensorInfo> Declare(const std::string& name, DataType dtype,
+                                      const std::vector<int64_t>& shape,
+                                      std::optional<int> priority) REQUIRES(mu_);
+  // Tells every server that this worker is done with a retired declaration's keys (RETIRE).
+  void RetireOnServers(uint32_t tensor_id);
   // What heartbeats report for the stall check (ClusterClient::StallReporter).
   void ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
                     proto::StallReport* report) const;

@@ -262,7 +262,7 @@ Message ClusterClient::MakeHeartbeat() {
   return m;
 }
 
-int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
+int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, int join_position) {
   uint64_t id;
   {
     MutexLock lock(mu_);
@@ -275,6 +275,7 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms) {
   Message m = MakeMessage(proto::BARRIER, my_id());
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
+  m.envelope.mutable_barrier()->set_join_position(join_position);
   Send(std::move(m));
   // Erased however the wait ends: a barrier no longer waited for is no stall to report.
   auto forget = [this, id]() EXCLUDES(mu_) {

@@ -65,8 +65,10 @@ class ClusterClient {
   const NodeTable& table() const NO_THREAD_SAFETY_ANALYSIS { return table_; }  // see my_id()
 
   // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,
-  // default op_timeout_ms). Returns the rank of the node that arrived last.
-  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0) EXCLUDES(mu_);
+  // default op_timeout_ms). Returns the rank of the node that arrived last (GROUP_JOIN:
+  // that joined last, by `join_position`: worker/join_protocol.h).
+  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0, int join_position = 0)
+      EXCLUDES(mu_);
 
   // Worker: tells the scheduler this worker is done and waits until the scheduler
   // ends the job (every worker finalized). Servers: just waits for that end.

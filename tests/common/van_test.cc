@@ -729,6 +729,10 @@ TEST(VanTest, StatsCountSendsFailuresAndBadMessages) {
   }
   b.Send(1, MakeMessage(proto::HEARTBEAT, 5));
   ASSERT_TRUE(at_a.WaitFor(4));
+  // The sender counts a message once ZeroMQ took it, which may be after it arrived.
+  for (int i = 0; i < 5000 && b.stats().messages_sent < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   VanStats sb = b.stats();
   EXPECT_EQ(sb.messages_sent, 4u);
   EXPECT_EQ(sb.payloads_sent_zero_copy, 3u);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "common/types/data_type.h"
 #include "common/util/counters.h"
+#include "tests/support/stats_files.h"
 #include "worker/worker.h"
 
 namespace ferry::testing {
@@ -163,6 +165,89 @@ TEST(InProcessClusterTest, NoWorkerLeavesABarrierBeforeEveryWorkerReachedIt) {
     }
   });
   EXPECT_EQ(arrived.load(), kBarriers * 3);
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+// A name used with another size or dtype is declared anew (worker/tensor_catalog.h):
+// exact sums in every layout, and the servers drop the old declarations' keys once both
+// workers retired them.
+TEST(InProcessClusterTest, ANameDeclaredAnewSumsExactlyAndTheServersDropTheOldKeys) {
+  StatsFiles stats;
+  InProcessCluster cluster(
+      {2, 2, {{"FERRY_PARTITION_BYTES", "4096"}, {"FERRY_STATS_FILE", stats.path_template()}}});
+  const std::vector<uint64_t> sizes = {1000, 3000, 1};
+  constexpr int kSteps = 30;
+  // Step s uses sizes[s % 3] elements, float32 on even steps and int64 on odd ones: every
+  // step is another layout than the one before.
+  auto count = [&](int step) { return sizes[step % 3]; };
+  auto keys = [&](int step) {  // partitions of 4096 bytes
+    const uint64_t bytes = count(step) * (step % 2 == 0 ? 4 : 8);
+    return std::max<uint64_t>(1, (bytes + 4095) / 4096);
+  };
+  cluster.RunWorkers([&](Worker& w) {
+    std::vector<float> y(500, static_cast<float>(w.rank() + 1));  // another name, unchanged
+    for (int step = 0; step < kSteps; ++step) {
+      const uint64_t n = count(step);
+      Handle hy = w.PushPullAsync("y", y.data(), y.data(), DataType::kFloat32, y.size(), true);
+      if (step % 2 == 0) {
+        std::vector<float> x(n);
+        for (uint64_t i = 0; i < n; ++i) x[i] = static_cast<float>((w.rank() + 1) * (i % 97 + step));
+        w.PushPull("x", x.data(), x.data(), DataType::kFloat32, n, false);
+        for (uint64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(x[i], 3.0f * static_cast<float>(i % 97 + step)) << "step " << step << " i " << i;
+        }
+      } else {
+        std::vector<int64_t> x(n);
+        for (uint64_t i = 0; i < n; ++i) x[i] = (w.rank() + 1) * static_cast<int64_t>(i + step);
+        w.PushPull("x", x.data(), x.data(), DataType::kInt64, n, false);
+        for (uint64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(x[i], 3 * static_cast<int64_t>(i + step)) << "step " << step << " i " << i;
+        }
+      }
+      w.Wait(hy);
+      for (float v : y) ASSERT_EQ(v, 1.5f) << "step " << step;  // the average of 1 and 2
+      std::fill(y.begin(), y.end(), static_cast<float>(w.rank() + 1));
+    }
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+  EXPECT_EQ(stats.Sum("worker", "redeclarations"), 2u * (kSteps - 1));
+  uint64_t retired = 0;
+  for (int step = 0; step < kSteps - 1; ++step) retired += keys(step);
+  // Every declaration but the last was retired by both workers. The last RETIREs may still
+  // be queued when the job ends (a server stops without draining its engines' queues).
+  const uint64_t dropped = stats.Sum("server", "keys_retired");
+  EXPECT_LE(dropped, retired);
+  EXPECT_GE(dropped, retired - keys(kSteps - 2) - keys(kSteps - 3));
+}
+
+// Workers that disagree: worker 0 declares "x" anew while worker 1 still uses the old
+// size. Worker 1 is told why (not left to its deadline), its refused declaration is undone,
+// and once it uses the new size too, both sums complete exactly.
+TEST(InProcessClusterTest, AWorkerStillOnTheOldDeclarationIsToldAndCanCatchUp) {
+  InProcessCluster cluster({2, 2, {}});
+  cluster.RunWorkers([&](Worker& w) {
+    std::vector<float> small(10), large(20);
+    for (int step = 0; step < 2; ++step) {
+      std::fill(small.begin(), small.end(), static_cast<float>(w.rank() + 1));
+      w.PushPull("x", small.data(), small.data(), DataType::kFloat32, small.size(), false);
+      for (float v : small) ASSERT_EQ(v, 3.0f);
+    }
+    if (w.rank() == 1) {
+      std::fill(small.begin(), small.end(), 1.0f);
+      try {
+        w.PushPull("x", small.data(), small.data(), DataType::kFloat32, small.size(), false);
+        ADD_FAILURE() << "worker 1's push of the old declaration was accepted";
+      } catch (const FerryError& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kMismatch);
+        EXPECT_NE(std::string(e.what()).find("worker(s) 0 declared the name of tensor 0 anew"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    std::fill(large.begin(), large.end(), static_cast<float>(w.rank() + 1));
+    w.PushPull("x", large.data(), large.data(), DataType::kFloat32, large.size(), false);
+    for (float v : large) ASSERT_EQ(v, 3.0f) << "rank " << w.rank();
+  });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }
 

@@ -122,7 +122,6 @@ def mode_ops(args, out):
         ("uint8", lambda: bps.push_pull(torch.zeros(3, dtype=torch.uint8), name="u8")),
         ("complex", lambda: bps.push_pull(torch.zeros(3, dtype=torch.complex64), name="c64")),
         ("meta", lambda: bps.push_pull(torch.zeros(3, device="meta"), name="meta")),
-        ("redeclare", lambda: bps.push_pull(torch.zeros(4, dtype=torch.float32), name="sum.torch.float32.(7,)")),
         ("root", lambda: bps.broadcast(torch.zeros(2), root_rank=size, name="badroot")),
         # Ferry's own namespace (worker/reserved_tensor_names.h).
         ("reserved", lambda: bps.push_pull(torch.zeros(2), name="__ferry__/broadcast/w")),

@@ -179,6 +179,49 @@ def _optimizers(rank, out):
     out["size"] = size
 
 
+def _redeclarations(rank, out):
+    # A name used again with another shape or dtype once its operations completed.
+    layouts = [((3,), torch.float32), ((5, 2), torch.float32), ((3,), torch.float64),
+               ((2,), torch.int32), ((3,), torch.float32)]
+    out["redeclared"] = [hvd.allreduce(torch.full(shape, rank + 1, dtype=dtype), op=hvd.Sum,
+                                       name="again")
+                         for shape, dtype in layouts]
+
+    # A model built again with the same parameter names and other shapes.
+    def train(width):
+        model = torch.nn.Linear(width, 1, bias=False)
+        torch.nn.init.zeros_(model.weight)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters())
+        (model(torch.ones(1, width)).sum() * (rank + 1)).backward()
+        opt.step()
+        return -model.weight.detach().clone()  # = the averaged gradient
+
+    out["rebuilt"] = [train(3), train(5), train(3)]
+    # Optimizer state of another shape under the same names.
+    states = {}
+    for width in (4, 6):
+        torch.manual_seed(width)
+        net = torch.nn.Linear(width, 2)
+        opt = torch.optim.Adam(net.parameters(), lr=0.01)
+        if rank == 0:
+            net(torch.ones(1, width)).sum().backward()
+            opt.step()
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        states[width] = {k: v.clone() for k, v in opt.state_dict()["state"][0].items()}
+    out["rebuilt_opt_state"] = states
+    # allgather and broadcast under one name with another first dimension each time.
+    out["regathered"] = [hvd.allgather(torch.full((rank + n, 2), float(rank)), name="ag")
+                         for n in (1, 2)]
+    out["rebroadcast"] = [hvd.broadcast(torch.full((n,), float(rank)), root_rank=1, name="bc")
+                          for n in (2, 5)]
+    # Ranks that disagree on a shape under one name: every rank raises, and the job goes on.
+    out["disagree"] = _outcome(lambda: hvd.allreduce(torch.ones(3 + rank), op=hvd.Sum,
+                                                     name="disagree"))
+    out["after_disagree"] = hvd.allreduce(torch.full((7,), float(rank + 1)), op=hvd.Sum,
+                                          name="after.disagree")
+
+
 def _byteps_names(rank, out):
     import ferry.torch.cross_barrier as cb
     out["cross_barrier_api"] = dict(rank=cb.rank(), size=cb.size(),
@@ -199,7 +242,7 @@ def mode_hvd_api(args, out):
     rank = hvd.rank()
     out["size"] = hvd.size()
     for part in (_names_in_flight, _scaling, _reductions, _broadcasts, _allgathers, _refusals, _optimizers,
-                 _byteps_names):
+                 _redeclarations, _byteps_names):
         part(rank, out)
 
 

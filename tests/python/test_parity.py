@@ -105,6 +105,26 @@ def test_horovod_and_byteps_semantics(module_cluster):
         sparse[0:3] = -1.0 / 3
         sparse[4] = -1.0
         assert torch.allclose(r["sparse_weight"], sparse, atol=1e-7), r["sparse_weight"]
+        # A name declared anew with another shape or dtype (worker/tensor_catalog.h).
+        n = WORKERS * (WORKERS + 1) // 2
+        expected = [full((3,), n), full((5, 2), n), full((3,), n, torch.float64),
+                    full((2,), n, torch.int32), full((3,), n)]
+        assert all(torch.equal(a, b) for a, b in zip(r["redeclared"], expected)), r["redeclared"]
+        assert [tuple(w.shape) for w in r["rebuilt"]] == [(1, 3), (1, 5), (1, 3)]
+        assert all(torch.equal(w, full(w.shape, 2.0)) for w in r["rebuilt"]), r["rebuilt"]
+        states = r["rebuilt_opt_state"]
+        root_states = res[0]["rebuilt_opt_state"]
+        for width in (4, 6):
+            assert tuple(states[width]["exp_avg"].shape) == (2, width)
+            for k, v in states[width].items():
+                assert torch.equal(v, root_states[width][k]), (width, k)
+            assert states[width]["exp_avg"].abs().sum() > 0  # rank 0 stepped
+        for n_, gathered in zip((1, 2), r["regathered"]):
+            assert torch.equal(gathered, torch.cat([full((k + n_, 2), float(k))
+                                                    for k in range(WORKERS)]))
+        assert [t.tolist() for t in r["rebroadcast"]] == [[1.0] * 2, [1.0] * 5]
+        assert raised(r["disagree"], "FerryError", "workers disagree on")
+        assert torch.equal(r["after_disagree"], full((7,), float(n)))
         # byteps.torch.cross_barrier carries the whole API; CrossBarrier takes num_steps.
         assert r["cross_barrier_api"] == dict(rank=rank, size=WORKERS,
                                               has=["init", "push_pull", "broadcast_parameters",

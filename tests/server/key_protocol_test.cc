@@ -22,6 +22,7 @@
 #include "server/rows_protocol.h"
 #include "server/sum_pool.h"
 #include "server/summation.h"
+#include "server/tensor_retirements.h"
 #include "tests/server/fake_gpu_summer.h"
 
 namespace ferry {
@@ -257,6 +258,71 @@ TEST(RoundProtocolTest, AJoinCompletesTheRoundWithoutTheWorkerThenEveryoneRestar
   EXPECT_EQ(p.Find(kKey)->round, 0u);
   EXPECT_FALSE(p.Find(kKey)->has_last);
   EXPECT_TRUE(h.Take().empty());
+}
+
+// Retirement (a name declared anew, server/tensor_retirements.h): the keys stay until
+// every worker retired the tensor, so a late RESEND_SUM of its last round is answered;
+// then they are gone, and other tensors' keys stay.
+TEST(RoundProtocolTest, ARetiredTensorsKeysAreDroppedAndOtherTensorsKeysStay) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = Push(0, 0, {1}), b = Push(1, 0, {2});
+  p.Push(a);
+  p.Push(b);
+  Request other = Push(0, 0, {9});
+  other.message.envelope.set_key(MakeKey(8, 0));  // tensor 8: not retired
+  p.Push(other);
+  h.Take();
+  TensorRetirements retired(2);
+  EXPECT_TRUE(retired.Note(7, 0));
+  EXPECT_TRUE(retired.TakeComplete(h.joined).empty());  // worker 1 still may ask again
+  p.Pull(Pull(1, 0));
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectSum(r[0], 1, 0, 0, {3}, 2);
+  EXPECT_FALSE(retired.Note(7, 1));
+  EXPECT_EQ(retired.TakeComplete(h.joined), std::vector<uint32_t>{7});
+  EXPECT_TRUE(retired.empty());
+  p.Retire(7, "retired");
+  EXPECT_TRUE(h.Take().empty());
+  EXPECT_EQ(p.Find(kKey), nullptr);
+  EXPECT_NE(p.Find(MakeKey(8, 0)), nullptr);
+  EXPECT_EQ(h.counters.keys_retired, 1u);
+}
+
+// A worker that retired a tensor while another still pushes it: the round waiting for
+// the retired worker is refused, with the reason, and so is every later push of it.
+TEST(RoundProtocolTest, PushesOfATensorAnotherWorkerRetiredAreRefusedWithTheReason) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = Push(0, 0, {1}), b = Push(1, 0, {2});
+  p.Push(a);
+  p.Push(b);
+  Request b1 = Push(1, 1, {2});  // worker 1 goes on with the old declaration
+  p.Push(b1);
+  h.Take();
+  TensorRetirements retired(2);
+  ASSERT_TRUE(retired.Note(7, 0));
+  const std::string why = retired.Refusal(7, -1);
+  EXPECT_EQ(why,
+            "worker(s) 0 declared the name of tensor 7 anew (another dtype or size) and "
+            "retired it, but a round of it waits for pushes: every worker must declare a name "
+            "anew at the same point");
+  p.RefuseOpenRounds(7, why);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectError(r[0], 1, 1, ErrorCode::kMismatch, KeyName(kKey) + ": " + why);
+  EXPECT_EQ(retired.Refusal(7, 1),
+            "worker(s) 0 declared the name of tensor 7 anew (another dtype or size) and "
+            "retired it, but worker 1 still uses the old declaration: every worker must "
+            "declare a name anew at the same point");
+  EXPECT_EQ(retired.Refusal(7, 0), "worker 0 used tensor 7 after it retired it");
+  EXPECT_TRUE(retired.RetiredBy(7, 0));
+  EXPECT_FALSE(retired.RetiredBy(7, 1));
+  EXPECT_EQ(retired.Refusal(8, 1), "");
+  // A joined worker pushes nothing: the retirement is complete without it.
+  h.joined[1] = true;
+  EXPECT_EQ(retired.TakeComplete(h.joined), std::vector<uint32_t>{7});
 }
 
 TEST(RoundProtocolTest, SumsThatComeLaterAnswerThePushersWhenTheyArrive) {

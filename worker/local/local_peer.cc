@@ -184,9 +184,10 @@ int LocalPeer::DeclareTensor(const std::string& name, DataType dtype,
     declared_[name] = Declared{id, dtype, shape};
     return id;
   }
-  FERRY_ENFORCE(it->second.dtype == dtype && it->second.shape == shape, ErrorCode::kMismatch,
-                "tensor '", name, "' declared again with another dtype or shape (",
-                DataTypeName(dtype), " vs ", DataTypeName(it->second.dtype), ")");
+  // Another dtype or shape declares the name anew at the local root (tensor_catalog.h,
+  // "Re-declarations"); the id, which names nothing on the wire here, stays.
+  it->second.dtype = dtype;
+  it->second.shape = shape;
   return it->second.id;
 }
 
