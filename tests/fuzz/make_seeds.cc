@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
   release.envelope.mutable_barrier()->set_group(proto::GROUP_JOIN);
   release.envelope.mutable_barrier()->set_last_rank(1);
   Write(dir, "barrier_release", release, "");
+  auto join_barrier = MakeMessage(proto::BARRIER, 3);
+  join_barrier.envelope.mutable_barrier()->set_group(proto::GROUP_JOIN);
+  join_barrier.envelope.mutable_barrier()->set_join_position(2);
+  Write(dir, "barrier_join", join_barrier, "");
+  auto retire = MakeMessage(proto::RETIRE, 3);  // protocol 5: a name declared anew
+  retire.envelope.set_key(ferry::MakeKey(9, 0));
+  Write(dir, "retire", retire, "");
   auto failed = MakeMessage(proto::NODE_FAILED, 0);
   failed.envelope.mutable_failure()->set_reason("server 1 died");
   Write(dir, "node_failed", failed, "");
