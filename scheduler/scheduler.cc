@@ -120,6 +120,10 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
     case proto::FINALIZE:
       OnFinalize(m);
       break;
+    case proto::SUSPEND:
+    case proto::RESUME:
+      OnSuspend(m, m.type() == proto::SUSPEND);
+      break;
     default:
       LOG(WARNING) << "dropped unexpected " << Describe(m) << " (from "
                    << table_.Describe(m.sender()) << ")";
@@ -360,9 +364,35 @@ void Scheduler::OnFinalize(const Message& m) {
     return;
   }
   finalized_.insert(m.sender());
+  suspended_.erase(m.sender());
   LOG(INFO) << table_.Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
+            << config_.cluster.num_workers << ", " << suspended_.size() << " suspended)";
+  MaybeEndJob();
+}
+
+void Scheduler::OnSuspend(const Message& m, bool suspended) {
+  if (!table_.IsWorker(m.sender()) || finalized_.count(m.sender())) {
+    LOG(WARNING) << "dropped " << Describe(m) << " from " << table_.Describe(m.sender())
+                 << ": not a worker still in the job";
+    return;
+  }
+  if (suspended) {
+    suspended_.insert(m.sender());
+  } else {
+    suspended_.erase(m.sender());
+  }
+  LOG(INFO) << table_.Describe(m.sender())
+            << (suspended ? " shut down and may init() again" : " initialised again") << " ("
+            << suspended_.size() << " suspended, " << finalized_.size() << " finalized of "
             << config_.cluster.num_workers << ")";
-  if (static_cast<int>(finalized_.size()) < config_.cluster.num_workers) return;
+  MaybeEndJob();
+}
+
+void Scheduler::MaybeEndJob() {
+  if (finalized_.empty() ||
+      static_cast<int>(finalized_.size() + suspended_.size()) < config_.cluster.num_workers) {
+    return;
+  }
   for (const auto& [id, member] : members_) SendTo(id, MakeMessage(proto::SHUTDOWN, kSchedulerId));
   phase_ = Phase::kDone;
   cv_.NotifyAll();

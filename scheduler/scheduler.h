@@ -4,7 +4,8 @@
 //
 // Lifecycle: registration (until every server and worker arrived, or the connect
 // deadline) -> node table broadcast -> running (barriers, heartbeat watch) -> orderly
-// shutdown once every worker finalized, or failure broadcast when a node dies.
+// shutdown once every worker finalized (or suspended, with one finalized: re-initialisation,
+// worker/binding_core.h), or failure broadcast when a node dies.
 //
 // Threads: message handling runs on the Van's IO thread; Run()'s thread watches the
 // deadlines (registration, heartbeats). Both touch the state under mu_.
@@ -63,6 +64,12 @@ class Scheduler {
   void OnRegister(const Message& m, const std::string& identity) REQUIRES(mu_);
   void OnBarrier(const Message& m) REQUIRES(mu_);
   void OnFinalize(const Message& m) REQUIRES(mu_);
+  // SUSPEND / RESUME: a worker shut down and may init() again, or did.
+  void OnSuspend(const Message& m, bool suspended) REQUIRES(mu_);
+  // Ends the job (SHUTDOWN to every node) once every worker is finalized or suspended and
+  // at least one is finalized: a finalized worker never comes back, so no suspended one
+  // could ever complete an operation again.
+  void MaybeEndJob() REQUIRES(mu_);
   void BuildNodeTable() REQUIRES(mu_);  // once all registered
   std::string MissingNodes() const REQUIRES(mu_);
   void FailJob(int node_id, const std::string& reason) REQUIRES(mu_);
@@ -98,6 +105,7 @@ class Scheduler {
   };
   std::map<int, std::vector<Arrival>> barriers_ GUARDED_BY(mu_);  // by group, in arrival order
   std::set<int> finalized_ GUARDED_BY(mu_);
+  std::set<int> suspended_ GUARDED_BY(mu_);  // workers shut down that may init() again
   StallCheck stalls_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);
 };

@@ -15,10 +15,18 @@ BindingCore& BindingCore::Process() {
 
 void BindingCore::Init(const EnvLookup& env) {
   std::lock_guard<std::mutex> turn(turn_mu_);
+  std::shared_ptr<Collective> group;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kInitialised) return;
     FERRY_ENFORCE(state_ != State::kShutDown, ErrorCode::kShutdown, kShutDownMessage);
+    group = group_;
+  }
+  if (group) {  // suspended: the same rank joins again
+    group->Resume();
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = State::kInitialised;
+    return;
   }
   // Workers need not set DMLC_ROLE; if set, it must say worker.
   const NodeRole role = NodeRole::kWorker;
@@ -26,7 +34,7 @@ void BindingCore::Init(const EnvLookup& env) {
   InitLogging("ferry", config, "worker");
   const bool local_size_from_env =
       env("FERRY_LOCAL_SIZE") != nullptr || env("BYTEPS_LOCAL_SIZE") != nullptr;
-  std::shared_ptr<Collective> group = LocalGroup::Create(config);
+  group = LocalGroup::Create(config);
   std::lock_guard<std::mutex> lock(mu_);
   group_ = std::move(group);
   local_size_from_env_ = local_size_from_env;
@@ -36,6 +44,7 @@ void BindingCore::Init(const EnvLookup& env) {
 std::shared_ptr<Collective> BindingCore::Get() const {
   std::lock_guard<std::mutex> lock(mu_);
   FERRY_ENFORCE(state_ != State::kShutDown, ErrorCode::kShutdown, kShutDownMessage);
+  FERRY_ENFORCE(state_ != State::kSuspended, ErrorCode::kShutdown, kSuspendedMessage);
   FERRY_ENFORCE(state_ == State::kInitialised, ErrorCode::kInvalidArgument, kNotInitialisedMessage);
   return group_;
 }
@@ -57,12 +66,25 @@ DataType BindingCore::CheckedDataType(int code) {
   return static_cast<DataType>(code);
 }
 
-void BindingCore::Shutdown() {
+void BindingCore::Shutdown(bool final) {
   std::lock_guard<std::mutex> turn(turn_mu_);
   std::shared_ptr<Collective> group;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != State::kInitialised) return;
+    if (state_ != State::kInitialised && state_ != State::kSuspended) return;
+    if (!final && state_ == State::kSuspended) return;
+    if (!final && group_->CanSuspend()) {
+      group = group_;
+    }
+  }
+  if (group) {
+    group->Suspend();  // throws (the job failed, a timeout): still initialised
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = State::kSuspended;
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     // From here on new calls are refused; calls in progress hold their own reference.
     state_ = State::kShutDown;
     group = std::move(group_);

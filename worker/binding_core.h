@@ -5,9 +5,16 @@
 // (plugins/csrc/module.cc) both go through it, so they read the configuration, check the
 // role, start logging and refuse calls in the same way, with the same messages.
 //
-// States: not initialised -> Init() -> initialised -> Shutdown() -> shut down (final: a
-// process joins one job once).
+// States: not initialised -> Init() -> initialised -> Shutdown(final) -> shut down (a
+// process joins one job once). Re-initialisation: Shutdown(/*final=*/false) ->
+// suspended (Collective::Suspend: the rank stays in the job, every declaration dropped)
+// -> Init() -> initialised again (Collective::Resume), any number of times; a final
+// Shutdown() from there, or the process's exit, ends it. The job ends once every worker
+// is suspended or shut down and at least one is shut down for good (scheduler.h), so a
+// program that calls ferry.torch.shutdown() and exits costs nothing. A local group
+// (FERRY_LOCAL_SIZE > 1) cannot suspend: Shutdown(false) is final there.
 //   Get() before Init():   FerryError kInvalidArgument, kNotInitialisedMessage.
+//   Get() while suspended: FerryError kShutdown, kSuspendedMessage.
 //   Get() after Shutdown(): FerryError kShutdown, kShutDownMessage; Init() likewise.
 //
 // Lifetime: Get() hands out a shared_ptr, and every call a binding makes holds it for the
@@ -36,10 +43,14 @@ class BindingCore {
   // The message of Get() before Init() ("not initialised" is what callers match).
   static constexpr const char* kNotInitialisedMessage =
       "ferry is not initialised: call ferry_init() (C) or ferry.torch.init() (Python) first";
-  // The message of Get() and Init() after Shutdown().
+  // The message of Get() and Init() after a final Shutdown().
   static constexpr const char* kShutDownMessage =
-      "ferry was shut down: no call may follow shutdown (ferry_shutdown() in C, "
-      "ferry.torch.shutdown() in Python), and a process joins one job once";
+      "ferry was shut down for good: no call may follow a final shutdown (ferry_shutdown() in "
+      "C, the exit of a Python process, or ferry.torch.shutdown() in a local group), and a "
+      "process joins one job once";
+  // The message of Get() after a non-final Shutdown().
+  static constexpr const char* kSuspendedMessage =
+      "ferry was shut down: call ferry.torch.init() to join the job again";
 
   BindingCore() = default;
   BindingCore(const BindingCore&) = delete;
@@ -52,15 +63,16 @@ class BindingCore {
   // Reads the environment (Config::FromEnvironment with the role fixed to worker:
   // DMLC_ROLE may be unset, else it must say worker), starts logging (InitLogging) and
   // joins the cluster (LocalGroup::Create; blocks until every node registered).
-  // Idempotent while initialised; throws kShutdown after Shutdown(), or the error of the
-  // configuration or of joining (then the core stays not initialised).
+  // Idempotent while initialised; resumes a suspended core (Collective::Resume); throws
+  // kShutdown after a final Shutdown(), or the error of the configuration or of joining
+  // (then the core stays not initialised, or suspended).
   void Init() { Init(ProcessEnvironment()); }
   void Init(const EnvLookup& env);
 
   // The group for one call: hold it until the call returns. Throws (see above).
   std::shared_ptr<Collective> Get() const;
 
-  // True between Init() and Shutdown().
+  // True between Init() and Shutdown() (false while suspended).
   bool IsInitialized() const;
 
   // Whether the launcher gave the local group's shape (FERRY_LOCAL_SIZE or
@@ -72,14 +84,15 @@ class BindingCore {
   // kInvalidArgument "unknown ferry dtype code N" for any other.
   static DataType CheckedDataType(int code);
 
-  // Waits for this worker's operations and leaves the job (LocalGroup::Shutdown), then
-  // drops the core's reference. Idempotent; a no-op before Init(). The core is shut down
-  // afterwards even when LocalGroup::Shutdown throws (the job failed): that error reaches
-  // the first caller only.
-  void Shutdown();
+  // `final`: waits for this worker's operations and leaves the job (Collective::Shutdown),
+  // then drops the core's reference. Idempotent; a no-op before Init(); ends a suspension.
+  // The core is shut down afterwards even when Collective::Shutdown throws (the job
+  // failed): that error reaches the first caller only. Not `final`: suspends (above),
+  // where the group can (else as final); if Suspend throws, the core stays initialised.
+  void Shutdown(bool final = true);
 
  private:
-  enum class State { kNotInitialised, kInitialised, kShutDown };
+  enum class State { kNotInitialised, kInitialised, kSuspended, kShutDown };
 
   std::mutex turn_mu_;     // held through Init() and Shutdown(): they take turns
   mutable std::mutex mu_;  // guards the members below; never held across a blocking call

@@ -111,8 +111,17 @@ class Collective {
   virtual std::string scheduling_policy() const = 0;
   // Uneven data (Horovod's join; worker.h). Returns the rank that joined last.
   virtual int Join() = 0;
-  // Waits for this rank's operations and leaves the job. Idempotent.
+  // Waits for this rank's operations and leaves the job for good. Idempotent; also ends a
+  // suspension.
   virtual void Shutdown() = 0;
+  // Re-initialisation (ferry.torch's shutdown() then init(); binding_core.h): Suspend()
+  // waits for this rank's operations, drops every declaration (the servers free their
+  // keys) and refuses new operations (kShutdown) until Resume(); the rank stays in the job.
+  // Only where CanSuspend() (a Worker; not a local group): elsewhere both throw
+  // kInvalidArgument.
+  virtual bool CanSuspend() const { return false; }
+  virtual void Suspend() { RefuseSuspend(); }
+  virtual void Resume() { RefuseSuspend(); }
   // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).
   virtual CounterValues Counters() const = 0;
 
@@ -135,6 +144,13 @@ class Collective {
 
   // Every handle of this rank (one table per process role); its own lock.
   OperationTable table_;
+
+ private:
+  [[noreturn]] static void RefuseSuspend() {
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     "re-initialisation (shutdown() then init()) needs one worker process per "
+                     "Ferry worker; a local group (FERRY_LOCAL_SIZE > 1) shuts down for good");
+  }
 };
 
 }  // namespace ferry

@@ -124,6 +124,16 @@ void TensorCatalog::Undeclare(TensorInfo& t) {
   if (!t.superseded) Supersede(t);
 }
 
+std::vector<std::shared_ptr<TensorInfo>> TensorCatalog::UndeclareAll() {
+  std::vector<std::shared_ptr<TensorInfo>> undone;
+  for (auto& [id, t] : tensors_) {
+    if (t->superseded) continue;
+    Supersede(*t);
+    undone.push_back(t);
+  }
+  return undone;
+}
+
 void TensorCatalog::Retire(uint32_t id) {
   auto it = tensors_.find(id);
   CHECK(it != tensors_.end() && it->second->superseded) << "retiring tensor " << id;

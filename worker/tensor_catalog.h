@@ -87,6 +87,9 @@ class TensorCatalog {
   void Undeclare(TensorInfo& t);
   // Drops a superseded declaration whose operations are all finished.
   void Retire(uint32_t id);
+  // Undoes every current declaration (Undeclare; re-initialisation) and returns them: the
+  // placement is then empty, and ids go on from next_id().
+  std::vector<std::shared_ptr<TensorInfo>> UndeclareAll();
   uint32_t next_id() const { return next_id_; }
   // Declarations held (current and superseded).
   size_t size() const { return tensors_.size(); }

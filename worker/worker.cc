@@ -436,12 +436,44 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
   nccl->Wait(ticket);
 }
 
-void Worker::Shutdown() {
+void Worker::Suspend() {
   {
     MutexLock lock(mu_);
     ctx_->mu.AssertHeld();  // the same lock as mu_
     if (ctx_->shut_down) return;
+    sequencer_->WaitUntilIdleOrThrow("shutdown");
     ctx_->shut_down = true;
+    suspended_ = true;
+    // Every declaration goes: the next init() starts with an empty catalog whose ids go on,
+    // identically on every worker, and the servers free the keys.
+    for (const std::shared_ptr<TensorInfo>& t : catalog_->UndeclareAll()) {
+      sequencer_->Superseded(t);
+    }
+  }
+  cluster_.Suspend();
+  LOG(INFO) << "worker " << rank_ << " shut down; it may init() again";
+}
+
+void Worker::Resume() {
+  {
+    MutexLock lock(mu_);
+    if (!suspended_) return;
+  }
+  cluster_.Resume();  // throws if the job ended or failed meanwhile
+  MutexLock lock(mu_);
+  ctx_->ThrowIfFailed();
+  suspended_ = false;
+  ctx_->shut_down = false;
+  LOG(INFO) << "worker " << rank_ << " initialised again";
+}
+
+void Worker::Shutdown() {
+  {
+    MutexLock lock(mu_);
+    ctx_->mu.AssertHeld();  // the same lock as mu_
+    if (ctx_->shut_down && !suspended_) return;
+    ctx_->shut_down = true;
+    suspended_ = false;
     sequencer_->WaitUntilIdle();
   }
   cluster_.Finalize();

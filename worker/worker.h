@@ -182,8 +182,21 @@ class Worker : public Collective {
   // last. Then every worker may push again (the next epoch), all starting over at round 0.
   int Join() override { return join_->Join(); }
   // Waits for this worker's operations, tells the scheduler this worker is done, and
-  // waits until every worker is (then the servers and scheduler exit). Idempotent.
+  // waits until every worker is (then the servers and scheduler exit). Idempotent; ends a
+  // suspension too.
   void Shutdown() override;
+  // Re-initialisation (collective.h): Suspend() waits for this worker's operations
+  // (deadline FERRY_OP_TIMEOUT_MS), undoes every declaration (the servers free the keys:
+  // RETIRE), refuses new operations (kShutdown) and tells the scheduler (SUSPEND); the
+  // connections and heartbeats stay. Resume() tells the scheduler (RESUME) and accepts
+  // operations again: the same rank, the names declared afresh (new ids, round 0), the
+  // scheduling choice kept. Both are no-ops when there is nothing to do.
+  bool CanSuspend() const override { return true; }
+  void Suspend() override;
+  void Resume() override;
+  // The scheduler ended the job (every worker shut down or suspended, one for good): a
+  // suspended worker can no longer Resume().
+  bool JobEnded() const { return cluster_.shut_down(); }
 
   // Every counter of this worker by name (its own, then the transport's "van.*"): what
   // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (operation_kind.h).
@@ -249,6 +262,8 @@ class Worker : public Collective {
   std::unique_ptr<JoinProtocol> join_;
   std::unique_ptr<SchedulingControl> scheduling_;
   std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
+  // Suspend()ed: shut down (ctx_->shut_down) but may Resume().
+  bool suspended_ GUARDED_BY(mu_) = false;
   std::unique_ptr<Sender> sender_;                   // the "sender" thread; destroyed first
 };
 

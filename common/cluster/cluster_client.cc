@@ -165,6 +165,11 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
       Fail(e.failure().reason());
       return true;
     case proto::SHUTDOWN:
+      if (resumed_) {  // a RESUME crossed the end of the job: this worker cannot go on
+        Fail("the scheduler ended the job as this worker called init() again (every other "
+             "worker had shut down, at least one for good)");
+        return true;
+      }
       LOG(INFO) << "the scheduler ended the job";
       shut_down_ = true;
       cv_.NotifyAll();
@@ -296,8 +301,28 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, int jo
 }
 
 void ClusterClient::Finalize() {
+  resumed_ = false;
+  if (shut_down_) return;  // the job ended while this worker was suspended: nobody to tell
   Send(MakeMessage(proto::FINALIZE, my_id()));
   WaitForShutdown();
+}
+
+void ClusterClient::Suspend() {
+  resumed_ = false;
+  Send(MakeMessage(proto::SUSPEND, my_id()));
+}
+
+void ClusterClient::Resume() {
+  {
+    MutexLock lock(mu_);
+    if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown,
+                  "init() after shutdown(): the job has ended meanwhile (every worker had shut "
+                  "down, and at least one for good, e.g. its process exited), so there is no job "
+                  "to rejoin");
+    resumed_ = true;
+  }
+  Send(MakeMessage(proto::RESUME, my_id()));
 }
 
 void ClusterClient::WaitForShutdown() {

@@ -73,6 +73,11 @@ class ClusterClient {
   // Worker: tells the scheduler this worker is done and waits until the scheduler
   // ends the job (every worker finalized). Servers: just waits for that end.
   void Finalize() EXCLUDES(mu_);
+  // Worker: this worker shut down but may come back (SUSPEND): returns at once; the
+  // heartbeats go on. Resume(): it came back (RESUME); throws kShutdown if the job ended
+  // meanwhile (another worker finalized), or the job's failure.
+  void Suspend() EXCLUDES(mu_);
+  void Resume() EXCLUDES(mu_);
   void WaitForShutdown() EXCLUDES(mu_);
 
   bool failed() const { return failed_; }
@@ -127,6 +132,9 @@ class ClusterClient {
 
   std::atomic<bool> failed_{false};
   std::atomic<bool> shut_down_{false};
+  // A worker that Resume()d and has not finalized or suspended since: a SHUTDOWN then
+  // fails it (its RESUME crossed the end of the job) instead of ending it quietly.
+  std::atomic<bool> resumed_{false};
   std::atomic<bool> stop_heartbeat_{false};
   std::atomic<int64_t> last_scheduler_contact_ms_{0};
   std::thread heartbeat_thread_;

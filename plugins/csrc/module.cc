@@ -77,15 +77,17 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "init", [] { ferry::BindingCore::Process().Init(); },
       py::call_guard<py::gil_scoped_release>(),
-      "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker. "
-      "Idempotent; raises FerryError (code kShutdown) after shutdown().");
+      "Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker; after "
+      "shutdown(final=False) joins it again under the same rank. Idempotent; raises "
+      "FerryError (code kShutdown) after a final shutdown.");
   m.def("is_initialized", [] { return ferry::BindingCore::Process().IsInitialized(); });
   m.def(
-      "shutdown", [] { ferry::BindingCore::Process().Shutdown(); },
-      py::call_guard<py::gil_scoped_release>(),
-      "Waits for this worker's operations and ends the job once every worker has. "
-      "Idempotent; raises FerryError if the job failed. Every later call raises "
-      "FerryError (code kShutdown).");
+      "shutdown", [](bool final) { ferry::BindingCore::Process().Shutdown(final); },
+      py::arg("final") = true, py::call_guard<py::gil_scoped_release>(),
+      "Waits for this worker's operations and leaves the job (final: for good; the job ends "
+      "once every worker has). Not final: init() may join again (worker/binding_core.h). "
+      "Idempotent; raises FerryError if the job failed. Every later call raises FerryError "
+      "(code kShutdown).");
   m.def(
       "require_initialized", [] { Get(); },
       "Raises FerryError unless initialised (before init(): not initialised; after "

@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
   auto retire = MakeMessage(proto::RETIRE, 3);  // protocol 5: a name declared anew
   retire.envelope.set_key(ferry::MakeKey(9, 0));
   Write(dir, "retire", retire, "");
+  Write(dir, "suspend", MakeMessage(proto::SUSPEND, 3), "");  // protocol 5: re-initialisation
+  Write(dir, "resume", MakeMessage(proto::RESUME, 3), "");
   auto failed = MakeMessage(proto::NODE_FAILED, 0);
   failed.envelope.mutable_failure()->set_reason("server 1 died");
   Write(dir, "node_failed", failed, "");

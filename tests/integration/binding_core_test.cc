@@ -107,5 +107,39 @@ TEST(BindingCoreTest, AGroupHeldByACallOutlivesShutdownOnAnotherThread) {
   }
 }
 
+// Re-initialisation: Shutdown(final=false) suspends (calls refused as shut down, "init()"
+// named), Init() joins again under the same rank with every name free, any number of times;
+// a final Shutdown() ends the job cleanly.
+TEST(BindingCoreTest, ANonFinalShutdownIsUndoneByInit) {
+  TestCluster group;
+  group.StartScheduler();
+  group.StartServer();
+  auto env = group.RoleEnv("worker");
+  env["DMLC_WORKER_ID"] = "0";
+
+  BindingCore core;
+  core.Init(MapEnvironment(env));
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    std::vector<float> x(10 + cycle, 1.0f + cycle);  // another size under one name each time
+    core.Get()->PushPull("x", x.data(), x.data(), DataType::kFloat32, x.size(), false);
+    EXPECT_EQ(x[0], 1.0f + cycle);
+    core.Shutdown(/*final=*/false);
+    core.Shutdown(/*final=*/false);  // idempotent
+    EXPECT_FALSE(core.IsInitialized());
+    FerryError get = Thrown([&] { core.Get(); });
+    EXPECT_EQ(get.code(), ErrorCode::kShutdown);
+    EXPECT_TRUE(Contains(get.what(), "call ferry.torch.init() to join the job again"))
+        << get.what();
+    core.Init(MapEnvironment(env));
+    ASSERT_TRUE(core.IsInitialized());
+    EXPECT_EQ(core.Get()->rank(), 0);
+  }
+  core.Shutdown();
+  EXPECT_EQ(Thrown([&] { core.Init(MapEnvironment(env)); }).code(), ErrorCode::kShutdown);
+  for (const ChildResult& r : group.WaitAll(30000L)) {
+    EXPECT_TRUE(r.exited && r.exit_code == 0) << group.AllOutput();
+  }
+}
+
 }  // namespace
 }  // namespace ferry::testing

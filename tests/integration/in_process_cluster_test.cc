@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -247,6 +249,73 @@ TEST(InProcessClusterTest, AWorkerStillOnTheOldDeclarationIsToldAndCanCatchUp) {
     std::fill(large.begin(), large.end(), static_cast<float>(w.rank() + 1));
     w.PushPull("x", large.data(), large.data(), DataType::kFloat32, large.size(), false);
     for (float v : large) ASSERT_EQ(v, 3.0f) << "rank " << w.rank();
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+// Re-initialisation (worker/binding_core.h): every worker suspends and resumes, twice,
+// using its names with other sizes each time: exact sums, the same ranks, and the servers
+// drop every key of the sessions before.
+TEST(InProcessClusterTest, WorkersSuspendAndResumeWithExactSumsAndTheKeysFreed) {
+  StatsFiles stats;
+  InProcessCluster cluster({2, 2,
+                            {{"FERRY_PARTITION_BYTES", "4096"},
+                             {"FERRY_STATS_FILE", stats.path_template()}}});
+  cluster.RunWorkers([&](Worker& w) {
+    const int rank = w.rank();
+    for (int session = 0; session < 3; ++session) {
+      std::vector<float> a(2000 + 1000 * session, static_cast<float>(rank + session));
+      std::vector<float> b(7, static_cast<float>(10 * (rank + 1)));
+      w.PushPull("a", a.data(), a.data(), DataType::kFloat32, a.size(), false);
+      w.PushPull("b", b.data(), b.data(), DataType::kFloat32, b.size(), true);
+      for (float v : a) ASSERT_EQ(v, static_cast<float>(1 + 2 * session)) << "session " << session;
+      for (float v : b) ASSERT_EQ(v, 15.0f);
+      if (session == 2) break;
+      w.Suspend();
+      w.Suspend();  // idempotent
+      try {
+        w.PushPull("b", b.data(), b.data(), DataType::kFloat32, b.size(), true);
+        ADD_FAILURE() << "a push_pull of a suspended worker was accepted";
+      } catch (const FerryError& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kShutdown) << e.what();
+      }
+      w.Resume();
+      EXPECT_EQ(w.rank(), rank);
+    }
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+  // Sessions 0 and 1: a (2 and 3 partitions of 4 KiB... 8000 and 12000 bytes: 2 and 3) and b
+  // (1 each), retired by both workers at each suspension. Session 2's keys stay.
+  EXPECT_EQ(stats.Sum("server", "keys_retired"), 2u + 1u + 3u + 1u);
+}
+
+// The job ends once every worker is suspended or shut down and one is shut down for good:
+// a suspended worker then cannot come back, and says why.
+TEST(InProcessClusterTest, AJobEndsWhenEveryWorkerLeftAndOneForGood) {
+  InProcessCluster cluster({1, 2, {}});
+  std::atomic<bool> suspended{false};
+  cluster.RunWorkers([&](Worker& w) {
+    std::vector<float> x(5, 1.0f);
+    w.PushPull("x", x.data(), x.data(), DataType::kFloat32, x.size(), false);
+    if (w.rank() == 1) {  // leaves for good once worker 0 is suspended
+      while (!suspended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      w.Shutdown();  // returns once the scheduler ended the job
+      return;
+    }
+    w.Suspend();
+    suspended = true;
+    for (int i = 0; i < 20000 && !w.JobEnded(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(w.JobEnded());
+    try {
+      w.Resume();
+      ADD_FAILURE() << "resumed after the job ended";
+    } catch (const FerryError& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kShutdown);
+      EXPECT_NE(std::string(e.what()).find("the job has ended meanwhile"), std::string::npos)
+          << e.what();
+    }
   });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }

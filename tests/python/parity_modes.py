@@ -246,6 +246,32 @@ def mode_hvd_api(args, out):
         part(rank, out)
 
 
+def mode_hvd_reinit(args, out):
+    """init(), shutdown(), init() in one process, three times, with other shapes under the
+    same names and a DistributedOptimizer each time."""
+    rank = hvd.rank()
+    sessions = []
+    for session in range(3):
+        record = {"rank": hvd.rank(), "size": hvd.size(), "initialized": hvd.is_initialized()}
+        record["sum"] = hvd.allreduce(torch.full((3 + session,), rank + 1.0), op=hvd.Sum, name="r")
+        model = torch.nn.Linear(2 + session, 1, bias=False)
+        torch.nn.init.zeros_(model.weight)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        (model(torch.ones(1, 2 + session)).sum() * (rank + 1)).backward()
+        opt.step()
+        record["weight"] = model.weight.detach().clone()
+        hvd.shutdown()
+        record["after_shutdown"] = hvd.is_initialized()
+        record["call_after_shutdown"] = _outcome(lambda: hvd.allreduce(torch.ones(2), name="r"))
+        hvd.shutdown()  # idempotent
+        hvd.init()
+        sessions.append(record)
+    out["sessions"] = sessions
+    out["initialized_at_end"] = hvd.is_initialized()
+
+
 def mode_hvd_stall(args, out):
     """Rank size-1 never issues push_pull 'skipped': it goes to a barrier instead, where
     the others never come. The stall check names both on the waiting workers, then ends

@@ -132,6 +132,25 @@ def test_horovod_and_byteps_semantics(module_cluster):
         assert r["cross_barrier_pending_after_last_step"] == 0
 
 
+def test_init_shutdown_init_rejoins_under_the_same_rank(cluster):
+    c = cluster(workers=2, servers=2, env=HEARTBEAT)
+    c.start("hvd_reinit")
+    res = sorted(c.wait_workers(timeout=120), key=lambda r: r["rank"])
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        assert r["initialized_at_end"]
+        for session, s in enumerate(r["sessions"]):
+            assert (s["rank"], s["size"], s["initialized"]) == (r["rank"], 2, True)
+            assert torch.equal(s["sum"], full((3 + session,), 3.0))
+            assert torch.equal(s["weight"], full((1, 2 + session), -1.5))  # the average gradient
+            assert s["after_shutdown"] is False
+            assert raised(s["call_after_shutdown"], "FerryError", "ferry was shut down",
+                          "call ferry.torch.init() to join the job again")
+    # The workers exited (their final shutdown at exit): the job ended cleanly at once.
+    for name in ["scheduler", "server 0", "server 1"]:
+        assert c.procs[name].wait(30) == 0, c.logs()
+
+
 def test_a_stall_is_named_on_every_waiting_worker(cluster):
     c = cluster(workers=WORKERS, servers=2,
                 env=dict(HEARTBEAT, FERRY_STALL_WARNING_MS="1000", FERRY_STALL_SHUTDOWN_MS="4000",

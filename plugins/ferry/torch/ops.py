@@ -125,8 +125,9 @@ def _name_or_free(kind, name, tensor):
 def init():
     """Joins the Ferry cluster as a worker (reads DMLC_* / FERRY_* from the environment).
 
-    Blocks until every node registered. Idempotent. Raises FerryError on a bad
-    configuration or an unreachable scheduler, with the core's message."""
+    Blocks until every node registered. Idempotent. After shutdown() it joins the job again
+    under the same rank, with every name free to be declared anew. Raises FerryError on a
+    bad configuration or an unreachable scheduler, with the core's message."""
     global _local, _atexit_registered
     if _core.is_initialized():
         return
@@ -141,11 +142,17 @@ def init():
 
 
 def shutdown():
-    """Waits for this worker's operations and leaves the job; once every worker did,
-    the servers and the scheduler exit. Idempotent. Raises FerryError if the job failed."""
+    """Waits for this worker's operations and leaves the job. init() may join it again,
+    under the same rank, as in Horovod; the job ends once every worker has shut down and
+    at least one for good (its process exited). Idempotent. Raises FerryError if the job
+    failed."""
+    _shutdown(final=False)
+
+
+def _shutdown(final):
     global _local
     try:
-        _core.shutdown()
+        _core.shutdown(final)
     finally:
         # The worker is gone: ZeroMQ holds no tensor memory any more.
         with _lock:
@@ -157,10 +164,8 @@ def shutdown():
 
 
 def _shutdown_at_exit():
-    if not _core.is_initialized():
-        return
     try:
-        shutdown()
+        _shutdown(final=True)  # also after shutdown(): this worker will not come back
     except Exception as e:  # the job failed; the process is ending anyway
         sys.stderr.write("ferry.torch: shutdown at exit: %s\n" % e)
 
