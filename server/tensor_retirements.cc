@@ -44,7 +44,7 @@ std::string TensorRetirements::Refusal(uint32_t tensor, int rank) const {
   }
   return StrCat("worker(s) ", ranks, " declared the name of tensor ", tensor,
                 " anew (another dtype or size) and retired it, but ",
-                rank < 0 ? std::string("a round of it waits for pushes")
+                rank < 0 ? std::string("other workers still use the old declaration")
                          : StrCat("worker ", rank, " still uses the old declaration"),
                 ": every worker must declare a name anew at the same point");
 }

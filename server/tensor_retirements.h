@@ -30,7 +30,7 @@ class TensorRetirements {
   // Whether `rank` retired `tensor` (and not every worker did yet).
   bool RetiredBy(uint32_t tensor, int rank) const;
   // Empty when `rank` may push `tensor`; else why not (another worker retired it, or
-  // `rank` itself did). `rank` -1: why an open round of it is refused.
+  // `rank` itself did). `rank` -1: why an open round of it (other workers' pushes) is refused.
   std::string Refusal(uint32_t tensor, int rank) const;
   bool empty() const { return retired_.empty(); }
 

@@ -111,6 +111,10 @@ bool OperationTable::Finish(Handle handle, Verdict verdict) {
   Entry& e = it->second;
   e.finished = true;
   e.verdict = std::move(verdict);
+  if (e.verdict.code == ErrorCode::kMismatch && !e.label.empty()) {  // withdrawn (Labels)
+    auto count = submitted_.find(e.label);
+    if (count != submitted_.end() && count->second == e.seq) count->second--;
+  }
   if (Visible(e)) {
     cv_.NotifyAll();
     if (e.callback) QueueCallback(handle, e);

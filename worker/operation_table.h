@@ -37,6 +37,10 @@
 // listed by Unfinished until it finished, with its sequence number under the label (1 for
 // the label's first operation) and its age. Every rank submits the same operations under
 // the same labels in the same order, so (label, seq) names one collective across ranks.
+// An operation that finishes with kMismatch (a server refused it: the ranks disagree on
+// it) is withdrawn when it is the label's latest: the count goes back, so a peer waiting
+// for a matching operation names this rank, and this rank's next operation under the label
+// takes the same number.
 //
 // Thread-safe. Lock order: an owner may call any method with its own lock held, except
 // the waits (Wait, WaitFor, WaitAny, WaitAll), which block; the table calls out (describe,

@@ -272,6 +272,20 @@ def mode_hvd_reinit(args, out):
     out["initialized_at_end"] = hvd.is_initialized()
 
 
+def mode_hvd_laggard(args, out):
+    """Rank 0 uses 'x' with a new size while rank 1 still uses the old one: rank 1 is told
+    at once; rank 0 waits, names rank 1 in the stall check, and completes once rank 1 caught
+    up after 3 s."""
+    rank = hvd.rank()
+    out["old"] = hvd.allreduce(torch.full((10,), rank + 1.0), op=hvd.Sum, name="x")
+    if rank == 1:
+        out["refused"] = _outcome(lambda: hvd.allreduce(torch.ones(10), op=hvd.Sum, name="x"))
+        time.sleep(3)
+    start = time.time()
+    out["new"] = hvd.allreduce(torch.full((20,), rank + 1.0), op=hvd.Sum, name="x")
+    out["waited"] = time.time() - start
+
+
 def mode_hvd_stall(args, out):
     """Rank size-1 never issues push_pull 'skipped': it goes to a barrier instead, where
     the others never come. The stall check names both on the waiting workers, then ends

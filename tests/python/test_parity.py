@@ -151,6 +151,23 @@ def test_init_shutdown_init_rejoins_under_the_same_rank(cluster):
         assert c.procs[name].wait(30) == 0, c.logs()
 
 
+def test_a_worker_still_on_an_old_declaration_is_told_and_named(cluster):
+    c = cluster(workers=2, servers=2, env=dict(HEARTBEAT, FERRY_STALL_WARNING_MS="1000"))
+    c.start("hvd_laggard")
+    res = sorted(c.wait_workers(timeout=90), key=lambda r: r["rank"])
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        assert torch.equal(r["old"], full((10,), 3.0))
+        assert torch.equal(r["new"], full((20,), 3.0))
+    assert raised(res[1]["refused"], "FerryError", "tensor 'x'",
+                  "worker(s) 0 declared the name of tensor", "anew", "the old declaration")
+    assert res[0]["waited"] > 2.0
+    # The refused operation does not count as submitted: rank 0 names rank 1 meanwhile.
+    assert ("stall: push_pull of 'x' (operation 2 under this name) has waited"
+            in c.log("worker 0")), c.log("worker 0")
+    assert "on rank 0 for rank 1, which has not submitted it" in c.log("worker 0")
+
+
 def test_a_stall_is_named_on_every_waiting_worker(cluster):
     c = cluster(workers=WORKERS, servers=2,
                 env=dict(HEARTBEAT, FERRY_STALL_WARNING_MS="1000", FERRY_STALL_SHUTDOWN_MS="4000",

@@ -306,8 +306,8 @@ TEST(RoundProtocolTest, PushesOfATensorAnotherWorkerRetiredAreRefusedWithTheReas
   const std::string why = retired.Refusal(7, -1);
   EXPECT_EQ(why,
             "worker(s) 0 declared the name of tensor 7 anew (another dtype or size) and "
-            "retired it, but a round of it waits for pushes: every worker must declare a name "
-            "anew at the same point");
+            "retired it, but other workers still use the old declaration: every worker must "
+            "declare a name anew at the same point");
   p.RefuseOpenRounds(7, why);
   std::vector<Reply> r = h.Take();
   ASSERT_EQ(r.size(), 1u);

@@ -15,6 +15,33 @@ namespace {
 
 std::string Message(Handle h) { return StrCat("operation ", h, " waits for its sum"); }
 
+// Labels (the stall check): each labelled operation is its label's next submission; one a
+// server refused as a disagreement (kMismatch) is withdrawn if it is the latest, so the
+// rank's next operation under the label takes its number again.
+TEST(OperationTableTest, LabelsCountSubmissionsAndARefusedOneIsWithdrawn) {
+  OperationTable t(10000, Message);
+  const Handle a = t.Add(nullptr, "push_pull of 'x'");
+  const Handle b = t.Add(nullptr, "push_pull of 'x'");
+  t.Add(nullptr, "push_pull of 'y'");
+  EXPECT_EQ(t.Submitted("push_pull of 'x'"), 2u);
+  EXPECT_EQ(t.Submitted("push_pull of 'z'"), 0u);
+  t.Finish(a, Verdict{ErrorCode::kMismatch, "refused"});  // not the latest: it stays counted
+  EXPECT_EQ(t.Submitted("push_pull of 'x'"), 2u);
+  t.Finish(b, Verdict{ErrorCode::kMismatch, "refused"});
+  EXPECT_EQ(t.Submitted("push_pull of 'x'"), 1u);
+  const Handle c = t.Add(nullptr, "push_pull of 'x'");
+  bool listed = false;
+  for (const PendingOperation& p : t.Unfinished(0, 10)) {
+    if (p.label == "push_pull of 'x'") {
+      EXPECT_EQ(p.seq, 2u);  // b's number again
+      listed = true;
+    }
+  }
+  EXPECT_TRUE(listed);
+  t.Finish(c, Verdict{ErrorCode::kTimeout, "late"});  // other errors stay counted
+  EXPECT_EQ(t.Submitted("push_pull of 'x'"), 2u);
+}
+
 TEST(OperationTableTest, WaitReturnsOnceFinishedAndReleasesTheHandle) {
   OperationTable t(10000, Message);
   const Handle h = t.Add();
