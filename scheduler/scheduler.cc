@@ -332,8 +332,9 @@ void Scheduler::OnBarrier(const Message& m) {
       return;
     }
   }
-  arrived.push_back(
-      Arrival{m.sender(), m.envelope.request_id(), m.envelope.barrier().join_position()});
+  arrived.push_back(Arrival{m.sender(), m.envelope.request_id(),
+                             m.envelope.barrier().join_position(),
+                             m.envelope.barrier().catalog_digest()});
   int expected =
       group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.cluster.num_workers
       : group == proto::GROUP_SERVERS                             ? config_.cluster.num_servers
@@ -344,8 +345,10 @@ void Scheduler::OnBarrier(const Message& m) {
   // The last to arrive; in a join, the one with the highest join position (the last
   // to join at the servers: worker/join_protocol.h), ties to the later arrival.
   const Arrival* last = &arrived.back();
+  bool catalogs_differ = false;  // GROUP_JOIN
   for (const Arrival& a : arrived) {
     if (a.join_position >= last->join_position) last = &a;
+    catalogs_differ |= a.catalog_digest != arrived.front().catalog_digest;
   }
   const int last_rank = table_.node(last->node).rank();
   for (const Arrival& a : arrived) {
@@ -353,6 +356,7 @@ void Scheduler::OnBarrier(const Message& m) {
     release.envelope.set_request_id(a.request);
     release.envelope.mutable_barrier()->set_group(m.envelope.barrier().group());
     release.envelope.mutable_barrier()->set_last_rank(last_rank);
+    release.envelope.mutable_barrier()->set_catalogs_differ(catalogs_differ);
     SendTo(a.node, std::move(release));
   }
   arrived.clear();

@@ -102,6 +102,7 @@ class Scheduler {
     int node = -1;
     uint64_t request = 0;
     int join_position = 0;
+    uint64_t catalog_digest = 0;
   };
   std::map<int, std::vector<Arrival>> barriers_ GUARDED_BY(mu_);  // by group, in arrival order
   std::set<int> finalized_ GUARDED_BY(mu_);

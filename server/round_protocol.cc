@@ -226,10 +226,13 @@ void RoundProtocol::RefuseOpenRounds(uint32_t tensor, const std::string& reason)
 void RoundProtocol::Retire(uint32_t tensor, const std::string& reason) {
   RefuseOpenRounds(tensor, reason);
   EraseTensor(tensor, [this](uint64_t key, KeyState& state) {
-    ResetSums(key, state);  // the device keeps nothing of it (a sum on its way is dropped)
+    ResetSums(key, state);  // a sum on its way is dropped when it arrives
+    // The device keeps nothing of it: the whole-key sum and every frame's sum.
+    context_.summation->Forget(key);
     auto first = sum_ids_.lower_bound({key, 0, 0});
     auto last = first;
     for (; last != sum_ids_.end() && std::get<0>(last->first) == key; ++last) {
+      context_.summation->Forget(last->second);
       frame_of_sum_.erase(last->second);
     }
     sum_ids_.erase(first, last);

@@ -26,6 +26,7 @@ class CpuSummation : public Summation {
   }
   bool Finish(uint64_t, uint64_t) override { return true; }  // `sum` is the sum
   void Reset(uint64_t) override {}  // the open sum lives in the caller's `sum`: it drops it
+  void Forget(uint64_t) override {}
   size_t RunCompletions() override { return 0; }
 
  private:
@@ -53,6 +54,7 @@ class GpuSummation : public Summation {
     return false;
   }
   void Reset(uint64_t key) override { summer_->Reset(key); }
+  void Forget(uint64_t key) override { summer_->Forget(key); }
   size_t RunCompletions() override { return summer_->RunCompletions(); }
 
  private:

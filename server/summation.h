@@ -57,6 +57,9 @@ class Summation {
   // Drops the key's open round, if any; a sum already finished is still delivered
   // (with its old generation). Never throws.
   virtual void Reset(uint64_t key) = 0;
+  // The key's tensor was retired (no Add of it comes again): frees what the summation
+  // keeps for it (GPU: its device memory). CPU: nothing to free. GPU: may throw FerryError.
+  virtual void Forget(uint64_t key) = 0;
   // Hands every finished sum that has reached host memory to SumReady; returns how
   // many. Never blocks. GPU: may throw FerryError.
   virtual size_t RunCompletions() = 0;

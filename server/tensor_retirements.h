@@ -9,8 +9,10 @@
 // sum of the old declaration can still ask for it again (RESEND_SUM). A worker that
 // pushes a tensor another worker retired disagrees with it on the declaration: it is
 // refused with the reason (Refusal), as are rounds of it already waiting for pushes.
-// Entries live only while a retirement is incomplete, so this holds at most the tensors
-// being re-declared.
+// Entries live only while a retirement is incomplete: normally the tensors being
+// re-declared. A worker that never retires a tensor (it was refused, or an operation of it
+// ended with requests still out, operation_kind.h) leaves its entry, and the tensor's keys,
+// until every worker joined.
 
 #include <cstdint>
 #include <map>

@@ -12,7 +12,8 @@
 // Shutdown() from there, or the process's exit, ends it. The job ends once every worker
 // is suspended or shut down and at least one is shut down for good (scheduler.h), so a
 // program that calls ferry.torch.shutdown() and exits costs nothing. A local group
-// (FERRY_LOCAL_SIZE > 1) cannot suspend: Shutdown(false) is final there.
+// (FERRY_LOCAL_SIZE > 1) and asynchronous training cannot suspend (CanSuspend):
+// Shutdown(false) is final there.
 //   Get() before Init():   FerryError kInvalidArgument, kNotInitialisedMessage.
 //   Get() while suspended: FerryError kShutdown, kSuspendedMessage.
 //   Get() after Shutdown(): FerryError kShutdown, kShutDownMessage; Init() likewise.
@@ -46,8 +47,8 @@ class BindingCore {
   // The message of Get() and Init() after a final Shutdown().
   static constexpr const char* kShutDownMessage =
       "ferry was shut down for good: no call may follow a final shutdown (ferry_shutdown() in "
-      "C, the exit of a Python process, or ferry.torch.shutdown() in a local group), and a "
-      "process joins one job once";
+      "C, the exit of a Python process, or ferry.torch.shutdown() in a local group or in "
+      "asynchronous training), and a process joins one job once";
   // The message of Get() after a non-final Shutdown().
   static constexpr const char* kSuspendedMessage =
       "ferry was shut down: call ferry.torch.init() to join the job again";

@@ -40,15 +40,21 @@ int JoinProtocol::Join() {
                   config.cluster.op_timeout_ms, " ms");
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
-  int position = 0;
+  ClusterClient::JoinInfo join;
   {
     MutexLock lock(ctx_.mu);
-    position = position_;
+    join.position = position_;
+    join.catalog_digest = catalog_.Digest();
   }
-  const int last =
-      ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms, position);
+  const int last = ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms, &join);
   MutexLock lock(ctx_.mu);
   catalog_.ResetRounds();
+  FERRY_ENFORCE(!join.catalogs_differ, ErrorCode::kMismatch,
+                "join: the workers' tensor declarations differ, so their later operations would "
+                "wait on different keys: a worker declared a name, or declared one anew with "
+                "another shape or dtype, while other workers had joined and did not (declare "
+                "every name on every worker, e.g. DeclareTensor before the first join, and keep "
+                "shapes that change off the batches only some workers run)");
   // Uneven data: the workers submitted different numbers of operations before joining.
   ctx_.table.RestartCounts();
   LOG(INFO) << "every worker joined (rank " << last << " last); rounds start over";

@@ -12,6 +12,11 @@
 // join() last is last at those servers, whatever the order in which the workers reach the
 // scheduler's barrier.
 //
+// Declarations: a worker that declared a name (or declared one anew) while others had
+// joined numbers every later tensor differently from them, and their operations would wait
+// on different keys. The join barrier carries each worker's TensorCatalog::Digest; if they
+// differ, join() throws kMismatch on every worker, saying why, instead.
+//
 // Threads: the caller runs Join; OnAck runs on van-io; OnFailure on whichever thread
 // failed the job. The join state is under WorkerContext::mu. Every wait has a deadline:
 // FERRY_OP_TIMEOUT_MS for the servers' acknowledgements, FERRY_JOIN_TIMEOUT_MS for the

@@ -47,11 +47,10 @@ void Sequencer::Pop(const std::shared_ptr<Operation>& op, bool refused) {
   if (it == pending_.end() || it->second.front().op != op) return;
   auto& q = it->second;
   q.pop_front();
+  if (refused || op->replies_left > 0 || op->releases_left > 0) op->tensor->requests_out = true;
   if (q.empty()) {
     pending_.erase(it);
-    if (op->tensor->superseded) {
-      Retire(*op->tensor, !refused && op->replies_left <= 0 && op->releases_left <= 0);
-    }
+    if (op->tensor->superseded) Retire(*op->tensor, !op->tensor->requests_out);
     return;
   }
   Queued& next = q.front();
@@ -93,7 +92,7 @@ void Sequencer::Abandon(const std::shared_ptr<Operation>& op) {
 
 void Sequencer::Superseded(const std::shared_ptr<TensorInfo>& t) {
   ctx_.mu.AssertHeld();
-  if (!pending_.count(t->id)) Retire(*t, true);
+  if (!pending_.count(t->id)) Retire(*t, !t->requests_out);
 }
 
 void Sequencer::Retire(const TensorInfo& t, bool quiet) {

@@ -175,10 +175,10 @@ class OperationKind {
 // Declarations (tensor_catalog.h, "Re-declarations"): operations queue by declaration
 // (tensor id), so a re-declared name's new operations do not wait for the old
 // declaration's. When the last operation of a superseded declaration is done, the
-// sequencer retires it from the catalog and, if nothing of it is still on the way to or
-// from a server (`tell_servers` would race a push in flight otherwise: the servers would
-// see it after they dropped the keys) and no server refused it, tells the servers through
-// `tell_servers(id)`.
+// sequencer retires it from the catalog and, unless an operation of it ever ended with
+// requests still on the way to or from a server, or refused by one (TensorInfo::
+// requests_out: `tell_servers` would race such a request, which the servers would see
+// after they dropped the keys), tells the servers through `tell_servers(id)`.
 // An operation a server refused undoes its declaration (TensorCatalog::Undeclare), so
 // workers that disagreed on it agree again on the placement of later tensors. That is
 // the same on every worker when the program waits for the refused operation before it

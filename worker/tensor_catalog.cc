@@ -71,7 +71,9 @@ std::shared_ptr<TensorInfo> TensorCatalog::Declare(const std::string& name, Data
   t->bytes = t->count * DataTypeSize(dtype);
   t->hash = TensorHash(name, dtype, shape);
   // A re-declaration keeps an explicit priority; the default is by declaration order.
-  t->priority = priority ? *priority : old ? old->priority : -static_cast<int>(t->id);
+  t->priority = priority ? *priority
+                : old    ? old->priority
+                         : -static_cast<int>(std::min<uint32_t>(t->id, INT32_MAX));
   const uint64_t bytes = partition_bytes();
   const uint64_t parts = PartitionCount(t->bytes, DataTypeSize(dtype), bytes);
   FERRY_ENFORCE(parts <= kMaxPartitionsPerTensor, ErrorCode::kInvalidArgument, "tensor '", name,
@@ -121,7 +123,7 @@ void TensorCatalog::Supersede(TensorInfo& t) {
 }
 
 void TensorCatalog::Undeclare(TensorInfo& t) {
-  if (!t.superseded) Supersede(t);
+  if (!t.superseded && !fixed_layouts_) Supersede(t);
 }
 
 std::vector<std::shared_ptr<TensorInfo>> TensorCatalog::UndeclareAll() {
@@ -132,6 +134,19 @@ std::vector<std::shared_ptr<TensorInfo>> TensorCatalog::UndeclareAll() {
     undone.push_back(t);
   }
   return undone;
+}
+
+uint64_t TensorCatalog::Digest() const {
+  uint64_t digest = next_id_;
+  for (const auto& [id, t] : tensors_) {
+    if (t->superseded) continue;
+    uint64_t x = t->hash ^ (static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 31;  // splitmix64's finalizer: a sum of mixed terms, any order
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    digest += x;
+  }
+  return digest;
 }
 
 void TensorCatalog::Retire(uint32_t id) {

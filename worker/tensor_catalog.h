@@ -56,6 +56,9 @@ struct TensorInfo {
   std::vector<Cut> cuts;              // by layout generation
   std::vector<uint32_t> rows_rounds;  // by server rank: next round of its rows key (lazy)
   bool superseded = false;            // its name belongs to a later declaration
+  // An operation of it ended (a deadline, a refusal) with requests possibly still on their
+  // way: its retirement is not told to the servers (operation_kind.h, Sequencer).
+  bool requests_out = false;
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape);
@@ -83,13 +86,18 @@ class TensorCatalog {
   TensorInfo* FindId(uint32_t id);
   // Undoes the current declaration `t` of its name (servers refused it: workers disagree
   // on it): superseded as by a re-declaration, so the name's next use declares it anew and
-  // its bytes leave the placement. No-op if `t` is already superseded.
+  // its bytes leave the placement. No-op if `t` is already superseded, and with fixed
+  // layouts (asynchronous training answers each push alone: only the refused worker would
+  // undo it, and its later ids would part from the others').
   void Undeclare(TensorInfo& t);
   // Drops a superseded declaration whose operations are all finished.
   void Retire(uint32_t id);
-  // Undoes every current declaration (Undeclare; re-initialisation) and returns them: the
-  // placement is then empty, and ids go on from next_id().
+  // Undoes every current declaration (Undeclare; re-initialisation) and returns them:
+  // the placement is then empty, and ids go on from next_id().
   std::vector<std::shared_ptr<TensorInfo>> UndeclareAll();
+  // A digest of the current declarations (ids, names, dtypes, shapes) and next_id(): equal
+  // on workers that made the same declarations (compared at a join, join_protocol.h).
+  uint64_t Digest() const;
   uint32_t next_id() const { return next_id_; }
   // Declarations held (current and superseded).
   size_t size() const { return tensors_.size(); }

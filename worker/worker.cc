@@ -156,6 +156,7 @@ int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
   CheckUserTensorName("declaration", name);
   MutexLock lock(mu_);
+  ctx_->CheckRunning("declaration", name);
   return static_cast<int>(Declare(name, dtype, shape, priority)->id);
 }
 

@@ -191,7 +191,9 @@ class Worker : public Collective {
   // connections and heartbeats stay. Resume() tells the scheduler (RESUME) and accepts
   // operations again: the same rank, the names declared afresh (new ids, round 0), the
   // scheduling choice kept. Both are no-ops when there is nothing to do.
-  bool CanSuspend() const override { return true; }
+  // Not in asynchronous training: the servers' parameters go with the keys, and a worker
+  // still training there would be refused the retired tensors.
+  bool CanSuspend() const override { return !config_.server.async; }
   void Suspend() override;
   void Resume() override;
   // The scheduler ended the job (every worker shut down or suspended, one for good): a

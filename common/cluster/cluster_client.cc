@@ -144,6 +144,7 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
       if (it != barriers_.end()) {
         it->second.released = true;
         it->second.last_rank = e.has_barrier() ? e.barrier().last_rank() : -1;
+        it->second.catalogs_differ = e.has_barrier() && e.barrier().catalogs_differ();
       }
       cv_.NotifyAll();
       return true;
@@ -164,16 +165,22 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
     case proto::NODE_FAILED:
       Fail(e.failure().reason());
       return true;
-    case proto::SHUTDOWN:
-      if (resumed_) {  // a RESUME crossed the end of the job: this worker cannot go on
-        Fail("the scheduler ended the job as this worker called init() again (every other "
-             "worker had shut down, at least one for good)");
-        return true;
+    case proto::SHUTDOWN: {
+      {
+        // Under mu_, as Resume() decides: a RESUME either saw the end (and threw) or
+        // crossed it (and this worker fails here), never neither.
+        MutexLock lock(mu_);
+        if (!resumed_) {
+          LOG(INFO) << "the scheduler ended the job";
+          shut_down_ = true;
+          cv_.NotifyAll();
+          return true;
+        }
       }
-      LOG(INFO) << "the scheduler ended the job";
-      shut_down_ = true;
-      cv_.NotifyAll();
+      Fail("the scheduler ended the job as this worker called init() again (every other "
+           "worker had shut down, at least one for good)");
       return true;
+    }
     default:
       return false;
   }
@@ -267,7 +274,7 @@ Message ClusterClient::MakeHeartbeat() {
   return m;
 }
 
-int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, int join_position) {
+int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinInfo* join) {
   uint64_t id;
   {
     MutexLock lock(mu_);
@@ -280,12 +287,16 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, int jo
   Message m = MakeMessage(proto::BARRIER, my_id());
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
-  m.envelope.mutable_barrier()->set_join_position(join_position);
+  if (join) {
+    m.envelope.mutable_barrier()->set_join_position(join->position);
+    m.envelope.mutable_barrier()->set_catalog_digest(join->catalog_digest);
+  }
   Send(std::move(m));
   // Erased however the wait ends: a barrier no longer waited for is no stall to report.
-  auto forget = [this, id]() EXCLUDES(mu_) {
+  auto forget = [this, id, join]() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     const int last_rank = barriers_[id].last_rank;
+    if (join) join->catalogs_differ = barriers_[id].catalogs_differ;
     barriers_.erase(id);
     return last_rank;
   };

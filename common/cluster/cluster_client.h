@@ -66,8 +66,14 @@ class ClusterClient {
 
   // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,
   // default op_timeout_ms). Returns the rank of the node that arrived last (GROUP_JOIN:
-  // that joined last, by `join_position`: worker/join_protocol.h).
-  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0, int join_position = 0)
+  // that joined last, by `join->position`: worker/join_protocol.h). `join` (GROUP_JOIN):
+  // what the worker sends, and on return whether the workers' catalog digests differ.
+  struct JoinInfo {
+    int position = 0;
+    uint64_t catalog_digest = 0;
+    bool catalogs_differ = false;  // set on return
+  };
+  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0, JoinInfo* join = nullptr)
       EXCLUDES(mu_);
 
   // Worker: tells the scheduler this worker is done and waits until the scheduler
@@ -118,6 +124,7 @@ class ClusterClient {
   struct BarrierWait {
     bool released = false;
     int last_rank = -1;  // from the release
+    bool catalogs_differ = false;  // from the release (GROUP_JOIN)
     std::string label;  // "barrier", "join", ...: the stall check's label
     uint64_t seq = 0;   // under the label
     int64_t start_ms = 0;
@@ -134,7 +141,7 @@ class ClusterClient {
   std::atomic<bool> shut_down_{false};
   // A worker that Resume()d and has not finalized or suspended since: a SHUTDOWN then
   // fails it (its RESUME crossed the end of the job) instead of ending it quietly.
-  std::atomic<bool> resumed_{false};
+  std::atomic<bool> resumed_{false};  // set by Resume() and read by SHUTDOWN under mu_
   std::atomic<bool> stop_heartbeat_{false};
   std::atomic<int64_t> last_scheduler_contact_ms_{0};
   std::thread heartbeat_thread_;

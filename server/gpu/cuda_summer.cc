@@ -66,6 +66,7 @@ class CudaSummer : public GpuSummer {
   void Add(uint64_t key, const void* src, size_t bytes, DataType type) override;
   void Finish(uint64_t key, Done done) override;
   void Reset(uint64_t key) override;
+  void Forget(uint64_t key) override;
   bool HasOpenRound(uint64_t key) const override;
   size_t RunCompletions() override;
   void Drain() override;
@@ -166,6 +167,15 @@ void CudaSummer::Finish(uint64_t key, Done done) {
 void CudaSummer::Notify(void* summer) { static_cast<CudaSummer*>(summer)->options_.on_ready(); }
 
 void CudaSummer::Reset(uint64_t key) { keys_.Reset(key); }
+
+void CudaSummer::Forget(uint64_t key) {
+  const KeySum* k = keys_.Find(key);
+  if (!k) return;
+  UseDevice(options_.device);
+  // The accumulator may still be the source of a Finish's copy on its stream.
+  WaitForLane(lanes_[k->lane], "the work queued before a retired key's memory is freed");
+  keys_.Forget(key);
+}
 
 bool CudaSummer::HasOpenRound(uint64_t key) const { return keys_.HasOpenRound(key); }
 

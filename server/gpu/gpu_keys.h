@@ -75,6 +75,14 @@ class GpuKeys {
     return it->second;
   }
 
+  // The key, or null if it never had an Add (or was forgotten).
+  const Key* Find(uint64_t key) const {
+    auto it = keys_.find(key);
+    return it == keys_.end() ? nullptr : &it->second;
+  }
+  // Drops the key and its accumulator (the caller made sure no queued work uses it).
+  void Forget(uint64_t key) { keys_.erase(key); }
+
   // Drops the key's open round, if any.
   void Reset(uint64_t key) {
     auto it = keys_.find(key);

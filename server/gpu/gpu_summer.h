@@ -96,6 +96,10 @@ class GpuSummer {
   // Drops the key's open round, if any (the next Add opens a new one). A sum already
   // finished is still delivered.
   virtual void Reset(uint64_t key) = 0;
+  // Frees everything the key holds on the device (its tensor was retired: no Add of it
+  // comes again); waits first for the work queued on its stream. A sum already finished
+  // is still delivered. May throw FerryError (that wait's deadline).
+  virtual void Forget(uint64_t key) = 0;
   virtual bool HasOpenRound(uint64_t key) const = 0;
 
   // Runs `done` of every sum that has reached host memory; returns how many. Never

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   auto join_barrier = MakeMessage(proto::BARRIER, 3);
   join_barrier.envelope.mutable_barrier()->set_group(proto::GROUP_JOIN);
   join_barrier.envelope.mutable_barrier()->set_join_position(2);
+  join_barrier.envelope.mutable_barrier()->set_catalog_digest(0x0123456789abcdefull);
   Write(dir, "barrier_join", join_barrier, "");
   auto retire = MakeMessage(proto::RETIRE, 3);  // protocol 5: a name declared anew
   retire.envelope.set_key(ferry::MakeKey(9, 0));

@@ -320,6 +320,39 @@ TEST(InProcessClusterTest, AJobEndsWhenEveryWorkerLeftAndOneForGood) {
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }
 
+// Uneven data: rank 1 declares a name, and re-declares one, while rank 0 has joined. Their
+// declarations now differ, so their later tensors would meet on different keys: join()
+// says so on both, instead of leaving their next push_pulls to wait out a deadline. A
+// join with the same declarations passes.
+TEST(InProcessClusterTest, AJoinRefusesWorkersWhoseDeclarationsParted) {
+  InProcessCluster cluster({2, 2, {}});
+  cluster.RunWorkers([&](Worker& w) {
+    std::vector<float> x(100, static_cast<float>(w.rank() + 1));
+    w.PushPull("x", x.data(), x.data(), DataType::kFloat32, x.size(), false);
+    for (float v : x) ASSERT_EQ(v, 3.0f);
+    EXPECT_GE(w.Join(), 0);  // nothing declared meanwhile: fine
+    if (w.rank() == 1) {  // more batches, alone once rank 0 joined
+      std::fill(x.begin(), x.end(), 2.0f);
+      w.PushPull("x", x.data(), x.data(), DataType::kFloat32, x.size(), false);
+      for (float v : x) ASSERT_EQ(v, 2.0f);  // rank 0 counts as zeros
+      std::vector<float> metric(3, 5.0f), smaller(50, 4.0f);
+      w.PushPull("metric", metric.data(), metric.data(), DataType::kFloat32, 3, false);
+      w.PushPull("x", smaller.data(), smaller.data(), DataType::kFloat32, 50, false);
+      for (float v : smaller) ASSERT_EQ(v, 4.0f);
+    }
+    try {
+      w.Join();
+      ADD_FAILURE() << "rank " << w.rank() << ": a join with parted declarations passed";
+    } catch (const FerryError& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch);
+      EXPECT_NE(std::string(e.what()).find("the workers' tensor declarations differ"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
 TEST(InProcessClusterTest, SpawnThreadsRunsEveryRankOnItsOwnThread) {
   std::vector<std::thread::id> ids(4);
   SpawnThreads(4, [&](int rank) { ids[rank] = std::this_thread::get_id(); });

@@ -55,6 +55,7 @@ class FakeGpuSummer : public GpuSummer {
   void Add(uint64_t key, const void* src, size_t bytes, DataType type) override;
   void Finish(uint64_t key, Done done) override;
   void Reset(uint64_t key) override;
+  void Forget(uint64_t key) override;
   bool HasOpenRound(uint64_t key) const override;
   size_t RunCompletions() override;
   void Drain() override;

@@ -347,6 +347,37 @@ TEST(RoundProtocolTest, SumsThatComeLaterAnswerThePushersWhenTheyArrive) {
   EXPECT_EQ(h.counters.rounds, 1u);
 }
 
+// A tensor retired while a sum of it is on its way (the device's): the pushers are told,
+// the device forgets the key, and the sum that arrives later answers nobody.
+TEST(RoundProtocolTest, ARetiredKeysSumOnItsWayIsDropped) {
+  Harness h(2);
+  KeyProtocol* protocol = nullptr;
+  h.UseDeferredSums(&protocol);
+  RoundProtocol p(h.Context(), false);
+  protocol = &p;
+  Request a = Push(0, 0, {1, 2}), b = Push(1, 0, {3, 4});
+  p.Push(a);
+  p.Push(b);
+  h.Take();
+  ASSERT_EQ(p.sums_in_flight(), 1);
+  p.Retire(7, "retired");
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectError(r[0], 0, 0, ErrorCode::kMismatch, KeyName(kKey) + ": retired");
+  EXPECT_EQ(p.Find(kKey), nullptr);
+  h.WaitForSums(p);
+  EXPECT_TRUE(h.Take().empty());
+  EXPECT_EQ(h.counters.device_sums_dropped, 1u);
+  // The key may come back with another length (a new definition, on the device too).
+  Request c = Push(0, 0, {5}), d = Push(1, 0, {6});
+  p.Push(c);
+  p.Push(d);
+  h.WaitForSums(p);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 4u);
+  ExpectSum(r[2], 0, 0, 0, {11}, 2);
+}
+
 // --- ParamProtocol ------------------------------------------------------------------
 
 PushVerdict AsyncPush(ParamState& k, int rank, uint32_t round, uint64_t length = 4096) {

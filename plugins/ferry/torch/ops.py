@@ -154,13 +154,15 @@ def _shutdown(final):
     try:
         _core.shutdown(final)
     finally:
-        # The worker is gone: ZeroMQ holds no tensor memory any more.
-        with _lock:
-            _pending.clear()
-            del _keepalive[:]
-            _declared.clear()
-            _in_flight.clear()
-        _local = None
+        # Once it left (even failing), ZeroMQ holds no tensor memory any more; if it failed
+        # before leaving (a suspension past its deadline), operations may still run.
+        if not _core.is_initialized():
+            with _lock:
+                _pending.clear()
+                del _keepalive[:]
+                _declared.clear()
+                _in_flight.clear()
+            _local = None
 
 
 def _shutdown_at_exit():

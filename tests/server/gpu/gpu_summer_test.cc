@@ -455,6 +455,30 @@ TEST_F(GpuSummerTest, ResetDropsTheOpenRound) {
   EXPECT_EQ(std::memcmp(got.data(), b, sizeof b), 0);
 }
 
+// Forget (a retired tensor): waits for the work queued, frees the key; a sum finished
+// before still arrives, and the key may come back with another length.
+TEST_F(GpuSummerTest, ForgetFreesTheKeySoItMayComeBackWithAnotherLength) {
+  auto summer = NewSummer();
+  const int64_t a[3] = {5, 6, 7}, b[2] = {-1, 1};
+  summer->Add(9, a, sizeof a, DataType::kInt64);
+  int calls = 0;
+  Buffer first;
+  summer->Finish(9, [&](Buffer s) {
+    ++calls;
+    first = std::move(s);
+  });
+  summer->Forget(9);
+  summer->Forget(12345);  // never added: nothing to do
+  summer->Drain();
+  ASSERT_EQ(calls, 1);
+  ASSERT_EQ(first.size(), sizeof a);
+  EXPECT_EQ(std::memcmp(first.data(), a, sizeof a), 0);
+  summer->Add(9, b, sizeof b, DataType::kInt64);  // refused unless forgotten: another length
+  const Buffer got = summer->FinishAndWait(9);
+  ASSERT_EQ(got.size(), sizeof b);
+  EXPECT_EQ(std::memcmp(got.data(), b, sizeof b), 0);
+}
+
 TEST_F(GpuSummerTest, ZeroLengthKey) {
   auto summer = NewSummer();
   summer->Add(4, nullptr, 0, DataType::kFloat32);
