@@ -462,6 +462,7 @@ void Worker::Resume() {
   }
   cluster_.Resume();  // throws if the job ended or failed meanwhile
   MutexLock lock(mu_);
+  ctx_->mu.AssertHeld();  // the same lock as mu_
   ctx_->ThrowIfFailed();
   suspended_ = false;
   ctx_->shut_down = false;
