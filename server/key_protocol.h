@@ -211,6 +211,13 @@ class KeyProtocolOf : public KeyProtocol {
   size_t key_count() const { return keys_.size(); }
 
  protected:
+  // Calls `fn(key, state)` for every key of `tensor` (a scan: retirements are rare).
+  template <typename Fn>
+  void ForEachKeyOf(uint32_t tensor, Fn&& fn) {
+    for (auto& [key, state] : keys_) {
+      if (KeyTensor(key) == tensor) fn(key, state);
+    }
+  }
   // Erases every key of `tensor` (a scan: retirements are rare), after `drop(key, state)`.
   template <typename Drop>
   void EraseTensor(uint32_t tensor, Drop&& drop) {

@@ -216,11 +216,11 @@ void RoundProtocol::FailAll(const std::string& why) {
 }
 
 void RoundProtocol::RefuseOpenRounds(uint32_t tensor, const std::string& reason) {
-  for (auto& [key, state] : keys_) {
-    if (KeyTensor(key) == tensor && state.failure.empty() && !state.waiting.empty()) {
+  ForEachKeyOf(tensor, [&](uint64_t key, KeyState& state) {
+    if (state.failure.empty() && !state.waiting.empty()) {
       FailKey(key, state, StrCat(KeyName(key), ": ", reason));
     }
-  }
+  });
 }
 
 void RoundProtocol::Retire(uint32_t tensor, const std::string& reason) {

@@ -140,11 +140,11 @@ void RowsProtocol::Restart() {
 }
 
 void RowsProtocol::RefuseOpenRounds(uint32_t tensor, const std::string& reason) {
-  for (auto& [key, state] : keys_) {
-    if (KeyTensor(key) == tensor && state.failure.empty() && state.Contributors() > 0) {
+  ForEachKeyOf(tensor, [&](uint64_t key, RowKeyState& state) {
+    if (state.failure.empty() && state.Contributors() > 0) {
       FailKey(key, state, StrCat(RowsKeyName(key), ": ", reason));
     }
-  }
+  });
 }
 
 void RowsProtocol::Retire(uint32_t tensor, const std::string& reason) {

@@ -42,15 +42,15 @@ void Sequencer::Submit(const std::shared_ptr<Operation>& op, OperationKind& kind
   }
 }
 
-void Sequencer::Pop(const std::shared_ptr<Operation>& op, bool refused) {
+void Sequencer::Pop(const std::shared_ptr<Operation>& op) {
   auto it = pending_.find(op->tensor->id);
   if (it == pending_.end() || it->second.front().op != op) return;
   auto& q = it->second;
   q.pop_front();
-  if (refused || op->replies_left > 0 || op->releases_left > 0) op->tensor->requests_out = true;
+  if (op->replies_left > 0 || op->releases_left > 0) op->tensor->requests_out = true;
   if (q.empty()) {
     pending_.erase(it);
-    if (op->tensor->superseded) Retire(*op->tensor, !op->tensor->requests_out);
+    if (op->tensor->superseded) Retire(*op->tensor);
     return;
   }
   Queued& next = q.front();
@@ -65,8 +65,9 @@ void Sequencer::FinishPartition(const std::shared_ptr<Operation>& op, const std:
     LOG(ERROR) << error;
     op->done = true;
     ctx_.table.Finish(op->handle, Verdict{ErrorCode::kMismatch, error});
+    op->tensor->requests_out = true;  // refused: its keys failed there (operation_kind.h)
     catalog_.Undeclare(*op->tensor);
-    Pop(op, /*refused=*/true);
+    Pop(op);
     return;
   }
   MaybeComplete(op);
@@ -92,10 +93,11 @@ void Sequencer::Abandon(const std::shared_ptr<Operation>& op) {
 
 void Sequencer::Superseded(const std::shared_ptr<TensorInfo>& t) {
   ctx_.mu.AssertHeld();
-  if (!pending_.count(t->id)) Retire(*t, !t->requests_out);
+  if (!pending_.count(t->id)) Retire(*t);
 }
 
-void Sequencer::Retire(const TensorInfo& t, bool quiet) {
+void Sequencer::Retire(const TensorInfo& t) {
+  const bool quiet = !t.requests_out;
   const uint32_t id = t.id;
   VLOG(1) << "tensor '" << t.name << "' id " << id << " retired"
           << (quiet ? "" : " (a request of it is still out: the servers keep its keys)");

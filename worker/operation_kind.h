@@ -221,12 +221,11 @@ class Sequencer {
     std::shared_ptr<Operation> op;
     OperationKind* kind;
   };
-  // Starts the tensor's next operation. `refused`: a server refused `op` (its keys failed
-  // there; the servers are not told of its retirement, which would mask the failure's
-  // reason for a worker whose push is still on its way).
-  void Pop(const std::shared_ptr<Operation>& op, bool refused = false) REQUIRES(ctx_.mu);
-  // Retires a superseded declaration with no operation queued (see above).
-  void Retire(const TensorInfo& t, bool quiet) REQUIRES(ctx_.mu);
+  // Starts the tensor's next operation.
+  void Pop(const std::shared_ptr<Operation>& op) REQUIRES(ctx_.mu);
+  // Retires a superseded declaration with no operation queued; tells the servers unless
+  // t.requests_out (see above).
+  void Retire(const TensorInfo& t) REQUIRES(ctx_.mu);
   WorkerContext& ctx_;
   TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
   const std::function<void(uint32_t)> tell_servers_;

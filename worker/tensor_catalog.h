@@ -57,7 +57,9 @@ struct TensorInfo {
   std::vector<uint32_t> rows_rounds;  // by server rank: next round of its rows key (lazy)
   bool superseded = false;            // its name belongs to a later declaration
   // An operation of it ended (a deadline, a refusal) with requests possibly still on their
-  // way: its retirement is not told to the servers (operation_kind.h, Sequencer).
+  // way, or a server refused it (telling the servers of its retirement would mask the
+  // refusal's reason for a worker whose push is still coming): its retirement is not told
+  // to the servers (operation_kind.h, Sequencer).
   bool requests_out = false;
 };
 

@@ -33,10 +33,23 @@ bool SameUser(int fd) {
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid();
 }
 
-// Waits for `events` on `fd` for at most `timeout_ms`; false on timeout.
-bool WaitFor(int fd, short events, int timeout_ms) {
+using Deadline = std::chrono::steady_clock::time_point;
+
+Deadline DeadlineIn(int timeout_ms) {
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+}
+
+// `call()` again while it fails with EINTR; its last result.
+template <typename Call>
+auto RetryOnSignal(Call&& call) {
+  auto n = call();
+  while (n < 0 && errno == EINTR) n = call();
+  return n;
+}
+
+// Waits for `events` on `fd` until `deadline`; false once it passed.
+bool WaitFor(int fd, short events, Deadline deadline) {
   pollfd p{fd, events, 0};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -92,16 +105,13 @@ void FdChannel::Send(const std::string& header, int fd) {
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
   }
-  ssize_t n;
-  do {
-    n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = RetryOnSignal([&] { return sendmsg(fd_, &msg, MSG_NOSIGNAL); });
   FERRY_ENFORCE(n >= 0, ErrorCode::kPeerFailed, "sending over an fd channel failed: ",
                 strerror(errno));
 }
 
 FdChannel::Received FdChannel::Receive(int timeout_ms) {
-  FERRY_ENFORCE(WaitFor(fd_, POLLIN, timeout_ms), ErrorCode::kTimeout,
+  FERRY_ENFORCE(WaitFor(fd_, POLLIN, DeadlineIn(timeout_ms)), ErrorCode::kTimeout,
                 "no message on the fd channel within ", timeout_ms, " ms");
   char data[kMaxHeader + 2];
   iovec iov{data, sizeof data};
@@ -111,10 +121,7 @@ FdChannel::Received FdChannel::Receive(int timeout_ms) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = RetryOnSignal([&] { return recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC); });
   FERRY_ENFORCE(n >= 0, ErrorCode::kPeerFailed, "receiving on an fd channel failed: ",
                 strerror(errno));
   Received r;
@@ -164,16 +171,12 @@ std::unique_ptr<FdListener> FdListener::Listen(const std::string& name) {
 FdListener::~FdListener() { close(fd_); }
 
 std::unique_ptr<FdChannel> FdListener::Accept(int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const Deadline deadline = DeadlineIn(timeout_ms);
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (!WaitFor(fd_, POLLIN, static_cast<int>(std::max<int64_t>(0, left.count())))) {
-      return nullptr;
-    }
-    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (!WaitFor(fd_, POLLIN, deadline)) return nullptr;
+    const int fd = RetryOnSignal([&] { return accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC); });
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      if (errno == ECONNABORTED || errno == EAGAIN) continue;
       throw FerryError(ErrorCode::kInternal, StrCat("accept failed: ", strerror(errno)));
     }
     if (SameUser(fd)) return std::unique_ptr<FdChannel>(new FdChannel(fd));
