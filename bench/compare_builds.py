@@ -9,6 +9,9 @@ slow drift of the machine hits both builds alike:
   perf      ferry-perf push_pull on <root>/scripts/local-cluster (2 servers + 2 workers,
             loopback), 4 KiB, 64 KiB, 1 MiB (--perf-small-iters timed iterations) and
             16 MiB, 256 MiB (--perf-large-iters): algorithm bandwidth per size (GB = 1e9 B).
+  gloo      the reference of issue 14's goal: bench/gloo_allreduce.py, torch.distributed's gloo
+            allreduce between 2 local processes at 16 MiB and 256 MiB (--perf-large-iters); it
+            does not use Ferry and runs beside each build only to sample the machine alike.
   torch     <root>/examples/benchmark_torch.py --compare N (2 workers x 2 servers, Ferry,
             Ferry + CrossBarrier, DDP-gloo and compute only in the same processes):
             median samples/s per worker and the median per-repeat Ferry/DDP-gloo ratio.
@@ -30,6 +33,11 @@ slow drift of the machine hits both builds alike:
             --latency-round-trips (its own 20 warm-up): the raw round trip's p50 and p99, and
             Ferry's time / the raw p50 (the goal: <= 3). The header says, per build, whether the
             median ratio meets the goal. Needs ferry-zmq-stream built besides ferry-perf.
+            Also the raw round trip over ipc:// (a Unix socket) and Ferry's time / its p50:
+            issue 14's goal for the shared-memory lane (<= 3).
+
+--before-env / --after-env NAME=VALUE set the environment of one side's every run: with the
+same root on both sides they compare a knob within one build (FERRY_SHM=0 against the lane).
 
 Per metric it prints the median and [min-max] over the repeats of each build, after/before
 (of the medians) and a verdict: "within 5%" if |after/before - 1| <= 0.05, else "ranges
@@ -59,15 +67,18 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = ("perf", "torch", "trainsim", "latency4k")
+BENCHMARKS = ("perf", "gloo", "torch", "trainsim", "latency4k")
 # The programs in <root>/build/bin each benchmark needs.
 PROGRAMS = {"perf": ("ferry-scheduler", "ferry-server", "ferry-perf"),
             "torch": ("ferry-scheduler", "ferry-server"),
             "trainsim": ("ferry-scheduler", "ferry-server", "ferry-train-sim"),
-            "latency4k": ("ferry-scheduler", "ferry-server", "ferry-perf", "ferry-zmq-stream")}
+            "latency4k": ("ferry-scheduler", "ferry-server", "ferry-perf", "ferry-zmq-stream"),
+            "gloo": ()}
 LATENCY4K_GOAL = 3.0    # issue 12: Ferry's 4 KiB push_pull within 3x a raw ZeroMQ round trip
 LATENCY4K_RATIO = "Ferry push_pull mean, back to back / raw ZeroMQ round trip p50 (goal <= 3, lower is better)"
 LATENCY4K_BARRIER_RATIO = "Ferry push_pull mean, each after a barrier / raw ZeroMQ round trip p50 (lower is better)"
+LATENCY4K_IPC_RATIO = ("Ferry push_pull mean, back to back / raw ZeroMQ ipc:// round trip p50 "
+                       "(issue 14: goal <= 3 on the shared-memory lane, lower is better)")
 PY = "/usr/bin/python3"
 
 # ferry-perf sizes: 4 KiB .. 256 MiB by factors of 16, in two runs so the small sizes get
@@ -82,9 +93,10 @@ def say(text):
 
 
 class Build:
-    def __init__(self, label, root):
+    def __init__(self, label, root, extra_env=None):
         self.label = label
         self.root = os.path.abspath(root)
+        self.extra_env = dict(extra_env or {})  # --before-env / --after-env: every run's
         self.bin = os.path.join(self.root, "build", "bin")
         self.python = os.path.join(self.root, "build", "python")
 
@@ -103,6 +115,7 @@ class Build:
 
     def env(self, extra=None):
         env = dict(os.environ, FERRY_BIN=self.bin, FERRY_LOG_LEVEL="WARNING")
+        env.update(self.extra_env)
         env.update(extra or {})
         return env
 
@@ -147,6 +160,21 @@ def bench_perf(build, args):
             if int(errors):
                 raise RuntimeError("ferry-perf: %s wrong values at %s bytes" % (errors, b))
             res["push_pull %s: algbw GB/s (higher is better)" % size_name(int(b))] = float(gbps)
+    return res
+
+
+def bench_gloo(build, args):
+    """The reference of issue 14's bandwidth goal: torch.distributed's gloo allreduce of 2 local
+    processes over loopback at ferry-perf's large sizes. It does not use Ferry: it runs with
+    each build only to sample the machine in the same interleaving."""
+    cmd = [PY, os.path.join(build.root, "bench", "gloo_allreduce.py"), "--sizes", "16777216,268435456",
+           "-n", str(args.perf_large_iters), "-w", "1", "--format=csv"]
+    out = run_cmd(cmd, build.env(), timeout=args.timeout)
+    res = {}
+    for b, _us, gbps in re.findall(r"^(\d+),([\d.]+),([\d.]+)\s*$", out, re.M):
+        res["gloo allreduce %s: algbw GB/s (higher is better)" % size_name(int(b))] = float(gbps)
+    if not res:
+        raise RuntimeError("no gloo_allreduce rows in the output:\n" + out[-2000:])
     return res
 
 
@@ -236,17 +264,26 @@ def bench_latency4k(build, args):
     if not m:
         raise RuntimeError("no ferry-zmq-stream --pingpong row in the output:\n" + out[-2000:])
     p50, p99 = float(m.group(2)), float(m.group(3))
-    result = {"Ferry 4 KiB push_pull us, mean, each after a barrier (lower is better)": barrier_us,
+    # The same over ipc:// (a Unix socket: what a same-host transport costs without TCP).
+    ipc = cmd + ["--endpoint", "ipc://@ferry-bench-%d-%d" % (os.getpid(), int(time.time() * 1e6))]
+    out = run_cmd(ipc, build.env(), timeout=args.timeout)
+    m = re.search(r"^4096,(\d+),([\d.]+),([\d.]+),([\d.]+),([\d.]+)\s*$", out, re.M)
+    if not m:
+        raise RuntimeError("no ferry-zmq-stream --pingpong ipc:// row in the output:\n" + out[-2000:])
+    ipc_p50 = float(m.group(2))
+    result = {"raw ZeroMQ ipc:// 4 KiB round trip p50 us (lower is better)": ipc_p50,"Ferry 4 KiB push_pull us, mean, each after a barrier (lower is better)": barrier_us,
               "raw ZeroMQ 4 KiB round trip p50 us (lower is better)": p50,
               "raw ZeroMQ 4 KiB round trip p99 us (lower is better)": p99,
               LATENCY4K_BARRIER_RATIO: barrier_us / p50}
     if loop_us is not None:
         result["Ferry 4 KiB push_pull us, mean, back to back (lower is better)"] = loop_us
         result[LATENCY4K_RATIO] = loop_us / p50
+        result[LATENCY4K_IPC_RATIO] = loop_us / ipc_p50
     return result
 
 
-RUNNERS = {"perf": bench_perf, "torch": bench_torch, "trainsim": bench_trainsim, "latency4k": bench_latency4k}
+RUNNERS = {"perf": bench_perf, "gloo": bench_gloo, "torch": bench_torch, "trainsim": bench_trainsim,
+           "latency4k": bench_latency4k}
 
 
 # ------------------------------------------------------------------ the table
@@ -287,6 +324,11 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before-root", default="/work/wt-before")
     ap.add_argument("--after-root", default=ROOT)
+    ap.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment of every run of BEFORE (repeatable): e.g. FERRY_SHM=0 with the "
+                         "same root on both sides compares a knob within one build")
+    ap.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment of every run of AFTER (repeatable)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default=",".join(BENCHMARKS), help="comma list of " + ",".join(BENCHMARKS))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare_builds.md"))
@@ -311,7 +353,13 @@ def main():
     if bad or not only:
         ap.error("--only: expected a comma list of %s, got %r" % (",".join(BENCHMARKS), args.only))
     order = [b for b in BENCHMARKS if b in only]
-    builds = [Build("before", args.before_root), Build("after", args.after_root)]
+    def env_of(pairs, flag):
+        bad = [p for p in pairs if "=" not in p]
+        if bad:
+            ap.error("%s: expected NAME=VALUE, got %r" % (flag, bad[0]))
+        return dict(p.split("=", 1) for p in pairs)
+    builds = [Build("before", args.before_root, env_of(args.before_env, "--before-env")),
+              Build("after", args.after_root, env_of(args.after_env, "--after-env"))]
     needed = sorted({prog for bench in order for prog in PROGRAMS[bench]})
     for build in builds:
         for prog in needed:
@@ -355,8 +403,9 @@ def main():
             "",
             "- date: %s (%.0f s)" % (time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(started)), time.time() - started)]
     for b in builds:
-        head.append("- %s: %s/build (`git -C %s rev-parse --short HEAD`: %s)" % (b.label, b.root, b.root,
-                                                                                   start_prints[b.label][0]))
+        head.append("- %s: %s/build (`git -C %s rev-parse --short HEAD`: %s)%s" % (
+            b.label, b.root, b.root, start_prints[b.label][0],
+            " with " + " ".join("%s=%s" % kv for kv in sorted(b.extra_env.items())) if b.extra_env else ""))
     head += ["- repeats: %d, interleaved (each benchmark on before, then after, every repeat)" % args.repeats,
              "- machine: nproc %d, load average %.2f at start, %.2f at end" % (os.cpu_count(), load_start[0],
                                                                              os.getloadavg()[0]),

@@ -147,9 +147,12 @@ class Run:
                 counters = json.load(f)["counters"]
             for name in ("ack_delay_us_p50", "ack_delay_us_p99", "ack_delay_us_max", "sum_delay_us_p50",
                          "sum_delay_us_p99", "van.unreleased_bytes_max", "window.bytes",
-                         "window.rate_bytes_per_s", "window.min_rtt_us", "scheduling.partition_bytes"):
+                         "window.rate_bytes_per_s", "window.min_rtt_us", "scheduling.partition_bytes",
+                         "van.shm_bytes_sent"):
                 if name in counters:
                     out[name] = max(out.get(name, 0), counters[name])
+            # The servers each worker reached through the shared-memory lane (its own host's).
+            out.setdefault("shm_lanes_per_worker", []).append(counters.get("van.shm_lanes", 0))
         return out
 
     def num_servers(self):

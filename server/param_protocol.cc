@@ -44,7 +44,8 @@ void ParamProtocol::Push(Request& request) {
   Buffer& push = request.message.payload;
   bool applied = true;
   if (!state.has_params) {
-    state.params = std::move(push);  // the first push of the key: the initial parameters
+    // The first push of the key: the initial parameters (kept: copied out of a lent slot).
+    state.params = push.lent() ? Buffer::CopyOf(push.data(), push.size()) : std::move(push);
     state.has_params = true;
   } else if (e.round() > 0) {
     // new = delta + old, in the delta's frame (the CPU Summation adopts the first push):

@@ -13,7 +13,11 @@ class CpuSummation : public Summation {
 
   void Add(uint64_t, DataType dtype, uint64_t length, Buffer& sum, Buffer push,
            ReduceOp op) override {
-    if (sum.empty()) {
+    if (sum.empty() && push.lent()) {
+      // A worker's shared-memory slot (shm_lane.h) goes back to it once the push is
+      // added: the first add copies it into the round's own sum.
+      sum = Buffer::CopyOf(push.data(), push.size());
+    } else if (sum.empty()) {
       // Adopt the first push's frame as the sum: no copy. Later rounds adopt fresh
       // frames, so this buffer is never written again once the round is sent
       // (key_state.h, buffer invariant).

@@ -16,6 +16,9 @@ namespace ferry {
 
 namespace {
 
+// How long a worker waits at start for its shared-memory lanes' probes (Van::WaitForLanes).
+constexpr int kLaneProbeMs = 2000;
+
 // The stall check's label of an operation on tensor `name` (operation_table.h, "Labels"):
 // what the user called, on the name the user gave (a broadcast's vote and data both count
 // as the broadcast).
@@ -111,6 +114,12 @@ void Worker::Start() {
     weights.push_back(s.weight());
     van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
                  config_.transport.control_lane);
+  }
+  // The shared-memory lane to each server on this host, before the first push takes a
+  // connection (a probe is a few messages on this host: milliseconds).
+  if (!van_.WaitForLanes(kLaneProbeMs)) {
+    LOG(WARNING) << "the shared-memory lane's probe did not finish within " << kLaneProbeMs
+                 << " ms; tensor bytes go over TCP until it does";
   }
   if (!config_.diagnostics.trace_dir.empty())
     trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);

@@ -20,6 +20,11 @@ VanOptions VanOptionsFor(const std::string& name, const Config& config) {
   o.watermark_bytes = static_cast<uint64_t>(config.transport.watermark_bytes);
   o.drop_percent = config.transport.test_drop_percent;
   o.delay_ms = static_cast<int>(config.transport.test_delay_ms);
+  o.shm.enabled = config.transport.shm;
+  o.shm.budget_bytes = static_cast<uint64_t>(config.transport.shm_bytes);
+  // Listeners carry the job's scheduler address: two jobs on one host never meet.
+  o.shm.job_tag = StrCat(std::hex, std::hash<std::string>()(
+                                       StrCat(config.transport.root_host, ":", config.transport.root_port)));
   return o;
 }
 namespace {

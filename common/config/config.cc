@@ -559,6 +559,9 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
                                         c.transport.tcp_notsent_lowat, 0, 64 << 20);
   c.transport.watermark_bytes = r.Int("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr,
                                       c.transport.watermark_bytes, 0, 1LL << 30);
+  c.transport.shm = r.Bool("FERRY_SHM", nullptr, c.transport.shm);
+  c.transport.shm_bytes =
+      r.Int("FERRY_SHM_BYTES", nullptr, c.transport.shm_bytes, 4LL << 20, 1LL << 40);
   if (c.transport.tcp_notsent_lowat > 0 && c.transport.tcp_notsent_lowat < 4096) {
     Invalid("FERRY_TCP_NOTSENT_LOWAT", std::to_string(c.transport.tcp_notsent_lowat),
             "must be 0 (the kernel's default) or at least 4096");
@@ -638,6 +641,7 @@ std::string Config::Summary() const {
       transport.frame_bytes > 0 ? StrCat(" frames=", transport.frame_bytes) : std::string(),
       transport.watermark_bytes > 0 ? StrCat(" watermark=", transport.watermark_bytes)
                                     : std::string(),
+      transport.shm ? StrCat(" shm=", transport.shm_bytes >> 20, "MiB") : std::string(" shm=off"),
       " security=", transport.secret.empty() ? "none" : "CURVE",
       " connect_timeout=", cluster.connect_timeout_ms, "ms");
 }

@@ -89,6 +89,13 @@ struct Config {
     // "Frames"); 0 = whole partitions. A multiple of 8 in [4096, FERRY_MAX_MESSAGE_BYTES].
     // Not in asynchronous mode (FERRY_ENABLE_ASYNC: whole keys). FERRY_FRAME_BYTES.
     int64_t frame_bytes = 0;
+    // The shared-memory lane (common/transport/shm_lane.h): a worker and a server proven to
+    // share a host (and network namespace) move tensor bytes through shared memory; the
+    // sockets carry descriptors. FERRY_SHM; on by default.
+    bool shm = true;
+    // What a node may reserve for its lanes' segments, all peers together; a payload that
+    // finds no room goes over TCP. FERRY_SHM_BYTES.
+    int64_t shm_bytes = 512LL << 20;
     // FERRY_SECRET or the contents of FERRY_SECRET_FILE: the cluster secret (CURVE).
     // Never logged.
     std::string secret;

@@ -13,6 +13,7 @@
 
 #include "common/reduce/reduce.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -353,6 +354,20 @@ void Scale(void* dst, double scale, size_t count, DataType type) {
   const int i = TypeIndex("Scale", type);
   if (count == 0) return;
   Active()->scale[i](dst, scale, count);
+}
+
+void CopyScaled(void* dst, const void* src, double scale, size_t count, DataType type) {
+  const int i = TypeIndex("CopyScaled", type);
+  const size_t element = DataTypeSize(type);
+  constexpr size_t kBlockBytes = 32 << 10;  // within L1/L2: scaled while still cached
+  const size_t block = std::max<size_t>(1, kBlockBytes / element);
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (size_t done = 0; done < count; done += block) {
+    const size_t n = std::min(block, count - done);
+    std::memcpy(out + done * element, in + done * element, n * element);
+    Active()->scale[i](out + done * element, scale, n);
+  }
 }
 
 SimdLevel DetectedSimdLevel() { return GetTables().detected; }

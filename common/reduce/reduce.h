@@ -38,6 +38,11 @@ void ReduceInto(void* dst, const void* src, size_t count, DataType type, ReduceO
 // Used to turn a sum into an average (scale = 1 / number of workers).
 void Scale(void* dst, double scale, size_t count, DataType type);
 
+// dst[i] = src[i] * scale, as Scale: the copy and the scaling in one pass over memory (in
+// blocks that stay in the cache), for a worker averaging a sum into its output. dst and
+// src must not overlap.
+void CopyScaled(void* dst, const void* src, double scale, size_t count, DataType type);
+
 // Conversions used by the 16-bit kernels and by tests (round to nearest even).
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);

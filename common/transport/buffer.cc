@@ -31,9 +31,17 @@ Buffer Buffer::Borrow(void* data, size_t size, std::function<void()> on_release)
                 }));
 }
 
+Buffer Buffer::Lent(void* data, size_t size, std::shared_ptr<void> owner) {
+  Buffer b(data, size, std::move(owner));
+  b.lent_ = true;
+  return b;
+}
+
 Buffer Buffer::Slice(size_t offset, size_t size) const {
   CHECK_LE(offset + size, size_) << "slice out of range";
-  return Buffer(bytes() + offset, size, owner_);
+  Buffer b(bytes() + offset, size, owner_);
+  b.lent_ = lent_;
+  return b;
 }
 
 }  // namespace ferry

@@ -29,21 +29,28 @@ class Buffer {
   // Borrowed bytes: the caller guarantees they outlive every holder, and `on_release`
   // (may be empty) runs when the last holder lets go.
   static Buffer Borrow(void* data, size_t size, std::function<void()> on_release);
+  // Bytes a peer lent through shared memory (shm_lane.h), kept alive by `owner`: a holder
+  // may read and write them while it handles the message, but must not keep them (the peer
+  // reuses them once every holder let go): one that would (the CPU summation adopting a
+  // round's first push as its sum) copies them instead.
+  static Buffer Lent(void* data, size_t size, std::shared_ptr<void> owner);
 
   void* data() const { return data_; }
   uint8_t* bytes() const { return static_cast<uint8_t*>(data_); }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  bool lent() const { return lent_; }  // see Lent
   const std::shared_ptr<void>& owner() const { return owner_; }
   // Number of holders of the bytes (this one included); 0 for an empty Buffer.
   long use_count() const { return owner_.use_count(); }
-  // A view of [offset, offset + size) sharing the same owner.
+  // A view of [offset, offset + size) sharing the same owner (lent if this one is).
   Buffer Slice(size_t offset, size_t size) const;
 
  private:
   void* data_ = nullptr;
   size_t size_ = 0;
   std::shared_ptr<void> owner_;
+  bool lent_ = false;
 };
 
 }  // namespace ferry

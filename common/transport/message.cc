@@ -66,6 +66,7 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
     case proto::ROWS_PUSH: return proto::Envelope::kRows;
     case proto::ROWS_RESULT: return proto::Envelope::kRows;
     case proto::STALL: return proto::Envelope::kStall;
+    case proto::SHM_READY: return proto::Envelope::kShmProbe;
     default: return proto::Envelope::BODY_NOT_SET;
   }
 }

@@ -19,8 +19,9 @@ namespace ferry {
 // 1: the first release; 2: type 16 renamed (PULL -> RESEND_SUM: same number, same meaning);
 // 3: frames (Envelope fields offset, key_length, frame_bytes); 4: the stall check (STALL,
 // the bodies stall_report, stall_watch and stall); 5: RETIRE (names declared anew), the join
-// position, SUSPEND and RESUME (re-initialisation).
-constexpr uint32_t kProtocolVersion = 5;
+// position, SUSPEND and RESUME (re-initialisation); 6: the shared-memory lane (SHM_READY,
+// Envelope.shm_slot).
+constexpr uint32_t kProtocolVersion = 6;
 
 struct Message {
   proto::Envelope envelope;

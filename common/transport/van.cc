@@ -164,6 +164,7 @@ Van::Van(VanOptions options)
     zap_ = zmq_socket(context_, ZMQ_REP);
     if (!zap_ || zmq_bind(zap_, "inproc://zeromq.zap.01") != 0) ThrowZmq("ZAP handler");
   }
+  if (options_.shm.enabled) lanes_ = std::make_unique<ShmLanes>(options_.shm, options_.name);
   // Last: nothing after it throws, so the descriptor cannot leak from a failed constructor.
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) {
@@ -208,7 +209,9 @@ int Van::Bind(const std::string& host, int port) {
   size_t len = sizeof last;
   zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &len);
   std::string bound(last);
-  return std::stoi(bound.substr(bound.rfind(':') + 1));
+  const int bound_port = std::stoi(bound.substr(bound.rfind(':') + 1));
+  if (lanes_) lanes_->Listen(bound_port);
+  return bound_port;
 }
 
 void* Van::Monitor(void* socket, int events) {
@@ -266,6 +269,7 @@ void Van::Stop() {
 
 void Van::Connect(int peer, const std::string& endpoint, const std::string& routing_id,
                   bool control_lane) {
+  if (lanes_) lanes_->ExpectOpen();  // DoConnect opens it (or finds it impossible)
   if (!started_ || std::this_thread::get_id() == io_thread_id_) {
     DoConnect(peer, endpoint, routing_id, control_lane);
     return;
@@ -274,6 +278,7 @@ void Van::Connect(int peer, const std::string& endpoint, const std::string& rout
 }
 
 void Van::Send(int peer, Message message) {
+  if (lanes_ && !message.payload.empty()) lanes_->Encode(ShmLanes::PeerKey(peer), &message);
   if (std::this_thread::get_id() != io_thread_id_) {
     Enqueue(Command::kSend, peer, false, "", &message);
     return;
@@ -284,6 +289,9 @@ void Van::Send(int peer, Message message) {
 }
 
 void Van::Reply(const std::string& identity, Message message) {
+  if (lanes_ && !message.payload.empty()) {
+    lanes_->Encode(options_.control_lane ? DataIdentity(identity) : identity, &message);
+  }
   if (std::this_thread::get_id() != io_thread_id_) {
     Enqueue(Command::kReply, 0, false, identity, &message);
     return;
@@ -564,6 +572,8 @@ void Van::IoLoop() {
       if (p->monitor) monitors.push_back(p->monitor);
     }
     for (void* m : monitors) items.push_back({m, 0, ZMQ_POLLIN, 0});
+    const std::vector<int> lane_fds = lanes_ ? lanes_->PollFds() : std::vector<int>();
+    for (int fd : lane_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
     int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
@@ -593,6 +603,14 @@ void Van::IoLoop() {
     for (size_t i = 0; i < monitors.size(); ++i) {
       if (items[index + i].revents & ZMQ_POLLIN) HandleMonitorEvent(monitors[i]);
     }
+    index += monitors.size();
+    std::vector<ShmLanes::Outgoing> lane_messages;
+    for (size_t i = 0; i < lane_fds.size(); ++i) {
+      if (items[index + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
+        lanes_->OnReadable(lane_fds[i], &lane_messages);
+      }
+    }
+    SendLaneMessages(&lane_messages);
     DeliverDelayed();
   }
   // Shutdown: messages still in the order queues are dropped (their payloads released);
@@ -682,7 +700,13 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
         zmq_msg_move(&owner->msg, &frames[first + 1]);
         message.payload = Buffer(zmq_msg_data(&owner->msg), zmq_msg_size(&owner->msg), owner);
       }
-      invalid = ValidateMessage(message, options_.max_message_bytes);
+      if (message.envelope.has_shm_slot()) {
+        invalid = !message.payload.empty()
+                      ? BadMessageError("a shared-memory descriptor and a payload frame")
+                  : lanes_ ? lanes_->Resolve(LaneKey(origin), &message)
+                           : BadMessageError("a shared-memory descriptor, but FERRY_SHM is off");
+      }
+      if (invalid.ok()) invalid = ValidateMessage(message, options_.max_message_bytes);
       error = invalid.message();
     }
     CloseFrames(frames);
@@ -702,8 +726,29 @@ void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
       continue;
     }
     counters_.messages_received++;
+    if (message.type() == proto::SHM_READY) {  // the lane's own: never reaches the handler
+      std::vector<ShmLanes::Outgoing> answers;
+      if (lanes_) lanes_->OnReady(LaneKey(origin), message, &answers);
+      SendLaneMessages(&answers);
+      continue;
+    }
     Deliver(std::move(message), origin);
   }
+}
+
+std::string Van::LaneKey(const Origin& origin) const {
+  return origin.inbound ? DataIdentity(origin.identity) : ShmLanes::PeerKey(origin.peer);
+}
+
+void Van::SendLaneMessages(std::vector<ShmLanes::Outgoing>* out) {
+  for (ShmLanes::Outgoing& o : *out) {
+    if (o.peer >= 0) {
+      Send(o.peer, std::move(o.message));
+    } else {
+      Reply(o.identity, std::move(o.message));
+    }
+  }
+  out->clear();
 }
 
 void Van::Deliver(Message&& message, const Origin& origin) {
@@ -748,11 +793,23 @@ void Van::ApplyLinkOptions(void* socket) {
 
 void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                     bool control_lane) {
+  bool connected = false;
+  // Connect counted a lane to open: Open settles it whatever happens here (with no
+  // endpoint: at once).
+  struct LaneOpen {
+    ShmLanes* lanes;
+    int peer;
+    const std::string& endpoint;
+    const std::string& routing_id;
+    const bool& connected;
+    ~LaneOpen() {
+      if (lanes) lanes->Open(peer, connected ? endpoint : std::string(), routing_id);
+    }
+  } lane_open{lanes_.get(), peer, endpoint, routing_id, connected};
   if (FindConnection(peer)) return;
   auto p = std::make_unique<Connection>();
   p->id = peer;
   p->endpoint = endpoint;
-  bool connected = false;
   try {
     p->socket = NewDealer(routing_id);
     // Before connecting: ZeroMQ does not replay the first connection's event to a
@@ -814,8 +871,13 @@ Van::Connection* Van::FindConnection(int peer) {
 VanStats Van::stats() const {
   VanStats s;
 #define FERRY_VAN_COPY(name) s.name = counters_.name.load(std::memory_order_relaxed);
-  FERRY_VAN_COUNTERS(FERRY_VAN_COPY)
+  FERRY_VAN_OWN_COUNTERS(FERRY_VAN_COPY)
 #undef FERRY_VAN_COPY
+  if (lanes_) {
+#define FERRY_VAN_COPY_SHM(name) s.name = lanes_->counters().name.load(std::memory_order_relaxed);
+    FERRY_SHM_COUNTERS(FERRY_VAN_COPY_SHM)
+#undef FERRY_VAN_COPY_SHM
+  }
   return s;
 }
 

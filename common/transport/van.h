@@ -63,6 +63,7 @@
 #include "common/util/counters.h"
 #include "common/transport/message.h"
 #include "common/transport/security.h"
+#include "common/transport/shm_lane.h"
 #include "common/util/mutex.h"
 
 namespace ferry {
@@ -122,6 +123,10 @@ struct VanOptions {
   // not trust the message beyond its envelope having parsed, and does not log it again.
   // Unset: dropped and logged only.
   std::function<void(const Message& message, const Status& why, const Origin& origin)> on_invalid;
+  // The shared-memory lane (shm_lane.h): with shm.enabled, a Van that binds listens for
+  // lane channels, and one that connects with a routing id probes each peer's; payloads to
+  // a peer on the lane travel through shared memory. Off by default (VanOptionsFor: FERRY_SHM).
+  ShmOptions shm;
 
   static VanOptions Named(std::string name, uint64_t max_message_bytes,
                           std::string secret = "") {
@@ -152,13 +157,15 @@ struct VanOptions {
 //                                ZeroMQ) whose release hook has not run yet, i.e. not yet in
 //                                the kernel (with CURVE: not yet encrypted into a copy)
 //   unreleased_bytes_max         the largest value unreleased_bytes ever had
-#define FERRY_VAN_COUNTERS(X)                                                        \
+// and the shared-memory lane's (FERRY_SHM_COUNTERS, shm_lane.h).
+#define FERRY_VAN_OWN_COUNTERS(X)                                                    \
   X(messages_sent)                                                                   \
   X(messages_received)                                                               \
   X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
       X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed) \
           X(control_fallbacks) X(sockets_tuned) X(data_queued) X(data_reordered) \
               X(unreleased_bytes) X(unreleased_bytes_max)
+#define FERRY_VAN_COUNTERS(X) FERRY_VAN_OWN_COUNTERS(X) FERRY_SHM_COUNTERS(X)
 
 struct VanStats {
 #define FERRY_VAN_STATS_FIELD(name) uint64_t name = 0;
@@ -214,6 +221,11 @@ class Van {
   // ZeroMQ context. When it returns, ZeroMQ holds no payload and no release hook can
   // run any more. Idempotent; must not be called from a handler.
   void Stop() EXCLUDES(push_mutex_);
+
+  // Waits (at most `timeout_ms`) until the shared-memory lane of every peer connected so far
+  // is on or impossible (shm_lane.h, WaitSettled); true at once without the lane. Not from
+  // the IO thread.
+  bool WaitForLanes(int timeout_ms) const { return !lanes_ || lanes_->WaitSettled(timeout_ms); }
 
   VanStats stats() const;
   const std::string& name() const { return options_.name; }
@@ -326,10 +338,17 @@ class Van {
 
   struct Counters {
 #define FERRY_VAN_COUNTER(name) std::atomic<uint64_t> name{0};
-    FERRY_VAN_COUNTERS(FERRY_VAN_COUNTER)
+    FERRY_VAN_OWN_COUNTERS(FERRY_VAN_COUNTER)
 #undef FERRY_VAN_COUNTER
   };
   Counters counters_;  // see FERRY_VAN_COUNTERS; atomic, read by stats() from any thread
+  // The shared-memory lane (options_.shm.enabled), else null. Made by the constructor,
+  // destroyed with the Van (a late Send may still encode after Stop).
+  std::unique_ptr<ShmLanes> lanes_;
+  // IO thread: sends what the lane's probe answers.
+  void SendLaneMessages(std::vector<ShmLanes::Outgoing>* out);
+  // The lane key of a message's origin.
+  std::string LaneKey(const Origin& origin) const;
 };
 
 }  // namespace ferry

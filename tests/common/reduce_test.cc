@@ -652,6 +652,10 @@ TEST_P(TypeLevelTest, Scale) {
             d.Set(i, v);
             want[i] = RefScale(t, v, s);
           }
+          // CopyScaled (one pass) gives what Scale does in place, across its blocks.
+          GuardedBuffer copy(t, n, offset);
+          CopyScaled(copy.data(), d.data(), s, n, t);
+          EXPECT_TRUE(Matches(t, copy, want)) << "CopyScaled";
           Scale(d.data(), s, n, t);
           EXPECT_TRUE(Matches(t, d, want));
           if (HasFailure()) return;

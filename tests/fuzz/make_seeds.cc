@@ -112,6 +112,19 @@ int main(int argc, char** argv) {
   Write(dir, "retire", retire, "");
   Write(dir, "suspend", MakeMessage(proto::SUSPEND, 3), "");  // protocol 5: re-initialisation
   Write(dir, "resume", MakeMessage(proto::RESUME, 3), "");
+  auto ready = MakeMessage(proto::SHM_READY, -1);  // protocol 6: the shared-memory lane
+  ready.envelope.mutable_shm_probe()->set_hello_nonce(0x1122334455667788ull);
+  ready.envelope.mutable_shm_probe()->set_probe_nonce(0x99aabbccddeeff00ull);
+  Write(dir, "shm_ready", ready, "");
+  auto described = MakeMessage(proto::PUSH, 3);  // a payload in shared memory: a descriptor
+  described.envelope.set_key(ferry::MakeKey(2, 1));
+  described.envelope.set_dtype(proto::FLOAT32);
+  described.envelope.set_length(4096);
+  described.envelope.mutable_shm_slot()->set_segment(1);
+  described.envelope.mutable_shm_slot()->set_offset(64);
+  described.envelope.mutable_shm_slot()->set_bytes(4096);
+  // Valid only once the receiving Van's lane resolved it into a payload (shm_lane.h).
+  Write(dir, "push_shm", described, "", /*valid=*/false);
   auto failed = MakeMessage(proto::NODE_FAILED, 0);
   failed.envelope.mutable_failure()->set_reason("server 1 died");
   Write(dir, "node_failed", failed, "");

@@ -55,7 +55,9 @@ TEST(FrameTest, AnUrgentTensorPushedBehindA64MiBOneCompletesBeforeItsLastFrameLe
                              {"FERRY_MAX_MESSAGE_BYTES", std::to_string(2 * kBigBytes)},
                              {"FERRY_FRAME_BYTES", std::to_string(kFrameBytes)},
                              {"FERRY_TRANSPORT_WATERMARK_BYTES", std::to_string(2 * kFrameBytes)},
-                             {"FERRY_SERVER_ENGINE_THREADS", "1"}}});
+                             {"FERRY_SERVER_ENGINE_THREADS", "1"},
+                             // The order queue is TCP's (the lane hands bytes over at once).
+                             {"FERRY_SHM", "0"}}});
   cluster.RunWorkers([&](Worker& w) {
     std::vector<float> a(kBigElements), a_out(kBigElements, -1.0f);
     for (uint64_t i = 0; i < kBigElements; ++i) a[i] = static_cast<float>((w.rank() + 1) * (i % 1024));

@@ -586,13 +586,18 @@ uint64_t RowsCallBytes(Worker& w, int64_t count, int64_t total, int64_t dim) {
   std::vector<int64_t> rows(count);
   for (int64_t j = 0; j < count; ++j) rows[j] = (j * 999331) % total;  // distinct, every worker
   std::vector<float> values(count * dim, 1.0f), out(count * dim);
-  const uint64_t before = CounterValue(w.Counters(), "van.bytes_sent");
+  // Bytes this worker sent, over sockets or through the shared-memory lane.
+  auto sent = [&w] {
+    const CounterValues c = w.Counters();
+    return CounterValue(c, "van.bytes_sent") + CounterValue(c, "van.shm_bytes_sent");
+  };
+  const uint64_t before = sent();
   w.PushPullRows("huge", rows.data(), rows.size(), values.data(), out.data(), DataType::kFloat32,
                  false);
   for (int64_t j = 0; j < count * dim; ++j) {
     if (out[j] != static_cast<float>(w.size())) return 0;  // every worker sent 1.0 for it
   }
-  return CounterValue(w.Counters(), "van.bytes_sent") - before;
+  return sent() - before;
 }
 
 int RunRowsBytes(Worker& w) {
