@@ -74,7 +74,8 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
 
 void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
   if (config_.server.device == ServerDevice::kCpu) {
-    engine->summation = MakeCpuSummation(&sum_pool_);
+    engine->summation =
+        MakeCpuSummation(&sum_pool_, [this](uint64_t bytes) { return van_.AllocateShared(bytes); });
   } else {
     GpuSummerOptions options;
     options.device = config_.server.gpu;

@@ -1,5 +1,6 @@
 #include "server/summation.h"
 
+#include <cstring>
 #include <utility>
 
 #include "common/util/error.h"
@@ -9,14 +10,18 @@ namespace {
 
 class CpuSummation : public Summation {
  public:
-  explicit CpuSummation(SumPool* pool) : pool_(pool) {}
+  CpuSummation(SumPool* pool, SharedAllocator allocate_shared)
+      : pool_(pool), allocate_shared_(std::move(allocate_shared)) {}
 
   void Add(uint64_t, DataType dtype, uint64_t length, Buffer& sum, Buffer push,
            ReduceOp op) override {
     if (sum.empty() && push.lent()) {
       // A worker's shared-memory slot (shm_lane.h) goes back to it once the push is
-      // added: the first add copies it into the round's own sum.
-      sum = Buffer::CopyOf(push.data(), push.size());
+      // added: the first add copies it into the round's own sum, in shared memory when
+      // there is room (so the same-host workers read it from there).
+      if (allocate_shared_) sum = allocate_shared_(push.size());
+      if (sum.empty()) sum = Buffer::Allocate(push.size());
+      std::memcpy(sum.data(), push.data(), push.size());
     } else if (sum.empty()) {
       // Adopt the first push's frame as the sum: no copy. Later rounds adopt fresh
       // frames, so this buffer is never written again once the round is sent
@@ -35,6 +40,7 @@ class CpuSummation : public Summation {
 
  private:
   SumPool* const pool_;
+  const SharedAllocator allocate_shared_;
 };
 
 class GpuSummation : public Summation {
@@ -69,8 +75,8 @@ class GpuSummation : public Summation {
 
 }  // namespace
 
-std::unique_ptr<Summation> MakeCpuSummation(SumPool* pool) {
-  return std::make_unique<CpuSummation>(pool);
+std::unique_ptr<Summation> MakeCpuSummation(SumPool* pool, SharedAllocator allocate_shared) {
+  return std::make_unique<CpuSummation>(pool, std::move(allocate_shared));
 }
 
 std::unique_ptr<Summation> MakeGpuSummation(std::unique_ptr<GpuSummer> summer,

@@ -66,8 +66,12 @@ class Summation {
 };
 
 // Sums in host memory on the calling thread, large sums split across `pool` (which must
-// outlive every call; the server's engine threads end before its pool).
-std::unique_ptr<Summation> MakeCpuSummation(SumPool* pool);
+// outlive every call; the server's engine threads end before its pool). A round whose first
+// push came through the shared-memory lane (Buffer::lent) gets its sum from
+// `allocate_shared` (Van::AllocateShared: same-host workers then read it without a copy)
+// when that gives one, else from the heap.
+using SharedAllocator = std::function<Buffer(uint64_t bytes)>;
+std::unique_ptr<Summation> MakeCpuSummation(SumPool* pool, SharedAllocator allocate_shared = nullptr);
 
 // Sums on the GPU with `summer` (owned; its on_ready must wake the engine thread that
 // calls RunCompletions). `ready` receives each sum on that thread.

@@ -32,9 +32,14 @@ uint64_t Nonce() {
   return n;
 }
 
-std::atomic<uint32_t>* StateOf(uint8_t* header) {
-  return reinterpret_cast<std::atomic<uint32_t>*>(header);
-}
+// A slot's header (the first bytes of its 64): who holds it (shm_lane.h, Ownership).
+struct SlotHeader {
+  std::atomic<uint32_t> readers;  // peers holding it
+  std::atomic<uint32_t> local;    // 1 while this process holds it (the shared arena's)
+};
+static_assert(sizeof(SlotHeader) <= ShmArena::kHeaderBytes, "a slot header fits in 64 bytes");
+
+SlotHeader* HeaderAt(uint8_t* p) { return reinterpret_cast<SlotHeader*>(p); }
 
 std::string Hex(const std::string& bytes) {
   static const char* digits = "0123456789abcdef";
@@ -59,11 +64,11 @@ std::vector<std::string> Words(const std::string& header) {
   return words;
 }
 
-// Holds a peer's slot for the Buffers over it: frees the slot when the last lets go.
+// Holds a peer's slot for the Buffers over it: one reader less when the last lets go.
 struct SlotHold {
   std::shared_ptr<MemfdSegment> segment;
   uint8_t* header;
-  ~SlotHold() { StateOf(header)->store(0, std::memory_order_release); }
+  ~SlotHold() { HeaderAt(header)->readers.fetch_sub(1, std::memory_order_release); }
 };
 
 }  // namespace
@@ -76,7 +81,11 @@ std::string ShmListenName(const std::string& job_tag, int port) {
 
 ShmArena::ShmArena(std::string label, std::atomic<uint64_t>* reserved, uint64_t budget,
                    FdChannel* channel)
-    : label_(std::move(label)), reserved_(reserved), budget_(budget), channel_(channel) {}
+    : label_(std::move(label)),
+      reserved_(reserved),
+      budget_(budget),
+      channel_(channel),
+      first_id_(channel ? 1 : kSharedSegment + 1) {}
 
 ShmArena::~ShmArena() {
   MutexLock lock(mu_);
@@ -92,7 +101,9 @@ uint64_t ShmArena::reserved_bytes() const {
 
 bool ShmArena::Place(Segment& s, uint64_t extent, uint64_t* start) {
   for (auto it = s.busy.begin(); it != s.busy.end();) {
-    if (StateOf(s.memory->data() + it->first)->load(std::memory_order_acquire) == 0) {
+    SlotHeader* h = HeaderAt(s.memory->data() + it->first);
+    if (h->readers.load(std::memory_order_acquire) == 0 &&
+        h->local.load(std::memory_order_acquire) == 0) {
       it = s.busy.erase(it);
     } else {
       ++it;
@@ -108,13 +119,12 @@ bool ShmArena::Place(Segment& s, uint64_t extent, uint64_t* start) {
   return true;
 }
 
-bool ShmArena::Allocate(uint64_t bytes, Slot* slot) {
+bool ShmArena::PlaceSlot(uint64_t bytes, size_t* index, uint64_t* header) {
   const uint64_t extent = kHeaderBytes + RoundUp(bytes, kAlign);
-  MutexLock lock(mu_);
-  uint64_t start = 0;
-  size_t index = 0;
-  while (index < segments_.size() && !Place(segments_[index], extent, &start)) ++index;
-  if (index == segments_.size()) {
+  for (*index = 0; *index < segments_.size(); ++*index) {
+    if (Place(segments_[*index], extent, header)) break;
+  }
+  if (*index == segments_.size()) {
     // A new segment: the usual size, or what this message needs, within the budget.
     const uint64_t size = RoundUp(std::max(extent, kSegmentBytes), 1 << 21);
     uint64_t before = reserved_->load();
@@ -122,25 +132,96 @@ bool ShmArena::Allocate(uint64_t bytes, Slot* slot) {
       if (before + size > budget_) return false;
     } while (!reserved_->compare_exchange_weak(before, before + size));
     Segment s;
+    const uint32_t id = first_id_ + static_cast<uint32_t>(segments_.size());
     try {
-      s.memory = MemfdSegment::Create(StrCat(label_, "-", segments_.size() + 1), size);
-      channel_->Send(StrCat("SEGMENT ", segments_.size() + 1, " ", s.memory->size()),
-                     s.memory->fd());
+      s.memory = MemfdSegment::Create(StrCat(label_, "-", id & ~kSharedSegment), size);
+      if (channel_) channel_->Send(StrCat("SEGMENT ", id, " ", s.memory->size()), s.memory->fd());
     } catch (...) {
       reserved_->fetch_sub(size);
       throw;
     }
     reserved_->fetch_add(s.memory->size() - size);  // Create rounds up to whole pages
     segments_.push_back(std::move(s));
-    start = 0;
+    *header = 0;
   }
-  Segment& s = segments_[index];
-  s.busy.emplace(start, extent);
-  StateOf(s.memory->data() + start)->store(1, std::memory_order_relaxed);
-  slot->segment = static_cast<uint32_t>(index + 1);
-  slot->offset = start + kHeaderBytes;
-  slot->data = s.memory->data() + slot->offset;
+  segments_[*index].busy.emplace(*header, extent);
   return true;
+}
+
+bool ShmArena::Allocate(uint64_t bytes, Slot* slot) {
+  MutexLock lock(mu_);
+  size_t index;
+  if (!PlaceSlot(bytes, &index, &slot->header)) return false;
+  uint8_t* base = segments_[index].memory->data();
+  HeaderAt(base + slot->header)->local.store(0, std::memory_order_relaxed);
+  HeaderAt(base + slot->header)->readers.store(1, std::memory_order_relaxed);
+  slot->segment = first_id_ + static_cast<uint32_t>(index);
+  slot->offset = slot->header + kHeaderBytes;
+  slot->data = base + slot->offset;
+  return true;
+}
+
+Buffer ShmArena::AllocateShared(uint64_t bytes) {
+  // The owner: when the last holder lets go, the slot is ours no more (`local` 0).
+  struct Owner {
+    std::shared_ptr<ShmArena> arena;
+    ~Owner() { arena->ReleaseLocal(this); }
+  };
+  auto owner = std::make_shared<Owner>();
+  owner->arena = shared_from_this();
+  uint8_t* data = nullptr;
+  {
+    MutexLock lock(mu_);
+    size_t index;
+    uint64_t header;
+    try {
+      if (!PlaceSlot(bytes, &index, &header)) return Buffer();
+    } catch (const FerryError& e) {
+      LOG_FIRST_N(WARNING, 1) << label_ << ": " << e.what() << "; sums stay in the heap";
+      return Buffer();
+    }
+    uint8_t* base = segments_[index].memory->data();
+    HeaderAt(base + header)->readers.store(0, std::memory_order_relaxed);
+    HeaderAt(base + header)->local.store(1, std::memory_order_relaxed);
+    held_[owner.get()] = Held{index, header};
+    data = base + header + kHeaderBytes;
+  }
+  return Buffer(data, bytes, std::move(owner));
+}
+
+void ShmArena::ReleaseLocal(const void* owner) {
+  MutexLock lock(mu_);
+  auto it = held_.find(owner);
+  if (it == held_.end()) return;  // the Buffer of a failed AllocateShared
+  HeaderAt(segments_[it->second.segment].memory->data() + it->second.header)
+      ->local.store(0, std::memory_order_release);
+  held_.erase(it);
+}
+
+bool ShmArena::Lend(const Buffer& payload, Slot* slot) {
+  if (!payload.owner()) return false;
+  MutexLock lock(mu_);
+  auto it = held_.find(payload.owner().get());
+  if (it == held_.end()) return false;
+  Segment& s = segments_[it->second.segment];
+  HeaderAt(s.memory->data() + it->second.header)->readers.fetch_add(1, std::memory_order_relaxed);
+  slot->segment = first_id_ + static_cast<uint32_t>(it->second.segment);
+  slot->header = it->second.header;
+  slot->offset = static_cast<uint64_t>(payload.bytes() - s.memory->data());
+  slot->data = payload.bytes();
+  return true;
+}
+
+void ShmArena::Unlend(const Slot& slot) {
+  MutexLock lock(mu_);
+  HeaderAt(segments_[slot.segment - first_id_].memory->data() + slot.header)
+      ->readers.fetch_sub(1, std::memory_order_release);
+}
+
+const MemfdSegment* ShmArena::SegmentOf(uint32_t id) const {
+  MutexLock lock(mu_);
+  const uint32_t index = id - first_id_;
+  return index < segments_.size() ? segments_[index].memory.get() : nullptr;
 }
 
 // ---- ShmLanes ----
@@ -154,7 +235,9 @@ struct ShmLanes::Lane {
   bool unsettled = false;     // worker: counted in unsettled_ until on or ended
   std::atomic<bool> broken{false};  // a segment could not be made: TCP from now on
   std::map<uint32_t, std::shared_ptr<MemfdSegment>> peer_segments;  // the peer's, by id
-  std::unique_ptr<ShmArena> arena;  // ours for this peer (after the channel: dies first)
+  std::shared_ptr<ShmArena> arena;  // ours for this peer (after the channel: dies first)
+  Mutex announce_mu;                // AnnounceShared's
+  uint32_t shared_announced GUARDED_BY(announce_mu) = 0;  // the shared arena's segments sent
 };
 
 struct ShmLanes::Pending {
@@ -176,6 +259,8 @@ void ShmLanes::Listen(int port) {
   const std::string name = ShmListenName(options_.job_tag, port);
   try {
     listener_ = FdListener::Listen(name);
+    shared_ = std::make_shared<ShmArena>(StrCat("ferry-", name_, "-sums"), &reserved_,
+                                         options_.budget_bytes, nullptr);
   } catch (const FerryError& e) {
     LOG(WARNING) << name_ << ": no shared-memory lane (" << e.what() << "); TCP only";
   }
@@ -317,7 +402,7 @@ void ShmLanes::OnReady(const std::string& key, const Message& m, std::vector<Out
       EndLane(key);
       return;
     }
-    lane.arena = std::make_unique<ShmArena>(StrCat("ferry-", name_, "-to-node-", lane.peer),
+    lane.arena = std::make_shared<ShmArena>(StrCat("ferry-", name_, "-to-node-", lane.peer),
                                             &reserved_, options_.budget_bytes, lane.channel.get());
     lane.on = true;
     if (lane.unsettled) {
@@ -347,7 +432,7 @@ void ShmLanes::OnReady(const std::string& key, const Message& m, std::vector<Out
   auto lane = std::make_shared<Lane>();
   lane->channel = std::move((*it)->channel);
   pending_.erase(it);
-  lane->arena = std::make_unique<ShmArena>(StrCat("ferry-", name_, "-to-worker"), &reserved_,
+  lane->arena = std::make_shared<ShmArena>(StrCat("ferry-", name_, "-to-worker"), &reserved_,
                                            options_.budget_bytes, lane->channel.get());
   lane->on = true;
   if (lanes_.count(key)) EndLane(key);  // the worker probed again: the new lane replaces it
@@ -404,6 +489,25 @@ bool ShmLanes::Encode(const std::string& key, Message* m) {
   if (lane->broken.load(std::memory_order_relaxed)) return false;
   const uint64_t bytes = m->payload.size();
   ShmArena::Slot slot;
+  auto describe = [&] {
+    proto::ShmSlot* d = m->envelope.mutable_shm_slot();
+    d->set_segment(slot.segment);
+    d->set_header(slot.header);
+    d->set_offset(slot.offset);
+    d->set_bytes(bytes);
+    m->payload = Buffer();  // the caller's bytes (or its hold of a shared slot) are free now
+    counters_.shm_sent++;
+    counters_.shm_bytes_sent += bytes;
+  };
+  if (shared_ && shared_->Lend(m->payload, &slot)) {
+    if (AnnounceShared(*lane, slot.segment)) {
+      describe();
+      counters_.shm_lent++;
+      return true;
+    }
+    shared_->Unlend(slot);  // the channel failed: the peer is going; TCP for this one
+    return false;
+  }
   bool placed = false;
   try {
     placed = lane->arena->Allocate(bytes, &slot);
@@ -419,14 +523,29 @@ bool ShmLanes::Encode(const std::string& key, Message* m) {
     return false;
   }
   std::memcpy(slot.data, m->payload.data(), bytes);
-  proto::ShmSlot* d = m->envelope.mutable_shm_slot();
-  d->set_segment(slot.segment);
-  d->set_offset(slot.offset);
-  d->set_bytes(bytes);
-  m->payload = Buffer();  // the caller's bytes are free now
-  counters_.shm_sent++;
-  counters_.shm_bytes_sent += bytes;
+  describe();
   return true;
+}
+
+bool ShmLanes::AnnounceShared(Lane& lane, uint32_t id) {
+  MutexLock lock(lane.announce_mu);
+  try {
+    while (ShmArena::kSharedSegment + lane.shared_announced < id) {
+      const uint32_t next = ShmArena::kSharedSegment + lane.shared_announced + 1;
+      const MemfdSegment* segment = shared_->SegmentOf(next);
+      if (!segment) return false;
+      lane.channel->Send(StrCat("SEGMENT ", next, " ", segment->size()), segment->fd());
+      lane.shared_announced++;
+    }
+  } catch (const FerryError&) {
+    return false;
+  }
+  return true;
+}
+
+Buffer ShmLanes::AllocateShared(uint64_t bytes) {
+  if (!shared_ || counters_.shm_lanes.load(std::memory_order_relaxed) == 0) return Buffer();
+  return shared_->AllocateShared(bytes);
 }
 
 Status ShmLanes::Resolve(const std::string& key, Message* m) {
@@ -452,16 +571,15 @@ Status ShmLanes::Resolve(const std::string& key, Message* m) {
     if (it == lane.peer_segments.end()) return refuse("no such segment");
   }
   const std::shared_ptr<MemfdSegment>& segment = it->second;
-  if (d.offset() < ShmArena::kHeaderBytes || d.offset() % kAlign != 0) {
-    return refuse(StrCat("not the start of a slot (slots start at multiples of ", kAlign,
-                         ", after a header)"));
+  if (d.header() % kAlign != 0 || d.offset() < d.header() + ShmArena::kHeaderBytes) {
+    return refuse(StrCat("no slot header (at multiples of ", kAlign, ") before the bytes"));
   }
   if (d.bytes() == 0 || !segment->Contains(d.offset(), d.bytes())) {
     return refuse(StrCat("outside the segment's ", segment->size(), " bytes"));
   }
   auto hold = std::make_shared<SlotHold>();
   hold->segment = segment;
-  hold->header = segment->data() + d.offset() - ShmArena::kHeaderBytes;
+  hold->header = segment->data() + d.header();
   m->payload = Buffer::Lent(segment->data() + d.offset(), d.bytes(), hold);
   counters_.shm_received++;
   return Status::Ok();

@@ -222,6 +222,11 @@ class Van {
   // run any more. Idempotent; must not be called from a handler.
   void Stop() EXCLUDES(push_mutex_);
 
+  // Bytes in shared memory that peers on the shared-memory lane read without a copy when
+  // they are a payload sent to them (a server's sum); empty without a lane or room (then
+  // the caller allocates on the heap). Thread-safe.
+  Buffer AllocateShared(uint64_t bytes) { return lanes_ ? lanes_->AllocateShared(bytes) : Buffer(); }
+
   // Waits (at most `timeout_ms`) until the shared-memory lane of every peer connected so far
   // is on or impossible (shm_lane.h, WaitSettled); true at once without the lane. Not from
   // the IO thread.

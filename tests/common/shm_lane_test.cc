@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -151,6 +152,46 @@ TEST(ShmLaneTest, PayloadsTravelThroughSharedMemoryBothWaysWithExactBytes) {
   EXPECT_EQ(p.worker.stats().payloads_sent_zero_copy, 0u) << "no payload frame went to ZeroMQ";
 }
 
+TEST(ShmLaneTest, ASumInTheSharedArenaIsLentToEveryWorkerWithoutACopy) {
+  Inbox server_inbox, inbox1, inbox2;
+  Van server(LaneOptions("server"));
+  const int port = server.Bind("127.0.0.1", 0);
+  server.Start(server_inbox.Handler());
+  Van w1(LaneOptions("w1")), w2(LaneOptions("w2"));
+  w1.Start(inbox1.Handler());
+  w2.Start(inbox2.Handler());
+  w1.Connect(1, StrCat("tcp://127.0.0.1:", port), "worker-1");
+  w2.Connect(1, StrCat("tcp://127.0.0.1:", port), "worker-2");
+  ASSERT_TRUE(w1.WaitForLanes(10000) && w2.WaitForLanes(10000));
+  ASSERT_TRUE(WaitUntil([&] { return server.stats().shm_lanes == 2; }));
+  auto sum_of = [&](float seed) {
+    Message sum = Push(1 << 20, seed);
+    sum.envelope.set_type(proto::PUSH_RESULT);
+    Buffer shared = server.AllocateShared(sum.payload.size());
+    EXPECT_FALSE(shared.empty());
+    std::memcpy(shared.data(), sum.payload.data(), sum.payload.size());
+    sum.payload = shared;
+    return sum;
+  };
+  Message a = sum_of(1.0f);
+  const void* a_bytes = a.payload.data();
+  server.Reply("worker-1", a);
+  server.Reply("worker-2", std::move(a));  // the server lets go; the workers still read it
+  ASSERT_TRUE(inbox1.WaitFor(1) && inbox2.WaitFor(1));
+  Message got1 = inbox1.Take(0), got2 = inbox2.Take(0);
+  EXPECT_TRUE(Exact(got1, 1.0f) && Exact(got2, 1.0f));
+  EXPECT_EQ(server.stats().shm_lent, 2u);
+  // Held by the workers: a new sum goes elsewhere.
+  Message b = sum_of(2.0f);
+  EXPECT_NE(b.payload.data(), a_bytes);
+  // Both workers let go (b too): the first slot is free again (first fit).
+  got1 = Message();
+  got2 = Message();
+  b = Message();
+  Message c = sum_of(3.0f);
+  EXPECT_EQ(c.payload.data(), a_bytes);
+}
+
 TEST(ShmLaneTest, SlotsComeBackWhenTheReceiverLetsGoAndAFullArenaFallsBackToTcp) {
   // A budget of one segment (64 MiB): 200 messages of 1 MiB fit only if slots are reused.
   Pair p(LaneOptions("server"), LaneOptions("worker", 64ull << 20));
@@ -185,16 +226,20 @@ TEST(ShmLaneTest, ForgedDescriptorsAreRefusedWithTheReason) {
   p.worker.Send(1, Push(4096, 1.0f));  // announces segment 1
   ASSERT_TRUE(p.server_inbox.WaitFor(1));
   const uint64_t bad_before = p.server.stats().bad_messages_dropped;
-  for (auto [segment, offset] : std::vector<std::pair<uint32_t, uint64_t>>{
-           {1, 64ull << 20},  // past the end
-           {1, 8},            // no room for its header
-           {1, 100},          // not on a slot boundary
-           {9, 64}}) {        // never announced
+  struct Forged {
+    uint32_t segment;
+    uint64_t header, offset;
+  };
+  for (const Forged f : std::vector<Forged>{{1, 0, 64ull << 20},  // past the end
+                                            {1, 0, 8},            // no room for its header
+                                            {1, 100, 200},        // a header off the grid
+                                            {9, 0, 64}}) {        // never announced
     Message forged = MakeMessage(proto::PUSH, 1);
     forged.envelope.set_dtype(proto::FLOAT32);
     forged.envelope.set_length(4096);
-    forged.envelope.mutable_shm_slot()->set_segment(segment);
-    forged.envelope.mutable_shm_slot()->set_offset(offset);
+    forged.envelope.mutable_shm_slot()->set_segment(f.segment);
+    forged.envelope.mutable_shm_slot()->set_header(f.header);
+    forged.envelope.mutable_shm_slot()->set_offset(f.offset);
     forged.envelope.mutable_shm_slot()->set_bytes(4096);
     p.worker.Send(1, std::move(forged));
   }

@@ -29,9 +29,11 @@ ClusterSpec LocalSpec(const std::vector<std::string>& args, const Env& extra = {
   return spec;
 }
 
-// Shared memory segments in /dev/shm named after one of the workers' pids.
+// Names in /dev/shm of the group: none may exist, while it runs or after any exit (its slots
+// are memfds passed over an fd channel: they have no name; the shm_open segments of an
+// earlier version had, between creation and mapping).
 std::vector<std::string> LeftoverSegments(const TestCluster& c) {
-  std::set<std::string> prefixes;
+  std::set<std::string> prefixes = {"ferry-local-"};
   for (int w : c.workers()) prefixes.insert("ferry-" + std::to_string(c.group().pid(w)) + "-");
   std::vector<std::string> left;
   DIR* dir = opendir("/dev/shm");

@@ -48,6 +48,8 @@ TEST(ShmClusterTest, EveryWorkerAndServerPairMovesItsBytesThroughTheLane) {
   EXPECT_EQ(s.Sum("worker", "van.shm_sent"), s.Sum("server", "van.shm_received"));
   EXPECT_EQ(s.Sum("server", "van.shm_sent"), s.Sum("worker", "van.shm_received"));
   EXPECT_EQ(s.Sum("worker", "van.payloads_sent_zero_copy"), 0u);
+  // The sums were made in the servers' shared arena and lent to both workers, not copied.
+  EXPECT_EQ(s.Sum("server", "van.shm_lent"), s.Sum("server", "van.shm_sent"));
   EXPECT_EQ(s.Sum("worker", "van.shm_fallbacks") + s.Sum("server", "van.shm_fallbacks"), 0u);
   EXPECT_EQ(s.Sum("worker", "van.shm_refused") + s.Sum("server", "van.shm_refused"), 0u);
 }

@@ -4,9 +4,10 @@
 // (local_group.h). A ZeroMQ ROUTER (the local root, bound) or DEALER (every other local
 // rank, connected) on an abstract ipc:// socket, owned by one IO thread ("ferry-local").
 //
-// Messages are small: a fixed header, the tensor name, and one text field (a shared
-// memory name or an error). Tensor data never travels here: it is in shared memory
-// (shm_segment.h). Callbacks run on the IO thread, without any lock of this class held,
+// Messages are small: a fixed header, the tensor name, and one text field (a slot's
+// segment id or an error). Tensor data never travels here: it is in shared memory, memfd
+// segments (common/transport/memfd_segment.h) that each local rank passes to the root over
+// an fd channel (LocalFdChannelName) before the submission that names them. Callbacks run on the IO thread, without any lock of this class held,
 // so they may call Send.
 //
 // A disconnect of the other end (a process that died, or closed its socket) is reported
@@ -19,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "common/config/config.h"
 #include "common/util/mutex.h"
 
 namespace ferry {
@@ -38,6 +40,12 @@ enum class LocalOp : uint32_t {
 };
 const char* LocalOpName(LocalOp op);
 
+// The abstract name of the local root's fd listener: local ranks pass their slots' segments
+// there (FdChannel: a HELLO with the local rank first, then "SLOT <id>" and the fd).
+inline std::string LocalFdChannelName(const Config& config) {
+  return config.LocalSocketName() + "-fd";
+}
+
 // Travels as raw bytes: both ends run on one machine with one libferry (a frame of another
 // size is dropped as malformed).
 struct LocalHeader {
@@ -53,7 +61,7 @@ struct LocalHeader {
   int32_t size = 0;         // kWelcome: global size
   int32_t num_servers = 0;  // kWelcome
   uint32_t reserved = 0;
-  uint64_t shm_bytes = 0;  // > 0: `text` names a new slot segment of this size
+  uint64_t shm_bytes = 0;  // > 0: a new slot of this size, segment id `text` (fd channel)
 };
 
 struct LocalMessage {

@@ -55,6 +55,12 @@ std::unique_ptr<LocalPeer> LocalPeer::Create(const Config& config) {
                             "the same DMLC_WORKER_ID and scheduler address?"));
   }
   FERRY_ENFORCE(p->failure_.empty(), ErrorCode::kPeerFailed, p->failure_);
+  // The root listens for fd channels before it welcomes anyone.
+  p->fd_channel_ = FdChannel::Connect(LocalFdChannelName(config));
+  FERRY_ENFORCE(p->fd_channel_ != nullptr, ErrorCode::kPeerFailed, p->Me(),
+                ": the local root's fd channel '", LocalFdChannelName(config),
+                "' is not there (is local rank 0 in another network namespace?)");
+  p->fd_channel_->Send(StrCat("HELLO ", config.local.rank));
   return p;
 }
 
@@ -79,7 +85,6 @@ void LocalPeer::OnMessage(LocalMessage&& m) {
       by_seq_.erase(it);
       if (op->kind != LocalOp::kBarrier) {
         Slot& slot = slots_[op->name];
-        slot.segment->Unlink();  // the root has mapped it
         if (op->bytes > 0) std::memcpy(op->output, slot.segment->data(), op->bytes);
         slot.busy = false;
       }
@@ -145,10 +150,12 @@ Handle LocalPeer::Submit(LocalOp kind, const std::string& name, const void* inpu
     FERRY_ENFORCE(failure_.empty(), ErrorCode::kPeerFailed, failure_);
     if (!slot.segment || slot.segment->size() < bytes) {
       const size_t size = std::max<size_t>(bytes, 64);
-      slot.segment = ShmSegment::Create(
-          StrCat("/ferry-", getpid(), "-", config_.local.rank, "-", next_segment_++), size);
-      m.header.shm_bytes = size;
-      m.text = slot.segment->name();
+      const uint64_t id = next_segment_++;
+      slot.segment = MemfdSegment::Create(StrCat("ferry-local-", config_.local.rank, "-", id), size);
+      // Before the submission that names it: the root reads it when the submission comes.
+      fd_channel_->Send(StrCat("SLOT ", id), slot.segment->fd());
+      m.header.shm_bytes = slot.segment->size();
+      m.text = std::to_string(id);
     }
     if (bytes > 0) std::memcpy(slot.segment->data(), input, bytes);
     slot.busy = true;

@@ -28,7 +28,8 @@
 #include "worker/local/local_group.h"
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
-#include "worker/local/shm_segment.h"
+#include "common/transport/fd_channel.h"
+#include "common/transport/memfd_segment.h"
 #include "worker/operation_table.h"
 
 namespace ferry {
@@ -69,7 +70,7 @@ class LocalPeer : public LocalMember {
  private:
   struct Op;
   struct Slot {
-    std::unique_ptr<ShmSegment> segment;
+    std::unique_ptr<MemfdSegment> segment;
     bool busy = false;  // submitted, no DONE yet: the root owns it
   };
 
@@ -88,6 +89,9 @@ class LocalPeer : public LocalMember {
 
   std::unique_ptr<LocalLink> link_;
   int rank_ = -1, size_ = 0, num_servers_ = 0;
+  // To the root's fd listener (LocalFdChannelName): each new slot's segment goes there
+  // before the submission that names it. Set by Create; used under mu_.
+  std::unique_ptr<FdChannel> fd_channel_;
 
   mutable Mutex mu_;  // guards everything below
   CondVar cv_;        // signalled on WELCOME, DONE, BYE and failure

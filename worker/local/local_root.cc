@@ -43,7 +43,8 @@ struct LocalRoot::PeerState {
   int pid = 0;
   bool hello = false;
   bool bye = false;
-  std::map<std::string, std::unique_ptr<ShmSegment>> slots;  // by tensor name
+  std::unique_ptr<FdChannel> fd_channel;  // from the rank (TakeSlot), once it came
+  std::map<std::string, std::unique_ptr<MemfdSegment>> slots;  // by tensor name
   // The slot of tensor `key` (it exists once the peer submitted an operation of it).
   void* SlotData(const std::string& key) {
     auto it = slots.find(key);
@@ -84,6 +85,7 @@ std::string LocalRoot::Me() const {
 std::unique_ptr<LocalRoot> LocalRoot::Create(const Config& config) {
   std::unique_ptr<LocalRoot> r(new LocalRoot(config));
   r->link_ = std::make_unique<LocalLink>(true, config.LocalSocketName(), "");
+  r->fd_listener_ = FdListener::Listen(LocalFdChannelName(config));
   r->link_->Start([p = r.get()](LocalMessage&& m) { p->OnMessage(std::move(m)); },
                   [p = r.get()] { p->OnDisconnect(); });
   std::unique_ptr<Worker> worker;
@@ -158,7 +160,7 @@ void LocalRoot::OnMessage(LocalMessage&& m) {
         const size_t bytes = h.count * DataTypeSize(static_cast<DataType>(h.dtype));
         FERRY_ENFORCE(IsValidDataType(h.dtype), ErrorCode::kBadMessage, "bad dtype ", h.dtype);
         if (h.shm_bytes > 0) {
-          peer.slots[m.name] = ShmSegment::OpenAndUnlink(m.text, h.shm_bytes);
+          peer.slots[m.name] = TakeSlot(lr, m.text, h.shm_bytes);
         }
         auto slot = peer.slots.find(m.name);
         FERRY_ENFORCE(slot != peer.slots.end() && slot->second->size() >= bytes,
@@ -249,6 +251,33 @@ LocalRound& LocalRoot::Submit(const std::string& key, int lr, LocalOp kind, Data
     Fail(e.what());  // the group cannot go on: the ranks' sequences of calls differ
     throw;
   }
+}
+
+std::unique_ptr<MemfdSegment> LocalRoot::TakeSlot(int lr, const std::string& id, uint64_t bytes) {
+  // The rank sent the segment before its submission: it waits in the channel (or, for the
+  // first, the rank's connection waits in the listener's backlog). The wait is a bound for
+  // a rank that is gone, not a delay.
+  constexpr int kTimeoutMs = 10000;
+  const std::string who = StrCat("local rank ", lr, " (pid ", peers_[lr].pid, ")");
+  while (!peers_[lr].fd_channel) {
+    std::unique_ptr<FdChannel> channel = fd_listener_->Accept(kTimeoutMs);
+    FERRY_ENFORCE(channel != nullptr, ErrorCode::kTimeout, who, " did not connect to the fd channel '",
+                  LocalFdChannelName(config_), "' within ", kTimeoutMs, " ms");
+    const FdChannel::Received hello = channel->Receive(kTimeoutMs);
+    if (hello.fd >= 0) close(hello.fd);
+    const int from = hello.header.rfind("HELLO ", 0) == 0 ? std::atoi(hello.header.c_str() + 6) : -1;
+    FERRY_ENFORCE(from >= 1 && from < config_.local.size && !peers_[from].fd_channel,
+                  ErrorCode::kBadMessage, "an fd channel said '", hello.header.substr(0, 40),
+                  "' where a HELLO of a local rank without a channel was due");
+    peers_[from].fd_channel = std::move(channel);
+  }
+  const FdChannel::Received r = peers_[lr].fd_channel->Receive(kTimeoutMs);
+  if (r.header != "SLOT " + id || r.fd < 0) {
+    if (r.fd >= 0) close(r.fd);
+    throw FerryError(ErrorCode::kBadMessage, StrCat(who, " announced '", r.header.substr(0, 40),
+                                                    "' where slot ", id, " was due"));
+  }
+  return MemfdSegment::Map(r.fd, bytes);
 }
 
 void LocalRoot::TryStart(const std::string& key) {

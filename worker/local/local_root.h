@@ -39,7 +39,8 @@
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/local_rounds.h"
-#include "worker/local/shm_segment.h"
+#include "common/transport/fd_channel.h"
+#include "common/transport/memfd_segment.h"
 #include "worker/operation_table.h"
 #include "worker/worker.h"
 
@@ -115,6 +116,13 @@ class LocalRoot : public LocalMember {
   mutable Mutex mu_;  // guards everything below
   CondVar cv_;        // signalled on every change of a round, op or peer
   std::vector<PeerState> peers_ GUARDED_BY(mu_);  // by local rank; [0] is unused (this process)
+  // Where local ranks connect to pass their slots' segments (LocalFdChannelName); made
+  // before the first WELCOME.
+  std::unique_ptr<FdListener> fd_listener_;
+  // The segment `id` that local rank `lr` announced over its fd channel, mapped (`bytes`
+  // at least). Throws FerryError naming the rank when it does not come in time.
+  std::unique_ptr<MemfdSegment> TakeSlot(int lr, const std::string& id, uint64_t bytes)
+      REQUIRES(mu_);
   LocalRounds rounds_ GUARDED_BY(mu_);
   uint64_t next_op_id_ GUARDED_BY(mu_) = 1;  // the root's operations, for LocalRound::op_id
   std::string failure_ GUARDED_BY(mu_);      // non-empty: the group failed; calls throw
