@@ -56,6 +56,9 @@ def main():
     ap.add_argument("--sizes", default="16M,256M")
     ap.add_argument("--iters", type=int, default=10, help="timed push_pulls per run")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--min-gib", type=float, default=1.0,
+                    help="at least this many GiB pushed per worker and run (more iterations at small "
+                         "sizes, so the cluster's start-up stays a small part of the CPU time)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--timeout", type=float, default=600)
@@ -66,15 +69,17 @@ def main():
     for rep in range(args.repeats):
         for size in sizes:
             for label, env in settings:
-                cpu, gbps = run_once(env, size, args.iters, args.warmup, args.bin, args.timeout)
+                iters = max(args.iters, int(args.min_gib * (1 << 30) / size))
+                cpu, gbps = run_once(env, size, iters, args.warmup, args.bin, args.timeout)
                 print("repeat %d size %d %s: %.3f CPU s/GB, %.3f GB/s" % (rep + 1, size, label, cpu, gbps),
                       file=sys.stderr, flush=True)
                 r = results.setdefault((size, label), ([], []))
                 r[0].append(cpu)
                 r[1].append(gbps)
-    print("# cpu_per_gb: A = %s, B = %s; %d repeats interleaved; %d timed + %d warm-up push_pulls, "
-          "2 workers x 2 servers on loopback" % (" ".join(args.a) or "defaults", " ".join(args.b) or "defaults",
-                                                 args.repeats, args.iters, args.warmup))
+    print("# cpu_per_gb: A = %s, B = %s; %d repeats interleaved; per run max(%d, %g GiB / size) timed + %d "
+          "warm-up push_pulls (ferry-perf --nocheck), 2 workers x 2 servers on loopback"
+          % (" ".join(args.a) or "defaults", " ".join(args.b) or "defaults", args.repeats, args.iters,
+             args.min_gib, args.warmup))
     print("| size | A: CPU s per GB | B: CPU s per GB | B / A | A: algbw GB/s | B: algbw GB/s | B / A |")
     print("|---|---|---|---|---|---|---|")
     for size in sizes:

@@ -125,8 +125,10 @@ bool ShmArena::PlaceSlot(uint64_t bytes, size_t* index, uint64_t* header) {
     if (Place(segments_[*index], extent, header)) break;
   }
   if (*index == segments_.size()) {
-    // A new segment: the usual size, or what this message needs, within the budget.
-    const uint64_t size = RoundUp(std::max(extent, kSegmentBytes), 1 << 21);
+    // A new segment: the usual size (a quarter of a small budget), or what this message
+    // needs, within the budget.
+    const uint64_t size =
+        RoundUp(std::max(extent, std::min<uint64_t>(kSegmentBytes, budget_ / 4)), 1 << 21);
     uint64_t before = reserved_->load();
     do {
       if (before + size > budget_) return false;

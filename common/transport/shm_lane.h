@@ -99,7 +99,7 @@ class ShmArena : public std::enable_shared_from_this<ShmArena> {
     uint8_t* data = nullptr;
   };
   static constexpr uint64_t kHeaderBytes = 64;
-  static constexpr uint64_t kSegmentBytes = 64ull << 20;
+  static constexpr uint64_t kSegmentBytes = 64ull << 20;  // at most a quarter of the budget
   static constexpr uint32_t kSharedSegment = 0x80000000u;
 
   // `reserved` counts the bytes of every arena of the Van against `budget`. `channel`: the

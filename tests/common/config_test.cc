@@ -459,6 +459,18 @@ TEST(ConfigTest, ResendLinkAndFaultInjection) {
   EXPECT_TRUE(StrContains(msg, "FERRY_RESEND_TIMEOUT_MS")) << msg;
 }
 
+TEST(ConfigTest, SharedMemoryLane) {
+  const Config defaults = Read(BaseEnv());
+  EXPECT_TRUE(defaults.transport.shm) << "on by default";
+  EXPECT_EQ(defaults.transport.shm_bytes, 512LL << 20);
+  const Config off = Read(With(BaseEnv(), {{"FERRY_SHM", "0"}, {"FERRY_SHM_BYTES", "4194304"}}));
+  EXPECT_FALSE(off.transport.shm);
+  EXPECT_EQ(off.transport.shm_bytes, 4194304);
+  EXPECT_TRUE(StrContains(off.Summary(), "shm=off")) << off.Summary();
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_SHM", "sometimes"}}), "FERRY_SHM");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_SHM_BYTES", "4194303"}}), "FERRY_SHM_BYTES");
+}
+
 TEST(ConfigTest, ServerDevice) {
   Config c = Read(BaseEnv());
   EXPECT_EQ(c.server.device, ServerDevice::kCpu);

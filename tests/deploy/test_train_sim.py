@@ -115,8 +115,8 @@ def test_unified_bench_times_ferry_and_gloo_on_a_netns_cluster_and_cleans_up(tmp
     # The shared-memory lane joins each worker to its colocated server only: never to the
     # other worker host's server nor to extra0 (each emulated host is its own namespace), so
     # it never bypasses a shaped link.
+    # (Whether bytes took it depends on where the one 1 MiB partition was placed.)
     assert record["transport"]["shm_lanes_per_worker"] == [1, 1], record["transport"]
-    assert record["transport"]["van.shm_bytes_sent"] > 0, record["transport"]
     # The links: the bridge forwards what it receives, so what the hosts sent is what they got
     # (give or take ARP); worker 0 sent at least the remote part of its pushes, 2 x 1 MiB
     # times the share off its own host (at least half with a CPU-only server beside it).
