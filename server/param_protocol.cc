@@ -54,7 +54,7 @@ void ParamProtocol::Push(Request& request) {
     Buffer update;
     summation.Add(key, state.dtype, state.length, update, std::move(push));
     summation.Add(key, state.dtype, state.length, update, state.params);
-    applied = summation.Finish(key, state.generation);
+    applied = summation.Finish(key, state.generation, update);
     if (applied) state.params = std::move(update);
     context_.counters->async_updates++;
   }  // else: another worker's initial values; the key has its parameters already

@@ -260,7 +260,7 @@ void RoundProtocol::ResetSums(uint64_t key, KeyState& state) {
 }
 
 void RoundProtocol::CompleteFrame(uint64_t key, KeyState& state, uint32_t f) {
-  if (context_.summation->Finish(SumId(key, state, f), state.generation)) {
+  if (context_.summation->Finish(SumId(key, state, f), state.generation, state.frames[f].sum)) {
     SendFrame(key, state, f);  // the sum is in the frame's sum now
     return;
   }

@@ -12,6 +12,7 @@ namespace ferry {
 // One split sum. Slices are claimed through `next`; `done` counts finished slices.
 struct SumPool::Job {
   uint8_t* dst = nullptr;
+  const uint8_t* a = nullptr;  // SumTo's first addend; null: SumInto (dst += src)
   const uint8_t* src = nullptr;
   size_t count = 0;        // elements in all
   size_t slice_count = 0;  // elements per slice (the last one takes the rest)
@@ -43,10 +44,22 @@ SumPool::~SumPool() {
 }
 
 void SumPool::SumInto(void* dst, const void* src, size_t count, DataType type) {
+  Sum(dst, nullptr, src, count, type);
+}
+
+void SumPool::SumTo(void* dst, const void* a, const void* src, size_t count, DataType type) {
+  Sum(dst, a, src, count, type);
+}
+
+void SumPool::Sum(void* dst, const void* a, const void* src, size_t count, DataType type) {
   const size_t elem = DataTypeSize(type);
   const size_t bytes = count * elem;
   if (threads_.empty() || split_bytes_ <= 0 || bytes < static_cast<size_t>(split_bytes_)) {
-    ferry::SumInto(dst, src, count, type);
+    if (a) {
+      ferry::SumTo(dst, a, src, count, type);
+    } else {
+      ferry::SumInto(dst, src, count, type);
+    }
     return;
   }
   // Slices of whole 64-byte blocks (a multiple of every element size), so every slice
@@ -56,6 +69,7 @@ void SumPool::SumInto(void* dst, const void* src, size_t count, DataType type) {
   size_t slice_bytes = (bytes / slices + kBlock - 1) / kBlock * kBlock;
   auto job = std::make_shared<Job>();
   job->dst = static_cast<uint8_t*>(dst);
+  job->a = static_cast<const uint8_t*>(a);
   job->src = static_cast<const uint8_t*>(src);
   job->count = count;
   job->elem = elem;
@@ -87,7 +101,12 @@ bool SumPool::RunSlice(Job& job) {
   if (slice >= job.slices) return false;
   const size_t first = static_cast<size_t>(slice) * job.slice_count;
   const size_t n = std::min(job.slice_count, job.count - first);
-  ferry::SumInto(job.dst + first * job.elem, job.src + first * job.elem, n, job.type);
+  const size_t at = first * job.elem;
+  if (job.a) {
+    ferry::SumTo(job.dst + at, job.a + at, job.src + at, n, job.type);
+  } else {
+    ferry::SumInto(job.dst + at, job.src + at, n, job.type);
+  }
   MutexLock lock(job.mu);
   if (++job.done == job.slices) job.cv.NotifyAll();
   return true;

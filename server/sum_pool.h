@@ -13,7 +13,7 @@
 // Results are bitwise those of one SumInto over the whole buffer: the kernels work
 // element by element (common/reduce/reduce.h), so where a slice starts changes nothing.
 //
-// Thread-safe: any number of threads may call SumInto at once.
+// Thread-safe: any number of threads may call SumInto and SumTo at once.
 
 #include <atomic>
 #include <condition_variable>
@@ -39,6 +39,8 @@ class SumPool {
 
   // dst[i] += src[i] for i in [0, count), as ferry::SumInto.
   void SumInto(void* dst, const void* src, size_t count, DataType type) EXCLUDES(mu_);
+  // dst[i] = a[i] + src[i], as ferry::SumTo (dst must not overlap a or src).
+  void SumTo(void* dst, const void* a, const void* src, size_t count, DataType type) EXCLUDES(mu_);
 
   // Sums that were cut into slices, and slices summed by helpers (not the caller).
   uint64_t split_sums() const { return split_sums_; }
@@ -46,6 +48,8 @@ class SumPool {
 
  private:
   struct Job;
+  // dst = a + src (a null: dst += src), sliced when large.
+  void Sum(void* dst, const void* a, const void* src, size_t count, DataType type) EXCLUDES(mu_);
   void HelperLoop() EXCLUDES(mu_);
   // Claims the job's next slice and sums it; false when every slice was claimed.
   static bool RunSlice(Job& job);

@@ -11,7 +11,11 @@
 // What differs, and the whole of it:
 //  - CPU: Add adopts the first push frame of a sum as `sum` and adds later pushes into it
 //    (exactly what the server did before this seam existed); Finish returns true: the
-//    sum is in `sum` now.
+//    sum is in `sum` now. A first push lent through the shared-memory lane (Buffer::lent:
+//    a worker's slot, which must go back) is adopted only until the next push, which is
+//    summed with it in one pass into the round's own buffer (in the shared arena when
+//    there is room); Finish copies a sum of one lent push out.
+//  - Both: Finish(key, generation, sum) takes the caller's `sum` (the CPU may replace it).
 //  - GPU: Add copies the push to the GPU (the frame may be dropped when Add returns) and
 //    leaves `sum` empty; Finish returns false: the sum reaches host memory later and is
 //    handed to the SumReady callback, on the engine thread, from a later RunCompletions.
@@ -50,10 +54,10 @@ class Summation {
   // instead (CPU only: the GPU throws FerryError for it).
   virtual void Add(uint64_t key, DataType dtype, uint64_t length, Buffer& sum, Buffer push,
                    ReduceOp op = ReduceOp::kSum) = 0;
-  // Ends the key's open sum. Returns true when it is in the `sum` given to Add now (CPU);
-  // false when it will go to SumReady(key, generation, sum) from a later RunCompletions
+  // Ends the key's open sum. Returns true when it is in `sum` (the one given to Add) now
+  // (CPU; never lent then); false when it will go to SumReady(key, generation, sum) from a later RunCompletions
   // (GPU). REQUIRES: at least one Add since the sum opened.
-  virtual bool Finish(uint64_t key, uint64_t generation) = 0;
+  virtual bool Finish(uint64_t key, uint64_t generation, Buffer& sum) = 0;
   // Drops the key's open round, if any; a sum already finished is still delivered
   // (with its old generation). Never throws.
   virtual void Reset(uint64_t key) = 0;

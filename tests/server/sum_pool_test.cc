@@ -32,6 +32,25 @@ TEST(SumPoolTest, SplitSumOfIntegerFloatsIsExact) {
   EXPECT_EQ(pool.split_sums(), 5u) << "every sum here is at least 4096 bytes";
 }
 
+TEST(SumPoolTest, SumToWritesTheSumOfTwoBuffersIntoAThirdSplitOrNot) {
+  for (int64_t split : {int64_t{4096}, int64_t{0}}) {
+    SumPool pool(3, split);
+    for (size_t count : {size_t{7}, size_t{4099}, size_t{100003}}) {
+      SCOPED_TRACE(::testing::Message() << "split " << split << " count " << count);
+      std::vector<float> a(count), b(count), dst(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) {
+        a[i] = static_cast<float>(i % 1000);
+        b[i] = static_cast<float>((i * 7) % 333) - 100.0f;
+      }
+      const std::vector<float> a0 = a, b0 = b;
+      pool.SumTo(dst.data(), a.data(), b.data(), count, DataType::kFloat32);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(dst[i], a0[i] + b0[i]) << "element " << i;
+      EXPECT_EQ(a, a0);  // the addends are only read
+      EXPECT_EQ(b, b0);
+    }
+  }
+}
+
 TEST(SumPoolTest, SmallSumsAndNoHelpersStayOnTheCaller) {
   SumPool pool(3, 1 << 20);
   std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
