@@ -521,7 +521,12 @@ bool ShmLanes::Encode(const std::string& key, Message* m) {
     }
   }
   if (!placed) {
-    counters_.shm_fallbacks++;
+    if (counters_.shm_fallbacks++ == 0 && !lane->broken) {
+      LOG(WARNING) << name_ << ": a message of " << bytes << " bytes found no room within "
+                   << "FERRY_SHM_BYTES=" << options_.budget_bytes << " (" << reserved_.load()
+                   << " reserved): it and any others that find none go over TCP (counted "
+                   << "in van.shm_fallbacks); a larger FERRY_SHM_BYTES keeps them in shared memory";
+    }
     return false;
   }
   std::memcpy(slot.data, m->payload.data(), bytes);

@@ -43,8 +43,8 @@
 //
 // Fallback: no lane (TCP) with FERRY_SHM=0, when no listener answers or the probe fails; per
 // message, a payload for which the arena has no slot within FERRY_SHM_BYTES goes over TCP
-// (counted: shm_fallbacks). A first segment that cannot be made is warned about once; the
-// lane then stays on TCP.
+// (counted: shm_fallbacks; the first one is warned about). A segment that cannot be made
+// (memory short) is warned about once; the lane then stays on TCP.
 //
 // Threads: Encode runs on the sending thread (any; the copy happens there), everything else
 // on the Van's IO thread. Lanes are shared_ptrs taken under mu_, so a lane that ends while
