@@ -224,7 +224,9 @@ class Van {
 
   // Bytes in shared memory that peers on the shared-memory lane read without a copy when
   // they are a payload sent to them (a server's sum); empty without a lane or room (then
-  // the caller allocates on the heap). Thread-safe.
+  // the caller allocates on the heap). Thread-safe. REQUIRES: every such Buffer is let go
+  // before the Van is destroyed (the arena's budget count lives in the Van; the server's
+  // engines, which hold its sums, end before its Van).
   Buffer AllocateShared(uint64_t bytes) { return lanes_ ? lanes_->AllocateShared(bytes) : Buffer(); }
 
   // Waits (at most `timeout_ms`) until the shared-memory lane of every peer connected so far
