@@ -35,11 +35,16 @@ void ExpectExact(const TestCluster& c) {
   }
 }
 
-TEST(ShmClusterTest, EveryWorkerAndServerPairMovesItsBytesThroughTheLane) {
-  TestCluster c(Spec());
+// Starts every process of `c`, which must all exit 0, and checks every worker's sums.
+void RunExactly(TestCluster& c) {
   c.Start();
   ASSERT_TRUE(c.Succeeds(300000));
   ExpectExact(c);
+}
+
+TEST(ShmClusterTest, EveryWorkerAndServerPairMovesItsBytesThroughTheLane) {
+  TestCluster c(Spec());
+  ASSERT_NO_FATAL_FAILURE(RunExactly(c));
   const StatsFiles& s = c.stats();
   EXPECT_EQ(s.Sum("worker", "van.shm_lanes"), 4u);  // 2 workers x 2 servers, both ends
   EXPECT_EQ(s.Sum("server", "van.shm_lanes"), 4u);
@@ -71,9 +76,7 @@ TEST(ShmClusterTest, AWorkerWithTheLaneOffSharesTheJobWithOneOnIt) {
 
 TEST(ShmClusterTest, FerryShmOffMeansTcpOnly) {
   TestCluster c(Spec({{"FERRY_SHM", "0"}}));
-  c.Start();
-  ASSERT_TRUE(c.Succeeds(300000));
-  ExpectExact(c);
+  ASSERT_NO_FATAL_FAILURE(RunExactly(c));
   const StatsFiles& s = c.stats();
   EXPECT_EQ(s.Sum("worker", "van.shm_lanes") + s.Sum("server", "van.shm_lanes"), 0u);
   EXPECT_EQ(s.Sum("worker", "van.shm_sent") + s.Sum("server", "van.shm_sent"), 0u);
@@ -83,9 +86,7 @@ TEST(ShmClusterTest, DroppedMessagesAreResentThroughTheLaneAndSumsStayExact) {
   TestCluster c(Spec({{"FERRY_PARTITION_BYTES", "65536"},
                       {"FERRY_TEST_DROP_PERCENT", "2"},
                       {"FERRY_RESEND_TIMEOUT_MS", "300"}}));
-  c.Start();
-  ASSERT_TRUE(c.Succeeds(300000));
-  ExpectExact(c);
+  ASSERT_NO_FATAL_FAILURE(RunExactly(c));
   const StatsFiles& s = c.stats();
   EXPECT_GT(s.Sum("worker", "van.injected_drops") + s.Sum("server", "van.injected_drops"), 0u);
   EXPECT_GT(s.Sum("worker", "resends") + s.Sum("worker", "pulls"), 0u);
@@ -95,9 +96,7 @@ TEST(ShmClusterTest, DroppedMessagesAreResentThroughTheLaneAndSumsStayExact) {
 
 TEST(ShmClusterTest, WithASecretTheLaneTurnsOnAfterTheAuthenticatedProbe) {
   TestCluster c(Spec({{"FERRY_SECRET", "shm-lane-test-secret"}}));
-  c.Start();
-  ASSERT_TRUE(c.Succeeds(300000));
-  ExpectExact(c);
+  ASSERT_NO_FATAL_FAILURE(RunExactly(c));
   EXPECT_EQ(c.stats().Sum("worker", "van.shm_lanes"), 4u);
 }
 
