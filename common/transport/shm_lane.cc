@@ -92,13 +92,6 @@ ShmArena::~ShmArena() {
   for (const Segment& s : segments_) reserved_->fetch_sub(s.memory->size());
 }
 
-uint64_t ShmArena::reserved_bytes() const {
-  MutexLock lock(mu_);
-  uint64_t total = 0;
-  for (const Segment& s : segments_) total += s.memory->size();
-  return total;
-}
-
 bool ShmArena::Place(Segment& s, uint64_t extent, uint64_t* start) {
   for (auto it = s.busy.begin(); it != s.busy.end();) {
     SlotHeader* h = HeaderAt(s.memory->data() + it->first);

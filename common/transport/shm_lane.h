@@ -119,7 +119,6 @@ class ShmArena : public std::enable_shared_from_this<ShmArena> {
   void Unlend(const Slot& slot) EXCLUDES(mu_);
   // Segment `id` of this arena, or null (for announcing it; segments live as long as the arena).
   const MemfdSegment* SegmentOf(uint32_t id) const EXCLUDES(mu_);
-  uint64_t reserved_bytes() const EXCLUDES(mu_);
 
  private:
   struct Segment {
