@@ -76,7 +76,6 @@ class SchedulingControl {
   void SizePartitionsByTime() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
 
   static constexpr uint64_t kSizingStep = 3;                 // the boundary that decides
-  static constexpr int64_t kMinTimedPartitionBytes = 131072;  // the smallest it picks
 
   WorkerContext& ctx_;
   TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)

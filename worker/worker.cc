@@ -63,15 +63,6 @@ std::string BroadcastDisagreement(const std::string& name, const std::vector<int
   return "";
 }
 
-PolicyOptions PolicyOptionsOf(const Config& c) {
-  PolicyOptions o;
-  o.policy = c.scheduling.policy;
-  o.fusion_bytes = static_cast<uint64_t>(c.scheduling.fusion_bytes);
-  o.bucket_bytes = static_cast<uint64_t>(c.scheduling.bucket_bytes);
-  o.bucket_timeout_us = c.scheduling.bucket_timeout_ms * 1000;
-  return o;
-}
-
 }  // namespace
 
 std::unique_ptr<Worker> Worker::Create(const Config& config) {
@@ -90,7 +81,7 @@ Worker::Worker(const Config& config)
       config_(config),
       van_(VanOptionsFor("worker", config)),
       cluster_(config_, &van_, 0),
-      queue_(MakePolicy(PolicyOptionsOf(config)),
+      queue_(MakePolicy(PolicyOptionsOf(config.scheduling)),
              static_cast<uint64_t>(
                  config.scheduling.CreditBytesFor(config.scheduling.InitialPartitionBytes()))) {}
 

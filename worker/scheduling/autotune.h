@@ -38,6 +38,8 @@ struct SchedulingChoice {
 // (also when bytes_per_s <= 0 or NaN: nothing measured); `floor` if it sends less than
 // `floor`. REQUIRES: 0 < floor <= ceiling.
 int64_t PartitionBytesForRate(double bytes_per_s, double ms, int64_t floor, int64_t ceiling);
+// The smallest partition FERRY_PARTITION_MS picks (its `floor`).
+constexpr int64_t kMinTimedPartitionBytes = 131072;
 
 // "partition 4194304 bytes, credit 16777216 bytes" (fixed), "partition 1048576 bytes, window
 // gain 2" (window), with ", frames 262144 bytes" when cut in frames.

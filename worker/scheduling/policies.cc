@@ -5,6 +5,15 @@
 
 namespace ferry {
 
+PolicyOptions PolicyOptionsOf(const Config::Scheduling& c) {
+  PolicyOptions o;
+  o.policy = c.policy;
+  o.fusion_bytes = static_cast<uint64_t>(c.fusion_bytes);
+  o.bucket_bytes = static_cast<uint64_t>(c.bucket_bytes);
+  o.bucket_timeout_us = c.bucket_timeout_ms * 1000;
+  return o;
+}
+
 std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
   switch (o.policy) {
     case SchedulingPolicy::kFifo:
@@ -46,7 +55,8 @@ bool PriorityPolicy::Next(const CreditState& credit, int64_t, Batch* out) {
   uint64_t bytes = it->bytes;
   out->tasks.push_back(*it);
   it = ready_.erase(it);
-  if (fusion_bytes_ > 0) Fuse(credit, server, bytes, it, out);
+  // A head of fusion_bytes or more can take nothing along: skip the scan.
+  if (bytes < fusion_bytes_) Fuse(credit, server, bytes, it, out);
   out->fuse_bytes = fusion_bytes_;
   return true;
 }

@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/config.h"
 #include "worker/scheduling/policy.h"
 
 namespace ferry {
@@ -65,6 +66,8 @@ struct PolicyOptions {
 
 // The policy `options.policy` with its settings.
 std::unique_ptr<Policy> MakePolicy(const PolicyOptions& options);
+// The options a worker with `config.scheduling` runs with.
+PolicyOptions PolicyOptionsOf(const Config::Scheduling& config);
 
 // Most urgent first; equal priorities in arrival order.
 struct ByPriority {

@@ -2,8 +2,8 @@
 
 // Policy: decides which ready partitions a worker pushes next, and how they travel.
 //
-// A policy sees three events, all from the ScheduledQueue (scheduled_queue.h), which
-// calls them under its own lock (a policy needs no locking of its own):
+// A policy sees three events, all from a SchedulingCore (scheduling_core.h; the worker's
+// ScheduledQueue calls it under its lock, so a policy needs no locking of its own):
 //   Ready(task)   a partition's gradient is ready to push;
 //   Next(credit)  the sender may send: return the next batch that may go now, given
 //                 the credit the queue accounts for (bytes and tasks in flight, in
@@ -29,12 +29,12 @@ namespace ferry {
 
 struct PushTask {
   int priority = 0;  // larger is more urgent (BytePS's convention)
-  uint64_t seq = 0;  // arrival order; set by ScheduledQueue::Push
+  uint64_t seq = 0;  // arrival order; set by SchedulingCore::Push
   uint64_t bytes = 0;
   int server = 0;       // the server rank the partition goes to
   uint64_t cookie = 0;  // the caller's reference to the task
   // Set by the queue at hand-out (the window's sample); give the handed-out task back
-  // to ScheduledQueue::Done.
+  // to SchedulingCore::Done (ScheduledQueue::Done).
   WindowEstimator::Snapshot handout;
 };
 

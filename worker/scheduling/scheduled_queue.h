@@ -1,7 +1,8 @@
 #pragma once
 
-// ScheduledQueue: the worker's send queue. A Policy (policy.h, policies.h) decides the
-// order; the queue owns the credit accounting, the blocking and the clock.
+// ScheduledQueue: the worker's send queue: a SchedulingCore (scheduling_core.h: the
+// policy's order, the credit accounting, the window and their invariants) behind a lock,
+// with blocking waits and a clock, for the worker's threads.
 //
 // Credit: a task holds credit from the moment Next() hands it out until Done() is
 // called for it: when the server acknowledged the push (or answered it with the sum
@@ -22,28 +23,20 @@
 // window would be). A shrinking window holds new tasks back until the bytes in flight
 // drop below it; it never takes back what was handed out.
 //
-// Invariants (checked here with CHECK on every hand-out, and by the tests):
-//   - credit (policies with uses_credit()): bytes in flight <= the credit (the fixed
-//     credit, or the window at the moment of hand-out), except that
-//     when nothing is in flight one task goes whatever its size, so bytes in flight
-//     never exceed credit + one partition, and no task waits forever for credit;
-//   - window (per_server_window() > 0): tasks in flight to one server <= the window;
-//   - every pushed task is handed out exactly once, in the policy's order (equal
-//     priorities keep arrival order: Push numbers tasks in arrival order);
-//   - every task handed out is Done() exactly once (a second Done is a CHECK failure),
-//     and the credit it returns in all (ReturnPart, then Done) is exactly its bytes.
+// Invariants: SchedulingCore's (checked on every hand-out); and every change that may let
+// a batch out (Push, ReturnPart, Done, Close, Wake, SetCredit, UseWindow, SetWindowGain)
+// is counted, so a WaitForChange never misses one.
 // Thread-safe: any number of producers (Push), senders (Next) and acknowledgers (Done).
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/util/mutex.h"
-#include "worker/scheduling/policy.h"
+#include "worker/scheduling/scheduling_core.h"
 
 namespace ferry {
 
@@ -120,28 +113,14 @@ class ScheduledQueue {
   uint64_t max_in_flight_bytes() const EXCLUDES(mu_);
 
  private:
-  bool TryNextLocked(Batch* out) REQUIRES(mu_);
-  // credit_.limit_bytes from the policy, the mode and the window.
-  void UpdateLimit() REQUIRES(mu_);
-  void CheckInvariants(const Batch& batch) const REQUIRES(mu_);
-
   const NowFn now_;
-  // Guards the policy (*policy_: the pointer itself is set once, in the constructor),
-  // the window, credit_, credit_bytes_, next_seq_, max_in_flight_bytes_ and closed_.
+  // Guards core_ and closed_, and counts changes.
   mutable Mutex mu_;
   CondVar cv_;  // signalled on every change_ below
   // Counts what may let a batch out: Push, ReturnPart, Done, Close, Wake, SetCredit,
   // UseWindow, SetWindowGain (WaitForChange).
   uint64_t changes_ GUARDED_BY(mu_) = 0;
-  const std::unique_ptr<Policy> policy_ PT_GUARDED_BY(mu_);
-  CreditState credit_ GUARDED_BY(mu_);  // limit_bytes: the credit (kUnlimited if unused)
-  uint64_t credit_bytes_ GUARDED_BY(mu_);
-  std::unique_ptr<WindowEstimator> window_ GUARDED_BY(mu_);  // null: no UseWindow
-  // Tasks in flight with part of their credit returned: cookie -> bytes returned.
-  std::unordered_map<uint64_t, uint64_t> returned_ GUARDED_BY(mu_);
-  bool window_on_ GUARDED_BY(mu_) = false;
-  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
-  uint64_t max_in_flight_bytes_ GUARDED_BY(mu_) = 0;
+  SchedulingCore core_ GUARDED_BY(mu_);
   bool closed_ GUARDED_BY(mu_) = false;
 };
 

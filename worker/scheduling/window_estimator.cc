@@ -12,18 +12,17 @@ namespace ferry {
 
 void WindowEstimator::LastSamples::Add(double v) {
   values_.push_back(v);
-  if (values_.size() > n_) values_.pop_front();
+  sorted_.insert(std::upper_bound(sorted_.begin(), sorted_.end(), v), v);
+  if (values_.size() > n_) {
+    sorted_.erase(std::lower_bound(sorted_.begin(), sorted_.end(), values_.front()));
+    values_.pop_front();
+  }
 }
 
-double WindowEstimator::LastSamples::Max() const {
-  return values_.empty() ? 0.0 : *std::max_element(values_.begin(), values_.end());
-}
+double WindowEstimator::LastSamples::Max() const { return sorted_.empty() ? 0.0 : sorted_.back(); }
 
 double WindowEstimator::LastSamples::Median() const {
-  if (values_.empty()) return 0.0;
-  std::vector<double> sorted(values_.begin(), values_.end());
-  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-  return sorted[sorted.size() / 2];
+  return sorted_.empty() ? 0.0 : sorted_[sorted_.size() / 2];
 }
 
 WindowEstimator::WindowEstimator(const WindowOptions& options)

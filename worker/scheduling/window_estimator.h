@@ -47,6 +47,7 @@
 #include <deque>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ferry {
 
@@ -104,6 +105,7 @@ class WindowEstimator {
    private:
     size_t n_;
     std::deque<double> values_;  // oldest first
+    std::vector<double> sorted_;  // the same values in order: Max and Median without work
   };
 
   void AddRate(double rate, bool app_limited);

@@ -33,6 +33,10 @@ struct Workload {
 // and line for anything it cannot read.
 Workload LoadWorkload(const std::string& path);
 
+// One tensor of `bytes` with no compute: an iteration is one push_pull, as ferry-perf
+// times it. Model name "pushpull".
+Workload PushPullWorkload(uint64_t bytes);
+
 // Times multiplied by compute_scale; bytes by byte_scale, rounded to whole float32
 // elements, at least one. REQUIRES: both scales > 0.
 Workload ScaleWorkload(const Workload& workload, double compute_scale, double byte_scale);

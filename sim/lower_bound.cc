@@ -1,4 +1,4 @@
-#include "bench/train_sim/lower_bound.h"
+#include "sim/lower_bound.h"
 
 #include <algorithm>
 #include <limits>

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-#include "bench/train_sim/workload.h"
+#include "sim/workload.h"
 
 namespace ferry {
 

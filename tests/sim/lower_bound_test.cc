@@ -1,8 +1,8 @@
-// Tests of ferry-train-sim's model (bench/train_sim/): reading a workload file, scaling
-// it, LB1 against every row of bench/workloads/lower_bounds.csv (unscaled bytes, N = S),
-// and the iteration summary.
+// Tests of the workload files and LB1 (sim/workload.h, sim/lower_bound.h), shared by
+// ferry-sim and ferry-train-sim: reading a workload file, scaling it, LB1 against every row
+// of bench/workloads/lower_bounds.csv (unscaled bytes, N = S), and the iteration summary.
 
-#include "bench/train_sim/lower_bound.h"
+#include "sim/lower_bound.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/train_sim/train_sim.h"
-#include "bench/train_sim/workload.h"
+#include "sim/workload.h"
 #include "common/util/error.h"
 
 namespace ferry {

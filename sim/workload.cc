@@ -1,4 +1,4 @@
-#include "bench/train_sim/workload.h"
+#include "sim/workload.h"
 
 #include <algorithm>
 #include <cmath>
@@ -74,6 +74,15 @@ Workload LoadWorkload(const std::string& path) {
   FERRY_ENFORCE(header && !w.layers.empty(), ErrorCode::kInvalidArgument, "the workload file '",
                 path, "' has no layers");
   std::reverse(w.layers.begin(), w.layers.end());  // backprop order -> forward order
+  return w;
+}
+
+Workload PushPullWorkload(uint64_t bytes) {
+  FERRY_ENFORCE(bytes > 0 && bytes % 4 == 0, ErrorCode::kInvalidArgument, "a push_pull of ", bytes,
+                " bytes: need a positive multiple of 4 (float32)");
+  Workload w;
+  w.model = "pushpull";
+  w.layers.push_back(Layer{"tensor", bytes, 0.0, 0.0});
   return w;
 }
 

@@ -1,0 +1,323 @@
+#include "sim/cli.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+#include "common/util/error.h"
+#include "sim/lower_bound.h"
+
+namespace ferry::sim {
+namespace {
+
+// --network auto: the fair model up to this many hosts, the FIFO model beyond.
+constexpr int kFairMaxHosts = 32;
+
+[[noreturn]] void Refuse(const std::string& flag, const std::string& why) {
+  throw FerryError(ErrorCode::kInvalidConfig, StrCat("ferry-sim: ", flag, ": ", why));
+}
+
+double Number(const std::string& flag, const std::string& text, double min, double max) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < min || v > max) {
+    Refuse(flag, StrCat("'", text, "' is not a number from ", min, " to ", max));
+  }
+  return v;
+}
+
+int Integer(const std::string& flag, const std::string& text, int min, int max) {
+  const double v = Number(flag, text, min, max);
+  if (v != std::floor(v)) Refuse(flag, StrCat("'", text, "' is not a whole number"));
+  return static_cast<int>(v);
+}
+
+std::string Num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.10g", v);
+  return text;
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+struct Flag {
+  const char* name;
+  const char* value;  // nullptr: a switch
+  const char* help;
+  std::function<void(CliOptions&, const std::string&)> set;
+};
+
+const std::vector<Flag>& Flags() {
+  static const std::vector<Flag> flags = {
+      {"--workload", "NAME|FILE",
+       "vgg16, resnet50, bert_base (bench/workloads/), a <model>_layers.csv, or "
+       "pushpull:BYTES (one tensor, no compute: ferry-perf's loop; 50M, 4K)",
+       [](CliOptions& o, const std::string& v) { o.workload = v; }},
+      {"--byte-scale", "X", "multiplies every layer's gradient bytes (default 1)",
+       [](CliOptions& o, const std::string& v) { o.byte_scale = Number("--byte-scale", v, 1e-9, 1e6); }},
+      {"--compute-scale", "X", "multiplies every forward and backward time (default 1)",
+       [](CliOptions& o, const std::string& v) {
+         o.compute_scale = Number("--compute-scale", v, 1e-9, 1e6);
+       }},
+      {"--workers", "N", "workers, one per host (default 2)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.cluster.workers = Integer("--workers", v, 1, 1 << 20);
+       }},
+      {"--servers", "S", "servers on hosts of their own (default 2; 0 with --colocate)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.cluster.servers = Integer("--servers", v, 0, 1 << 20);
+       }},
+      {"--colocate", nullptr, "one server on every worker's host instead of --servers",
+       [](CliOptions& o, const std::string&) { o.sim.cluster.colocate = true; }},
+      {"--cpu-servers", "K", "CPU-only servers, each on a host of its own (default 0)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.cluster.cpu_servers = Integer("--cpu-servers", v, 0, 1 << 20);
+       }},
+      {"--rate", "RATE", "every host's link, each way, in tc's syntax (default 1gbit)",
+       [](CliOptions& o, const std::string& v) { o.sim.cluster.rate_bits_per_s = ParseRate(v); }},
+      {"--latency-us", "US", "one-way latency between hosts (default 0)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.cluster.latency_us = Number("--latency-us", v, 0, 1e9);
+       }},
+      {"--env", "NAME=VALUE",
+       "a FERRY_* variable as a real worker reads it (repeatable): policy, partitions, credit, "
+       "frames, watermark, control lane, shared-memory lane, engines",
+       [](CliOptions& o, const std::string& v) {
+         auto [name, value] = ParseAssignment(v);
+         o.sim.env[name] = value;
+       }},
+      {"--iterations", "N", "timed iterations (default 10)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.iterations = Integer("--iterations", v, 1, 1000000);
+       }},
+      {"--warmup", "N", "untimed iterations first (default 2)",
+       [](CliOptions& o, const std::string& v) { o.sim.warmup = Integer("--warmup", v, 0, 1000000); }},
+      {"--seed", "N", "seeds the compute jitter (default 1)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.seed = static_cast<uint64_t>(Number("--seed", v, 0, 9e15));
+       }},
+      {"--jitter", "CV", "coefficient of variation of every compute time (default 0)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.compute_jitter = Number("--jitter", v, 0, 1);
+       }},
+      {"--network", "MODEL",
+       "auto (default: fair up to 32 hosts, fifo beyond), fair (max-min fair sharing between "
+       "connections) or fifo (each link one message at a time: the coarse model)",
+       [](CliOptions& o, const std::string& v) {
+         if (v != "auto" && v != "fair" && v != "fifo") Refuse("--network", "auto, fair or fifo");
+         o.network = v;
+       }},
+      {"--tcp-efficiency", "X", "goodput / link rate (default 0.94)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.tcp_efficiency = Number("--tcp-efficiency", v, 1e-3, 1);
+       }},
+      {"--message-us", "US", "cost of one message, added to its delivery (default 30)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.message_us = Number("--message-us", v, 0, 1e9);
+       }},
+      {"--sum-gbps", "GB/S", "one server engine thread's summation rate, GB/s (default 8)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.sum_bytes_per_s = Number("--sum-gbps", v, 1e-6, 1e6) * 1e9;
+       }},
+      {"--format", "text|json", "the output (default text)",
+       [](CliOptions& o, const std::string& v) {
+         if (v != "text" && v != "json") Refuse("--format", "text or json");
+         o.format = v;
+       }},
+      {"--help", nullptr, "this text", [](CliOptions& o, const std::string&) { o.help = true; }},
+  };
+  return flags;
+}
+
+// "pushpull:50M", a name in `dir`, or a file.
+Workload ReadWorkload(const std::string& name, const std::string& dir) {
+  const std::string pushpull = "pushpull:";
+  if (name.rfind(pushpull, 0) == 0) {
+    std::string size = name.substr(pushpull.size());
+    double scale = 1;
+    if (!size.empty() && (size.back() == 'K' || size.back() == 'M' || size.back() == 'G')) {
+      scale = size.back() == 'K' ? 1024.0 : size.back() == 'M' ? 1048576.0 : 1073741824.0;
+      size.pop_back();
+    }
+    return PushPullWorkload(
+        static_cast<uint64_t>(Number("--workload pushpull:BYTES", size, 4, 1e15) * scale));
+  }
+  if (name.find('/') != std::string::npos || name.find(".csv") != std::string::npos) {
+    return LoadWorkload(name);
+  }
+  return LoadWorkload(StrCat(dir, "/", name, "_layers.csv"));
+}
+
+}  // namespace
+
+double ParseRate(const std::string& text) {
+  std::string lower;
+  for (char ch : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  size_t digits = 0;
+  while (digits < lower.size() && (std::isdigit(static_cast<unsigned char>(lower[digits])) ||
+                                   lower[digits] == '.')) {
+    digits++;
+  }
+  const std::string number = lower.substr(0, digits);
+  const std::string unit = lower.substr(digits);
+  static const std::map<std::string, double> units = {
+      {"", 1},        {"bit", 1},       {"kbit", 1e3},     {"mbit", 1e6},   {"gbit", 1e9},
+      {"tbit", 1e12}, {"bps", 8},       {"kbps", 8e3},     {"mbps", 8e6},   {"gbps", 8e9},
+      {"tbps", 8e12}, {"kibit", 1024.0}, {"mibit", 1048576.0}, {"gibit", 1073741824.0}};
+  char* end = nullptr;
+  const double v = std::strtod(number.c_str(), &end);
+  auto it = units.find(unit);
+  if (number.empty() || *end != '\0' || it == units.end() || !(v > 0) || !std::isfinite(v)) {
+    Refuse("--rate", StrCat("'", text, "' is not a rate in tc's syntax (1gbit, 100mbit, 25gbit, "
+                                      "125mbps)"));
+  }
+  return v * it->second;
+}
+
+std::pair<std::string, std::string> ParseAssignment(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    Refuse("--env", StrCat("'", text, "' is not NAME=VALUE"));
+  }
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+CliOptions ParseCommandLine(const std::vector<std::string>& args,
+                            const std::string& workloads_dir) {
+  CliOptions o;
+  bool servers_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::string value;
+    bool inline_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos && name.rfind("--", 0) == 0) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    auto flag = std::find_if(Flags().begin(), Flags().end(),
+                             [&](const Flag& f) { return name == f.name; });
+    if (flag == Flags().end()) Refuse(name, "unknown flag (ferry-sim --help lists them)");
+    if (flag->value && !inline_value) {
+      if (i + 1 >= args.size()) Refuse(name, StrCat("needs a value (", flag->value, ")"));
+      value = args[++i];
+    }
+    if (name == "--servers") servers_given = true;
+    flag->set(o, value);
+  }
+  if (o.help) return o;
+  if (o.sim.cluster.colocate) {
+    if (servers_given && o.sim.cluster.servers != 0) {
+      Refuse("--servers", "--colocate puts one server on every worker's host; give extra "
+                          "servers with --cpu-servers");
+    }
+    o.sim.cluster.servers = 0;
+  }
+  o.sim.workload = ScaleWorkload(ReadWorkload(o.workload, workloads_dir), o.compute_scale,
+                                 o.byte_scale);
+  const int hosts = o.sim.cluster.workers + o.sim.cluster.servers + o.sim.cluster.cpu_servers;
+  o.sim.model.network = o.network == "fifo" || (o.network == "auto" && hosts > kFairMaxHosts)
+                            ? NetworkModel::kFifo
+                            : NetworkModel::kFair;
+  return o;
+}
+
+std::string Usage() {
+  std::string out =
+      "ferry-sim: predicts a Ferry training step on a cluster you do not have, running\n"
+      "Ferry's own scheduling code on a simulated network (docs/simulation.md).\n\n"
+      "  ferry-sim --workload vgg16 --workers 64 --colocate --rate 25gbit\n\n";
+  for (const Flag& f : Flags()) {
+    std::string left = StrCat("  ", f.name, f.value ? StrCat(" ", f.value) : "");
+    if (left.size() < 28) left.resize(28, ' ');
+    out += StrCat(left, " ", f.help, "\n");
+  }
+  return out;
+}
+
+std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s) {
+  const SimOptions& o = cli.sim;
+  std::string env = "{";
+  for (const auto& [name, value] : o.env) {
+    env += StrCat(env.size() > 1 ? "," : "", Quote(name), ":", Quote(value));
+  }
+  env += "}";
+  std::string hosts = "[";
+  for (const HostUse& h : r.hosts) {
+    hosts += StrCat(hosts.size() > 1 ? "," : "", "{\"name\":", Quote(h.name),
+                    ",\"up\":", Num(h.up), ",\"down\":", Num(h.down), "}");
+  }
+  hosts += "]";
+  std::string iterations = "[";
+  for (double ms : r.iteration_ms) iterations += StrCat(iterations.size() > 1 ? "," : "", Num(ms));
+  iterations += "]";
+  return StrCat(
+      "{\"program\":\"ferry-sim\",\"model\":", Quote(o.workload.model),
+      ",\"byte_scale\":", Num(cli.byte_scale), ",\"compute_scale\":", Num(cli.compute_scale),
+      ",\"workers\":", o.cluster.workers, ",\"servers\":", o.cluster.servers,
+      ",\"colocate\":", o.cluster.colocate ? "true" : "false",
+      ",\"cpu_servers\":", o.cluster.cpu_servers, ",\"rate_bits_per_s\":",
+      Num(o.cluster.rate_bits_per_s), ",\"latency_us\":", Num(o.cluster.latency_us),
+      ",\"env\":", env, ",\"policy\":", Quote(r.policy), ",\"partition_bytes\":", r.partition_bytes,
+      ",\"network\":", Quote(NetworkModelName(o.model.network)), ",\"seed\":", o.seed,
+      ",\"jitter\":", Num(o.model.compute_jitter), ",\"warmup\":", o.warmup,
+      ",\"iteration_ms\":", Num(r.median_ms), ",\"p90_ms\":", Num(r.p90_ms),
+      ",\"lb1_ms\":", Num(r.lb1_ms), ",\"t_opt_ms\":", Num(r.t_opt_ms),
+      ",\"allreduce_ms\":", Num(r.ring_ms), ",\"over_lb1\":", Num(r.median_ms / r.lb1_ms),
+      ",\"ring_over_ferry\":", Num(r.ring_ms / r.median_ms), ",\"iterations_ms\":", iterations,
+      ",\"hosts\":", hosts, ",\"events\":", r.events, ",\"messages\":", r.messages,
+      ",\"rounds\":", r.rounds, ",\"simulated_ms\":", Num(r.run_ms), ",\"wall_s\":", Num(wall_s),
+      "}\n");
+}
+
+std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
+  const SimOptions& o = cli.sim;
+  const ClusterSpec& c = o.cluster;
+  uint64_t bytes = 0;
+  for (const Layer& l : o.workload.layers) bytes += l.bytes;
+  std::string servers =
+      c.colocate ? StrCat(c.workers, " colocated servers") : StrCat(c.servers, " servers");
+  if (c.cpu_servers > 0) servers += StrCat(" + ", c.cpu_servers, " CPU-only");
+  std::string out = StrCat(
+      "ferry-sim: ", o.workload.model, " (", o.workload.layers.size(), " layers, ", bytes,
+      " bytes), ", c.workers, " workers, ", servers, ", ", Num(c.rate_bits_per_s / 1e9),
+      " Gbit/s, latency ", Num(c.latency_us), " us; policy ", r.policy, ", partitions ",
+      r.partition_bytes, " bytes\n");
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "iteration  median %.2f ms, p90 %.2f ms (%zu iterations over %d workers)\n"
+                "bounds     LB1 %.2f ms (median / LB1 %.3f); T_opt of one push_pull %.2f ms\n"
+                "ring       all-reduce model %.2f ms (ring / Ferry %.3f)\n",
+                r.median_ms, r.p90_ms, r.iteration_ms.size(), c.workers, r.lb1_ms,
+                r.median_ms / r.lb1_ms, r.t_opt_ms, r.ring_ms, r.ring_ms / r.median_ms);
+  out += line;
+  const HostUse* busiest = nullptr;
+  for (const HostUse& h : r.hosts) {
+    if (!busiest || std::max(h.up, h.down) > std::max(busiest->up, busiest->down)) busiest = &h;
+  }
+  if (busiest) {
+    std::snprintf(line, sizeof(line), "links      busiest: %s, up %.0f%%, down %.0f%%\n",
+                  busiest->name.c_str(), 100 * busiest->up, 100 * busiest->down);
+    out += line;
+  }
+  std::snprintf(line, sizeof(line),
+                "simulated  %.1f ms of the job in %.2f s (%llu events, %s network model)\n",
+                r.run_ms, wall_s, static_cast<unsigned long long>(r.events),
+                NetworkModelName(o.model.network));
+  out += line;
+  return out;
+}
+
+}  // namespace ferry::sim

@@ -1,0 +1,43 @@
+#pragma once
+
+// ferry-sim's command line (sim/main.cc): flags parsed into SimOptions, and the parts of
+// it tests check on their own.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/cluster_sim.h"
+
+namespace ferry::sim {
+
+// A rate in tc's syntax, in bits per second: "1gbit", "100mbit", "25Gbit", "800kbit",
+// "1000000bit" or a bare number (bits), "125mbps" (bytes per second: tc's "bps"), with
+// an optional fraction ("2.5gbit"). Throws FerryError(kInvalidConfig) naming the text.
+double ParseRate(const std::string& text);
+
+// "NAME=VALUE" -> (NAME, VALUE). Throws FerryError(kInvalidConfig) without '=' or a name.
+std::pair<std::string, std::string> ParseAssignment(const std::string& text);
+
+struct CliOptions {
+  SimOptions sim;
+  std::string workload = "resnet50";  // a name in bench/workloads or a file
+  double byte_scale = 1;
+  double compute_scale = 1;
+  std::string network = "auto";  // auto, fair or fifo
+  std::string format = "text";   // text or json
+  bool help = false;
+};
+
+// Parses argv (without argv[0]); reads the workload (names resolved in `workloads_dir`).
+// Throws FerryError(kInvalidConfig) naming the flag for anything wrong.
+CliOptions ParseCommandLine(const std::vector<std::string>& args, const std::string& workloads_dir);
+
+// The --help text.
+std::string Usage();
+
+// The result as one JSON object (one line), or as text.
+std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s);
+std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s);
+
+}  // namespace ferry::sim

@@ -1,0 +1,85 @@
+#pragma once
+
+// Simulate(): one Ferry job in simulated time: W workers replaying a workload against
+// servers on a simulated network (docs/simulation.md says what is modelled and how it was
+// checked against the emulated cluster).
+//
+//   SimOptions o;
+//   o.workload = ScaleWorkload(LoadWorkload("bench/workloads/vgg16_layers.csv"), 1, 1);
+//   o.cluster.workers = 8; o.cluster.colocate = true;
+//   o.env["FERRY_SCHEDULING_POLICY"] = "p3";
+//   SimResult r = Simulate(o);          // r.median_ms, r.lb1_ms, r.ring_ms, ...
+//
+// Deterministic: the same options (seed included) give the same result, bit for bit.
+// Throws FerryError(kInvalidConfig) for options it cannot simulate, naming the option.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/network.h"
+#include "sim/workload.h"
+
+namespace ferry::sim {
+
+struct ClusterSpec {
+  int workers = 2;
+  int servers = 2;        // servers on hosts of their own (none with colocate)
+  bool colocate = false;  // one server on every worker's host instead
+  int cpu_servers = 0;    // and this many CPU-only servers, each on a host of its own
+  double rate_bits_per_s = 1e9;  // every host's link, each direction
+  double latency_us = 0;         // one way
+};
+
+// The model's constants, calibrated once (docs/simulation.md, "Calibration").
+struct ModelParams {
+  double tcp_efficiency = 0.94;      // goodput / shaped rate on a link
+  double message_us = 30;            // per message, added to its delivery
+  uint64_t header_bytes = 128;       // per message on a link
+  double sum_bytes_per_s = 8e9;      // one engine thread's summation rate
+  double local_bytes_per_s = 4e9;    // a copy within a host (the shared-memory lane)
+  double loopback_cost = 2.5;        // loopback TCP's cost in copies
+  double compute_jitter = 0;         // coefficient of variation of every compute time
+  NetworkModel network = NetworkModel::kFair;
+};
+
+struct SimOptions {
+  Workload workload;  // scaled already
+  ClusterSpec cluster;
+  ModelParams model;
+  std::map<std::string, std::string> env;  // FERRY_* variables, as a real worker reads them
+  int warmup = 2;
+  int iterations = 10;
+  uint64_t seed = 1;
+};
+
+struct HostUse {
+  std::string name;  // "worker 0", "worker 0 + server 0", "server 2 (cpu)"
+  double up = 0;     // link utilisation over the whole run, 0..1
+  double down = 0;
+};
+
+struct SimResult {
+  std::vector<double> iteration_ms;  // every worker's timed iterations
+  double median_ms = 0;
+  double p90_ms = 0;
+  double lb1_ms = 0;
+  double t_opt_ms = 0;  // one push_pull of the model's bytes
+  double ring_ms = 0;   // the ring all-reduce model's iteration
+  std::vector<HostUse> hosts;
+  std::string policy;
+  uint64_t partition_bytes = 0;  // in use at the end
+  uint64_t events = 0;
+  uint64_t messages = 0;
+  uint64_t rounds = 0;  // completed on the servers (frames count each)
+  double run_ms = 0;    // simulated time of the whole run
+};
+
+// The environment a simulated worker reads: `env` (FERRY_* only, each known to knobs.h
+// and not refused) plus the DMLC_* variables the cluster implies.
+std::map<std::string, std::string> WorkerEnvironment(const SimOptions& options);
+
+SimResult Simulate(const SimOptions& options);
+
+}  // namespace ferry::sim

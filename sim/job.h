@@ -1,0 +1,61 @@
+#pragma once
+
+// SimJob: what the simulated workers and servers share: the clock, the fabric, the
+// worker Config (read from the same FERRY_* variables a real worker reads), the workload,
+// the server weights and the layouts (each partition size cuts and places the model once,
+// with the worker's own SplitTensor and Placement, identically for every worker).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common/config/config.h"
+#include "sim/event_queue.h"
+#include "sim/fabric.h"
+#include "sim/workload.h"
+
+namespace ferry::sim {
+
+class SimWorker;
+
+// One partition of one layer in one layout.
+struct SimPart {
+  uint64_t key = 0;  // MakeLayoutKey(layer, layout, index): the real key
+  uint64_t bytes = 0;
+  int server = 0;  // server rank
+};
+
+struct Layout {
+  uint32_t number = 0;  // the layout generation (0: the first size used)
+  uint64_t partition_bytes = 0;
+  std::vector<std::vector<SimPart>> parts;  // by layer (declaration = forward order)
+};
+
+struct SimJob {
+  EventQueue events;
+  std::unique_ptr<Network> network;
+  std::unique_ptr<Fabric> fabric;
+  Config config;  // a worker's
+  Workload workload;
+  int num_workers = 0;
+  int num_servers = 0;
+  std::vector<double> weights;  // by server rank
+  double sum_bytes_per_us = 8000;  // one engine thread's summation rate
+  std::map<uint64_t, std::unique_ptr<Layout>> layouts;  // by partition size
+  std::vector<SimWorker*> workers;                      // by rank
+  uint64_t timed_partition_bytes = 0;                   // FERRY_PARTITION_MS's choice, once made
+
+  // Nodes: servers 0..S-1, then workers.
+  int ServerNode(int rank) const { return rank; }
+  int WorkerNode(int rank) const { return num_servers + rank; }
+  // The layout for `partition_bytes`, made on first use.
+  const Layout& LayoutFor(uint64_t partition_bytes);
+  // FERRY_PARTITION_MS's partition size (SchedulingControl::SizePartitionsByTime): from
+  // the mean of the rates the workers' estimators measured, taken when the first worker
+  // asks, so every worker switches to the same size (the real workers agree on it with a
+  // push_pull at the boundary; its time is not modelled). `current`: the size in use.
+  uint64_t TimedPartitionBytes(uint64_t current);
+};
+
+}  // namespace ferry::sim

@@ -1,0 +1,247 @@
+#include "sim/network.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace ferry::sim {
+namespace {
+
+// A transmission whose remaining bytes fall below this is complete (rounding of rate x
+// time; far below one byte).
+constexpr double kDoneBytes = 1e-6;
+
+}  // namespace
+
+const char* NetworkModelName(NetworkModel model) {
+  switch (model) {
+    case NetworkModel::kFair:
+      return "fair";
+    case NetworkModel::kFifo:
+      return "fifo";
+  }
+  return "?";
+}
+
+std::unique_ptr<Network> MakeNetwork(NetworkModel model, EventQueue& events,
+                                     const NetworkParams& params, int hosts) {
+  if (model == NetworkModel::kFifo) return std::make_unique<FifoNetwork>(events, params, hosts);
+  return std::make_unique<FairShareNetwork>(events, params, hosts);
+}
+
+// ------------------------------------------------------------------ FairShareNetwork
+
+FairShareNetwork::FairShareNetwork(EventQueue& events, const NetworkParams& params, int hosts)
+    : events_(events), params_(params), hosts_(hosts) {
+  CHECK(hosts > 0 && params.link_bytes_per_us > 0 && params.local_bytes_per_us > 0);
+  for (int h = 0; h < hosts; ++h) {
+    capacity_.push_back(params.link_bytes_per_us);   // uplink
+    capacity_.push_back(params.link_bytes_per_us);   // downlink
+    capacity_.push_back(params.local_bytes_per_us);  // local path
+  }
+  carried_.assign(capacity_.size(), 0.0);
+}
+
+int FairShareNetwork::Connect(int src, int dst) {
+  CHECK(src >= 0 && src < hosts_ && dst >= 0 && dst < hosts_) << src << " -> " << dst;
+  Connection c;
+  c.local = src == dst;
+  if (c.local) {
+    c.links[0] = c.links[1] = 3 * src + 2;
+    c.nlinks = 1;
+  } else {
+    c.links[0] = 3 * src;
+    c.links[1] = 3 * dst + 1;
+    c.nlinks = 2;
+  }
+  connections_.push_back(std::move(c));
+  return static_cast<int>(connections_.size()) - 1;
+}
+
+void FairShareNetwork::Send(int connection, uint64_t bytes, Action sent, Action delivered) {
+  Connection& c = connections_.at(connection);
+  const double wire = static_cast<double>(bytes) + (c.local ? 0.0 : params_.header_bytes);
+  c.queue.push_back(Message{wire, c.local, std::move(sent), std::move(delivered)});
+  if (c.busy) return;
+  Advance();
+  StartHead(connection);
+  Reallocate();
+  ScheduleCompletion();
+}
+
+void FairShareNetwork::Advance() {
+  const double dt = events_.now() - updated_;
+  if (dt > 0) {
+    for (Flow& f : flows_) {
+      const double moved = std::min(f.remaining, f.rate * dt);
+      f.remaining -= moved;
+      const Connection& c = connections_[f.connection];
+      for (int i = 0; i < c.nlinks; ++i) carried_[c.links[i]] += moved;
+    }
+  }
+  updated_ = events_.now();
+}
+
+void FairShareNetwork::StartHead(int connection) {
+  Connection& c = connections_[connection];
+  CHECK(!c.busy && !c.queue.empty());
+  c.busy = true;
+  flows_.push_back(Flow{connection, c.queue.front().wire_bytes, 0.0});
+}
+
+void FairShareNetwork::Reallocate() {
+  // Progressive filling: the link with the least share per unfixed flow fixes its flows
+  // at that share; repeat with what is left.
+  const size_t links = capacity_.size();
+  std::vector<double> residual = capacity_;
+  std::vector<int> unfixed(links, 0);
+  for (const Flow& f : flows_) {
+    const Connection& c = connections_[f.connection];
+    for (int i = 0; i < c.nlinks; ++i) unfixed[c.links[i]]++;
+  }
+  std::vector<bool> fixed(flows_.size(), false);
+  size_t left = flows_.size();
+  while (left > 0) {
+    int best = -1;
+    double share = std::numeric_limits<double>::infinity();
+    for (size_t l = 0; l < links; ++l) {
+      if (unfixed[l] == 0) continue;
+      const double s = std::max(0.0, residual[l]) / unfixed[l];
+      if (s < share) {
+        share = s;
+        best = static_cast<int>(l);
+      }
+    }
+    CHECK_GE(best, 0);
+    for (size_t i = 0; i < flows_.size(); ++i) {
+      if (fixed[i]) continue;
+      const Connection& c = connections_[flows_[i].connection];
+      if (c.links[0] != best && c.links[1] != best) continue;
+      fixed[i] = true;
+      --left;
+      flows_[i].rate = share;
+      for (int k = 0; k < c.nlinks; ++k) {
+        residual[c.links[k]] -= share;
+        unfixed[c.links[k]]--;
+      }
+    }
+  }
+}
+
+void FairShareNetwork::ScheduleCompletion() {
+  ++version_;
+  double soonest = std::numeric_limits<double>::infinity();
+  for (const Flow& f : flows_) {
+    if (f.rate > 0) soonest = std::min(soonest, f.remaining / f.rate);
+  }
+  if (flows_.empty()) return;
+  CHECK(soonest < std::numeric_limits<double>::infinity()) << "no transmission progresses";
+  const uint64_t version = version_;
+  events_.After(soonest, [this, version] { OnCompletion(version); });
+}
+
+void FairShareNetwork::OnCompletion(uint64_t version) {
+  if (version != version_) return;  // the rates changed since: a later event stands
+  Advance();
+  // The flows done now (at least the one this event was for, whatever the rounding).
+  size_t least = 0;
+  for (size_t i = 1; i < flows_.size(); ++i) {
+    if (flows_[i].remaining < flows_[least].remaining) least = i;
+  }
+  std::vector<int> done;
+  std::vector<Flow> going;
+  for (size_t i = 0; i < flows_.size(); ++i) {
+    if (flows_[i].remaining <= kDoneBytes || i == least) {
+      done.push_back(flows_[i].connection);
+    } else {
+      going.push_back(flows_[i]);
+    }
+  }
+  flows_.swap(going);
+  std::vector<Message> finished;
+  for (int connection : done) {
+    Connection& c = connections_[connection];
+    finished.push_back(std::move(c.queue.front()));
+    c.queue.pop_front();
+    c.busy = false;
+    if (!c.queue.empty()) StartHead(connection);
+  }
+  Reallocate();
+  ScheduleCompletion();
+  for (Message& m : finished) {
+    const double delay =
+        m.local ? params_.local_latency_us : params_.latency_us + params_.message_us;
+    if (m.delivered) events_.After(delay, std::move(m.delivered));
+    if (m.sent) m.sent();
+  }
+}
+
+LinkBytes FairShareNetwork::link_bytes() const {
+  LinkBytes b;
+  for (int h = 0; h < hosts_; ++h) {
+    b.up.push_back(carried_[3 * h]);
+    b.down.push_back(carried_[3 * h + 1]);
+  }
+  return b;
+}
+
+// ------------------------------------------------------------------ FifoNetwork
+
+FifoNetwork::FifoNetwork(EventQueue& events, const NetworkParams& params, int hosts)
+    : events_(events),
+      params_(params),
+      hosts_(hosts),
+      up_free_(hosts, 0.0),
+      down_free_(hosts, 0.0),
+      local_free_(hosts, 0.0),
+      up_bytes_(hosts, 0.0),
+      down_bytes_(hosts, 0.0) {
+  CHECK(hosts > 0 && params.link_bytes_per_us > 0 && params.local_bytes_per_us > 0);
+}
+
+int FifoNetwork::Connect(int src, int dst) {
+  CHECK(src >= 0 && src < hosts_ && dst >= 0 && dst < hosts_) << src << " -> " << dst;
+  connections_.push_back(Connection{src, dst});
+  return static_cast<int>(connections_.size()) - 1;
+}
+
+void FifoNetwork::Send(int connection, uint64_t bytes, Action sent, Action delivered) {
+  Connection& c = connections_.at(connection);
+  const int src = c.src;
+  const int dst = c.dst;
+  const SimTime now = events_.now();
+  SimTime left, arrived;
+  if (src == dst) {
+    const SimTime start = std::max(now, local_free_[src]);
+    left = local_free_[src] = start + static_cast<double>(bytes) / params_.local_bytes_per_us;
+    arrived = left + params_.local_latency_us;
+  } else if (bytes == 0) {
+    // A header: behind its own connection's last message only.
+    const double wire = static_cast<double>(params_.header_bytes);
+    left = std::max(now, c.left) + wire / params_.link_bytes_per_us;
+    arrived = std::max(left + params_.latency_us + params_.message_us, c.arrived);
+    up_bytes_[src] += wire;
+    down_bytes_[dst] += wire;
+  } else {
+    const double wire = static_cast<double>(bytes) + params_.header_bytes;
+    const double duration = wire / params_.link_bytes_per_us;
+    const SimTime start = std::max(now, up_free_[src]);
+    left = up_free_[src] = start + duration;
+    // Cut-through: the downlink takes it as it comes, after what it is receiving.
+    const SimTime down_start = std::max(start, down_free_[dst]);
+    const SimTime down_end = std::max(down_start + duration, left);
+    down_free_[dst] = down_end;
+    arrived = std::max(down_end + params_.latency_us + params_.message_us, c.arrived);
+    up_bytes_[src] += wire;
+    down_bytes_[dst] += wire;
+  }
+  c.left = std::max(c.left, left);
+  c.arrived = arrived;
+  if (sent) events_.At(left, std::move(sent));
+  if (delivered) events_.At(arrived, std::move(delivered));
+}
+
+LinkBytes FifoNetwork::link_bytes() const { return LinkBytes{up_bytes_, down_bytes_}; }
+
+}  // namespace ferry::sim

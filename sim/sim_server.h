@@ -1,0 +1,76 @@
+#pragma once
+
+// SimServer: a Ferry server (server/) as the simulator sees it. Each push (or frame) is
+// acknowledged as it arrives (PUSH_ACK), then queued on the engine thread that owns its
+// key (EngineForKey, the server's own function), most urgent first. An engine takes one
+// push at a time: the first of a round is adopted (no work), every later one is added in
+// bytes / the summation rate. When every worker's push of a round (or frame) is summed,
+// the sum goes to every pusher (streaming aggregation per frame, as FrameSum).
+
+#include <cstdint>
+#include <queue>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sim/job.h"
+
+namespace ferry::sim {
+
+class SimWorker;
+
+// One partition (or one frame of it) in a push.
+struct SubPush {
+  uint64_t cookie = 0;  // the worker's task
+  uint64_t key = 0;
+  uint32_t frame = 0;
+  uint32_t frames = 1;
+  uint64_t bytes = 0;  // this frame's
+  int priority = 0;
+};
+
+class SimServer {
+ public:
+  SimServer(SimJob& job, int rank);
+
+  // A message from `from` arrived: one push, a fused pack of several, or one frame.
+  void OnPushes(SimWorker& from, const std::vector<SubPush>& pushes);
+
+  int rank() const { return rank_; }
+  uint64_t bytes_summed() const { return bytes_summed_; }
+  uint64_t rounds() const { return rounds_completed_; }
+
+ private:
+  struct Item {
+    int priority;
+    uint64_t seq;
+    SimWorker* from;
+    SubPush push;
+  };
+  struct LessUrgent {
+    bool operator()(const Item& a, const Item& b) const {
+      return a.priority != b.priority ? a.priority < b.priority : a.seq > b.seq;
+    }
+  };
+  struct Engine {
+    std::priority_queue<Item, std::vector<Item>, LessUrgent> queue;
+    bool busy = false;
+  };
+  struct Round {
+    int summed = 0;
+    std::vector<std::pair<SimWorker*, uint64_t>> pushers;  // (worker, its cookie)
+  };
+  void Work(int engine);
+  void Summed(const Item& item);
+
+  SimJob& job_;
+  const int rank_;
+  std::vector<Engine> engines_;
+  // Open rounds by (key, frame): key * 65537 + frame (frames < 65537).
+  std::unordered_map<uint64_t, Round> open_;
+  uint64_t next_seq_ = 0;
+  uint64_t bytes_summed_ = 0;
+  uint64_t rounds_completed_ = 0;
+};
+
+}  // namespace ferry::sim

@@ -1,0 +1,252 @@
+#include "sim/sim_worker.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/transport/fused_push.h"
+#include "common/util/strings.h"
+#include "worker/scheduling/autotune.h"
+#include "worker/scheduling/policies.h"
+
+namespace ferry::sim {
+namespace {
+
+constexpr int64_t kNoTimer = std::numeric_limits<int64_t>::max();
+
+// The boundary at which FERRY_PARTITION_MS sizes partitions (SchedulingControl's).
+constexpr int kTimedBoundary = 3;
+
+}  // namespace
+
+SimWorker::SimWorker(SimJob& job, int rank, std::vector<SimServer*> servers, double jitter,
+                     uint64_t seed)
+    : job_(job),
+      rank_(rank),
+      servers_(std::move(servers)),
+      jitter_(jitter),
+      rng_(seed * 1000003 + static_cast<uint64_t>(rank)) {
+  const Config::Scheduling& c = job_.config.scheduling;
+  partition_bytes_ = static_cast<uint64_t>(c.InitialPartitionBytes());
+  frame_bytes_ = static_cast<uint64_t>(job_.config.transport.frame_bytes);
+  core_ = std::make_unique<SchedulingCore>(
+      MakePolicy(PolicyOptionsOf(c)), static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_)));
+  // As SchedulingControl: the estimator samples under every policy; the credit follows it
+  // only under `credit` with FERRY_WINDOW=bdp.
+  core_->UseWindow(WindowOptions{c.window_gain, static_cast<uint64_t>(c.window_min_bytes),
+                                 static_cast<uint64_t>(c.window_max_bytes),
+                                 static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_))});
+  if (!(c.window_bdp && c.policy == SchedulingPolicy::kCredit)) {
+    core_->SetCredit(static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_)));
+  }
+  layout_ = &job_.LayoutFor(partition_bytes_);
+  parts_left_.assign(job_.workload.layers.size(), 0);
+}
+
+double SimWorker::Compute(double ms) {
+  double us = ms * 1000.0;
+  if (jitter_ > 0) {
+    std::normal_distribution<double> noise(1.0, jitter_);
+    us *= std::max(0.0, noise(rng_));
+  }
+  return us;
+}
+
+void SimWorker::Start(int warmup, int iterations) {
+  warmup_ = warmup;
+  total_ = warmup + iterations;
+  job_.events.At(job_.events.now(), [this] { ForwardLayer(0); });
+}
+
+void SimWorker::ForwardLayer(size_t layer) {
+  if (layer == job_.workload.layers.size()) {
+    Boundary();
+    return;
+  }
+  if (parts_left_[layer] > 0) {  // the gate: this layer's sums are not all back
+    waiting_layer_ = static_cast<long>(layer);
+    return;
+  }
+  if (layer == 0) starts_.push_back(job_.events.now());
+  job_.events.After(Compute(job_.workload.layers[layer].fwd_ms),
+                    [this, layer] { ForwardLayer(layer + 1); });
+}
+
+void SimWorker::Boundary() {
+  // Every sum of the last iteration was waited for: nothing is in flight.
+  boundaries_++;
+  const Config::Scheduling& c = job_.config.scheduling;
+  const bool size_by_time =
+      c.partition_ms > 0 && !c.autotune && c.policy != SchedulingPolicy::kP3;
+  if (size_by_time && boundaries_ == kTimedBoundary) {
+    uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
+    if (bytes != partition_bytes_) {
+      partition_bytes_ = bytes;
+      layout_ = &job_.LayoutFor(bytes);
+      if (!core_->window_on()) {
+        core_->SetCredit(static_cast<uint64_t>(c.CreditBytesFor(static_cast<int64_t>(bytes))));
+      }
+    }
+  }
+  if (iteration_ == total_) {
+    finished_ = true;
+    return;
+  }
+  const size_t last = job_.workload.layers.size() - 1;
+  job_.events.After(Compute(job_.workload.layers[last].bwd_ms),
+                    [this, last] { BackwardLayer(last); });
+}
+
+void SimWorker::BackwardLayer(size_t layer) {
+  PushLayer(layer);
+  if (layer == 0) {
+    iteration_++;
+    ForwardLayer(0);
+    return;
+  }
+  job_.events.After(Compute(job_.workload.layers[layer - 1].bwd_ms),
+                    [this, layer] { BackwardLayer(layer - 1); });
+}
+
+void SimWorker::PushLayer(size_t layer) {
+  const SimTime now = job_.events.now();
+  const std::vector<SimPart>& parts = layout_->parts[layer];
+  CHECK_EQ(parts_left_[layer], 0) << "layer " << layer << " pushed with its last push_pull open";
+  parts_left_[layer] = static_cast<int>(parts.size());
+  for (const SimPart& p : parts) {
+    Task t;
+    t.layer = static_cast<uint32_t>(layer);
+    t.part = &p;
+    t.task.priority = -static_cast<int>(layer);  // declaration order: the input side first
+    t.task.bytes = p.bytes;
+    t.task.server = p.server;
+    t.task.cookie = next_cookie_++;
+    core_->Push(t.task, static_cast<int64_t>(now));
+    tasks_.emplace(t.task.cookie, std::move(t));
+  }
+  Pump();
+}
+
+void SimWorker::Pump() {
+  const SimTime now = job_.events.now();
+  Batch batch;
+  while (core_->TryNext(static_cast<int64_t>(now), &batch)) {
+    SendBatch(batch);
+    batch = Batch();
+  }
+  const int64_t wake = core_->WakeAtUs();
+  if (wake != kNoTimer) {
+    const SimTime at = std::max(now, static_cast<SimTime>(wake));
+    if (timer_at_ < now || at < timer_at_) {
+      timer_at_ = at;
+      job_.events.At(at, [this, at] {
+        if (timer_at_ == at) timer_at_ = -1;
+        Pump();
+      });
+    }
+  }
+}
+
+void SimWorker::SendBatch(const Batch& batch) {
+  // Packs per server, in batch order (DensePushPull::SendBatch): a pack is full at
+  // fuse_bytes or kMaxFusedPushes; frames go alone.
+  struct Pack {
+    int server;
+    uint64_t bytes = 0;
+    std::vector<SubPush> pushes;
+  };
+  std::vector<Pack> packs;
+  std::vector<size_t> open;  // by server: index + 1 of its open pack
+  for (const PushTask& handed : batch.tasks) {
+    Task& t = tasks_.at(handed.cookie);
+    t.task = handed;
+    const uint64_t bytes = t.part->bytes;
+    const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
+    t.frame_bytes = cut ? frame_bytes_ : 0;
+    t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
+    t.acked.assign(t.frames, false);
+    if (cut) {
+      for (uint32_t i = 0; i < t.frames; ++i) {
+        const uint64_t length = std::min(frame_bytes_, bytes - i * frame_bytes_);
+        packs.push_back(Pack{handed.server, length, {}});
+        packs.back().pushes.push_back(
+            SubPush{handed.cookie, t.part->key, i, t.frames, length, handed.priority});
+      }
+      continue;
+    }
+    if (open.size() <= static_cast<size_t>(handed.server)) open.resize(handed.server + 1, 0);
+    size_t& slot = open[handed.server];
+    if (slot == 0 || batch.fuse_bytes == 0 || packs[slot - 1].bytes + bytes > batch.fuse_bytes ||
+        packs[slot - 1].pushes.size() >= kMaxFusedPushes) {
+      packs.push_back(Pack{handed.server, 0, {}});
+      slot = packs.size();
+    }
+    packs[slot - 1].bytes += bytes;
+    packs[slot - 1].pushes.push_back(
+        SubPush{handed.cookie, t.part->key, 0, 1, bytes, handed.priority});
+  }
+  for (Pack& pack : packs) {
+    SimServer* server = servers_.at(pack.server);
+    const int priority = pack.pushes.front().priority;
+    job_.fabric->SendData(node(), job_.ServerNode(pack.server), pack.bytes, priority,
+                          DataKind::kPush,
+                          [this, server, pushes = std::move(pack.pushes)] {
+                            server->OnPushes(*this, pushes);
+                          });
+  }
+}
+
+void SimWorker::OnAck(uint64_t cookie, uint32_t frame) {
+  auto it = tasks_.find(cookie);
+  if (it == tasks_.end()) return;  // its sum came first and finished it
+  Acked(it->second, frame);
+  Pump();
+}
+
+void SimWorker::Acked(Task& t, uint32_t frame) {
+  if (t.acked[frame]) return;
+  t.acked[frame] = true;
+  t.frames_acked++;
+  const int64_t now = static_cast<int64_t>(job_.events.now());
+  if (t.frames_acked < t.frames) {
+    core_->ReturnPart(t.task, std::min(t.frame_bytes, t.part->bytes - frame * t.frame_bytes), now);
+  } else {
+    core_->Done(t.task, /*acked=*/true, now);
+  }
+}
+
+void SimWorker::OnSum(uint64_t cookie, uint32_t frame) {
+  auto it = tasks_.find(cookie);
+  CHECK(it != tasks_.end()) << "worker " << rank_ << ": a sum for no task";
+  Task& t = it->second;
+  Acked(t, frame);  // a frame's sum counts as its acknowledgement
+  if (++t.frames_summed < t.frames) {
+    Pump();
+    return;
+  }
+  const uint32_t layer = t.layer;
+  tasks_.erase(it);
+  Pump();
+  if (--parts_left_[layer] == 0 && waiting_layer_ == static_cast<long>(layer)) {
+    waiting_layer_ = -1;
+    ForwardLayer(layer);
+  }
+}
+
+std::vector<double> SimWorker::IterationMs() const {
+  std::vector<double> ms;
+  for (int it = warmup_; it < total_ && it + 1 < static_cast<int>(starts_.size()); ++it) {
+    ms.push_back((starts_[it + 1] - starts_[it]) / 1000.0);
+  }
+  return ms;
+}
+
+std::string SimWorker::Describe() const {
+  return StrCat("worker ", rank_, ": iteration ", iteration_, " of ", total_,
+                waiting_layer_ >= 0 ? StrCat(", forward waits for layer ", waiting_layer_) : "",
+                ", ", tasks_.size(), " partitions without a sum, ", core_->queued(),
+                " queued, ", core_->in_flight(), " in flight");
+}
+
+}  // namespace ferry::sim

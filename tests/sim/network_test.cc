@@ -1,0 +1,191 @@
+// The simulator's network models (sim/network.h) and fabric (sim/fabric.h) on cases whose
+// times are known in closed form.
+
+#include "sim/network.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "sim/fabric.h"
+
+namespace ferry::sim {
+namespace {
+
+NetworkParams Params() {
+  NetworkParams p;
+  p.link_bytes_per_us = 100;  // 100 MB/s
+  p.latency_us = 7;
+  p.message_us = 3;
+  p.header_bytes = 100;
+  p.local_bytes_per_us = 1000;
+  p.local_latency_us = 1;
+  return p;
+}
+
+class NetworkTest : public testing::TestWithParam<NetworkModel> {};
+
+TEST_P(NetworkTest, OneMessageTakesItsBytesOverTheRatePlusLatency) {
+  EventQueue events;
+  auto net = MakeNetwork(GetParam(), events, Params(), 2);
+  SimTime sent = -1, delivered = -1;
+  net->Send(net->Connect(0, 1), 9900, [&] { sent = events.now(); },
+            [&] { delivered = events.now(); });
+  events.Run();
+  EXPECT_DOUBLE_EQ(sent, 100.0);             // (9900 + 100) / 100
+  EXPECT_DOUBLE_EQ(delivered, 100.0 + 10);   // + latency + per-message cost
+  EXPECT_DOUBLE_EQ(net->link_bytes().up[0], 10000);
+  EXPECT_DOUBLE_EQ(net->link_bytes().down[1], 10000);
+  EXPECT_DOUBLE_EQ(net->link_bytes().up[1], 0);
+}
+
+TEST_P(NetworkTest, AConnectionKeepsItsOrderAndMessagesFollowEachOther) {
+  EventQueue events;
+  auto net = MakeNetwork(GetParam(), events, Params(), 2);
+  const int c = net->Connect(0, 1);
+  std::vector<int> order;
+  std::vector<SimTime> at;
+  for (int i = 0; i < 3; ++i) {
+    net->Send(c, 900, nullptr, [&, i] {
+      order.push_back(i);
+      at.push_back(events.now());
+    });
+  }
+  events.Run();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(at, (std::vector<SimTime>{20, 30, 40}));  // 10 us each, + 10 after the last byte
+}
+
+TEST_P(NetworkTest, AHeaderOnlyMessageArrivesAfterWhatItsConnectionSentBefore) {
+  EventQueue events;
+  auto net = MakeNetwork(GetParam(), events, Params(), 2);
+  const int c = net->Connect(0, 1);
+  std::vector<int> order;
+  net->Send(c, 99900, nullptr, [&] { order.push_back(0); });
+  net->Send(c, 0, nullptr, [&] { order.push_back(1); });
+  events.Run();
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+}
+
+TEST_P(NetworkTest, WithinAHostTheLocalPathCarriesIt) {
+  EventQueue events;
+  auto net = MakeNetwork(GetParam(), events, Params(), 2);
+  SimTime delivered = -1;
+  net->Send(net->Connect(1, 1), 5000, nullptr, [&] { delivered = events.now(); });
+  events.Run();
+  EXPECT_DOUBLE_EQ(delivered, 5.0 + 1);  // no header, the local rate and latency
+  EXPECT_DOUBLE_EQ(net->link_bytes().up[1], 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, NetworkTest,
+                         testing::Values(NetworkModel::kFair, NetworkModel::kFifo),
+                         [](const auto& info) { return std::string(NetworkModelName(info.param)); });
+
+TEST(FairShareNetworkTest, TwoConnectionsOnOneUplinkShareIt) {
+  EventQueue events;
+  FairShareNetwork net(events, Params(), 3);
+  std::vector<SimTime> done(2, -1);
+  net.Send(net.Connect(0, 1), 9900, [&] { done[0] = events.now(); }, nullptr);
+  net.Send(net.Connect(0, 2), 9900, [&] { done[1] = events.now(); }, nullptr);
+  events.Run();
+  EXPECT_DOUBLE_EQ(done[0], 200.0);  // each at 50 MB/s
+  EXPECT_DOUBLE_EQ(done[1], 200.0);
+}
+
+TEST(FairShareNetworkTest, MaxMinFairSharesGiveWhatOneLinkLeaves) {
+  // A: 0 -> 1, B: 0 -> 2, C: 3 -> 2. Host 0's uplink holds A and B (50 each); host 2's
+  // downlink holds B and C: B is fixed at 50 by host 0, so C gets the other 50... and A and
+  // B 50 each. Make C's sender slower to see redistribution: with C alone on host 3's
+  // uplink and B at 50, C takes 50; once B ends, C takes 100.
+  EventQueue events;
+  FairShareNetwork net(events, Params(), 4);
+  SimTime a = -1, b = -1, c = -1;
+  net.Send(net.Connect(0, 1), 19900, [&] { a = events.now(); }, nullptr);  // 20000 on the wire
+  net.Send(net.Connect(0, 2), 4900, [&] { b = events.now(); }, nullptr);   // 5000
+  net.Send(net.Connect(3, 2), 14900, [&] { c = events.now(); }, nullptr);  // 15000
+  events.Run();
+  // Until t = 100: A, B, C at 50 each (B ends: 5000 / 50). Then A alone on host 0 (100)
+  // and C alone on host 2's downlink (100): A has 15000 left -> 250; C 10000 -> 200.
+  EXPECT_DOUBLE_EQ(b, 100.0);
+  EXPECT_DOUBLE_EQ(c, 200.0);
+  EXPECT_DOUBLE_EQ(a, 250.0);
+}
+
+TEST(FifoNetworkTest, ALinkSendsOneMessageAtATimeAndTheDownlinkQueues) {
+  EventQueue events;
+  FifoNetwork net(events, Params(), 3);
+  SimTime a = -1, b = -1;
+  // Hosts 0 and 1 both send 10000 bytes on the wire to host 2 at once: host 2's downlink
+  // takes one, then the other.
+  net.Send(net.Connect(0, 2), 9900, nullptr, [&] { a = events.now(); });
+  net.Send(net.Connect(1, 2), 9900, nullptr, [&] { b = events.now(); });
+  events.Run();
+  EXPECT_DOUBLE_EQ(a, 100.0 + 10);
+  EXPECT_DOUBLE_EQ(b, 200.0 + 10);
+}
+
+TEST(FabricTest, TheWatermarkLetsAnUrgentMessageOvertake) {
+  EventQueue events;
+  NetworkParams p = Params();
+  FairShareNetwork net(events, p, 2);
+  FabricOptions o;
+  o.watermark_bytes = 900;  // one message of 900 at a time
+  Fabric fabric(net, {0, 1}, o);
+  std::vector<int> order;
+  for (int i = 0; i < 3; ++i) {
+    fabric.SendData(0, 1, 900, /*priority=*/-10, DataKind::kPush, [&, i] { order.push_back(i); });
+  }
+  fabric.SendData(0, 1, 900, /*priority=*/0, DataKind::kPush, [&] { order.push_back(9); });
+  events.Run();
+  // The first went at once; the urgent one overtakes the two still waiting.
+  EXPECT_EQ(order, (std::vector<int>{0, 9, 1, 2}));
+}
+
+TEST(FabricTest, WithoutTheWatermarkMessagesKeepTheirOrder) {
+  EventQueue events;
+  FairShareNetwork net(events, Params(), 2);
+  Fabric fabric(net, {0, 1}, FabricOptions{});
+  std::vector<int> order;
+  for (int i = 0; i < 3; ++i) {
+    fabric.SendData(0, 1, 900, -10, DataKind::kPush, [&, i] { order.push_back(i); });
+  }
+  fabric.SendData(0, 1, 900, 0, DataKind::kPush, [&] { order.push_back(9); });
+  events.Run();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 9}));
+}
+
+TEST(FabricTest, TheControlLaneSkipsTheQueuedBytes) {
+  for (bool lane : {false, true}) {
+    EventQueue events;
+    FairShareNetwork net(events, Params(), 2);
+    FabricOptions o;
+    o.control_lane = lane;
+    Fabric fabric(net, {0, 1}, o);
+    SimTime ack = -1;
+    fabric.SendData(0, 1, 99900, 0, DataKind::kSum, nullptr);  // 1000 us on the wire
+    fabric.SendControl(0, 1, [&] { ack = events.now(); });
+    events.Run();
+    if (lane) {
+      EXPECT_LT(ack, 100.0) << "on its own connection it shares the link at once";
+    } else {
+      EXPECT_DOUBLE_EQ(ack, 1000.0 + 1 + 10);  // behind the sum: 100 header bytes at 100/us
+    }
+  }
+}
+
+TEST(FabricTest, OnOneHostTheLaneLendsSumsAndCopiesPushes) {
+  EventQueue events;
+  FairShareNetwork net(events, Params(), 1);
+  Fabric fabric(net, {0, 0}, FabricOptions{});  // shm on
+  SimTime push = -1, sum = -1;
+  fabric.SendData(1, 0, 10000, 0, DataKind::kPush, [&] { push = events.now(); });
+  events.Run();
+  fabric.SendData(0, 1, 10000, 0, DataKind::kSum, [&] { sum = events.now(); });
+  const SimTime sent_sum = events.now();
+  events.Run();
+  EXPECT_DOUBLE_EQ(push, 10.0 + 1);        // one copy at 1000 bytes/us
+  EXPECT_DOUBLE_EQ(sum - sent_sum, 1.0);   // lent: the latency only
+}
+
+}  // namespace
+}  // namespace ferry::sim
