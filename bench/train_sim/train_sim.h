@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/train_sim/workload.h"
+#include "sim/workload.h"
 #include "common/util/clock.h"
 #include "worker/worker.h"
 
