@@ -14,9 +14,6 @@
 namespace ferry::sim {
 namespace {
 
-// --network auto: the fair model up to this many hosts, the FIFO model beyond.
-constexpr int kFairMaxHosts = 32;
-
 [[noreturn]] void Refuse(const std::string& flag, const std::string& why) {
   throw FerryError(ErrorCode::kInvalidConfig, StrCat("ferry-sim: ", flag, ": ", why));
 }
@@ -113,10 +110,10 @@ const std::vector<Flag>& Flags() {
          o.sim.model.compute_jitter = Number("--jitter", v, 0, 1);
        }},
       {"--network", "MODEL",
-       "auto (default: fair up to 32 hosts, fifo beyond), fair (max-min fair sharing between "
-       "connections) or fifo (each link one message at a time: the coarse model)",
+       "fq (default: connections take turns of one message on each link) or fair (fluid "
+       "max-min fair sharing; small clusters; docs/simulation.md)",
        [](CliOptions& o, const std::string& v) {
-         if (v != "auto" && v != "fair" && v != "fifo") Refuse("--network", "auto, fair or fifo");
+         if (v != "fq" && v != "fair") Refuse("--network", "fq or fair");
          o.network = v;
        }},
       {"--tcp-efficiency", "X", "goodput / link rate (default 0.94)",
@@ -227,10 +224,7 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
   }
   o.sim.workload = ScaleWorkload(ReadWorkload(o.workload, workloads_dir), o.compute_scale,
                                  o.byte_scale);
-  const int hosts = o.sim.cluster.workers + o.sim.cluster.servers + o.sim.cluster.cpu_servers;
-  o.sim.model.network = o.network == "fifo" || (o.network == "auto" && hosts > kFairMaxHosts)
-                            ? NetworkModel::kFifo
-                            : NetworkModel::kFair;
+  o.sim.model.network = o.network == "fair" ? NetworkModel::kFair : NetworkModel::kQueued;
   return o;
 }
 
@@ -278,7 +272,8 @@ std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s)
       ",\"allreduce_ms\":", Num(r.ring_ms), ",\"over_lb1\":", Num(r.median_ms / r.lb1_ms),
       ",\"ring_over_ferry\":", Num(r.ring_ms / r.median_ms), ",\"iterations_ms\":", iterations,
       ",\"hosts\":", hosts, ",\"events\":", r.events, ",\"messages\":", r.messages,
-      ",\"rounds\":", r.rounds, ",\"simulated_ms\":", Num(r.run_ms), ",\"wall_s\":", Num(wall_s),
+      ",\"rounds\":", r.rounds, ",\"ack_delay_us_p50\":", Num(r.ack_delay_p50_us),
+      ",\"ack_delay_us_p99\":", Num(r.ack_delay_p99_us), ",\"simulated_ms\":", Num(r.run_ms), ",\"wall_s\":", Num(wall_s),
       "}\n");
 }
 

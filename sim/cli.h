@@ -24,7 +24,7 @@ struct CliOptions {
   std::string workload = "resnet50";  // a name in bench/workloads or a file
   double byte_scale = 1;
   double compute_scale = 1;
-  std::string network = "auto";  // auto, fair or fifo
+  std::string network = "fq";  // fq or fair
   std::string format = "text";   // text or json
   bool help = false;
 };

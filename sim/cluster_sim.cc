@@ -156,6 +156,14 @@ SimResult Simulate(const SimOptions& o) {
     std::vector<double> ms = w->IterationMs();
     r.iteration_ms.insert(r.iteration_ms.end(), ms.begin(), ms.end());
   }
+  std::vector<double> acks;
+  for (const auto& w : workers) {
+    acks.insert(acks.end(), w->ack_delays_us().begin(), w->ack_delays_us().end());
+  }
+  if (!acks.empty()) {
+    r.ack_delay_p50_us = Percentile(acks, 0.5);
+    r.ack_delay_p99_us = Percentile(acks, 0.99);
+  }
   r.median_ms = Median(r.iteration_ms);
   r.p90_ms = Percentile(r.iteration_ms, 0.9);
   uint64_t model_bytes = 0;

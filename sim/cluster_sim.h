@@ -41,7 +41,7 @@ struct ModelParams {
   double local_bytes_per_s = 4e9;    // a copy within a host (the shared-memory lane)
   double loopback_cost = 2.5;        // loopback TCP's cost in copies
   double compute_jitter = 0;         // coefficient of variation of every compute time
-  NetworkModel network = NetworkModel::kFair;
+  NetworkModel network = NetworkModel::kQueued;
 };
 
 struct SimOptions {
@@ -74,6 +74,8 @@ struct SimResult {
   uint64_t messages = 0;
   uint64_t rounds = 0;  // completed on the servers (frames count each)
   double run_ms = 0;    // simulated time of the whole run
+  double ack_delay_p50_us = 0;  // acknowledgements from the server's send to arrival
+  double ack_delay_p99_us = 0;
 };
 
 // The environment a simulated worker reads: `env` (FERRY_* only, each known to knobs.h

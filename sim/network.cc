@@ -18,16 +18,16 @@ const char* NetworkModelName(NetworkModel model) {
   switch (model) {
     case NetworkModel::kFair:
       return "fair";
-    case NetworkModel::kFifo:
-      return "fifo";
+    case NetworkModel::kQueued:
+      return "fq";
   }
   return "?";
 }
 
 std::unique_ptr<Network> MakeNetwork(NetworkModel model, EventQueue& events,
                                      const NetworkParams& params, int hosts) {
-  if (model == NetworkModel::kFifo) return std::make_unique<FifoNetwork>(events, params, hosts);
-  return std::make_unique<FairShareNetwork>(events, params, hosts);
+  if (model == NetworkModel::kFair) return std::make_unique<FairShareNetwork>(events, params, hosts);
+  return std::make_unique<FairQueueNetwork>(events, params, hosts);
 }
 
 // ------------------------------------------------------------------ FairShareNetwork
@@ -186,62 +186,123 @@ LinkBytes FairShareNetwork::link_bytes() const {
   return b;
 }
 
-// ------------------------------------------------------------------ FifoNetwork
+// ------------------------------------------------------------------ FairQueueNetwork
 
-FifoNetwork::FifoNetwork(EventQueue& events, const NetworkParams& params, int hosts)
+FairQueueNetwork::FairQueueNetwork(EventQueue& events, const NetworkParams& params, int hosts)
     : events_(events),
       params_(params),
       hosts_(hosts),
-      up_free_(hosts, 0.0),
-      down_free_(hosts, 0.0),
-      local_free_(hosts, 0.0),
-      up_bytes_(hosts, 0.0),
-      down_bytes_(hosts, 0.0) {
+      up_(hosts),
+      down_(hosts),
+      local_free_(hosts, 0.0) {
   CHECK(hosts > 0 && params.link_bytes_per_us > 0 && params.local_bytes_per_us > 0);
 }
 
-int FifoNetwork::Connect(int src, int dst) {
+int FairQueueNetwork::Connect(int src, int dst) {
   CHECK(src >= 0 && src < hosts_ && dst >= 0 && dst < hosts_) << src << " -> " << dst;
   connections_.push_back(Connection{src, dst});
   return static_cast<int>(connections_.size()) - 1;
 }
 
-void FifoNetwork::Send(int connection, uint64_t bytes, Action sent, Action delivered) {
-  Connection& c = connections_.at(connection);
-  const int src = c.src;
-  const int dst = c.dst;
-  const SimTime now = events_.now();
-  SimTime left, arrived;
-  if (src == dst) {
-    const SimTime start = std::max(now, local_free_[src]);
-    left = local_free_[src] = start + static_cast<double>(bytes) / params_.local_bytes_per_us;
-    arrived = left + params_.local_latency_us;
-  } else if (bytes == 0) {
-    // A header: behind its own connection's last message only.
-    const double wire = static_cast<double>(params_.header_bytes);
-    left = std::max(now, c.left) + wire / params_.link_bytes_per_us;
-    arrived = std::max(left + params_.latency_us + params_.message_us, c.arrived);
-    up_bytes_[src] += wire;
-    down_bytes_[dst] += wire;
-  } else {
-    const double wire = static_cast<double>(bytes) + params_.header_bytes;
-    const double duration = wire / params_.link_bytes_per_us;
-    const SimTime start = std::max(now, up_free_[src]);
-    left = up_free_[src] = start + duration;
-    // Cut-through: the downlink takes it as it comes, after what it is receiving.
-    const SimTime down_start = std::max(start, down_free_[dst]);
-    const SimTime down_end = std::max(down_start + duration, left);
-    down_free_[dst] = down_end;
-    arrived = std::max(down_end + params_.latency_us + params_.message_us, c.arrived);
-    up_bytes_[src] += wire;
-    down_bytes_[dst] += wire;
+int FairQueueNetwork::NewMessage(Message m) {
+  if (free_.empty()) {
+    messages_.push_back(std::move(m));
+    return static_cast<int>(messages_.size()) - 1;
   }
-  c.left = std::max(c.left, left);
-  c.arrived = arrived;
-  if (sent) events_.At(left, std::move(sent));
-  if (delivered) events_.At(arrived, std::move(delivered));
+  const int id = free_.back();
+  free_.pop_back();
+  messages_[id] = std::move(m);
+  return id;
 }
 
-LinkBytes FifoNetwork::link_bytes() const { return LinkBytes{up_bytes_, down_bytes_}; }
+void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action delivered) {
+  Connection& c = connections_.at(connection);
+  const SimTime now = events_.now();
+  if (c.src == c.dst) {
+    // Within a host: the local path, in order.
+    const SimTime start = std::max(now, local_free_[c.src]);
+    const SimTime left = local_free_[c.src] =
+        start + static_cast<double>(bytes) / params_.local_bytes_per_us;
+    const SimTime arrived = left + params_.local_latency_us;
+    if (sent) events_.At(left, std::move(sent));
+    if (delivered) events_.At(arrived, std::move(delivered));
+    return;
+  }
+  const int id = NewMessage(Message{connection,
+                                    static_cast<double>(bytes) + params_.header_bytes, 0,
+                                    std::move(sent), std::move(delivered)});
+  Enqueue(up_[c.src], c.up_tag, id);
+  if (!up_[c.src].busy) ServeUp(c.src);
+}
+
+void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message) {
+  const double start = std::max(link.virtual_time, connection_tag);
+  connection_tag = start + messages_[message].wire;
+  link.waiting.push(Waiting{start, next_seq_++, message});
+}
+
+void FairQueueNetwork::ServeUp(int host) {
+  Link& link = up_[host];
+  if (link.waiting.empty()) {
+    link.busy = false;
+    return;
+  }
+  const Waiting next = link.waiting.top();
+  link.waiting.pop();
+  link.busy = true;
+  link.virtual_time = next.tag;
+  Message& m = messages_[next.message];
+  Connection& c = connections_[m.connection];
+  m.left = events_.now() + m.wire / params_.link_bytes_per_us;
+  link.bytes += m.wire;
+  const int id = next.message;
+  events_.At(m.left, [this, host, id] {
+    Action sent = std::move(messages_[id].sent);
+    LinkDone(id);
+    if (sent) sent();
+    ServeUp(host);
+  });
+  // Cut-through: the receiver's downlink may take it from now on.
+  Enqueue(down_[c.dst], c.down_tag, id);
+  if (!down_[c.dst].busy) ServeDown(c.dst);
+}
+
+void FairQueueNetwork::LinkDone(int message) {
+  if (--messages_[message].links_left > 0) return;
+  messages_[message] = Message{};
+  free_.push_back(message);
+}
+
+void FairQueueNetwork::ServeDown(int host) {
+  Link& link = down_[host];
+  if (link.waiting.empty()) {
+    link.busy = false;
+    return;
+  }
+  const Waiting next = link.waiting.top();
+  link.waiting.pop();
+  link.busy = true;
+  link.virtual_time = next.tag;
+  Message& m = messages_[next.message];
+  Connection& c = connections_[m.connection];
+  const SimTime end = std::max(events_.now() + m.wire / params_.link_bytes_per_us, m.left);
+  link.bytes += m.wire;
+  c.arrived = std::max(c.arrived, end + params_.latency_us + params_.message_us);
+  if (m.delivered) events_.At(c.arrived, std::move(m.delivered));
+  const int id = next.message;
+  events_.At(end, [this, host, id] {
+    LinkDone(id);
+    ServeDown(host);
+  });
+}
+
+LinkBytes FairQueueNetwork::link_bytes() const {
+  LinkBytes b;
+  for (int h = 0; h < hosts_; ++h) {
+    b.up.push_back(up_[h].bytes);
+    b.down.push_back(down_[h].bytes);
+  }
+  return b;
+}
 
 }  // namespace ferry::sim

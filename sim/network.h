@@ -17,24 +17,23 @@
 //     the transport's watermark counts), `delivered` `latency_us + message_us` later
 //     (`local_latency_us` within a host);
 //   - how connections share the links is what the two models differ in:
-//       FairShareNetwork: max-min fair sharing between the connections transmitting
-//         (progressive filling over every link, recomputed whenever a transmission starts
-//         or ends): TCP's long-run behaviour. The fine model: cost grows with the
-//         connections transmitting at once times the links;
-//       FifoNetwork: each link transmits one message with payload at a time, in the order
-//         they reach it; a message crosses the receiver's downlink cut-through (it cannot
-//         end there before it left the sender, and waits for the messages ahead of it).
-//         A header-only message (an acknowledgement) takes no turn on the link: it leaves
-//         right after what its own connection sent before it and arrives after it, as on
-//         a TCP stream (it would otherwise wait behind every connection's bytes, which
-//         fair sharing never makes it do). Constant work per message: the coarse model
-//         for thousands of hosts, checked against the fine one (tests/sim/network_test.cc,
-//         docs/simulation.md).
+//       FairQueueNetwork ("fq", the default): connections share each link in turns of one
+//         message (fair queueing at message granularity), as ZeroMQ hands whole messages
+//         to a connection. Validated against the emulated cluster (docs/simulation.md);
+//         O(log n) work per message, so it runs 1024 workers;
+//       FairShareNetwork ("fair"): fluid max-min fair sharing between the connections
+//         transmitting (progressive filling over every link, recomputed whenever a
+//         transmission starts or ends). It keeps identical workers in lock-step through an
+//         incast (every push to one server ends together), which the emulated cluster does
+//         not do (docs/simulation.md, "Two network models"); cost grows with connections x
+//         links per event: small clusters only.
 // Not thread-safe (one event loop).
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -57,8 +56,8 @@ struct LinkBytes {
   std::vector<double> down;  // by host
 };
 
-enum class NetworkModel { kFair, kFifo };
-// "fair" or "fifo".
+enum class NetworkModel { kQueued, kFair };
+// "fq" or "fair".
 const char* NetworkModelName(NetworkModel model);
 
 class Network {
@@ -121,27 +120,67 @@ class FairShareNetwork : public Network {
   uint64_t version_ = 0;     // completion events of older versions are stale
 };
 
-class FifoNetwork : public Network {
+// Message-level fair queueing: each link sends one message at a time, choosing among the
+// connections with messages waiting by start-time fair queueing (Goyal et al., SIGCOMM'96:
+// a message's start tag is max(the start tag of the message in service, its connection's
+// last finish tag), its finish tag the start plus its bytes; the least start tag goes
+// next), so connections share a link as under fair sharing, in turns of one message, and a
+// connection that starts sending goes next. A message enters its receiver's downlink when
+// it starts on the sender's uplink (cut-through: it cannot end there before it left the
+// sender). Every message, an acknowledgement too, takes its turn behind what its own
+// connection sent before it, as on a TCP stream. O(log n) work per message and link.
+class FairQueueNetwork : public Network {
  public:
-  FifoNetwork(EventQueue& events, const NetworkParams& params, int hosts);
+  FairQueueNetwork(EventQueue& events, const NetworkParams& params, int hosts);
   int Connect(int src, int dst) override;
   void Send(int connection, uint64_t bytes, Action sent, Action delivered) override;
   LinkBytes link_bytes() const override;
   int hosts() const override { return hosts_; }
 
  private:
-  EventQueue& events_;
-  const NetworkParams params_;
-  const int hosts_;
+  struct Message {
+    int connection;
+    double wire;
+    SimTime left = 0;  // when it left the sender (known once it started on the uplink)
+    Action sent;
+    Action delivered;
+    int links_left = 2;  // the uplink and the downlink still to finish with it
+  };
+  struct Waiting {
+    double tag;  // the start tag
+    uint64_t seq;
+    int message;
+    bool operator>(const Waiting& o) const { return tag != o.tag ? tag > o.tag : seq > o.seq; }
+  };
+  struct Link {
+    double virtual_time = 0;  // the start tag of the message in service (SFQ)
+    bool busy = false;
+    std::priority_queue<Waiting, std::vector<Waiting>, std::greater<Waiting>> waiting;
+    double bytes = 0;
+  };
   struct Connection {
     int src;
     int dst;
-    SimTime left = 0;     // when its last message left the sender
+    double up_tag = 0;    // the last finish tag on the uplink
+    double down_tag = 0;  // ... and on the downlink
     SimTime arrived = 0;  // when its last message arrived
   };
+  void Enqueue(Link& link, double& connection_tag, int message);
+  void ServeUp(int host);
+  void ServeDown(int host);
+  int NewMessage(Message m);
+  // One link is done with the message; the second frees it.
+  void LinkDone(int message);
+
+  EventQueue& events_;
+  const NetworkParams params_;
+  const int hosts_;
+  std::vector<Link> up_, down_;
+  std::vector<SimTime> local_free_;
   std::vector<Connection> connections_;
-  std::vector<SimTime> up_free_, down_free_, local_free_;  // by host: when the link is free
-  std::vector<double> up_bytes_, down_bytes_;
+  std::vector<Message> messages_;  // by id; ids are reused (free_)
+  std::vector<int> free_;
+  uint64_t next_seq_ = 0;
 };
 
 }  // namespace ferry::sim

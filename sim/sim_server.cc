@@ -16,8 +16,10 @@ void SimServer::OnPushes(SimWorker& from, const std::vector<SubPush>& pushes) {
     SimWorker* worker = &from;
     const uint64_t cookie = p.cookie;
     const uint32_t frame = p.frame;
-    job_.fabric->SendControl(node, from.node(),
-                             [worker, cookie, frame] { worker->OnAck(cookie, frame); });
+    const SimTime sent = job_.events.now();
+    job_.fabric->SendControl(node, from.node(), [worker, cookie, frame, sent] {
+      worker->OnAck(cookie, frame, sent);
+    });
     const int engine = EngineForKey(p.key, static_cast<int>(engines_.size()));
     engines_[engine].queue.push(Item{p.priority, next_seq_++, &from, p});
     if (!engines_[engine].busy) Work(engine);

@@ -197,7 +197,8 @@ void SimWorker::SendBatch(const Batch& batch) {
   }
 }
 
-void SimWorker::OnAck(uint64_t cookie, uint32_t frame) {
+void SimWorker::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {
+  ack_delays_us_.push_back(job_.events.now() - sent);
   auto it = tasks_.find(cookie);
   if (it == tasks_.end()) return;  // its sum came first and finished it
   Acked(it->second, frame);

@@ -38,7 +38,8 @@ class SimWorker {
 
   // Schedules the first iteration; runs `warmup + iterations` iterations.
   void Start(int warmup, int iterations);
-  void OnAck(uint64_t cookie, uint32_t frame);
+  // `sent`: when the server sent the acknowledgement.
+  void OnAck(uint64_t cookie, uint32_t frame, SimTime sent);
   void OnSum(uint64_t cookie, uint32_t frame);
 
   int rank() const { return rank_; }
@@ -50,6 +51,9 @@ class SimWorker {
   std::string Describe() const;
   uint64_t partition_bytes() const { return partition_bytes_; }
   const SchedulingCore& core() const { return *core_; }
+  // Microseconds from the server's sending of each acknowledgement to its arrival, as the
+  // worker's ack_delay_us counter measures them (what acks wait behind on the way back).
+  const std::vector<double>& ack_delays_us() const { return ack_delays_us_; }
 
  private:
   struct Task {
@@ -91,6 +95,7 @@ class SimWorker {
   std::vector<SimTime> starts_;  // by iteration: when its first forward layer started
   SimTime timer_at_ = -1;        // the policy's timer event scheduled, or -1
   bool finished_ = false;
+  std::vector<double> ack_delays_us_;
 };
 
 }  // namespace ferry::sim

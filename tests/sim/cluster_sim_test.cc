@@ -38,8 +38,7 @@ TEST(ClusterSimTest, OnePushPullOverOneLinkEqualsItsClosedForm) {
   // the push (bytes + header over the link, then latency and the message cost), then on
   // the server's connection back the acknowledgement (a header) and the sum (bytes +
   // header), then latency and message cost again. Nothing else: one worker's push is the
-  // round (adopted, no summation). The FIFO model gives the acknowledgement no turn on the
-  // link (network.h), so there the sum does not wait for its header.
+  // round (adopted, no summation).
   SimOptions o;
   o.workload = PushPullWorkload(1 << 20);
   o.cluster.workers = 1;
@@ -51,13 +50,12 @@ TEST(ClusterSimTest, OnePushPullOverOneLinkEqualsItsClosedForm) {
   o.model.header_bytes = 100;
   o.env["FERRY_PARTITION_MS"] = "0";
   o.env["FERRY_PARTITION_BYTES"] = "4194304";  // one partition
-  for (NetworkModel model : {NetworkModel::kFair, NetworkModel::kFifo}) {
+  for (NetworkModel model : {NetworkModel::kFair, NetworkModel::kQueued}) {
     o.model.network = model;
     SimResult r = Simulate(o);
     const double rate = 125.0;  // bytes per us
     const double push = ((1 << 20) + 100) / rate + 50 + 20;
-    const double ack = model == NetworkModel::kFair ? 100 / rate : 0.0;
-    const double back = ack + (1 << 20) / rate + 100 / rate + 50 + 20;
+    const double back = (100 + (1 << 20) + 100) / rate + 50 + 20;
     ASSERT_EQ(r.iteration_ms.size(), 10u);
     for (double ms : r.iteration_ms) EXPECT_NEAR(ms, (push + back) / 1000, 1e-9);
     EXPECT_EQ(r.rounds, 12u);  // 2 warm-up + 10 timed iterations, one round each

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "sim/fabric.h"
@@ -78,7 +79,7 @@ TEST_P(NetworkTest, WithinAHostTheLocalPathCarriesIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, NetworkTest,
-                         testing::Values(NetworkModel::kFair, NetworkModel::kFifo),
+                         testing::Values(NetworkModel::kFair, NetworkModel::kQueued),
                          [](const auto& info) { return std::string(NetworkModelName(info.param)); });
 
 TEST(FairShareNetworkTest, TwoConnectionsOnOneUplinkShareIt) {
@@ -111,9 +112,9 @@ TEST(FairShareNetworkTest, MaxMinFairSharesGiveWhatOneLinkLeaves) {
   EXPECT_DOUBLE_EQ(a, 250.0);
 }
 
-TEST(FifoNetworkTest, ALinkSendsOneMessageAtATimeAndTheDownlinkQueues) {
+TEST(FairQueueNetworkTest, ALinkSendsOneMessageAtATimeAndTheDownlinkQueues) {
   EventQueue events;
-  FifoNetwork net(events, Params(), 3);
+  FairQueueNetwork net(events, Params(), 3);
   SimTime a = -1, b = -1;
   // Hosts 0 and 1 both send 10000 bytes on the wire to host 2 at once: host 2's downlink
   // takes one, then the other.
@@ -122,6 +123,21 @@ TEST(FifoNetworkTest, ALinkSendsOneMessageAtATimeAndTheDownlinkQueues) {
   events.Run();
   EXPECT_DOUBLE_EQ(a, 100.0 + 10);
   EXPECT_DOUBLE_EQ(b, 200.0 + 10);
+}
+
+TEST(FairQueueNetworkTest, ConnectionsTakeTurnsOfOneMessage) {
+  EventQueue events;
+  FairQueueNetwork net(events, Params(), 3);
+  std::vector<std::string> order;
+  const int a = net.Connect(0, 1);
+  const int b = net.Connect(0, 2);
+  for (int i = 0; i < 3; ++i) {
+    net.Send(a, 900, nullptr, [&, i] { order.push_back("a" + std::to_string(i)); });
+  }
+  events.At(5, [&] { net.Send(b, 900, nullptr, [&] { order.push_back("b"); }); });
+  events.Run();
+  // b came while a0 was on the link: it goes next, not behind a1 and a2.
+  EXPECT_EQ(order, (std::vector<std::string>{"a0", "b", "a1", "a2"}));
 }
 
 TEST(FabricTest, TheWatermarkLetsAnUrgentMessageOvertake) {
