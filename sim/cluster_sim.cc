@@ -20,8 +20,9 @@ namespace {
 
 // Nearest rank, as Summarize (bench/train_sim/train_sim.h).
 double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1];
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(rank), v.end());
+  return v[rank];
 }
 
 double Median(std::vector<double> v) {

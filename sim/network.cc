@@ -232,7 +232,7 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
                                     static_cast<double>(bytes) + params_.header_bytes, 0,
                                     std::move(sent), std::move(delivered)});
   Enqueue(up_[c.src], c.up_tag, id);
-  if (!up_[c.src].busy) ServeUp(c.src);
+  Serve(c.src, /*up=*/true);
 }
 
 void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message) {
@@ -241,30 +241,22 @@ void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message) 
   link.waiting.push(Waiting{start, next_seq_++, message});
 }
 
-void FairQueueNetwork::ServeUp(int host) {
-  Link& link = up_[host];
-  if (link.waiting.empty()) {
-    link.busy = false;
-    return;
+void FairQueueNetwork::Serve(int host, bool up) {
+  Link& link = up ? up_[host] : down_[host];
+  while (!link.waiting.empty() && link.busy_until <= events_.now()) {
+    if (up) {
+      StartUp(host);
+    } else {
+      StartDown(host);
+    }
   }
-  const Waiting next = link.waiting.top();
-  link.waiting.pop();
-  link.busy = true;
-  link.virtual_time = next.tag;
-  Message& m = messages_[next.message];
-  Connection& c = connections_[m.connection];
-  m.left = events_.now() + m.wire / params_.link_bytes_per_us;
-  link.bytes += m.wire;
-  const int id = next.message;
-  events_.At(m.left, [this, host, id] {
-    Action sent = std::move(messages_[id].sent);
-    LinkDone(id);
-    if (sent) sent();
-    ServeUp(host);
-  });
-  // Cut-through: the receiver's downlink may take it from now on.
-  Enqueue(down_[c.dst], c.down_tag, id);
-  if (!down_[c.dst].busy) ServeDown(c.dst);
+  if (!link.waiting.empty() && !link.wake_scheduled) {
+    link.wake_scheduled = true;
+    events_.At(link.busy_until, [this, host, up] {
+      (up ? up_[host] : down_[host]).wake_scheduled = false;
+      Serve(host, up);
+    });
+  }
 }
 
 void FairQueueNetwork::LinkDone(int message) {
@@ -273,27 +265,45 @@ void FairQueueNetwork::LinkDone(int message) {
   free_.push_back(message);
 }
 
-void FairQueueNetwork::ServeDown(int host) {
-  Link& link = down_[host];
-  if (link.waiting.empty()) {
-    link.busy = false;
-    return;
-  }
+void FairQueueNetwork::StartUp(int host) {
+  Link& link = up_[host];
   const Waiting next = link.waiting.top();
   link.waiting.pop();
-  link.busy = true;
   link.virtual_time = next.tag;
-  Message& m = messages_[next.message];
+  const int id = next.message;
+  Message& m = messages_[id];
+  Connection& c = connections_[m.connection];
+  m.left = events_.now() + m.wire / params_.link_bytes_per_us;
+  link.busy_until = m.left;
+  link.bytes += m.wire;
+  if (m.sent) {
+    events_.At(m.left, [this, id] {
+      Action sent = std::move(messages_[id].sent);
+      LinkDone(id);
+      sent();
+    });
+  } else {
+    LinkDone(id);  // nothing more to do at m.left
+  }
+  // Cut-through: the receiver's downlink may take it from now on.
+  Enqueue(down_[c.dst], c.down_tag, id);
+  Serve(c.dst, /*up=*/false);
+}
+
+void FairQueueNetwork::StartDown(int host) {
+  Link& link = down_[host];
+  const Waiting next = link.waiting.top();
+  link.waiting.pop();
+  link.virtual_time = next.tag;
+  const int id = next.message;
+  Message& m = messages_[id];
   Connection& c = connections_[m.connection];
   const SimTime end = std::max(events_.now() + m.wire / params_.link_bytes_per_us, m.left);
+  link.busy_until = end;
   link.bytes += m.wire;
   c.arrived = std::max(c.arrived, end + params_.latency_us + params_.message_us);
   if (m.delivered) events_.At(c.arrived, std::move(m.delivered));
-  const int id = next.message;
-  events_.At(end, [this, host, id] {
-    LinkDone(id);
-    ServeDown(host);
-  });
+  LinkDone(id);
 }
 
 LinkBytes FairQueueNetwork::link_bytes() const {

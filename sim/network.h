@@ -154,7 +154,8 @@ class FairQueueNetwork : public Network {
   };
   struct Link {
     double virtual_time = 0;  // the start tag of the message in service (SFQ)
-    bool busy = false;
+    SimTime busy_until = 0;   // when the message in service is through
+    bool wake_scheduled = false;  // an event at busy_until serves what waits
     std::priority_queue<Waiting, std::vector<Waiting>, std::greater<Waiting>> waiting;
     double bytes = 0;
   };
@@ -166,8 +167,11 @@ class FairQueueNetwork : public Network {
     SimTime arrived = 0;  // when its last message arrived
   };
   void Enqueue(Link& link, double& connection_tag, int message);
-  void ServeUp(int host);
-  void ServeDown(int host);
+  // Starts what waits on a link while it is free; an event at busy_until serves the rest
+  // (none when nothing waits: an idle link costs no events).
+  void Serve(int host, bool up);
+  void StartUp(int host);
+  void StartDown(int host);
   int NewMessage(Message m);
   // One link is done with the message; the second frees it.
   void LinkDone(int message);

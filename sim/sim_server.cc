@@ -22,36 +22,43 @@ void SimServer::OnPushes(SimWorker& from, const std::vector<SubPush>& pushes) {
     });
     const int engine = EngineForKey(p.key, static_cast<int>(engines_.size()));
     engines_[engine].queue.push(Item{p.priority, next_seq_++, &from, p});
-    if (!engines_[engine].busy) Work(engine);
+    Work(engine);
   }
 }
 
 void SimServer::Work(int engine) {
+  // Starts what waits while the engine is free. A push's place in the round is fixed when
+  // it starts (the engine sums one at a time, and all of a key's pushes go to one engine,
+  // so the earlier ones are through by then); only the push that completes its round
+  // needs an event, at its end, to send the sums; a wake-up at busy_until serves the rest.
   Engine& e = engines_[engine];
-  if (e.queue.empty()) {
-    e.busy = false;
-    return;
+  while (!e.queue.empty() && e.busy_until <= job_.events.now()) {
+    Item item = e.queue.top();
+    e.queue.pop();
+    const uint64_t id = item.push.key * 65537 + item.push.frame;
+    Round& round = open_[id];
+    const double work_us =
+        round.summed == 0 ? 0.0 : static_cast<double>(item.push.bytes) / job_.sum_bytes_per_us;
+    e.busy_until = job_.events.now() + work_us;
+    round.summed++;
+    round.pushers.emplace_back(item.from, item.push.cookie);
+    bytes_summed_ += item.push.bytes;
+    if (round.summed == job_.num_workers) {
+      job_.events.At(e.busy_until, [this, item] { SendSums(item); });
+    }
   }
-  e.busy = true;
-  Item item = e.queue.top();
-  e.queue.pop();
-  const uint64_t id = item.push.key * 65537 + item.push.frame;
-  const bool first = open_.find(id) == open_.end() || open_[id].summed == 0;
-  const double work_us =
-      first ? 0.0 : static_cast<double>(item.push.bytes) / job_.sum_bytes_per_us;
-  job_.events.After(work_us, [this, engine, item] {
-    Summed(item);
-    Work(engine);
-  });
+  if (!e.queue.empty() && !e.wake_scheduled) {
+    e.wake_scheduled = true;
+    job_.events.At(e.busy_until, [this, engine] {
+      engines_[engine].wake_scheduled = false;
+      Work(engine);
+    });
+  }
 }
 
-void SimServer::Summed(const Item& item) {
+void SimServer::SendSums(const Item& item) {
   const uint64_t id = item.push.key * 65537 + item.push.frame;
   Round& round = open_[id];
-  round.summed++;
-  round.pushers.emplace_back(item.from, item.push.cookie);
-  bytes_summed_ += item.push.bytes;
-  if (round.summed < job_.num_workers) return;
   const int node = job_.ServerNode(rank_);
   const uint32_t frame = item.push.frame;
   for (const auto& [worker, cookie] : round.pushers) {

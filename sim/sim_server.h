@@ -54,14 +54,16 @@ class SimServer {
   };
   struct Engine {
     std::priority_queue<Item, std::vector<Item>, LessUrgent> queue;
-    bool busy = false;
+    SimTime busy_until = 0;       // when the push it sums is through
+    bool wake_scheduled = false;  // an event at busy_until takes the next
   };
   struct Round {
     int summed = 0;
     std::vector<std::pair<SimWorker*, uint64_t>> pushers;  // (worker, its cookie)
   };
   void Work(int engine);
-  void Summed(const Item& item);
+  // The round of `item` (its last push) is summed: the sums go to every pusher.
+  void SendSums(const Item& item);
 
   SimJob& job_;
   const int rank_;

@@ -121,9 +121,8 @@ void SimWorker::PushLayer(size_t layer) {
     t.task.priority = -static_cast<int>(layer);  // declaration order: the input side first
     t.task.bytes = p.bytes;
     t.task.server = p.server;
-    t.task.cookie = next_cookie_++;
-    core_->Push(t.task, static_cast<int64_t>(now));
-    tasks_.emplace(t.task.cookie, std::move(t));
+    const uint64_t cookie = AddTask(std::move(t));
+    core_->Push(FindTask(cookie)->task, static_cast<int64_t>(now));
   }
   Pump();
 }
@@ -159,7 +158,7 @@ void SimWorker::SendBatch(const Batch& batch) {
   std::vector<Pack> packs;
   std::vector<size_t> open;  // by server: index + 1 of its open pack
   for (const PushTask& handed : batch.tasks) {
-    Task& t = tasks_.at(handed.cookie);
+    Task& t = *FindTask(handed.cookie);
     t.task = handed;
     const uint64_t bytes = t.part->bytes;
     const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
@@ -199,9 +198,9 @@ void SimWorker::SendBatch(const Batch& batch) {
 
 void SimWorker::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {
   ack_delays_us_.push_back(job_.events.now() - sent);
-  auto it = tasks_.find(cookie);
-  if (it == tasks_.end()) return;  // its sum came first and finished it
-  Acked(it->second, frame);
+  Task* t = FindTask(cookie);
+  if (!t) return;  // its sum came first and finished it
+  Acked(*t, frame);
   Pump();
 }
 
@@ -218,21 +217,53 @@ void SimWorker::Acked(Task& t, uint32_t frame) {
 }
 
 void SimWorker::OnSum(uint64_t cookie, uint32_t frame) {
-  auto it = tasks_.find(cookie);
-  CHECK(it != tasks_.end()) << "worker " << rank_ << ": a sum for no task";
-  Task& t = it->second;
+  Task* found = FindTask(cookie);
+  CHECK(found) << "worker " << rank_ << ": a sum for no task";
+  Task& t = *found;
   Acked(t, frame);  // a frame's sum counts as its acknowledgement
   if (++t.frames_summed < t.frames) {
     Pump();
     return;
   }
   const uint32_t layer = t.layer;
-  tasks_.erase(it);
+  EraseTask(cookie);
   Pump();
   if (--parts_left_[layer] == 0 && waiting_layer_ == static_cast<long>(layer)) {
     waiting_layer_ = -1;
     ForwardLayer(layer);
   }
+}
+
+uint64_t SimWorker::AddTask(Task t) {
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    generation_.push_back(0);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  const uint64_t cookie = (static_cast<uint64_t>(++generation_[slot]) << 32) | slot;
+  t.task.cookie = cookie;
+  slots_[slot] = std::move(t);
+  live_tasks_++;
+  return cookie;
+}
+
+SimWorker::Task* SimWorker::FindTask(uint64_t cookie) {
+  const uint32_t slot = static_cast<uint32_t>(cookie);
+  if (slot >= slots_.size() || generation_[slot] != static_cast<uint32_t>(cookie >> 32)) {
+    return nullptr;
+  }
+  return &slots_[slot];
+}
+
+void SimWorker::EraseTask(uint64_t cookie) {
+  const uint32_t slot = static_cast<uint32_t>(cookie);
+  generation_[slot]++;  // odd generations are live, even ones free
+  free_slots_.push_back(slot);
+  live_tasks_--;
 }
 
 std::vector<double> SimWorker::IterationMs() const {
@@ -246,7 +277,7 @@ std::vector<double> SimWorker::IterationMs() const {
 std::string SimWorker::Describe() const {
   return StrCat("worker ", rank_, ": iteration ", iteration_, " of ", total_,
                 waiting_layer_ >= 0 ? StrCat(", forward waits for layer ", waiting_layer_) : "",
-                ", ", tasks_.size(), " partitions without a sum, ", core_->queued(),
+                ", ", live_tasks_, " partitions without a sum, ", core_->queued(),
                 " queued, ", core_->in_flight(), " in flight");
 }
 

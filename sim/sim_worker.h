@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <memory>
 #include <random>
-#include <unordered_map>
 #include <vector>
 
 #include "sim/job.h"
@@ -84,8 +83,15 @@ class SimWorker {
   uint64_t partition_bytes_;
   uint64_t frame_bytes_;
   const Layout* layout_ = nullptr;
-  std::unordered_map<uint64_t, Task> tasks_;  // by cookie, until its sum is back
-  uint64_t next_cookie_ = 1;
+  // Tasks until their sum is back, in slots reused after: a cookie is (generation << 32) |
+  // slot, so a late acknowledgement for a finished task never finds the slot's next task.
+  Task* FindTask(uint64_t cookie);
+  uint64_t AddTask(Task t);
+  void EraseTask(uint64_t cookie);
+  std::vector<Task> slots_;
+  std::vector<uint32_t> generation_;  // by slot: the cookie's high half while in use
+  std::vector<uint32_t> free_slots_;
+  size_t live_tasks_ = 0;
   std::vector<int> parts_left_;    // by layer: partitions of its push_pull still without a sum
   int iteration_ = 0;
   int total_ = 0;
