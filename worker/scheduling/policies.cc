@@ -87,16 +87,28 @@ void PriorityPolicy::Fuse(const CreditState& credit, int server, uint64_t bytes,
   }
 }
 
-void P3Policy::Ready(const PushTask& task, int64_t) { ready_.insert(task); }
+void P3Policy::Ready(const PushTask& task, int64_t) {
+  if (task.server >= static_cast<int>(by_server_.size())) by_server_.resize(task.server + 1);
+  std::set<PushTask, ByPriority>& mine = by_server_[task.server];
+  if (!mine.empty() && ByPriority()(task, *mine.begin())) heads_.erase(*mine.begin());
+  mine.insert(task);
+  heads_.insert(*mine.begin());
+  queued_++;
+}
 
 bool P3Policy::Next(const CreditState& credit, int64_t, Batch* out) {
-  // The most urgent slice whose server connection is idle.
-  for (auto it = ready_.begin(); it != ready_.end(); ++it) {
-    if (credit.InFlightTo(it->server) == 0) {
-      out->tasks.push_back(*it);
-      ready_.erase(it);
-      return true;
-    }
+  // The most urgent slice whose server connection is idle: the most urgent head of an
+  // idle server's slices (each server's slices in priority order, their heads too).
+  for (auto it = heads_.begin(); it != heads_.end(); ++it) {
+    if (credit.InFlightTo(it->server) != 0) continue;
+    const PushTask task = *it;
+    std::set<PushTask, ByPriority>& mine = by_server_[task.server];
+    heads_.erase(it);
+    mine.erase(mine.begin());
+    if (!mine.empty()) heads_.insert(*mine.begin());
+    queued_--;
+    out->tasks.push_back(task);
+    return true;
   }
   return false;
 }

@@ -119,10 +119,14 @@ class P3Policy : public Policy {
   int per_server_window() const override { return 1; }
   void Ready(const PushTask& task, int64_t now_us) override;
   bool Next(const CreditState& credit, int64_t now_us, Batch* out) override;
-  size_t queued() const override { return ready_.size(); }
+  size_t queued() const override { return queued_; }
 
  private:
-  std::set<PushTask, ByPriority> ready_;
+  // Ready slices per server rank, in priority order, and the head of each non-empty one:
+  // a hand-out looks at one slice per server, not at every ready slice.
+  std::vector<std::set<PushTask, ByPriority>> by_server_;
+  std::set<PushTask, ByPriority> heads_;
+  size_t queued_ = 0;
 };
 
 class BucketPolicy : public Policy {
