@@ -18,17 +18,11 @@
 namespace ferry::sim {
 namespace {
 
-// Nearest rank, as Summarize (bench/train_sim/train_sim.h).
+// Nearest rank, as Summarize (sim/workload.h).
 double Percentile(std::vector<double> v, double q) {
   const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
   std::nth_element(v.begin(), v.begin() + static_cast<long>(rank), v.end());
   return v[rank];
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 void Validate(const SimOptions& o) {
@@ -165,8 +159,9 @@ SimResult Simulate(const SimOptions& o) {
     r.ack_delay_p50_us = Percentile(acks, 0.5);
     r.ack_delay_p99_us = Percentile(acks, 0.99);
   }
-  r.median_ms = Median(r.iteration_ms);
-  r.p90_ms = Percentile(r.iteration_ms, 0.9);
+  const IterationSummary summary = Summarize(r.iteration_ms);
+  r.median_ms = summary.median_ms;
+  r.p90_ms = summary.p90_ms;
   uint64_t model_bytes = 0;
   for (const Layer& l : o.workload.layers) model_bytes += l.bytes;
   const double t_opt_us = TOptUs(placing, model_bytes, net.link_bytes_per_us);

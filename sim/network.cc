@@ -265,12 +265,16 @@ void FairQueueNetwork::LinkDone(int message) {
   free_.push_back(message);
 }
 
-void FairQueueNetwork::StartUp(int host) {
-  Link& link = up_[host];
+int FairQueueNetwork::TakeNext(Link& link) {
   const Waiting next = link.waiting.top();
   link.waiting.pop();
   link.virtual_time = next.tag;
-  const int id = next.message;
+  return next.message;
+}
+
+void FairQueueNetwork::StartUp(int host) {
+  Link& link = up_[host];
+  const int id = TakeNext(link);
   Message& m = messages_[id];
   Connection& c = connections_[m.connection];
   m.left = events_.now() + m.wire / params_.link_bytes_per_us;
@@ -292,10 +296,7 @@ void FairQueueNetwork::StartUp(int host) {
 
 void FairQueueNetwork::StartDown(int host) {
   Link& link = down_[host];
-  const Waiting next = link.waiting.top();
-  link.waiting.pop();
-  link.virtual_time = next.tag;
-  const int id = next.message;
+  const int id = TakeNext(link);
   Message& m = messages_[id];
   Connection& c = connections_[m.connection];
   const SimTime end = std::max(events_.now() + m.wire / params_.link_bytes_per_us, m.left);

@@ -172,6 +172,8 @@ class FairQueueNetwork : public Network {
   void Serve(int host, bool up);
   void StartUp(int host);
   void StartDown(int host);
+  // Takes the waiting message with the least start tag; the link's virtual time becomes it.
+  int TakeNext(Link& link);
   int NewMessage(Message m);
   // One link is done with the message; the second frees it.
   void LinkDone(int message);

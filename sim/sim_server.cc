@@ -35,8 +35,7 @@ void SimServer::Work(int engine) {
   while (!e.queue.empty() && e.busy_until <= job_.events.now()) {
     Item item = e.queue.top();
     e.queue.pop();
-    const uint64_t id = item.push.key * 65537 + item.push.frame;
-    Round& round = open_[id];
+    Round& round = open_[IdOf(item.push)];
     const double work_us =
         round.summed == 0 ? 0.0 : static_cast<double>(item.push.bytes) / job_.sum_bytes_per_us;
     e.busy_until = job_.events.now() + work_us;
@@ -57,7 +56,7 @@ void SimServer::Work(int engine) {
 }
 
 void SimServer::SendSums(const Item& item) {
-  const uint64_t id = item.push.key * 65537 + item.push.frame;
+  const RoundId id = IdOf(item.push);
   Round& round = open_[id];
   const int node = job_.ServerNode(rank_);
   const uint32_t frame = item.push.frame;

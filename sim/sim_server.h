@@ -68,8 +68,18 @@ class SimServer {
   SimJob& job_;
   const int rank_;
   std::vector<Engine> engines_;
-  // Open rounds by (key, frame): key * 65537 + frame (frames < 65537).
-  std::unordered_map<uint64_t, Round> open_;
+  struct RoundId {
+    uint64_t key;
+    uint32_t frame;
+    bool operator==(const RoundId& o) const { return key == o.key && frame == o.frame; }
+  };
+  struct RoundIdHash {
+    size_t operator()(const RoundId& r) const {
+      return std::hash<uint64_t>()(r.key * 0x9e3779b97f4a7c15ull ^ r.frame);
+    }
+  };
+  static RoundId IdOf(const SubPush& p) { return RoundId{p.key, p.frame}; }
+  std::unordered_map<RoundId, Round, RoundIdHash> open_;  // open rounds by (key, frame)
   uint64_t next_seq_ = 0;
   uint64_t bytes_summed_ = 0;
   uint64_t rounds_completed_ = 0;

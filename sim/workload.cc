@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "common/util/error.h"
@@ -95,6 +96,18 @@ Workload ScaleWorkload(const Workload& workload, double compute_scale, double by
     l.bytes = 4 * std::max<uint64_t>(1, static_cast<uint64_t>(elements));
   }
   return w;
+}
+
+IterationSummary Summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  size_t n = ms.size();
+  IterationSummary s;
+  s.median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  s.p90_ms = ms[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
+  s.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(n);
+  s.min_ms = ms.front();
+  s.max_ms = ms.back();
+  return s;
 }
 
 }  // namespace ferry

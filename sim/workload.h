@@ -41,4 +41,16 @@ Workload PushPullWorkload(uint64_t bytes);
 // elements, at least one. REQUIRES: both scales > 0.
 Workload ScaleWorkload(const Workload& workload, double compute_scale, double byte_scale);
 
+// The median, p90 (nearest rank), mean, min and max of iteration times (ms), as
+// ferry-train-sim and ferry-sim report them. REQUIRES: ms not empty.
+struct IterationSummary {
+  double median_ms = 0;
+  double p90_ms = 0;  // nearest rank
+  double mean_ms = 0;
+  double min_ms = 0;
+  double max_ms = 0;
+};
+
+IterationSummary Summarize(std::vector<double> ms);
+
 }  // namespace ferry

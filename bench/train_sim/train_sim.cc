@@ -26,18 +26,6 @@ double ElapsedMs(Clock::time_point from, Clock::time_point to) {
 
 }  // namespace
 
-IterationSummary Summarize(std::vector<double> ms) {
-  std::sort(ms.begin(), ms.end());
-  size_t n = ms.size();
-  IterationSummary s;
-  s.median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-  s.p90_ms = ms[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
-  s.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(n);
-  s.min_ms = ms.front();
-  s.max_ms = ms.back();
-  return s;
-}
-
 TrainSim::TrainSim(Worker& worker, Workload workload, bool check)
     : worker_(worker), workload_(std::move(workload)), check_(check) {
   size_t layers = workload_.layers.size();

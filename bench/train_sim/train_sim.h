@@ -37,17 +37,6 @@
 
 namespace ferry {
 
-struct IterationSummary {
-  double median_ms = 0;
-  double p90_ms = 0;  // nearest rank
-  double mean_ms = 0;
-  double min_ms = 0;
-  double max_ms = 0;
-};
-
-// REQUIRES: ms not empty.
-IterationSummary Summarize(std::vector<double> ms);
-
 class TrainSim {
  public:
   // Borrows `worker` for its lifetime.
