@@ -18,6 +18,16 @@ slow drift of the machine spreads over all configurations alike.
   bench/train_sim_bench.py --models resnet50,vgg16 --rates 1gbit,10gbit --compute-scales 1,0.25 \\
       --env FERRY_SCHEDULING_CREDIT=4,16 --repeats 5 --out results.json
 
+A change mid-run (the drift tests of the profiled policies, usbyte and prophet):
+--rate-change S:RATE reshapes every link to RATE S seconds after the workers start, and
+--compute-change N:X multiplies every compute time by X from iteration N on (counting the
+warm-up); each run then also records `after_change` (the median of the iterations that
+start --settle iterations or more after the change, over every worker, and their count),
+and the summary `after_change_ms` (its median over repeats).
+
+  bench/train_sim_bench.py --models vgg16 --byte-scale 0.1 --rates 1gbit --rate-change 8:500mbit \
+      --env FERRY_SCHEDULING_POLICY=credit,prophet --iterations 20 --out drift.json
+
 Needs root and `ip netns` (exits 2 otherwise, as netns-cluster does).
 """
 
@@ -183,6 +193,9 @@ class Run:
                 "--iterations", str(self.args.iterations), "--warmup", str(self.args.warmup),
                 "--compute_scale", str(self.compute_scale), "--byte_scale", str(self.args.byte_scale),
                 "--rate_gbps", str(gbps)]
+        if self.args.compute_change:
+            at, scale = self.args.compute_change
+            argv += ["--change_at", str(at), "--change_compute_scale", str(scale)]
         return argv + (["--check"] if self.args.check else [])
 
     def execute(self):
@@ -193,12 +206,45 @@ class Run:
                    self.hosts["scheduler"])
         for i, host in enumerate(self.server_hosts()):
             self.start("server%d" % i, host, [os.path.join(bin_, "ferry-server")], "server", self.hosts[host])
+        self.change_unix_ms = None
+        timer = None
         with CpuSampler() as cpu:
             for i in range(self.args.workers):
                 self.start("worker%d" % i, "worker%d" % i, self.sim_argv(), "worker",
                            self.hosts["worker%d" % i], {"DMLC_WORKER_ID": str(i)})
-            outputs = self.wait_all(self.args.timeout)
+            if self.args.rate_change:
+                timer = threading.Timer(self.args.rate_change[0], self.change_rate)
+                timer.start()
+            try:
+                outputs = self.wait_all(self.args.timeout)
+            finally:
+                if timer:
+                    timer.cancel()
         return self.record(outputs, cpu.result)
+
+    def change_rate(self):
+        rate = self.args.rate_change[1]
+        r = subprocess.run([NETNS_CLUSTER, "rate", "--name", self.name, "--rate", rate],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        if r.returncode == 0:
+            self.change_unix_ms = time.time() * 1000
+        say("  links reshaped to %s%s" % (rate, "" if r.returncode == 0 else ": " + r.stdout.strip()))
+
+    def after_change(self, workers):
+        """The median (and count) of the iterations starting --settle or more iterations
+        after the change, over every worker; None without a change."""
+        settle = self.args.settle
+        ms = []
+        for w in workers:
+            if self.args.compute_change:
+                first = self.args.compute_change[0] - self.args.warmup
+            elif self.change_unix_ms is not None:
+                starts = w["starts_unix_ms"]
+                first = next((i for i, s in enumerate(starts) if s >= self.change_unix_ms), len(starts))
+            else:
+                return None
+            ms += w["iterations_ms"][max(0, first + settle):]
+        return {"settle": settle, "median_ms": statistics.median(ms) if ms else None, "count": len(ms)}
 
     def wait_all(self, timeout):
         """{label: (exit code, stdout, stderr)} once every process ended; raises at the deadline."""
@@ -228,7 +274,8 @@ class Run:
                 "p90_over_lb1": max(w["p90_ms"] for w in workers) / lb1 if lb1 else None,
                 "wrong_values": sum(w["wrong_values"] for w in workers),
                 "checked_values": sum(w["checked_values"] for w in workers),
-                "cpu": cpu, "transport": self.transport_stats(), "workers": workers}
+                "cpu": cpu, "transport": self.transport_stats(), "workers": workers,
+                "after_change": self.after_change(workers)}
 
     def cleanup(self):
         for p in self.procs.values():
@@ -250,6 +297,25 @@ class Run:
 
 
 # ------------------------------------------------------------------ the matrix
+def rate_change(text):
+    seconds, _, rate = text.partition(":")
+    try:
+        ferry_netns.rate_bits(rate)
+        return float(seconds), rate
+    except ValueError as e:
+        raise argparse.ArgumentTypeError("'%s': expected SECONDS:RATE, e.g. 8:500mbit (%s)" % (text, e))
+
+
+def compute_change(text):
+    at, _, scale = text.partition(":")
+    try:
+        if int(at) < 0 or float(scale) <= 0:
+            raise ValueError
+        return int(at), float(scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError("'%s': expected ITERATION:SCALE, e.g. 6:1.5" % text)
+
+
 def parse_env(items):
     """['A=1,2', 'B=x'] -> [{'A': '1', 'B': 'x'}, {'A': '2', 'B': 'x'}]."""
     axes = []
@@ -283,6 +349,9 @@ def summarize(runs):
             vals = [r[k] for r in rs if r[k] is not None]
             row[k] = statistics.median(vals) if vals else None
         row["busiest_core_pct"] = max(r["cpu"]["busiest_core_pct"] for r in rs)
+        after = [r["after_change"]["median_ms"] for r in rs
+                 if r.get("after_change") and r["after_change"]["median_ms"] is not None]
+        row["after_change_ms"] = statistics.median(after) if after else None
         for k in ("ack_delay_us_p50", "ack_delay_us_p99"):
             vals = [r["transport"][k] for r in rs if k in r.get("transport", {})]
             row[k] = statistics.median(vals) if vals else None
@@ -333,6 +402,12 @@ def parser():
     p.add_argument("--colocate", action="store_true", help="one server in each worker host instead of --servers")
     p.add_argument("--tcp-limit-output-bytes", type=int, default=0,
                    help="net.ipv4.tcp_limit_output_bytes in every emulated host (0: the kernel's)")
+    p.add_argument("--rate-change", type=rate_change, metavar="S:RATE",
+                   help="reshape every link to RATE S seconds after the workers start")
+    p.add_argument("--compute-change", type=compute_change, metavar="N:X",
+                   help="compute times x X from iteration N on (0: the first warm-up iteration)")
+    p.add_argument("--settle", type=int, default=3,
+                   help="iterations after a change that after_change_ms leaves out")
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)

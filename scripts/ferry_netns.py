@@ -125,9 +125,14 @@ def rate_bits(text):
 def shape(ns, device, rate):
     """Limits what `device` in `ns` sends to `rate` (tc syntax: 1gbit, 200mbit) with one
     HTB class, which lets large (GSO) packets through at the exact average rate."""
-    burst = str(max(MIN_BURST_BYTES, int(rate_bits(rate) / 8 * BURST_S)))
     run_quiet(["tc", "-n", ns, "qdisc", "replace", "dev", device, "root", "handle", "1:",
                "htb", "default", "1"])
+    reshape(ns, device, rate)
+
+
+def reshape(ns, device, rate):
+    """Sets the rate of a link shape() shaped (its HTB class), in place: traffic flows on."""
+    burst = str(max(MIN_BURST_BYTES, int(rate_bits(rate) / 8 * BURST_S)))
     run_quiet(["tc", "-n", ns, "class", "replace", "dev", device, "parent", "1:", "classid", "1:1",
                "htb", "rate", rate, "ceil", rate, "burst", burst, "cburst", burst, "quantum", "60000"])
 

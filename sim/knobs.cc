@@ -98,6 +98,8 @@ bool PolicyModelled(SchedulingPolicy policy) {
     case SchedulingPolicy::kP3:
     case SchedulingPolicy::kFifoBucket:
     case SchedulingPolicy::kMercury:
+    case SchedulingPolicy::kUsbyte:
+    case SchedulingPolicy::kProphet:
       return true;
   }
   return false;

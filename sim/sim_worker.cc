@@ -76,6 +76,7 @@ void SimWorker::ForwardLayer(size_t layer) {
 void SimWorker::Boundary() {
   // Every sum of the last iteration was waited for: nothing is in flight.
   boundaries_++;
+  core_->Step(job_.events.now());
   const Config::Scheduling& c = job_.config.scheduling;
   const bool size_by_time =
       c.partition_ms > 0 && !c.autotune && c.policy != SchedulingPolicy::kP3;

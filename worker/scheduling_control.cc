@@ -129,6 +129,9 @@ void SchedulingControl::StepBoundary() {
   }
   if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
   if (size_now) SizePartitionsByTime();
+  // After the decisions' push_pulls: the policy's iteration (usbyte's and prophet's profile)
+  // ends here.
+  queue_.Step();
   last_step_us_ = NowUs();  // after the decision's push_pull, which is no iteration's time
 }
 

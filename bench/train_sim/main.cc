@@ -27,6 +27,9 @@ DEFINE_int32(iterations, 10, "timed iterations");
 DEFINE_int32(warmup, 2, "untimed iterations first");
 DEFINE_double(compute_scale, 1.0, "multiplies every forward and backward time");
 DEFINE_double(byte_scale, 1.0, "multiplies every layer's bytes");
+DEFINE_int32(change_at, -1, "from this iteration on (0: the first warm-up iteration), "
+             "compute times are --change_compute_scale times the workload's (-1: never)");
+DEFINE_double(change_compute_scale, 1.0, "see --change_at");
 DEFINE_bool(check, false, "refill gradients every iteration and check every sum exactly");
 DEFINE_bool(json, false, "print one JSON object per worker instead of text");
 DEFINE_double(rate_gbps, 0, "each worker's link rate, Gbit/s, for LB1 (0: no LB1)");
@@ -47,6 +50,9 @@ void ValidateFlags() {
                 FLAGS_compute_scale, " and ", FLAGS_byte_scale);
   FERRY_ENFORCE(FLAGS_rate_gbps >= 0 && FLAGS_server_rate_gbps >= 0, ErrorCode::kInvalidConfig,
                 "invalid configuration: --rate_gbps and --server_rate_gbps must be >= 0");
+  FERRY_ENFORCE(FLAGS_change_compute_scale > 0, ErrorCode::kInvalidConfig,
+                "invalid configuration: --change_compute_scale must be > 0, got ",
+                FLAGS_change_compute_scale);
 }
 
 uint64_t TotalBytes(const Workload& w) {
@@ -68,6 +74,13 @@ std::string JsonList(const std::vector<double>& v) {
   return out + "]";
 }
 
+// Milliseconds since the epoch, to the millisecond.
+std::string UnixList(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += StrCat(i ? "," : "", static_cast<int64_t>(v[i]));
+  return out + "]";
+}
+
 struct Report {
   const Workload& workload;
   int rank, workers, servers;
@@ -78,6 +91,7 @@ struct Report {
   LowerBound lb;
   uint64_t checked, wrong;
   SchedulingChoice scheduling;  // at the end (FERRY_AUTOTUNE's pick, or as configured)
+  std::vector<double> starts_unix_ms;  // the timed iterations' starts
 };
 
 void PrintJson(const Report& r) {
@@ -96,7 +110,7 @@ void PrintJson(const Report& r) {
              ",\"layers\":", r.workload.layers.size(), ",\"bytes\":", TotalBytes(r.workload),
              ",\"compute_scale\":", Num(FLAGS_compute_scale),
              ",\"byte_scale\":", Num(FLAGS_byte_scale), ",\"warmup\":", FLAGS_warmup,
-             ",\"iterations_ms\":", JsonList(r.ms), ",\"median_ms\":", Num(r.summary.median_ms),
+             ",\"iterations_ms\":", JsonList(r.ms), ",\"starts_unix_ms\":", UnixList(r.starts_unix_ms), ",\"median_ms\":", Num(r.summary.median_ms),
              ",\"p90_ms\":", Num(r.summary.p90_ms), ",\"mean_ms\":", Num(r.summary.mean_ms),
              ",\"min_ms\":", Num(r.summary.min_ms), ",\"max_ms\":", Num(r.summary.max_ms),
              ",\"lb\":", lb, ",\"check\":", FLAGS_check ? "true" : "false",
@@ -140,12 +154,14 @@ int RunTrainSim(const Config& config) {
                 config.local.size, " is not supported");
   auto worker = Worker::Create(config);
   TrainSim sim(*worker, workload, FLAGS_check);
+  if (FLAGS_change_at >= 0) sim.ChangeComputeAt(FLAGS_change_at, FLAGS_change_compute_scale);
   Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
-           0, {}};
+           0, {}, {}};
   r.ms = sim.Run(FLAGS_warmup, FLAGS_iterations);
   r.summary = Summarize(r.ms);
   r.checked = sim.checked_values();
   r.wrong = sim.wrong_values();
+  r.starts_unix_ms = sim.start_unix_ms();
   r.scheduling = worker->scheduling();
   if (FLAGS_rate_gbps > 0) {
     double server_gbps = FLAGS_server_rate_gbps > 0 ? FLAGS_server_rate_gbps : FLAGS_rate_gbps;

@@ -46,6 +46,10 @@ std::vector<double> TrainSim::Run(int warmup, int iterations) {
   }
   worker_.Barrier();
   clock_ = Clock::now();
+  const double unix_ms = std::chrono::duration<double, std::milli>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const Clock::time_point t0 = clock_;
   const int total = warmup + iterations;
   std::vector<Clock::time_point> starts;
   for (int it = 0; it <= total; ++it) {
@@ -56,7 +60,11 @@ std::vector<double> TrainSim::Run(int warmup, int iterations) {
     if (it < total) Backward(it);
   }
   std::vector<double> ms;
-  for (int it = warmup; it < total; ++it) ms.push_back(ElapsedMs(starts[it], starts[it + 1]));
+  start_unix_ms_.clear();
+  for (int it = warmup; it < total; ++it) {
+    ms.push_back(ElapsedMs(starts[it], starts[it + 1]));
+    start_unix_ms_.push_back(unix_ms + ElapsedMs(t0, starts[it]));
+  }
   return ms;
 }
 
@@ -76,7 +84,7 @@ Clock::time_point TrainSim::Forward(int iteration) {
       if (check_) Check(l, iteration - 1);
     }
     if (l == 0) first = start;
-    clock_ = start + Ms(workload_.layers[l].fwd_ms);
+    clock_ = start + Ms(workload_.layers[l].fwd_ms * ComputeScale(iteration));
     std::this_thread::sleep_until(clock_);
   }
   return first;
@@ -84,7 +92,7 @@ Clock::time_point TrainSim::Forward(int iteration) {
 
 void TrainSim::Backward(int iteration) {
   for (size_t l = workload_.layers.size(); l-- > 0;) {
-    clock_ += Ms(workload_.layers[l].bwd_ms);
+    clock_ += Ms(workload_.layers[l].bwd_ms * ComputeScale(iteration));
     if (check_) Fill(l, iteration);  // overlaps the emulated compute
     std::this_thread::sleep_until(clock_);
     handles_[l] = worker_.PushPullAsync(names_[l], gradients_[l].data(), sums_[l].data(),

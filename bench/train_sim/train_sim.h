@@ -27,6 +27,7 @@
 // Not thread-safe: one caller thread.
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,17 @@ class TrainSim {
   // REQUIRES: warmup >= 0, iterations >= 1. Throws FerryError from the worker.
   std::vector<double> Run(int warmup, int iterations);
 
+  // From iteration `iteration` on (0: the first warm-up iteration), every compute time is
+  // `scale` times the workload's: a workload whose compute changes mid-run (the drift
+  // tests of the profiled policies). Call before Run.
+  void ChangeComputeAt(int iteration, double scale) {
+    change_at_ = iteration;
+    change_scale_ = scale;
+  }
+  // The timed iterations' starts, ms since the Unix epoch (system clock), after Run: to
+  // set the iterations beside an outside event (a link's rate changed).
+  const std::vector<double>& start_unix_ms() const { return start_unix_ms_; }
+
   uint64_t checked_values() const { return checked_; }
   uint64_t wrong_values() const { return wrong_; }
 
@@ -56,6 +68,7 @@ class TrainSim {
   void Fill(size_t layer, int iteration);
   void Check(size_t layer, int iteration);
   float Value(int rank, size_t layer, int iteration, uint64_t block) const;
+  double ComputeScale(int iteration) const { return iteration >= change_at_ ? change_scale_ : 1.0; }
 
   Worker& worker_;
   const Workload workload_;
@@ -67,6 +80,9 @@ class TrainSim {
   Clock::time_point clock_;                     // when the emulated compute is free
   uint64_t checked_ = 0;
   uint64_t wrong_ = 0;
+  int change_at_ = std::numeric_limits<int>::max();
+  double change_scale_ = 1.0;
+  std::vector<double> start_unix_ms_;
 };
 
 }  // namespace ferry

@@ -296,7 +296,9 @@ void ReadScheduling(const EnvReader& r, Config* c) {
       {"FERRY_P3_SLICE_BYTES",
        c->scheduling.policy == SchedulingPolicy::kP3 ? c->scheduling.p3_slice_bytes : 0},
       {"FERRY_FUSION_BYTES", c->scheduling.policy == SchedulingPolicy::kCredit ||
-                                     c->scheduling.policy == SchedulingPolicy::kMercury
+                                     c->scheduling.policy == SchedulingPolicy::kMercury ||
+                                     c->scheduling.policy == SchedulingPolicy::kUsbyte ||
+                                     c->scheduling.policy == SchedulingPolicy::kProphet
                                  ? c->scheduling.fusion_bytes
                                  : 0},
       {"FERRY_BUCKET_BYTES",

@@ -10,6 +10,8 @@ const char* SchedulingPolicyName(SchedulingPolicy policy) {
     case SchedulingPolicy::kP3: return "p3";
     case SchedulingPolicy::kFifoBucket: return "fifo-bucket";
     case SchedulingPolicy::kMercury: return "mercury";
+    case SchedulingPolicy::kUsbyte: return "usbyte";
+    case SchedulingPolicy::kProphet: return "prophet";
   }
   return "unknown";
 }
@@ -17,7 +19,8 @@ const char* SchedulingPolicyName(SchedulingPolicy policy) {
 bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out) {
   for (SchedulingPolicy p : {SchedulingPolicy::kFifo, SchedulingPolicy::kPriority,
                              SchedulingPolicy::kCredit, SchedulingPolicy::kP3,
-                             SchedulingPolicy::kFifoBucket, SchedulingPolicy::kMercury}) {
+                             SchedulingPolicy::kFifoBucket, SchedulingPolicy::kMercury,
+                             SchedulingPolicy::kUsbyte, SchedulingPolicy::kProphet}) {
     if (name == SchedulingPolicyName(p)) {
       *out = p;
       return true;

@@ -17,10 +17,12 @@ enum class SchedulingPolicy {
   kP3,          // "p3"
   kFifoBucket,  // "fifo-bucket"
   kMercury,     // "mercury"
+  kUsbyte,      // "usbyte"
+  kProphet,     // "prophet"
 };
 
 // The name as FERRY_SCHEDULING_POLICY spells it: "fifo", "priority", "credit", "p3",
-// "fifo-bucket", "mercury" (for logs, the Summary() line and the frameworks' API).
+// "fifo-bucket", "mercury", "usbyte", "prophet" (for logs, the Summary() line and the frameworks' API).
 const char* SchedulingPolicyName(SchedulingPolicy policy);
 
 // Parses one of the names above (exact spelling). Returns false, leaving `out` as it
@@ -29,6 +31,6 @@ bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out);
 
 // The accepted names, for error messages: "fifo, priority, credit, p3 or fifo-bucket".
 constexpr const char* kSchedulingPolicyNames =
-    "fifo, priority, credit, p3, fifo-bucket or mercury";
+    "fifo, priority, credit, p3, fifo-bucket, mercury, usbyte or prophet";
 
 }  // namespace ferry

@@ -44,6 +44,19 @@ def test_up_hosts_down(name):
         "server0": "198.18.2.1", "extra0": "198.18.3.1"}
     assert {h: v["rate"] for h, v in hosts.items()} == {
         "scheduler": "1Gbit", "worker0": "1Gbit", "worker1": "1Gbit", "server0": "200Mbit", "extra0": "1Gbit"}
+    # `rate` reshapes a running cluster's links: every host but the scheduler, or those named.
+    code, out = run([NETNS_CLUSTER, "rate", "--name", name, "--rate", "500mbit"], timeout=60)
+    assert code == 0, out
+    code, out = run([NETNS_CLUSTER, "rate", "--name", name, "--rate", "100mbit", "extra0"], timeout=60)
+    assert code == 0, out
+    hosts = json.loads(run([NETNS_CLUSTER, "hosts", "--name", name, "--json"], timeout=30)[1])
+    assert {h: v["rate"] for h, v in hosts.items()} == {
+        "scheduler": "1Gbit", "worker0": "500Mbit", "worker1": "500Mbit", "server0": "500Mbit",
+        "extra0": "100Mbit"}
+    code, out = run([NETNS_CLUSTER, "rate", "--name", name, "--rate", "100mbit", "server9"], timeout=60)
+    assert code == 2 and "no host server9" in out, out
+    code, out = run([NETNS_CLUSTER, "rate", "--name", name, "--rate", "none"], timeout=60)
+    assert code == 2 and "expected a rate" in out, out
     # A second cluster of the same name is refused; the first one stays.
     code, out = run([NETNS_CLUSTER, "up", "--name", name, "--workers", "1", "--servers", "1",
                      "--rate", "1gbit"], timeout=60)

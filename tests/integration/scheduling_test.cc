@@ -181,6 +181,9 @@ TEST_P(TrainSimPolicyTest, TinyWorkloadSumsExactly) {
   for (int w : c.workers()) {
     std::string out = c.Output(w);
     EXPECT_NE(out.find("scheduling policy " + policy), std::string::npos) << out;
+    if (policy == "usbyte" || policy == "prophet") {  // the profile was built and used
+      EXPECT_NE(out.find("scheduling profile: predicting"), std::string::npos) << out;
+    }
   }
   if (policy == "credit") {
     for (int rank = 0; rank < 2; ++rank) {
@@ -190,7 +193,8 @@ TEST_P(TrainSimPolicyTest, TinyWorkloadSumsExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPolicy, TrainSimPolicyTest,
-                         ::testing::Values("fifo", "priority", "credit", "p3", "fifo-bucket"),
+                         ::testing::Values("fifo", "priority", "credit", "p3", "fifo-bucket",
+                                           "usbyte", "prophet"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& ch : name) {

@@ -86,7 +86,8 @@ TEST(PolicyTest, NamesRoundTrip) {
   SchedulingPolicy policy = SchedulingPolicy::kCredit;
   EXPECT_FALSE(ParseSchedulingPolicy("lifo", &policy));
   EXPECT_EQ(policy, SchedulingPolicy::kCredit) << "a refused name changed the output";
-  for (const char* name : {"fifo", "priority", "credit", "p3", "fifo-bucket", "mercury"}) {
+  for (const char* name :
+       {"fifo", "priority", "credit", "p3", "fifo-bucket", "mercury", "usbyte", "prophet"}) {
     EXPECT_EQ(Make(name)->name(), name);
   }
 }
@@ -719,10 +720,14 @@ void CheckFusedOrder(const std::vector<Event>& events, uint64_t fusion) {
 
 TEST(ScheduledQueueStressTest, CreditOrderAndBytesUnderConcurrency) {
   const uint64_t kCredit = 10000, kMaxTask = 15000;  // some tasks exceed the whole credit
-  auto events = Stress(Make("credit", /*fusion=*/4000), kCredit, kMaxTask);
-  CheckLifecycle(events);
-  CheckFusedOrder(events, 4000);
-  CheckCredit(events, kCredit, kMaxTask);
+  // usbyte and prophet without a profile (no Step) are credit exactly.
+  for (const char* name : {"credit", "usbyte", "prophet"}) {
+    SCOPED_TRACE(name);
+    auto events = Stress(Make(name, /*fusion=*/4000), kCredit, kMaxTask);
+    CheckLifecycle(events);
+    CheckFusedOrder(events, 4000);
+    CheckCredit(events, kCredit, kMaxTask);
+  }
 }
 
 TEST(ScheduledQueueStressTest, P3OneSlicePerServerUnderConcurrency) {

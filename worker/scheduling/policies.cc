@@ -1,5 +1,7 @@
 #include "worker/scheduling/policies.h"
 
+#include <algorithm>
+
 #include "common/transport/fused_push.h"
 #include "common/util/error.h"
 
@@ -28,6 +30,10 @@ std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
       return std::make_unique<P3Policy>();
     case SchedulingPolicy::kFifoBucket:
       return std::make_unique<BucketPolicy>(o.bucket_bytes, o.bucket_timeout_us);
+    case SchedulingPolicy::kUsbyte:
+      return std::make_unique<UsbytePolicy>(o.fusion_bytes);
+    case SchedulingPolicy::kProphet:
+      return std::make_unique<ProphetPolicy>(o.fusion_bytes);
   }
   // Only a value cast from outside the enum gets here (Config parses the names).
   throw FerryError(ErrorCode::kInternal,
@@ -45,23 +51,25 @@ bool FifoPolicy::Next(const CreditState&, int64_t, Batch* out) {
 
 void PriorityPolicy::Ready(const PushTask& task, int64_t) { ready_.insert(task); }
 
-bool PriorityPolicy::Next(const CreditState& credit, int64_t, Batch* out) {
+bool PriorityPolicy::Next(const CreditState& credit, int64_t now_us, Batch* out) {
   auto it = ready_.begin();
   if (it == ready_.end()) return false;
+  const uint64_t limit =
+      with_credit_ ? LimitAt(credit, it->priority, now_us) : CreditState::kUnlimited;
   // Head of line: when the most urgent task does not fit, nothing goes, so an urgent
   // partition never waits behind a smaller, less urgent one that slipped ahead.
-  if (with_credit_ && !credit.idle() && !credit.Admits(it->bytes)) return false;
+  if (!credit.idle() && !credit.AdmitsWithin(limit, it->bytes)) return false;
   const int server = it->server;
   uint64_t bytes = it->bytes;
   out->tasks.push_back(*it);
   it = ready_.erase(it);
   // A head of fusion_bytes or more can take nothing along: skip the scan.
-  if (bytes < fusion_bytes_) Fuse(credit, server, bytes, it, out);
+  if (bytes < fusion_bytes_) Fuse(credit, limit, server, bytes, it, out);
   out->fuse_bytes = fusion_bytes_;
   return true;
 }
 
-void PriorityPolicy::Fuse(const CreditState& credit, int server, uint64_t bytes,
+void PriorityPolicy::Fuse(const CreditState& credit, uint64_t limit, int server, uint64_t bytes,
                           std::set<PushTask, ByPriority>::iterator it, Batch* out) {
   // More tasks for the head's server, in priority order. A task for another server may
   // be passed over (it goes on another connection), but only by strictly less urgent
@@ -77,7 +85,7 @@ void PriorityPolicy::Fuse(const CreditState& credit, int server, uint64_t bytes,
       continue;
     }
     if (bytes + it->bytes > fusion_bytes_ || out->tasks.size() >= kMaxFusedPushes ||
-        (with_credit_ && !credit.Admits(bytes + it->bytes)) ||
+        !credit.AdmitsWithin(limit, bytes + it->bytes) ||
         (passed && passed_priority <= it->priority)) {
       return;
     }
@@ -85,6 +93,43 @@ void PriorityPolicy::Fuse(const CreditState& credit, int server, uint64_t bytes,
     out->tasks.push_back(*it);
     it = ready_.erase(it);
   }
+}
+
+void ProfiledPolicy::Ready(const PushTask& task, int64_t now_us) {
+  profile_.OnReady(task.priority, now_us);
+  PriorityPolicy::Ready(task, now_us);
+}
+
+uint64_t ProfiledPolicy::LimitAt(const CreditState& credit, int priority, int64_t now_us) const {
+  if (credit.rate_bytes_per_us <= 0 || !profile_.Predicting(now_us)) return credit.limit_bytes;
+  return ProfiledLimit(credit, priority, now_us);
+}
+
+namespace {
+
+// The bytes a link at `rate` (bytes per us) carries in `us`.
+uint64_t BytesIn(double rate, int64_t us) {
+  return us <= 0 ? 0 : static_cast<uint64_t>(rate * static_cast<double>(us));
+}
+
+}  // namespace
+
+uint64_t UsbytePolicy::ProfiledLimit(const CreditState& credit, int priority,
+                                     int64_t now_us) const {
+  const double rate = credit.rate_bytes_per_us;
+  const int64_t hide_us =
+      profile_.BackwardOver()
+          ? static_cast<int64_t>(kForwardPerBackward *
+                                 static_cast<double>(profile_.BackwardAfterUs(priority)))
+          : (profile_.NextBurstUs() == ReadyProfile::kNever ? 0
+                                                            : profile_.NextBurstUs() - now_us);
+  return std::max(credit.limit_bytes, BytesIn(rate, hide_us));
+}
+
+uint64_t ProphetPolicy::ProfiledLimit(const CreditState& credit, int, int64_t now_us) const {
+  const int64_t next = profile_.NextBurstUs();
+  if (next == ReadyProfile::kNever) return credit.limit_bytes;  // after the last burst
+  return BytesIn(credit.rate_bytes_per_us, next - now_us);
 }
 
 void P3Policy::Ready(const PushTask& task, int64_t) {

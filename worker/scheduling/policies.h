@@ -41,6 +41,30 @@
 //                or once no partition became ready for `bucket_timeout_us` (the end of
 //                backward), and buckets go in order. Each bucket is one fused message
 //                per server. No credit. Order: arrival order, exactly.
+//   usbyte       US-Byte (TPDS'23): `credit` (order, fusion, head of line) with blocks of
+//                unequal size in flight: the credit for a batch grows to the bytes the link
+//                carries during the compute the batch hides behind, so the worker keeps
+//                more in flight where the next gradient (or the sum's use) is far away and
+//                the configured credit where it is near. From a ReadyProfile
+//                (ready_profile.h) and the measured rate R (CreditState::rate_bytes_per_us):
+//                during backward, max(credit, R x (the next predicted burst - now)): the
+//                backward compute before more urgent gradients arrive; after the last
+//                gradient, max(credit, R x kForwardPerBackward x the profiled backward
+//                compute of the layers more urgent than the batch's head): the next
+//                forward pass runs those layers before it needs the head's sum, so the
+//                first blocks are small (the layers nearest the input: the credit) and
+//                later ones larger. Order: as `credit`. Credit: bytes in flight <= that
+//                limit, or one task alone; never below the configured credit.
+//   prophet      Prophet (ICPP'21): during backward, the bytes in flight are budgeted to
+//                drain by the next predicted burst of gradients: limit R x (the next
+//                burst - now), so what is sent fills the idle time before the burst and a
+//                newly ready urgent partition finds the link free (it may be below the
+//                credit: nothing but one task alone goes as the burst nears); after the
+//                last predicted burst, `credit`. Order: as `credit`.
+//                Both: while profiling, after a drift, before the rate is measured, or
+//                once an iteration's gradients are off their predictions, they are
+//                `credit` exactly (ready_profile.h says when). Their limit moves with
+//                time; WakeAtUs() is when it may grow (a late burst ends the prediction).
 //
 // Every policy hands out every task eventually, provided every task handed out is
 // eventually done (its credit returned) and time advances (fifo-bucket's timer).
@@ -54,6 +78,7 @@
 
 #include "common/config/config.h"
 #include "worker/scheduling/policy.h"
+#include "worker/scheduling/ready_profile.h"
 
 namespace ferry {
 
@@ -103,14 +128,54 @@ class PriorityPolicy : public Policy {
  private:
   // Ready tasks a fused batch looks at, at most (bounds the work under the queue's lock).
   static constexpr size_t kMaxFusionScan = 1024;
-  // Adds tasks for `server` to `out` (which holds `bytes`), from `it` on.
-  void Fuse(const CreditState& credit, int server, uint64_t bytes,
+  // Adds tasks for `server` to `out` (which holds `bytes`), from `it` on, within `limit`.
+  void Fuse(const CreditState& credit, uint64_t limit, int server, uint64_t bytes,
             std::set<PushTask, ByPriority>::iterator it, Batch* out);
 
   const SchedulingPolicy kind_;
   const bool with_credit_;
   const uint64_t fusion_bytes_;
   std::set<PushTask, ByPriority> ready_;
+};
+
+// `usbyte` and `prophet`: `credit` whose limit follows the iteration's profile.
+class ProfiledPolicy : public PriorityPolicy {
+ public:
+  ProfiledPolicy(SchedulingPolicy kind, uint64_t fusion_bytes, ReadyProfileOptions options)
+      : PriorityPolicy(kind, /*with_credit=*/true, fusion_bytes), profile_(options) {}
+  void Ready(const PushTask& task, int64_t now_us) override;
+  void Step(int64_t now_us) override { profile_.OnStep(now_us); }
+  uint64_t LimitAt(const CreditState& credit, int priority, int64_t now_us) const override;
+  int64_t WakeAtUs() const override { return profile_.EndsPredictingUs(); }
+  const ReadyProfile& profile() const { return profile_; }
+
+ protected:
+  // The limit while the profile predicts (REQUIRES profile_.Predicting(now_us)) and the
+  // rate is measured.
+  virtual uint64_t ProfiledLimit(const CreditState& credit, int priority, int64_t now_us) const = 0;
+
+  ReadyProfile profile_;
+};
+
+class UsbytePolicy : public ProfiledPolicy {
+ public:
+  // The forward pass's compute per unit of backward compute (backward is about twice the
+  // forward: two matrix products per layer against one).
+  static constexpr double kForwardPerBackward = 0.5;
+  UsbytePolicy(uint64_t fusion_bytes, ReadyProfileOptions options = {})
+      : ProfiledPolicy(SchedulingPolicy::kUsbyte, fusion_bytes, options) {}
+
+ protected:
+  uint64_t ProfiledLimit(const CreditState& credit, int priority, int64_t now_us) const override;
+};
+
+class ProphetPolicy : public ProfiledPolicy {
+ public:
+  ProphetPolicy(uint64_t fusion_bytes, ReadyProfileOptions options = {})
+      : ProfiledPolicy(SchedulingPolicy::kProphet, fusion_bytes, options) {}
+
+ protected:
+  uint64_t ProfiledLimit(const CreditState& credit, int priority, int64_t now_us) const override;
 };
 
 class P3Policy : public Policy {

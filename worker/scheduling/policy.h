@@ -9,12 +9,14 @@
 //                 the credit the queue accounts for (bytes and tasks in flight, in
 //                 total and per server), or nothing;
 //   Done(task)    a task handed out earlier no longer holds credit (its push was
-//                 acknowledged, answered, or failed).
+//                 acknowledged, answered, or failed);
+//   Step()        an iteration ended (the worker's StepBoundary): for policies that
+//                 learn the iteration's timing (usbyte, prophet).
 // Time comes in as an argument (microseconds on the queue's clock), so tests drive
 // policies with a fake clock.
 //
-// The policies (policies.h): fifo, priority, credit (ByteScheduler, the default), p3
-// and fifo-bucket. Their order and credit invariants are stated there.
+// The policies (policies.h): fifo, priority, credit (ByteScheduler, the default), p3,
+// fifo-bucket, mercury, usbyte and prophet. Their order and credit invariants are stated there.
 
 #include <cstdint>
 #include <limits>
@@ -45,11 +47,16 @@ struct CreditState {
   uint64_t in_flight_bytes = 0;
   int in_flight_tasks = 0;
   std::vector<int> in_flight_per_server;  // by server rank (shorter: 0 beyond its end)
+  // The worker's delivery rate as its window estimator measures it (bytes per us), or 0
+  // before it measured.
+  double rate_bytes_per_us = 0;
 
   bool idle() const { return in_flight_tasks == 0; }
   // Whether `bytes` more may go within the credit.
-  bool Admits(uint64_t bytes) const {
-    return limit_bytes == kUnlimited || in_flight_bytes + bytes <= limit_bytes;
+  bool Admits(uint64_t bytes) const { return AdmitsWithin(limit_bytes, bytes); }
+  // Whether `bytes` more may go within `limit` (a policy's own: Policy::LimitAt).
+  bool AdmitsWithin(uint64_t limit, uint64_t bytes) const {
+    return limit == kUnlimited || in_flight_bytes + bytes <= limit;
   }
   int InFlightTo(int server) const {
     return server < static_cast<int>(in_flight_per_server.size()) ? in_flight_per_server[server]
@@ -80,6 +87,15 @@ class Policy {
   // Whether the queue's byte credit applies (the queue then refuses a batch that does
   // not fit, unless nothing is in flight and the batch is one task).
   virtual bool uses_credit() const { return false; }
+  // For policies with uses_credit(): the credit in force now for a batch whose first task
+  // has `priority`. The default: the queue's (credit.limit_bytes, the fixed credit or the
+  // window). A policy whose limit moves with time (usbyte, prophet) says when it may grow
+  // through WakeAtUs(). Must be a function of its arguments and the policy's state, so the
+  // core's check of a batch agrees with the policy's.
+  virtual uint64_t LimitAt(const CreditState& credit, int /*priority*/,
+                           int64_t /*now_us*/) const {
+    return credit.limit_bytes;
+  }
   // > 0: at most this many tasks in flight to one server (p3's one slice per connection).
   virtual int per_server_window() const { return 0; }
 
@@ -88,6 +104,7 @@ class Policy {
   // may go now.
   virtual bool Next(const CreditState& credit, int64_t now_us, Batch* out) = 0;
   virtual void Done(const PushTask& /*task*/) {}
+  virtual void Step(int64_t /*now_us*/) {}
   // When Next() may have a batch without another Ready() or Done(): a timer. The
   // default: never.
   virtual int64_t WakeAtUs() const { return std::numeric_limits<int64_t>::max(); }

@@ -115,6 +115,15 @@ void ScheduledQueue::Wake() {
   cv_.NotifyAll();
 }
 
+void ScheduledQueue::Step() {
+  {
+    MutexLock lock(mu_);
+    core_.Step(now_());
+    changes_++;
+  }
+  cv_.NotifyAll();
+}
+
 void ScheduledQueue::SetCredit(uint64_t credit_bytes) {
   {
     MutexLock lock(mu_);

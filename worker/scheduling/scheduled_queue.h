@@ -24,8 +24,8 @@
 // drop below it; it never takes back what was handed out.
 //
 // Invariants: SchedulingCore's (checked on every hand-out); and every change that may let
-// a batch out (Push, ReturnPart, Done, Close, Wake, SetCredit, UseWindow, SetWindowGain)
-// is counted, so a WaitForChange never misses one.
+// a batch out (Push, ReturnPart, Done, Close, Wake, Step, SetCredit, UseWindow,
+// SetWindowGain) is counted, so a WaitForChange never misses one.
 // Thread-safe: any number of producers (Push), senders (Next) and acknowledgers (Done).
 
 #include <cstdint>
@@ -80,6 +80,8 @@ class ScheduledQueue {
   void Close() EXCLUDES(mu_);
   // Re-evaluates blocked Next() calls: for fake clocks, after moving time.
   void Wake() EXCLUDES(mu_);
+  // An iteration ended (Worker::StepBoundary): SchedulingCore::Step; counts as a change.
+  void Step() EXCLUDES(mu_);
 
   // Fixes the credit (the window, if any, keeps sampling but no longer applies).
   void SetCredit(uint64_t credit_bytes) EXCLUDES(mu_);
@@ -117,7 +119,7 @@ class ScheduledQueue {
   // Guards core_ and closed_, and counts changes.
   mutable Mutex mu_;
   CondVar cv_;  // signalled on every change_ below
-  // Counts what may let a batch out: Push, ReturnPart, Done, Close, Wake, SetCredit,
+  // Counts what may let a batch out: Push, ReturnPart, Done, Close, Wake, Step, SetCredit,
   // UseWindow, SetWindowGain (WaitForChange).
   uint64_t changes_ GUARDED_BY(mu_) = 0;
   SchedulingCore core_ GUARDED_BY(mu_);

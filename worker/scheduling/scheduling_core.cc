@@ -19,8 +19,9 @@ void SchedulingCore::Push(PushTask task, int64_t now_us) {
 
 bool SchedulingCore::TryNext(int64_t now_us, Batch* out) {
   Batch batch;
+  credit_.rate_bytes_per_us = window_ && window_->measured() ? window_->rate_bytes_per_us() : 0;
   if (!policy_->Next(credit_, now_us, &batch)) return false;
-  CheckInvariants(batch);
+  CheckInvariants(batch, now_us);
   const bool idle = credit_.idle();
   for (const PushTask& t : batch.tasks) {
     credit_.in_flight_tasks++;
@@ -44,13 +45,14 @@ bool SchedulingCore::TryNext(int64_t now_us, Batch* out) {
   return true;
 }
 
-void SchedulingCore::CheckInvariants(const Batch& batch) const {
+void SchedulingCore::CheckInvariants(const Batch& batch, int64_t now_us) const {
   CHECK(!batch.tasks.empty()) << policy_->name() << " handed out an empty batch";
   if (policy_->uses_credit()) {
-    bool alone = credit_.idle() && batch.tasks.size() == 1;
-    CHECK(alone || credit_.Admits(batch.bytes()))
+    const bool alone = credit_.idle() && batch.tasks.size() == 1;
+    const uint64_t limit = policy_->LimitAt(credit_, batch.tasks.front().priority, now_us);
+    CHECK(alone || credit_.AdmitsWithin(limit, batch.bytes()))
         << policy_->name() << " exceeded the credit: " << credit_.in_flight_bytes << " + "
-        << batch.bytes() << " > " << credit_.limit_bytes;
+        << batch.bytes() << " > " << limit;
   }
   if (int window = policy_->per_server_window(); window > 0) {
     std::vector<int> per_server = credit_.in_flight_per_server;

@@ -20,8 +20,9 @@
 // it). ReturnPart() returns part of it earlier (a frame acknowledged).
 //
 // Invariants (CHECKed on every hand-out, and by the tests):
-//   - credit (policies with uses_credit()): bytes in flight <= the credit (the fixed
-//     credit, or the window at the moment of hand-out), except that when nothing is in
+//   - credit (policies with uses_credit()): bytes in flight <= the credit in force at the
+//     moment of hand-out (Policy::LimitAt: the fixed credit or the window, or a profiled
+//     policy's own limit), except that when nothing is in
 //     flight one task goes whatever its size, so bytes in flight never exceed credit + one
 //     partition, and no task waits forever for credit;
 //   - window (per_server_window() > 0): tasks in flight to one server <= the window;
@@ -63,6 +64,8 @@ class SchedulingCore {
   // When TryNext may have a batch without another event: the policy's timer, or
   // numeric_limits<int64_t>::max() for none.
   int64_t WakeAtUs() const { return policy_->WakeAtUs(); }
+  // An iteration ended (the worker's StepBoundary): tells the policy (Policy::Step).
+  void Step(int64_t now_us) { policy_->Step(now_us); }
 
   // Fixes the credit (the window, if any, keeps sampling but no longer applies).
   // REQUIRES: credit_bytes >= 1.
@@ -96,7 +99,7 @@ class SchedulingCore {
  private:
   // credit_.limit_bytes from the policy, the mode and the window.
   void UpdateLimit();
-  void CheckInvariants(const Batch& batch) const;
+  void CheckInvariants(const Batch& batch, int64_t now_us) const;
 
   const std::unique_ptr<Policy> policy_;
   CreditState credit_;  // limit_bytes: the credit (kUnlimited if unused)
