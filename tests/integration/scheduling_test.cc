@@ -192,6 +192,44 @@ TEST_P(TrainSimPolicyTest, TinyWorkloadSumsExactly) {
   }
 }
 
+// usbyte and prophet (policies.h) when the compute changes mid-run: the profile drifts, the
+// policy runs credit and profiles again, and every sum stays exact throughout.
+class ProfiledDriftTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ProfiledDriftTest, AComputeChangeIsDriftTheProfileIsRebuiltAndSumsStayExact) {
+  const std::string policy = GetParam();
+  TestCluster c;
+  const std::string workload = WriteWorkload(c.dir());
+  Env env = {{"FERRY_SCHEDULING_POLICY", policy},
+             {"FERRY_PARTITION_BYTES", std::to_string(kPartition)},
+             {"FERRY_SCHEDULING_CREDIT", "2"},
+             {"FERRY_LOG_LEVEL", "INFO"}};
+  // Profiled at iterations 2-3, predicting from 4; from 6 on every compute takes 10x:
+  // strikes at the boundaries after 6 and 7, profiled again over 8-9, predicting from 10.
+  constexpr int kWarm = 1, kTimed = 12;
+  std::vector<std::string> args = TrainSimArgs(workload, kTimed, kWarm);
+  args.push_back("--change_at=6");
+  args.push_back("--change_compute_scale=10");
+  c.spec() = Spec(2, 2, "ferry-train-sim", args, env);
+  c.Start();
+  ASSERT_TRUE(c.Succeeds(120000));
+  ExpectExactReports(c, kWarm + kTimed);
+  for (int w : c.workers()) {
+    const std::string out = c.Output(w);
+    EXPECT_NE(out.find("scheduling profile: drift (gradients off their predicted times)"),
+              std::string::npos)
+        << out;
+    size_t built = 0;
+    for (size_t at = out.find("scheduling profile: predicting"); at != std::string::npos;
+         at = out.find("scheduling profile: predicting", at + 1)) {
+      built++;
+    }
+    EXPECT_GE(built, 2u) << "the profile was not rebuilt after the drift\n" << out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiled, ProfiledDriftTest, ::testing::Values("usbyte", "prophet"));
+
 INSTANTIATE_TEST_SUITE_P(EveryPolicy, TrainSimPolicyTest,
                          ::testing::Values("fifo", "priority", "credit", "p3", "fifo-bucket",
                                            "usbyte", "prophet"),
