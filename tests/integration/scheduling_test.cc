@@ -216,15 +216,17 @@ TEST_P(ProfiledDriftTest, AComputeChangeIsDriftTheProfileIsRebuiltAndSumsStayExa
   ExpectExactReports(c, kWarm + kTimed);
   for (int w : c.workers()) {
     const std::string out = c.Output(w);
-    EXPECT_NE(out.find("scheduling profile: drift (gradients off their predicted times)"),
-              std::string::npos)
-        << out;
-    size_t built = 0;
-    for (size_t at = out.find("scheduling profile: predicting"); at != std::string::npos;
-         at = out.find("scheduling profile: predicting", at + 1)) {
-      built++;
+    // Which strike ends a profile can be noise on iterations this short (two in a row 5%
+    // slower); what must hold: a drift, and a last profile with the 10x backward span.
+    EXPECT_NE(out.find("scheduling profile: drift ("), std::string::npos) << out;
+    std::vector<double> spans;  // "predicting: N priorities in B bursts over X ms"
+    const std::regex built("scheduling profile: predicting: .* over ([0-9.]+) ms");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), built);
+         it != std::sregex_iterator(); ++it) {
+      spans.push_back(std::stod((*it)[1].str()));
     }
-    EXPECT_GE(built, 2u) << "the profile was not rebuilt after the drift\n" << out;
+    ASSERT_GE(spans.size(), 2u) << "the profile was not rebuilt after the change\n" << out;
+    EXPECT_GT(spans.back(), 5 * spans.front()) << out;
   }
 }
 
