@@ -133,6 +133,14 @@ const std::vector<Flag>& Flags() {
          if (v != "text" && v != "json") Refuse("--format", "text or json");
          o.format = v;
        }},
+      {"--tune", nullptr,
+       "search the policy, partition size and credit by simulating each candidate; prints "
+       "the ranking and the best settings as FERRY_* lines (docs/simulation.md, \"Tuning\")",
+       [](CliOptions& o, const std::string&) { o.tune = true; }},
+      {"--tune-seeds", "N", "seeds per --tune candidate, each with 2% compute jitter (default 3)",
+       [](CliOptions& o, const std::string& v) {
+         o.tune_options.seeds = Integer("--tune-seeds", v, 1, 100);
+       }},
       {"--help", nullptr, "this text", [](CliOptions& o, const std::string&) { o.help = true; }},
   };
   return flags;
@@ -277,19 +285,82 @@ std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s)
       "}\n");
 }
 
-std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
-  const SimOptions& o = cli.sim;
+namespace {
+
+// "vgg16 (16 layers, N bytes), 8 workers, 8 colocated servers, 1 Gbit/s, latency 0 us"
+std::string DescribeJob(const SimOptions& o) {
   const ClusterSpec& c = o.cluster;
   uint64_t bytes = 0;
   for (const Layer& l : o.workload.layers) bytes += l.bytes;
   std::string servers =
       c.colocate ? StrCat(c.workers, " colocated servers") : StrCat(c.servers, " servers");
   if (c.cpu_servers > 0) servers += StrCat(" + ", c.cpu_servers, " CPU-only");
-  std::string out = StrCat(
-      "ferry-sim: ", o.workload.model, " (", o.workload.layers.size(), " layers, ", bytes,
-      " bytes), ", c.workers, " workers, ", servers, ", ", Num(c.rate_bits_per_s / 1e9),
-      " Gbit/s, latency ", Num(c.latency_us), " us; policy ", r.policy, ", partitions ",
-      r.partition_bytes, " bytes\n");
+  return StrCat(o.workload.model, " (", o.workload.layers.size(), " layers, ", bytes,
+                " bytes), ", c.workers, " workers, ", servers, ", ",
+                Num(c.rate_bits_per_s / 1e9), " Gbit/s, latency ", Num(c.latency_us), " us");
+}
+
+std::string EnvJson(const std::map<std::string, std::string>& env) {
+  std::string out = "{";
+  for (const auto& [name, value] : env) {
+    out += StrCat(out.size() > 1 ? "," : "", Quote(name), ":", Quote(value));
+  }
+  return out + "}";
+}
+
+std::string CandidateJson(const Candidate& c) {
+  std::string seeds = "[";
+  for (double ms : c.seed_medians_ms) seeds += StrCat(seeds.size() > 1 ? "," : "", Num(ms));
+  return StrCat("{\"env\":", EnvJson(c.env), ",\"iteration_ms\":", Num(c.median_ms),
+                ",\"min_ms\":", Num(c.min_ms), ",\"max_ms\":", Num(c.max_ms),
+                ",\"seed_medians_ms\":", seeds, "]}");
+}
+
+}  // namespace
+
+std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wall_s) {
+  std::string ranked = "[";
+  for (const Candidate& c : r.ranked) ranked += StrCat(ranked.size() > 1 ? "," : "", CandidateJson(c));
+  ranked += "]";
+  return StrCat("{\"program\":\"ferry-sim --tune\",\"model\":", Quote(cli.sim.workload.model),
+                ",\"workers\":", cli.sim.cluster.workers,
+                ",\"rate_bits_per_s\":", Num(cli.sim.cluster.rate_bits_per_s),
+                ",\"env\":", EnvJson(cli.sim.env), ",\"seeds\":", cli.tune_options.seeds,
+                ",\"jitter\":", Num(cli.tune_options.jitter), ",\"baseline\":",
+                CandidateJson(r.baseline), ",\"best\":",
+                r.ranked.empty() ? "null" : CandidateJson(r.ranked.front()),
+                ",\"ranked\":", ranked, ",\"simulations\":", r.simulations,
+                ",\"wall_s\":", Num(wall_s), "}\n");
+}
+
+std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s) {
+  std::string out = StrCat("ferry-sim --tune: ", DescribeJob(cli.sim), "\n", r.ranked.size(),
+                           " candidates x ", cli.tune_options.seeds, " seeds (",
+                           r.simulations, " simulations) in ", Num(wall_s), " s\n");
+  char line[512];
+  auto row = [&](const std::string& rank, const Candidate& c) {
+    std::snprintf(line, sizeof(line), "%-8s %9.2f ms (%.2f-%.2f)  %5.3fx  %s\n", rank.c_str(),
+                  c.median_ms, c.min_ms, c.max_ms, c.median_ms / r.baseline.median_ms,
+                  DescribeEnv(c.env).c_str());
+    out += line;
+  };
+  out += "rank     iteration (min-max over seeds)  / default  settings\n";
+  row("default", r.baseline);
+  const size_t shown = std::min<size_t>(r.ranked.size(), 10);
+  for (size_t i = 0; i < shown; ++i) row(std::to_string(i + 1), r.ranked[i]);
+  if (r.ranked.size() > shown) out += StrCat("... ", r.ranked.size() - shown, " more (--format json lists them)\n");
+  if (!r.ranked.empty()) {
+    out += "best settings:\n";
+    for (const auto& [name, value] : r.ranked.front().env) out += StrCat(name, "=", value, "\n");
+  }
+  return out;
+}
+
+std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
+  const SimOptions& o = cli.sim;
+  const ClusterSpec& c = o.cluster;
+  std::string out = StrCat("ferry-sim: ", DescribeJob(o), "; policy ", r.policy,
+                           ", partitions ", r.partition_bytes, " bytes\n");
   char line[512];
   std::snprintf(line, sizeof(line),
                 "iteration  median %.2f ms, p90 %.2f ms (%zu iterations over %d workers)\n"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sim/cluster_sim.h"
+#include "sim/tune.h"
 
 namespace ferry::sim {
 
@@ -26,6 +27,8 @@ struct CliOptions {
   double compute_scale = 1;
   std::string network = "fq";  // fq or fair
   std::string format = "text";   // text or json
+  bool tune = false;             // --tune: search the settings (sim/tune.h)
+  TuneOptions tune_options;
   bool help = false;
 };
 
@@ -39,5 +42,9 @@ std::string Usage();
 // The result as one JSON object (one line), or as text.
 std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s);
 std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s);
+// --tune's result: the ranking and the best settings as FERRY_* lines (text), or one JSON
+// object with every candidate.
+std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wall_s);
+std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s);
 
 }  // namespace ferry::sim

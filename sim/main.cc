@@ -14,6 +14,9 @@
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // Every simulated worker runs the worker's code, whose INFO lines (a profile built, ...)
+  // would come once per worker: warnings and errors only.
+  FLAGS_minloglevel = google::GLOG_WARNING;
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     ferry::sim::CliOptions cli =
@@ -23,6 +26,20 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto start = std::chrono::steady_clock::now();
+    if (cli.tune) {
+      const ferry::sim::TuneResult t = ferry::sim::Tune(
+          cli.sim, cli.tune_options, [](const ferry::sim::Candidate& c) {
+            std::fprintf(stderr, "ferry-sim --tune: %.2f ms  %s\n", c.median_ms,
+                         ferry::sim::DescribeEnv(c.env).c_str());
+          });
+      const double wall_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fputs((cli.format == "json" ? ferry::sim::FormatTuneJson(cli, t, wall_s)
+                                       : ferry::sim::FormatTuneText(cli, t, wall_s))
+                     .c_str(),
+                 stdout);
+      return 0;
+    }
     ferry::sim::SimResult r = ferry::sim::Simulate(cli.sim);
     const double wall_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,0 +1,65 @@
+#pragma once
+
+// Tune(): `ferry-sim --tune`: searches the scheduling settings for a workload and cluster by
+// simulating each candidate. FERRY_AUTOTUNE searches partition sizes and credits on the
+// running job, one candidate per few iterations; this searches before the job runs, and
+// over the policies too.
+//
+//   TuneResult r = Tune(options, TuneOptions{});   // options: as for Simulate
+//   r.ranked.front().env                           // the best settings, FERRY_* -> value
+//
+// Search, in two stages; each candidate runs over `seeds` seeds with `jitter` (the
+// coefficient of variation of every compute time: a symmetric simulation is chaotic at
+// scale, docs/simulation.md) and scores the median of its seeds' medians:
+//   1. every policy in `policies` with its defaults;
+//   2. for the best `finalists` of them: every size (FERRY_PARTITION_BYTES from
+//      `partition_bytes`, where 0 leaves it unset: partitions sized by the link,
+//      FERRY_PARTITION_MS; FERRY_P3_SLICE_BYTES from `p3_slice_bytes` for p3) and, for the
+//      policies with a credit (credit, usbyte, prophet), every FERRY_SCHEDULING_CREDIT in
+//      `credits`.
+// Every candidate keeps the options' own env (--env) except the knobs it sets. The
+// baseline is the options' env as given (Ferry's defaults unless --env says otherwise).
+// Deterministic, as Simulate is.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/cluster_sim.h"
+
+namespace ferry::sim {
+
+struct TuneOptions {
+  std::vector<std::string> policies = {"credit", "usbyte", "prophet", "p3", "fifo", "mercury"};
+  std::vector<int64_t> partition_bytes = {0, 262144, 1048576, 4194304};
+  std::vector<int64_t> p3_slice_bytes = {16384, 65536, 262144};
+  std::vector<int> credits = {2, 4, 8, 16};
+  int seeds = 3;
+  double jitter = 0.02;
+  int finalists = 2;
+};
+
+struct Candidate {
+  std::map<std::string, std::string> env;  // the knobs this candidate sets
+  std::vector<double> seed_medians_ms;     // by seed
+  double median_ms = 0;                    // of seed_medians_ms
+  double min_ms = 0;
+  double max_ms = 0;
+};
+
+struct TuneResult {
+  Candidate baseline;
+  std::vector<Candidate> ranked;  // every candidate, fastest first (ties: search order)
+  int simulations = 0;
+};
+
+// `progress`, if set, is called after each candidate (for a long search's log).
+TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
+                const std::function<void(const Candidate&)>& progress = nullptr);
+
+// The candidates' settings as `FERRY_X=V FERRY_Y=W` (sorted by name).
+std::string DescribeEnv(const std::map<std::string, std::string>& env);
+
+}  // namespace ferry::sim
