@@ -258,6 +258,10 @@ TEST(ProphetPolicyTest, TheBudgetDrainsByTheNextBurstThenCredit) {
       << "above the credit: the gap is long";
   EXPECT_EQ(policy.LimitAt(Credit(), 0, start + 9000), static_cast<uint64_t>(kRate * 1000))
       << "below the credit: the burst is near";
+  CreditState windowed = Credit();
+  windowed.window_bytes = 1500;
+  EXPECT_EQ(policy.LimitAt(windowed, 0, start + 9000), 1500 + static_cast<uint64_t>(kRate * 1000))
+      << "the bandwidth-delay window comes on top: it is what the link has already carried";
   // What goes: 6000 of the 20000-byte budget in flight, 3000 more fit, ...
   Batch b;
   ASSERT_TRUE(policy.Next(Credit(6000, 2), start, &b));

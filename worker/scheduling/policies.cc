@@ -123,13 +123,13 @@ uint64_t UsbytePolicy::ProfiledLimit(const CreditState& credit, int priority,
                                  static_cast<double>(profile_.BackwardAfterUs(priority)))
           : (profile_.NextBurstUs() == ReadyProfile::kNever ? 0
                                                             : profile_.NextBurstUs() - now_us);
-  return std::max(credit.limit_bytes, BytesIn(rate, hide_us));
+  return std::max(credit.limit_bytes, credit.window_bytes + BytesIn(rate, hide_us));
 }
 
 uint64_t ProphetPolicy::ProfiledLimit(const CreditState& credit, int, int64_t now_us) const {
   const int64_t next = profile_.NextBurstUs();
   if (next == ReadyProfile::kNever) return credit.limit_bytes;  // after the last burst
-  return BytesIn(credit.rate_bytes_per_us, next - now_us);
+  return credit.window_bytes + BytesIn(credit.rate_bytes_per_us, next - now_us);
 }
 
 void P3Policy::Ready(const PushTask& task, int64_t) {

@@ -50,6 +50,9 @@ struct CreditState {
   // The worker's delivery rate as its window estimator measures it (bytes per us), or 0
   // before it measured.
   double rate_bytes_per_us = 0;
+  // The estimator's bandwidth-delay window (WindowEstimator::window_bytes: what keeps the
+  // link busy), applied or not; 0 without an estimator.
+  uint64_t window_bytes = 0;
 
   bool idle() const { return in_flight_tasks == 0; }
   // Whether `bytes` more may go within the credit.

@@ -20,6 +20,7 @@ void SchedulingCore::Push(PushTask task, int64_t now_us) {
 bool SchedulingCore::TryNext(int64_t now_us, Batch* out) {
   Batch batch;
   credit_.rate_bytes_per_us = window_ && window_->measured() ? window_->rate_bytes_per_us() : 0;
+  credit_.window_bytes = window_ ? window_->window_bytes() : 0;
   if (!policy_->Next(credit_, now_us, &batch)) return false;
   CheckInvariants(batch, now_us);
   const bool idle = credit_.idle();
