@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 
 #include "common/util/error.h"
 #include "sim/lower_bound.h"
+#include "sim/trace_workload.h"
 
 namespace ferry::sim {
 namespace {
@@ -58,8 +60,9 @@ struct Flag {
 
 const std::vector<Flag>& Flags() {
   static const std::vector<Flag> flags = {
-      {"--workload", "NAME|FILE",
-       "vgg16, resnet50, bert_base (bench/workloads/), a <model>_layers.csv, or "
+      {"--workload", "NAME|FILE|DIR",
+       "vgg16, resnet50, bert_base (bench/workloads/), a <model>_layers.csv, a run's "
+       "FERRY_TRACE_DIR (its traces' compute spans and bytes), or "
        "pushpull:BYTES (one tensor, no compute: ferry-perf's loop; 50M, 4K)",
        [](CliOptions& o, const std::string& v) { o.workload = v; }},
       {"--byte-scale", "X", "multiplies every layer's gradient bytes (default 1)",
@@ -159,6 +162,8 @@ Workload ReadWorkload(const std::string& name, const std::string& dir) {
     return PushPullWorkload(
         static_cast<uint64_t>(Number("--workload pushpull:BYTES", size, 4, 1e15) * scale));
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(name, ec)) return LoadTraceWorkload(name);  // FERRY_TRACE_DIR
   if (name.find('/') != std::string::npos || name.find(".csv") != std::string::npos) {
     return LoadWorkload(name);
   }

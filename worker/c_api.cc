@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/binding_core.h"
@@ -112,6 +113,15 @@ int ferry_step_boundary(void) {
     return 0;
   });
 }
+
+int ferry_trace_compute(const char* name, int backward, int64_t begin_us, int64_t end_us) {
+  return Guard([&] {
+    Get()->TraceCompute(name, backward != 0, begin_us, end_us);
+    return 0;
+  });
+}
+
+int64_t ferry_now_us(void) { return ferry::NowUs(); }
 
 int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes) {
   return Guard([&] {

@@ -50,6 +50,12 @@ int ferry_join(void);
 /* The end of a training iteration (Worker::StepBoundary): call once per iteration on
  * every worker, with no push_pull in flight. */
 int ferry_step_boundary(void);
+/* Application compute for the trace (FERRY_TRACE_DIR; Worker::TraceCompute): a span
+ * [begin_us, end_us] of ferry_now_us() of the forward (backward = 0) or backward pass's
+ * compute belonging to tensor `name`. A no-op without FERRY_TRACE_DIR. */
+int ferry_trace_compute(const char* name, int backward, int64_t begin_us, int64_t end_us);
+/* Microseconds on the worker's clock (the steady clock, NowUs): for ferry_trace_compute. */
+int64_t ferry_now_us(void);
 /* Partition size and credit, both in bytes, from the next push_pull on (every worker,
  * between iterations: Worker::SetScheduling). */
 int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes);

@@ -105,6 +105,12 @@ class Collective {
   virtual void Barrier() = 0;
   // The end of a training iteration (timing, FERRY_AUTOTUNE, trace marks; worker.h).
   virtual void StepBoundary() = 0;
+  // A span of the application's compute for the trace (FERRY_TRACE_DIR; worker.h). Only a
+  // Worker traces: elsewhere (a local group's ranks) a no-op.
+  virtual void TraceCompute(const std::string& tensor, bool backward, int64_t begin_us,
+                            int64_t end_us) {
+    (void)tensor, (void)backward, (void)begin_us, (void)end_us;
+  }
   // Partition size and credit for the operations started from now on (worker.h).
   virtual void SetScheduling(int64_t partition_bytes, int64_t credit_bytes) = 0;
   virtual SchedulingChoice scheduling() const = 0;

@@ -1,5 +1,6 @@
 #include "worker/trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -75,6 +76,20 @@ void Trace::Instant(const std::string& name, int64_t at_us, const std::string& a
   MutexLock lock(mu_);
   Event(StrCat("{\"ph\":\"i\",\"s\":\"p\",\"name\":", JsonString(name), ",\"pid\":", rank_,
                ",\"tid\":0,\"ts\":", at_us - origin_us_, ",\"args\":", args_json, "}"));
+}
+
+void Trace::Compute(const std::string& tensor, bool backward, int64_t begin_us, int64_t end_us) {
+  MutexLock lock(mu_);
+  if (!compute_named_) {
+    compute_named_ = true;
+    Event(StrCat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_,
+                 ",\"tid\":", kComputeTid, ",\"args\":{\"name\":\"compute\"}}"));
+  }
+  const std::string name = JsonString(tensor);
+  Event(StrCat("{\"ph\":\"X\",\"cat\":\"compute\",\"name\":", name, ",\"pid\":", rank_,
+               ",\"tid\":", kComputeTid, ",\"ts\":", begin_us - origin_us_,
+               ",\"dur\":", std::max<int64_t>(0, end_us - begin_us), ",\"args\":{\"phase\":\"",
+               backward ? "backward" : "forward", "\",\"tensor\":", name, "}}"));
 }
 
 void Trace::Close() {

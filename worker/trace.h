@@ -16,7 +16,13 @@
 //       "server"  acknowledged -> the sum arrived (waiting for the other workers, summing),
 //       "return"  the sum arrived -> copied into the output;
 //   - instant events (ph "i"): "step <n>" at each iteration boundary, and "scheduling"
-//     when the partition size or credit changes, with the values in args.
+//     when the partition size or credit changes, with the values in args;
+//   - compute spans (ph "X", cat "compute", on the thread named "compute", tid
+//     kComputeTid): the application's compute as it reported it (Worker::TraceCompute;
+//     ferry-train-sim and ferry.torch do), named after the tensor the compute belongs
+//     to, with args {"phase": "forward"|"backward", "tensor": <name>}; a backward span
+//     ends when that tensor's gradient is ready. ferry-sim reads these with the
+//     partitions' bytes as a workload (sim/trace_workload.h).
 // Thread-safe.
 
 #include <cstdint>
@@ -46,6 +52,9 @@ struct PartitionTimes {
 
 class Trace {
  public:
+  // The tid of the compute spans (partitions use the server's rank).
+  static constexpr int kComputeTid = 1 << 20;
+
   // Opens the file; throws FerryError(kInvalidConfig) naming it if it cannot.
   Trace(const std::string& dir, int rank);
   ~Trace();
@@ -53,6 +62,10 @@ class Trace {
   void Partition(const PartitionTimes& p) EXCLUDES(mu_);
   // An instant event; `args_json` is a JSON object ("{}" for none).
   void Instant(const std::string& name, int64_t at_us, const std::string& args_json)
+      EXCLUDES(mu_);
+  // A span of application compute for `tensor`, [begin_us, end_us] on NowUs()'s clock;
+  // `backward`: the backward pass's (else forward's). end_us < begin_us is taken as empty.
+  void Compute(const std::string& tensor, bool backward, int64_t begin_us, int64_t end_us)
       EXCLUDES(mu_);
   // Ends the JSON document; later events are dropped. Idempotent.
   void Close() EXCLUDES(mu_);
@@ -64,11 +77,12 @@ class Trace {
   const std::string path_;
   const int rank_;
   const int64_t origin_us_;
-  Mutex mu_;  // guards out_, next_id_, first_, closed_
+  Mutex mu_;  // guards out_, next_id_, first_, closed_, compute_named_
   std::ofstream out_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   bool first_ GUARDED_BY(mu_) = true;
   bool closed_ GUARDED_BY(mu_) = false;
+  bool compute_named_ GUARDED_BY(mu_) = false;  // the compute thread's name was written
 };
 
 // `s` as a JSON string literal, quotes included.

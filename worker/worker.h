@@ -25,7 +25,8 @@
 // Iterations: call StepBoundary() once per training iteration, at a point where this
 // worker has no push_pull in flight (after the optimizer step; ferry.torch's
 // DistributedOptimizer and ferry-train-sim do). It times the iterations, drives
-// FERRY_AUTOTUNE and marks the trace (FERRY_TRACE_DIR).
+// FERRY_AUTOTUNE and marks the trace (FERRY_TRACE_DIR). TraceCompute() puts the
+// application's own compute in that trace (what ferry-sim replays).
 //
 // Re-partitioning: SetScheduling() changes the partition size and the credit between
 // iterations (a fixed credit: with FERRY_WINDOW=bdp the window stops applying; the frame
@@ -161,6 +162,19 @@ class Worker : public Collective {
   // worker's timings (a push_pull, so every worker must be here) and applies and logs
   // the best. Without a switch it never waits. (SchedulingControl does the work.)
   void StepBoundary() override { scheduling_->StepBoundary(); }
+  // Application compute, for the trace (FERRY_TRACE_DIR; worker/trace.h, cat "compute"):
+  // a span [begin_us, end_us] on NowUs()'s clock (common/util/clock.h: the steady clock)
+  // of compute that belongs to `tensor` (a name as declared, the layer whose parameters
+  // the compute uses), in the forward or the backward pass. A backward span should end
+  // when the tensor's gradient is ready (before its push_pull), and start at the previous
+  // gradient-ready event (or the end of forward): ferry-sim --workload TRACE_DIR reads
+  // them as the layers' fwd_ms and bwd_ms (sim/trace_workload.h). Spans of one phase may
+  // be reported for a tensor several times per iteration (they add up). A no-op without
+  // FERRY_TRACE_DIR; cheap (one line written under the trace's lock) with it.
+  void TraceCompute(const std::string& tensor, bool backward, int64_t begin_us,
+                    int64_t end_us) override {
+    if (trace_) trace_->Compute(tensor, backward, begin_us, end_us);
+  }
   // Changes the partition size (bytes, 1024..FERRY_MAX_MESSAGE_BYTES-4096) and the
   // credit (bytes, >= 1; used by the credit policy) for the operations started from now
   // on. Waits for this worker's operations first (deadline FERRY_OP_TIMEOUT_MS): the

@@ -20,6 +20,11 @@ Clock::duration Ms(double ms) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
 }
 
+// A point of the emulated compute's clock on the worker's (NowUs: the same steady clock).
+int64_t Us(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
 double ElapsedMs(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -85,6 +90,7 @@ Clock::time_point TrainSim::Forward(int iteration) {
     }
     if (l == 0) first = start;
     clock_ = start + Ms(workload_.layers[l].fwd_ms * ComputeScale(iteration));
+    worker_.TraceCompute(names_[l], /*backward=*/false, Us(start), Us(clock_));
     std::this_thread::sleep_until(clock_);
   }
   return first;
@@ -92,7 +98,9 @@ Clock::time_point TrainSim::Forward(int iteration) {
 
 void TrainSim::Backward(int iteration) {
   for (size_t l = workload_.layers.size(); l-- > 0;) {
+    const Clock::time_point start = clock_;
     clock_ += Ms(workload_.layers[l].bwd_ms * ComputeScale(iteration));
+    worker_.TraceCompute(names_[l], /*backward=*/true, Us(start), Us(clock_));
     if (check_) Fill(l, iteration);  // overlaps the emulated compute
     std::this_thread::sleep_until(clock_);
     handles_[l] = worker_.PushPullAsync(names_[l], gradients_[l].data(), sums_[l].data(),

@@ -13,7 +13,9 @@
 //   backward: for l = L-1..0: compute bwd_ms, then PushPullAsync layer l's gradient.
 // Compute is a sleep on a nominal clock (as a GPU's stream runs on while the CPU posts):
 // a layer's compute starts when the previous one's ends, or when its gate opened if it
-// had to wait, so oversleeping never accumulates.
+// had to wait, so oversleeping never accumulates. Each layer's forward and backward
+// compute goes to the worker's trace as a compute span of these nominal intervals
+// (Worker::TraceCompute; with FERRY_TRACE_DIR), so ferry-sim can read the run back.
 //
 // Iteration i lasts from the start of its first forward layer to the start of iteration
 // i+1's; after the last iteration one more forward pass runs to mark its end (and to

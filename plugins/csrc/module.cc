@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/reduce/reduce.h"
+#include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/binding_core.h"
@@ -216,6 +217,17 @@ PYBIND11_MODULE(_core, m) {
       py::call_guard<py::gil_scoped_release>(),
       "The end of a training iteration (Worker::StepBoundary): times it, drives "
       "FERRY_AUTOTUNE and marks FERRY_TRACE_DIR's timeline.");
+  m.def(
+      "trace_compute",
+      [](const std::string& tensor, bool backward, int64_t begin_us, int64_t end_us) {
+        Get()->TraceCompute(tensor, backward, begin_us, end_us);
+      },
+      py::arg("tensor"), py::arg("backward"), py::arg("begin_us"), py::arg("end_us"),
+      "A span of compute for FERRY_TRACE_DIR's timeline (Worker::TraceCompute): "
+      "[begin_us, end_us] of now_us(), the forward or backward compute of `tensor`. A no-op "
+      "without FERRY_TRACE_DIR.");
+  m.def("now_us", [] { return ferry::NowUs(); },
+        "Microseconds on the core's clock (the steady clock): the times of trace_compute.");
   m.def(
       "set_scheduling",
       [](int64_t partition_bytes, int64_t credit_bytes) {

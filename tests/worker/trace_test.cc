@@ -1,6 +1,7 @@
 // Tests of the worker's Chrome-trace writer (worker/trace.h): the file is valid JSON
 // (checked by a strict little parser here), in the Trace Event Format, with each
-// partition's stages as nested async slices in order, instants, and escaped names.
+// partition's stages as nested async slices in order, instants, compute spans, and
+// escaped names.
 
 #include "worker/trace.h"
 
@@ -104,6 +105,42 @@ TEST(TraceTest, WritesValidChromeTraceJson) {
   EXPECT_EQ(ev[17]["name"].str, "return");  // no "server" stage without an ack
   EXPECT_EQ(ev.back()["name"].str, "scheduling");
   EXPECT_EQ(ev.back()["args"]["partition_bytes"].number, 1024);
+  std::remove(path.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(TraceTest, ComputeSpansAreCompleteEventsOnTheComputeThread) {
+  std::string dir = TempDir();
+  std::string path;
+  int64_t t0 = 0;
+  {
+    Trace trace(dir, 1);
+    path = trace.path();
+    t0 = NowUs();
+    trace.Compute("fc.weight", /*backward=*/false, t0 + 100, t0 + 350);
+    trace.Compute("fc \"b\"", /*backward=*/true, t0 + 400, t0 + 390);  // empty: dur 0
+  }
+  testing::Json j = ReadJson(path);
+  const std::vector<testing::Json>& ev = j["traceEvents"].items;
+  ASSERT_EQ(ev.size(), 1u + 1 + 2);  // process name, the compute thread's name, 2 spans
+  EXPECT_EQ(ev[1]["ph"].str, "M");
+  EXPECT_EQ(ev[1]["name"].str, "thread_name");
+  EXPECT_EQ(ev[1]["tid"].number, Trace::kComputeTid);
+  EXPECT_EQ(ev[1]["args"]["name"].str, "compute");
+  EXPECT_EQ(ev[2]["ph"].str, "X");
+  EXPECT_EQ(ev[2]["cat"].str, "compute");
+  EXPECT_EQ(ev[2]["name"].str, "fc.weight");
+  EXPECT_EQ(ev[2]["pid"].number, 1);
+  EXPECT_EQ(ev[2]["tid"].number, Trace::kComputeTid);
+  EXPECT_EQ(ev[2]["dur"].number, 250);
+  EXPECT_GE(ev[2]["ts"].number, 100);  // since the trace opened, before t0
+  EXPECT_EQ(ev[2]["args"]["phase"].str, "forward");
+  EXPECT_EQ(ev[2]["args"]["tensor"].str, "fc.weight");
+  EXPECT_EQ(ev[3]["name"].str, "fc \"b\"");
+  EXPECT_EQ(ev[3]["args"]["phase"].str, "backward");
+  EXPECT_EQ(ev[3]["args"]["tensor"].str, "fc \"b\"");
+  EXPECT_EQ(ev[3]["dur"].number, 0);
+  EXPECT_EQ(ev[3]["ts"].number - ev[2]["ts"].number, 300);
   std::remove(path.c_str());
   rmdir(dir.c_str());
 }

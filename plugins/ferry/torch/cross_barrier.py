@@ -164,6 +164,8 @@ class CrossBarrier(object):
         # The iteration's end. This iteration's sums are still on their way; the core
         # waits for them only at the iterations where FERRY_AUTOTUNE switches.
         ops.step_boundary()
+        if opt._compute_tracer is not None:
+            opt._compute_tracer.step()
         self._steps += 1
         if self._num_steps is not None and self._steps >= self._num_steps:
             self.synchronize()

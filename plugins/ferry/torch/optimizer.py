@@ -10,14 +10,19 @@ order (the model's registration order, which is forward order). The core's prior
 -(declaration index), so gradients of the layers nearest the input, which the next
 forward needs first, go first. (byteps.torch declares them sorted by name, which puts
 "layer10" before "layer2" and the classifier before the stem.)
+
+With FERRY_TRACE_DIR set, each layer's forward and backward compute goes to the trace
+(compute_trace.py): what ferry-sim --workload TRACE_DIR replays.
 """
 
+import os
 import warnings
 from contextlib import contextmanager
 
 import torch
 
 from ferry.torch.compression import Compression
+from ferry.torch.compute_trace import ComputeTracer
 from ferry.torch import ops
 
 
@@ -78,6 +83,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p.requires_grad:
                 self._declare_gradient(p)
         self._register_hooks()
+        # With FERRY_TRACE_DIR: per-layer compute spans in the trace (compute_trace.py).
+        self._compute_tracer = None
+        if os.environ.get("FERRY_TRACE_DIR"):
+            self._compute_tracer = ComputeTracer(
+                {p: self._gradient_name(p) for p in self._requires_update})
 
     def _gradient_name(self, p):
         return "Gradient." + self._parameter_names[p]
@@ -121,6 +131,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
+            if self._compute_tracer is not None:
+                self._compute_tracer.gradient_ready(self._gradient_name(p))
             if p in self._handles and self._handles[p][0] is not None:
                 if self._push_pull_delay[p] <= 0:
                     raise AssertionError(
@@ -189,6 +201,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         result = super(self.__class__, self).step(closure)
         # The iteration's end: every gradient is in (FERRY_AUTOTUNE may switch here).
         ops.step_boundary()
+        if self._compute_tracer is not None:
+            self._compute_tracer.step()
         return result
 
     def zero_grad(self, *args, **kwargs):
