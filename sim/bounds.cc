@@ -3,14 +3,17 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <map>
+#include <vector>
 
 namespace ferry::sim {
 
 double TOptUs(const Placing& placing, uint64_t bytes, double bytes_per_us) {
   CHECK_EQ(placing.host_of_server.size(), placing.weights.size());
   const double m = static_cast<double>(bytes);
-  std::map<int, double> up, down;  // by host
+  int hosts = 0;
+  for (int h : placing.host_of_worker) hosts = std::max(hosts, h + 1);
+  for (int h : placing.host_of_server) hosts = std::max(hosts, h + 1);
+  std::vector<double> up(hosts, 0.0), down(hosts, 0.0);  // by host
   for (int wh : placing.host_of_worker) {
     for (size_t s = 0; s < placing.weights.size(); ++s) {
       const int sh = placing.host_of_server[s];
@@ -23,8 +26,8 @@ double TOptUs(const Placing& placing, uint64_t bytes, double bytes_per_us) {
     }
   }
   double busiest = 0;
-  for (const auto& [host, b] : up) busiest = std::max(busiest, b);
-  for (const auto& [host, b] : down) busiest = std::max(busiest, b);
+  for (double b : up) busiest = std::max(busiest, b);
+  for (double b : down) busiest = std::max(busiest, b);
   return busiest / bytes_per_us;
 }
 

@@ -70,22 +70,31 @@ class Fabric {
       return a.priority != b.priority ? a.priority < b.priority : a.seq > b.seq;
     }
   };
-  // One ordered pair of nodes.
+  // The watermark's queue and the control lane's connection of one ordered pair of
+  // nodes (made only with either on).
   struct Path {
-    int data = -1;     // connection ids
-    int control = -1;  // with the control lane
+    int control = -1;
     std::priority_queue<Pending, std::vector<Pending>, MoreUrgentLast> waiting;
     uint64_t unreleased = 0;  // bytes handed to the connection and not yet out
   };
+  // The pair's data connection, made at its first message.
+  int DataConnection(int from, int to);
   Path& PathFor(int from, int to);
-  void Drain(Path& path);
+  void Drain(int connection, Path& path);
   uint64_t CostBytes(int from, int to, uint64_t bytes, DataKind kind) const;
+  size_t PairIndex(int from, int to) const {
+    return static_cast<size_t>(from) * host_of_node_.size() + static_cast<size_t>(to);
+  }
 
   Network& network_;
   const std::vector<int> host_of_node_;
   const FabricOptions options_;
-  std::deque<Path> paths_;  // stable addresses
-  std::vector<std::vector<int32_t>> path_of_;  // [from][to]: index + 1 in paths_, 0 none
+  // By ordered pair of nodes (PairIndex): the data connection's id + 1, 0 while it has
+  // none. A flat table: every worker talks to every server, so most pairs that can be
+  // used are (4 bytes a pair; 16 MiB at 2048 nodes).
+  std::vector<int32_t> data_of_;
+  std::deque<Path> paths_;        // stable addresses
+  std::vector<int32_t> path_of_;  // by pair: index + 1 in paths_, 0 none; made on first use
   uint64_t next_seq_ = 0;
   uint64_t messages_ = 0;
 };

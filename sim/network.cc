@@ -228,16 +228,16 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
     if (delivered) events_.At(arrived, std::move(delivered));
     return;
   }
-  const int id = NewMessage(Message{connection,
-                                    static_cast<double>(bytes) + params_.header_bytes, 0,
-                                    std::move(sent), std::move(delivered)});
-  Enqueue(up_[c.src], c.up_tag, id);
+  const double wire = static_cast<double>(bytes) + params_.header_bytes;
+  const int id =
+      NewMessage(Message{connection, 2, wire, 0, std::move(delivered), std::move(sent)});
+  Enqueue(up_[c.src], c.up_tag, id, wire);
   Serve(c.src, /*up=*/true);
 }
 
-void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message) {
+void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message, double wire) {
   const double start = std::max(link.virtual_time, connection_tag);
-  connection_tag = start + messages_[message].wire;
+  connection_tag = start + wire;
   link.waiting.push(Waiting{start, next_seq_++, message});
 }
 
@@ -290,7 +290,7 @@ void FairQueueNetwork::StartUp(int host) {
     LinkDone(id);  // nothing more to do at m.left
   }
   // Cut-through: the receiver's downlink may take it from now on.
-  Enqueue(down_[c.dst], c.down_tag, id);
+  Enqueue(down_[c.dst], c.down_tag, id, m.wire);
   Serve(c.dst, /*up=*/false);
 }
 

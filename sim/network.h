@@ -114,7 +114,7 @@ class FairShareNetwork : public Network {
   const int hosts_;
   std::vector<double> capacity_;  // by link, bytes per us
   std::vector<double> carried_;   // by link, bytes
-  std::vector<Connection> connections_;
+  std::deque<Connection> connections_;  // a deque: a Connection cannot be copied (its queue)
   std::vector<Flow> flows_;  // transmitting now, one per busy connection
   SimTime updated_ = 0;      // when flows_' remaining bytes were last brought up to date
   uint64_t version_ = 0;     // completion events of older versions are stale
@@ -140,17 +140,19 @@ class FairQueueNetwork : public Network {
  private:
   struct Message {
     int connection;
+    int links_left = 2;  // the uplink and the downlink still to finish with it
     double wire;
     SimTime left = 0;  // when it left the sender (known once it started on the uplink)
-    Action sent;
     Action delivered;
-    int links_left = 2;  // the uplink and the downlink still to finish with it
+    Action sent;  // last: rarely set (the watermark's)
   };
   struct Waiting {
     double tag;  // the start tag
     uint64_t seq;
     int message;
-    bool operator>(const Waiting& o) const { return tag != o.tag ? tag > o.tag : seq > o.seq; }
+    bool operator>(const Waiting& o) const {
+      return (tag > o.tag) | ((tag == o.tag) & (seq > o.seq));  // no branch (as EventQueue)
+    }
   };
   struct Link {
     double virtual_time = 0;  // the start tag of the message in service (SFQ)
@@ -166,7 +168,7 @@ class FairQueueNetwork : public Network {
     double down_tag = 0;  // ... and on the downlink
     SimTime arrived = 0;  // when its last message arrived
   };
-  void Enqueue(Link& link, double& connection_tag, int message);
+  void Enqueue(Link& link, double& connection_tag, int message, double wire);
   // Starts what waits on a link while it is free; an event at busy_until serves the rest
   // (none when nothing waits: an idle link costs no events).
   void Serve(int host, bool up);

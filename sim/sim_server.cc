@@ -35,7 +35,8 @@ void SimServer::Work(int engine) {
   while (!e.queue.empty() && e.busy_until <= job_.events.now()) {
     Item item = e.queue.top();
     e.queue.pop();
-    Round& round = open_[IdOf(item.push)];
+    Round& round = RoundOf(item.push);
+    if (round.summed == 0) round.pushers.reserve(job_.num_workers);  // one from each
     const double work_us =
         round.summed == 0 ? 0.0 : static_cast<double>(item.push.bytes) / job_.sum_bytes_per_us;
     e.busy_until = job_.events.now() + work_us;
@@ -55,6 +56,15 @@ void SimServer::Work(int engine) {
   }
 }
 
+SimServer::Round& SimServer::RoundOf(const SubPush& push) {
+  const RoundId id = IdOf(push);
+  if (last_round_ == nullptr || !(last_id_ == id)) {
+    last_id_ = id;
+    last_round_ = &open_[id];
+  }
+  return *last_round_;
+}
+
 void SimServer::SendSums(const Item& item) {
   const RoundId id = IdOf(item.push);
   Round& round = open_[id];
@@ -66,6 +76,7 @@ void SimServer::SendSums(const Item& item) {
     job_.fabric->SendData(node, w->node(), item.push.bytes, item.push.priority, DataKind::kSum,
                           [w, c, frame] { w->OnSum(c, frame); });
   }
+  if (last_round_ == &round) last_round_ = nullptr;
   open_.erase(id);
   rounds_completed_++;
 }

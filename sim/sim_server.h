@@ -80,6 +80,11 @@ class SimServer {
   };
   static RoundId IdOf(const SubPush& p) { return RoundId{p.key, p.frame}; }
   std::unordered_map<RoundId, Round, RoundIdHash> open_;  // open rounds by (key, frame)
+  // The open round of `push`, made on its first push. Remembers the last one found: an
+  // engine sums one key's pushes from every worker mostly in a row.
+  Round& RoundOf(const SubPush& push);
+  RoundId last_id_{};
+  Round* last_round_ = nullptr;  // open_'s element for last_id_ (stable), or null
   uint64_t next_seq_ = 0;
   uint64_t bytes_summed_ = 0;
   uint64_t rounds_completed_ = 0;

@@ -157,7 +157,7 @@ void SimWorker::SendBatch(const Batch& batch) {
     std::vector<SubPush> pushes;
   };
   std::vector<Pack> packs;
-  std::vector<size_t> open;  // by server: index + 1 of its open pack
+  std::vector<size_t>& open = open_packs_;  // by server: index + 1 of its open pack
   for (const PushTask& handed : batch.tasks) {
     Task& t = *FindTask(handed.cookie);
     t.task = handed;
@@ -165,7 +165,7 @@ void SimWorker::SendBatch(const Batch& batch) {
     const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
     t.frame_bytes = cut ? frame_bytes_ : 0;
     t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
-    t.acked.assign(t.frames, false);
+    if (cut) t.acked.assign(t.frames, false);  // a whole one needs none (frames_acked)
     if (cut) {
       for (uint32_t i = 0; i < t.frames; ++i) {
         const uint64_t length = std::min(frame_bytes_, bytes - i * frame_bytes_);
@@ -187,6 +187,7 @@ void SimWorker::SendBatch(const Batch& batch) {
         SubPush{handed.cookie, t.part->key, 0, 1, bytes, handed.priority});
   }
   for (Pack& pack : packs) {
+    if (static_cast<size_t>(pack.server) < open.size()) open[pack.server] = 0;  // all 0 again
     SimServer* server = servers_.at(pack.server);
     const int priority = pack.pushes.front().priority;
     job_.fabric->SendData(node(), job_.ServerNode(pack.server), pack.bytes, priority,
@@ -206,8 +207,8 @@ void SimWorker::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {
 }
 
 void SimWorker::Acked(Task& t, uint32_t frame) {
-  if (t.acked[frame]) return;
-  t.acked[frame] = true;
+  if (t.frames == 1 ? t.frames_acked > 0 : t.acked[frame]) return;
+  if (t.frames > 1) t.acked[frame] = true;
   t.frames_acked++;
   const int64_t now = static_cast<int64_t>(job_.events.now());
   if (t.frames_acked < t.frames) {

@@ -61,7 +61,7 @@ class SimWorker {
     const SimPart* part = nullptr;
     uint64_t frame_bytes = 0;  // 0: whole
     uint32_t frames = 1;
-    std::vector<bool> acked;  // by frame
+    std::vector<bool> acked;  // by frame, when in frames (frames_acked says it for one)
     uint32_t frames_acked = 0;
     uint32_t frames_summed = 0;
   };
@@ -102,6 +102,9 @@ class SimWorker {
   SimTime timer_at_ = -1;        // the policy's timer event scheduled, or -1
   bool finished_ = false;
   std::vector<double> ack_delays_us_;
+  // SendBatch's table, by server: index + 1 of its open pack; all 0 between calls (kept
+  // to spare an allocation per batch).
+  std::vector<size_t> open_packs_;
 };
 
 }  // namespace ferry::sim

@@ -1,10 +1,11 @@
 // The simulator's network models (sim/network.h) and fabric (sim/fabric.h) on cases whose
-// times are known in closed form.
+// times are known in closed form; the event queue (sim/event_queue.h) and its actions.
 
 #include "sim/network.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,49 @@ NetworkParams Params() {
   p.local_bytes_per_us = 1000;
   p.local_latency_us = 1;
   return p;
+}
+
+TEST(EventQueueTest, EventsRunInTimeOrderAndTiesInTheOrderScheduled) {
+  EventQueue events;
+  std::vector<int> order;
+  // Enough events that the heap reorders them many times.
+  for (int i = 0; i < 200; ++i) {
+    events.At((i * 37) % 50, [&order, i] { order.push_back(i); });
+  }
+  events.At(0, [&] { events.After(0, [&order] { order.push_back(-1); }); });
+  events.Run();
+  ASSERT_EQ(order.size(), 201u);
+  std::vector<int> expected;
+  for (int t = 0; t < 50; ++t) {
+    for (int i = 0; i < 200; ++i) {
+      if ((i * 37) % 50 == t) expected.push_back(i);
+    }
+    if (t == 0) expected.push_back(-1);  // scheduled at 0 after the first 200
+  }
+  EXPECT_EQ(order, expected);
+  EXPECT_EQ(events.now(), 49);
+  EXPECT_EQ(events.events_run(), 202u);
+}
+
+TEST(ActionTest, HoldsSmallLargeAndMoveOnlyClosuresAndCanBeEmpty) {
+  int calls = 0;
+  Action small = [&calls] { calls += 1; };
+  double big[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 80 bytes: boxed
+  Action large = [&calls, big] { calls += static_cast<int>(big[9]); };
+  auto owned = std::make_unique<int>(100);
+  Action move_only = [&calls, p = std::move(owned)] { calls += *p; };
+  Action moved = std::move(large);
+  EXPECT_FALSE(large);  // NOLINT: moved from, empty
+  small();
+  moved();
+  move_only();
+  EXPECT_EQ(calls, 111);
+  EXPECT_FALSE(Action());
+  EXPECT_FALSE(Action(nullptr));
+  EXPECT_FALSE(Action(std::function<void()>()));
+  EXPECT_TRUE(Action(std::function<void()>([] {})));
+  Action empty;
+  EXPECT_THROW(empty(), std::bad_function_call);
 }
 
 class NetworkTest : public testing::TestWithParam<NetworkModel> {};
