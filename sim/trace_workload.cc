@@ -6,8 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
@@ -16,192 +15,108 @@
 namespace ferry {
 namespace {
 
-// What one event of a trace says, as far as the reader needs it: the top-level fields
-// and those of "args" (strings and numbers; anything nested deeper is skipped).
-struct Event {
-  std::map<std::string, std::string> str;
-  std::map<std::string, double> num;
-  std::map<std::string, std::string> arg_str;
-  std::map<std::string, double> arg_num;
-};
+using Json = nlohmann::json;
 
-// A strict JSON reader for the trace's object form, one event at a time: a trace of a
-// long run holds millions of events, which are never all in memory.
-class TraceParser {
- public:
-  TraceParser(std::string text, std::string path) : s_(std::move(text)), path_(std::move(path)) {}
+// Whether the file `in` ends right after a whole event: the parse error came at its end
+// (`error_byte`, nlohmann's 1-based count, is past the last byte) and nothing but white
+// space follows the event's closing brace (not even the comma before a next event).
+bool EndsAfterAnEvent(std::ifstream& in, size_t error_byte) {
+  in.clear();
+  in.seekg(0, std::ios::end);
+  std::streamoff at = in.tellg();
+  if (at < 0 || error_byte <= static_cast<size_t>(at)) return false;
+  char c = 0;
+  while (at > 0) {
+    in.seekg(--at);
+    if (!in.get(c)) return false;
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+  }
+  return c == '}';
+}
 
-  // Calls `on_event` for each element of "traceEvents". A file that ends after a whole
-  // event, without the closing brackets (a worker that was killed), is read up to there.
-  template <typename F>
-  void Read(F on_event) {
-    Expect('{');
-    bool found = false;
-    if (Peek() != '}') {
-      do {
-        std::string key = String();
-        Expect(':');
-        if (key != "traceEvents") {
-          Skip(0);
-          continue;
-        }
-        found = true;
-        Expect('[');
-        if (Peek() == ']') {
-          at_++;
-          continue;
-        }
-        do {
-          on_event(ReadEvent());
-          if (AtEnd()) return;  // truncated after a whole event
-        } while (Comma());
-        Expect(']');
-      } while (Comma());
+// Calls `on_event` with each element of the trace's "traceEvents", in file order. A trace
+// of a long run holds millions of events: the parser's callback drops each event from the
+// document once it is handed over (and every other top-level field at once), so one event
+// at a time is in memory. A file that ends after a whole event, without the closing
+// brackets (a worker that was killed), is read up to there.
+template <typename F>
+void ReadTraceEvents(const std::string& path, F on_event) {
+  std::ifstream in(path, std::ios::binary);
+  FERRY_ENFORCE(in.good(), ErrorCode::kInvalidConfig, "cannot read the trace ", path);
+  auto not_a_trace = [&](const char* why) {
+    return FerryError(ErrorCode::kInvalidConfig,
+                      StrCat(path, ": not a Chrome trace of a Ferry worker (", why, ")"));
+  };
+  using Event = Json::parse_event_t;
+  bool at_events = false;    // the value being read is that of the top-level "traceEvents"
+  bool in_events = false;    // inside that array
+  bool found = false;        // saw it
+  bool after_event = false;  // the last thing read was a whole event
+  // Depths: 0 the document, 1 its fields, 2 the events (in "traceEvents"), 3 their fields.
+  auto filter = [&](int depth, Event event, Json& parsed) -> bool {
+    after_event = false;
+    if (depth == 0 && event != Event::object_start && event != Event::object_end) {
+      throw not_a_trace("not a JSON object with \"traceEvents\"");
     }
-    Expect('}');
-    FERRY_ENFORCE(found, ErrorCode::kInvalidConfig, path_,
-                  ": not a Chrome trace of a Ferry worker (no \"traceEvents\")");
-  }
-
- private:
-  [[noreturn]] void Fail(const std::string& what) {
-    throw FerryError(ErrorCode::kInvalidConfig,
-                     StrCat(path_, ": not valid JSON at byte ", at_, ": ", what));
-  }
-  void Space() {
-    while (at_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[at_]))) at_++;
-  }
-  bool AtEnd() {
-    Space();
-    return at_ == s_.size();
-  }
-  char Peek() {
-    Space();
-    if (at_ == s_.size()) Fail("unexpected end of file");
-    return s_[at_];
-  }
-  void Expect(char c) {
-    if (Peek() != c) Fail(StrCat("expected '", std::string(1, c), "'"));
-    at_++;
-  }
-  bool Comma() {
-    if (Peek() != ',') return false;
-    at_++;
+    if (depth == 1) {
+      if (event == Event::key) {
+        at_events = parsed == "traceEvents";
+        return at_events;  // the other fields are parsed but not kept
+      }
+      if (at_events) {
+        if (event != Event::array_start) throw not_a_trace("\"traceEvents\" is not an array");
+        at_events = false;
+        in_events = found = true;
+      } else if (event == Event::array_end) {
+        in_events = false;
+      }
+      return true;
+    }
+    if (depth == 2 && in_events) {
+      if (event == Event::object_end) {
+        on_event(parsed);
+        after_event = true;
+        return false;  // handed over: not kept in the document
+      }
+      if (event == Event::value || event == Event::array_start) {
+        throw not_a_trace("an element of \"traceEvents\" is not an object");
+      }
+    }
     return true;
-  }
-  std::string String() {
-    Expect('"');
-    std::string out;
-    while (at_ < s_.size() && s_[at_] != '"') {
-      char c = s_[at_++];
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (at_ >= s_.size()) break;
-      char e = s_[at_++];
-      if (e == 'u') {
-        if (at_ + 4 > s_.size()) Fail("a \\u escape cut short");
-        long code = std::strtol(s_.substr(at_, 4).c_str(), nullptr, 16);
-        at_ += 4;
-        if (code < 0x80) {
-          out += static_cast<char>(code);
-        } else if (code < 0x800) {  // UTF-8 (surrogate pairs are not joined)
-          out += static_cast<char>(0xC0 | (code >> 6));
-          out += static_cast<char>(0x80 | (code & 0x3F));
-        } else {
-          out += static_cast<char>(0xE0 | (code >> 12));
-          out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-          out += static_cast<char>(0x80 | (code & 0x3F));
-        }
-      } else {
-        out += e == 'n'   ? '\n'
-               : e == 't' ? '\t'
-               : e == 'r' ? '\r'
-               : e == 'b' ? '\b'
-               : e == 'f' ? '\f'
-                          : e;
-      }
+  };
+  try {
+    [[maybe_unused]] const Json rest = Json::parse(in, filter);  // {"traceEvents": []}
+  } catch (const Json::parse_error& e) {
+    if (!after_event || !EndsAfterAnEvent(in, e.byte)) {
+      std::string what = e.what();  // "[json.exception.parse_error.101] parse error at ..."
+      what = what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2);
+      throw FerryError(ErrorCode::kInvalidConfig,
+                       StrCat(path, ": not valid JSON at byte ", e.byte - 1, ": ", what));
     }
-    if (at_ >= s_.size()) Fail("a string without its closing quote");
-    at_++;
-    return out;
+  } catch (const Json::exception& e) {  // e.g. a number too large for a double
+    throw FerryError(ErrorCode::kInvalidConfig, StrCat(path, ": not valid JSON: ", e.what()));
   }
-  double Number() {
-    Space();
-    const char* begin = s_.c_str() + at_;
-    char* end = nullptr;
-    double v = std::strtod(begin, &end);
-    if (end == begin) Fail("expected a value");
-    at_ += static_cast<size_t>(end - begin);
-    return v;
-  }
-  bool Word(const char* w) {
-    size_t n = std::char_traits<char>::length(w);
-    if (s_.compare(at_, n, w) != 0) return false;
-    at_ += n;
-    return true;
-  }
-  // Skips one value of any kind.
-  void Skip(int depth) {
-    if (depth > 64) Fail("nested too deeply");
-    char c = Peek();
-    if (c == '"') {
-      String();
-    } else if (c == '{' || c == '[') {
-      at_++;
-      const char close = c == '{' ? '}' : ']';
-      if (Peek() == close) {
-        at_++;
-        return;
-      }
-      do {
-        if (c == '{') {
-          String();
-          Expect(':');
-        }
-        Skip(depth + 1);
-      } while (Comma());
-      Expect(close);
-    } else if (!Word("true") && !Word("false") && !Word("null")) {
-      Number();
-    }
-  }
-  // One flat object's strings and numbers into `str` and `num`; `args` (when given) gets
-  // the "args" object's.
-  void Object(std::map<std::string, std::string>* str, std::map<std::string, double>* num,
-              Event* args) {
-    Expect('{');
-    if (Peek() == '}') {
-      at_++;
-      return;
-    }
-    do {
-      std::string key = String();
-      Expect(':');
-      char c = Peek();
-      if (c == '"') {
-        (*str)[key] = String();
-      } else if (c == '{' && args && key == "args") {
-        Object(&args->arg_str, &args->arg_num, nullptr);
-      } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
-        (*num)[key] = Number();
-      } else {
-        Skip(1);
-      }
-    } while (Comma());
-    Expect('}');
-  }
-  Event ReadEvent() {
-    Event e;
-    Object(&e.str, &e.num, &e);
-    return e;
-  }
+  if (!found) throw not_a_trace("no \"traceEvents\"");
+}
 
-  const std::string s_;
-  const std::string path_;
-  size_t at_ = 0;
-};
+// `object`'s field `key`, or null.
+const Json& Field(const Json& object, const char* key) {
+  static const Json kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+
+std::string Str(const Json& object, const char* key) {
+  const Json& v = Field(object, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+bool Num(const Json& object, const char* key, double* out) {
+  const Json& v = Field(object, key);
+  if (!v.is_number()) return false;
+  *out = v.get<double>();
+  return true;
+}
 
 struct Span {
   std::string tensor;
@@ -240,40 +155,27 @@ std::string LayerName(const std::string& tensor) {
 }
 
 RankTrace ReadRank(const std::string& path) {
-  std::ifstream in(path);
-  FERRY_ENFORCE(in.good(), ErrorCode::kInvalidConfig, "cannot read the trace ", path);
-  std::stringstream text;
-  text << in.rdbuf();
   RankTrace r;
   r.path = path;
-  TraceParser(text.str(), path).Read([&](const Event& e) {
-    auto str = [](const std::map<std::string, std::string>& m, const char* k) {
-      auto it = m.find(k);
-      return it == m.end() ? std::string() : it->second;
-    };
-    auto num = [](const std::map<std::string, double>& m, const char* k, double* out) {
-      auto it = m.find(k);
-      if (it == m.end()) return false;
-      *out = it->second;
-      return true;
-    };
-    const std::string ph = str(e.str, "ph"), cat = str(e.str, "cat"), name = str(e.str, "name");
+  ReadTraceEvents(path, [&](const Json& e) {
+    const Json& args = Field(e, "args");
+    const std::string ph = Str(e, "ph"), cat = Str(e, "cat"), name = Str(e, "name");
     double ts = 0;
-    if (!num(e.num, "ts", &ts)) return;
+    if (!Num(e, "ts", &ts)) return;
     if (ph == "i" && name.rfind("step ", 0) == 0) {
       r.steps.push_back(ts);
     } else if (ph == "X" && cat == "compute") {
       Span s;
-      s.tensor = str(e.arg_str, "tensor");
+      s.tensor = Str(args, "tensor");
       if (s.tensor.empty()) s.tensor = name;
-      s.backward = str(e.arg_str, "phase") == "backward";
+      s.backward = Str(args, "phase") == "backward";
       s.ts = ts;
-      num(e.num, "dur", &s.dur);
+      Num(e, "dur", &s.dur);
       r.spans.push_back(s);
     } else if (ph == "b" && cat == "partition") {
       double bytes = 0, priority = 0;
-      if (!num(e.arg_num, "bytes", &bytes)) return;  // a stage, not the partition's slice
-      num(e.arg_num, "priority", &priority);
+      if (!Num(args, "bytes", &bytes)) return;  // a stage, not the partition's slice
+      Num(args, "priority", &priority);
       PartitionMark p;
       p.tensor = name.substr(0, name.rfind('['));
       p.ts = ts;

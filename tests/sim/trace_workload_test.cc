@@ -175,7 +175,21 @@ TEST(TraceWorkloadTest, RefusesWhatIsMissingNamingTheFile) {
 
   TraceDir broken;
   broken.Write("ferry-worker-0.json", "{\"traceEvents\":[{\"ph\":\"i\",\"ts\":}]}");
-  ExpectRefused(broken.dir, {"ferry-worker-0.json", "not valid JSON at byte"});
+  ExpectRefused(broken.dir, {"ferry-worker-0.json", "not valid JSON at byte 31"});
+
+  // Cut off where a whole event is not the last thing: after the comma before the next
+  // event, or within one.
+  TraceDir cut_at_comma;
+  cut_at_comma.Write("ferry-worker-0.json", Worker(40, /*closed=*/false) + ",\n");
+  ExpectRefused(cut_at_comma.dir, {"ferry-worker-0.json", "not valid JSON at byte"});
+  TraceDir cut_in_event;
+  cut_in_event.Write("ferry-worker-0.json",
+                     Worker(40, /*closed=*/false) + ",\n{\"ph\":\"X\",\"args\":{}");
+  ExpectRefused(cut_in_event.dir, {"ferry-worker-0.json", "not valid JSON at byte"});
+
+  TraceDir not_an_array;
+  not_an_array.Write("ferry-worker-0.json", "{\"traceEvents\":{}}");
+  ExpectRefused(not_an_array.dir, {"ferry-worker-0.json", "\"traceEvents\" is not an array"});
 
   TraceDir other;
   other.Write("ferry-worker-0.json", "{\"events\":[]}");
