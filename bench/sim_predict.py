@@ -13,6 +13,7 @@ ring all-reduce model is ring / Ferry (> 1: Ferry is faster).
       --policies credit,p3,fifo --out predictions.json --png predictions.png
   bench/sim_predict.py --models vgg16 --workers 8,64 --rates 25gbit --cpu-servers 0,0.25,0.5 \\
       --out unified.json      # k CPU-only servers as a fraction of the workers
+  bench/sim_predict.py --from predictions.json --from more.json --png all.png   # plot only
 
 Runs --jobs simulations at once (default: the CPUs).
 """
@@ -127,9 +128,23 @@ def main():
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--sim-arg", action="append", default=[])
     p.add_argument("--bin", default=os.environ.get("FERRY_BIN", os.path.join(ROOT, "build", "bin")))
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="the JSON file to write (not with --from)")
     p.add_argument("--png")
+    p.add_argument("--from", dest="sources", action="append", default=[], metavar="JSON",
+                   help="plot the results of earlier runs instead of simulating (repeatable: "
+                        "merged); needs --png")
     a = p.parse_args()
+    if a.sources:
+        if not a.png:
+            p.error("--from needs --png")
+        results = []
+        for path in a.sources:
+            with open(path) as f:
+                results += json.load(f)["results"]
+        plot(results, a.png)
+        return
+    if not a.out:
+        p.error("--out is required")
     todo = list(cells(a))
     results = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
