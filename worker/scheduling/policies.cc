@@ -116,14 +116,15 @@ uint64_t BytesIn(double rate, int64_t us) {
 
 uint64_t UsbytePolicy::ProfiledLimit(const CreditState& credit, int priority,
                                      int64_t now_us) const {
-  const double rate = credit.rate_bytes_per_us;
-  const int64_t hide_us =
-      profile_.BackwardOver()
-          ? static_cast<int64_t>(kForwardPerBackward *
-                                 static_cast<double>(profile_.BackwardAfterUs(priority)))
-          : (profile_.NextBurstUs() == ReadyProfile::kNever ? 0
-                                                            : profile_.NextBurstUs() - now_us);
-  return std::max(credit.limit_bytes, credit.window_bytes + BytesIn(rate, hide_us));
+  int64_t hide_us = 0;  // the compute the batch hides behind
+  if (profile_.BackwardOver()) {
+    hide_us = static_cast<int64_t>(kForwardPerBackward *
+                                   static_cast<double>(profile_.BackwardAfterUs(priority)));
+  } else if (const int64_t next = profile_.NextBurstUs(); next != ReadyProfile::kNever) {
+    hide_us = next - now_us;
+  }
+  return std::max(credit.limit_bytes,
+                  credit.window_bytes + BytesIn(credit.rate_bytes_per_us, hide_us));
 }
 
 uint64_t ProphetPolicy::ProfiledLimit(const CreditState& credit, int, int64_t now_us) const {

@@ -19,8 +19,6 @@ void SchedulingCore::Push(PushTask task, int64_t now_us) {
 
 bool SchedulingCore::TryNext(int64_t now_us, Batch* out) {
   Batch batch;
-  credit_.rate_bytes_per_us = window_ && window_->measured() ? window_->rate_bytes_per_us() : 0;
-  credit_.window_bytes = window_ ? window_->window_bytes() : 0;
   if (!policy_->Next(credit_, now_us, &batch)) return false;
   CheckInvariants(batch, now_us);
   const bool idle = credit_.idle();
@@ -41,6 +39,7 @@ bool SchedulingCore::TryNext(int64_t now_us, Batch* out) {
       batch.tasks[i].handout =
           window_->OnSend(now_us, batch.tasks[i].bytes, idle && i == 0, app_limited);
     }
+    RefreshEstimates();  // a hand-out may widen the estimator's quantum
   }
   *out = std::move(batch);
   return true;
@@ -104,7 +103,13 @@ void SchedulingCore::SetCredit(uint64_t credit_bytes) {
   UpdateLimit();
 }
 
+void SchedulingCore::RefreshEstimates() {
+  credit_.rate_bytes_per_us = window_ && window_->measured() ? window_->rate_bytes_per_us() : 0;
+  credit_.window_bytes = window_ ? window_->window_bytes() : 0;
+}
+
 void SchedulingCore::UpdateLimit() {
+  RefreshEstimates();
   if (!policy_->uses_credit()) {
     credit_.limit_bytes = CreditState::kUnlimited;
   } else {

@@ -97,8 +97,11 @@ class SchedulingCore {
   uint64_t max_in_flight_bytes() const { return max_in_flight_bytes_; }
 
  private:
-  // credit_.limit_bytes from the policy, the mode and the window.
+  // credit_.limit_bytes from the policy, the mode and the window; and RefreshEstimates.
   void UpdateLimit();
+  // credit_'s rate and window from the estimator: after it changes (an ack, a hand-out),
+  // not on every TryNext.
+  void RefreshEstimates();
   void CheckInvariants(const Batch& batch, int64_t now_us) const;
 
   const std::unique_ptr<Policy> policy_;
