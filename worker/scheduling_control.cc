@@ -29,11 +29,14 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
     Apply(initial, "configured", /*log=*/false);
   }
   MutexLock lock(step_mu_);
-  const bool sizes = c.partition_ms > 0 && !c.autotune && queue_.policy() != SchedulingPolicy::kP3;
+  const bool sizes = c.partition_ms > 0 && queue_.policy() != SchedulingPolicy::kP3;
   loopback_keeps_size_ =
       sizes && !c.partition_ms_set && ctx_.cluster.table().ServersOnLoopback();
   size_by_time_ = sizes && !loopback_keeps_size_;
-  if (c.autotune) tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
+  tune_after_sizing_ = c.autotune && size_by_time_;
+  if (c.autotune && !tune_after_sizing_) {
+    tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
+  }
 }
 
 std::vector<SchedulingChoice> SchedulingControl::AutotuneGrid(const SchedulingChoice& initial) const {
@@ -77,6 +80,11 @@ std::string SchedulingControl::DescribePlan() const {
     return StrCat("; autotune over ", tuner_->grid().size(), " candidates, ", c.autotune_steps,
                   " iterations each");
   }
+  if (tune_after_sizing_) {
+    return StrCat("; autotune from iteration ", kSizingStep, ", around the partition size the "
+                  "link sends in FERRY_PARTITION_MS=", c.partition_ms, " ms, ", c.autotune_steps,
+                  " iterations per candidate");
+  }
   if (size_by_time_) {
     return StrCat("; partitions sized by the link at iteration ", kSizingStep,
                   " (FERRY_PARTITION_MS=", c.partition_ms, ")");
@@ -97,11 +105,14 @@ void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
                 credit_bytes, " bytes; it must be at least 1");
   MutexLock step_lock(step_mu_);
   size_by_time_ = false;
-  MutexLock lock(ctx_.mu);
-  ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
-  // A credit set by the program is fixed (as FERRY_SCHEDULING_CREDIT is); frames stay.
-  Apply(SchedulingChoice{partition_bytes, credit_bytes, 0.0, current_.frame_bytes},
-        "SetScheduling");
+  {
+    MutexLock lock(ctx_.mu);
+    ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
+    // A credit set by the program is fixed (as FERRY_SCHEDULING_CREDIT is); frames stay.
+    Apply(SchedulingChoice{partition_bytes, credit_bytes, 0.0, current_.frame_bytes},
+          "SetScheduling");
+  }
+  if (tune_after_sizing_) StartAutotune(current(), "SetScheduling before the sizing boundary");
 }
 
 void SchedulingControl::StepBoundary() {
@@ -128,7 +139,16 @@ void SchedulingControl::StepBoundary() {
     }
   }
   if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
-  if (size_now) SizePartitionsByTime();
+  if (size_now && tune_after_sizing_) {
+    std::string why;
+    const int64_t bytes = TimedPartitionBytes(&why);
+    SchedulingChoice centre = current();
+    centre.partition_bytes = bytes;
+    centre.credit_bytes = ctx_.config.scheduling.CreditBytesFor(bytes);
+    StartAutotune(centre, why);
+  } else if (size_now) {
+    SizePartitionsByTime();
+  }
   // After the decisions' push_pulls: the policy's iteration (usbyte's and prophet's profile)
   // ends here.
   queue_.Step();
@@ -157,7 +177,20 @@ void SchedulingControl::FinishAutotune() {
   tuner_.reset();
 }
 
-void SchedulingControl::SizePartitionsByTime() {
+void SchedulingControl::StartAutotune(const SchedulingChoice& centre, const std::string& why) {
+  tune_after_sizing_ = false;
+  tuner_ = std::make_unique<Autotuner>(AutotuneGrid(centre),
+                                       ctx_.config.scheduling.autotune_steps);
+  LOG(INFO) << "autotune: searching " << tuner_->grid().size() << " candidates around "
+            << Describe(centre) << " (" << why << ")";
+  const Autotuner::Action first = tuner_->OnStep(-1.0);
+  CHECK(first.kind == Autotuner::Action::kSwitch);
+  MutexLock lock(ctx_.mu);
+  ctx_.sequencer->WaitUntilIdleOrThrow("StepBoundary");
+  Apply(first.choice, StrCat("autotune candidate at iteration ", steps_));
+}
+
+int64_t SchedulingControl::TimedPartitionBytes(std::string* why) {
   size_by_time_ = false;
   // Every worker sums every worker's rate (and how many measured one), so every worker
   // picks the same size.
@@ -166,12 +199,16 @@ void SchedulingControl::SizePartitionsByTime() {
   sum_over_workers_(rates);
   const double mean = rates[1] > 0 ? rates[0] / rates[1] : 0.0;
   const double ms = ctx_.config.scheduling.partition_ms;
+  const int64_t ceiling = current().partition_bytes;
+  *why = StrCat("FERRY_PARTITION_MS: ", static_cast<int64_t>(mean / 1e3), " KB/s per worker over ",
+                rates[1], " workers x ", ms, " ms");
+  return PartitionBytesForRate(mean, ms, std::min(kMinTimedPartitionBytes, ceiling), ceiling);
+}
+
+void SchedulingControl::SizePartitionsByTime() {
+  std::string why;
+  const int64_t bytes = TimedPartitionBytes(&why);
   MutexLock lock(ctx_.mu);
-  const int64_t ceiling = current_.partition_bytes;
-  const int64_t bytes = PartitionBytesForRate(
-      mean, ms, std::min(kMinTimedPartitionBytes, ceiling), ceiling);
-  const std::string why = StrCat("FERRY_PARTITION_MS: ", static_cast<int64_t>(mean / 1e3),
-                                 " KB/s per worker over ", rates[1], " workers x ", ms, " ms");
   if (bytes == current_.partition_bytes) {
     LOG(INFO) << "scheduling (" << why << "): partitions stay " << bytes << " bytes";
     return;

@@ -12,8 +12,7 @@
 // operations, never under one. Every worker makes the same switches at the same point of
 // its sequence of push_pulls, so their keys agree (worker.h, "Re-partitioning").
 //
-// Partitions sized by the link (FERRY_PARTITION_MS > 0, the default, not under p3 or
-// autotune; the default, not a set value, stands aside when every server is on loopback,
+// Partitions sized by the link (FERRY_PARTITION_MS > 0, the default, not under p3; the default, not a set value, stands aside when every server is on loopback,
 // NodeTable::ServersOnLoopback: a one-machine job whose measured rate is the CPU's): at the
 // third boundary (two iterations measured) every worker sums every worker's measured rate
 // (the window estimator's, queue.measured_rate_bytes_per_s) with a push_pull, and all switch
@@ -26,6 +25,13 @@
 // stands); like every SetScheduling, the program makes it on every worker alike, or the
 // others would wait in the decision's push_pull for the one that cancelled (until the
 // operation's deadline).
+//
+// FERRY_AUTOTUNE: its grid is centred on the partition size in force when it starts. With
+// partitions sized by the link (and no FERRY_AUTOTUNE_PARTITION_BYTES) the search starts at
+// the sizing boundary, around the time-sized partition, which is not applied by itself
+// (the tuner switches to its first candidate at once); otherwise it starts at the first
+// boundary, around the configured size. A SetScheduling before the sizing boundary starts
+// it around the program's size.
 //
 // Locks: step_mu_ serializes StepBoundary and guards the clock and the tuner; the
 // current choice, the catalog and the sequencer are under WorkerContext::mu, taken inside
@@ -72,8 +78,13 @@ class SchedulingControl {
   // The autotune candidates around `initial` (FERRY_AUTOTUNE_*; docs/configuration.md).
   std::vector<SchedulingChoice> AutotuneGrid(const SchedulingChoice& initial) const;
   void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
-  // FERRY_PARTITION_MS's decision (above); blocks in a push_pull.
+  // FERRY_PARTITION_MS's decision (above): the size every worker agrees on, with why in
+  // `why`; blocks in a push_pull.
+  int64_t TimedPartitionBytes(std::string* why) REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
   void SizePartitionsByTime() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+  // Starts the autotune search around `centre` and switches to its first candidate.
+  void StartAutotune(const SchedulingChoice& centre, const std::string& why)
+      REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
 
   static constexpr uint64_t kSizingStep = 3;                 // the boundary that decides
 
@@ -83,12 +94,13 @@ class SchedulingControl {
   const SumOverWorkers sum_over_workers_;
   SchedulingChoice current_ GUARDED_BY(ctx_.mu);
 
-  mutable Mutex step_mu_;  // serializes StepBoundary; guards the three below
+  mutable Mutex step_mu_;  // serializes StepBoundary; guards the members below
   std::unique_ptr<Autotuner> tuner_ GUARDED_BY(step_mu_);  // FERRY_AUTOTUNE; null: off or done
   int64_t last_step_us_ GUARDED_BY(step_mu_) = 0;          // the previous boundary (0: none yet)
   uint64_t steps_ GUARDED_BY(step_mu_) = 0;                // boundaries so far
   bool size_by_time_ GUARDED_BY(step_mu_) = false;         // FERRY_PARTITION_MS still to apply
   bool loopback_keeps_size_ GUARDED_BY(step_mu_) = false;  // its default stood aside at start
+  bool tune_after_sizing_ GUARDED_BY(step_mu_) = false;    // autotune waits for the size
 };
 
 }  // namespace ferry

@@ -280,16 +280,20 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   c->scheduling.autotune_credits = r.IntList("FERRY_AUTOTUNE_CREDITS", 1, 1 << 20);
   ReadWindow(r, c);
   // Unset, FERRY_PARTITION_MS is the default's, which stands aside for a partition size
-  // the user chose (FERRY_PARTITION_BYTES) or searches (FERRY_AUTOTUNE).
+  // the user chose (FERRY_PARTITION_BYTES) or listed for the search
+  // (FERRY_AUTOTUNE_PARTITION_BYTES). With FERRY_AUTOTUNE=1 otherwise, the search is
+  // centred on the time-sized partition.
   c->scheduling.partition_ms_set = r.Has("FERRY_PARTITION_MS", nullptr);
-  const bool size_chosen = r.Has("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES") ||
-                           c->scheduling.autotune;
+  const bool sizes_listed =
+      c->scheduling.autotune && !c->scheduling.autotune_partition_bytes.empty();
+  const bool size_chosen =
+      r.Has("FERRY_PARTITION_BYTES", "BYTEPS_PARTITION_BYTES") || sizes_listed;
   const double default_ms = size_chosen ? 0.0 : Config::Scheduling::kDefaultPartitionMs;
   c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS", default_ms, 0.0, 60000.0);
-  if (c->scheduling.partition_ms > 0 && c->scheduling.autotune) {
+  if (c->scheduling.partition_ms > 0 && sizes_listed) {
     Invalid("FERRY_PARTITION_MS", r.Str("FERRY_PARTITION_MS", nullptr, ""),
-            "cannot be used with FERRY_AUTOTUNE=1, which searches the partition size itself: "
-            "set one of them");
+            "cannot be used with FERRY_AUTOTUNE_PARTITION_BYTES, which lists the partition "
+            "sizes to search: set one of them");
   }
   // Every message a worker may send must pass the servers' size limit.
   std::vector<std::pair<const char*, int64_t>> sizes = {

@@ -149,7 +149,14 @@ TEST(ConfigSchedulingTest, PartitionsSizedByTime) {
   // A size the user chose or has searched is not resized by the default.
   EXPECT_EQ(Read({{"FERRY_PARTITION_BYTES", "262144"}}).scheduling.partition_ms, 0);
   EXPECT_EQ(Read({{"BYTEPS_PARTITION_BYTES", "262144"}}).scheduling.partition_ms, 0);
-  EXPECT_EQ(Read({{"FERRY_AUTOTUNE", "1"}}).scheduling.partition_ms, 0) << "not refused: unset";
+  // The search is centred on the time-sized partition unless it lists its sizes.
+  EXPECT_EQ(Read({{"FERRY_AUTOTUNE", "1"}}).scheduling.partition_ms,
+            Config::Scheduling::kDefaultPartitionMs);
+  EXPECT_EQ(Read({{"FERRY_AUTOTUNE", "1"}, {"FERRY_AUTOTUNE_PARTITION_BYTES", "65536,262144"}})
+                .scheduling.partition_ms,
+            0);
+  EXPECT_EQ(Read({{"FERRY_AUTOTUNE", "1"}, {"FERRY_PARTITION_MS", "4"}}).scheduling.partition_ms,
+            4);
   // A set value is the user's, everywhere: with a chosen size it only lowers it.
   const Config::Scheduling set =
       Read({{"FERRY_PARTITION_MS", "4"}, {"FERRY_PARTITION_BYTES", "4194304"}}).scheduling;
@@ -160,8 +167,10 @@ TEST(ConfigSchedulingTest, PartitionsSizedByTime) {
   EXPECT_EQ(Read({{"FERRY_PARTITION_MS", "0.5"}}).scheduling.partition_ms, 0.5);
   ExpectInvalid({{"FERRY_PARTITION_MS", "-1"}}, "FERRY_PARTITION_MS");
   ExpectInvalid({{"FERRY_PARTITION_MS", "soon"}}, "FERRY_PARTITION_MS");
-  ExpectInvalid({{"FERRY_PARTITION_MS", "4"}, {"FERRY_AUTOTUNE", "1"}},
-                "cannot be used with FERRY_AUTOTUNE=1");
+  ExpectInvalid({{"FERRY_PARTITION_MS", "4"},
+                 {"FERRY_AUTOTUNE", "1"},
+                 {"FERRY_AUTOTUNE_PARTITION_BYTES", "65536"}},
+                "cannot be used with FERRY_AUTOTUNE_PARTITION_BYTES");
 }
 
 TEST(ConfigSchedulingTest, Refusals) {

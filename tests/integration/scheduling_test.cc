@@ -376,13 +376,13 @@ TEST(SchedulingTest, PartitionSizeChangesMidRunAndSumsStayExact) {
   }
 }
 
-// Runs ferry-train-sim (2 workers, 2 servers, 10 iterations) with autotune over the
-// four candidates `candidates` (as Describe() logs them), 2 iterations each: decided at
-// the 9th boundary of 11. Every worker tried each, chose the same one, and every sum was
-// exact.
+// Runs ferry-train-sim (2 workers, 2 servers, 10 iterations) with autotune over
+// `candidates` (as Describe() logs them), 2 iterations each, decided at the 9th boundary of
+// 11: four from the first boundary, or three from the sizing boundary (the third). Every
+// worker tried each, chose the same one, and every sum was exact.
 void ExpectAutotuneAgrees(std::map<std::string, std::string> env,
                           const std::vector<std::string>& candidates) {
-  ASSERT_EQ(candidates.size(), 4u);
+  ASSERT_TRUE(candidates.size() == 4u || candidates.size() == 3u);
   TestCluster c;
   const std::string workload = WriteWorkload(c.dir());
   env["FERRY_AUTOTUNE"] = "1";
@@ -392,7 +392,8 @@ void ExpectAutotuneAgrees(std::map<std::string, std::string> env,
   ASSERT_TRUE(c.Succeeds(120000));
   ExpectExactReports(c, 10);
   std::vector<std::string> chosen;
-  const std::regex line(R"(autotune: chose (.+) \(candidate (\d) of 4\) after 9 iterations)");
+  const std::regex line("autotune: chose (.+) \\(candidate (\\d) of " +
+                        std::to_string(candidates.size()) + "\\) after 9 iterations");
   for (int w : c.workers()) {
     const std::string out = c.Output(w);
     std::smatch m;
@@ -400,7 +401,15 @@ void ExpectAutotuneAgrees(std::map<std::string, std::string> env,
     chosen.push_back(m[1]);
     EXPECT_EQ(m[1], candidates[std::stoi(m[2])]) << out;
     // Every candidate was tried: four switches, each logged.
-    EXPECT_EQ(CountOccurrences(out, "scheduling (autotune candidate"), 4) << out;
+    EXPECT_EQ(CountOccurrences(out, "scheduling (autotune candidate"),
+              static_cast<int>(candidates.size()))
+        << out;
+    if (candidates.size() == 3) {  // centred on the timed size, which was not applied alone
+      EXPECT_NE(out.find("autotune: searching 3 candidates around " + candidates[1]),
+                std::string::npos)
+          << out;
+      EXPECT_EQ(CountOccurrences(out, "scheduling (FERRY_PARTITION_MS"), 0) << out;
+    }
     for (const std::string& candidate : candidates) {
       EXPECT_NE(out.find("): " + candidate + "; layout"), std::string::npos) << candidate << "\n" << out;
     }
@@ -426,6 +435,15 @@ TEST(SchedulingTest, AutotuneSearchesWindowGainsAndFrameSizes) {
                         "partition 65536 bytes, window gain 1, frames 16384 bytes",
                         "partition 65536 bytes, window gain 4",
                         "partition 65536 bytes, window gain 4, frames 16384 bytes"});
+}
+
+// With partitions sized by the link the search is centred on the time-sized partition
+// (0.001 ms: the 128 KiB floor), found at the third boundary and not applied by itself.
+TEST(SchedulingTest, AutotuneCentresOnThePartitionSizedByTheLink) {
+  ExpectAutotuneAgrees({{"FERRY_PARTITION_MS", "0.001"}, {"FERRY_AUTOTUNE_CREDITS", "4"}},
+                       {"partition 32768 bytes, credit 131072 bytes",
+                        "partition 131072 bytes, credit 524288 bytes",
+                        "partition 524288 bytes, credit 2097152 bytes"});
 }
 
 // FERRY_PARTITION_MS: at the third boundary every worker switches to the partition size that
