@@ -113,11 +113,18 @@ const std::vector<Flag>& Flags() {
          o.sim.model.compute_jitter = Number("--jitter", v, 0, 1);
        }},
       {"--network", "MODEL",
-       "fq (default: connections take turns of one message on each link) or fair (fluid "
-       "max-min fair sharing; small clusters; docs/simulation.md)",
+       "fq (default: connections take turns of one message on each link), fifo (each link "
+       "sends in arrival order, each connection keeps at most --tcp-window bytes on the "
+       "way) or fair (fluid max-min fair sharing; small clusters; docs/simulation.md)",
        [](CliOptions& o, const std::string& v) {
-         if (v != "fq" && v != "fair") Refuse("--network", "fq or fair");
+         if (v != "fq" && v != "fifo" && v != "fair") Refuse("--network", "fq, fifo or fair");
          o.network = v;
+       }},
+      {"--tcp-window", "BYTES",
+       "fq and fifo: bytes one connection keeps on its way over the links, TCP's window "
+       "(default 0: no limit; at least one message always goes)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.window_bytes = Number("--tcp-window", v, 0, 1e12);
        }},
       {"--tcp-efficiency", "X", "goodput / link rate (default 0.94)",
        [](CliOptions& o, const std::string& v) {
@@ -237,7 +244,9 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
   }
   o.sim.workload = ScaleWorkload(ReadWorkload(o.workload, workloads_dir), o.compute_scale,
                                  o.byte_scale);
-  o.sim.model.network = o.network == "fair" ? NetworkModel::kFair : NetworkModel::kQueued;
+  o.sim.model.network = o.network == "fair"   ? NetworkModel::kFair
+                        : o.network == "fifo" ? NetworkModel::kFifo
+                                              : NetworkModel::kQueued;
   return o;
 }
 

@@ -41,6 +41,7 @@ struct ModelParams {
   double local_bytes_per_s = 4e9;    // a copy within a host (the shared-memory lane)
   double loopback_cost = 2.5;        // loopback TCP's cost in copies
   double compute_jitter = 0;         // coefficient of variation of every compute time
+  double window_bytes = 0;           // a connection's bytes on the way (0: no limit)
   NetworkModel network = NetworkModel::kQueued;
 };
 

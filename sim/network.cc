@@ -20,6 +20,8 @@ const char* NetworkModelName(NetworkModel model) {
       return "fair";
     case NetworkModel::kQueued:
       return "fq";
+    case NetworkModel::kFifo:
+      return "fifo";
   }
   return "?";
 }
@@ -27,7 +29,9 @@ const char* NetworkModelName(NetworkModel model) {
 std::unique_ptr<Network> MakeNetwork(NetworkModel model, EventQueue& events,
                                      const NetworkParams& params, int hosts) {
   if (model == NetworkModel::kFair) return std::make_unique<FairShareNetwork>(events, params, hosts);
-  return std::make_unique<FairQueueNetwork>(events, params, hosts);
+  NetworkParams p = params;
+  p.fifo_links = model == NetworkModel::kFifo;
+  return std::make_unique<FairQueueNetwork>(events, p, hosts);
 }
 
 // ------------------------------------------------------------------ FairShareNetwork
@@ -200,7 +204,7 @@ FairQueueNetwork::FairQueueNetwork(EventQueue& events, const NetworkParams& para
 
 int FairQueueNetwork::Connect(int src, int dst) {
   CHECK(src >= 0 && src < hosts_ && dst >= 0 && dst < hosts_) << src << " -> " << dst;
-  connections_.push_back(Connection{src, dst});
+  connections_.push_back(Connection{src, dst, 0, 0, 0, 0, {}});
   return static_cast<int>(connections_.size()) - 1;
 }
 
@@ -231,11 +235,35 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
   const double wire = static_cast<double>(bytes) + params_.header_bytes;
   const int id =
       NewMessage(Message{connection, 2, wire, 0, std::move(delivered), std::move(sent)});
-  Enqueue(up_[c.src], c.up_tag, id, wire);
-  Serve(c.src, /*up=*/true);
+  if (params_.window_bytes <= 0) {
+    Enqueue(up_[c.src], c.up_tag, id, wire);
+    Serve(c.src, /*up=*/true);
+    return;
+  }
+  c.backlog.push_back(id);
+  Admit(connection);
+}
+
+void FairQueueNetwork::Admit(int connection) {
+  Connection& c = connections_[connection];
+  bool admitted = false;
+  while (!c.backlog.empty()) {
+    const int id = c.backlog.front();
+    const double wire = messages_[id].wire;
+    if (c.in_window > 0 && c.in_window + wire > params_.window_bytes) break;
+    c.backlog.pop_front();
+    c.in_window += wire;
+    Enqueue(up_[c.src], c.up_tag, id, wire);
+    admitted = true;
+  }
+  if (admitted) Serve(c.src, /*up=*/true);
 }
 
 void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message, double wire) {
+  if (params_.fifo_links) {  // arrival order: the sequence number decides
+    link.waiting.push(Waiting{0.0, next_seq_++, message});
+    return;
+  }
   const double start = std::max(link.virtual_time, connection_tag);
   connection_tag = start + wire;
   link.waiting.push(Waiting{start, next_seq_++, message});
@@ -304,6 +332,15 @@ void FairQueueNetwork::StartDown(int host) {
   link.bytes += m.wire;
   c.arrived = std::max(c.arrived, end + params_.latency_us + params_.message_us);
   if (m.delivered) events_.At(c.arrived, std::move(m.delivered));
+  if (params_.window_bytes > 0) {
+    // The window reopens when the sender learns the bytes arrived (TCP's ack, a latency on).
+    const int connection = m.connection;
+    const double wire = m.wire;
+    events_.At(end + params_.latency_us, [this, connection, wire] {
+      connections_[connection].in_window -= wire;
+      Admit(connection);
+    });
+  }
   LinkDone(id);
 }
 

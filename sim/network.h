@@ -21,6 +21,12 @@
 //         message (fair queueing at message granularity), as ZeroMQ hands whole messages
 //         to a connection. Validated against the emulated cluster (docs/simulation.md);
 //         O(log n) work per message, so it runs 1024 workers;
+//       FairQueueNetwork with FIFO links ("fifo"): each link sends messages in the order
+//         they reached it, as the emulated cluster's HTB leaf (pfifo) does, and each
+//         connection keeps at most `window_bytes` between entering its uplink and leaving
+//         the receiver's downlink (TCP's congestion window; the rest waits in its own queue,
+//         the socket buffer). An urgent message waits behind every byte queued ahead of it
+//         on the link, at most a window per other connection;
 //       FairShareNetwork ("fair"): fluid max-min fair sharing between the connections
 //         transmitting (progressive filling over every link, recomputed whenever a
 //         transmission starts or ends). It keeps identical workers in lock-step through an
@@ -48,6 +54,11 @@ struct NetworkParams {
   double local_bytes_per_us = 4000.0;  // within a host
   double local_latency_us = 5;
   uint64_t header_bytes = 128;         // per message on a link (envelope, framing)
+  // FairQueueNetwork: links serve in arrival order instead of fair turns ("fifo").
+  bool fifo_links = false;
+  // FairQueueNetwork: bytes a connection keeps between entering its uplink and leaving the
+  // receiver's downlink (at least one message; 0: no limit).
+  double window_bytes = 0;
 };
 
 // Bytes each link carried, for utilisation.
@@ -56,8 +67,8 @@ struct LinkBytes {
   std::vector<double> down;  // by host
 };
 
-enum class NetworkModel { kQueued, kFair };
-// "fq" or "fair".
+enum class NetworkModel { kQueued, kFifo, kFair };
+// "fq", "fifo" or "fair".
 const char* NetworkModelName(NetworkModel model);
 
 class Network {
@@ -167,8 +178,12 @@ class FairQueueNetwork : public Network {
     double up_tag = 0;    // the last finish tag on the uplink
     double down_tag = 0;  // ... and on the downlink
     SimTime arrived = 0;  // when its last message arrived
+    double in_window = 0;      // bytes between entering the uplink and leaving the downlink
+    std::deque<int> backlog;   // messages waiting for the window, in order
   };
   void Enqueue(Link& link, double& connection_tag, int message, double wire);
+  // Puts connection `c`'s backlog on its uplink while the window admits it.
+  void Admit(int c);
   // Starts what waits on a link while it is free; an event at busy_until serves the rest
   // (none when nothing waits: an idle link costs no events).
   void Serve(int host, bool up);

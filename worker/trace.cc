@@ -7,25 +7,9 @@
 
 #include "common/util/clock.h"
 #include "common/util/error.h"
+#include "common/util/json_quote.h"
 
 namespace ferry {
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 Trace::Trace(const std::string& dir, int rank)
     : path_(StrCat(dir, "/ferry-worker-", rank, ".json")), rank_(rank), origin_us_(NowUs()) {
@@ -35,7 +19,7 @@ Trace::Trace(const std::string& dir, int rank)
   out_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   MutexLock lock(mu_);
   Event(StrCat("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", rank_,
-               ",\"args\":{\"name\":", JsonString(StrCat("worker ", rank_)), "}}"));
+               ",\"args\":{\"name\":", JsonQuote(StrCat("worker ", rank_)), "}}"));
 }
 
 Trace::~Trace() { Close(); }
@@ -57,10 +41,10 @@ void Trace::Partition(const PartitionTimes& p) {
                  "}"));
   };
   auto stage = [&](const char* name, int64_t from_us, int64_t to_us) REQUIRES(mu_) {
-    edge("b", JsonString(name), from_us, "");
-    edge("e", JsonString(name), to_us, "");
+    edge("b", JsonQuote(name), from_us, "");
+    edge("e", JsonQuote(name), to_us, "");
   };
-  const std::string name = JsonString(StrCat(p.tensor, "[", p.partition, "]"));
+  const std::string name = JsonQuote(StrCat(p.tensor, "[", p.partition, "]"));
   edge("b", name, p.ready_us,
        StrCat(",\"args\":{\"key\":", p.key, ",\"server\":", p.server, ",\"bytes\":", p.bytes,
               ",\"priority\":", p.priority, ",\"round\":", p.round,
@@ -74,7 +58,7 @@ void Trace::Partition(const PartitionTimes& p) {
 
 void Trace::Instant(const std::string& name, int64_t at_us, const std::string& args_json) {
   MutexLock lock(mu_);
-  Event(StrCat("{\"ph\":\"i\",\"s\":\"p\",\"name\":", JsonString(name), ",\"pid\":", rank_,
+  Event(StrCat("{\"ph\":\"i\",\"s\":\"p\",\"name\":", JsonQuote(name), ",\"pid\":", rank_,
                ",\"tid\":0,\"ts\":", at_us - origin_us_, ",\"args\":", args_json, "}"));
 }
 
@@ -85,7 +69,7 @@ void Trace::Compute(const std::string& tensor, bool backward, int64_t begin_us, 
     Event(StrCat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", rank_,
                  ",\"tid\":", kComputeTid, ",\"args\":{\"name\":\"compute\"}}"));
   }
-  const std::string name = JsonString(tensor);
+  const std::string name = JsonQuote(tensor);
   Event(StrCat("{\"ph\":\"X\",\"cat\":\"compute\",\"name\":", name, ",\"pid\":", rank_,
                ",\"tid\":", kComputeTid, ",\"ts\":", begin_us - origin_us_,
                ",\"dur\":", std::max<int64_t>(0, end_us - begin_us), ",\"args\":{\"phase\":\"",

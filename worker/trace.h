@@ -85,7 +85,5 @@ class Trace {
   bool compute_named_ GUARDED_BY(mu_) = false;  // the compute thread's name was written
 };
 
-// `s` as a JSON string literal, quotes included.
-std::string JsonString(const std::string& s);
 
 }  // namespace ferry

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/util/json_quote.h"
 #include "common/util/strings.h"
 
 namespace ferry {
@@ -89,24 +90,10 @@ uint64_t Histogram::Percentile(double q) const {
   return max();
 }
 
-namespace {
-
-// Names and roles are ours (letters, digits, '_' and '.'), but escape what JSON needs.
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 std::string CountersJson(const std::string& role, int rank, const CounterValues& values) {
-  std::string s = StrCat("{\"role\": ", JsonString(role), ", \"rank\": ", rank, ", \"counters\": {");
+  std::string s = StrCat("{\"role\": ", JsonQuote(role), ", \"rank\": ", rank, ", \"counters\": {");
   for (size_t i = 0; i < values.size(); ++i) {
-    s += StrCat(i ? ", " : "", JsonString(values[i].first), ": ", values[i].second);
+    s += StrCat(i ? ", " : "", JsonQuote(values[i].first), ": ", values[i].second);
   }
   return s + "}}\n";
 }

@@ -123,7 +123,8 @@ TEST_P(NetworkTest, WithinAHostTheLocalPathCarriesIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, NetworkTest,
-                         testing::Values(NetworkModel::kFair, NetworkModel::kQueued),
+                         testing::Values(NetworkModel::kFair, NetworkModel::kQueued,
+                                         NetworkModel::kFifo),
                          [](const auto& info) { return std::string(NetworkModelName(info.param)); });
 
 TEST(FairShareNetworkTest, TwoConnectionsOnOneUplinkShareIt) {
@@ -182,6 +183,64 @@ TEST(FairQueueNetworkTest, ConnectionsTakeTurnsOfOneMessage) {
   events.Run();
   // b came while a0 was on the link: it goes next, not behind a1 and a2.
   EXPECT_EQ(order, (std::vector<std::string>{"a0", "b", "a1", "a2"}));
+}
+
+TEST(FifoNetworkTest, ALinkSendsInArrivalOrder) {
+  EventQueue events;
+  auto net = MakeNetwork(NetworkModel::kFifo, events, Params(), 3);
+  std::vector<std::string> order;
+  const int a = net->Connect(0, 1);
+  const int b = net->Connect(0, 2);
+  for (int i = 0; i < 3; ++i) {
+    net->Send(a, 900, nullptr, [&, i] { order.push_back("a" + std::to_string(i)); });
+  }
+  events.At(5, [&] { net->Send(b, 900, nullptr, [&] { order.push_back("b"); }); });
+  events.Run();
+  // b came while a0 was on the link: it waits behind a1 and a2 (fq lets it go second).
+  EXPECT_EQ(order, (std::vector<std::string>{"a0", "a1", "a2", "b"}));
+}
+
+TEST(FifoNetworkTest, TheWindowHoldsAConnectionsBacklogBackFromTheLink) {
+  // a sends 3 messages of 1000 bytes on the wire; its window takes 2000: a2 enters the
+  // uplink only when a0's arrival is known at the sender (its downlink end, 10 us, plus the
+  // 7 us latency), after b, which came at 5 us.
+  EventQueue events;
+  NetworkParams p = Params();
+  p.window_bytes = 2000;
+  auto net = MakeNetwork(NetworkModel::kFifo, events, p, 3);
+  std::vector<std::string> order;
+  std::vector<SimTime> at;
+  const int a = net->Connect(0, 1);
+  const int b = net->Connect(0, 2);
+  for (int i = 0; i < 3; ++i) {
+    net->Send(a, 900, nullptr, [&, i] {
+      order.push_back("a" + std::to_string(i));
+      at.push_back(events.now());
+    });
+  }
+  events.At(5, [&] {
+    net->Send(b, 900, nullptr, [&] {
+      order.push_back("b");
+      at.push_back(events.now());
+    });
+  });
+  events.Run();
+  EXPECT_EQ(order, (std::vector<std::string>{"a0", "a1", "b", "a2"}));
+  // a0 10 + 10, a1 20 + 10, b 30 + 10; a2 enters at 17, starts when b is through (30).
+  EXPECT_EQ(at, (std::vector<SimTime>{20, 30, 40, 50}));
+}
+
+TEST(FifoNetworkTest, AMessageLargerThanTheWindowStillGoesAlone) {
+  EventQueue events;
+  NetworkParams p = Params();
+  p.window_bytes = 500;
+  auto net = MakeNetwork(NetworkModel::kQueued, events, p, 2);
+  std::vector<SimTime> at;
+  const int c = net->Connect(0, 1);
+  for (int i = 0; i < 2; ++i) net->Send(c, 900, nullptr, [&] { at.push_back(events.now()); });
+  events.Run();
+  // Each waits for the one before it to arrive: 10 + 10; then enters at 10 + 7 = 17.
+  EXPECT_EQ(at, (std::vector<SimTime>{20, 37}));
 }
 
 TEST(FabricTest, TheWatermarkLetsAnUrgentMessageOvertake) {

@@ -119,10 +119,13 @@ TEST(TraceTest, ComputeSpansAreCompleteEventsOnTheComputeThread) {
     t0 = NowUs();
     trace.Compute("fc.weight", /*backward=*/false, t0 + 100, t0 + 350);
     trace.Compute("fc \"b\"", /*backward=*/true, t0 + 400, t0 + 390);  // empty: dur 0
+    // A name is the program's bytes: invalid UTF-8 becomes U+FFFD, the file still parses.
+    trace.Compute(std::string("conv\xff\xfe.w\xc3\xa9"), /*backward=*/true, t0 + 500, t0 + 510);
   }
   testing::Json j = ReadJson(path);
   const std::vector<testing::Json>& ev = j["traceEvents"].items;
-  ASSERT_EQ(ev.size(), 1u + 1 + 2);  // process name, the compute thread's name, 2 spans
+  ASSERT_EQ(ev.size(), 1u + 1 + 3);  // process name, the compute thread's name, 3 spans
+  EXPECT_EQ(ev[4]["name"].str, "conv\xef\xbf\xbd\xef\xbf\xbd.w\xc3\xa9");  // é kept
   EXPECT_EQ(ev[1]["ph"].str, "M");
   EXPECT_EQ(ev[1]["name"].str, "thread_name");
   EXPECT_EQ(ev[1]["tid"].number, Trace::kComputeTid);
