@@ -126,6 +126,13 @@ const std::vector<Flag>& Flags() {
        [](CliOptions& o, const std::string& v) {
          o.sim.model.window_bytes = Number("--tcp-window", v, 0, 1e12);
        }},
+      {"--interleave-bytes", "BYTES",
+       "fq and fifo: a message of at most this many bytes on the wire (an acknowledgement) "
+       "goes between the segments of the message in service, as a TCP segment does "
+       "(default 1500; 0: every message waits its turn)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.interleave_bytes = Number("--interleave-bytes", v, 0, 1e12);
+       }},
       {"--tcp-efficiency", "X", "goodput / link rate (default 0.94)",
        [](CliOptions& o, const std::string& v) {
          o.sim.model.tcp_efficiency = Number("--tcp-efficiency", v, 1e-3, 1);

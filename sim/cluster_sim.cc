@@ -116,6 +116,7 @@ SimResult Simulate(const SimOptions& o) {
   net.local_bytes_per_us = o.model.local_bytes_per_s / 1e6;
   net.header_bytes = o.model.header_bytes;
   net.window_bytes = o.model.window_bytes;
+  net.interleave_bytes = o.model.interleave_bytes;
   job.network = MakeNetwork(o.model.network, job.events, net, hosts);
   std::vector<int> host_of_node = placing.host_of_server;
   host_of_node.insert(host_of_node.end(), placing.host_of_worker.begin(),

@@ -42,6 +42,7 @@ struct ModelParams {
   double loopback_cost = 2.5;        // loopback TCP's cost in copies
   double compute_jitter = 0;         // coefficient of variation of every compute time
   double window_bytes = 0;           // a connection's bytes on the way (0: no limit)
+  double interleave_bytes = 1500;    // messages this small go between others' segments
   NetworkModel network = NetworkModel::kQueued;
 };
 

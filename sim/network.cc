@@ -204,7 +204,7 @@ FairQueueNetwork::FairQueueNetwork(EventQueue& events, const NetworkParams& para
 
 int FairQueueNetwork::Connect(int src, int dst) {
   CHECK(src >= 0 && src < hosts_ && dst >= 0 && dst < hosts_) << src << " -> " << dst;
-  connections_.push_back(Connection{src, dst, 0, 0, 0, 0, {}});
+  connections_.push_back(Connection{src, dst, 0, 0, 0, 0, 0, 0, 0, 0, {}});
   return static_cast<int>(connections_.size()) - 1;
 }
 
@@ -236,27 +236,66 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
   const int id =
       NewMessage(Message{connection, 2, wire, 0, std::move(delivered), std::move(sent)});
   if (params_.window_bytes <= 0) {
-    Enqueue(up_[c.src], c.up_tag, id, wire);
-    Serve(c.src, /*up=*/true);
+    ToUplink(id);
     return;
   }
   c.backlog.push_back(id);
   Admit(connection);
 }
 
+bool FairQueueNetwork::Interleaves(const Message& m) const {
+  return m.wire <= params_.interleave_bytes;
+}
+
+void FairQueueNetwork::ToUplink(int id) {
+  Message& m = messages_[id];
+  Connection& c = connections_[m.connection];
+  if (!Interleaves(m) || c.up_waiting > 0) {
+    c.up_waiting++;
+    Enqueue(up_[c.src], c.up_tag, id, m.wire);
+    Serve(c.src, /*up=*/true);
+    return;
+  }
+  // Between the segments of the message in service: behind its own connection only.
+  const SimTime start = std::max(events_.now(), c.up_free);
+  Left(id, start);
+}
+
+void FairQueueNetwork::Left(int id, SimTime start) {
+  Message& m = messages_[id];
+  Connection& c = connections_[m.connection];
+  m.left = c.up_free = start + m.wire / params_.link_bytes_per_us;
+  up_[c.src].bytes += m.wire;
+  if (m.sent) {
+    events_.At(m.left, [this, id] {
+      Action sent = std::move(messages_[id].sent);
+      LinkDone(id);
+      sent();
+    });
+  } else {
+    LinkDone(id);  // nothing more to do at m.left
+  }
+  // Cut-through: the receiver's downlink may take it from now on.
+  if (!Interleaves(m) || c.down_waiting > 0) {
+    c.down_waiting++;
+    Enqueue(down_[c.dst], c.down_tag, id, m.wire);
+    Serve(c.dst, /*up=*/false);
+    return;
+  }
+  Arrived(id, std::max(std::max(events_.now(), c.down_free) + m.wire / params_.link_bytes_per_us,
+                       m.left));
+}
+
 void FairQueueNetwork::Admit(int connection) {
   Connection& c = connections_[connection];
-  bool admitted = false;
   while (!c.backlog.empty()) {
     const int id = c.backlog.front();
     const double wire = messages_[id].wire;
     if (c.in_window > 0 && c.in_window + wire > params_.window_bytes) break;
     c.backlog.pop_front();
     c.in_window += wire;
-    Enqueue(up_[c.src], c.up_tag, id, wire);
-    admitted = true;
+    ToUplink(id);
   }
-  if (admitted) Serve(c.src, /*up=*/true);
 }
 
 void FairQueueNetwork::Enqueue(Link& link, double& connection_tag, int message, double wire) {
@@ -303,23 +342,12 @@ int FairQueueNetwork::TakeNext(Link& link) {
 void FairQueueNetwork::StartUp(int host) {
   Link& link = up_[host];
   const int id = TakeNext(link);
-  Message& m = messages_[id];
-  Connection& c = connections_[m.connection];
-  m.left = events_.now() + m.wire / params_.link_bytes_per_us;
-  link.busy_until = m.left;
-  link.bytes += m.wire;
-  if (m.sent) {
-    events_.At(m.left, [this, id] {
-      Action sent = std::move(messages_[id].sent);
-      LinkDone(id);
-      sent();
-    });
-  } else {
-    LinkDone(id);  // nothing more to do at m.left
-  }
-  // Cut-through: the receiver's downlink may take it from now on.
-  Enqueue(down_[c.dst], c.down_tag, id, m.wire);
-  Serve(c.dst, /*up=*/false);
+  Connection& c = connections_[messages_[id].connection];
+  c.up_waiting--;
+  // Behind what interleaved on its connection: as a TCP stream, in order.
+  const SimTime start = std::max(events_.now(), c.up_free);
+  link.busy_until = start + messages_[id].wire / params_.link_bytes_per_us;
+  Left(id, start);
 }
 
 void FairQueueNetwork::StartDown(int host) {
@@ -327,9 +355,18 @@ void FairQueueNetwork::StartDown(int host) {
   const int id = TakeNext(link);
   Message& m = messages_[id];
   Connection& c = connections_[m.connection];
-  const SimTime end = std::max(events_.now() + m.wire / params_.link_bytes_per_us, m.left);
+  c.down_waiting--;
+  const SimTime start = std::max(events_.now(), c.down_free);
+  const SimTime end = std::max(start + m.wire / params_.link_bytes_per_us, m.left);
   link.busy_until = end;
-  link.bytes += m.wire;
+  Arrived(id, end);
+}
+
+void FairQueueNetwork::Arrived(int id, SimTime end) {
+  Message& m = messages_[id];
+  Connection& c = connections_[m.connection];
+  c.down_free = end;
+  down_[c.dst].bytes += m.wire;
   c.arrived = std::max(c.arrived, end + params_.latency_us + params_.message_us);
   if (m.delivered) events_.At(c.arrived, std::move(m.delivered));
   if (params_.window_bytes > 0) {

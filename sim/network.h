@@ -19,8 +19,12 @@
 //   - how connections share the links is what the two models differ in:
 //       FairQueueNetwork ("fq", the default): connections share each link in turns of one
 //         message (fair queueing at message granularity), as ZeroMQ hands whole messages
-//         to a connection. Validated against the emulated cluster (docs/simulation.md);
-//         O(log n) work per message, so it runs 1024 workers;
+//         to a connection; a message of at most `interleave_bytes` (an acknowledgement,
+//         1500 in ferry-sim) goes between the segments of the message in service, as a TCP
+//         segment does, instead of waiting a whole message for its turn (without it an
+//         acknowledgement, which returns a worker's credit, waited behind a 128 KiB sum:
+//         the model's largest error, docs/simulation.md "Validation"). Validated against
+//         the emulated cluster; O(log n) work per message, so it runs 1024 workers;
 //       FairQueueNetwork with FIFO links ("fifo"): each link sends messages in the order
 //         they reached it, as the emulated cluster's HTB leaf (pfifo) does, and each
 //         connection keeps at most `window_bytes` between entering its uplink and leaving
@@ -59,6 +63,10 @@ struct NetworkParams {
   // FairQueueNetwork: bytes a connection keeps between entering its uplink and leaving the
   // receiver's downlink (at least one message; 0: no limit).
   double window_bytes = 0;
+  // FairQueueNetwork: a message of at most this many bytes on the wire (an acknowledgement)
+  // goes between the segments of the message in service, as a TCP segment does, instead of
+  // waiting for it; still behind its own connection's (0: every message waits its turn).
+  double interleave_bytes = 0;
 };
 
 // Bytes each link carried, for utilisation.
@@ -178,12 +186,26 @@ class FairQueueNetwork : public Network {
     double up_tag = 0;    // the last finish tag on the uplink
     double down_tag = 0;  // ... and on the downlink
     SimTime arrived = 0;  // when its last message arrived
+    int up_waiting = 0;       // its messages waiting for the uplink (not started)
+    int down_waiting = 0;     // ... for the downlink
+    SimTime up_free = 0;      // when its last message started on the uplink is through it
+    SimTime down_free = 0;    // ... on the downlink
     double in_window = 0;      // bytes between entering the uplink and leaving the downlink
     std::deque<int> backlog;   // messages waiting for the window, in order
   };
   void Enqueue(Link& link, double& connection_tag, int message, double wire);
   // Puts connection `c`'s backlog on its uplink while the window admits it.
   void Admit(int c);
+  // Whether message `m` is small enough to go between others' segments (interleave_bytes).
+  bool Interleaves(const Message& m) const;
+  // Message `id` goes to its uplink: into the link's queue, or between the segments of the
+  // message in service when it interleaves and nothing of its connection waits there.
+  void ToUplink(int id);
+  // Message `id` starts on its uplink at `start`; then to the receiver's downlink (queued
+  // or interleaved, as on the uplink).
+  void Left(int id, SimTime start);
+  // Message `id` is through the receiver's downlink at `end`: delivered a latency on.
+  void Arrived(int id, SimTime end);
   // Starts what waits on a link while it is free; an event at busy_until serves the rest
   // (none when nothing waits: an idle link costs no events).
   void Serve(int host, bool up);

@@ -185,6 +185,27 @@ TEST(FairQueueNetworkTest, ConnectionsTakeTurnsOfOneMessage) {
   EXPECT_EQ(order, (std::vector<std::string>{"a0", "b", "a1", "a2"}));
 }
 
+// An acknowledgement (header only) goes between the segments of the message in service on
+// another connection, as a TCP segment does; behind its own connection's message it waits.
+TEST_P(NetworkTest, AnInterleavedAcknowledgementSkipsAnotherConnectionsMessage) {
+  if (GetParam() == NetworkModel::kFair) GTEST_SKIP() << "fluid: nothing waits for a message";
+  EventQueue events;
+  NetworkParams p = Params();
+  p.interleave_bytes = 1500;
+  auto net = MakeNetwork(GetParam(), events, p, 3);
+  SimTime big = -1, ack = -1, behind = -1;
+  const int data = net->Connect(0, 1);
+  net->Send(data, 99900, nullptr, [&] { big = events.now(); });  // 1000 us on the wire
+  events.At(5, [&] {
+    net->Send(net->Connect(0, 2), 0, nullptr, [&] { ack = events.now(); });
+    net->Send(data, 0, nullptr, [&] { behind = events.now(); });
+  });
+  events.Run();
+  EXPECT_DOUBLE_EQ(big, 1000.0 + 10);
+  EXPECT_DOUBLE_EQ(ack, 5 + 1.0 + 10);      // its 100 bytes at once, + latency + cost
+  EXPECT_DOUBLE_EQ(behind, 1000 + 1.0 + 10);  // after the big message, as on its stream
+}
+
 TEST(FifoNetworkTest, ALinkSendsInArrivalOrder) {
   EventQueue events;
   auto net = MakeNetwork(NetworkModel::kFifo, events, Params(), 3);
