@@ -36,6 +36,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -165,6 +166,23 @@ class Run:
             out.setdefault("shm_lanes_per_worker", []).append(counters.get("van.shm_lanes", 0))
         return out
 
+    def net_stats(self):
+        """What the emulated links did, summed over the cluster's namespaces: TCP segments
+        retransmitted (each host's /proc/net/snmp) and packets the links' queues dropped
+        (tc -s: the hosts' uplinks and the bridge's ports, the downlinks)."""
+        retrans, drops = 0, 0
+        for ns in ["%s-%s" % (self.name, h) for h in self.hosts] + ["%s-bridge" % self.name]:
+            snmp = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  timeout=60).stdout.splitlines()
+            tcp = [line.split()[1:] for line in snmp if line.startswith("Tcp:")]
+            if len(tcp) == 2 and "RetransSegs" in tcp[0]:
+                retrans += int(tcp[1][tcp[0].index("RetransSegs")])
+            qdisc = subprocess.run(["tc", "-n", ns, "-s", "qdisc", "show"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, timeout=60).stdout
+            drops += sum(int(n) for n in re.findall(r"dropped (\d+)", qdisc))
+        return {"tcp_retrans_segs": retrans, "qdisc_drops": drops}
+
     def num_servers(self):
         return (self.args.workers if self.args.colocate else self.args.servers) + self.args.extra_servers
 
@@ -274,7 +292,8 @@ class Run:
                 "p90_over_lb1": max(w["p90_ms"] for w in workers) / lb1 if lb1 else None,
                 "wrong_values": sum(w["wrong_values"] for w in workers),
                 "checked_values": sum(w["checked_values"] for w in workers),
-                "cpu": cpu, "transport": self.transport_stats(), "workers": workers,
+                "cpu": cpu, "transport": self.transport_stats(), "net": self.net_stats(),
+                "workers": workers,
                 "after_change": self.after_change(workers)}
 
     def cleanup(self):
@@ -372,12 +391,14 @@ def run_all(args):
                 record = dict(run.execute(), repeat=rep)
                 t = record["transport"]
                 say("  median %.1f ms, p90 %.1f ms, median/LB1 %s, busiest core %.0f%%, "
-                    "ack delay p50/p99 %s/%s us, window %s bytes (%s MB/s x %s us)" % (
+                    "ack delay p50/p99 %s/%s us, window %s bytes (%s MB/s x %s us), "
+                    "%d TCP segments resent, %d packets dropped by the links" % (
                         record["median_ms"], record["p90_ms"],
                         "%.3f" % record["median_over_lb1"] if record["median_over_lb1"] else "-",
                         record["cpu"]["busiest_core_pct"], t.get("ack_delay_us_p50", "-"),
                         t.get("ack_delay_us_p99", "-"), t.get("window.bytes", "-"),
-                        t.get("window.rate_bytes_per_s", 0) // 1000000, t.get("window.min_rtt_us", "-")))
+                        t.get("window.rate_bytes_per_s", 0) // 1000000, t.get("window.min_rtt_us", "-"),
+                        record["net"]["tcp_retrans_segs"], record["net"]["qdisc_drops"]))
             except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
                 record = {"model": model, "rate": rate, "compute_scale": scale, "env": env,
                           "cluster": name, "repeat": rep, "error": str(e)}

@@ -409,6 +409,55 @@ TEST(BucketPolicyTest, ADueTimerIsAChangeForWaitForChange) {
   EXPECT_EQ(MustNextOne(q), 0u);
 }
 
+// The sender sleeps until the timer it saw when it began to wait; a quiet push that starts
+// a bucket's timer must wake it (the pusher's own TryNext comes before the timer is due), or
+// the bucket would go only when full (the bug the simulator's validation found: fifo-bucket
+// sent every bucket at the end of backward).
+TEST(BucketPolicyTest, AQuietPushThatStartsTheTimerWakesTheSender) {
+  FakeClock clock;
+  ScheduledQueue q(Make("fifo-bucket", 0, 1 << 20, 5000), 1, clock.fn());
+  uint64_t version = 0;
+  EXPECT_EQ(q.WaitForChange(&version, 0), ScheduledQueue::WaitResult::kChanged);
+  auto waiter = std::async(std::launch::async, [&q, version]() mutable {
+    return q.WaitForChange(&version, 60000);  // no timer yet: a minute
+  });
+  // Let it block first (were it late, it would see the push at once and pass: this wait
+  // can only hide the bug, never fail the fix).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  q.Push(Task(0, 10, 0), /*notify=*/false);
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the sender slept through the bucket's new timer";
+  EXPECT_EQ(waiter.get(), ScheduledQueue::WaitResult::kChanged);
+  MustBlock(q);  // not yet due
+  clock.us += 5000;
+  EXPECT_EQ(MustNextOne(q), 0u);
+}
+
+// The same through the sender's loop on a real clock: the part bucket goes on its timeout.
+TEST(BucketPolicyTest, TheSendersLoopSendsAPartBucketOnItsTimeout) {
+  ScheduledQueue q(Make("fifo-bucket", 0, 1 << 20, /*timeout_us=*/2000), 1);
+  uint64_t version = 0;
+  q.WaitForChange(&version, 0);
+  auto sender = std::async(std::launch::async, [&q, version]() mutable {
+    for (int i = 0; i < 100; ++i) {  // as Sender::Loop, with a minute's wake-up
+      if (q.WaitForChange(&version, 60000) == ScheduledQueue::WaitResult::kClosed) return -1;
+      Batch b;
+      if (q.TryNext(&b)) return static_cast<int>(b.tasks.size());
+    }
+    return -2;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it waits (as above)
+  q.Push(Task(0, 10, 0), /*notify=*/false);
+  Batch none;
+  EXPECT_FALSE(q.TryNext(&none));  // the pusher's own try: not due
+  q.Push(Task(0, 10, 1), /*notify=*/false);
+  EXPECT_FALSE(q.TryNext(&none));
+  ASSERT_EQ(sender.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the part bucket never went";
+  EXPECT_EQ(sender.get(), 2);
+  q.Close();
+}
+
 TEST(ScheduledQueueTest, SetCreditTakesEffect) {
   ScheduledQueue q(Make("credit"), 50);
   for (uint64_t i = 0; i < 6; ++i) q.Push(Task(0, 50, i));

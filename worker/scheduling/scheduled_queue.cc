@@ -24,8 +24,10 @@ ScheduledQueue::ScheduledQueue(std::unique_ptr<Policy> policy, uint64_t credit_b
 void ScheduledQueue::Push(PushTask task, bool notify) {
   {
     MutexLock lock(mu_);
+    const int64_t timer = core_.WakeAtUs();
     core_.Push(std::move(task), now_());
     changes_++;
+    notify = notify || core_.WakeAtUs() < timer;
   }
   if (notify) cv_.NotifyAll();
 }
@@ -83,8 +85,10 @@ ScheduledQueue::WaitResult ScheduledQueue::WaitForChange(uint64_t* version, int6
 void ScheduledQueue::ReturnPart(const PushTask& task, uint64_t bytes, bool notify) {
   {
     MutexLock lock(mu_);
+    const int64_t timer = core_.WakeAtUs();
     core_.ReturnPart(task, bytes, now_());
     changes_++;
+    notify = notify || core_.WakeAtUs() < timer;
   }
   if (notify) cv_.NotifyAll();
 }
@@ -92,8 +96,10 @@ void ScheduledQueue::ReturnPart(const PushTask& task, uint64_t bytes, bool notif
 void ScheduledQueue::Done(const PushTask& task, bool acked, bool notify) {
   {
     MutexLock lock(mu_);
+    const int64_t timer = core_.WakeAtUs();
     core_.Done(task, acked, now_());
     changes_++;
+    notify = notify || core_.WakeAtUs() < timer;
   }
   if (notify) cv_.NotifyAll();
 }

@@ -50,7 +50,12 @@ class ScheduledQueue {
 
   // `notify`: wake the threads blocked in Next and WaitForChange. false for a pusher that
   // takes what it let out itself (TryNext) right after; Push, ReturnPart and Done count the
-  // change either way, so a waiter that wakes for another reason still sees it.
+  // change either way, so a waiter that wakes for another reason still sees it, and they
+  // wake the waiters anyway when the change brought the policy's timer (WakeAtUs) earlier:
+  // a waiter sleeps until the timer it saw when it began to wait, and only a waiter can
+  // act on a timer (fifo-bucket's timeout: the pusher's own TryNext comes before it is
+  // due). Before 2026-12-04 they did not, and fifo-bucket's buckets never went on their
+  // timeout in a worker, only when full or when something else woke the sender.
   void Push(PushTask task, bool notify = true) EXCLUDES(mu_);
   // Blocks until the policy hands out a batch (returns true), the queue is closed
   // (false), or `timeout_ms` passed (false with *timed_out). `out` is overwritten only
