@@ -133,6 +133,12 @@ const std::vector<Flag>& Flags() {
        [](CliOptions& o, const std::string& v) {
          o.sim.model.interleave_bytes = Number("--interleave-bytes", v, 0, 1e12);
        }},
+      {"--segment-bytes", "BYTES",
+       "fq and fifo: a larger message takes its turns on a link in segments of about this "
+       "size, as TCP shares a link packet by packet (default 1048576; 0: whole messages)",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.model.segment_bytes = Number("--segment-bytes", v, 0, 1e12);
+       }},
       {"--tcp-efficiency", "X", "goodput / link rate (default 0.94)",
        [](CliOptions& o, const std::string& v) {
          o.sim.model.tcp_efficiency = Number("--tcp-efficiency", v, 1e-3, 1);

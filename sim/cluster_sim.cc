@@ -117,6 +117,7 @@ SimResult Simulate(const SimOptions& o) {
   net.header_bytes = o.model.header_bytes;
   net.window_bytes = o.model.window_bytes;
   net.interleave_bytes = o.model.interleave_bytes;
+  net.segment_bytes = o.model.segment_bytes;
   job.network = MakeNetwork(o.model.network, job.events, net, hosts);
   std::vector<int> host_of_node = placing.host_of_server;
   host_of_node.insert(host_of_node.end(), placing.host_of_worker.begin(),

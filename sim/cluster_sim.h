@@ -43,6 +43,7 @@ struct ModelParams {
   double compute_jitter = 0;         // coefficient of variation of every compute time
   double window_bytes = 0;           // a connection's bytes on the way (0: no limit)
   double interleave_bytes = 1500;    // messages this small go between others' segments
+  double segment_bytes = 1 << 20;    // larger messages take turns on a link in these
   NetworkModel network = NetworkModel::kQueued;
 };
 

@@ -232,15 +232,25 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
     if (delivered) events_.At(arrived, std::move(delivered));
     return;
   }
-  const double wire = static_cast<double>(bytes) + params_.header_bytes;
-  const int id =
-      NewMessage(Message{connection, 2, wire, 0, std::move(delivered), std::move(sent)});
-  if (params_.window_bytes <= 0) {
-    ToUplink(id);
-    return;
+  // A large message goes as segments, each a link's unit of service: the connections
+  // sharing a link take turns of a segment. Only the last carries the callbacks.
+  double wire = static_cast<double>(bytes) + params_.header_bytes;
+  const double segment = params_.segment_bytes > 0 ? params_.segment_bytes : wire;
+  while (true) {
+    const bool last = wire <= segment * 1.5;  // no sliver at the end
+    const double part = last ? wire : segment;
+    wire -= part;
+    const int id = last ? NewMessage(Message{connection, 2, part, 0, std::move(delivered),
+                                             std::move(sent)})
+                        : NewMessage(Message{connection, 2, part, 0, nullptr, nullptr});
+    if (params_.window_bytes <= 0) {
+      ToUplink(id);
+    } else {
+      c.backlog.push_back(id);
+      Admit(connection);
+    }
+    if (last) return;
   }
-  c.backlog.push_back(id);
-  Admit(connection);
 }
 
 bool FairQueueNetwork::Interleaves(const Message& m) const {

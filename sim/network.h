@@ -67,6 +67,9 @@ struct NetworkParams {
   // goes between the segments of the message in service, as a TCP segment does, instead of
   // waiting for it; still behind its own connection's (0: every message waits its turn).
   double interleave_bytes = 0;
+  // FairQueueNetwork: a message larger than this goes as segments of about this size, each
+  // waiting its turn on a link (0: whole messages).
+  double segment_bytes = 0;
 };
 
 // Bytes each link carried, for utilisation.

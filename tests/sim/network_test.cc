@@ -206,6 +206,31 @@ TEST_P(NetworkTest, AnInterleavedAcknowledgementSkipsAnotherConnectionsMessage) 
   EXPECT_DOUBLE_EQ(behind, 1000 + 1.0 + 10);  // after the big message, as on its stream
 }
 
+// A large message takes its turns in segments: another connection's message goes after
+// the first segment, not after the whole; the large one arrives once, after its last.
+TEST_P(NetworkTest, ALargeMessageTakesItsTurnsInSegments) {
+  if (GetParam() == NetworkModel::kFair) GTEST_SKIP() << "fluid: nothing waits for a message";
+  EventQueue events;
+  NetworkParams p = Params();
+  p.segment_bytes = 10000;
+  auto net = MakeNetwork(GetParam(), events, p, 3);
+  std::vector<SimTime> big, small;
+  net->Send(net->Connect(0, 1), 29900, [&] { big.push_back(-events.now()); },
+            [&] { big.push_back(events.now()); });  // 30000 on the wire: 3 segments
+  events.At(5, [&] {
+    net->Send(net->Connect(0, 2), 9900, nullptr, [&] { small.push_back(events.now()); });
+  });
+  events.Run();
+  if (GetParam() == NetworkModel::kQueued) {
+    EXPECT_EQ(small, (std::vector<SimTime>{200 + 10}));      // after the first segment
+    EXPECT_EQ(big, (std::vector<SimTime>{-400, 400 + 10}));  // sent and delivered once
+  } else {  // fifo: all three segments were queued before it came
+    EXPECT_EQ(small, (std::vector<SimTime>{400 + 10}));
+    EXPECT_EQ(big, (std::vector<SimTime>{-300, 300 + 10}));
+  }
+  EXPECT_DOUBLE_EQ(net->link_bytes().up[0], 40000);
+}
+
 TEST(FifoNetworkTest, ALinkSendsInArrivalOrder) {
   EventQueue events;
   auto net = MakeNetwork(NetworkModel::kFifo, events, Params(), 3);
