@@ -363,7 +363,7 @@ std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wa
 std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s) {
   std::string out = StrCat("ferry-sim --tune: ", DescribeJob(cli.sim), "\n", r.ranked.size(),
                            " candidates x ", cli.tune_options.seeds, " seeds (",
-                           r.simulations, " simulations) in ", Num(wall_s), " s\n");
+                           r.simulations, " simulations) in ", Num(std::round(wall_s * 100) / 100), " s\n");
   char line[512];
   auto row = [&](const std::string& rank, const Candidate& c) {
     std::snprintf(line, sizeof(line), "%-8s %9.2f ms (%.2f-%.2f)  %5.3fx  %s\n", rank.c_str(),

@@ -204,7 +204,7 @@ FairQueueNetwork::FairQueueNetwork(EventQueue& events, const NetworkParams& para
 
 int FairQueueNetwork::Connect(int src, int dst) {
   CHECK(src >= 0 && src < hosts_ && dst >= 0 && dst < hosts_) << src << " -> " << dst;
-  connections_.push_back(Connection{src, dst, 0, 0, 0, 0, 0, 0, 0, 0, {}});
+  connections_.push_back(Connection{src, dst, 0, 0, 0, 0, 0, 0, 0, 0, nullptr});
   return static_cast<int>(connections_.size()) - 1;
 }
 
@@ -246,7 +246,8 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
     if (params_.window_bytes <= 0) {
       ToUplink(id);
     } else {
-      c.backlog.push_back(id);
+      if (!c.backlog) c.backlog = std::make_unique<std::deque<int>>();
+      c.backlog->push_back(id);
       Admit(connection);
     }
     if (last) return;
@@ -298,11 +299,11 @@ void FairQueueNetwork::Left(int id, SimTime start) {
 
 void FairQueueNetwork::Admit(int connection) {
   Connection& c = connections_[connection];
-  while (!c.backlog.empty()) {
-    const int id = c.backlog.front();
+  while (!c.backlog->empty()) {
+    const int id = c.backlog->front();
     const double wire = messages_[id].wire;
     if (c.in_window > 0 && c.in_window + wire > params_.window_bytes) break;
-    c.backlog.pop_front();
+    c.backlog->pop_front();
     c.in_window += wire;
     ToUplink(id);
   }

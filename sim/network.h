@@ -23,8 +23,10 @@
 //         1500 in ferry-sim) goes between the segments of the message in service, as a TCP
 //         segment does, instead of waiting a whole message for its turn (without it an
 //         acknowledgement, which returns a worker's credit, waited behind a 128 KiB sum:
-//         the model's largest error, docs/simulation.md "Validation"). Validated against
-//         the emulated cluster; O(log n) work per message, so it runs 1024 workers;
+//         the model's largest error, docs/simulation.md "Validation"); a message over
+//         1.5 x `segment_bytes` goes as segments of that size, each taking its turn.
+//         Validated against the emulated cluster; O(log n) work per message, so it runs
+//         1024 workers;
 //       FairQueueNetwork with FIFO links ("fifo"): each link sends messages in the order
 //         they reached it, as the emulated cluster's HTB leaf (pfifo) does, and each
 //         connection keeps at most `window_bytes` between entering its uplink and leaving
@@ -194,7 +196,9 @@ class FairQueueNetwork : public Network {
     SimTime up_free = 0;      // when its last message started on the uplink is through it
     SimTime down_free = 0;    // ... on the downlink
     double in_window = 0;      // bytes between entering the uplink and leaving the downlink
-    std::deque<int> backlog;   // messages waiting for the window, in order
+    // Messages waiting for the window, in order; made at the first (with a window only:
+    // an empty std::deque allocates, and there are millions of connections).
+    std::unique_ptr<std::deque<int>> backlog;
   };
   void Enqueue(Link& link, double& connection_tag, int message, double wire);
   // Puts connection `c`'s backlog on its uplink while the window admits it.
