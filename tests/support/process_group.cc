@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -137,20 +138,53 @@ std::string ProcessGroup::AllOutput() const {
   return all;
 }
 
-int FreePort() {
+namespace {
+
+// Binds a TCP socket on 127.0.0.1 to `port` (0: any) and returns the port it got, or -1.
+int BindOnce(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    throw std::runtime_error("bind failed");
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int got = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    got = ntohs(addr.sin_port);
   }
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
-  return ntohs(addr.sin_port);
+  return got;
+}
+
+// The lowest port the kernel hands out for binds to port 0 and for connections.
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768;
+  in >> low;
+  return low;
+}
+
+}  // namespace
+
+// Below the kernel's ephemeral range: the nodes' own listeners (bound to port 0) and
+// connections take their ports from that range, so none can take this one between this
+// check and the scheduler's bind (an ephemeral port that was free once could: a server
+// bound it first and the scheduler could not listen).
+int FreePort() {
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+  const int low = 10000, high = EphemeralLow() - 1;
+  if (high - low >= 1000) {
+    std::uniform_int_distribution<int> pick(low, high);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = pick(rng);
+      if (BindOnce(port) == port) return port;
+    }
+  }
+  const int port = BindOnce(0);
+  if (port <= 0) throw std::runtime_error("bind failed");
+  return port;
 }
 
 std::string BinaryPath(const std::string& name) {

@@ -54,7 +54,8 @@ class ProcessGroup {
   std::vector<Child> children_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range (so
+// no node's own bind to port 0 takes it before the scheduler binds it).
 int FreePort();
 
 // Paths of the built programs: the build's bin directory (set by CMake), or
