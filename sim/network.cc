@@ -240,9 +240,12 @@ void FairQueueNetwork::Send(int connection, uint64_t bytes, Action sent, Action 
     const bool last = wire <= segment * 1.5;  // no sliver at the end
     const double part = last ? wire : segment;
     wire -= part;
-    const int id = last ? NewMessage(Message{connection, 2, part, 0, std::move(delivered),
-                                             std::move(sent)})
-                        : NewMessage(Message{connection, 2, part, 0, nullptr, nullptr});
+    Message m{connection, 2, part, 0, nullptr, nullptr};
+    if (last) {
+      m.delivered = std::move(delivered);
+      m.sent = std::move(sent);
+    }
+    const int id = NewMessage(std::move(m));
     if (params_.window_bytes <= 0) {
       ToUplink(id);
     } else {
