@@ -143,6 +143,13 @@ void Worker::Start() {
 }
 
 Worker::~Worker() {
+  // The shutdown order of local_nccl.h: no device round starts a push_pull after this.
+  LocalNccl* nccl = nullptr;
+  {
+    MutexLock lock(mu_);
+    nccl = nccl_.get();
+  }
+  if (nccl != nullptr) nccl->Stop();
   sender_.reset();  // closes the queue, joins the sender thread
   // After Stop() ZeroMQ holds no payload: every release hook has run while the
   // members they touch are still alive.
@@ -425,14 +432,15 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
           0, 1, config_.cluster.op_timeout_ms,
-          [this](const DeviceTensor& d, void* host) {
-            PushPull(d.name, host, host, d.dtype, d.count, d.average);
+          [this](const DeviceTensor& d, void* host, LocalNccl::MachineDone done) {
+            PushPullAsync(d.name, host, host, d.dtype, d.count, d.average, std::nullopt,
+                          [done = std::move(done)](Handle, const Verdict& v) { done(v.error); });
           },
-          [](const std::string&) {});
+          nullptr, [](const std::string&) {});
     }
     nccl = nccl_.get();
     ticket = nccl->Submit(t);
-    nccl->Go(name, nccl->TakeUniqueId());
+    nccl->Go(name);
   }
   nccl->Wait(ticket);
 }

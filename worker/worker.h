@@ -144,9 +144,10 @@ class Worker : public Collective {
                            const void* values, void* output, DataType dtype, bool average,
                            std::optional<int> priority = std::nullopt,
                            CompletionCallback done = nullptr) override;
-  // A tensor in CUDA device memory: the NCCL backend (local/local_nccl.h) with a
-  // communicator of this one rank copies it to host memory, push_pulls it, copies the
-  // result back. Blocks. Throws FerryError, e.g. in a build without NCCL.
+  // A tensor in CUDA device memory: the NCCL backend (local/local_nccl.h) of this one
+  // rank copies it to pinned host memory, push_pulls it (asynchronously: other threads'
+  // device push_pulls overlap, in the scheduling queue's order), copies the result back.
+  // Blocks. Throws FerryError, e.g. in a build without NCCL.
   void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
                       uint64_t count, bool average, void* stream = nullptr) override;
   // Every worker's `data` becomes root's. Call on every worker with the same name.

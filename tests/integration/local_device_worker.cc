@@ -4,8 +4,9 @@
 //
 // On GPU FERRY_LOCAL_RANK % (visible GPUs): --tensors float32 tensors of 1 .. --max_elems
 // elements and one int32 tensor, --rounds rounds each, every tensor on its own thread,
-// started in an order that differs between local ranks (the root's GOs must put the
-// NCCL rounds in one order); the odd float tensors out of place and averaged. Every
+// started in an order that differs between ranks (odd ranks reverse it: the root's steps
+// must put the NCCL rounds in one order, and machines must not wait on each other's
+// order); the odd float tensors out of place and averaged. Every
 // element is checked exactly against the sum (or average) over every rank. Then
 // "OK rounds=N rank=R size=S local=L/LS gpu=G".
 // Exit codes: 0 as expected, 1 a Ferry error, 3 a wrong value, 4 a CUDA error.
@@ -125,13 +126,20 @@ int Main() {
   std::printf("rank %d of %d, local rank %d of %d, GPU %d of %d, pid %d\n", g->rank(), g->size(),
               g->local_rank(), g->local_size(), gpu, gpus, getpid());
   std::fflush(stdout);
-  // Every tensor on its own thread; local ranks start them in opposite orders.
+  // Declared up front in one order (the ids every worker must agree on), then every
+  // tensor on its own thread; odd ranks (local ranks of a machine, and machines of one
+  // rank each) start them in the opposite order.
   const int n = FLAGS_tensors + 1;
+  for (int t = 0; t < FLAGS_tensors; ++t) {
+    g->DeclareTensor("f" + std::to_string(t), DataType::kFloat32,
+                     {static_cast<int64_t>(Elems(t))});
+  }
+  g->DeclareTensor("ints", DataType::kInt32, {1000});
   std::vector<std::string> results(n);
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int k = 0; k < n; ++k) {
-    const int t = g->local_rank() % 2 == 0 ? k : n - 1 - k;
+    const int t = g->rank() % 2 == 0 ? k : n - 1 - k;
     threads.emplace_back([&, t] {
       try {
         results[t] = t == FLAGS_tensors ? IntTensor(*g, gpu) : FloatTensor(*g, gpu, t);

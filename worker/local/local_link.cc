@@ -61,6 +61,8 @@ const char* LocalOpName(LocalOp op) {
       return "FAIL";
     case LocalOp::kDevicePushPull:
       return "DEVICE_PUSH_PULL";
+    case LocalOp::kDeviceBroadcast:
+      return "DEVICE_BROADCAST";
   }
   return "?";
 }

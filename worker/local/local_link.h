@@ -35,8 +35,11 @@ enum class LocalOp : uint32_t {
   kDone,       // root -> rank: operation `seq` finished; the result is in the slot
   kFail,       // root -> rank: the group failed; `text` says why
   // rank -> root: I called push_pull of device tensor `name` (local_nccl.h);
-  // root -> rank: GO, run that round now (`text`: the NCCL unique id, first round only)
+  // root -> rank: run the REDUCE step of that round now (`text`: the NCCL unique id,
+  // first step only)
   kDevicePushPull,
+  // root -> rank: run the BROADCAST step of device tensor `name`'s oldest reduced round
+  kDeviceBroadcast,
 };
 const char* LocalOpName(LocalOp op);
 

@@ -49,35 +49,46 @@ std::string CudaText(cudaError_t r) {
 }
 
 // Where a device push_pull is: what a timeout or an error names.
-enum class Stage { kQueued, kStarted, kDone };
+enum class Stage {
+  kQueued,   // submitted, not reduced yet
+  kReduced,  // reduced; waiting for the machine's sum (the root) or the BROADCAST (a peer)
+  kDone,
+};
 
 class NcclGroup : public LocalNccl {
  public:
   NcclGroup(int local_rank, int local_size, int64_t op_timeout_ms, MachinePushPull push_pull,
-            OnFailure on_failure)
+            SendStep send_step, OnFailure on_failure)
       : local_rank_(local_rank),
         local_size_(local_size),
         op_timeout_ms_(op_timeout_ms),
         push_pull_(std::move(push_pull)),
+        send_step_(std::move(send_step)),
         on_failure_(std::move(on_failure)) {
     thread_ = std::thread([this] { Loop(); });
   }
 
   ~NcclGroup() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-    // The thread is gone: the communicator and buffers are ours. Abort, not destroy: it
-    // never waits for the other ranks.
+    Stop();
+    // The thread is gone and the owner stopped the machine push_pulls (local_nccl.h):
+    // the communicator and buffers are ours. Abort, not destroy: it never waits for the
+    // other ranks.
     if (comm_ != nullptr) ncclCommAbort(comm_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (host_ != nullptr) cudaFreeHost(host_);
+    for (const Pinned& b : pinned_) cudaFreeHost(b.data);
     for (auto& [ticket, item] : items_) {
       if (item.ready != nullptr) cudaEventDestroy(item.ready);
     }
+  }
+
+  void Stop() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopping_) FailLocked(StrCat(Me(), ": the group shut down"));
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
   }
 
   uint64_t Submit(const DeviceTensor& t) override {
@@ -105,31 +116,29 @@ class NcclGroup : public LocalNccl {
     return ticket;
   }
 
-  std::string TakeUniqueId() override {
+  void Go(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (id_taken_) return "";
-    id_taken_ = true;
-    ncclUniqueId id;
-    CheckNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", false);
-    return std::string(id.internal, sizeof id.internal);
+    const uint64_t ticket = TakeLocked(queued_, name, "GO");
+    if (ticket == 0) return;
+    runnable_.push_back(ticket);
+    cv_.notify_all();
   }
 
-  void Go(const std::string& name, const std::string& unique_id) override {
+  void RunStep(Step step, const std::string& name, const std::string& unique_id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.empty()) return;  // every tensor failed with it
-    auto it = queued_.find(name);
-    if (it == queued_.end() || it->second.empty()) {
-      FailLocked(
-          StrCat(Me(), ": GO for device tensor '", name, "', which this process did not submit"));
-      return;
+    if (step == Step::kReduce) {
+      const uint64_t ticket = TakeLocked(queued_, name, "REDUCE");
+      if (ticket == 0) return;
+      reducing_[name].push_back(ticket);
+      Work& w = steps_.emplace_back();
+      w.ticket = ticket;
+      w.unique_id = unique_id;
+    } else {
+      const uint64_t ticket = TakeLocked(reducing_, name, "BROADCAST");
+      if (ticket == 0) return;
+      steps_.emplace_back().ticket = ticket;
+      steps_.back().step = Step::kBroadcast;
     }
-    const uint64_t ticket = it->second.front();
-    it->second.pop_front();
-    if (it->second.empty()) queued_.erase(it);
-    if (!unique_id.empty()) unique_id_ = unique_id;
-    items_[ticket].progress_ms = NowMs();
-    items_[ticket].go = true;
-    runnable_.push_back(ticket);
     cv_.notify_all();
   }
 
@@ -177,9 +186,26 @@ class NcclGroup : public LocalNccl {
     DeviceTensor t;
     cudaEvent_t ready = nullptr;  // recorded on t.stream at Submit
     Stage stage = Stage::kQueued;
-    bool go = false;  // its GO came: it waits for the thread, or runs
+    bool go = false;  // started: GO (the root) or REDUCE (a peer) came
     std::string error;
-    int64_t progress_ms = 0;  // submitted, GO, or the thread's last step done
+    int64_t progress_ms = 0;  // submitted, started, or the thread's last step done
+    void* host = nullptr;     // the root's: the pinned machine sum, REDUCE to BROADCAST
+    std::string sum_error;    // the root's: the machine push_pull's error
+  };
+  // A step for the thread; what it reads of the item is copied under mu_.
+  struct Work {
+    Step step = Step::kReduce;
+    uint64_t ticket = 0;
+    std::string unique_id;  // a peer's first REDUCE
+    DeviceTensor t;
+    cudaEvent_t ready = nullptr;
+    void* host = nullptr;
+    std::string sum_error;
+  };
+  struct Pinned {
+    void* data = nullptr;
+    size_t bytes = 0;
+    bool busy = false;
   };
 
   std::string Me() const {
@@ -245,12 +271,32 @@ class NcclGroup : public LocalNccl {
     return ready;
   }
 
+  // REQUIRES: mu_ held. The oldest ticket of `name` in `from`, marked started; 0 (and
+  // the backend failed, naming it) when there is none.
+  uint64_t TakeLocked(std::map<std::string, std::deque<uint64_t>>& from, const std::string& name,
+                      const char* what) {
+    if (!failure_.empty()) return 0;  // every tensor failed with it
+    auto it = from.find(name);
+    if (it == from.end() || it->second.empty()) {
+      FailLocked(StrCat(Me(), ": ", what, " for device tensor '", name,
+                        "', which this process has no round of to run"));
+      return 0;
+    }
+    const uint64_t ticket = it->second.front();
+    it->second.pop_front();
+    if (it->second.empty()) from.erase(it);
+    Item& item = items_[ticket];
+    item.progress_ms = NowMs();
+    item.go = true;
+    return ticket;
+  }
+
   void Erase(std::map<uint64_t, Item>::iterator it) {  // REQUIRES: mu_ held
     if (it->second.ready != nullptr) cudaEventDestroy(it->second.ready);
     items_.erase(it);
   }
 
-  // REQUIRES: mu_ held. A running round notices failure_ at its next poll and aborts.
+  // REQUIRES: mu_ held. A running step notices failure_ at its next poll and aborts.
   void FailLocked(const std::string& reason) {
     if (!failure_.empty()) return;
     failure_ = reason;
@@ -261,40 +307,78 @@ class NcclGroup : public LocalNccl {
       }
     }
     queued_.clear();
+    reducing_.clear();
     runnable_.clear();
+    summed_.clear();
+    steps_.clear();
     cv_.notify_all();
   }
 
-  // The "ferry-nccl" thread: runs the rounds in the order of their GOs.
+  // The Worker's completion thread: the machine's sum of `ticket` is in its host buffer.
+  void OnSummed(uint64_t ticket, const std::string& error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = items_.find(ticket);
+    if (stopping_ || it == items_.end() || it->second.stage == Stage::kDone) return;
+    it->second.sum_error = error;
+    it->second.progress_ms = NowMs();
+    summed_.push_back(ticket);
+    cv_.notify_all();
+  }
+
+  // REQUIRES: mu_ held. The root: a summed round's BROADCAST first (it frees a caller),
+  // else the next GO's REDUCE; a peer: the root's next step.
+  bool HasWorkLocked() const {
+    return local_rank_ == 0 ? !summed_.empty() || !runnable_.empty() : !steps_.empty();
+  }
+  Work TakeWorkLocked() {
+    Work w;
+    if (local_rank_ != 0) {
+      w = std::move(steps_.front());
+      steps_.pop_front();
+    } else if (!summed_.empty()) {
+      w.step = Step::kBroadcast;
+      w.ticket = summed_.front();
+      summed_.pop_front();
+    } else {
+      w.step = Step::kReduce;
+      w.ticket = runnable_.front();
+      runnable_.pop_front();
+    }
+    const Item& item = items_.at(w.ticket);
+    w.t = item.t;
+    w.ready = item.ready;
+    w.host = item.host;
+    w.sum_error = item.sum_error;
+    return w;
+  }
+
+  // The "ferry-nccl" thread: runs the steps (local_nccl.h, step 3).
   void Loop() {
     pthread_setname_np(pthread_self(), "ferry-nccl");
     for (;;) {
-      uint64_t ticket = 0;
-      DeviceTensor t;
-      cudaEvent_t ready = nullptr;
+      Work w;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !runnable_.empty(); });
+        cv_.wait(lock, [&] { return stopping_ || HasWorkLocked(); });
         if (stopping_) return;
-        ticket = runnable_.front();
-        runnable_.pop_front();
-        Item& item = items_[ticket];
-        item.stage = Stage::kStarted;
-        item.progress_ms = NowMs();
-        t = item.t;
-        ready = item.ready;
+        w = TakeWorkLocked();
       }
       std::string error;
       try {
-        Run(t, ready);
+        if (w.step == Step::kReduce) {
+          Reduce(w);
+        } else {
+          Broadcast(w);
+        }
       } catch (const FerryError& e) {
         error = e.what();
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        auto it = items_.find(ticket);
+        auto it = items_.find(w.ticket);
         if (it != items_.end() && it->second.stage != Stage::kDone) {
-          it->second.stage = Stage::kDone;
+          it->second.stage =
+              !error.empty() || w.step == Step::kBroadcast ? Stage::kDone : Stage::kReduced;
           it->second.error = error;
         }
         if (!error.empty()) FailLocked(error);
@@ -312,46 +396,97 @@ class NcclGroup : public LocalNccl {
     }
   }
 
-  // The "ferry-nccl" thread: one round (local_nccl.h, step 3).
-  void Run(const DeviceTensor& t, cudaEvent_t ready) {
-    if (comm_ == nullptr) InitComm();
-    const size_t bytes = t.count * DataTypeSize(t.dtype);
-    if (t.count == 0) {  // every rank skips NCCL alike; the servers still see the round
-      if (local_rank_ == 0) push_pull_(t, nullptr);
-      return;
-    }
-    const ncclDataType_t type = NcclType(t.dtype);
-    CheckCuda(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
-    // The root's output is the machine's sum; a peer's output is not written here.
-    CheckNccl(ncclReduce(t.input, t.output, t.count, type, ncclSum, 0, comm_, stream_),
-              "ncclReduce");
-    WaitComm("ncclReduce of '" + t.name + "' (enqueueing)");  // non-blocking: may be pending
-    WaitStream("ncclReduce of '" + t.name + "'");
-    if (local_rank_ == 0) {
-      if (host_bytes_ < bytes) {
-        if (host_ != nullptr) CheckCuda(cudaFreeHost(host_), "cudaFreeHost");
-        host_ = nullptr;
-        host_bytes_ = 0;
-        CheckCuda(cudaMallocHost(&host_, bytes), "cudaMallocHost");
-        host_bytes_ = bytes;
+  // REDUCE: the local ranks' sum into the root's host buffer; the root then starts the
+  // machine's push_pull of it.
+  void Reduce(const Work& w) {
+    const DeviceTensor& t = w.t;
+    if (local_size_ > 1) {
+      std::string id = w.unique_id;
+      if (local_rank_ == 0) {
+        if (comm_ == nullptr) id = NewUniqueId();
+        send_step_(Step::kReduce, t.name, id);
       }
-      CheckCuda(cudaMemcpyAsync(host_, t.output, bytes, cudaMemcpyDeviceToHost, stream_),
-                "cudaMemcpyAsync (device to host)");
-      WaitStream("the copy of '" + t.name + "' to host memory");
-      push_pull_(t, host_);
-      Touch();
-      CheckCuda(cudaMemcpyAsync(t.output, host_, bytes, cudaMemcpyHostToDevice, stream_),
-                "cudaMemcpyAsync (host to device)");
+      if (comm_ == nullptr) InitComm(id);
+    } else if (stream_ == nullptr) {
+      InitStream();
     }
-    CheckNccl(ncclBroadcast(t.output, t.output, t.count, type, 0, comm_, stream_), "ncclBroadcast");
-    WaitComm("ncclBroadcast of '" + t.name + "' (enqueueing)");
-    // A peer's broadcast also waits for the root's push_pull through the servers (whose
-    // own deadline is FERRY_OP_TIMEOUT_MS): the root fails first and aborts.
-    WaitStream("ncclBroadcast of '" + t.name + "'", local_rank_ == 0 ? 1 : 2);
+    void* host = nullptr;
+    if (t.count > 0) {
+      const size_t bytes = t.count * DataTypeSize(t.dtype);
+      CheckCuda(cudaStreamWaitEvent(stream_, w.ready, 0), "cudaStreamWaitEvent");
+      if (local_size_ > 1) {
+        // The root's output is the machine's sum; a peer's output is not written here.
+        CheckNccl(ncclReduce(t.input, t.output, t.count, NcclType(t.dtype), ncclSum, 0, comm_,
+                             stream_),
+                  "ncclReduce");
+        WaitComm("ncclReduce of '" + t.name + "' (enqueueing)");  // non-blocking: may pend
+      }
+      if (local_rank_ == 0) {
+        host = TakeHost(bytes);
+        CheckCuda(cudaMemcpyAsync(host, local_size_ > 1 ? t.output : t.input, bytes,
+                                  cudaMemcpyDeviceToHost, stream_),
+                  "cudaMemcpyAsync (device to host)");
+      }
+      WaitStream(StrCat(local_size_ > 1 ? "ncclReduce" : "the copy to host memory", " of '",
+                        t.name, "'"));
+    }
+    if (local_rank_ != 0) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = items_.find(w.ticket);
+      if (it != items_.end()) it->second.host = host;
+    }
+    push_pull_(t, host, [this, ticket = w.ticket](const std::string& error) {
+      OnSummed(ticket, error);
+    });
   }
 
-  // A step of the running round is done: the deadlines of the rounds with a GO (running,
-  // or queued behind it) move on.
+  // BROADCAST: the machine's sum from the root's host buffer to every rank's output.
+  void Broadcast(const Work& w) {
+    const DeviceTensor& t = w.t;
+    if (local_rank_ == 0) {
+      if (!w.sum_error.empty()) throw FerryError(ErrorCode::kPeerFailed, w.sum_error);
+      if (local_size_ > 1) send_step_(Step::kBroadcast, t.name, "");
+    }
+    if (t.count == 0) return;
+    const size_t bytes = t.count * DataTypeSize(t.dtype);
+    if (local_rank_ == 0) {
+      CheckCuda(cudaMemcpyAsync(t.output, w.host, bytes, cudaMemcpyHostToDevice, stream_),
+                "cudaMemcpyAsync (host to device)");
+    }
+    if (local_size_ > 1) {
+      CheckNccl(ncclBroadcast(t.output, t.output, t.count, NcclType(t.dtype), 0, comm_, stream_),
+                "ncclBroadcast");
+      WaitComm("ncclBroadcast of '" + t.name + "' (enqueueing)");
+    }
+    WaitStream(StrCat(local_size_ > 1 ? "ncclBroadcast" : "the copy to device memory", " of '",
+                      t.name, "'"));
+    if (local_rank_ == 0) GiveBackHost(w.host);
+  }
+
+  // A pinned buffer of at least `bytes`: the smallest free one, else a new one.
+  void* TakeHost(size_t bytes) {
+    Pinned* best = nullptr;
+    for (Pinned& b : pinned_) {
+      if (!b.busy && b.bytes >= bytes && (best == nullptr || b.bytes < best->bytes)) best = &b;
+    }
+    if (best == nullptr) {
+      void* p = nullptr;
+      CheckCuda(cudaMallocHost(&p, bytes), "cudaMallocHost");
+      pinned_.push_back(Pinned{p, bytes, false});
+      best = &pinned_.back();
+    }
+    best->busy = true;
+    return best->data;
+  }
+
+  void GiveBackHost(void* p) {
+    for (Pinned& b : pinned_) {
+      if (b.data == p) b.busy = false;
+    }
+  }
+
+  // A step of a round is done: the deadlines of the started rounds move on.
   void Touch() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ticket, item] : items_) {
@@ -359,19 +494,27 @@ class NcclGroup : public LocalNccl {
     }
   }
 
-  void InitComm() {
-    std::string id;
+  std::string NewUniqueId() const {
+    ncclUniqueId id;
+    CheckNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", false);
+    return std::string(id.internal, sizeof id.internal);
+  }
+
+  void InitStream() {
     int device = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      id = unique_id_;
       device = device_;
     }
-    FERRY_ENFORCE(id.size() == sizeof(ncclUniqueId), ErrorCode::kInternal, Me(),
-                  ": the first round came without the NCCL unique id (", id.size(), " bytes)");
     CheckCuda(cudaSetDevice(device), "cudaSetDevice");
     CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+
+  void InitComm(const std::string& id) {
     ncclUniqueId uid;
+    FERRY_ENFORCE(id.size() == sizeof uid.internal, ErrorCode::kInternal, Me(),
+                  ": the first round came without the NCCL unique id (", id.size(), " bytes)");
+    InitStream();
     std::memcpy(uid.internal, id.data(), sizeof uid.internal);
     // Non-blocking: the set-up of the communicator is polled with a deadline, not
     // waited for (a rank that never joins would hang ncclCommInitRank).
@@ -379,6 +522,8 @@ class NcclGroup : public LocalNccl {
     config.blocking = 0;
     CheckNccl(ncclCommInitRankConfig(&comm_, local_size_, uid, local_rank_, &config),
               "ncclCommInitRankConfig");
+    int device = 0;
+    cudaGetDevice(&device);
     WaitComm(
         StrCat("the set-up of the NCCL communicator (", local_size_, " ranks, GPU ", device, ")"));
     LOG(INFO) << Me() << ": NCCL communicator of " << local_size_ << " local ranks on GPU "
@@ -399,12 +544,12 @@ class NcclGroup : public LocalNccl {
   }
 
   // Polls the stream (and the communicator's errors) until its work is done, for at most
-  // `timeouts` x FERRY_OP_TIMEOUT_MS. Polling, not a blocking wait, on purpose: a peer that
-  // died leaves NCCL's kernel spinning forever, and NCCL's documented way to notice that
-  // and abort the communicator is to poll ncclCommGetAsyncError against a deadline (the
-  // one loop of the data path that polls; the host path waits on condition variables).
-  void WaitStream(const std::string& what, int timeouts = 1) {
-    const int64_t deadline = NowMs() + timeouts * op_timeout_ms_;
+  // FERRY_OP_TIMEOUT_MS. Polling, not a blocking wait, on purpose: a peer that died
+  // leaves NCCL's kernel spinning forever, and NCCL's documented way to notice that and
+  // abort the communicator is to poll ncclCommGetAsyncError against a deadline (the one
+  // loop of the data path that polls; the host path waits on condition variables).
+  void WaitStream(const std::string& what) {
+    const int64_t deadline = NowMs() + op_timeout_ms_;
     for (int spins = 0;; ++spins) {
       const cudaError_t r = cudaStreamQuery(stream_);
       if (r == cudaSuccess) {
@@ -412,9 +557,11 @@ class NcclGroup : public LocalNccl {
         return;
       }
       if (r != cudaErrorNotReady) CheckCuda(r, what.c_str());
-      ncclResult_t state = ncclSuccess;
-      CheckNccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-      CheckNccl(state, what.c_str());
+      if (comm_ != nullptr) {
+        ncclResult_t state = ncclSuccess;
+        CheckNccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+        CheckNccl(state, what.c_str());
+      }
       CheckDeadline(deadline, what);
       if (spins < 1000) {
         std::this_thread::yield();
@@ -439,23 +586,25 @@ class NcclGroup : public LocalNccl {
   const int local_rank_, local_size_;
   const int64_t op_timeout_ms_;
   const MachinePushPull push_pull_;
+  const SendStep send_step_;
   const OnFailure on_failure_;
 
   // The "ferry-nccl" thread's alone (the destructor's after the join).
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  void* host_ = nullptr;  // pinned: the root's machine sum
-  size_t host_bytes_ = 0;
+  std::deque<Pinned> pinned_;  // the root's host buffers (a deque: pointers stay valid)
 
   std::mutex mu_;                   // guards everything below
-  std::condition_variable cv_;      // signalled on GO, on a finished round, on failure and stop
+  std::condition_variable cv_;      // signalled on GO, steps, sums, failure and stop
   std::map<uint64_t, Item> items_;  // by ticket, until Wait takes it
-  std::map<std::string, std::deque<uint64_t>> queued_;  // submitted, no GO yet, by name
-  std::deque<uint64_t> runnable_;                       // GO received, in GO order
+  using Queues = std::map<std::string, std::deque<uint64_t>>;
+  Queues queued_;    // submitted, not started, by name
+  Queues reducing_;  // a peer's: REDUCE came, BROADCAST not yet, by name
+  std::deque<uint64_t> runnable_;  // the root's: GO received, not reduced, in GO order
+  std::deque<uint64_t> summed_;    // the root's: the machine's sum came, in that order
+  std::deque<Work> steps_;         // a peer's: the root's steps, in their order
   uint64_t next_ticket_ = 1;
-  int device_ = -1;        // the GPU of this process's device tensors (the first one's)
-  std::string unique_id_;  // from the first GO
-  bool id_taken_ = false;
+  int device_ = -1;  // the GPU of this process's device tensors (the first one's)
   std::string failure_;
   bool stopping_ = false;
   std::thread thread_;  // last: starts after everything above exists
@@ -464,9 +613,10 @@ class NcclGroup : public LocalNccl {
 }  // namespace
 
 std::unique_ptr<LocalNccl> LocalNccl::Create(int local_rank, int local_size, int64_t op_timeout_ms,
-                                             MachinePushPull push_pull, OnFailure on_failure) {
+                                             MachinePushPull push_pull, SendStep send_step,
+                                             OnFailure on_failure) {
   return std::make_unique<NcclGroup>(local_rank, local_size, op_timeout_ms, std::move(push_pull),
-                                     std::move(on_failure));
+                                     std::move(send_step), std::move(on_failure));
 }
 
 }  // namespace ferry

@@ -94,13 +94,19 @@ void LocalPeer::OnMessage(LocalMessage&& m) {
     case LocalOp::kFail:
       Fail(StrCat(Me(), ": the local root (pid ", root_pid_, ") reported: ", m.text));
       break;
-    case LocalOp::kDevicePushPull:  // GO: the root started this round on every
-                                    // rank
+    case LocalOp::kDevicePushPull:   // the root's steps of a round (local_nccl.h)
+    case LocalOp::kDeviceBroadcast:
       if (!nccl_ || !failure_.empty()) {
-        if (!nccl_) Fail(StrCat(Me(), ": GO for device tensor '", m.name, "' never submitted"));
+        if (!nccl_) {
+          Fail(StrCat(Me(), ": ", LocalOpName(static_cast<LocalOp>(h.op)), " for device tensor '",
+                      m.name, "', never submitted"));
+        }
         return;
       }
-      nccl_->Go(m.name, m.text);
+      nccl_->RunStep(h.op == static_cast<uint32_t>(LocalOp::kDevicePushPull)
+                         ? LocalNccl::Step::kReduce
+                         : LocalNccl::Step::kBroadcast,
+                     m.name, m.text);
       break;
     case LocalOp::kBye:
       bye_received_ = true;
@@ -221,7 +227,7 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
     if (!nccl_) {
       nccl_ =
           LocalNccl::Create(config_.local.rank, config_.local.size, config_.cluster.op_timeout_ms,
-                            nullptr, [this](const std::string& reason) {
+                            nullptr, nullptr, [this](const std::string& reason) {
                               MutexLock lock(mu_);
                               Fail(reason);
                             });

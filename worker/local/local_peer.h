@@ -53,8 +53,8 @@ class LocalPeer : public LocalMember {
                        uint64_t count, bool average, std::optional<int> priority,
                        CompletionCallback done) override;
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): queued
-  // there, announced to the root, run at the root's GO. Blocks until the output holds
-  // the result. Throws FerryError.
+  // there, announced to the root, run in the steps the root sends. Blocks until the
+  // output holds the result. Throws FerryError.
   void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
                       uint64_t count, bool average, void* stream) override;
   void Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,

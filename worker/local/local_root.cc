@@ -69,13 +69,16 @@ LocalRoot::LocalRoot(const Config& config)
       }) {}
 
 LocalRoot::~LocalRoot() {
+  // The shutdown order of local_nccl.h: no step (nor its messages) after this.
+  if (LocalNccl* nccl = Nccl()) nccl->Stop();
   if (link_) link_->Stop();
   table_.Close();  // its callbacks and timeout messages use this object
-  // The Worker's completion callbacks use this object's members: no callback
-  // may run once they are gone (members are destroyed after this body, worker_
-  // among the last).
-  nccl_.reset();
+  // The Worker's completion callbacks use this object's members (and nccl_'s):
+  // no callback may run once they are gone (members are destroyed after this
+  // body, worker_ among the last); its push_pulls write nccl_'s buffers.
   worker_.reset();
+  MutexLock lock(mu_);
+  nccl_.reset();
 }
 
 std::string LocalRoot::Me() const {
@@ -295,29 +298,26 @@ void LocalRoot::TryStart(const std::string& key) {
 }
 
 void LocalRoot::StartDevice(const std::string& key, LocalRoundQueue& rs) {
-  const std::string name = key.substr(kDevicePrefix.size());
-  std::string unique_id;
-  try {
-    unique_id = nccl_->TakeUniqueId();
-  } catch (const FerryError& e) {
-    Fail(StrCat("push_pull of device tensor '", name, "': ", e.what()));
-    return;
-  }
-  // GO in the same order to every rank: each runs its rounds in the order of
-  // its GOs (one socket per peer keeps the order).
-  for (int lr = 1; lr < config_.local.size; ++lr) {
-    LocalMessage go;
-    go.peer = peers_[lr].id;
-    go.header.op = static_cast<uint32_t>(LocalOp::kDevicePushPull);
-    go.header.seq = rs.q.front().seq[lr];
-    go.name = name;
-    go.text = unique_id;
-    link_->Send(std::move(go));
-  }
-  nccl_->Go(name, unique_id);
+  // The NCCL thread tells the peers each step as it runs it (SendDeviceStep).
+  nccl_->Go(key.substr(kDevicePrefix.size()));
   rs.Pop();
   cv_.NotifyAll();
   TryStart(key);
+}
+
+void LocalRoot::SendDeviceStep(LocalNccl::Step step, const std::string& name,
+                               const std::string& unique_id) {
+  MutexLock lock(mu_);
+  for (int lr = 1; lr < config_.local.size; ++lr) {
+    LocalMessage m;
+    m.peer = peers_[lr].id;
+    m.header.op = static_cast<uint32_t>(step == LocalNccl::Step::kReduce
+                                            ? LocalOp::kDevicePushPull
+                                            : LocalOp::kDeviceBroadcast);
+    m.name = name;
+    m.text = unique_id;
+    link_->Send(std::move(m));
+  }
 }
 
 void LocalRoot::PushPullDevice(const std::string& name, const void* input, void* output,
@@ -334,10 +334,19 @@ void LocalRoot::PushPullDevice(const std::string& name, const void* input, void*
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
           0, config_.local.size, config_.cluster.op_timeout_ms,
-          [this](const DeviceTensor& d, void* host) {
+          [this](const DeviceTensor& d, void* host, LocalNccl::MachineDone done) {
             // A sum, never an average: the division is by size(), not by the machines.
-            worker_->PushPull(d.name, host, host, d.dtype, d.count, false);
-            if (d.average && d.count > 0) Scale(host, 1.0 / size(), d.count, d.dtype);
+            worker_->PushPullAsync(
+                d.name, host, host, d.dtype, d.count, false, std::nullopt,
+                [d, host, ranks = size(), done = std::move(done)](Handle, const Verdict& v) {
+                  if (v.ok() && d.average && d.count > 0) {
+                    Scale(host, 1.0 / ranks, d.count, d.dtype);
+                  }
+                  done(v.error);
+                });
+          },
+          [this](LocalNccl::Step step, const std::string& name, const std::string& unique_id) {
+            SendDeviceStep(step, name, unique_id);
           },
           [this](const std::string& reason) {
             MutexLock lock(mu_);

@@ -36,6 +36,7 @@
 #include "common/reduce/reduce.h"
 #include "common/util/mutex.h"
 #include "worker/local/local_group.h"
+#include "worker/local/local_nccl.h"
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/local_rounds.h"
@@ -66,8 +67,9 @@ class LocalRoot : public LocalMember {
                        uint64_t count, bool average, std::optional<int> priority,
                        CompletionCallback done) override;
   // A tensor in CUDA device memory, through the NCCL backend (local_nccl.h): its rounds
-  // are counted here as the host tensors' are (under a key of their own), and the root
-  // sends every round's GO. Blocks until the output holds the result. Throws FerryError.
+  // are counted here as the host tensors' are (under a key of their own); a round whose
+  // every rank called starts (GO), and the NCCL thread sends the peers its steps. Blocks
+  // until the output holds the result; other threads' rounds overlap. Throws FerryError.
   void PushPullDevice(const std::string& name, const void* input, void* output, DataType dtype,
                       uint64_t count, bool average, void* stream) override;
   // `root`: a global rank (machine rank x local size + local rank).
@@ -101,6 +103,13 @@ class LocalRoot : public LocalMember {
   // Every rank submitted the front device round of `key`: GO to every rank (this one
   // included); the round is over here (the backend runs the rest).
   void StartDevice(const std::string& key, LocalRoundQueue& rs) REQUIRES(mu_);
+  // The NCCL thread's SendStep (local_nccl.h): the step to every peer.
+  void SendDeviceStep(LocalNccl::Step step, const std::string& name, const std::string& unique_id)
+      EXCLUDES(mu_);
+  LocalNccl* Nccl() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return nccl_.get();
+  }
   // The front round of `key` is over: results to the peers' slots (and DONE), the root's
   // operation finished, the next round may start.
   void FinishRound(const std::string& key, const void* result) REQUIRES(mu_);
