@@ -9,6 +9,8 @@
 #include <functional>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "common/util/error.h"
 #include "sim/lower_bound.h"
 #include "sim/trace_workload.h"
@@ -156,6 +158,13 @@ const std::vector<Flag>& Flags() {
          if (v != "text" && v != "json") Refuse("--format", "text or json");
          o.format = v;
        }},
+      {"--parts-out", "FILE",
+       "writes worker 0's partitions (iteration, layer, server, bytes; ready, sent, acked and "
+       "result times in us) as JSON, to set beside a measured run's FERRY_TRACE_DIR",
+       [](CliOptions& o, const std::string& v) {
+         o.parts_out = v;
+         o.sim.record_parts = true;
+       }},
       {"--tune", nullptr,
        "search the policy, partition size and credit by simulating each candidate; prints "
        "the ranking and the best settings as FERRY_* lines (docs/simulation.md, \"Tuning\")",
@@ -179,8 +188,12 @@ Workload ReadWorkload(const std::string& name, const std::string& dir) {
       scale = size.back() == 'K' ? 1024.0 : size.back() == 'M' ? 1048576.0 : 1073741824.0;
       size.pop_back();
     }
-    return PushPullWorkload(
-        static_cast<uint64_t>(Number("--workload pushpull:BYTES", size, 4, 1e15) * scale));
+    // The bounds apply to the bytes (pushpull:1M is 1048576), not to the number written.
+    const double bytes = Number("--workload pushpull:BYTES", size, 0, 1e15) * scale;
+    if (bytes < 4 || bytes > 1e15) {
+      Refuse("--workload pushpull:BYTES", "from 4 bytes to 1e15 bytes (50M, 4K, 1G)");
+    }
+    return PushPullWorkload(static_cast<uint64_t>(bytes));
   }
   std::error_code ec;
   if (std::filesystem::is_directory(name, ec)) return LoadTraceWorkload(name);  // FERRY_TRACE_DIR
@@ -360,6 +373,13 @@ std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wa
                 ",\"wall_s\":", Num(wall_s), "}\n");
 }
 
+bool HandsTheLinkToTcp(const std::string& policy) {
+  for (const char* p : {"fifo", "priority", "mercury", "fifo-bucket", "usbyte"}) {
+    if (policy == p) return true;
+  }
+  return false;
+}
+
 std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s) {
   std::string out = StrCat("ferry-sim --tune: ", DescribeJob(cli.sim), "\n", r.ranked.size(),
                            " candidates x ", cli.tune_options.seeds, " seeds (",
@@ -377,10 +397,33 @@ std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wa
   for (size_t i = 0; i < shown; ++i) row(std::to_string(i + 1), r.ranked[i]);
   if (r.ranked.size() > shown) out += StrCat("... ", r.ranked.size() - shown, " more (--format json lists them)\n");
   if (!r.ranked.empty()) {
+    const auto policy = r.ranked.front().env.find("FERRY_SCHEDULING_POLICY");
+    if (policy != r.ranked.front().env.end() && HandsTheLinkToTcp(policy->second)) {
+      out += StrCat("note: ", policy->second,
+                    " keeps far more in flight than a credit of a few partitions; there TCP "
+                    "shares each worker's link unevenly, which this model does not reproduce "
+                    "(docs/simulation.md, \"The cells that miss, explained\"): check it against "
+                    "the default on the real cluster before a long run\n");
+    }
     out += "best settings:\n";
     for (const auto& [name, value] : r.ranked.front().env) out += StrCat(name, "=", value, "\n");
   }
   return out;
+}
+
+std::string FormatPartsJson(const SimResult& r) {
+  nlohmann::json parts = nlohmann::json::array();
+  for (const PartRecord& p : r.parts) {
+    parts.push_back({{"iteration", p.iteration},
+                     {"layer", p.layer},
+                     {"server", p.server},
+                     {"bytes", p.bytes},
+                     {"ready_us", p.ready_us},
+                     {"sent_us", p.sent_us},
+                     {"acked_us", p.acked_us},
+                     {"result_us", p.result_us}});
+  }
+  return nlohmann::json{{"parts", parts}}.dump() + "\n";
 }
 
 std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {

@@ -28,6 +28,7 @@ struct CliOptions {
   std::string network = "fq";  // fq or fair
   std::string format = "text";   // text or json
   bool tune = false;             // --tune: search the settings (sim/tune.h)
+  std::string parts_out;         // --parts-out: worker 0's partitions as JSON, or ""
   TuneOptions tune_options;
   bool help = false;
 };
@@ -42,9 +43,16 @@ std::string Usage();
 // The result as one JSON object (one line), or as text.
 std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s);
 std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s);
+// --parts-out's file: {"parts": [{"iteration", "layer", "server", "bytes", "ready_us",
+// "sent_us", "acked_us", "result_us"}, ...]} for worker 0.
+std::string FormatPartsJson(const SimResult& r);
 // --tune's result: the ranking and the best settings as FERRY_* lines (text), or one JSON
 // object with every candidate.
 std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wall_s);
+// Whether a policy keeps far more in flight than a credit of a few partitions, where the
+// model's verdicts were measured least reliable (docs/simulation.md): --tune says so when
+// it picks one.
+bool HandsTheLinkToTcp(const std::string& policy);
 std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s);
 
 }  // namespace ferry::sim

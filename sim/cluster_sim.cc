@@ -141,6 +141,7 @@ SimResult Simulate(const SimOptions& o) {
         std::make_unique<SimWorker>(job, w, server_ptrs, o.model.compute_jitter, o.seed));
     job.workers.push_back(workers.back().get());
   }
+  if (o.record_parts) workers.front()->RecordParts();
   for (auto& w : workers) w->Start(o.warmup, o.iterations);
   job.events.Run();
   for (const auto& w : workers) {
@@ -182,6 +183,7 @@ SimResult Simulate(const SimOptions& o) {
   r.messages = job.fabric->messages();
   for (const auto& s : servers) r.rounds += s->rounds();
   r.run_ms = job.events.now() / 1000;
+  r.parts = workers.front()->parts();
   const LinkBytes carried = job.network->link_bytes();
   const double capacity = net.link_bytes_per_us * job.events.now();
   for (int h = 0; h < hosts; ++h) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/job.h"
 #include "sim/network.h"
 #include "sim/workload.h"
 
@@ -55,7 +56,9 @@ struct SimOptions {
   int warmup = 2;
   int iterations = 10;
   uint64_t seed = 1;
+  bool record_parts = false;  // SimResult::parts (ferry-sim --parts-out)
 };
+
 
 struct HostUse {
   std::string name;  // "worker 0", "worker 0 + server 0", "server 2 (cpu)"
@@ -79,6 +82,7 @@ struct SimResult {
   double run_ms = 0;    // simulated time of the whole run
   double ack_delay_p50_us = 0;  // acknowledgements from the server's send to arrival
   double ack_delay_p99_us = 0;
+  std::vector<PartRecord> parts;  // worker 0's, with SimOptions::record_parts
 };
 
 // The environment a simulated worker reads: `env` (FERRY_* only, each known to knobs.h

@@ -26,6 +26,19 @@ struct SimPart {
   int server = 0;  // server rank
 };
 
+// One partition of worker 0, for comparing the model's timeline with a measured trace
+// (FERRY_TRACE_DIR's partition slices: ready, sent, acked, result). Times: simulated us.
+struct PartRecord {
+  int iteration = 0;  // 0: the first warm-up iteration
+  int layer = 0;
+  int server = 0;
+  uint64_t bytes = 0;
+  double ready_us = 0;   // pushed to the scheduling core
+  double sent_us = 0;    // handed to the transport
+  double acked_us = 0;   // every frame acknowledged (or summed)
+  double result_us = 0;  // every frame's sum back
+};
+
 struct Layout {
   uint32_t number = 0;  // the layout generation (0: the first size used)
   uint64_t partition_bytes = 0;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ int main(int argc, char** argv) {
     const std::string out = cli.format == "json" ? ferry::sim::FormatJson(cli, r, wall_s)
                                                  : ferry::sim::FormatText(cli, r, wall_s);
     std::fputs(out.c_str(), stdout);
+    if (!cli.parts_out.empty()) {
+      std::ofstream f(cli.parts_out);
+      f << ferry::sim::FormatPartsJson(r);
+      FERRY_ENFORCE(f.good(), ferry::ErrorCode::kInvalidConfig, "--parts-out: cannot write ",
+                    cli.parts_out);
+    }
     return 0;
   } catch (const ferry::FerryError& e) {
     std::fprintf(stderr, "%s\n", e.what());

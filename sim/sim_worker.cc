@@ -122,6 +122,11 @@ void SimWorker::PushLayer(size_t layer) {
     t.task.priority = -static_cast<int>(layer);  // declaration order: the input side first
     t.task.bytes = p.bytes;
     t.task.server = p.server;
+    t.record.iteration = iteration_;
+    t.record.layer = static_cast<int>(layer);
+    t.record.server = p.server;
+    t.record.bytes = p.bytes;
+    t.record.ready_us = now;
     const uint64_t cookie = AddTask(std::move(t));
     core_->Push(FindTask(cookie)->task, static_cast<int64_t>(now));
   }
@@ -161,6 +166,7 @@ void SimWorker::SendBatch(const Batch& batch) {
   for (const PushTask& handed : batch.tasks) {
     Task& t = *FindTask(handed.cookie);
     t.task = handed;
+    t.record.sent_us = job_.events.now();
     const uint64_t bytes = t.part->bytes;
     const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
     t.frame_bytes = cut ? frame_bytes_ : 0;
@@ -214,6 +220,7 @@ void SimWorker::Acked(Task& t, uint32_t frame) {
   if (t.frames_acked < t.frames) {
     core_->ReturnPart(t.task, std::min(t.frame_bytes, t.part->bytes - frame * t.frame_bytes), now);
   } else {
+    t.record.acked_us = job_.events.now();
     core_->Done(t.task, /*acked=*/true, now);
   }
 }
@@ -228,6 +235,10 @@ void SimWorker::OnSum(uint64_t cookie, uint32_t frame) {
     return;
   }
   const uint32_t layer = t.layer;
+  if (record_parts_) {
+    t.record.result_us = job_.events.now();
+    parts_log_.push_back(t.record);
+  }
   EraseTask(cookie);
   Pump();
   if (--parts_left_[layer] == 0 && waiting_layer_ == static_cast<long>(layer)) {

@@ -53,6 +53,9 @@ class SimWorker {
   // Microseconds from the server's sending of each acknowledgement to its arrival, as the
   // worker's ack_delay_us counter measures them (what acks wait behind on the way back).
   const std::vector<double>& ack_delays_us() const { return ack_delays_us_; }
+  // Every partition's way, when recording (SimOptions::record_parts).
+  void RecordParts() { record_parts_ = true; }
+  const std::vector<PartRecord>& parts() const { return parts_log_; }
 
  private:
   struct Task {
@@ -64,6 +67,7 @@ class SimWorker {
     std::vector<bool> acked;  // by frame, when in frames (frames_acked says it for one)
     uint32_t frames_acked = 0;
     uint32_t frames_summed = 0;
+    PartRecord record;  // filled when recording
   };
   void ForwardLayer(size_t layer);
   void Boundary();
@@ -102,6 +106,8 @@ class SimWorker {
   SimTime timer_at_ = -1;        // the policy's timer event scheduled, or -1
   bool finished_ = false;
   std::vector<double> ack_delays_us_;
+  bool record_parts_ = false;
+  std::vector<PartRecord> parts_log_;
   // SendBatch's table, by server: index + 1 of its open pack; all 0 between calls (kept
   // to spare an allocation per batch).
   std::vector<size_t> open_packs_;

@@ -62,6 +62,42 @@ TEST(ClusterSimTest, OnePushPullOverOneLinkEqualsItsClosedForm) {
   }
 }
 
+TEST(ClusterSimTest, WorkerZerosPartitionsAreRecordedWithTheirTimes) {
+  // The closed-form case above, recorded (ferry-sim --parts-out): one record per
+  // iteration, its sum back exactly one iteration after it was ready, the
+  // acknowledgement (a header behind the push) between.
+  CliOptions cli = ParseCommandLine(
+      {"--workload", "pushpull:1M", "--workers", "1", "--servers", "1", "--latency-us", "50",
+       "--message-us", "20", "--tcp-efficiency", "1", "--env", "FERRY_PARTITION_MS=0", "--env",
+       "FERRY_PARTITION_BYTES=4194304", "--parts-out", "/dev/null"},
+      kWorkloads);
+  ASSERT_TRUE(cli.sim.record_parts);
+  EXPECT_EQ(cli.parts_out, "/dev/null");
+  cli.sim.model.header_bytes = 100;
+  const SimResult r = Simulate(cli.sim);
+  const double rate = 125.0;  // bytes per us
+  const double push = ((1 << 20) + 100) / rate + 50 + 20;
+  const double ack = 100 / rate + 50 + 20;
+  const double back = (100 + (1 << 20) + 100) / rate + 50 + 20;
+  ASSERT_EQ(r.parts.size(), 12u);  // 2 warm-up + 10 timed iterations, one partition each
+  for (size_t i = 0; i < r.parts.size(); ++i) {
+    const PartRecord& p = r.parts[i];
+    EXPECT_EQ(p.iteration, static_cast<int>(i));
+    EXPECT_EQ(p.server, 0);
+    EXPECT_EQ(p.bytes, 1u << 20);
+    EXPECT_EQ(p.sent_us, p.ready_us);  // no credit to wait for
+    EXPECT_NEAR(p.acked_us - p.sent_us, push + ack, 1e-6);
+    EXPECT_NEAR(p.result_us - p.ready_us, push + back, 1e-6);
+  }
+  const std::string json = FormatPartsJson(r);
+  for (const char* field : {"\"parts\":[{", "\"ready_us\":", "\"sent_us\":", "\"acked_us\":",
+                            "\"result_us\":", "\"server\":0"}) {
+    EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
+  }
+  cli.sim.record_parts = false;
+  EXPECT_TRUE(Simulate(cli.sim).parts.empty());
+}
+
 TEST(ClusterSimTest, NeverBelowTheBoundsAndCloseToThemWhereTheyBind) {
   for (const char* model : {"vgg16", "resnet50", "bert_base"}) {
     for (double compute : {0.1, 1.0, 4.0}) {
@@ -219,6 +255,10 @@ TEST(CliTest, FlagsBecomeOptions) {
   EXPECT_EQ(o.format, "json");
   EXPECT_EQ(ParseCommandLine({"--workload", "pushpull:4M"}, kWorkloads).sim.workload.layers[0].bytes,
             4u << 20);
+  // The bounds are on the bytes, not on the number before the unit.
+  EXPECT_EQ(ParseCommandLine({"--workload", "pushpull:1M"}, kWorkloads).sim.workload.layers[0].bytes,
+            1u << 20);
+  EXPECT_THROW(ParseCommandLine({"--workload", "pushpull:3"}, kWorkloads), FerryError);
   for (const std::vector<std::string>& bad :
        std::vector<std::vector<std::string>>{{"--workers"},
                                              {"--workers", "two"},

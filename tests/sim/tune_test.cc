@@ -131,5 +131,23 @@ TEST(TuneTest, TheCommandLinePrintsTheRankingAndTheBestAsFerryLines) {
   EXPECT_THROW(ParseCommandLine({"--tune-seeds", "0"}, kWorkloads), FerryError);
 }
 
+TEST(TuneTest, APickThatHandsTheLinkToTcpComesWithANote) {
+  CliOptions cli;
+  TuneResult r;
+  r.baseline.median_ms = 100;
+  Candidate best;
+  best.median_ms = 90;
+  best.env = {{"FERRY_SCHEDULING_POLICY", "mercury"}};
+  r.ranked = {best};
+  const std::string text = FormatTuneText(cli, r, 1.0);
+  const size_t note = text.find("note: mercury keeps far more in flight");
+  ASSERT_NE(note, std::string::npos) << text;
+  EXPECT_LT(note, text.find("best settings:\n")) << "the FERRY_* lines stay last: " << text;
+  r.ranked.front().env = {{"FERRY_SCHEDULING_POLICY", "credit"}};
+  EXPECT_EQ(FormatTuneText(cli, r, 1.0).find("note:"), std::string::npos);
+  EXPECT_TRUE(HandsTheLinkToTcp("fifo-bucket"));
+  EXPECT_FALSE(HandsTheLinkToTcp("prophet"));
+}
+
 }  // namespace
 }  // namespace ferry::sim
