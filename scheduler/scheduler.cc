@@ -10,34 +10,6 @@
 
 namespace ferry {
 
-std::string ServerKind(const std::string& requested, const std::string& host,
-                       const std::set<std::string>& worker_hosts) {
-  if (!requested.empty()) return requested;
-  return worker_hosts.count(host) ? "colocated" : "cpu";
-}
-
-std::vector<double> ServerWeights(const std::vector<bool>& colocated) {
-  double n = static_cast<double>(std::count(colocated.begin(), colocated.end(), true));
-  double k = static_cast<double>(colocated.size()) - n;
-  std::vector<double> weights(colocated.size(), 0.0);
-  if (colocated.empty()) return weights;
-  // The theorem assumes 2 <= n and k <= n. With one colocated server nothing crosses
-  // the network unless we send it, so the CPU-only servers get nothing; with k >= n
-  // the optimum is a classic PS (CPU-only servers carry everything).
-  double cpu_share;
-  if (k == 0 || n == 1) {
-    cpu_share = 0;
-  } else if (n == 0 || k >= n) {
-    cpu_share = 1;
-  } else {
-    cpu_share = 2 * k * (n - 1) / (n * n + k * n - 2 * k);
-  }
-  for (size_t i = 0; i < colocated.size(); ++i) {
-    weights[i] = colocated[i] ? (1 - cpu_share) / n : cpu_share / k;
-  }
-  return weights;
-}
-
 namespace {
 
 // The scheduler carries no tensor data: small frames, and no fault injection.
@@ -62,6 +34,7 @@ Scheduler::Scheduler(const Config& config)
     : config_(config),
       van_(SchedulerVanOptions(config,
                                [this](const Message& m, const Origin& o) { RefuseVersion(m, o); })),
+      membership_(config.cluster.num_servers),
       stalls_(config.cluster.num_workers, config.cluster.stall_warning_ms,
               config.cluster.stall_shutdown_ms) {
   port_ = van_.Bind(config.transport.bind_host, config.transport.root_port);
@@ -126,7 +99,7 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
       break;
     default:
       LOG(WARNING) << "dropped unexpected " << Describe(m) << " (from "
-                   << table_.Describe(m.sender()) << ")";
+                   << membership_.table().Describe(m.sender()) << ")";
   }
 }
 
@@ -248,59 +221,14 @@ std::string Scheduler::MissingNodes() const {
 }
 
 void Scheduler::BuildNodeTable() {
-  proto::NodeTable table;
-  table.set_num_servers(config_.cluster.num_servers);
-  table.set_num_workers(config_.cluster.num_workers);
-  auto* sched = table.add_nodes();
-  sched->set_id(kSchedulerId);
-  sched->set_role(proto::SCHEDULER);
-  sched->set_host(config_.transport.root_host);
-  sched->set_port(port_);
-
-  std::set<std::string> worker_hosts;
-  std::vector<bool> rank_taken(config_.cluster.num_workers, false);
-  for (const auto& p : pending_) {
-    if (p.request.role() == proto::WORKER) {
-      worker_hosts.insert(p.request.host());
-      if (p.request.requested_rank() >= 0) rank_taken[p.request.requested_rank()] = true;
-    }
-  }
-  std::vector<bool> colocated;
-  int server_rank = 0;
-  int next_free = 0;
+  const proto::NodeTable& table =
+      membership_
+          .First(pending_, config_.cluster.num_workers, config_.transport.root_host, port_)
+          .proto();
   std::map<int, std::string> identities;
-  for (const auto& p : pending_) {
-    const auto& r = p.request;
-    auto* n = table.add_nodes();
-    int rank;
-    if (r.role() == proto::SERVER) {
-      rank = server_rank++;
-      n->set_id(ServerId(rank));
-      std::string kind = ServerKind(r.kind(), r.host(), worker_hosts);
-      n->set_kind(kind);
-      colocated.push_back(kind == "colocated");
-    } else {
-      if (r.requested_rank() >= 0) {
-        rank = r.requested_rank();
-      } else {
-        while (rank_taken[next_free]) ++next_free;
-        rank = next_free++;
-      }
-      n->set_id(WorkerId(config_.cluster.num_servers, rank));
-    }
-    n->set_role(r.role());
-    n->set_rank(rank);
-    n->set_host(r.host());
-    n->set_port(r.port());
-    n->set_hostname(r.hostname());
-    n->set_routing_id(p.identity);
-    identities[n->id()] = p.identity;
+  for (const auto& n : table.nodes()) {
+    if (n.id() != kSchedulerId) identities[n.id()] = n.routing_id();
   }
-  std::vector<double> weights = ServerWeights(colocated);
-  for (auto& n : *table.mutable_nodes()) {
-    if (n.role() == proto::SERVER) n.set_weight(weights[n.rank()]);
-  }
-  table_ = NodeTable(table);
   int64_t now = NowMs();
   for (const auto& [id, identity] : identities) members_[id] = Member{identity, now};
   for (const auto& [id, identity] : identities) {
@@ -310,7 +238,7 @@ void Scheduler::BuildNodeTable() {
     SendTo(id, std::move(m));
   }
   std::string servers;
-  for (const auto& s : table_.Servers()) {
+  for (const auto& s : membership_.table().Servers()) {
     servers += StrCat(" ", DescribeNode(s), " ", s.kind(), " weight ", s.weight(), ";");
   }
   LOG(INFO) << "all " << config_.cluster.num_servers << " servers and "
@@ -326,7 +254,7 @@ void Scheduler::OnBarrier(const Message& m) {
   auto& arrived = barriers_[group];
   for (const Arrival& a : arrived) {
     if (a.node == m.sender()) {
-      LOG(WARNING) << table_.Describe(m.sender()) << " entered a "
+      LOG(WARNING) << membership_.table().Describe(m.sender()) << " entered a "
                    << proto::BarrierGroup_Name(m.envelope.barrier().group())
                    << " barrier twice; ignored";
       return;
@@ -350,7 +278,7 @@ void Scheduler::OnBarrier(const Message& m) {
     if (a.join_position >= last->join_position) last = &a;
     catalogs_differ |= a.catalog_digest != arrived.front().catalog_digest;
   }
-  const int last_rank = table_.node(last->node).rank();
+  const int last_rank = membership_.table().node(last->node).rank();
   for (const Arrival& a : arrived) {
     Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
     release.envelope.set_request_id(a.request);
@@ -363,20 +291,20 @@ void Scheduler::OnBarrier(const Message& m) {
 }
 
 void Scheduler::OnFinalize(const Message& m) {
-  if (!table_.IsWorker(m.sender())) {
-    LOG(WARNING) << "dropped FINALIZE from " << table_.Describe(m.sender()) << ": not a worker";
+  if (!membership_.table().IsWorker(m.sender())) {
+    LOG(WARNING) << "dropped FINALIZE from " << membership_.table().Describe(m.sender()) << ": not a worker";
     return;
   }
   finalized_.insert(m.sender());
   suspended_.erase(m.sender());
-  LOG(INFO) << table_.Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
+  LOG(INFO) << membership_.table().Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
             << config_.cluster.num_workers << ", " << suspended_.size() << " suspended)";
   MaybeEndJob();
 }
 
 void Scheduler::OnSuspend(const Message& m, bool suspended) {
-  if (!table_.IsWorker(m.sender()) || finalized_.count(m.sender())) {
-    LOG(WARNING) << "dropped " << Describe(m) << " from " << table_.Describe(m.sender())
+  if (!membership_.table().IsWorker(m.sender()) || finalized_.count(m.sender())) {
+    LOG(WARNING) << "dropped " << Describe(m) << " from " << membership_.table().Describe(m.sender())
                  << ": not a worker still in the job";
     return;
   }
@@ -385,7 +313,7 @@ void Scheduler::OnSuspend(const Message& m, bool suspended) {
   } else {
     suspended_.erase(m.sender());
   }
-  LOG(INFO) << table_.Describe(m.sender())
+  LOG(INFO) << membership_.table().Describe(m.sender())
             << (suspended ? " shut down and may init() again" : " initialised again") << " ("
             << suspended_.size() << " suspended, " << finalized_.size() << " finalized of "
             << config_.cluster.num_workers << ")";
@@ -407,7 +335,7 @@ void Scheduler::CheckHeartbeats() {
   for (const auto& [id, member] : members_) {
     int64_t silent = now - member.last_heartbeat_ms;
     if (silent > config_.cluster.heartbeat_timeout_ms) {
-      FailJob(id, StrCat(table_.Describe(id), " sent no heartbeat for ", silent,
+      FailJob(id, StrCat(membership_.table().Describe(id), " sent no heartbeat for ", silent,
                          " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
                          "); it is presumed dead"));
       return;
@@ -417,9 +345,9 @@ void Scheduler::CheckHeartbeats() {
 
 void Scheduler::OnHeartbeat(const Message& m) {
   Message ack = MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId);
-  if (table_.IsWorker(m.sender()) && stalls_.enabled()) {
+  if (membership_.table().IsWorker(m.sender()) && stalls_.enabled()) {
     if (m.envelope.has_stall_report()) {
-      stalls_.Update(table_.node(m.sender()).rank(), m.envelope.stall_report(), NowMs());
+      stalls_.Update(membership_.table().node(m.sender()).rank(), m.envelope.stall_report(), NowMs());
     }
     proto::StallWatch* watch = ack.envelope.mutable_stall_watch();
     watch->set_report_after_ms(stalls_.report_after_ms());

@@ -19,23 +19,10 @@
 #include "common/config/config.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "scheduler/membership.h"
 #include "scheduler/stall_check.h"
 
 namespace ferry {
-
-// Server weights for placement (BytePS OSDI'20, Theorem 1): with n colocated servers
-// and k CPU-only servers, the CPU-only servers together carry 2k(n-1)/(n^2+kn-2k) of
-// the bytes, split evenly among them; colocated servers share the rest evenly.
-// `colocated[i]` says whether server i is colocated. Weights sum to 1 and are never
-// negative: with n <= 1 the CPU-only share is 0, with k >= n it is 1.
-std::vector<double> ServerWeights(const std::vector<bool>& colocated);
-
-// A server's kind, "colocated" or "cpu": `requested` (the server's FERRY_NODE_KIND)
-// when set; otherwise colocated when some worker advertises the same address as the
-// server (`host`: DMLC_NODE_HOST, resolved, or by default the local address that routes
-// to the scheduler), CPU-only when none does. `worker_hosts`: every worker's address.
-std::string ServerKind(const std::string& requested, const std::string& host,
-                       const std::set<std::string>& worker_hosts);
 
 class Scheduler {
  public:
@@ -51,10 +38,6 @@ class Scheduler {
 
  private:
   enum class Phase { kRegistering, kRunning, kDone, kFailed };
-  struct Pending {
-    std::string identity;
-    proto::RegisterRequest request;
-  };
   struct Member {
     std::string identity;
     int64_t last_heartbeat_ms = 0;
@@ -90,12 +73,12 @@ class Scheduler {
   Van van_;
   int port_ = 0;
 
-  // Guards phase_, pending_, table_, members_, barriers_, finalized_, stalls_ and failure_.
+  // Guards phase_, pending_, membership_, members_, barriers_, finalized_, stalls_ and failure_.
   Mutex mu_;
   CondVar cv_;  // signalled when the phase changes
   Phase phase_ GUARDED_BY(mu_) = Phase::kRegistering;
-  std::vector<Pending> pending_ GUARDED_BY(mu_);  // registrations in arrival order
-  NodeTable table_ GUARDED_BY(mu_);
+  std::vector<Membership::Joiner> pending_ GUARDED_BY(mu_);  // registrations in arrival order
+  Membership membership_ GUARDED_BY(mu_);  // the node table, epoch by epoch
   std::map<int, Member> members_ GUARDED_BY(mu_);  // node id -> connection and heartbeat
   // A node in a barrier: its id, its BARRIER's request id, its join position (GROUP_JOIN).
   struct Arrival {
