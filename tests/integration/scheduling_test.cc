@@ -226,7 +226,10 @@ TEST_P(ProfiledDriftTest, AComputeChangeIsDriftTheProfileIsRebuiltAndSumsStayExa
       spans.push_back(std::stod((*it)[1].str()));
     }
     ASSERT_GE(spans.size(), 2u) << "the profile was not rebuilt after the change\n" << out;
-    EXPECT_GT(spans.back(), 5 * spans.front()) << out;
+    // 10x the compute; only 2x asked: a loaded machine stretches the short first profile
+    // (a clean-clone CI run under load saw 9.8 ms then 45.0 ms, 4.6x), while a profile not
+    // rebuilt stays near 1x.
+    EXPECT_GT(spans.back(), 2 * spans.front()) << out;
   }
 }
 
