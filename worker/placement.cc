@@ -24,15 +24,22 @@ std::vector<PartitionSpec> SplitTensor(uint64_t bytes, size_t element_size,
   return parts;
 }
 
-Placement::Placement(std::vector<double> weights)
-    : weights_(std::move(weights)), shares_(weights_.size(), 0.0), loads_(weights_.size(), 0) {
-  CHECK(!weights_.empty());
+Placement::Placement(std::vector<double> weights) : loads_(weights.size(), 0) {
+  SetWeights(std::move(weights));
+}
+
+void Placement::SetWeights(std::vector<double> weights) {
+  CHECK(!weights.empty());
+  CHECK(loads_.size() == weights.size()) << weights.size() << " weights for " << loads_.size()
+                                         << " servers";
   double sum = 0;
-  for (double w : weights_) {
+  for (double w : weights) {
     CHECK_GE(w, 0.0) << "negative server weight";
     sum += w;
   }
   CHECK_GT(sum, 0.0) << "no server has a positive weight";
+  weights_ = std::move(weights);
+  shares_.assign(weights_.size(), 0.0);
   for (size_t s = 0; s < weights_.size(); ++s) shares_[s] = weights_[s] / sum;
 }
 

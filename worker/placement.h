@@ -19,6 +19,10 @@
 // ahead of its share by up to weight[s] * (servers - 1) partitions (24 partitions for
 // one server of weight 0.5 beside 50 of weight 0.01; see placement_test.cc).
 //
+// Weights that change (a server left, elastic training): the owner releases the partitions
+// of the servers whose weight is now 0 and assigns them again in a fixed order
+// (TensorCatalog::SetServerWeights); the others stay where they are.
+//
 // Releases: a tensor re-declared with another layout gives its partitions' bytes back
 // (Release) before the new cut is placed. The guarantee then holds again once the servers
 // below their share have been refilled by later partitions (a release can leave the
@@ -53,6 +57,9 @@ class Placement {
   int Assign(uint64_t bytes);
   // Gives back `bytes` that Assign put on `server` earlier. REQUIRES: they were assigned.
   void Release(int server, uint64_t bytes);
+  // New weights (same servers; a server that left has weight 0) for the Assigns from now
+  // on; the loads stay. REQUIRES: as for the constructor, and as many as before.
+  void SetWeights(std::vector<double> weights);
   const std::vector<uint64_t>& loads() const { return loads_; }
   const std::vector<double>& weights() const { return weights_; }
   uint64_t total() const { return total_; }  // bytes placed so far

@@ -203,6 +203,30 @@ void TensorCatalog::ResetRounds() {
   }
 }
 
+size_t TensorCatalog::SetServerWeights(std::vector<double> weights) {
+  CHECK_EQ(weights.size(), server_weights_.size());
+  server_weights_ = std::move(weights);
+  size_t moved = 0;
+  for (uint32_t gen = 0; gen < layouts_.size(); ++gen) {
+    Layout& l = *layouts_[gen];
+    // The partitions to move, in id and partition order; released first, so that the
+    // survivors' shares are measured without them.
+    std::vector<PartitionSpec*> orphans;
+    for (auto& [id, t] : tensors_) {
+      if (t->superseded || t->cuts.size() <= gen) continue;
+      for (PartitionSpec& p : t->cuts[gen].parts) {
+        if (server_weights_[p.server] > 0) continue;
+        l.placement.Release(p.server, p.bytes);
+        orphans.push_back(&p);
+      }
+    }
+    l.placement.SetWeights(server_weights_);
+    for (PartitionSpec* p : orphans) p->server = l.placement.Assign(p->bytes);
+    moved += orphans.size();
+  }
+  return moved;
+}
+
 std::vector<uint64_t> TensorCatalog::PlacedBytes() const {
   return layouts_[layout_]->placement.loads();
 }

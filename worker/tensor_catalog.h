@@ -116,6 +116,14 @@ class TensorCatalog {
   uint32_t SwitchPartitionBytes(uint64_t bytes);
   // Every key starts over at round 0 (after a join).
   void ResetRounds();
+  // The servers' weights changed (by rank, as many as before; elastic training: a server
+  // that left has weight 0). In every layout, the partitions of the current declarations
+  // on a server of weight 0 are released, then placed again, in layout, id and partition
+  // order: every worker moves the same partitions to the same servers, and no other
+  // partition moves. New cuts and layouts use the new weights. Returns the partitions
+  // moved. REQUIRES: no operation of the worker unfinished (their rounds start over:
+  // ResetRounds).
+  size_t SetServerWeights(std::vector<double> weights);
   // Bytes placed on each server (by rank) in the current layout.
   std::vector<uint64_t> PlacedBytes() const;
 
@@ -131,7 +139,7 @@ class TensorCatalog {
   // Releases `t`'s partitions from every layout's placement and marks it superseded.
   void Supersede(TensorInfo& t);
 
-  const std::vector<double> server_weights_;
+  std::vector<double> server_weights_;
   const bool fixed_layouts_;
   std::map<uint32_t, std::shared_ptr<TensorInfo>> tensors_;  // by id; current and superseded
   std::map<std::string, uint32_t> ids_;                      // name -> current declaration

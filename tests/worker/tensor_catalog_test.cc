@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "common/transport/message.h"
 #include "common/util/status.h"
 
@@ -139,6 +144,70 @@ TEST(TensorCatalogTest, EveryWorkerComputesTheSamePlacement) {
     return servers;
   };
   EXPECT_EQ(cut(), cut());
+}
+
+// Every partition of every current declaration in layout `gen`, as (id, index) -> server.
+std::map<std::pair<uint32_t, uint32_t>, int> Servers(TensorCatalog& c, uint32_t gen) {
+  std::map<std::pair<uint32_t, uint32_t>, int> out;
+  for (uint32_t i = 0; i < c.next_id(); ++i) {
+    const TensorInfo* t = c.FindId(i);
+    if (t == nullptr || t->superseded || t->cuts.size() <= gen) continue;
+    for (const auto& p : t->cuts[gen].parts) out[{i, p.index}] = p.server;
+  }
+  return out;
+}
+
+TEST(TensorCatalogTest, AServerThatLeftHasItsPartitionsPlacedAgainAndNoOtherMoves) {
+  auto catalog = [] {
+    auto c = std::make_unique<TensorCatalog>(4096, std::vector<double>{1.0, 1.0, 2.0, 1.0});
+    for (int i = 0; i < 30; ++i) {
+      c->Declare(StrCat("t", i), DataType::kFloat32, {700 + i * 311}, {});
+    }
+    c->SwitchPartitionBytes(16384);  // two layouts, both to be moved off server 1
+    return c;
+  };
+  std::unique_ptr<TensorCatalog> c = catalog();
+  const auto before0 = Servers(*c, 0), before1 = Servers(*c, 1);
+  size_t on_1 = 0;
+  for (const auto* m : {&before0, &before1}) {
+    for (const auto& [part, server] : *m) on_1 += server == 1;
+  }
+  ASSERT_GT(on_1, 0u);
+  const std::vector<double> survivors = {1.0, 0.0, 2.0, 1.0};
+  EXPECT_EQ(c->SetServerWeights(survivors), on_1);
+  for (uint32_t gen : {0u, 1u}) {
+    const auto& before = gen == 0 ? before0 : before1;
+    const auto after = Servers(*c, gen);
+    ASSERT_EQ(after.size(), before.size());
+    for (const auto& [part, server] : after) {
+      EXPECT_NE(server, 1);
+      if (before.at(part) != 1) {
+        EXPECT_EQ(server, before.at(part)) << "a partition moved";
+      }
+    }
+  }
+  // The current layout's bytes follow the survivors' weights within a partition each.
+  c->SwitchPartitionBytes(16384);
+  const std::vector<uint64_t> bytes = c->PlacedBytes();
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  EXPECT_EQ(bytes[1], 0u);
+  for (int s : {0, 2, 3}) {
+    EXPECT_NEAR(static_cast<double>(bytes[s]), total * survivors[s] / 4.0, 16384.0) << s;
+  }
+  // New declarations and new layouts avoid it too.
+  c->Declare("late", DataType::kFloat32, {100000}, {});
+  c->SwitchPartitionBytes(8192);
+  for (uint32_t gen : {1u, 2u}) {
+    for (const auto& [part, server] : Servers(*c, gen)) EXPECT_NE(server, 1);
+  }
+  // Every worker moves the same partitions to the same servers.
+  std::unique_ptr<TensorCatalog> other = catalog();
+  other->SetServerWeights(survivors);
+  c = catalog();
+  c->SetServerWeights(survivors);
+  EXPECT_EQ(Servers(*c, 0), Servers(*other, 0));
+  EXPECT_EQ(Servers(*c, 1), Servers(*other, 1));
 }
 
 }  // namespace
