@@ -431,7 +431,7 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
     ctx_->CheckRunning("push_pull", name);
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
-          0, 1, config_.cluster.op_timeout_ms,
+          0, 1, config_.cluster.op_timeout_ms, 0,
           [this](const DeviceTensor& d, void* host, LocalNccl::MachineDone done) {
             PushPullAsync(d.name, host, host, d.dtype, d.count, d.average, std::nullopt,
                           [done = std::move(done)](Handle, const Verdict& v) { done(v.error); });

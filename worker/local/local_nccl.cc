@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -57,11 +58,12 @@ enum class Stage {
 
 class NcclGroup : public LocalNccl {
  public:
-  NcclGroup(int local_rank, int local_size, int64_t op_timeout_ms, MachinePushPull push_pull,
-            SendStep send_step, OnFailure on_failure)
+  NcclGroup(int local_rank, int local_size, int64_t op_timeout_ms, int average_over,
+            MachinePushPull push_pull, SendStep send_step, OnFailure on_failure)
       : local_rank_(local_rank),
         local_size_(local_size),
         op_timeout_ms_(op_timeout_ms),
+        average_over_(average_over),
         push_pull_(std::move(push_pull)),
         send_step_(std::move(send_step)),
         on_failure_(std::move(on_failure)) {
@@ -124,20 +126,35 @@ class NcclGroup : public LocalNccl {
     cv_.notify_all();
   }
 
-  void RunStep(Step step, const std::string& name, const std::string& unique_id) override {
+  void RunStep(Step step, const std::string& name, uint64_t seq,
+               const std::string& unique_id) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) return;  // every tensor failed with it
     if (step == Step::kReduce) {
+      if (seq != reduces_ + 1) {
+        FailLocked(StrCat(Me(), ": REDUCE number ", seq, " of device tensor '", name,
+                          "' after REDUCE ", reduces_, ": a step message was lost"));
+        return;
+      }
       const uint64_t ticket = TakeLocked(queued_, name, "REDUCE");
       if (ticket == 0) return;
-      reducing_[name].push_back(ticket);
+      reduces_ = seq;
+      items_[ticket].reduce_seq = seq;
+      reducing_[seq] = ticket;
       Work& w = steps_.emplace_back();
       w.ticket = ticket;
       w.unique_id = unique_id;
     } else {
-      const uint64_t ticket = TakeLocked(reducing_, name, "BROADCAST");
-      if (ticket == 0) return;
-      steps_.emplace_back().ticket = ticket;
+      auto it = reducing_.find(seq);
+      if (it == reducing_.end() || items_[it->second].t.name != name) {
+        FailLocked(StrCat(Me(), ": BROADCAST of device tensor '", name, "' for REDUCE ", seq,
+                          ", which ", it == reducing_.end() ? "this process did not run"
+                                                           : "was another tensor's"));
+        return;
+      }
+      steps_.emplace_back().ticket = it->second;
       steps_.back().step = Step::kBroadcast;
+      reducing_.erase(it);
     }
     cv_.notify_all();
   }
@@ -161,9 +178,11 @@ class NcclGroup : public LocalNccl {
                               "every local rank has called it")
                      : StrCat(Me(), ": push_pull of device tensor '", item.t.name,
                               "' made no progress within ", 3 * op_timeout_ms_,
-                              " ms (3 x FERRY_OP_TIMEOUT_MS)",
-                              item.stage == Stage::kQueued ? ", queued behind earlier rounds" : "");
+                              " ms (3 x FERRY_OP_TIMEOUT_MS), ", StateOf(item));
         FailLocked(why);
+        // The step the thread runs ends at its next poll of failure_: wait for it, so that
+        // no CUDA work on this caller's buffers or event comes after the return.
+        cv_.wait(lock, [&] { return item.stage == Stage::kDone; });
         Erase(it);
         lock.unlock();
         on_failure_(why);  // without mu_: the owner's Fail calls ours
@@ -184,6 +203,7 @@ class NcclGroup : public LocalNccl {
  private:
   struct Item {
     DeviceTensor t;
+    uint64_t reduce_seq = 0;      // its REDUCE's number (local_nccl.h, SendStep)
     cudaEvent_t ready = nullptr;  // recorded on t.stream at Submit
     Stage stage = Stage::kQueued;
     bool go = false;  // started: GO (the root) or REDUCE (a peer) came
@@ -196,6 +216,7 @@ class NcclGroup : public LocalNccl {
   struct Work {
     Step step = Step::kReduce;
     uint64_t ticket = 0;
+    uint64_t reduce_seq = 0;
     std::string unique_id;  // a peer's first REDUCE
     DeviceTensor t;
     cudaEvent_t ready = nullptr;
@@ -296,12 +317,13 @@ class NcclGroup : public LocalNccl {
     items_.erase(it);
   }
 
-  // REQUIRES: mu_ held. A running step notices failure_ at its next poll and aborts.
+  // REQUIRES: mu_ held. The running step notices failure_ at its next poll and aborts;
+  // its round ends when the thread is done with it (Loop).
   void FailLocked(const std::string& reason) {
     if (!failure_.empty()) return;
     failure_ = reason;
     for (auto& [ticket, item] : items_) {
-      if (item.stage != Stage::kDone) {
+      if (item.stage != Stage::kDone && ticket != running_) {
         item.stage = Stage::kDone;
         item.error = reason;
       }
@@ -325,6 +347,19 @@ class NcclGroup : public LocalNccl {
     cv_.notify_all();
   }
 
+  // Where a started round is, for a timeout's message. REQUIRES: mu_ held.
+  std::string StateOf(const Item& item) const {
+    if (item.stage == Stage::kQueued) return "queued behind earlier rounds";
+    if (local_rank_ != 0) return "reduced, waiting for the local root's BROADCAST";
+    return "reduced, waiting for the machine's push_pull through the servers";
+  }
+
+  // Throws the backend's failure, if any: before a step queues CUDA work.
+  void ThrowIfFailed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) throw FerryError(ErrorCode::kPeerFailed, failure_);
+  }
+
   // REQUIRES: mu_ held. The root: a summed round's BROADCAST first (it frees a caller),
   // else the next GO's REDUCE; a peer: the root's next step.
   bool HasWorkLocked() const {
@@ -344,7 +379,9 @@ class NcclGroup : public LocalNccl {
       w.ticket = runnable_.front();
       runnable_.pop_front();
     }
+    running_ = w.ticket;
     const Item& item = items_.at(w.ticket);
+    w.reduce_seq = item.reduce_seq;
     w.t = item.t;
     w.ready = item.ready;
     w.host = item.host;
@@ -373,8 +410,12 @@ class NcclGroup : public LocalNccl {
       } catch (const FerryError& e) {
         error = e.what();
       }
+      bool first = false;  // this step's failure is the backend's first: the owner must hear
       {
         std::lock_guard<std::mutex> lock(mu_);
+        running_ = 0;
+        first = !error.empty() && failure_.empty();
+        if (error.empty() && !failure_.empty()) error = failure_;  // it ran into the failure
         auto it = items_.find(w.ticket);
         if (it != items_.end() && it->second.stage != Stage::kDone) {
           it->second.stage =
@@ -385,10 +426,12 @@ class NcclGroup : public LocalNccl {
         cv_.notify_all();
       }
       if (!error.empty()) {
-        LOG(ERROR) << error;
         if (comm_ != nullptr) ncclCommAbort(comm_);  // frees the other ranks' kernels
         comm_ = nullptr;
-        on_failure_(error);
+        if (first) {
+          LOG(ERROR) << error;
+          on_failure_(error);
+        }
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stopping_; });  // every later round fails at once
         return;
@@ -404,12 +447,19 @@ class NcclGroup : public LocalNccl {
       std::string id = w.unique_id;
       if (local_rank_ == 0) {
         if (comm_ == nullptr) id = NewUniqueId();
-        send_step_(Step::kReduce, t.name, id);
+        const uint64_t seq = ++reduces_;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto it = items_.find(w.ticket);
+          if (it != items_.end()) it->second.reduce_seq = seq;
+        }
+        send_step_(Step::kReduce, t.name, seq, id);
       }
       if (comm_ == nullptr) InitComm(id);
     } else if (stream_ == nullptr) {
       InitStream();
     }
+    ThrowIfFailed();  // e.g. while send_step_ waited for its owner's lock
     void* host = nullptr;
     if (t.count > 0) {
       const size_t bytes = t.count * DataTypeSize(t.dtype);
@@ -446,11 +496,13 @@ class NcclGroup : public LocalNccl {
     const DeviceTensor& t = w.t;
     if (local_rank_ == 0) {
       if (!w.sum_error.empty()) throw FerryError(ErrorCode::kPeerFailed, w.sum_error);
-      if (local_size_ > 1) send_step_(Step::kBroadcast, t.name, "");
+      if (local_size_ > 1) send_step_(Step::kBroadcast, t.name, w.reduce_seq, "");
     }
+    ThrowIfFailed();
     if (t.count == 0) return;
     const size_t bytes = t.count * DataTypeSize(t.dtype);
     if (local_rank_ == 0) {
+      if (t.average && average_over_ > 0) Scale(w.host, 1.0 / average_over_, t.count, t.dtype);
       CheckCuda(cudaMemcpyAsync(t.output, w.host, bytes, cudaMemcpyHostToDevice, stream_),
                 "cudaMemcpyAsync (host to device)");
     }
@@ -464,13 +516,23 @@ class NcclGroup : public LocalNccl {
     if (local_rank_ == 0) GiveBackHost(w.host);
   }
 
-  // A pinned buffer of at least `bytes`: the smallest free one, else a new one.
+  // A pinned buffer of at least `bytes`: the smallest free one, else a new one (the free
+  // ones too small are freed first: the pool holds at most the rounds in flight, each of
+  // the largest size asked since).
   void* TakeHost(size_t bytes) {
     Pinned* best = nullptr;
     for (Pinned& b : pinned_) {
       if (!b.busy && b.bytes >= bytes && (best == nullptr || b.bytes < best->bytes)) best = &b;
     }
     if (best == nullptr) {
+      for (auto it = pinned_.begin(); it != pinned_.end();) {
+        if (it->busy) {
+          ++it;
+          continue;
+        }
+        CheckCuda(cudaFreeHost(it->data), "cudaFreeHost");
+        it = pinned_.erase(it);
+      }
       void* p = nullptr;
       CheckCuda(cudaMallocHost(&p, bytes), "cudaMallocHost");
       pinned_.push_back(Pinned{p, bytes, false});
@@ -486,11 +548,14 @@ class NcclGroup : public LocalNccl {
     }
   }
 
-  // A step of a round is done: the deadlines of the started rounds move on.
+  // A step of a round is done: the deadlines of the started rounds move on, and on a peer
+  // those of the queued ones too (their REDUCE may wait behind the root's other steps).
   void Touch() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ticket, item] : items_) {
-      if (item.go && item.stage != Stage::kDone) item.progress_ms = NowMs();
+      if ((item.go || local_rank_ != 0) && item.stage != Stage::kDone) {
+        item.progress_ms = NowMs();
+      }
     }
   }
 
@@ -585,6 +650,7 @@ class NcclGroup : public LocalNccl {
 
   const int local_rank_, local_size_;
   const int64_t op_timeout_ms_;
+  const int average_over_;
   const MachinePushPull push_pull_;
   const SendStep send_step_;
   const OnFailure on_failure_;
@@ -592,14 +658,16 @@ class NcclGroup : public LocalNccl {
   // The "ferry-nccl" thread's alone (the destructor's after the join).
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  std::deque<Pinned> pinned_;  // the root's host buffers (a deque: pointers stay valid)
+  std::list<Pinned> pinned_;  // the root's host buffers (a list: pointers stay valid)
 
   std::mutex mu_;                   // guards everything below
   std::condition_variable cv_;      // signalled on GO, steps, sums, failure and stop
   std::map<uint64_t, Item> items_;  // by ticket, until Wait takes it
   using Queues = std::map<std::string, std::deque<uint64_t>>;
-  Queues queued_;    // submitted, not started, by name
-  Queues reducing_;  // a peer's: REDUCE came, BROADCAST not yet, by name
+  Queues queued_;  // submitted, not started, by name
+  std::map<uint64_t, uint64_t> reducing_;  // a peer's: REDUCE number -> ticket, until its BROADCAST
+  uint64_t reduces_ = 0;  // REDUCE steps numbered so far (the root's: on its thread)
+  uint64_t running_ = 0;  // the ticket whose step the thread runs, or 0
   std::deque<uint64_t> runnable_;  // the root's: GO received, not reduced, in GO order
   std::deque<uint64_t> summed_;    // the root's: the machine's sum came, in that order
   std::deque<Work> steps_;         // a peer's: the root's steps, in their order
@@ -613,10 +681,11 @@ class NcclGroup : public LocalNccl {
 }  // namespace
 
 std::unique_ptr<LocalNccl> LocalNccl::Create(int local_rank, int local_size, int64_t op_timeout_ms,
-                                             MachinePushPull push_pull, SendStep send_step,
-                                             OnFailure on_failure) {
-  return std::make_unique<NcclGroup>(local_rank, local_size, op_timeout_ms, std::move(push_pull),
-                                     std::move(send_step), std::move(on_failure));
+                                             int average_over, MachinePushPull push_pull,
+                                             SendStep send_step, OnFailure on_failure) {
+  return std::make_unique<NcclGroup>(local_rank, local_size, op_timeout_ms, average_over,
+                                     std::move(push_pull), std::move(send_step),
+                                     std::move(on_failure));
 }
 
 }  // namespace ferry

@@ -35,10 +35,14 @@
 //
 // Every wait has a deadline, ending in FerryError(kTimeout) that names the step: each
 // step FERRY_OP_TIMEOUT_MS (the machine's push_pull has the Worker's own), a tensor
-// without a GO as long, and Wait three times that without progress (a backstop). A
-// failed CUDA or NCCL call throws FerryError naming the call and the local rank; a
-// failed machine push_pull fails its round. After a failure the communicator is
-// aborted, the owner's group fails (OnFailure), and every later call fails with it.
+// without a GO as long (on a peer: without its REDUCE, counted from the engine's last
+// progress, since the root may have steps of other rounds to run first), and Wait three
+// times that without progress (a backstop). A failed CUDA or NCCL call throws FerryError
+// naming the call and the local rank; a failed machine push_pull fails its round. After a
+// failure the communicator is aborted, the owner's group fails (OnFailure), and every
+// later call fails with it. The round whose step the thread runs at a failure ends only
+// when the thread is done with it (its Wait waits for that, bounded by the step's polls),
+// so no CUDA work on a caller's buffers or event is queued after its Wait returned.
 //
 // Buffers: the pinned host buffer of a round is the engine's from REDUCE until its
 // BROADCAST; the machine's push_pull writes it until its `done`. Shutdown order (the
@@ -75,29 +79,35 @@ class LocalNccl {
   // "" when the machine's push_pull succeeded, else its error.
   using MachineDone = std::function<void(const std::string& error)>;
   // The root's step 3: starts the machine's push_pull of `host` in place (pinned,
-  // t.count elements; null when t.count is 0): the job's result of `t`, averaged when
-  // t.average. Returns at once; calls `done` once, on a thread that must not block.
-  // Throws FerryError when the push_pull cannot start (then `done` is never called).
+  // t.count elements; null when t.count is 0): the sum over the machines (averaged when
+  // t.average and Create's `average_over` is 0). Returns at once; calls `done` once, on a
+  // thread that must not block. Throws FerryError when the push_pull cannot start (then
+  // `done` is never called).
   using MachinePushPull =
       std::function<void(const DeviceTensor& t, void* host, MachineDone done)>;
   enum class Step : uint8_t { kReduce, kBroadcast };
-  // The root's, L > 1: every peer is to run `step` of tensor `name`'s oldest round now.
+  // The root's, L > 1: every peer is to run `step` of tensor `name` now: REDUCE its oldest
+  // submitted round, which becomes the peer's REDUCE number `seq` (1, 2, ...: the root's
+  // and every peer's count of REDUCE steps agree), BROADCAST the round of REDUCE `seq`.
   // `unique_id`: the NCCL unique id (serialized) with the first REDUCE, "" afterwards.
   // Called on the "ferry-nccl" thread, with no lock of this class held.
-  using SendStep =
-      std::function<void(Step step, const std::string& name, const std::string& unique_id)>;
-  // Called once, on the "ferry-nccl" thread with no lock of this class held, when a
-  // round failed: the owner fails its group.
+  using SendStep = std::function<void(Step step, const std::string& name, uint64_t seq,
+                                      const std::string& unique_id)>;
+  // Called once, with no lock of this class held, when the backend failed on its own (a
+  // step's CUDA or NCCL call, a deadline): the owner fails its group. Not called for a
+  // failure the owner reported (Fail) or for Stop().
   using OnFailure = std::function<void(const std::string& reason)>;
 
   // Whether this Ferry was built with NCCL (FERRY_HAVE_NCCL).
   static bool Built();
   // `push_pull` and `send_step`: the root's (local rank 0) only; `send_step` may be
-  // null when local_size is 1. Throws FerryError(kInvalidArgument) in a build without
+  // null when local_size is 1. `average_over` (the root's): 0 when `push_pull` averages
+  // itself, else the number of ranks the root divides an averaged round's sum by (on its
+  // thread, before the copy back). Throws FerryError(kInvalidArgument) in a build without
   // NCCL.
   static std::unique_ptr<LocalNccl> Create(int local_rank, int local_size, int64_t op_timeout_ms,
-                                           MachinePushPull push_pull, SendStep send_step,
-                                           OnFailure on_failure);
+                                           int average_over, MachinePushPull push_pull,
+                                           SendStep send_step, OnFailure on_failure);
   virtual ~LocalNccl() = default;
 
   // Step 1. Returns the ticket to Wait on. Throws FerryError: not device memory, another
@@ -107,8 +117,10 @@ class LocalNccl {
   // started (else the backend fails, naming it).
   virtual void Go(const std::string& name) = 0;
   // A peer's: the root's step message (SendStep). REDUCE: `name`'s oldest submitted
-  // round; BROADCAST: its oldest reduced one (else the backend fails, naming it).
-  virtual void RunStep(Step step, const std::string& name, const std::string& unique_id) = 0;
+  // round, numbered `seq`; BROADCAST: the round of REDUCE `seq` (else the backend fails,
+  // naming it).
+  virtual void RunStep(Step step, const std::string& name, uint64_t seq,
+                       const std::string& unique_id) = 0;
   // Step 4. Throws FerryError: the round failed, or timed out.
   virtual void Wait(uint64_t ticket) = 0;
   // The group failed: queued and later rounds fail with `reason`; a running one aborts.

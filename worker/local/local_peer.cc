@@ -25,6 +25,8 @@ LocalPeer::LocalPeer(const Config& config)
     : LocalMember(config, [this](Handle h) { return TimeoutMessage(h); }) {}
 
 LocalPeer::~LocalPeer() {
+  // The shutdown order of local_nccl.h: no step runs after this.
+  if (LocalNccl* nccl = Nccl()) nccl->Stop();
   if (link_) link_->Stop();
   table_.Close();  // its callbacks and timeout messages use this object
 }
@@ -106,7 +108,7 @@ void LocalPeer::OnMessage(LocalMessage&& m) {
       nccl_->RunStep(h.op == static_cast<uint32_t>(LocalOp::kDevicePushPull)
                          ? LocalNccl::Step::kReduce
                          : LocalNccl::Step::kBroadcast,
-                     m.name, m.text);
+                     m.name, h.seq, m.text);
       break;
     case LocalOp::kBye:
       bye_received_ = true;
@@ -227,7 +229,7 @@ void LocalPeer::PushPullDevice(const std::string& name, const void* input, void*
     if (!nccl_) {
       nccl_ =
           LocalNccl::Create(config_.local.rank, config_.local.size, config_.cluster.op_timeout_ms,
-                            nullptr, nullptr, [this](const std::string& reason) {
+                            0, nullptr, nullptr, [this](const std::string& reason) {
                               MutexLock lock(mu_);
                               Fail(reason);
                             });

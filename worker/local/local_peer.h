@@ -105,6 +105,10 @@ class LocalPeer : public LocalMember {
   bool bye_sent_ GUARDED_BY(mu_) = false;
   bool bye_received_ GUARDED_BY(mu_) = false;
   std::string bye_error_ GUARDED_BY(mu_);
+  LocalNccl* Nccl() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return nccl_.get();
+  }
   std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
   struct Declared {
     int id;

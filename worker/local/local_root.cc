@@ -305,7 +305,7 @@ void LocalRoot::StartDevice(const std::string& key, LocalRoundQueue& rs) {
   TryStart(key);
 }
 
-void LocalRoot::SendDeviceStep(LocalNccl::Step step, const std::string& name,
+void LocalRoot::SendDeviceStep(LocalNccl::Step step, const std::string& name, uint64_t seq,
                                const std::string& unique_id) {
   MutexLock lock(mu_);
   for (int lr = 1; lr < config_.local.size; ++lr) {
@@ -314,6 +314,7 @@ void LocalRoot::SendDeviceStep(LocalNccl::Step step, const std::string& name,
     m.header.op = static_cast<uint32_t>(step == LocalNccl::Step::kReduce
                                             ? LocalOp::kDevicePushPull
                                             : LocalOp::kDeviceBroadcast);
+    m.header.seq = seq;
     m.name = name;
     m.text = unique_id;
     link_->Send(std::move(m));
@@ -332,22 +333,17 @@ void LocalRoot::PushPullDevice(const std::string& name, const void* input, void*
     FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown, "push_pull of '", t.name,
                   "' after Shutdown()");
     if (!nccl_) {
+      // A sum over the machines, never their average: the backend divides by size(),
+      // every rank of the job, not by the machines.
       nccl_ = LocalNccl::Create(
-          0, config_.local.size, config_.cluster.op_timeout_ms,
+          0, config_.local.size, config_.cluster.op_timeout_ms, size(),
           [this](const DeviceTensor& d, void* host, LocalNccl::MachineDone done) {
-            // A sum, never an average: the division is by size(), not by the machines.
             worker_->PushPullAsync(
                 d.name, host, host, d.dtype, d.count, false, std::nullopt,
-                [d, host, ranks = size(), done = std::move(done)](Handle, const Verdict& v) {
-                  if (v.ok() && d.average && d.count > 0) {
-                    Scale(host, 1.0 / ranks, d.count, d.dtype);
-                  }
-                  done(v.error);
-                });
+                [done = std::move(done)](Handle, const Verdict& v) { done(v.error); });
           },
-          [this](LocalNccl::Step step, const std::string& name, const std::string& unique_id) {
-            SendDeviceStep(step, name, unique_id);
-          },
+          [this](LocalNccl::Step step, const std::string& name, uint64_t seq,
+                 const std::string& unique_id) { SendDeviceStep(step, name, seq, unique_id); },
           [this](const std::string& reason) {
             MutexLock lock(mu_);
             Fail(reason);

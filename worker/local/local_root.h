@@ -36,7 +36,6 @@
 #include "common/reduce/reduce.h"
 #include "common/util/mutex.h"
 #include "worker/local/local_group.h"
-#include "worker/local/local_nccl.h"
 #include "worker/local/local_link.h"
 #include "worker/local/local_nccl.h"
 #include "worker/local/local_rounds.h"
@@ -100,12 +99,12 @@ class LocalRoot : public LocalMember {
                      bool average, int root, uint64_t seq) REQUIRES(mu_);
   void TryStart(const std::string& key) REQUIRES(mu_);
   void StartPushPull(const std::string& key, LocalRoundQueue& rs) REQUIRES(mu_);
-  // Every rank submitted the front device round of `key`: GO to every rank (this one
-  // included); the round is over here (the backend runs the rest).
+  // Every rank submitted the front device round of `key`: GO to this process's backend,
+  // which sends the peers its steps; the round is over here (the backend runs the rest).
   void StartDevice(const std::string& key, LocalRoundQueue& rs) REQUIRES(mu_);
   // The NCCL thread's SendStep (local_nccl.h): the step to every peer.
-  void SendDeviceStep(LocalNccl::Step step, const std::string& name, const std::string& unique_id)
-      EXCLUDES(mu_);
+  void SendDeviceStep(LocalNccl::Step step, const std::string& name, uint64_t seq,
+                      const std::string& unique_id) EXCLUDES(mu_);
   LocalNccl* Nccl() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     return nccl_.get();

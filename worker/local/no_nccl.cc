@@ -8,7 +8,8 @@ namespace ferry {
 bool LocalNccl::Built() { return false; }
 
 std::unique_ptr<LocalNccl> LocalNccl::Create(int local_rank, int local_size, int64_t op_timeout_ms,
-                                             MachinePushPull push_pull, SendStep send_step,
+                                             int average_over, MachinePushPull push_pull,
+                                             SendStep send_step,
                                              OnFailure on_failure) {
   throw FerryError(ErrorCode::kInvalidArgument,
                    "push_pull of a CUDA device tensor: this Ferry was built without NCCL "
