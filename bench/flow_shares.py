@@ -48,7 +48,8 @@ def measured(path):
 
 def simulated(path):
     return [{"server": p["server"], "bytes": p["bytes"], "ready": p["ready_us"],
-             "sent": p["sent_us"], "acked": p["acked_us"], "result": p["result_us"]}
+             "sent": p["sent_us"], "acked": p["acked_us"], "result": p["result_us"],
+             "iteration": p["iteration"]}
             for p in json.load(open(path))["parts"]]
 
 
@@ -123,10 +124,9 @@ def stages_rows(a):
             lo, hi = st[-3], st[-1]
             rows.append(report_stages(path, [p for p in measured(path) if lo <= p["ready"] < hi]))
     for path in a.sim_parts:
-        raw = simulated(path)
-        last = max(p["iteration"] for p in json.load(open(path))["parts"])
-        its = [p["iteration"] for p in json.load(open(path))["parts"]]
-        rows.append(report_stages(path, [p for p, it in zip(raw, its) if it >= last - 2]))
+        parts = simulated(path)
+        last = max(p["iteration"] for p in parts)
+        rows.append(report_stages(path, [p for p in parts if p["iteration"] >= last - 2]))
     return rows
 
 

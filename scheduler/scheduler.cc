@@ -99,7 +99,7 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
       break;
     default:
       LOG(WARNING) << "dropped unexpected " << Describe(m) << " (from "
-                   << membership_.table().Describe(m.sender()) << ")";
+                   << table().Describe(m.sender()) << ")";
   }
 }
 
@@ -221,24 +221,24 @@ std::string Scheduler::MissingNodes() const {
 }
 
 void Scheduler::BuildNodeTable() {
-  const proto::NodeTable& table =
+  const proto::NodeTable& first =
       membership_
           .First(pending_, config_.cluster.num_workers, config_.transport.root_host, port_)
           .proto();
   std::map<int, std::string> identities;
-  for (const auto& n : table.nodes()) {
+  for (const auto& n : first.nodes()) {
     if (n.id() != kSchedulerId) identities[n.id()] = n.routing_id();
   }
   int64_t now = NowMs();
   for (const auto& [id, identity] : identities) members_[id] = Member{identity, now};
   for (const auto& [id, identity] : identities) {
     Message m = MakeMessage(proto::NODE_TABLE, kSchedulerId);
-    *m.envelope.mutable_node_table() = table;
+    *m.envelope.mutable_node_table() = first;
     m.envelope.mutable_node_table()->set_your_id(id);
     SendTo(id, std::move(m));
   }
   std::string servers;
-  for (const auto& s : membership_.table().Servers()) {
+  for (const auto& s : table().Servers()) {
     servers += StrCat(" ", DescribeNode(s), " ", s.kind(), " weight ", s.weight(), ";");
   }
   LOG(INFO) << "all " << config_.cluster.num_servers << " servers and "
@@ -254,7 +254,7 @@ void Scheduler::OnBarrier(const Message& m) {
   auto& arrived = barriers_[group];
   for (const Arrival& a : arrived) {
     if (a.node == m.sender()) {
-      LOG(WARNING) << membership_.table().Describe(m.sender()) << " entered a "
+      LOG(WARNING) << table().Describe(m.sender()) << " entered a "
                    << proto::BarrierGroup_Name(m.envelope.barrier().group())
                    << " barrier twice; ignored";
       return;
@@ -278,7 +278,7 @@ void Scheduler::OnBarrier(const Message& m) {
     if (a.join_position >= last->join_position) last = &a;
     catalogs_differ |= a.catalog_digest != arrived.front().catalog_digest;
   }
-  const int last_rank = membership_.table().node(last->node).rank();
+  const int last_rank = table().node(last->node).rank();
   for (const Arrival& a : arrived) {
     Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
     release.envelope.set_request_id(a.request);
@@ -291,20 +291,20 @@ void Scheduler::OnBarrier(const Message& m) {
 }
 
 void Scheduler::OnFinalize(const Message& m) {
-  if (!membership_.table().IsWorker(m.sender())) {
-    LOG(WARNING) << "dropped FINALIZE from " << membership_.table().Describe(m.sender()) << ": not a worker";
+  if (!table().IsWorker(m.sender())) {
+    LOG(WARNING) << "dropped FINALIZE from " << table().Describe(m.sender()) << ": not a worker";
     return;
   }
   finalized_.insert(m.sender());
   suspended_.erase(m.sender());
-  LOG(INFO) << membership_.table().Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
+  LOG(INFO) << table().Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
             << config_.cluster.num_workers << ", " << suspended_.size() << " suspended)";
   MaybeEndJob();
 }
 
 void Scheduler::OnSuspend(const Message& m, bool suspended) {
-  if (!membership_.table().IsWorker(m.sender()) || finalized_.count(m.sender())) {
-    LOG(WARNING) << "dropped " << Describe(m) << " from " << membership_.table().Describe(m.sender())
+  if (!table().IsWorker(m.sender()) || finalized_.count(m.sender())) {
+    LOG(WARNING) << "dropped " << Describe(m) << " from " << table().Describe(m.sender())
                  << ": not a worker still in the job";
     return;
   }
@@ -313,7 +313,7 @@ void Scheduler::OnSuspend(const Message& m, bool suspended) {
   } else {
     suspended_.erase(m.sender());
   }
-  LOG(INFO) << membership_.table().Describe(m.sender())
+  LOG(INFO) << table().Describe(m.sender())
             << (suspended ? " shut down and may init() again" : " initialised again") << " ("
             << suspended_.size() << " suspended, " << finalized_.size() << " finalized of "
             << config_.cluster.num_workers << ")";
@@ -335,7 +335,7 @@ void Scheduler::CheckHeartbeats() {
   for (const auto& [id, member] : members_) {
     int64_t silent = now - member.last_heartbeat_ms;
     if (silent > config_.cluster.heartbeat_timeout_ms) {
-      FailJob(id, StrCat(membership_.table().Describe(id), " sent no heartbeat for ", silent,
+      FailJob(id, StrCat(table().Describe(id), " sent no heartbeat for ", silent,
                          " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
                          "); it is presumed dead"));
       return;
@@ -345,9 +345,9 @@ void Scheduler::CheckHeartbeats() {
 
 void Scheduler::OnHeartbeat(const Message& m) {
   Message ack = MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId);
-  if (membership_.table().IsWorker(m.sender()) && stalls_.enabled()) {
+  if (table().IsWorker(m.sender()) && stalls_.enabled()) {
     if (m.envelope.has_stall_report()) {
-      stalls_.Update(membership_.table().node(m.sender()).rank(), m.envelope.stall_report(), NowMs());
+      stalls_.Update(table().node(m.sender()).rank(), m.envelope.stall_report(), NowMs());
     }
     proto::StallWatch* watch = ack.envelope.mutable_stall_watch();
     watch->set_report_after_ms(stalls_.report_after_ms());

@@ -68,6 +68,7 @@ class Scheduler {
   // The Van's on_version_mismatch: a REGISTER of another protocol version is refused.
   void RefuseVersion(const Message& m, const Origin& origin);
   bool IsMember(int id, const std::string& identity) const REQUIRES(mu_);
+  const NodeTable& table() const REQUIRES(mu_) { return membership_.table(); }
 
   const Config& config_;
   Van van_;

@@ -212,16 +212,12 @@ class NcclGroup : public LocalNccl {
     void* host = nullptr;     // the root's: the pinned machine sum, REDUCE to BROADCAST
     std::string sum_error;    // the root's: the machine push_pull's error
   };
-  // A step for the thread; what it reads of the item is copied under mu_.
+  // A step for the thread, with its item as it was when taken (copied under mu_).
   struct Work {
     Step step = Step::kReduce;
     uint64_t ticket = 0;
-    uint64_t reduce_seq = 0;
     std::string unique_id;  // a peer's first REDUCE
-    DeviceTensor t;
-    cudaEvent_t ready = nullptr;
-    void* host = nullptr;
-    std::string sum_error;
+    Item item;
   };
   struct Pinned {
     void* data = nullptr;
@@ -380,12 +376,7 @@ class NcclGroup : public LocalNccl {
       runnable_.pop_front();
     }
     running_ = w.ticket;
-    const Item& item = items_.at(w.ticket);
-    w.reduce_seq = item.reduce_seq;
-    w.t = item.t;
-    w.ready = item.ready;
-    w.host = item.host;
-    w.sum_error = item.sum_error;
+    w.item = items_.at(w.ticket);
     return w;
   }
 
@@ -442,7 +433,7 @@ class NcclGroup : public LocalNccl {
   // REDUCE: the local ranks' sum into the root's host buffer; the root then starts the
   // machine's push_pull of it.
   void Reduce(const Work& w) {
-    const DeviceTensor& t = w.t;
+    const DeviceTensor& t = w.item.t;
     if (local_size_ > 1) {
       std::string id = w.unique_id;
       if (local_rank_ == 0) {
@@ -463,7 +454,7 @@ class NcclGroup : public LocalNccl {
     void* host = nullptr;
     if (t.count > 0) {
       const size_t bytes = t.count * DataTypeSize(t.dtype);
-      CheckCuda(cudaStreamWaitEvent(stream_, w.ready, 0), "cudaStreamWaitEvent");
+      CheckCuda(cudaStreamWaitEvent(stream_, w.item.ready, 0), "cudaStreamWaitEvent");
       if (local_size_ > 1) {
         // The root's output is the machine's sum; a peer's output is not written here.
         CheckNccl(ncclReduce(t.input, t.output, t.count, NcclType(t.dtype), ncclSum, 0, comm_,
@@ -493,17 +484,18 @@ class NcclGroup : public LocalNccl {
 
   // BROADCAST: the machine's sum from the root's host buffer to every rank's output.
   void Broadcast(const Work& w) {
-    const DeviceTensor& t = w.t;
+    const DeviceTensor& t = w.item.t;
+    const Item& item = w.item;
     if (local_rank_ == 0) {
-      if (!w.sum_error.empty()) throw FerryError(ErrorCode::kPeerFailed, w.sum_error);
-      if (local_size_ > 1) send_step_(Step::kBroadcast, t.name, w.reduce_seq, "");
+      if (!item.sum_error.empty()) throw FerryError(ErrorCode::kPeerFailed, item.sum_error);
+      if (local_size_ > 1) send_step_(Step::kBroadcast, t.name, item.reduce_seq, "");
     }
     ThrowIfFailed();
     if (t.count == 0) return;
     const size_t bytes = t.count * DataTypeSize(t.dtype);
     if (local_rank_ == 0) {
-      if (t.average && average_over_ > 0) Scale(w.host, 1.0 / average_over_, t.count, t.dtype);
-      CheckCuda(cudaMemcpyAsync(t.output, w.host, bytes, cudaMemcpyHostToDevice, stream_),
+      if (t.average && average_over_ > 0) Scale(item.host, 1.0 / average_over_, t.count, t.dtype);
+      CheckCuda(cudaMemcpyAsync(t.output, item.host, bytes, cudaMemcpyHostToDevice, stream_),
                 "cudaMemcpyAsync (host to device)");
     }
     if (local_size_ > 1) {
@@ -513,7 +505,7 @@ class NcclGroup : public LocalNccl {
     }
     WaitStream(StrCat(local_size_ > 1 ? "ncclBroadcast" : "the copy to device memory", " of '",
                       t.name, "'"));
-    if (local_rank_ == 0) GiveBackHost(w.host);
+    if (local_rank_ == 0) GiveBackHost(item.host);
   }
 
   // A pinned buffer of at least `bytes`: the smallest free one, else a new one (the free
