@@ -106,6 +106,14 @@ const NodeTable& Membership::First(const std::vector<Joiner>& pending, int num_w
 
 void Membership::AddSpare(Joiner spare) { spares_.push_back(std::move(spare)); }
 
+bool Membership::RemoveSpare(const std::string& identity) {
+  auto it = std::find_if(spares_.begin(), spares_.end(),
+                         [&](const Joiner& j) { return j.identity == identity; });
+  if (it == spares_.end()) return false;
+  spares_.erase(it);
+  return true;
+}
+
 const NodeTable& Membership::WithoutServer(int id) {
   CHECK(table_.IsServer(id)) << "node " << id << " is not a live server";
   proto::NodeTable t = table_.proto();

@@ -65,6 +65,8 @@ class Membership {
                          const std::string& scheduler_host, int scheduler_port);
   // A spare server waits, in registration order, for a slot.
   void AddSpare(Joiner spare);
+  // A waiting spare died (its connection's routing identity). False if none waits so.
+  bool RemoveSpare(const std::string& identity);
   // The next epoch. REQUIRES: `id` is a live server (a live worker).
   const NodeTable& WithoutServer(int id);
   const NodeTable& WithoutWorker(int id);

@@ -57,6 +57,13 @@ int Scheduler::Run() {
                          " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
     } else if (phase_ == Phase::kRunning) {
       CheckHeartbeats();
+      CheckSpares();
+      if (phase_ == Phase::kRunning && below_min_since_ms_ > 0 &&
+          NowMs() - below_min_since_ms_ > config_.cluster.min_workers_timeout_ms) {
+        FailJob(-1, StrCat(below_min_why_, "; no worker joined within ",
+                           config_.cluster.min_workers_timeout_ms,
+                           " ms (FERRY_MIN_WORKERS_TIMEOUT_MS)"));
+      }
       if (phase_ == Phase::kRunning) CheckStalls();
     }
   }
@@ -74,6 +81,11 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
   if (!origin.inbound) return;
   MutexLock lock(mu_);
   const auto type = m.envelope.type();
+  if ((type == proto::REGISTER && m.envelope.register_request().spare()) ||
+      (type == proto::HEARTBEAT && m.sender() < 0)) {
+    OnSpare(m, origin.identity);
+    return;
+  }
   if (type == proto::REGISTER) {
     OnRegister(m, origin.identity);
     return;
@@ -220,23 +232,118 @@ std::string Scheduler::MissingNodes() const {
   return s;
 }
 
-void Scheduler::BuildNodeTable() {
-  const proto::NodeTable& first =
-      membership_
-          .First(pending_, config_.cluster.num_workers, config_.transport.root_host, port_)
-          .proto();
-  std::map<int, std::string> identities;
-  for (const auto& n : first.nodes()) {
-    if (n.id() != kSchedulerId) identities[n.id()] = n.routing_id();
+void Scheduler::OnSpare(const Message& m, const std::string& identity) {
+  const int64_t now = NowMs();
+  if (m.type() == proto::HEARTBEAT) {
+    auto it = spares_.find(identity);
+    if (it == spares_.end()) {
+      LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a registered spare";
+      return;
+    }
+    it->second = now;
+    van_.Reply(identity, MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId));
+    return;
   }
-  int64_t now = NowMs();
-  for (const auto& [id, identity] : identities) members_[id] = Member{identity, now};
-  for (const auto& [id, identity] : identities) {
+  const proto::RegisterRequest& r = m.envelope.register_request();
+  if (!config_.cluster.elastic || r.role() != proto::SERVER) {
+    Refuse(identity, StrCat(Who(r), " registers as a spare (FERRY_SPARE=1), but ",
+                            r.role() != proto::SERVER ? "only servers can be spares"
+                                                      : "this job is not elastic (FERRY_ELASTIC=1 "
+                                                        "on the scheduler)"));
+    return;
+  }
+  if (phase_ != Phase::kRegistering && phase_ != Phase::kRunning) return;  // ending anyway
+  if (!spares_.emplace(identity, now).second) return;  // a repeated REGISTER
+  membership_.AddSpare({identity, r});
+  LOG(INFO) << "spare " << Who(r) << " registered; " << membership_.spares()
+            << " spare(s) wait for a dead server's slot";
+}
+
+void Scheduler::CheckSpares() {
+  const int64_t now = NowMs();
+  for (auto it = spares_.begin(); it != spares_.end();) {
+    if (now - it->second <= config_.cluster.heartbeat_timeout_ms) {
+      ++it;
+      continue;
+    }
+    LOG(WARNING) << "a spare server sent no heartbeat for " << now - it->second
+                 << " ms; it no longer waits for a slot";
+    membership_.RemoveSpare(it->first);
+    it = spares_.erase(it);
+  }
+}
+
+void Scheduler::PublishTable() {
+  const proto::NodeTable& table = this->table().proto();
+  const int64_t now = NowMs();
+  std::map<int, Member> members;
+  for (const auto& n : table.nodes()) {
+    if (n.id() == kSchedulerId) continue;
+    auto it = members_.find(n.id());
+    const bool same = it != members_.end() && it->second.identity == n.routing_id();
+    members[n.id()] = same ? it->second : Member{n.routing_id(), now};
+    spares_.erase(n.routing_id());  // a promoted spare is a member now
+  }
+  members_ = std::move(members);
+  for (const auto& [id, member] : members_) {
     Message m = MakeMessage(proto::NODE_TABLE, kSchedulerId);
-    *m.envelope.mutable_node_table() = first;
+    *m.envelope.mutable_node_table() = table;
     m.envelope.mutable_node_table()->set_your_id(id);
     SendTo(id, std::move(m));
   }
+}
+
+void Scheduler::DropMember(int id, const std::string& why) {
+  LOG(WARNING) << why;
+  members_.erase(id);
+  barriers_.clear();  // their waiters throw kMembershipChanged at the new table
+  std::string change;
+  if (table().IsServer(id)) {
+    const size_t spares = membership_.spares();
+    const std::string dead = table().Describe(id);
+    membership_.WithoutServer(id);
+    if (table().Servers().empty()) {
+      FailJob(id, StrCat(why, "; no live server is left (FERRY_SPARE=1 servers replace dead ones)"));
+      return;
+    }
+    change = membership_.spares() < spares
+                 ? StrCat("a spare took the slot of ", dead, ": ", table().Describe(id))
+                 : StrCat(dead, "'s partitions move to the ", table().Servers().size(),
+                          " live servers");
+  } else {
+    finalized_.erase(id);
+    suspended_.erase(id);
+    membership_.WithoutWorker(id);
+    stalls_.Restart(table().num_workers());
+    change = StrCat(table().num_workers(), " workers remain, renumbered 0..",
+                    table().num_workers() - 1, " in their old order");
+    if (table().num_workers() < config_.cluster.min_workers) {
+      // No epoch below the minimum: the workers would only train on too few.
+      below_min_since_ms_ = NowMs();
+      below_min_why_ = StrCat("only ", table().num_workers(), " live workers, fewer than FERRY_MIN_WORKERS=",
+                              config_.cluster.min_workers, " (", why, ")");
+      LOG(WARNING) << below_min_why_ << "; waiting at most "
+                   << config_.cluster.min_workers_timeout_ms
+                   << " ms (FERRY_MIN_WORKERS_TIMEOUT_MS) for workers to join";
+      return;
+    }
+  }
+  LOG(WARNING) << "membership epoch " << membership_.epoch() << ": " << change << " ("
+               << table().Servers().size() << " servers, " << table().num_workers() << " workers)";
+  PublishTable();
+  MaybeEndJob();
+}
+
+int Scheduler::WorkerIdOf(int rank) const {
+  for (const auto& n : table().proto().nodes()) {
+    if (n.role() == proto::WORKER && n.rank() == rank) return n.id();
+  }
+  return -1;
+}
+
+void Scheduler::BuildNodeTable() {
+  membership_.First(pending_, config_.cluster.num_workers, config_.transport.root_host, port_);
+  PublishTable();
   std::string servers;
   for (const auto& s : table().Servers()) {
     servers += StrCat(" ", DescribeNode(s), " ", s.kind(), " weight ", s.weight(), ";");
@@ -263,10 +370,11 @@ void Scheduler::OnBarrier(const Message& m) {
   arrived.push_back(Arrival{m.sender(), m.envelope.request_id(),
                              m.envelope.barrier().join_position(),
                              m.envelope.barrier().catalog_digest()});
-  int expected =
-      group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? config_.cluster.num_workers
-      : group == proto::GROUP_SERVERS                             ? config_.cluster.num_servers
-                                      : config_.cluster.num_workers + config_.cluster.num_servers;
+  const int workers = table().num_workers();
+  const int servers = static_cast<int>(table().Servers().size());
+  const int expected = group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? workers
+                       : group == proto::GROUP_SERVERS                             ? servers
+                                                                       : workers + servers;
   VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
           << arrived.size() << " of " << expected;
   if (static_cast<int>(arrived.size()) < expected) return;
@@ -298,7 +406,7 @@ void Scheduler::OnFinalize(const Message& m) {
   finalized_.insert(m.sender());
   suspended_.erase(m.sender());
   LOG(INFO) << table().Describe(m.sender()) << " finalized (" << finalized_.size() << " of "
-            << config_.cluster.num_workers << ", " << suspended_.size() << " suspended)";
+            << table().num_workers() << ", " << suspended_.size() << " suspended)";
   MaybeEndJob();
 }
 
@@ -316,16 +424,19 @@ void Scheduler::OnSuspend(const Message& m, bool suspended) {
   LOG(INFO) << table().Describe(m.sender())
             << (suspended ? " shut down and may init() again" : " initialised again") << " ("
             << suspended_.size() << " suspended, " << finalized_.size() << " finalized of "
-            << config_.cluster.num_workers << ")";
+            << table().num_workers() << ")";
   MaybeEndJob();
 }
 
 void Scheduler::MaybeEndJob() {
   if (finalized_.empty() ||
-      static_cast<int>(finalized_.size() + suspended_.size()) < config_.cluster.num_workers) {
+      static_cast<int>(finalized_.size() + suspended_.size()) < table().num_workers()) {
     return;
   }
   for (const auto& [id, member] : members_) SendTo(id, MakeMessage(proto::SHUTDOWN, kSchedulerId));
+  for (const auto& [identity, heartbeat] : spares_) {
+    van_.Reply(identity, MakeMessage(proto::SHUTDOWN, kSchedulerId));
+  }
   phase_ = Phase::kDone;
   cv_.NotifyAll();
 }
@@ -335,10 +446,16 @@ void Scheduler::CheckHeartbeats() {
   for (const auto& [id, member] : members_) {
     int64_t silent = now - member.last_heartbeat_ms;
     if (silent > config_.cluster.heartbeat_timeout_ms) {
-      FailJob(id, StrCat(table().Describe(id), " sent no heartbeat for ", silent,
-                         " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
-                         "); it is presumed dead"));
-      return;
+      const std::string why =
+          StrCat(table().Describe(id), " sent no heartbeat for ", silent,
+                 " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
+                 "); it is presumed dead");
+      if (config_.cluster.elastic) {
+        DropMember(id, why);
+      } else {
+        FailJob(id, why);
+      }
+      return;  // members_ may have changed; the next look finds any other
     }
   }
 }
@@ -373,7 +490,7 @@ void Scheduler::CheckStalls() {
       body->set_waited_ms(s.waited_ms);
       for (int missing : s.missing) body->add_missing_ranks(missing);
       body->set_message(s.message);
-      SendTo(WorkerId(config_.cluster.num_servers, rank), std::move(m));
+      SendTo(WorkerIdOf(rank), std::move(m));
     }
   }
   if (!ending.empty()) FailJob(-1, ending);
@@ -389,6 +506,7 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
     van_.Reply(identity, std::move(m));
   };
   for (const auto& p : pending_) notify(p.identity);
+  for (const auto& [identity, heartbeat] : spares_) notify(identity);
   for (const auto& [id, member] : members_) {
     if (id != node_id) notify(member.identity);
   }

@@ -7,6 +7,14 @@
 // shutdown once every worker finalized (or suspended, with one finalized: re-initialisation,
 // worker/binding_core.h), or failure broadcast when a node dies.
 //
+// Elastic (FERRY_ELASTIC=1): a dead node starts the next membership epoch instead
+// (membership.h): the new table goes to every member, barriers in progress are dropped
+// (their waiters throw kMembershipChanged: cluster_client.h), and everything that counts
+// workers or servers counts the live ones. Spare servers (FERRY_SPARE=1) may register at
+// any time; they heartbeat under id -1 until a dead server's slot is theirs. A job left with
+// no live server fails; one left with fewer than FERRY_MIN_WORKERS workers publishes no
+// epoch and fails at FERRY_MIN_WORKERS_TIMEOUT_MS (new workers joining: not yet).
+//
 // Threads: message handling runs on the Van's IO thread; Run()'s thread watches the
 // deadlines (registration, heartbeats). Both touch the state under mu_.
 
@@ -57,6 +65,16 @@ class Scheduler {
   std::string MissingNodes() const REQUIRES(mu_);
   void FailJob(int node_id, const std::string& reason) REQUIRES(mu_);
   void CheckHeartbeats() REQUIRES(mu_);
+  // Elastic: member `id` is dead (`why`): the next epoch without it, published, or the
+  // wait below FERRY_MIN_WORKERS, or the job's failure when no server is left.
+  void DropMember(int id, const std::string& why) REQUIRES(mu_);
+  // Sends the newest table to every member (your_id set) and makes members_ its nodes.
+  void PublishTable() REQUIRES(mu_);
+  // A spare's REGISTER (any phase) and its heartbeats (id -1); silent spares are dropped.
+  void OnSpare(const Message& m, const std::string& identity) REQUIRES(mu_);
+  void CheckSpares() REQUIRES(mu_);
+  // The id of the worker of rank `rank` in the newest table; -1 if none.
+  int WorkerIdOf(int rank) const REQUIRES(mu_);
   // The stall check (stall_check.h): warns the waiting workers, or ends the job.
   void CheckStalls() REQUIRES(mu_);
   void OnHeartbeat(const Message& m) REQUIRES(mu_);
@@ -93,6 +111,10 @@ class Scheduler {
   std::set<int> suspended_ GUARDED_BY(mu_);  // workers shut down that may init() again
   StallCheck stalls_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> spares_ GUARDED_BY(mu_);  // identity -> last heartbeat
+  // Elastic: when the live workers fell below FERRY_MIN_WORKERS (0: they did not), and why.
+  int64_t below_min_since_ms_ GUARDED_BY(mu_) = 0;
+  std::string below_min_why_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry

@@ -35,6 +35,12 @@ StallCheck::StallCheck(int num_workers, int64_t warning_ms, int64_t shutdown_ms)
       shutdown_ms_(shutdown_ms),
       reports_(static_cast<size_t>(std::max(0, num_workers))) {}
 
+void StallCheck::Restart(int num_workers) {
+  num_workers_ = num_workers;
+  reports_.assign(static_cast<size_t>(std::max(0, num_workers)), Report());
+  last_warned_ms_.clear();
+}
+
 int64_t StallCheck::report_after_ms() const {
   int64_t first = warning_ms_ > 0 ? warning_ms_ : shutdown_ms_;
   if (warning_ms_ > 0 && shutdown_ms_ > 0) first = std::min(warning_ms_, shutdown_ms_);

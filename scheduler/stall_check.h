@@ -52,6 +52,8 @@ class StallCheck {
   // times, so a stall's counts are known well before it is due. 0: the check is off.
   int64_t report_after_ms() const;
 
+  // A new membership epoch of `num_workers` (ranks renumbered): every report is forgotten.
+  void Restart(int num_workers);
   // Worker `rank`'s report, received at `now_ms` (replaces its earlier one).
   void Update(int rank, const proto::StallReport& report, int64_t now_ms);
   // The labels whose submitted counts workers report next (every label reported pending).
@@ -84,7 +86,7 @@ class StallCheck {
   };
   std::string Message(const Stall& s) const;
 
-  const int num_workers_;
+  int num_workers_;
   const int64_t warning_ms_;
   const int64_t shutdown_ms_;
   std::vector<Report> reports_;  // by rank

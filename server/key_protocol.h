@@ -69,6 +69,9 @@ struct ServerCounters {
   Counter& pushes_inline = registry.Register("pushes_inline");
   // Keys dropped because every worker retired their tensor (a name declared anew).
   Counter& keys_retired = registry.Register("keys_retired");
+  // Elastic: messages of an older membership epoch, dropped unanswered (their workers
+  // abandoned those operations at the new epoch).
+  Counter& stale_epoch = registry.Register("stale_epoch_messages");
 };
 
 // A PUSH, ROWS_PUSH or RESEND_SUM of a worker, as the engine thread hands it to a protocol.
@@ -133,7 +136,8 @@ Message ToMessage(const Reply& reply, int sender);
 
 // What a protocol works with; everything outlives the protocol.
 struct ProtocolContext {
-  int num_workers = 0;
+  // The engine's live workers (it changes at a membership epoch, before Restart).
+  const int* num_workers = nullptr;
   // The engine's: by rank, the workers that joined in the current join (Server::HandleJoin
   // updates it before it calls Join or Restart).
   const std::vector<bool>* joined = nullptr;
@@ -156,8 +160,12 @@ class KeyProtocol {
   // A worker joined (*joined changed), not yet every worker: rounds that waited only
   // for it complete without it.
   virtual void Join() = 0;
-  // Every worker joined: keys restart at round 0; a key with pushes waiting fails.
-  virtual void Restart() = 0;
+  // Every key restarts at round 0 (*num_workers workers), for `cause`: kAllJoined (every
+  // worker joined): a key with pushes waiting fails (someone pushed after its own JOIN);
+  // kNewEpoch (a membership epoch): pushes waiting, open sums and the last sums are dropped
+  // unanswered (their workers abandoned those operations); no key fails.
+  enum class RestartCause { kAllJoined, kNewEpoch };
+  virtual void Restart(RestartCause cause) = 0;
   // The engine's summation failed for good: every key fails with "KEY: why", and the
   // pushers waiting are told (kInternal).
   virtual void FailAll(const std::string& why) = 0;

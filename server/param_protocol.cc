@@ -36,7 +36,7 @@ void ParamProtocol::Push(Request& request) {
   }
   PushVerdict verdict =
       state.Classify(request.rank, e.round(), e.length(), static_cast<DataType>(e.dtype()),
-                     e.tensor_hash(), context_.num_workers);
+                     e.tensor_hash(), *context_.num_workers);
   if (verdict != PushVerdict::kAccumulate) {
     Refuse(request, state, verdict);  // a resend is answered with the parameters
     return;

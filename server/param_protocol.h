@@ -59,7 +59,7 @@ class ParamProtocol : public KeyProtocolOf<ParamState> {
   void Pull(const Request& request) override;
   // Never called: the server refuses JOINs in asynchronous training (Server::OnJoin).
   void Join() override {}
-  void Restart() override {}
+  void Restart(RestartCause) override {}
   void FailAll(const std::string& why) override;
   // Parameters have no rounds; workers never re-declare in asynchronous training
   // (TensorCatalog's fixed layouts), so a retirement only drops the keys.

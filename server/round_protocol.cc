@@ -40,7 +40,7 @@ void RoundProtocol::Push(Request& request) {
   const FrameRef frame = FrameOf(e);
   PushVerdict verdict =
       state.Classify(rank, e.round(), frame, FrameKeyLength(e), static_cast<DataType>(e.dtype()),
-                     e.tensor_hash(), context_.num_workers);
+                     e.tensor_hash(), *context_.num_workers);
   if (verdict == PushVerdict::kAccumulate) {
     const ReduceOp op = static_cast<ReduceOp>(e.reduce_op());
     if (state.frames.empty()) {
@@ -193,15 +193,16 @@ void RoundProtocol::CompleteFrames(uint64_t key, KeyState& state) {
   }
 }
 
-void RoundProtocol::Restart() {
+void RoundProtocol::Restart(RestartCause cause) {
   for (auto& [key, state] : keys_) {
     // Only a worker pushing after its own JOIN leaves pushes waiting (a summing round
     // too: its pushers get the sum only once it arrived, and join only after that).
-    if (!state.waiting.empty()) {
+    if (!state.waiting.empty() && cause == RestartCause::kAllJoined) {
       FailKey(key, state, StrCat(KeyName(key), " had pushes waiting when every worker had joined"));
     }
-    ResetSums(key, state);                // no open round may carry over into round 0
-    state.Restart(context_.num_workers);  // new generation: a sum still on its way is dropped
+    state.waiting.clear();
+    ResetSums(key, state);                 // no open round may carry over into round 0
+    state.Restart(*context_.num_workers);  // new generation: a sum still on its way is dropped
   }
 }
 
@@ -309,7 +310,7 @@ void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
   frame.sent = true;
   context_.counters->frames_completed++;
   if (++state.frames_sent < state.frames.size()) return;
-  state.NextRound(context_.num_workers);
+  state.NextRound(*context_.num_workers);
   context_.counters->rounds++;
 }
 

@@ -39,7 +39,7 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   void Push(Request& request) override;
   void Pull(const Request& request) override;
   void Join() override;
-  void Restart() override;
+  void Restart(RestartCause cause) override;
   void FailAll(const std::string& why) override;
   void RefuseOpenRounds(uint32_t tensor, const std::string& reason) override;
   void Retire(uint32_t tensor, const std::string& reason) override;

@@ -30,7 +30,7 @@ void RowsProtocol::Push(Request& request) {
   const proto::RowsHeader& h = e.rows();
   PushVerdict verdict =
       state.Classify(rank, e.round(), h.total_rows(), h.row_elements(),
-                     static_cast<DataType>(e.dtype()), e.tensor_hash(), context_.num_workers);
+                     static_cast<DataType>(e.dtype()), e.tensor_hash(), *context_.num_workers);
   if (verdict != PushVerdict::kAccumulate) {
     Refuse(request, state, verdict);
     return;
@@ -129,13 +129,13 @@ void RowsProtocol::Join() {
   }
 }
 
-void RowsProtocol::Restart() {
+void RowsProtocol::Restart(RestartCause cause) {
   for (auto& [key, state] : keys_) {
-    if (state.failure.empty() && state.Contributors() > 0) {
+    if (state.failure.empty() && state.Contributors() > 0 && cause == RestartCause::kAllJoined) {
       FailKey(key, state,
               StrCat(RowsKeyName(key), " had pushes waiting when every worker had joined"));
     }
-    state.Restart(context_.num_workers);
+    state.Restart(*context_.num_workers);
   }
 }
 
@@ -160,7 +160,7 @@ void RowsProtocol::SendRound(uint64_t key, RowKeyState& state) {
     context_.reply(
         Result(state.pushes[r].reply, key, state, state.round, results[r], contributors));
   }
-  state.NextRound(std::move(results), context_.num_workers);
+  state.NextRound(std::move(results), *context_.num_workers);
   context_.counters->rounds++;
 }
 

@@ -29,7 +29,7 @@ class RowsProtocol : public KeyProtocolOf<RowKeyState> {
   void Push(Request& request) override;
   void Pull(const Request& request) override;
   void Join() override;
-  void Restart() override;
+  void Restart(RestartCause cause) override;
   // Rows are summed on the CPU, which does not fail: rows keys are left as they are.
   void FailAll(const std::string&) override {}
   void RefuseOpenRounds(uint32_t tensor, const std::string& reason) override;

@@ -66,6 +66,7 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
     engines_.push_back(std::make_unique<Engine>());
     Engine* e = engines_.back().get();
     e->joined.assign(num_workers_, false);
+    e->num_workers = num_workers_;
     e->retirements = std::make_unique<TensorRetirements>(num_workers_);
     MakeEngine(e, gpu_summers);
   }
@@ -97,7 +98,7 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
   }
   // The mode is chosen here, once: the handlers never ask which one runs.
   ProtocolContext context;
-  context.num_workers = num_workers_;
+  context.num_workers = &engine->num_workers;
   context.joined = &engine->joined;
   context.summation = engine->summation.get();
   context.counters = &counters_;
@@ -136,6 +137,7 @@ int Server::Run() {
                              config_.server.gpu_streams, " CUDA streams per engine thread")
                     : std::string());
   int code = 0;
+  cluster_.SetMembershipCallback([this](const NodeTable& table) { OnMembership(table); });
   try {
     cluster_.Register();
     SetLogNodeName(StrCat("server ", cluster_.my_rank()));
@@ -188,7 +190,7 @@ void Server::StopEngines() {
 
 void Server::OnMessage(Message&& m, const Origin& origin) {
   if (cluster_.HandleMessage(m, origin)) {
-    // Pushes that beat our own node table (the scheduler sends the tables to all
+    // Requests that beat our own node table (the scheduler sends the tables to all
     // nodes at once) are served as soon as it is here.
     if (cluster_.my_id() >= 0 && !early_pushes_.empty()) {
       auto early = std::move(early_pushes_);
@@ -204,7 +206,14 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped unexpected " << Describe(m);
     return;
   }
-  if (cluster_.my_id() < 0) {
+  if (m.envelope.epoch() < cluster_.epoch()) {
+    // Its worker abandoned the operation at the new epoch (or died): nobody waits for it.
+    counters_.stale_epoch++;
+    VLOG(1) << "dropped " << Describe(m) << " of membership epoch " << m.envelope.epoch()
+            << " (this server serves epoch " << cluster_.epoch() << ")";
+    return;
+  }
+  if (cluster_.my_id() < 0 || m.envelope.epoch() > cluster_.epoch()) {
     if (early_pushes_.size() < kMaxEarlyPushes) {
       early_pushes_.emplace_back(std::move(m), origin);
     } else {
@@ -246,7 +255,8 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   // The arrival order of pushes, for tests of the workers' scheduling (TRACE level).
   VLOG(2) << "arrived " << Describe(m) << " priority " << m.envelope.priority();
   Engine* e = engines_[EngineForKey(m.envelope.key(), static_cast<int>(engines_.size()))].get();
-  Request request{std::move(m), origin.identity};
+  const int rank = cluster_.table().node(m.sender()).rank();  // of the message's epoch
+  Request request{std::move(m), origin.identity, rank};
   if (TryDispatchInline(e, request)) return;
   {
     MutexLock lock(e->mu);
@@ -380,7 +390,14 @@ void Server::DispatchOnEngine(Engine* engine, Request& work) {
 
 void Server::Dispatch(Engine* engine, Request& request) {
   const proto::Envelope& e = request.envelope();
-  request.rank = cluster_.table().node(e.sender()).rank();
+  if (request.message.type() == proto::NODE_TABLE) {
+    HandleEpoch(engine, e.node_table());
+    return;
+  }
+  if (e.epoch() < engine->epoch) {  // queued before the epoch's fence, handled after it
+    counters_.stale_epoch++;
+    return;
+  }
   if (request.message.type() == proto::RETIRE) {
     HandleRetire(engine, request.rank, KeyTensor(e.key()));
     return;
@@ -436,7 +453,7 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
   for (auto& e : engines_) {
     {
       MutexLock lock(e->mu);
-      e->queue.PushFence(Request{Message(m), identity});
+      e->queue.PushFence(Request{Message(m), identity, rank});
     }
     e->cv.NotifyOne();
   }
@@ -455,13 +472,38 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
 }
 
 void Server::OnRetire(const Message& m, const std::string& identity) {
+  const int rank = cluster_.table().node(m.sender()).rank();
   for (auto& e : engines_) {
     {
       MutexLock lock(e->mu);
-      e->queue.Push(Request{Message(m), identity}, std::numeric_limits<int32_t>::min());
+      e->queue.Push(Request{Message(m), identity, rank}, std::numeric_limits<int32_t>::min());
     }
     e->cv.NotifyOne();
   }
+}
+
+void Server::OnMembership(const NodeTable& table) {
+  num_workers_ = table.num_workers();
+  joined_.assign(num_workers_, false);
+  Message fence = MakeMessage(proto::NODE_TABLE, cluster_.my_id());
+  *fence.envelope.mutable_node_table() = table.proto();
+  fence.envelope.set_epoch(table.proto().epoch());
+  for (auto& e : engines_) {
+    {
+      MutexLock lock(e->mu);
+      e->queue.PushFence(Request{Message(fence), std::string(), -1});
+    }
+    e->cv.NotifyOne();
+  }
+}
+
+void Server::HandleEpoch(Engine* engine, const proto::NodeTable& table) {
+  engine->epoch = table.epoch();
+  engine->num_workers = table.num_workers();
+  engine->joined.assign(engine->num_workers, false);
+  engine->retirements = std::make_unique<TensorRetirements>(engine->num_workers);
+  engine->dense->Restart(KeyProtocol::RestartCause::kNewEpoch);
+  engine->rows->Restart(KeyProtocol::RestartCause::kNewEpoch);
 }
 
 void Server::HandleRetire(Engine* engine, int rank, uint32_t tensor) {
@@ -501,8 +543,8 @@ void Server::HandleJoin(Engine* engine, int rank) {
     // worker restarts its rounds at 0. Every retirement is complete.
     RetireComplete(engine, engine->joined);
     engine->joined.assign(num_workers_, false);
-    engine->dense->Restart();
-    engine->rows->Restart();
+    engine->dense->Restart(KeyProtocol::RestartCause::kAllJoined);
+    engine->rows->Restart(KeyProtocol::RestartCause::kAllJoined);
     return;
   }
   engine->rows->Join();

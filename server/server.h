@@ -98,6 +98,10 @@ class Server {
     bool stop GUARDED_BY(mu) = false;
     bool sums_ready GUARDED_BY(mu) = false;  // GPU: a sum reached host memory since the last look
     std::vector<bool> joined;                // by worker rank; this engine's thread only
+    // The membership epoch the engine serves and its live workers (engine thread only;
+    // changed by the epoch's fence: HandleEpoch). Requests of older epochs are dropped.
+    uint32_t epoch = 0;
+    int num_workers = 0;
     // Who retired which tensors (RETIRE); this engine's thread only.
     std::unique_ptr<TensorRetirements> retirements;
     bool failed = false;                     // the summation threw (FailEngine); engine thread only
@@ -132,6 +136,13 @@ class Server {
   // dispatches each as if it had arrived alone.
   void DispatchFusedPush(Message&& fused, const Origin& origin);
   void OnJoin(const Message& m, const std::string& identity);  // IO thread
+  // IO thread, the membership callback (elastic): a new epoch's table. Every engine gets
+  // a fence (behind every request of the old epoch already queued) that runs HandleEpoch.
+  void OnMembership(const NodeTable& table);
+  // Engine thread: the engine serves `table`'s epoch: every key restarts at round 0 for
+  // the live workers (KeyProtocol::Restart, kNewEpoch); joins and retirements in progress
+  // are forgotten (ranks were renumbered).
+  void HandleEpoch(Engine* engine, const proto::NodeTable& table);
   // IO thread: a RETIRE goes to every engine (each holds some of the tensor's keys), as
   // the least urgent work: the retiring worker has nothing of the tensor in flight.
   void OnRetire(const Message& m, const std::string& identity);
@@ -173,7 +184,9 @@ class Server {
   SumPool sum_pool_;  // helpers for the engines' large sums
   static constexpr size_t kMaxEarlyPushes = 65536;
   std::vector<bool> joined_;  // IO thread only: who joined in the current join
-  std::vector<std::pair<Message, Origin>> early_pushes_;  // IO thread only
+  // IO thread only: requests ahead of this server's node table (none yet, or an older
+  // epoch than the sender's), served once the table is here.
+  std::vector<std::pair<Message, Origin>> early_pushes_;
   int num_workers_ = 0;
   int num_servers_ = 0;
   ServerCounters counters_;  // atomics: every thread

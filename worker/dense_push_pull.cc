@@ -170,7 +170,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   const PartitionSpec& p = PartOf(f);
   const uint64_t offset = frame * f.frame_bytes;
   const uint64_t length = FrameLength(f, frame);
-  Message m = MakeMessage(proto::PUSH, ctx_.my_id);
+  Message m = ctx_.NewMessage(proto::PUSH);
   m.envelope.set_request_id(request);
   m.envelope.set_key(KeyOf(f));
   m.envelope.set_round(f.round);
@@ -253,7 +253,7 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
         const bool payload = !f.credit_returned && p.bytes > 0;
         if (f.credit_returned) {
           // The server has the push; only its sum may have been lost.
-          Message pull = MakeMessage(proto::RESEND_SUM, ctx_.my_id);
+          Message pull = ctx_.NewMessage(proto::RESEND_SUM);
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(KeyOf(f));
           pull.envelope.set_round(f.round);

@@ -24,7 +24,7 @@ int JoinProtocol::Join() {
     position_ = INT32_MAX;
   }
   for (int s = 0; s < ctx_.num_servers; ++s) {
-    Message m = MakeMessage(proto::JOIN, ctx_.my_id);
+    Message m = ctx_.NewMessage(proto::JOIN);
     m.envelope.set_request_id(request);
     ctx_.van.Send(ServerId(s), std::move(m));
   }

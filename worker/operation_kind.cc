@@ -19,6 +19,12 @@ void WorkerContext::CheckRunning(const char* what, const std::string& name) cons
   FERRY_ENFORCE(!shut_down, ErrorCode::kShutdown, what, " of '", name, "' after Shutdown()");
 }
 
+Message WorkerContext::NewMessage(proto::MessageType type) const {
+  Message m = MakeMessage(type, my_id);
+  m.envelope.set_epoch(epoch.load(std::memory_order_relaxed));
+  return m;
+}
+
 void WorkerContext::NoteLateReply(const Message& m) {
   if (m.type() == proto::PUSH_ACK) {  // its sum came first, on the other lane
     counters.late_acks++;

@@ -132,6 +132,13 @@ struct WorkerContext {
   int num_workers = 0;
   int num_servers = 0;
   uint64_t next_request GUARDED_BY(mu) = 1;  // request ids, shared by every kind
+  // The membership epoch of the operations started from now on (elastic training:
+  // Worker::Reset() moves it to the cluster's). Every data-plane message is stamped with
+  // its operation's epoch when it is built (NewMessage), never when it is sent, so a
+  // message of an abandoned operation can never count in a newer epoch's round.
+  std::atomic<uint32_t> epoch{0};
+  // A message of `type` from this worker, stamped with the current epoch.
+  Message NewMessage(proto::MessageType type) const;
   // The frame size of pushes sent from now on (FERRY_FRAME_BYTES; autotune changes it
   // between operations, as it changes the partition size); 0: whole partitions.
   uint64_t frame_bytes GUARDED_BY(mu) = 0;

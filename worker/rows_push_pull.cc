@@ -49,7 +49,7 @@ std::unique_ptr<RowsPlan> RowsPushPull::Plan(const TensorInfo& t, uint32_t layou
                   ErrorCode::kInvalidArgument, "push_pull_rows of tensor '", t.name, "': ", n,
                   " rows for server ", s, " make a message of more than ", limit,
                   " bytes (FERRY_MAX_MESSAGE_BYTES); push fewer rows per call");
-    Message m = MakeMessage(proto::ROWS_PUSH, ctx_.my_id);
+    Message m = ctx_.NewMessage(proto::ROWS_PUSH);
     m.envelope.set_key(RowsKey(t.id, static_cast<uint32_t>(s)));
     m.envelope.set_dtype(static_cast<proto::DataTypeProto>(t.dtype));
     m.envelope.set_length(bytes);
@@ -117,7 +117,7 @@ void RowsPushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mess
         if (f.acked) {
           // The server holds the rows: a header-only RESEND_SUM (with the rows body, which
           // marks a rows key) asks for the sums again.
-          Message pull = MakeMessage(proto::RESEND_SUM, ctx_.my_id);
+          Message pull = ctx_.NewMessage(proto::RESEND_SUM);
           pull.envelope.set_request_id(request);
           pull.envelope.set_key(f.push.envelope.key());
           pull.envelope.set_round(f.push.envelope.round());

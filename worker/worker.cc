@@ -181,7 +181,7 @@ std::shared_ptr<TensorInfo> Worker::Declare(const std::string& name, DataType dt
 
 void Worker::RetireOnServers(uint32_t tensor_id) {
   for (int s = 0; s < num_servers_; ++s) {
-    Message m = MakeMessage(proto::RETIRE, my_id_);
+    Message m = ctx_->NewMessage(proto::RETIRE);
     m.envelope.set_key(MakeKey(tensor_id, 0));
     van_.Send(ServerId(s), std::move(m));
   }

@@ -75,8 +75,14 @@ ClusterClient::~ClusterClient() {
 }
 
 int ClusterClient::my_rank() const {
+  const NodeTable& table = this->table();
+  const int id = my_id();
+  return table.Contains(id) ? table.node(id).rank() : -1;
+}
+
+void ClusterClient::SetMembershipCallback(std::function<void(const NodeTable&)> callback) {
   MutexLock lock(mu_);
-  return table_.Contains(my_id_) ? table_.node(my_id_).rank() : -1;
+  on_membership_ = std::move(callback);
 }
 
 std::string ClusterClient::failure() const {
@@ -103,15 +109,25 @@ void ClusterClient::Register() {
   r->set_kind(config_.cluster.node_kind);
   r->set_hostname(Hostname());
   r->set_pid(getpid());
+  r->set_spare(config_.cluster.spare);
   Send(std::move(m));
-  LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role);
+  LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role)
+            << (config_.cluster.spare ? " (spare)" : "");
+  if (config_.cluster.spare) {
+    WaitForSlot();
+    return;
+  }
   // The scheduler names the missing nodes when its own deadline passes; wait a little
   // longer than that deadline so its verdict, not our timeout, is what users read.
   int64_t wait_ms =
       config_.cluster.connect_timeout_ms + config_.cluster.connect_timeout_ms / 4 + 1000;
-  WaitUntil([this]() REQUIRES(mu_) { return my_id_ >= 0; }, wait_ms,
+  WaitUntil([this]() REQUIRES(mu_) { return my_id() >= 0; }, wait_ms,
             StrCat("the node table from the ", scheduler_name_,
                    " (is the scheduler running, and did every node start?)"));
+  StartHeartbeats();
+}
+
+void ClusterClient::StartHeartbeats() {
   last_scheduler_contact_ms_ = NowMs();
   heartbeat_thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "heartbeat");
@@ -119,30 +135,66 @@ void ClusterClient::Register() {
   });
 }
 
+void ClusterClient::WaitForSlot() {
+  // The heartbeats (id -1) tell the scheduler this spare lives and tell us the scheduler
+  // does: a silent scheduler fails the wait (HeartbeatLoop), so it never hangs.
+  StartHeartbeats();
+  MutexLock lock(mu_);
+  while (my_id() < 0) {
+    if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
+    FERRY_ENFORCE(!shut_down_, ErrorCode::kShutdown,
+                  "the job ended before this spare server was needed");
+    cv_.WaitForOnce(mu_, Millis(config_.cluster.heartbeat_interval_ms));
+  }
+}
+
+void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
+  std::function<void(const NodeTable&)> callback;
+  std::string dropped;
+  {
+    MutexLock lock(mu_);
+    const bool first = my_id() < 0;
+    // A duplicate changes nothing; a later epoch only in an elastic job.
+    if (!first && (!config_.cluster.elastic || t.epoch() <= epoch())) return;
+    NodeTable next(t);
+    if (!next.Contains(t.your_id())) {
+      if (first) {
+        LOG(ERROR) << "the scheduler's node table does not contain my id " << t.your_id();
+        return;
+      }
+      dropped = StrCat("the ", scheduler_name_, " dropped this node from the job at membership epoch ",
+                       t.epoch(), " (it presumed it dead: were its heartbeats late?)");
+    } else {
+      tables_.push_back(std::move(next));
+      const NodeTable& table = tables_.back();
+      table_.store(&table, std::memory_order_release);
+      my_id_.store(t.your_id(), std::memory_order_release);
+      LOG(INFO) << (first ? "joined the cluster as " : StrCat("membership epoch ", t.epoch(), ": "))
+                << table.Describe(t.your_id()) << " (" << table.Servers().size() << " servers, "
+                << table.num_workers() << " workers)"
+                << (table.IsServer(t.your_id())
+                        ? StrCat("; kind ", table.node(t.your_id()).kind(), ", weight ",
+                                 table.node(t.your_id()).weight(), " of the bytes")
+                        : "");
+      if (!first) {
+        for (auto& [id, wait] : barriers_) wait.interrupted_at = t.epoch();
+        callback = on_membership_;
+      }
+      cv_.NotifyAll();
+    }
+  }
+  if (!dropped.empty()) Fail(dropped);
+  if (callback) callback(table());
+}
+
 bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
   if (origin.inbound || origin.peer != kSchedulerId) return false;
   last_scheduler_contact_ms_ = NowMs();
   const proto::Envelope& e = m.envelope;
   switch (e.type()) {
-    case proto::NODE_TABLE: {
-      MutexLock lock(mu_);
-      if (my_id_ >= 0) return true;  // a duplicate table changes nothing
-      table_ = NodeTable(e.node_table());
-      my_id_ = e.node_table().your_id();
-      if (!table_.Contains(my_id_)) {
-        LOG(ERROR) << "the scheduler's node table does not contain my id " << my_id_;
-        my_id_ = -1;
-        return true;
-      }
-      const proto::NodeInfo& me = table_.node(my_id_);
-      LOG(INFO) << "joined the cluster as " << table_.Describe(my_id_) << " ("
-                << table_.num_servers() << " servers, " << table_.num_workers() << " workers)"
-                << (me.role() == proto::SERVER
-                        ? StrCat("; kind ", me.kind(), ", weight ", me.weight(), " of the bytes")
-                        : "");
-      cv_.NotifyAll();
+    case proto::NODE_TABLE:
+      OnNodeTable(e.node_table());
       return true;
-    }
     case proto::BARRIER_RELEASE: {
       MutexLock lock(mu_);
       auto it = barriers_.find(e.request_id());
@@ -298,22 +350,30 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
   }
   Send(std::move(m));
   // Erased however the wait ends: a barrier no longer waited for is no stall to report.
-  auto forget = [this, id, join]() EXCLUDES(mu_) {
+  uint32_t interrupted_at = 0;
+  auto forget = [this, id, join, &interrupted_at]() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     const int last_rank = barriers_[id].last_rank;
     if (join) join->catalogs_differ = barriers_[id].catalogs_differ;
+    interrupted_at = barriers_[id].interrupted_at;
     barriers_.erase(id);
     return last_rank;
   };
+  int last_rank;
   try {
-    WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id].released; },
-              timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
-              StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
+    WaitUntil(
+        [this, id]() REQUIRES(mu_) { return barriers_[id].released || barriers_[id].interrupted_at; },
+        timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
+        StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
   } catch (...) {
     forget();
     throw;
   }
-  return forget();
+  last_rank = forget();
+  FERRY_ENFORCE(interrupted_at == 0, ErrorCode::kMembershipChanged, "a ",
+                proto::BarrierGroup_Name(group), " barrier was abandoned: the job's membership "
+                "changed (epoch ", interrupted_at, ")");
+  return last_rank;
 }
 
 void ClusterClient::Finalize() {

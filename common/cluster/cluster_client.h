@@ -13,8 +13,22 @@
 // submitted and not finished (its StallReporter's operations, and its barriers and
 // joins, labelled "barrier" and "join"), as the last HEARTBEAT_ACK's StallWatch asks; a
 // STALL from the scheduler is logged as a warning.
+//
+// Membership epochs (elastic training, FERRY_ELASTIC=1; scheduler/membership.h): the
+// scheduler may send a newer node table at any time. Every table this client was sent
+// stays alive until it is destroyed (tables_), and table() returns the newest, so a
+// reference from table() never dangles; a caller that needs one membership for a whole
+// operation takes the reference once. At a new epoch, on the IO thread: the table is
+// adopted (table() returns it), every barrier still waiting throws kMembershipChanged,
+// then the membership callback runs. A node the new table no longer lists fails (the
+// scheduler declared it dead). Without FERRY_ELASTIC the first table is the only one.
+//
+// Spares (FERRY_SPARE=1): Register() returns only once a dead server's slot is given to
+// this node (its id is then the slot's), heartbeating meanwhile under id -1; it throws
+// kShutdown if the job ends first.
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -56,13 +70,17 @@ class ClusterClient {
   // Consumes control messages from the scheduler; returns false for any other message.
   bool HandleMessage(const Message& m, const Origin& origin) EXCLUDES(mu_);
 
-  // my_id_ and table_ are written once, under mu_, before Register() returns, and never
-  // change after: readers after Register() (and the IO thread, their writer) need no lock.
-  int my_id() const NO_THREAD_SAFETY_ANALYSIS { return my_id_; }
+  // This node's id: -1 until Register() returns, then fixed (a spare's is its slot's).
+  int my_id() const { return my_id_.load(std::memory_order_acquire); }
   // The routing id of every connection this node opens (see NodeInfo.routing_id).
   const std::string& routing_id() const { return routing_id_; }
-  int my_rank() const EXCLUDES(mu_);
-  const NodeTable& table() const NO_THREAD_SAFETY_ANALYSIS { return table_; }  // see my_id()
+  // This node's rank in the newest table (-1 before Register()).
+  int my_rank() const;
+  // The newest node table (empty before Register()); see the file comment.
+  const NodeTable& table() const { return *table_.load(std::memory_order_acquire); }
+  uint32_t epoch() const { return table().proto().epoch(); }
+  // Elastic: runs on the IO thread at each new epoch, with the new table (= table()).
+  void SetMembershipCallback(std::function<void(const NodeTable&)> callback) EXCLUDES(mu_);
 
   // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,
   // default op_timeout_ms). Returns the rank of the node that arrived last (GROUP_JOIN:
@@ -107,6 +125,11 @@ class ClusterClient {
   // The next HEARTBEAT, with the StallReport the last StallWatch asked for.
   Message MakeHeartbeat() EXCLUDES(mu_);
   void OnStall(const proto::Stall& stall);
+  // NODE_TABLE: the first, or (elastic) a newer epoch's; see the file comment.
+  void OnNodeTable(const proto::NodeTable& table) EXCLUDES(mu_);
+  // A spare's wait for a slot (see the file comment).
+  void WaitForSlot() EXCLUDES(mu_);
+  void StartHeartbeats();
   void Send(Message m);
 
   const Config& config_;
@@ -114,12 +137,15 @@ class ClusterClient {
   int port_;
   std::string scheduler_name_;
 
-  // Guards table_, my_id_ (written once: see my_id()), barriers_, next_request_, failure_
-  // and on_failure_.
+  // Guards tables_, barriers_, next_request_, failure_, on_failure_ and on_membership_;
+  // the writes of my_id_ and table_ happen under it.
   mutable Mutex mu_;
   CondVar cv_;  // signalled on any change of the state below (and of the atomics)
-  NodeTable table_ GUARDED_BY(mu_);
-  int my_id_ GUARDED_BY(mu_) = -1;
+  std::deque<NodeTable> tables_ GUARDED_BY(mu_);  // every table sent, oldest first
+  const NodeTable empty_table_;
+  std::atomic<const NodeTable*> table_{&empty_table_};  // the newest of tables_
+  std::atomic<int> my_id_{-1};
+  std::function<void(const NodeTable&)> on_membership_ GUARDED_BY(mu_);
   const std::string routing_id_;
   struct BarrierWait {
     bool released = false;
@@ -128,6 +154,7 @@ class ClusterClient {
     std::string label;  // "barrier", "join", ...: the stall check's label
     uint64_t seq = 0;   // under the label
     int64_t start_ms = 0;
+    uint32_t interrupted_at = 0;  // > 0: the epoch that interrupted the wait
   };
   std::map<uint64_t, BarrierWait> barriers_ GUARDED_BY(mu_);  // by request id
   std::map<std::string, uint64_t> barriers_entered_ GUARDED_BY(mu_);  // label -> count

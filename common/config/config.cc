@@ -427,6 +427,37 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
 }
 
 // FERRY_LOCAL_SIZE, FERRY_LOCAL_RANK (and the BYTEPS_ names), FERRY_LOCAL_SOCKET.
+// FERRY_ELASTIC and its companions; after the training mode and the local group, which
+// it refuses for now (docs/design/issue16-elastic.md, decision 8).
+void ReadElastic(const EnvReader& r, Config* c) {
+  Config::Cluster& k = c->cluster;
+  k.elastic = r.Bool("FERRY_ELASTIC", nullptr, false);
+  k.spare = r.Bool("FERRY_SPARE", nullptr, false);
+  k.min_workers = static_cast<int>(r.Int("FERRY_MIN_WORKERS", nullptr, 1, 1, k.num_workers));
+  k.max_workers = static_cast<int>(
+      r.Int("FERRY_MAX_WORKERS", nullptr, k.num_workers, k.num_workers, 65535));
+  k.min_workers_timeout_ms = r.Int("FERRY_MIN_WORKERS_TIMEOUT_MS", nullptr,
+                                   k.min_workers_timeout_ms, 100, 30 * 86400000LL);
+  if (k.spare && (!k.elastic || c->role != NodeRole::kServer)) {
+    Invalid("FERRY_SPARE", "1",
+            c->role != NodeRole::kServer
+                ? "only a server can be a spare (ferry-server)"
+                : "a spare waits for a dead server's slot, which only an elastic job "
+                  "(FERRY_ELASTIC=1) gives; set FERRY_ELASTIC=1 on every node");
+  }
+  if (!k.elastic) return;
+  if (c->server.async) {
+    Invalid("FERRY_ELASTIC", "1",
+            "not with asynchronous training (FERRY_ENABLE_ASYNC=1): there the servers hold the "
+            "parameters, and a dead server takes its share of them with it");
+  }
+  if (c->local.size > 1) {
+    Invalid("FERRY_ELASTIC", "1",
+            StrCat("not with local groups (FERRY_LOCAL_SIZE=", c->local.size,
+                   ") yet: a local root's death would take its local ranks with it"));
+  }
+}
+
 void ReadLocalGroup(const EnvReader& r, Config* c) {
   std::string used;
   const char* size = r.Get("FERRY_LOCAL_SIZE", "BYTEPS_LOCAL_SIZE", &used);
@@ -523,6 +554,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.server.async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
   ReadServerEngine(r, &c);
   ReadLocalGroup(r, &c);
+  ReadElastic(r, &c);
 
   c.cluster.connect_timeout_ms =
       r.Int("FERRY_CONNECT_TIMEOUT_MS", nullptr, c.cluster.connect_timeout_ms, 100, 86400000);
@@ -636,6 +668,7 @@ std::string Config::Summary() const {
                                    : std::string()),
       " engine_threads=", server.engine_threads, " split_bytes=", server.split_bytes,
       server.deterministic ? " deterministic" : "", server.async ? " async" : "",
+      cluster.elastic ? (cluster.spare ? " elastic spare" : " elastic") : "",
       (server.device == ServerDevice::kGpu
            ? StrCat(" device=gpu:", server.gpu, " gpu_streams=", server.gpu_streams)
            : std::string()),

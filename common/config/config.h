@@ -50,6 +50,17 @@ struct Config {
     // ... and after this long the job ends with that message; 0 = never (the operation's
     // FERRY_OP_TIMEOUT_MS still applies). FERRY_STALL_SHUTDOWN_MS.
     int64_t stall_shutdown_ms = 0;
+    // Elastic training (docs/reliability.md, "Elastic training"): a dead server or worker
+    // starts a new membership epoch instead of ending the job. FERRY_ELASTIC.
+    bool elastic = false;
+    // FERRY_SPARE (servers of an elastic job): wait, registered, for a dead server's slot.
+    bool spare = false;
+    // FERRY_MIN_WORKERS: below this many live workers the scheduler waits for new ones,
+    // at most min_workers_timeout_ms (FERRY_MIN_WORKERS_TIMEOUT_MS), then fails the job.
+    int min_workers = 1;
+    int64_t min_workers_timeout_ms = 600000;
+    // FERRY_MAX_WORKERS: the most workers an elastic job takes (default DMLC_NUM_WORKER).
+    int max_workers = 0;
   };
   Cluster cluster;
 

@@ -32,6 +32,7 @@ Message MakeFusedPush(int sender, const std::vector<const Message*>& pushes) {
   }
   m.envelope.set_request_id(pushes.front()->envelope.request_id());
   m.envelope.set_async_mode(pushes.front()->envelope.async_mode());  // one mode per worker
+  m.envelope.set_epoch(pushes.front()->envelope.epoch());  // one epoch per batch (worker.h)
   m.envelope.set_length(total);
   if (total == 0) return m;
   m.payload = Buffer::Allocate(total);
@@ -102,6 +103,7 @@ Status SplitFusedPush(const Message& fused, std::vector<Message>* out) {
     p.envelope.set_tensor_hash(s.tensor_hash());
     p.envelope.set_reduce_op(s.reduce_op());
     p.envelope.set_async_mode(fused.envelope.async_mode());
+    p.envelope.set_epoch(fused.envelope.epoch());
     if (s.length() > 0) p.payload = fused.payload.Slice(at, s.length());  // zero copy
     at += s.length();
     out->push_back(std::move(p));

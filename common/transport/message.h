@@ -20,8 +20,9 @@ namespace ferry {
 // 3: frames (Envelope fields offset, key_length, frame_bytes); 4: the stall check (STALL,
 // the bodies stall_report, stall_watch and stall); 5: RETIRE (names declared anew), the join
 // position, SUSPEND and RESUME (re-initialisation); 6: the shared-memory lane (SHM_READY,
-// Envelope.shm_slot).
-constexpr uint32_t kProtocolVersion = 6;
+// Envelope.shm_slot); 7: membership epochs (Envelope.epoch, NodeTable.epoch,
+// RegisterRequest.spare: elastic training).
+constexpr uint32_t kProtocolVersion = 7;
 
 struct Message {
   proto::Envelope envelope;

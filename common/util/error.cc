@@ -13,6 +13,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kShutdown: return "shutdown";
     case ErrorCode::kInvalidArgument: return "invalid argument";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kMembershipChanged: return "membership changed";
   }
   return "unknown error";
 }

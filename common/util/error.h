@@ -26,6 +26,9 @@ enum class ErrorCode : int {
   kShutdown = 6,          // the cluster is shutting down
   kInvalidArgument = 7,   // a caller passed bad arguments
   kInternal = 8,
+  // Elastic training: the job's membership changed (a node died or joined); the
+  // operation was abandoned and the worker must Reset() (worker/worker.h).
+  kMembershipChanged = 9,
 };
 
 const char* ErrorCodeName(ErrorCode code);

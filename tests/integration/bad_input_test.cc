@@ -177,7 +177,7 @@ TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
   EXPECT_EQ(error.type(), proto::ERROR);
   const std::string& reason = error.envelope.error().reason();
   EXPECT_NE(reason.find("WORKER at 127.0.0.1:0 (host , pid 4242) speaks protocol version 2 "
-                        "(this scheduler speaks 6): run the same Ferry release on every node"),
+                        "(this scheduler speaks 7): run the same Ferry release on every node"),
             std::string::npos)
       << reason;
   // Protocols 2 and 3 validate an ERROR alike but for the version.
@@ -189,7 +189,7 @@ TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
   ASSERT_TRUE(g.Succeeds(60000));
   EXPECT_NE(g.Output(worker).find("OK loop rounds=3"), std::string::npos) << g.Output(worker);
   EXPECT_NE(g.Output(sched).find("refused a registration: WORKER at 127.0.0.1:0 (host , pid "
-                                 "4242) speaks protocol version 2 (this scheduler speaks 6)"),
+                                 "4242) speaks protocol version 2 (this scheduler speaks 7)"),
             std::string::npos)
       << g.Output(sched);
 }

@@ -85,7 +85,8 @@ struct Harness {
   }
   ProtocolContext Context() {
     ProtocolContext c;
-    c.num_workers = static_cast<int>(joined.size());
+    num_workers = static_cast<int>(joined.size());
+    c.num_workers = &num_workers;
     c.joined = &joined;
     c.summation = summation.get();
     c.counters = &counters;
@@ -104,6 +105,7 @@ struct Harness {
 
   ServerCounters counters;
   std::vector<bool> joined;
+  int num_workers = 0;  // the protocols' (ProtocolContext::num_workers)
   SumPool pool;
   std::unique_ptr<Summation> summation;
   std::vector<Reply> replies;
@@ -254,7 +256,7 @@ TEST(RoundProtocolTest, AJoinCompletesTheRoundWithoutTheWorkerThenEveryoneRestar
   ASSERT_EQ(r.size(), 1u);
   ExpectError(r[0], 1, 1, ErrorCode::kBadMessage, "after joining");
   h.joined.assign(2, false);
-  p.Restart();
+  p.Restart(KeyProtocol::RestartCause::kAllJoined);
   EXPECT_EQ(p.Find(kKey)->round, 0u);
   EXPECT_FALSE(p.Find(kKey)->has_last);
   EXPECT_TRUE(h.Take().empty());
