@@ -282,6 +282,13 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
       });
 }
 
+void DensePushPull::AbandonInFlight() {
+  ctx_.mu.AssertHeld();
+  for (InFlight& f : in_flight_.TakeAll()) ReturnCredit(f, /*acked=*/false);
+  // Partitions still queued belong to failed operations: SendBatch drops them (and
+  // their credit) when the queue hands them out.
+}
+
 void DensePushPull::ReturnCredit(InFlight& f, bool acked) {
   if (f.credit_returned) return;
   f.credit_returned = true;

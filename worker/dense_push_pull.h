@@ -78,6 +78,7 @@ class DensePushPull : public OperationKind {
 
   void Start(const std::shared_ptr<Operation>& op) override;
   void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) override;
+  void AbandonInFlight() override;
   std::string Describe(const Operation& op) const override;
 
  private:

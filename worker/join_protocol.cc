@@ -23,7 +23,13 @@ int JoinProtocol::Join() {
     acks_ = 0;
     position_ = INT32_MAX;
   }
+  int servers = 0;  // the live ones
   for (int s = 0; s < ctx_.num_servers; ++s) {
+    {
+      MutexLock lock(ctx_.mu);
+      if (!ctx_.live_servers[s]) continue;
+    }
+    servers++;
     Message m = ctx_.NewMessage(proto::JOIN);
     m.envelope.set_request_id(request);
     ctx_.van.Send(ServerId(s), std::move(m));
@@ -33,10 +39,10 @@ int JoinProtocol::Join() {
     MutexLock lock(ctx_.mu);
     bool acked = cv_.WaitFor(
         ctx_.mu, Millis(config.cluster.op_timeout_ms),
-        [this]() REQUIRES(ctx_.mu) { return acks_ == ctx_.num_servers || !ctx_.failure.empty(); });
+        [this, servers]() REQUIRES(ctx_.mu) { return acks_ == servers || !ctx_.failure.empty(); });
     ctx_.ThrowIfFailed();
-    FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", ctx_.num_servers - acks_, " of ",
-                  ctx_.num_servers, " servers did not acknowledge within ",
+    FERRY_ENFORCE(acked, ErrorCode::kTimeout, "join: ", servers - acks_, " of ", servers,
+                  " servers did not acknowledge within ",
                   config.cluster.op_timeout_ms, " ms");
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";

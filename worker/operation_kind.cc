@@ -10,7 +10,7 @@ namespace ferry {
 
 void WorkerContext::ThrowIfFailed() const {
   mu.AssertHeld();
-  if (!failure.empty()) throw FerryError(ErrorCode::kPeerFailed, failure);
+  if (!failure.empty()) throw FerryError(failure_code, failure);
 }
 
 void WorkerContext::CheckRunning(const char* what, const std::string& name) const {
@@ -116,6 +116,14 @@ void Sequencer::FailAll() {
   for (auto& [id, q] : pending_) {
     for (Queued& e : q) e.op->done = true;
   }
+}
+
+void Sequencer::Reset() {
+  ctx_.mu.AssertHeld();
+  for (auto& [id, q] : pending_) {
+    for (Queued& e : q) CHECK(e.op->done) << "Sequencer::Reset with an operation running";
+  }
+  pending_.clear();
 }
 
 std::string Sequencer::Describe(Handle handle) const {

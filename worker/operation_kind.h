@@ -129,13 +129,16 @@ struct WorkerContext {
   Mutex& mu;               // see the file comment
   Sequencer* sequencer = nullptr;
   int my_id = -1;
-  int num_workers = 0;
-  int num_servers = 0;
+  std::atomic<int> num_workers{0};  // this epoch's (Worker::Reset changes it)
+  int num_servers = 0;              // server slots (ids), live or not: live_servers
   uint64_t next_request GUARDED_BY(mu) = 1;  // request ids, shared by every kind
   // The membership epoch of the operations started from now on (elastic training:
-  // Worker::Reset() moves it to the cluster's). Every data-plane message is stamped with
-  // its operation's epoch when it is built (NewMessage), never when it is sent, so a
-  // message of an abandoned operation can never count in a newer epoch's round.
+  // Worker::Reset() moves it to the cluster's). Every data-plane message is stamped with it
+  // when it is built (NewMessage). A message built while the epoch is E belongs to an
+  // operation of E: a new epoch fails every operation, and drops what was in flight,
+  // before Reset() moves the epoch (Worker::OnMembership), and an operation failed while
+  // queued is never sent. So a message of an abandoned operation never counts in a newer
+  // epoch's round.
   std::atomic<uint32_t> epoch{0};
   // A message of `type` from this worker, stamped with the current epoch.
   Message NewMessage(proto::MessageType type) const;
@@ -143,6 +146,11 @@ struct WorkerContext {
   // between operations, as it changes the partition size); 0: whole partitions.
   uint64_t frame_bytes GUARDED_BY(mu) = 0;
   std::string failure GUARDED_BY(mu) = {};   // non-empty: the job failed; every call throws it
+  // kPeerFailed (for good), or kMembershipChanged (elastic: until Worker::Reset()).
+  ErrorCode failure_code GUARDED_BY(mu) = ErrorCode::kPeerFailed;
+  // Server slots (by rank) that have a live server in this worker's epoch: the ones its
+  // per-server messages (rows pushes, JOIN, RETIRE) go to. All of them without elasticity.
+  std::vector<bool> live_servers GUARDED_BY(mu) = {};
   bool shut_down GUARDED_BY(mu) = false;     // Shutdown() began: no new operations
   void NoteLateReply(const Message& m);
   // Throws the job's failure, if any. REQUIRES: mu.
@@ -165,6 +173,10 @@ class OperationKind {
   // Sender thread, resends on: what to send again, as (server rank, message).
   // REQUIRES: mu held.
   virtual void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) = 0;
+  // Elastic training: a new membership epoch failed every operation (Sequencer::FailAll);
+  // forgets every request in flight (no resend, late replies dropped) and gives back
+  // the scheduling credit they held. REQUIRES: mu held.
+  virtual void AbandonInFlight() = 0;
   // What the unfinished operation waits for, for a timeout. REQUIRES: mu held.
   virtual std::string Describe(const Operation& op) const = 0;
 
@@ -208,6 +220,9 @@ class Sequencer {
   void MaybeComplete(const std::shared_ptr<Operation>& op);
   // Every unfinished operation is done (the table failed them). REQUIRES: mu.
   void FailAll();
+  // Elastic training (Worker::Reset): forgets every operation, all done (FailAll ran);
+  // the next operation of each tensor starts at once. REQUIRES: mu.
+  void Reset();
   // `op` failed outside the protocol (its deadline passed): it is done, and the next
   // operation of its tensor starts. REQUIRES: mu.
   void Abandon(const std::shared_ptr<Operation>& op);

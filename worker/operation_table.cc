@@ -55,7 +55,7 @@ Handle OperationTable::Add(CompletionCallback callback, const std::string& label
   }
   if (!failure_.empty()) {
     e.finished = true;
-    e.verdict = Verdict{ErrorCode::kPeerFailed, failure_};
+    e.verdict = Verdict{failure_code_, failure_};
     if (e.callback) QueueCallback(h, e);
   }
   return h;
@@ -122,19 +122,28 @@ bool OperationTable::Finish(Handle handle, Verdict verdict) {
   return true;
 }
 
-void OperationTable::FailAll(const std::string& reason) {
+void OperationTable::FailAll(const std::string& reason, ErrorCode code) {
   MutexLock lock(mu_);
-  if (!failure_.empty()) return;
+  if (!failure_.empty() && failure_code_ != ErrorCode::kMembershipChanged) return;
   failure_ = reason;
+  failure_code_ = code;
   std::vector<Handle> done;
   for (auto& [h, e] : entries_) {
     if (e.finished) continue;
     e.finished = true;
-    e.verdict = Verdict{ErrorCode::kPeerFailed, reason};
+    e.verdict = Verdict{code, reason};
     if (Visible(e) && e.callback) done.push_back(h);
   }
   for (Handle h : done) QueueCallback(h, entries_[h]);
   cv_.NotifyAll();
+}
+
+bool OperationTable::Reopen() {
+  MutexLock lock(mu_);
+  if (failure_code_ != ErrorCode::kMembershipChanged) return failure_.empty();
+  failure_.clear();
+  failure_code_ = ErrorCode::kOk;
+  return true;
 }
 
 void OperationTable::Hold(Handle handle) {

@@ -98,9 +98,14 @@ class OperationTable {
   // The operation is over. The first verdict counts; later ones and unknown handles
   // (already released) are ignored. Returns true if this call finished it.
   bool Finish(Handle handle, Verdict verdict) EXCLUDES(mu_);
-  // Every unfinished operation fails with `reason` (code kPeerFailed); so does every
-  // operation added from now on, at once.
-  void FailAll(const std::string& reason) EXCLUDES(mu_);
+  // Every unfinished operation fails with `reason` and `code`; so does every operation
+  // added from now on, at once. The first failure stays, except that any failure replaces
+  // a kMembershipChanged (a job that fails for good after a membership change).
+  void FailAll(const std::string& reason, ErrorCode code = ErrorCode::kPeerFailed)
+      EXCLUDES(mu_);
+  // Elastic training (Worker::Reset): a kMembershipChanged failure is over; operations
+  // added from now on run. False (nothing changes) for any other failure.
+  bool Reopen() EXCLUDES(mu_);
   void Hold(Handle handle) EXCLUDES(mu_);    // see Holds above; the handle must be known
   void Unhold(Handle handle) EXCLUDES(mu_);  // one per Hold
 
@@ -163,6 +168,7 @@ class OperationTable {
   std::unordered_map<std::string, uint64_t> submitted_ GUARDED_BY(mu_);  // label -> count
   int64_t last_labelled_ms_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);  // non-empty: FailAll ran
+  ErrorCode failure_code_ GUARDED_BY(mu_) = ErrorCode::kOk;
   struct Ready {
     Handle handle;
     Verdict verdict;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <vector>
 #include <unordered_map>
 
 #include "common/util/clock.h"
@@ -63,6 +64,14 @@ class RequestTracker {
     R r = std::move(it->second);
     requests_.erase(it);
     return r;
+  }
+  // Removes and returns every request (elastic training: their operations were abandoned).
+  std::vector<R> TakeAll() {
+    std::vector<R> all;
+    all.reserve(requests_.size());
+    for (auto& [id, r] : requests_) all.push_back(std::move(r));
+    requests_.clear();
+    return all;
   }
   // The request's bytes have left this host: its timer starts (if it was stopped).
   void OnWire(uint64_t id) {

@@ -79,10 +79,13 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
   ctx_.mu.AssertHeld();
   TensorInfo& t = *op->tensor;
   if (t.rows_rounds.empty()) t.rows_rounds.assign(ctx_.num_servers, 0);
-  op->replies_left = ctx_.num_servers;
+  op->replies_left = static_cast<int>(
+      std::count(ctx_.live_servers.begin(), ctx_.live_servers.end(), true));
   for (int s = 0; s < ctx_.num_servers; ++s) {
-    // Every server gets a push each round, also with no rows: its round completes only
-    // once every worker pushed it.
+    // Every live server gets a push each round, also with no rows: its round completes
+    // only once every worker pushed it. (A slot with no server holds no partition, so
+    // no row: worker.h, "Elastic training".)
+    if (!ctx_.live_servers[s]) continue;
     Message m = std::move(op->rows->pushes[s]);
     const uint64_t request = ctx_.next_request++;
     m.envelope.set_request_id(request);
@@ -98,6 +101,11 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
     ctx_.van.Send(ServerId(s), std::move(m));
   }
   op->rows->pushes.clear();
+}
+
+void RowsPushPull::AbandonInFlight() {
+  ctx_.mu.AssertHeld();
+  in_flight_.TakeAll();  // rows pushes hold no credit
 }
 
 bool RowsPushPull::OnAck(const Message& m) {

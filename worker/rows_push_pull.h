@@ -37,6 +37,7 @@ class RowsPushPull : public OperationKind {
 
   void Start(const std::shared_ptr<Operation>& op) override;
   void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) override;
+  void AbandonInFlight() override;
   std::string Describe(const Operation& op) const override;
 
  private:

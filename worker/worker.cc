@@ -89,6 +89,7 @@ void Worker::Start() {
   KeepLargeBuffersInHeap();
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
   cluster_.SetFailureCallback([this](const std::string& reason) { FailAll(reason); });
+  cluster_.SetMembershipCallback([this](const NodeTable& table) { OnMembership(table); });
   cluster_.SetStallReporter([this](int64_t report_after_ms, const std::vector<std::string>& labels,
                                    proto::StallReport* report) {
     ReportStalls(report_after_ms, labels, report);
@@ -123,8 +124,11 @@ void Worker::Start() {
                                              [this](uint32_t id) { RetireOnServers(id); });
     ctx_->sequencer = sequencer_.get();
     ctx_->my_id = my_id_;
-    ctx_->num_workers = num_workers_;
+    ctx_->num_workers = num_workers_.load();
     ctx_->num_servers = num_servers_;
+    ctx_->live_servers.assign(num_servers_, false);
+    for (const auto& s : table.Servers()) ctx_->live_servers[s.rank()] = true;
+    ctx_->epoch = table.proto().epoch();
     dense_ = std::make_unique<DensePushPull>(*ctx_, queue_);
     rows_ = std::make_unique<RowsPushPull>(*ctx_);
     join_ = std::make_unique<JoinProtocol>(*ctx_, *catalog_);
@@ -136,6 +140,8 @@ void Worker::Start() {
                            DataType::kFloat64, values.size(), false, std::nullopt, nullptr));
       });
   sender_ = std::make_unique<Sender>(*ctx_, queue_, *dense_, *rows_);
+  // An epoch that came while this worker started (its callback found no context yet).
+  if (cluster_.epoch() != ctx_->epoch.load()) OnMembership(cluster_.table());
   LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
             << " servers; scheduling policy " << queue_.policy_name() << ", "
             << Describe(scheduling_->current()) << scheduling_->DescribePlan()
@@ -180,7 +186,9 @@ std::shared_ptr<TensorInfo> Worker::Declare(const std::string& name, DataType dt
 }
 
 void Worker::RetireOnServers(uint32_t tensor_id) {
+  ctx_->mu.AssertHeld();  // the sequencer's caller holds it
   for (int s = 0; s < num_servers_; ++s) {
+    if (!ctx_->live_servers[s]) continue;
     Message m = ctx_->NewMessage(proto::RETIRE);
     m.envelope.set_key(MakeKey(tensor_id, 0));
     van_.Send(ServerId(s), std::move(m));
@@ -371,11 +379,66 @@ void Worker::FailAll(const std::string& reason) {
   MutexLock lock(mu_);
   if (!ctx_) return;      // not started: Create throws
   ctx_->mu.AssertHeld();  // the same lock as mu_
-  if (!ctx_->failure.empty()) return;
+  // A failure for good replaces a membership change waiting for Reset().
+  if (!ctx_->failure.empty() && ctx_->failure_code != ErrorCode::kMembershipChanged) return;
   ctx_->failure = reason;
+  ctx_->failure_code = ErrorCode::kPeerFailed;
   sequencer_->FailAll();
   table_.FailAll(reason);
   join_->OnFailure();
+}
+
+void Worker::OnMembership(const NodeTable& table) {
+  MutexLock lock(mu_);
+  if (!ctx_) return;  // not started: Start() reads the newest table
+  ctx_->mu.AssertHeld();
+  if (!ctx_->failure.empty()) return;  // failed for good, or a change already pending
+  const std::string reason =
+      StrCat("the job's membership changed (epoch ", table.proto().epoch(), ": ",
+             table.Servers().size(), " servers, ", table.num_workers(), " workers; this worker ",
+             "was rank ", rank_.load(), " of ", num_workers_.load(),
+             "): the operation was abandoned; restore the last committed state and call reset() "
+             "(ferry.torch.elastic does both)");
+  LOG(WARNING) << reason;
+  ctx_->failure = reason;
+  ctx_->failure_code = ErrorCode::kMembershipChanged;
+  sequencer_->FailAll();
+  dense_->AbandonInFlight();
+  rows_->AbandonInFlight();
+  table_.FailAll(reason, ErrorCode::kMembershipChanged);  // last: it wakes the waiters
+  join_->OnFailure();
+}
+
+void Worker::Reset() {
+  FERRY_ENFORCE(config_.cluster.elastic, ErrorCode::kInvalidArgument,
+                "reset(): only in elastic training (FERRY_ELASTIC=1)");
+  MutexLock lock(mu_);
+  ctx_->mu.AssertHeld();
+  if (ctx_->failure.empty()) return;  // nothing changed
+  FERRY_ENFORCE(ctx_->failure_code == ErrorCode::kMembershipChanged, ctx_->failure_code,
+                ctx_->failure);
+  const NodeTable& table = cluster_.table();  // the newest: changes since count too
+  rank_ = cluster_.my_rank();
+  num_workers_ = table.num_workers();
+  ctx_->num_workers = num_workers_.load();
+  std::vector<double> weights(num_servers_, 0.0);
+  ctx_->live_servers.assign(num_servers_, false);
+  for (const auto& s : table.Servers()) {
+    weights[s.rank()] = s.weight();
+    ctx_->live_servers[s.rank()] = true;
+  }
+  const size_t moved = catalog_->SetServerWeights(std::move(weights));
+  catalog_->ResetRounds();
+  sequencer_->Reset();
+  table_.RestartCounts();
+  CHECK(table_.Reopen()) << "the operation table failed otherwise: " << ctx_->failure;
+  ctx_->failure.clear();
+  ctx_->failure_code = ErrorCode::kPeerFailed;
+  ctx_->epoch = table.proto().epoch();
+  SetLogNodeName(StrCat("worker ", rank_.load()));
+  LOG(INFO) << "reset to membership epoch " << table.proto().epoch() << ": worker " << rank_.load()
+            << " of " << num_workers_.load() << ", " << table.Servers().size() << " live servers"
+            << (moved > 0 ? StrCat("; ", moved, " partitions placed again") : std::string());
 }
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,

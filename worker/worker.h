@@ -211,6 +211,23 @@ class Worker : public Collective {
   bool CanSuspend() const override { return !config_.server.async; }
   void Suspend() override;
   void Resume() override;
+  // Elastic training (FERRY_ELASTIC=1; docs/reliability.md, "Elastic training"). When the
+  // job's membership changes (a server or worker died), every unfinished operation of this
+  // worker fails with kMembershipChanged, what it had in flight is dropped, and every new
+  // operation (and barrier) fails the same way until the application calls Reset(), which
+  // takes the new membership: rank() and size() may change, rounds start over at 0, and
+  // the partitions of a server that left without a spare are placed again over the live
+  // ones (the same on every worker: TensorCatalog::SetServerWeights). The application must
+  // then restore its state from its last commit and take rank 0's (Horovod Elastic's
+  // restore() and sync(); ferry.torch.elastic does both), because a sum some workers
+  // applied before the change may not have reached the others. Reset() with no change
+  // pending does nothing; it throws the job's failure if the job failed for good, and
+  // kInvalidArgument without FERRY_ELASTIC=1. Buffers of the abandoned operations: as
+  // after any failure (see the class comment), ZeroMQ may still read an input queued for a
+  // dead server; keep input buffers alive (reusing them is fine).
+  void Reset() EXCLUDES(mu_);
+  // The membership epoch this worker's operations belong to (0 until the first Reset()).
+  uint32_t epoch() const { return ctx_->epoch.load(); }
   // The scheduler ended the job (every worker shut down or suspended, one for good): a
   // suspended worker can no longer Resume().
   bool JobEnded() const { return cluster_.shut_down(); }
@@ -253,13 +270,15 @@ class Worker : public Collective {
   void ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
                     proto::StallReport* report) const;
   void FailAll(const std::string& reason) EXCLUDES(mu_);
+  // IO thread, the membership callback: a new epoch fails every operation (see Reset()).
+  void OnMembership(const NodeTable& table) EXCLUDES(mu_);
 
   Config config_;
   Van van_;
   ClusterClient cluster_;
-  int rank_ = -1;
+  std::atomic<int> rank_{-1};  // this epoch's (Reset() changes it)
   int my_id_ = -1;
-  int num_workers_ = 0;
+  std::atomic<int> num_workers_{0};  // this epoch's
   int num_servers_ = 0;
   ScheduledQueue queue_;
   std::unique_ptr<Trace> trace_;  // FERRY_TRACE_DIR; null when off

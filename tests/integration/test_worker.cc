@@ -46,6 +46,19 @@
 //                  "after" must still sum.
 // --mode=rows_timeout  rank 0 calls PushPullRows, the others never do: rank 0 must get a
 //                  timeout (FERRY_OP_TIMEOUT_MS) naming the operation, not hang.
+// --mode=elastic  (FERRY_ELASTIC=1) training as ferry.torch.elastic runs it, for the elastic
+//                  tests: a "model" of float32 integers (tensor "elastic_a", 300000
+//                  elements over every server; "elastic_b", 1000; sparse rows of
+//                  "elastic_rows" [1000, 4]), --rounds steps. Each step every worker
+//                  pushes values of (step, element, rank), checks every sum exactly against
+//                  the current size() (the rows against the totals of every rank's pushes,
+//                  computed here), and adds the sums to its model. Every --commit_every
+//                  steps it commits (a copy of model and step). On kMembershipChanged it
+//                  restores the commit, calls Reset(), and takes rank 0's model and step
+//                  (Broadcast), as Horovod Elastic's restore() and sync(). Prints "step N"
+//                  as it goes (after --loop_sleep_ms each), "reset epoch E rank R size S
+//                  step N" at each reset, and "OK elastic steps=N resets=K checksum=X"
+//                  (X hashes the model: equal on every worker that finished).
 // --repartition=R:B,...  (sums mode) before round R call SetScheduling(B, 4 B): the
 //                  partition size changes mid-run; sums must stay exact.
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
@@ -81,6 +94,7 @@ DEFINE_int32(det_delay_ms, 4, "deterministic mode: delay unit before a round's p
 DEFINE_int32(steps, 200, "async mode: deltas each worker pushes");
 DEFINE_int32(step_sleep_ms, 10, "async mode: pause between steps");
 DEFINE_int64(rows_total, 100000, "rows mode: rows of the embedding tensor");
+DEFINE_int32(commit_every, 3, "elastic mode: steps between commits");
 DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
@@ -671,6 +685,133 @@ int RunRowsTimeout(Worker& w) {
   return code;
 }
 
+// --mode=elastic (see the file comment).
+struct ElasticModel {
+  std::vector<float> a = std::vector<float>(300000, 0.0f);
+  std::vector<float> b = std::vector<float>(1000, 0.0f);
+  std::vector<float> rows = std::vector<float>(1000 * 4, 0.0f);
+  int64_t step = 0;
+};
+
+constexpr int64_t kElasticRows = 1000;
+
+// The rows worker `rank` pushes at `step` (ids; its values are rank + 1 in every column).
+std::vector<int64_t> ElasticRowsOf(int rank, int64_t step) {
+  return {step % kElasticRows, (step * 13 + 100 * (rank + 1)) % kElasticRows};
+}
+
+// One step: every sum checked; the model takes them. Returns kExitWrong on a wrong value.
+int ElasticStep(Worker& w, ElasticModel& m) {
+  const int size = w.size();
+  const int64_t step = m.step;
+  auto pushed = [&](size_t i, int rank) {
+    return static_cast<float>((i + static_cast<size_t>(step)) % 5 + static_cast<size_t>(rank) + 1);
+  };
+  // Alive until the process ends: after a membership change ZeroMQ may still read a push
+  // queued for a dead server (worker.h, Reset()).
+  static std::vector<float> a, b;
+  a.resize(m.a.size());
+  b.resize(m.b.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = pushed(i, w.rank());
+  for (size_t i = 0; i < b.size(); ++i) b[i] = pushed(i, w.rank());
+  Handle ha = w.PushPullAsync("elastic_a", a.data(), a.data(), DataType::kFloat32, a.size(), false);
+  Handle hb = w.PushPullAsync("elastic_b", b.data(), b.data(), DataType::kFloat32, b.size(), false);
+  const std::vector<int64_t> ids = ElasticRowsOf(w.rank(), step);
+  std::vector<float> values(ids.size() * 4, static_cast<float>(w.rank() + 1));
+  std::vector<float> rows_out(values.size(), -1.0f);
+  w.PushPullRows("elastic_rows", ids.data(), ids.size(), values.data(), rows_out.data(),
+                 DataType::kFloat32, false);
+  w.Wait(ha);
+  w.Wait(hb);
+  for (auto* v : {&a, &b}) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      float expected = 0;
+      for (int r = 0; r < size; ++r) expected += pushed(i, r);
+      if ((*v)[i] != expected) {
+        std::fprintf(stderr, "WRONG step %lld element %zu: got %g expected %g (size %d)\n",
+                     static_cast<long long>(step), i, (*v)[i], expected, size);
+        return kExitWrong;
+      }
+    }
+  }
+  std::map<int64_t, float> totals;  // row -> every rank's pushes of it
+  for (int r = 0; r < size; ++r) {
+    for (int64_t row : ElasticRowsOf(r, step)) totals[row] += static_cast<float>(r + 1);
+  }
+  for (size_t j = 0; j < ids.size(); ++j) {
+    for (int c = 0; c < 4; ++c) {
+      if (rows_out[j * 4 + c] != totals[ids[j]]) {
+        std::fprintf(stderr, "WRONG step %lld row %lld: got %g expected %g\n",
+                     static_cast<long long>(step), static_cast<long long>(ids[j]),
+                     rows_out[j * 4 + c], totals[ids[j]]);
+        return kExitWrong;
+      }
+      // The model takes the row every worker pushed (ids[0]): the same on every worker.
+      if (j == 0) m.rows[ids[j] * 4 + c] += rows_out[j * 4 + c];
+    }
+  }
+  for (size_t i = 0; i < a.size(); ++i) m.a[i] += a[i];
+  for (size_t i = 0; i < b.size(); ++i) m.b[i] += b[i];
+  m.step++;
+  return 0;
+}
+
+// Horovod Elastic's sync(): every worker takes rank 0's model and step.
+void ElasticSync(Worker& w, ElasticModel& m) {
+  w.Broadcast("elastic_sync_a", m.a.data(), DataType::kFloat32, m.a.size(), 0);
+  w.Broadcast("elastic_sync_b", m.b.data(), DataType::kFloat32, m.b.size(), 0);
+  w.Broadcast("elastic_sync_rows", m.rows.data(), DataType::kFloat32, m.rows.size(), 0);
+  w.Broadcast("elastic_sync_step", &m.step, DataType::kInt64, 1, 0);
+}
+
+uint64_t ElasticChecksum(const ElasticModel& m) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  mix(m.a.data(), m.a.size() * sizeof(float));
+  mix(m.b.data(), m.b.size() * sizeof(float));
+  mix(m.rows.data(), m.rows.size() * sizeof(float));
+  mix(&m.step, sizeof m.step);
+  return h;
+}
+
+int RunElastic(Worker& w) {
+  w.DeclareTensor("elastic_a", DataType::kFloat32, {300000});
+  w.DeclareTensor("elastic_b", DataType::kFloat32, {1000});
+  w.DeclareTensor("elastic_rows", DataType::kFloat32, {kElasticRows, 4});
+  ElasticModel model, committed;
+  int resets = 0;
+  bool sync = false;
+  while (model.step < FLAGS_rounds) {
+    try {
+      if (sync) {
+        ElasticSync(w, model);
+        sync = false;
+      }
+      if (int code = ElasticStep(w, model); code != 0) return code;
+      if (model.step % FLAGS_commit_every == 0) committed = model;
+      std::printf("step %lld\n", static_cast<long long>(model.step));
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_loop_sleep_ms));
+    } catch (const FerryError& e) {
+      if (e.code() != ErrorCode::kMembershipChanged) throw;
+      model = committed;  // restore()
+      w.Reset();
+      resets++;
+      sync = true;
+      std::printf("reset epoch %u rank %d size %d step %lld\n", w.epoch(), w.rank(), w.size(),
+                  static_cast<long long>(model.step));
+      std::fflush(stdout);
+    }
+  }
+  std::printf("OK elastic steps=%lld resets=%d checksum=%llx\n",
+              static_cast<long long>(model.step), resets,
+              static_cast<unsigned long long>(ElasticChecksum(model)));
+  return 0;
+}
+
 int Run(const Config& config) {
   auto w = Worker::Create(config);
   int code;
@@ -698,6 +839,8 @@ int Run(const Config& config) {
     code = RunRowsMismatch(*w);
   } else if (FLAGS_mode == "rows_timeout") {
     code = RunRowsTimeout(*w);
+  } else if (FLAGS_mode == "elastic") {
+    code = RunElastic(*w);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;
