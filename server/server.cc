@@ -143,8 +143,12 @@ int Server::Run() {
     SetLogNodeName(StrCat("server ", cluster_.my_rank()));
     cluster_.WaitForShutdown();
   } catch (const FerryError& e) {
-    LOG(ERROR) << "server stops: " << e.what();
-    code = 1;
+    if (e.code() == ErrorCode::kShutdown && config_.cluster.spare && cluster_.my_id() < 0) {
+      LOG(INFO) << "spare server done: " << e.what();  // never needed: a clean end
+    } else {
+      LOG(ERROR) << "server stops: " << e.what();
+      code = 1;
+    }
   }
   StopEngines();
   const ServerCounters& c = counters_;

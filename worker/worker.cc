@@ -393,6 +393,7 @@ void Worker::OnMembership(const NodeTable& table) {
   if (!ctx_) return;  // not started: Start() reads the newest table
   ctx_->mu.AssertHeld();
   if (!ctx_->failure.empty()) return;  // failed for good, or a change already pending
+  if (table.proto().epoch() <= ctx_->epoch.load()) return;  // the table it started with
   const std::string reason =
       StrCat("the job's membership changed (epoch ", table.proto().epoch(), ": ",
              table.Servers().size(), " servers, ", table.num_workers(), " workers; this worker ",
@@ -426,6 +427,10 @@ void Worker::Reset() {
   for (const auto& s : table.Servers()) {
     weights[s.rank()] = s.weight();
     ctx_->live_servers[s.rank()] = true;
+  }
+  for (const auto& s : table.Servers()) {  // a promoted spare: the slot's id, a new address
+    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
+                 config_.transport.control_lane);
   }
   const size_t moved = catalog_->SetServerWeights(std::move(weights));
   catalog_->ResetRounds();

@@ -178,8 +178,8 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
                         : "");
       if (!first) {
         for (auto& [id, wait] : barriers_) wait.interrupted_at = t.epoch();
-        callback = on_membership_;
       }
+      callback = on_membership_;
       cv_.NotifyAll();
     }
   }

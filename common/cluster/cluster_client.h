@@ -20,7 +20,8 @@
 // reference from table() never dangles; a caller that needs one membership for a whole
 // operation takes the reference once. At a new epoch, on the IO thread: the table is
 // adopted (table() returns it), every barrier still waiting throws kMembershipChanged,
-// then the membership callback runs. A node the new table no longer lists fails (the
+// then the membership callback runs. (It runs for the first table too, before anything
+// that arrived ahead of it is handled: a spare's first table is a later epoch's.) A node the new table no longer lists fails (the
 // scheduler declared it dead). Without FERRY_ELASTIC the first table is the only one.
 //
 // Spares (FERRY_SPARE=1): Register() returns only once a dead server's slot is given to
@@ -79,7 +80,7 @@ class ClusterClient {
   // The newest node table (empty before Register()); see the file comment.
   const NodeTable& table() const { return *table_.load(std::memory_order_acquire); }
   uint32_t epoch() const { return table().proto().epoch(); }
-  // Elastic: runs on the IO thread at each new epoch, with the new table (= table()).
+  // Runs on the IO thread with every table adopted, the first included (= table()).
   void SetMembershipCallback(std::function<void(const NodeTable&)> callback) EXCLUDES(mu_);
 
   // Blocks until every node of `group` reached the barrier (deadline `timeout_ms`,

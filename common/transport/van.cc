@@ -600,7 +600,7 @@ void Van::IoLoop() {
       if (items[index + i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i].first, false, polled[i].second);
     }
     index += polled.size();
-    for (size_t i = 0; i < monitors.size(); ++i) {
+    for (size_t i = 0; i < monitors.size() && !reads_changed_; ++i) {  // as above
       if (items[index + i].revents & ZMQ_POLLIN) HandleMonitorEvent(monitors[i]);
     }
     index += monitors.size();
@@ -806,7 +806,16 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
       if (lanes) lanes->Open(peer, connected ? endpoint : std::string(), routing_id);
     }
   } lane_open{lanes_.get(), peer, endpoint, routing_id, connected};
-  if (FindConnection(peer)) return;
+  if (Connection* old = FindConnection(peer)) {
+    if (old->endpoint == endpoint) return;
+    // Elastic training: a spare server took the slot (and id) of a dead one.
+    LOG(INFO) << options_.name << ": node " << peer << " moved from " << old->endpoint << " to "
+              << endpoint << "; reconnecting (what was queued for the old one is dropped)";
+    CloseConnection(*old);
+    reads_changed_ = true;  // the poll loop holds its sockets: it must not read them now
+    connections_.erase(std::find_if(connections_.begin(), connections_.end(),
+                                    [old](const auto& c) { return c.get() == old; }));
+  }
   auto p = std::make_unique<Connection>();
   p->id = peer;
   p->endpoint = endpoint;

@@ -201,7 +201,9 @@ class Van {
   void Start(Handler handler);
 
   // Opens an outbound connection named `peer` to `endpoint` (tcp://ip:port); the
-  // remote ROUTER sees us as `routing_id` (empty: ZeroMQ picks one). With
+  // remote ROUTER sees us as `routing_id` (empty: ZeroMQ picks one). Connecting a peer
+  // again to the same endpoint does nothing; to another endpoint it closes the old
+  // connection (dropping what was queued there) and opens the new one. With
   // `control_lane` (and a routing id) a second connection carries control messages
   // (see Lanes above). Thread-safe.
   void Connect(int peer, const std::string& endpoint, const std::string& routing_id,
@@ -314,7 +316,9 @@ class Van {
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
   bool stop_ = false;           // IO thread only: a kStop was read (DrainCommands)
-  bool reads_changed_ = false;  // IO thread only: hold_data_reads_ changed this poll round
+  // IO thread only: the sockets polled this round changed (hold_data_reads_, a peer
+  // reconnected): the round reads nothing more and polls again.
+  bool reads_changed_ = false;
   bool hold_data_reads_ = false;                          // IO thread only (tests)
   std::atomic<bool> data_reads_held_{false};              // hold_data_reads_, for the caller
   bool hold_data_queues_ = false;                         // IO thread only (tests)
