@@ -126,6 +126,7 @@ void Worker::Start() {
     ctx_->my_id = my_id_;
     ctx_->num_workers = num_workers_.load();
     ctx_->num_servers = num_servers_;
+    ctx_->mu.AssertHeld();  // the same lock as mu_
     ctx_->live_servers.assign(num_servers_, false);
     for (const auto& s : table.Servers()) ctx_->live_servers[s.rank()] = true;
     ctx_->epoch = table.proto().epoch();

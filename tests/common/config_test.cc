@@ -532,5 +532,53 @@ TEST(ConfigTest, LocalGroupSettings) {
   EXPECT_TRUE(StrContains(m, "FERRY_LOCAL_SIZE=2")) << m;
 }
 
+TEST(ConfigTest, ElasticSettings) {
+  // Off by default: today's fail-fast behaviour.
+  Config off = Read(BaseEnv());
+  EXPECT_FALSE(off.cluster.elastic);
+  EXPECT_FALSE(off.cluster.spare);
+  EXPECT_EQ(off.cluster.min_workers, 1);
+  EXPECT_EQ(off.cluster.max_workers, 2);  // DMLC_NUM_WORKER
+  EXPECT_EQ(off.cluster.min_workers_timeout_ms, 600000);
+  Config on = Read(With(BaseEnv(), {{"FERRY_ELASTIC", "1"},
+                                    {"FERRY_MIN_WORKERS", "2"},
+                                    {"FERRY_MAX_WORKERS", "8"},
+                                    {"FERRY_MIN_WORKERS_TIMEOUT_MS", "5000"}}));
+  EXPECT_TRUE(on.cluster.elastic);
+  EXPECT_EQ(on.cluster.min_workers, 2);
+  EXPECT_EQ(on.cluster.max_workers, 8);
+  EXPECT_EQ(on.cluster.min_workers_timeout_ms, 5000);
+  EXPECT_NE(on.Summary().find(" elastic"), std::string::npos) << on.Summary();
+  const NodeRole server = NodeRole::kServer;
+  Config spare = Config::FromEnvironment(
+      MapEnvironment(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_ELASTIC", "1"},
+                                      {"FERRY_SPARE", "1"}})),
+      &server);
+  EXPECT_TRUE(spare.cluster.spare);
+  // The minimum cannot exceed the starting count, the maximum not undercut it.
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_MIN_WORKERS", "3"}}), "FERRY_MIN_WORKERS");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_MAX_WORKERS", "1"}}), "FERRY_MAX_WORKERS");
+  // A spare needs an elastic job and a server.
+  EXPECT_NE(ExpectInvalid(With(BaseEnv(), {{"DMLC_ROLE", "server"}, {"FERRY_SPARE", "1"}}),
+                          "FERRY_SPARE")
+                .find("FERRY_ELASTIC=1"),
+            std::string::npos);
+  EXPECT_NE(ExpectInvalid(With(BaseEnv(), {{"FERRY_ELASTIC", "1"}, {"FERRY_SPARE", "1"}}),
+                          "FERRY_SPARE")
+                .find("only a server"),
+            std::string::npos);
+  // Not yet with asynchronous training or local groups: refused at start, saying why.
+  EXPECT_NE(ExpectInvalid(With(BaseEnv(), {{"FERRY_ELASTIC", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),
+                          "FERRY_ELASTIC")
+                .find("asynchronous"),
+            std::string::npos);
+  EXPECT_NE(ExpectInvalid(With(BaseEnv(), {{"FERRY_ELASTIC", "1"},
+                                           {"FERRY_LOCAL_SIZE", "2"},
+                                           {"FERRY_LOCAL_RANK", "0"}}),
+                          "FERRY_ELASTIC")
+                .find("local groups"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry
