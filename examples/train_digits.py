@@ -11,6 +11,14 @@ Ferry's servers. Run it on a local cluster of 2 servers and 2 workers:
 It prints the loss and throughput per epoch and ends with the test accuracy (every
 worker evaluates its shard of the test set; the counts are summed with push_pull).
 Switching from BytePS or Horovod is the import line: `import ferry.torch as bps`.
+
+--elastic (with FERRY_ELASTIC=1 on every node) trains through ferry.torch.elastic, as a
+Horovod Elastic script does: the state (model, optimizer, data sampler, epoch, batch) is
+committed every --commit-every batches; when a server or worker dies, every worker rolls
+back to the last commit, takes the new membership and rank 0's state, and goes on; the
+data left in the epoch is split over the workers that remain. Each worker prints the time
+each membership change cost it: from its last step completed before the change to its
+first step completed after.
 """
 
 import argparse
@@ -90,6 +98,11 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
     p.add_argument("--min-accuracy", type=float, default=0.0,
                    help="exit 1 if the test accuracy ends below this")
+    p.add_argument("--elastic", action="store_true",
+                   help="elastic training (ferry.torch.elastic; needs FERRY_ELASTIC=1)")
+    p.add_argument("--commit-every", type=int, default=5, help="--elastic: batches per commit")
+    p.add_argument("--step-sleep", type=float, default=0.0,
+                   help="seconds to sleep after each step (stretches a run, for failure tests)")
     args = p.parse_args(argv)
     lr = args.lr if args.lr is not None else (0.002 if args.optimizer == "adam" else 0.05)
 
@@ -98,8 +111,10 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     bps.init()
-    rank, size = bps.rank(), bps.size()
     x_train, y_train, x_test, y_test = load_data()
+    if args.elastic:
+        return train_elastic(args, bps, lr, x_train, y_train, x_test, y_test)
+    rank, size = bps.rank(), bps.size()
     shard = shard_indices(len(y_train), rank, size)
 
     model = DigitsCNN()
@@ -138,9 +153,14 @@ def main(argv=None):
             print("epoch %2d  loss %.4f  %.0f samples/s per worker"
                   % (epoch + 1, stats[0] / stats[1], samples / dt), flush=True)
 
-    # Evaluate: each worker its shard of the test set; sum the counts.
     if args.cross_barrier:
         optimizer.synchronize()
+    return evaluate(args, bps, model, x_test, y_test, start)
+
+
+def evaluate(args, bps, model, x_test, y_test, start):
+    """Each worker its shard of the test set; the counts are summed. Shuts down."""
+    rank, size = bps.rank(), bps.size()
     model.eval()
     test_shard = torch.arange(rank, len(y_test), size)
     with torch.no_grad():
@@ -158,6 +178,73 @@ def main(argv=None):
               % (rank, accuracy, args.min_accuracy), file=sys.stderr)
         return 1
     return 0
+
+
+def train_elastic(args, bps, lr, x_train, y_train, x_test, y_test):
+    """--elastic: the training loop of a Horovod Elastic script (see the module comment)."""
+    model = DigitsCNN()
+    optimizer = make_optimizer(args.optimizer, model.parameters(), lr * bps.size())
+    optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    sampler = bps.elastic.ElasticSampler(range(len(y_train)), shuffle=True, seed=args.seed)
+    state = bps.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0)
+    clock = {"last_step": None, "changed_after": None}
+
+    def on_reset():
+        # The learning rate follows the number of workers; the clock notes the change.
+        for group in optimizer.param_groups:
+            group["lr"] = lr * bps.size()
+        clock["changed_after"] = clock["last_step"]
+        print("worker %d of %d after a membership change (resumes at epoch %d, batch %d)"
+              % (bps.rank(), bps.size(), state.epoch + 1, state.batch), flush=True)
+
+    state.register_reset_callbacks([on_reset])
+
+    @bps.elastic.run
+    def train(state):
+        while state.epoch < args.epochs:
+            if state.batch == 0:
+                sampler.set_epoch(state.epoch)
+            model.train()
+            mine = list(sampler)  # what is left of the epoch for this worker
+            batches = [mine[i:i + args.batch_size]
+                       for i in range(0, len(mine) - args.batch_size + 1, args.batch_size)]
+            t0, total_loss, samples = time.time(), 0.0, 0
+            for idx in batches:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+                loss.backward()
+                optimizer.step()
+                clock["last_step"] = time.monotonic()
+                if clock["changed_after"] is not None:
+                    print("time lost to the membership change: %.2f s (last step before it to "
+                          "the first after; first step after at unix time %.3f)"
+                          % (clock["last_step"] - clock["changed_after"], time.time()), flush=True)
+                    clock["changed_after"] = None
+                total_loss += loss.item() * len(idx)
+                samples += len(idx)
+                state.batch += 1
+                sampler.record_batch(state.batch, args.batch_size)
+                if state.batch % args.commit_every == 0:
+                    state.commit()
+                if args.step_sleep:
+                    time.sleep(args.step_sleep)
+            stats = bps.push_pull(torch.tensor([total_loss, float(max(samples, 1))],
+                                               dtype=torch.float64),
+                                  average=False, name="train_loss")
+            if bps.rank() == 0:
+                print("epoch %2d  loss %.4f  %d workers  %.0f samples/s per worker"
+                      % (state.epoch + 1, stats[0] / stats[1], bps.size(),
+                         samples / (time.time() - t0)), flush=True)
+            state.epoch += 1
+            state.batch = 0
+            state.commit()
+
+    if bps.rank() == 0:
+        print("elastic training of DigitsCNN: %d workers, %d servers, commit every %d batches"
+              % (bps.size(), bps.num_servers(), args.commit_every), flush=True)
+    start = time.time()
+    train(state)
+    return evaluate(args, bps, model, x_test, y_test, start)
 
 
 if __name__ == "__main__":

@@ -100,6 +100,13 @@ int ferry_barrier(void) {
   });
 }
 
+int ferry_reset(void) {
+  return Guard([] {
+    Get()->Reset();
+    return 0;
+  });
+}
+
 int ferry_join(void) {
   return Guard([] {
     Get()->Join();

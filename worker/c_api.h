@@ -45,6 +45,11 @@ int ferry_poll(int64_t handle);             /* 1 done, 0 running, < 0 error */
 int ferry_wait(int64_t handle);
 int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int root);
 int ferry_barrier(void);
+/* Elastic training (FERRY_ELASTIC=1): after a call returned -9 (kMembershipChanged: a node
+ * died and the job goes on without it), restore the last committed state, call
+ * ferry_reset() (rank and size may change), then take rank 0's state (ferry_broadcast).
+ * Worker::Reset in worker/worker.h. */
+int ferry_reset(void);
 /* Uneven data: this worker has no more batches; returns once every worker joined. */
 int ferry_join(void);
 /* The end of a training iteration (Worker::StepBoundary): call once per iteration on

@@ -128,6 +128,13 @@ class Collective {
   virtual bool CanSuspend() const { return false; }
   virtual void Suspend() { RefuseSuspend(); }
   virtual void Resume() { RefuseSuspend(); }
+  // Elastic training (FERRY_ELASTIC=1): takes the job's new membership after an operation
+  // failed with kMembershipChanged (Worker::Reset, worker.h). Only a Worker: a local group
+  // refuses FERRY_ELASTIC=1 at start.
+  virtual void Reset() {
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     "reset(): elastic training needs one worker process per Ferry worker");
+  }
   // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).
   virtual CounterValues Counters() const = 0;
 

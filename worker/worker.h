@@ -225,7 +225,7 @@ class Worker : public Collective {
   // kInvalidArgument without FERRY_ELASTIC=1. Buffers of the abandoned operations: as
   // after any failure (see the class comment), ZeroMQ may still read an input queued for a
   // dead server; keep input buffers alive (reusing them is fine).
-  void Reset() EXCLUDES(mu_);
+  void Reset() override EXCLUDES(mu_);
   // The membership epoch this worker's operations belong to (0 until the first Reset()).
   uint32_t epoch() const { return ctx_->epoch.load(); }
   // The scheduler ended the job (every worker shut down or suspended, one for good): a

@@ -35,6 +35,8 @@ namespace py = pybind11;
 namespace {
 
 PyObject* g_error_type = nullptr;  // ferry._core.FerryError
+// ferry._core.MembershipChangedError, a FerryError: elastic training's recoverable error.
+PyObject* g_membership_type = nullptr;
 
 // The worker for one call (worker/binding_core.h, the owner shared with the C API). A
 // shared_ptr, so shutdown() on one thread cannot destroy the worker under a call still
@@ -52,14 +54,18 @@ PYBIND11_MODULE(_core, m) {
 
   static py::exception<ferry::FerryError> error(m, "FerryError", PyExc_RuntimeError);
   g_error_type = error.ptr();
+  static py::exception<ferry::FerryError> changed(m, "MembershipChangedError", error.ptr());
+  g_membership_type = changed.ptr();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ferry::FerryError& e) {
-      py::object instance = py::reinterpret_borrow<py::object>(g_error_type)(e.what());
+      PyObject* type = e.code() == ferry::ErrorCode::kMembershipChanged ? g_membership_type
+                                                                          : g_error_type;
+      py::object instance = py::reinterpret_borrow<py::object>(type)(e.what());
       instance.attr("code") = static_cast<int>(e.code());
       instance.attr("code_name") = ferry::ErrorCodeName(e.code());
-      PyErr_SetObject(g_error_type, instance.ptr());
+      PyErr_SetObject(type, instance.ptr());
     }
   });
 
@@ -199,6 +205,15 @@ PYBIND11_MODULE(_core, m) {
         w->Barrier();
       },
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "reset",
+      [] {
+        auto w = Get();
+        w->Reset();
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Elastic training: takes the job's new membership after MembershipChangedError "
+      "(Worker::Reset); rank() and size() may change. ferry.torch.elastic.run calls it.");
   m.def(
       "join",
       [] {

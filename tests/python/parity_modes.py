@@ -126,8 +126,6 @@ def _refusals(rank, out):
         ("add_process_set", lambda: hvd.add_process_set([0])),
         ("allreduce_process_set", lambda: hvd.allreduce(torch.ones(3), process_set=object())),
         ("sync_batch_norm", lambda: hvd.SyncBatchNorm(4)),
-        ("elastic_run", lambda: hvd.elastic.run(lambda state: None)),
-        ("elastic_state", lambda: hvd.elastic.TorchState()),
         ("start_timeline", lambda: hvd.start_timeline("/tmp/x.json")),
         ("mpi_threads_supported", lambda: hvd.mpi_threads_supported()),
     ]:

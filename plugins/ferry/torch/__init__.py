@@ -14,6 +14,8 @@ Errors raise FerryError (a RuntimeError) with the core's message. See docs/pytor
 from ferry.torch.compression import Compression, Compressor
 from ferry.torch.ops import (
     FerryError,
+    MembershipChangedError,
+    reset,
     Average,
     Sum,
     Adasum,
@@ -97,7 +99,8 @@ from ferry.torch import elastic
 HorovodInternalError = FerryError
 
 __all__ = [
-    "Compression", "Compressor", "FerryError", "HorovodInternalError",
+    "Compression", "Compressor", "FerryError", "MembershipChangedError", "reset",
+    "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous",

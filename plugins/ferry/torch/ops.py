@@ -33,6 +33,24 @@ FerryError = _core.FerryError
 FerryError.__doc__ = ("An operation failed in the Ferry core (a dead node, a mismatched tensor, "
                       "a timeout). The message is the core's; .code / .code_name name the kind.")
 FerryError.__module__ = "ferry.torch"
+MembershipChangedError = _core.MembershipChangedError
+MembershipChangedError.__doc__ = (
+    "Elastic training (FERRY_ELASTIC=1): the job's membership changed (a node died) and the "
+    "operation was abandoned. A FerryError (so Horovod's HorovodInternalError): restore the "
+    "last commit and call reset(); ferry.torch.elastic.run does both.")
+MembershipChangedError.__module__ = "ferry.torch"
+
+
+def reset():
+    """Elastic training: takes the job's new membership after MembershipChangedError
+    (rank() and size() may change). ferry.torch.elastic.run calls it."""
+    _core.reset()
+    with _lock:
+        # Every operation in flight failed with the change: their names are free again, and
+        # their tensors stay alive (ZeroMQ may still read an input queued for a dead server).
+        _keepalive.extend(p.tensors for p in _pending.values())
+        _pending.clear()
+        _in_flight.clear()
 
 # torch dtype -> the core's dtype code (worker/c_api.h).
 _DTYPES = {

@@ -174,9 +174,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if p in self._handles:
                     handle, ctx = self._handles[p]
                     self._finish(p, handle, ctx)
+        except BaseException:
+            self._reset_pending()  # elastic training goes on after a membership change
+            raise
         finally:
             self._handles.clear()
         self._synchronized = True
+
+    def _reset_pending(self):
+        """Forgets the push_pulls of a step that failed (ferry.torch.elastic: after a
+        membership change the step starts over from the restored state)."""
+        self._handles.clear()
+        for p in self._push_pull_delay:
+            self._push_pull_delay[p] = self.backward_passes_per_step
+        self._synchronized = False
 
     @contextmanager
     def skip_synchronize(self):

@@ -1,0 +1,61 @@
+"""Elastic training through ferry.torch.elastic: examples/train_digits.py --elastic on a
+real cluster (FERRY_ELASTIC=1) survives kill -9 of a server and, later, of a worker, and
+ends with the test accuracy it reaches without failures."""
+
+import re
+import signal
+import time
+
+from conftest import EXAMPLES, FERRY_BIN, PYTHON
+
+HEARTBEAT = {"FERRY_HEARTBEAT_INTERVAL_MS": "200", "FERRY_HEARTBEAT_TIMEOUT_MS": "3000"}
+
+
+def wait_for(cluster, name, pattern, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(pattern, cluster.log(name))
+        if m:
+            return m
+        assert cluster.procs[name].poll() is None, "%s exited\n%s" % (name, cluster.logs())
+        time.sleep(0.05)
+    raise AssertionError("%s never printed %r\n%s" % (name, pattern, cluster.logs()))
+
+
+def test_train_digits_survives_a_killed_server_and_a_killed_worker(cluster):
+    c = cluster(workers=3, servers=2, env=dict(HEARTBEAT, FERRY_ELASTIC="1"))
+    c._spawn("scheduler", [str(FERRY_BIN / "ferry-scheduler")], "scheduler")
+    for i in range(2):
+        c._spawn("server %d" % i, [str(FERRY_BIN / "ferry-server")], "server")
+    for i in range(3):
+        c._spawn("worker %d" % i,
+                 [PYTHON, str(EXAMPLES / "train_digits.py"), "--elastic", "--epochs", "12",
+                  "--min-accuracy", "0.95", "--step-sleep", "0.01"],
+                 "worker", {"DMLC_WORKER_ID": str(i)})
+    wait_for(c, "worker 0", r"epoch  2 ", 120)
+    server_killed_at = time.time()
+    c.kill("server 1")
+    wait_for(c, "worker 0", r"time lost to the membership change", 60)
+    wait_for(c, "worker 0", r"epoch  6 ", 120)
+    worker_killed_at = time.time()
+    c.kill("worker 2")
+    for i in range(2):
+        p = c.procs["worker %d" % i]
+        p.wait(180)
+        assert p.returncode == 0, c.logs()
+    out = c.log("worker 0")
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    assert m and float(m.group(1)) >= 0.95, out
+    # Two membership changes, each followed by training on: 2 servers -> 1, 3 workers -> 2.
+    firsts = [float(t) for t in re.findall(r"first step after at unix time ([0-9.]+)", out)]
+    assert len(firsts) == 2, out
+    assert "worker 0 of 2 after a membership change" in out, out
+    assert re.search(r"epoch 12  loss [0-9.]+  2 workers", out), out
+    for what, killed, first in (("server", server_killed_at, firsts[0]),
+                                ("worker", worker_killed_at, firsts[1])):
+        print("\n%s killed: first step completed %.2f s later (heartbeat timeout 3 s)"
+              % (what, first - killed))
+    for name in ("scheduler", "server 0"):
+        p = c.procs[name]
+        p.wait(30)
+        assert p.returncode == 0, c.logs()
