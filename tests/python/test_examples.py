@@ -6,8 +6,8 @@ import subprocess
 from conftest import EXAMPLES, FERRY_BIN, PYTHON, REPO, base_env
 
 
-def local_cluster(args, timeout):
-    env = base_env({"FERRY_BIN": str(FERRY_BIN)})
+def local_cluster(args, timeout, env=None):
+    env = base_env(dict({"FERRY_BIN": str(FERRY_BIN)}, **(env or {})))
     return subprocess.run([str(REPO / "scripts" / "local-cluster"), "-s", "2", "-w", "2", "--", PYTHON]
                           + args, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -28,7 +28,7 @@ def test_benchmark_runs():
     assert re.search(r"samples/s per worker: [0-9.]+", r.stdout), r.stdout
 
 
-def run_with_import_changed(tmp_path, example, old, new):
+def run_with_import_changed(tmp_path, example, old, new, env=None):
     """Runs an example written for Horovod or BytePS with only its import line changed."""
     source = (EXAMPLES / example).read_text()
     assert source.count(old + "\n") == 1, "%s must import %r exactly once" % (example, old)
@@ -37,11 +37,19 @@ def run_with_import_changed(tmp_path, example, old, new):
     assert differing == [(old, new)], differing
     script = tmp_path / example
     script.write_text(changed)
-    r = local_cluster([str(script)], timeout=240)
+    r = local_cluster([str(script)], timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     m = re.search(r"test accuracy ([0-9.]+)", r.stdout)
     assert m, r.stdout
     return float(m.group(1)), r.stdout
+
+
+def test_a_horovod_elastic_program_runs_with_only_its_import_changed(tmp_path):
+    accuracy, out = run_with_import_changed(tmp_path, "horovod_elastic_digits.py",
+                                            "import horovod.torch as hvd",
+                                            "import ferry.torch as hvd", env={"FERRY_ELASTIC": "1"})
+    assert accuracy >= 0.95, out
+    assert "epoch 8 loss" in out and "workers 2" in out, out
 
 
 def test_a_horovod_program_runs_with_only_its_import_changed(tmp_path):

@@ -32,6 +32,7 @@ is not raised.
 import copy
 import functools
 import math
+import os
 import random
 import sys
 import time
@@ -233,6 +234,9 @@ def run(func):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
+        if os.environ.get("FERRY_ELASTIC", "0").lower() not in ("1", "true", "yes", "on"):
+            _log("FERRY_ELASTIC is not set: this job is not elastic, and a dead node ends it "
+                 "(set FERRY_ELASTIC=1 on every node)")
         if not hasattr(state, "recoveries"):
             state.recoveries = []
         skip_sync = False
