@@ -143,6 +143,17 @@ void Scheduler::RefuseVersion(const Message& m, const Origin& origin) {
 
 void Scheduler::OnRegister(const Message& m, const std::string& identity) {
   const proto::RegisterRequest& r = m.envelope.register_request();
+  if (config_.cluster.elastic && r.role() == proto::SERVER) {
+    const auto servers = std::count_if(pending_.begin(), pending_.end(), [](const auto& p) {
+      return p.request.role() == proto::SERVER;
+    });
+    if (phase_ != Phase::kRegistering || servers >= config_.cluster.num_servers) {
+      // Every slot is filled: a server that comes now (a dead one restarted by its
+      // supervisor, one more) waits as a spare.
+      OnSpare(m, identity);
+      return;
+    }
+  }
   std::string who = Who(r);
   if (phase_ != Phase::kRegistering) {
     Refuse(identity, StrCat(who, " arrived after registration closed; the job already has ",
@@ -255,6 +266,10 @@ void Scheduler::OnSpare(const Message& m, const std::string& identity) {
   if (phase_ != Phase::kRegistering && phase_ != Phase::kRunning) return;  // ending anyway
   if (!spares_.emplace(identity, now).second) return;  // a repeated REGISTER
   membership_.AddSpare({identity, r});
+  Message wait = MakeMessage(proto::NODE_TABLE, kSchedulerId);
+  wait.envelope.mutable_node_table()->set_spare(true);
+  wait.envelope.mutable_node_table()->set_your_id(-1);
+  van_.Reply(identity, std::move(wait));
   LOG(INFO) << "spare " << Who(r) << " registered; " << membership_.spares()
             << " spare(s) wait for a dead server's slot";
 }

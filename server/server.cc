@@ -143,7 +143,7 @@ int Server::Run() {
     SetLogNodeName(StrCat("server ", cluster_.my_rank()));
     cluster_.WaitForShutdown();
   } catch (const FerryError& e) {
-    if (e.code() == ErrorCode::kShutdown && config_.cluster.spare && cluster_.my_id() < 0) {
+    if (e.code() == ErrorCode::kShutdown && cluster_.my_id() < 0) {  // a spare never needed
       LOG(INFO) << "spare server done: " << e.what();  // never needed: a clean end
     } else {
       LOG(ERROR) << "server stops: " << e.what();

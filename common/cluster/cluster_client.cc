@@ -113,17 +113,19 @@ void ClusterClient::Register() {
   Send(std::move(m));
   LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role)
             << (config_.cluster.spare ? " (spare)" : "");
-  if (config_.cluster.spare) {
-    WaitForSlot();
-    return;
-  }
   // The scheduler names the missing nodes when its own deadline passes; wait a little
   // longer than that deadline so its verdict, not our timeout, is what users read.
   int64_t wait_ms =
       config_.cluster.connect_timeout_ms + config_.cluster.connect_timeout_ms / 4 + 1000;
-  WaitUntil([this]() REQUIRES(mu_) { return my_id() >= 0; }, wait_ms,
+  WaitUntil([this]() REQUIRES(mu_) { return my_id() >= 0 || waiting_as_spare_; }, wait_ms,
             StrCat("the node table from the ", scheduler_name_,
                    " (is the scheduler running, and did every node start?)"));
+  if (my_id() < 0) {
+    LOG(INFO) << "every server slot of the job is filled: waiting as a spare for a dead "
+                 "server's slot";
+    WaitForSlot();
+    return;
+  }
   StartHeartbeats();
 }
 
@@ -154,6 +156,11 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
   {
     MutexLock lock(mu_);
     const bool first = my_id() < 0;
+    if (first && t.spare()) {  // no slot yet: Register() waits as a spare
+      waiting_as_spare_ = true;
+      cv_.NotifyAll();
+      return;
+    }
     // A duplicate changes nothing; a later epoch only in an elastic job.
     if (!first && (!config_.cluster.elastic || t.epoch() <= epoch())) return;
     NodeTable next(t);

@@ -24,9 +24,10 @@
 // that arrived ahead of it is handled: a spare's first table is a later epoch's.) A node the new table no longer lists fails (the
 // scheduler declared it dead). Without FERRY_ELASTIC the first table is the only one.
 //
-// Spares (FERRY_SPARE=1): Register() returns only once a dead server's slot is given to
-// this node (its id is then the slot's), heartbeating meanwhile under id -1; it throws
-// kShutdown if the job ends first.
+// Spares (FERRY_SPARE=1, or any server the scheduler tells to wait as one: it came to an
+// elastic job whose slots are filled): Register() returns only once a dead server's slot is
+// given to this node (its id is then the slot's), heartbeating meanwhile under id -1; it
+// throws kShutdown if the job ends first.
 
 #include <atomic>
 #include <deque>
@@ -166,6 +167,7 @@ class ClusterClient {
   std::function<void(const std::string&)> on_failure_ GUARDED_BY(mu_);
 
   std::atomic<bool> failed_{false};
+  std::atomic<bool> waiting_as_spare_{false};  // the scheduler said: no slot yet, wait
   std::atomic<bool> shut_down_{false};
   // A worker that Resume()d and has not finalized or suspended since: a SHUTDOWN then
   // fails it (its RESUME crossed the end of the job) instead of ending it quietly.
