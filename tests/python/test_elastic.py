@@ -3,10 +3,10 @@ real cluster (FERRY_ELASTIC=1) survives kill -9 of a server and, later, of a wor
 ends with the test accuracy it reaches without failures."""
 
 import re
-import signal
+import subprocess
 import time
 
-from conftest import EXAMPLES, FERRY_BIN, PYTHON
+from conftest import EXAMPLES, FERRY_BIN, PYTHON, REPO, base_env
 
 HEARTBEAT = {"FERRY_HEARTBEAT_INTERVAL_MS": "200", "FERRY_HEARTBEAT_TIMEOUT_MS": "3000"}
 
@@ -59,3 +59,21 @@ def test_train_digits_survives_a_killed_server_and_a_killed_worker(cluster):
         p = c.procs[name]
         p.wait(30)
         assert p.returncode == 0, c.logs()
+
+
+def test_local_cluster_goes_on_when_an_elastic_worker_dies():
+    # Worker 2 kills itself (kill -9) 4 s in; the others finish the training.
+    command = ('[ "$DMLC_WORKER_ID" = 2 ] && (sleep 4; kill -9 $$) & exec %s %s --elastic '
+               '--epochs 8 --min-accuracy 0.95 --step-sleep 0.01'
+               % (PYTHON, EXAMPLES / "train_digits.py"))
+    env = base_env(dict(HEARTBEAT, FERRY_BIN=str(FERRY_BIN), FERRY_ELASTIC="1"))
+    r = subprocess.run([str(REPO / "scripts" / "local-cluster"), "-s", "2", "-w", "3", "--",
+                        "bash", "-c", command], env=env, capture_output=True, text=True,
+                       timeout=240)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    assert "worker 2 exited with code 137; elastic job (FERRY_ELASTIC=1): the others go on" in out, \
+        out[-6000:]
+    assert "the job finished; lost on the way: worker 2" in out, out[-6000:]
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    assert m and float(m.group(1)) >= 0.95, out[-6000:]
