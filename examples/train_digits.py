@@ -22,6 +22,7 @@ first step completed after.
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -99,7 +100,8 @@ def main(argv=None):
     p.add_argument("--min-accuracy", type=float, default=0.0,
                    help="exit 1 if the test accuracy ends below this")
     p.add_argument("--elastic", action="store_true",
-                   help="elastic training (ferry.torch.elastic; needs FERRY_ELASTIC=1)")
+                   default=os.environ.get("FERRY_ELASTIC", "0").lower() in ("1", "true", "yes", "on"),
+                   help="elastic training (ferry.torch.elastic; default: on when FERRY_ELASTIC=1)")
     p.add_argument("--commit-every", type=int, default=5, help="--elastic: batches per commit")
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep after each step (stretches a run, for failure tests)")

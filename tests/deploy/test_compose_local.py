@@ -118,6 +118,68 @@ def test_compose_local_stops_everything_when_a_service_fails(tmp_path):
     assert_cleaned_up(out)
 
 
+def ferry_server_of(service):
+    """The pid of the ferry-server that compose-local runs for `service` (its HOSTNAME)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/comm" % pid) as f:
+                if f.read().strip() != "ferry-server":
+                    continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if b"HOSTNAME=%s\0" % service.encode() in f.read():
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+def test_compose_local_restarts_a_killed_server_of_an_elastic_job(tmp_path):
+    """FERRY_ELASTIC=1: server-1 killed mid-training; its restart policy (on-failure:3)
+    starts it again, it registers as a spare and takes its slot back, and the training
+    finishes."""
+    need_compose()
+    need_binaries()
+    if not list((BUILD / "python" / "ferry").glob("_core*.so")):
+        pytest.skip("the Python package was not built in %s/python (needs pybind11-dev)" % BUILD)
+    argv = ["ferry-launch", "python3", "/usr/local/share/ferry/examples/train_digits.py",
+            "--epochs", "10", "--step-sleep", "0.02", "--min-accuracy", "0.9"]
+    files = [COMPOSE, override(tmp_path, {"worker-0": argv, "worker-1": argv})]
+    cmd = [str(SCRIPTS / "compose-local"), "--build", str(BUILD), "--timeout", "200"]
+    for f in files:
+        cmd += ["-f", str(f)]
+    p = subprocess.Popen(cmd, env=clean_env({"FERRY_ELASTIC": "1"}), cwd=REPO,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    lines = []
+    try:
+        killed = False
+        deadline = time.time() + 230
+        for raw in iter(p.stdout.readline, b""):
+            lines.append(raw.decode(errors="replace"))
+            if not killed and "epoch  3 " in lines[-1]:
+                pid = ferry_server_of("server-1")
+                assert pid, "no ferry-server of server-1 found\n" + "".join(lines[-200:])
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+            assert time.time() < deadline, "compose-local ran too long\n" + "".join(lines[-200:])
+        p.wait(30)
+    finally:
+        kill_session(p)
+    out = "".join(lines)
+    assert killed, out[-6000:]
+    assert p.returncode == 0, out[-8000:]
+    assert "server-1 exited with code 137" in out, out[-6000:]
+    assert "restarting server-1 (restart: on-failure:3; restart 1)" in out, out[-6000:]
+    assert "waiting as a spare" in out, out[-6000:]
+    assert "a spare took the slot of server" in out, out[-6000:]
+    assert "time lost to the membership change" in out, out[-6000:]
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    assert m and float(m.group(1)) >= 0.9, out[-6000:]
+    assert_cleaned_up(out)
+
+
 def test_compose_local_cleans_up_on_sigterm(tmp_path):
     need_compose()
     need_binaries()
