@@ -73,6 +73,11 @@ INVALID = {
     "FERRY_LOCAL_SIZE": "0",
     "FERRY_LOCAL_RANK": "3",           # with FERRY_LOCAL_SIZE unset (1): 0 only
     "FERRY_LOCAL_SOCKET": "has space",
+    "FERRY_ELASTIC": "maybe",
+    "FERRY_SPARE": "sometimes",
+    "FERRY_MIN_WORKERS": "0",
+    "FERRY_MIN_WORKERS_TIMEOUT_MS": "soon",
+    "FERRY_MAX_WORKERS": "0",          # fewer than DMLC_NUM_WORKER
 }
 
 # Documented variables the programs do not read, or that accept any value.

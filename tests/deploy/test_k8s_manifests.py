@@ -127,6 +127,20 @@ def test_every_role_gets_what_it_needs(docs):
     assert "ports" not in c
 
 
+def test_an_elastic_job_gets_a_dead_server_back(docs):
+    # FERRY_ELASTIC reaches every role from the ConfigMap, and a dead server's container is
+    # restarted in its pod (the pod's restartPolicy stays Always): it then registers as a
+    # spare and takes its slot back (docs/reliability.md, "Elastic training").
+    assert find(docs, "ConfigMap", "ferry-cluster")["data"]["FERRY_ELASTIC"] in ("0", "1")
+    for kind, name in (("Deployment", "ferry-scheduler"), ("StatefulSet", "ferry-server"),
+                       ("StatefulSet", "ferry-worker")):
+        workload = find(docs, kind, name)
+        c, env = container_env(docs, workload)
+        assert "FERRY_ELASTIC" in env, name
+    servers = find(docs, "StatefulSet", "ferry-server")
+    assert servers["spec"]["template"]["spec"].get("restartPolicy", "Always") == "Always"
+
+
 def test_the_published_secret_is_marked_fake(docs):
     s = find(docs, "Secret", "ferry-secret")
     assert s["type"] == "Opaque" and list(s["stringData"]) == ["FERRY_SECRET"]
