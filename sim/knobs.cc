@@ -75,6 +75,12 @@ const std::vector<Knob>& Knobs() {
       {"FERRY_JOIN_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_STALL_WARNING_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_STALL_SHUTDOWN_MS", KnobUse::kNoEffect, "a deadline"},
+      // Elastic training: the model has no failures; a fixed membership is timed alike.
+      {"FERRY_ELASTIC", KnobUse::kNoEffect, "no node fails in the model"},
+      {"FERRY_SPARE", KnobUse::kNoEffect, "no node fails in the model"},
+      {"FERRY_MIN_WORKERS", KnobUse::kNoEffect, "no node fails in the model"},
+      {"FERRY_MIN_WORKERS_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
+      {"FERRY_MAX_WORKERS", KnobUse::kNoEffect, "no worker joins in the model"},
       {"FERRY_BIND_ADDR", KnobUse::kNoEffect, "an address"},
       {"FERRY_LOG_LEVEL", KnobUse::kNoEffect, "logs"},
       {"FERRY_STATS_FILE", KnobUse::kNoEffect, "a file at exit"},
