@@ -281,8 +281,15 @@ void Scheduler::CheckSpares() {
       ++it;
       continue;
     }
-    LOG(WARNING) << "a spare server sent no heartbeat for " << now - it->second
-                 << " ms; it no longer waits for a slot";
+    const std::string why = StrCat("a spare server sent no heartbeat for ", now - it->second,
+                                   " ms (FERRY_HEARTBEAT_TIMEOUT_MS=",
+                                   config_.cluster.heartbeat_timeout_ms,
+                                   "); it no longer waits for a slot");
+    LOG(WARNING) << why;
+    Message out = MakeMessage(proto::NODE_FAILED, kSchedulerId);
+    out.envelope.mutable_failure()->set_node_id(-1);
+    out.envelope.mutable_failure()->set_reason(why);
+    van_.Reply(it->first, std::move(out));
     membership_.RemoveSpare(it->first);
     it = spares_.erase(it);
   }
@@ -310,6 +317,11 @@ void Scheduler::PublishTable() {
 
 void Scheduler::DropMember(int id, const std::string& why) {
   LOG(WARNING) << why;
+  // Should it be alive after all (late heartbeats), it learns why it is out of the job.
+  Message out = MakeMessage(proto::NODE_FAILED, kSchedulerId);
+  out.envelope.mutable_failure()->set_node_id(id);
+  out.envelope.mutable_failure()->set_reason(StrCat(why, "; the job goes on without it"));
+  SendTo(id, std::move(out));
   members_.erase(id);
   barriers_.clear();  // their waiters throw kMembershipChanged at the new table
   std::string change;
@@ -332,7 +344,7 @@ void Scheduler::DropMember(int id, const std::string& why) {
     stalls_.Restart(table().num_workers());
     change = StrCat(table().num_workers(), " workers remain, renumbered 0..",
                     table().num_workers() - 1, " in their old order");
-    if (table().num_workers() < config_.cluster.min_workers) {
+    if (table().num_workers() < config_.cluster.min_workers && below_min_since_ms_ == 0) {
       // No epoch below the minimum: the workers would only train on too few.
       below_min_since_ms_ = NowMs();
       below_min_why_ = StrCat("only ", table().num_workers(), " live workers, fewer than FERRY_MIN_WORKERS=",
@@ -340,9 +352,9 @@ void Scheduler::DropMember(int id, const std::string& why) {
       LOG(WARNING) << below_min_why_ << "; waiting at most "
                    << config_.cluster.min_workers_timeout_ms
                    << " ms (FERRY_MIN_WORKERS_TIMEOUT_MS) for workers to join";
-      return;
     }
   }
+  if (below_min_since_ms_ > 0) return;  // no epoch below the minimum (a server's death too)
   LOG(WARNING) << "membership epoch " << membership_.epoch() << ": " << change << " ("
                << table().Servers().size() << " servers, " << table().num_workers() << " workers)";
   PublishTable();
@@ -372,6 +384,12 @@ void Scheduler::BuildNodeTable() {
 }
 
 void Scheduler::OnBarrier(const Message& m) {
+  if (m.envelope.epoch() != membership_.epoch()) {
+    // Sent before the node heard of the newest epoch: its wait was interrupted.
+    VLOG(1) << "dropped a barrier of membership epoch " << m.envelope.epoch() << " from "
+            << table().Describe(m.sender());
+    return;
+  }
   int group = m.envelope.barrier().group();
   auto& arrived = barriers_[group];
   for (const Arrival& a : arrived) {

@@ -546,7 +546,7 @@ void Server::HandleJoin(Engine* engine, int rank) {
     // Every worker joined: nobody pushes until they all leave Join(), and then every
     // worker restarts its rounds at 0. Every retirement is complete.
     RetireComplete(engine, engine->joined);
-    engine->joined.assign(num_workers_, false);
+    engine->joined.assign(engine->num_workers, false);
     engine->dense->Restart(KeyProtocol::RestartCause::kAllJoined);
     engine->rows->Restart(KeyProtocol::RestartCause::kAllJoined);
     return;

@@ -52,7 +52,8 @@ int JoinProtocol::Join() {
     join.position = position_;
     join.catalog_digest = catalog_.Digest();
   }
-  const int last = ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms, &join);
+  const int last = ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms, &join,
+                                        ctx_.epoch.load());
   MutexLock lock(ctx_.mu);
   catalog_.ResetRounds();
   FERRY_ENFORCE(!join.catalogs_differ, ErrorCode::kMismatch,

@@ -143,6 +143,11 @@ bool OperationTable::Reopen() {
   if (failure_code_ != ErrorCode::kMembershipChanged) return failure_.empty();
   failure_.clear();
   failure_code_ = ErrorCode::kOk;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const Entry& e = it->second;
+    const bool abandoned = Visible(e) && !e.callback && e.verdict.code == ErrorCode::kMembershipChanged;
+    it = abandoned ? entries_.erase(it) : std::next(it);
+  }
   return true;
 }
 

@@ -104,7 +104,9 @@ class OperationTable {
   void FailAll(const std::string& reason, ErrorCode code = ErrorCode::kPeerFailed)
       EXCLUDES(mu_);
   // Elastic training (Worker::Reset): a kMembershipChanged failure is over; operations
-  // added from now on run. False (nothing changes) for any other failure.
+  // added from now on run, and the handles of the operations it failed that nobody waited
+  // for are released (a later wait on one: unknown handle). False (nothing changes) for
+  // any other failure.
   bool Reopen() EXCLUDES(mu_);
   void Hold(Handle handle) EXCLUDES(mu_);    // see Holds above; the handle must be known
   void Unhold(Handle handle) EXCLUDES(mu_);  // one per Hold

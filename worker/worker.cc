@@ -95,15 +95,15 @@ void Worker::Start() {
     ReportStalls(report_after_ms, labels, report);
   });
   cluster_.Register();
-  const NodeTable& table = cluster_.table();
+  const NodeTable& table = cluster_.table();  // one membership for the whole start
   my_id_ = cluster_.my_id();
-  rank_ = cluster_.my_rank();
+  rank_ = table.node(my_id_).rank();
   num_workers_ = table.num_workers();
   num_servers_ = table.num_servers();
-  SetLogNodeName(StrCat("worker ", rank_));
-  std::vector<double> weights;
+  SetLogNodeName(StrCat("worker ", rank_.load()));
+  std::vector<double> weights(num_servers_, 0.0);  // by slot: an empty slot weighs 0
   for (const auto& s : table.Servers()) {
-    weights.push_back(s.weight());
+    weights[s.rank()] = s.weight();
     van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
                  config_.transport.control_lane);
   }
@@ -485,7 +485,7 @@ void Worker::Barrier() {
     MutexLock lock(mu_);
     ctx_->ThrowIfFailed();
   }
-  cluster_.Barrier(proto::GROUP_WORKERS);
+  cluster_.Barrier(proto::GROUP_WORKERS, 0, nullptr, ctx_->epoch.load());
 }
 
 void Worker::PushPullDevice(const std::string& name, const void* input, void* output,

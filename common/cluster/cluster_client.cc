@@ -152,7 +152,7 @@ void ClusterClient::WaitForSlot() {
 
 void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
   std::function<void(const NodeTable&)> callback;
-  std::string dropped;
+  std::string failure;  // this node cannot go on with the table
   {
     MutexLock lock(mu_);
     const bool first = my_id() < 0;
@@ -161,16 +161,19 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
       cv_.NotifyAll();
       return;
     }
-    // A duplicate changes nothing; a later epoch only in an elastic job.
-    if (!first && (!config_.cluster.elastic || t.epoch() <= epoch())) return;
+    if (!first && t.epoch() <= epoch()) return;  // a duplicate changes nothing
     NodeTable next(t);
-    if (!next.Contains(t.your_id())) {
+    if (!first && !config_.cluster.elastic) {
+      failure = StrCat("the ", scheduler_name_, " runs an elastic job (it started membership ",
+                       "epoch ", t.epoch(), ") but this node has FERRY_ELASTIC=0: set it alike ",
+                       "on every node");
+    } else if (!next.Contains(t.your_id())) {
       if (first) {
         LOG(ERROR) << "the scheduler's node table does not contain my id " << t.your_id();
         return;
       }
-      dropped = StrCat("the ", scheduler_name_, " dropped this node from the job at membership epoch ",
-                       t.epoch(), " (it presumed it dead: were its heartbeats late?)");
+      failure = StrCat("the ", scheduler_name_, " dropped this node from the job at membership ",
+                       "epoch ", t.epoch(), " (it presumed it dead: were its heartbeats late?)");
     } else {
       tables_.push_back(std::move(next));
       const NodeTable& table = tables_.back();
@@ -190,7 +193,7 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
       cv_.NotifyAll();
     }
   }
-  if (!dropped.empty()) Fail(dropped);
+  if (!failure.empty()) Fail(failure);
   if (callback) callback(table());
 }
 
@@ -338,10 +341,15 @@ Message ClusterClient::MakeHeartbeat() {
   return m;
 }
 
-int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinInfo* join) {
+int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinInfo* join,
+                           std::optional<uint32_t> epoch) {
   uint64_t id;
+  const uint32_t in_epoch = epoch ? *epoch : this->epoch();
   {
     MutexLock lock(mu_);
+    FERRY_ENFORCE(in_epoch >= this->epoch(), ErrorCode::kMembershipChanged, "a ",
+                  proto::BarrierGroup_Name(group), " barrier of membership epoch ", in_epoch,
+                  ": the job's membership changed (epoch ", this->epoch(), ")");
     id = next_request_++;
     BarrierWait& wait = barriers_[id];
     wait.label = BarrierLabel(group);
@@ -349,6 +357,7 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
     wait.start_ms = NowMs();
   }
   Message m = MakeMessage(proto::BARRIER, my_id());
+  m.envelope.set_epoch(in_epoch);
   m.envelope.set_request_id(id);
   m.envelope.mutable_barrier()->set_group(group);
   if (join) {

@@ -33,6 +33,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,8 +94,11 @@ class ClusterClient {
     uint64_t catalog_digest = 0;
     bool catalogs_differ = false;  // set on return
   };
-  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0, JoinInfo* join = nullptr)
-      EXCLUDES(mu_);
+  // `epoch` (elastic): the membership epoch the caller works in (a worker's, until its
+  // Reset(); default: the newest): an older one than the newest throws kMembershipChanged
+  // at once, and the scheduler counts the barrier in that epoch only.
+  int Barrier(proto::BarrierGroup group, int64_t timeout_ms = 0, JoinInfo* join = nullptr,
+              std::optional<uint32_t> epoch = std::nullopt) EXCLUDES(mu_);
 
   // Worker: tells the scheduler this worker is done and waits until the scheduler
   // ends the job (every worker finalized). Servers: just waits for that end.

@@ -553,6 +553,8 @@ void Van::IoLoop() {
   std::vector<std::pair<void*, int>> polled;  // outbound sockets polled, and their peers
   std::vector<void*> monitors;                // their monitors, polled after them
   while (!stop_) {  // a kStop read by a handler's Send (DrainCommands) ends the loop too
+    for (auto& p : retired_) CloseConnection(*p);  // no receive loop runs on them now
+    retired_.clear();
     reads_changed_ = false;
     items.clear();
     items.push_back({command_pull_, 0, ZMQ_POLLIN, 0});
@@ -619,6 +621,8 @@ void Van::IoLoop() {
     d->queue.clear();
     d->arrivals.clear();
   }
+  for (auto& p : retired_) CloseConnection(*p);
+  retired_.clear();
   for (auto& p : connections_) {
     for (void* socket : {p->socket, p->control}) {
       if (!socket) continue;
@@ -811,10 +815,13 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     // Elastic training: a spare server took the slot (and id) of a dead one.
     LOG(INFO) << options_.name << ": node " << peer << " moved from " << old->endpoint << " to "
               << endpoint << "; reconnecting (what was queued for the old one is dropped)";
-    CloseConnection(*old);
-    reads_changed_ = true;  // the poll loop holds its sockets: it must not read them now
-    connections_.erase(std::find_if(connections_.begin(), connections_.end(),
-                                    [old](const auto& c) { return c.get() == old; }));
+    // Closed at the top of the next poll round, not here: a handler may be running inside
+    // a receive loop on its socket (a Send from a handler drains this command).
+    reads_changed_ = true;  // and the round reads nothing more from what it polled
+    auto it = std::find_if(connections_.begin(), connections_.end(),
+                           [old](const auto& c) { return c.get() == old; });
+    retired_.push_back(std::move(*it));
+    connections_.erase(it);
   }
   auto p = std::make_unique<Connection>();
   p->id = peer;

@@ -315,6 +315,9 @@ class Van {
   void* command_push_ GUARDED_BY(push_mutex_) = nullptr;  // other threads' end of the pipe
   bool pipe_closed_ GUARDED_BY(push_mutex_) = false;  // stop command sent: nothing follows
   std::vector<std::unique_ptr<Connection>> connections_;  // IO thread only
+  // Replaced by a reconnect to a new endpoint (DoConnect); closed at the top of the next
+  // poll round. IO thread only.
+  std::vector<std::unique_ptr<Connection>> retired_;
   bool stop_ = false;           // IO thread only: a kStop was read (DrainCommands)
   // IO thread only: the sockets polled this round changed (hold_data_reads_, a peer
   // reconnected): the round reads nothing more and polls again.

@@ -17,6 +17,7 @@ import itertools
 import socket
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -45,6 +46,8 @@ def reset():
     """Elastic training: takes the job's new membership after MembershipChangedError
     (rank() and size() may change). ferry.torch.elastic.run calls it."""
     _core.reset()
+    for optimizer in list(_optimizers):
+        optimizer._reset_pending()  # the step that failed starts over
     with _lock:
         # Every operation in flight failed with the change: their names are free again, and
         # their tensors stay alive (ZeroMQ may still read an input queued for a dead server).
@@ -78,6 +81,7 @@ _pending = {}              # handle -> _Pending: tensors the core uses until wai
 _keepalive = []            # tensors of failed operations: ZeroMQ may still read them
 _declared = {}             # name -> (dtype code, shape) declared to the core
 _in_flight = set()         # (kind, name) of operations started and not yet synchronized
+_optimizers = weakref.WeakSet()  # DistributedOptimizers: reset() forgets their failed step
 _local = None              # (local_rank, local_size), found at init()
 _finished_handles = itertools.count(-1, -1)  # handles of operations done when started
 _atexit_registered = False

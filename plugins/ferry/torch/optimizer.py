@@ -72,6 +72,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._ordered_params = list(self._parameter_names)
         self._push_pull_delay = {p: self.backward_passes_per_step for p in self._ordered_params}
         self._handles = {}
+        ops._optimizers.add(self)  # elastic: reset() calls _reset_pending
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
