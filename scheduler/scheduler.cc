@@ -392,11 +392,15 @@ void Scheduler::OnBarrier(const Message& m) {
   }
   int group = m.envelope.barrier().group();
   auto& arrived = barriers_[group];
-  for (const Arrival& a : arrived) {
+  for (Arrival& a : arrived) {
     if (a.node == m.sender()) {
+      // Its earlier wait ended (a deadline): this one replaces it, so the release reaches
+      // the request still waiting.
       LOG(WARNING) << table().Describe(m.sender()) << " entered a "
                    << proto::BarrierGroup_Name(m.envelope.barrier().group())
-                   << " barrier twice; ignored";
+                   << " barrier again; its new request replaces the earlier one";
+      a = Arrival{m.sender(), m.envelope.request_id(), m.envelope.barrier().join_position(),
+                  m.envelope.barrier().catalog_digest()};
       return;
     }
   }
