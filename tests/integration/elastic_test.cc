@@ -43,7 +43,8 @@ void ExpectFinishedAlike(TestCluster& c, const std::vector<int>& survivors,
     ASSERT_TRUE(r.exited) << "a process hung after the failure\n" << c.AllOutput();
     ASSERT_EQ(r.exit_code, 0) << c.AllOutput();
   }
-  const std::regex ok("OK elastic steps=(\\d+) resets=(\\d+) checksum=([0-9a-f]+)");
+  // joined_last: every survivor ended with a join() over the live workers.
+  const std::regex ok("OK elastic steps=(\\d+) resets=(\\d+) checksum=([0-9a-f]+) joined_last=\\d");
   std::set<std::string> checksums;
   for (int w : workers) {
     const std::string out = c.Output(w);

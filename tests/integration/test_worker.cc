@@ -57,8 +57,9 @@
 //                  restores the commit, calls Reset(), and takes rank 0's model and step
 //                  (Broadcast), as Horovod Elastic's restore() and sync(). Prints "step N"
 //                  as it goes (after --loop_sleep_ms each), "reset epoch E rank R size S
-//                  step N" at each reset, and "OK elastic steps=N resets=K checksum=X"
-//                  (X hashes the model: equal on every worker that finished).
+//                  step N" at each reset; then every worker joins (join()), and prints
+//                  "OK elastic steps=N resets=K checksum=X joined_last=R" (X hashes the
+//                  model: equal on every worker that finished).
 // --repartition=R:B,...  (sums mode) before round R call SetScheduling(B, 4 B): the
 //                  partition size changes mid-run; sums must stay exact.
 // Exit codes: 0 all as expected, 1 a Ferry error, 3 a wrong value or missing error.
@@ -806,9 +807,12 @@ int RunElastic(Worker& w) {
       std::fflush(stdout);
     }
   }
-  std::printf("OK elastic steps=%lld resets=%d checksum=%llx\n",
+  // Every live worker joins at the end (join() counts the live workers only); a change
+  // during the join would end this run with the error.
+  const int last = w.Join();
+  std::printf("OK elastic steps=%lld resets=%d checksum=%llx joined_last=%d\n",
               static_cast<long long>(model.step), resets,
-              static_cast<unsigned long long>(ElasticChecksum(model)));
+              static_cast<unsigned long long>(ElasticChecksum(model)), last);
   return 0;
 }
 
