@@ -43,6 +43,14 @@ void Placement::SetWeights(std::vector<double> weights) {
   for (size_t s = 0; s < weights_.size(); ++s) shares_[s] = weights_[s] / sum;
 }
 
+void Placement::Restore(std::vector<double> weights, std::vector<uint64_t> loads) {
+  CHECK_EQ(loads.size(), loads_.size()) << "a placement of another number of servers";
+  SetWeights(std::move(weights));
+  loads_ = std::move(loads);
+  total_ = 0;
+  for (uint64_t l : loads_) total_ += l;
+}
+
 int Placement::Assign(uint64_t bytes) {
   int best = -1;
   double best_shortfall = -std::numeric_limits<double>::infinity();

@@ -60,6 +60,9 @@ class Placement {
   // New weights (same servers; a server that left has weight 0) for the Assigns from now
   // on; the loads stay. REQUIRES: as for the constructor, and as many as before.
   void SetWeights(std::vector<double> weights);
+  // Takes another placement's state (its weights and loads): Assign then decides as that
+  // placement would. REQUIRES: as many servers as this one; weights as for SetWeights.
+  void Restore(std::vector<double> weights, std::vector<uint64_t> loads);
   const std::vector<uint64_t>& loads() const { return loads_; }
   const std::vector<double>& weights() const { return weights_; }
   uint64_t total() const { return total_; }  // bytes placed so far

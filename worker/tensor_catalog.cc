@@ -231,4 +231,116 @@ std::vector<uint64_t> TensorCatalog::PlacedBytes() const {
   return layouts_[layout_]->placement.loads();
 }
 
+proto::CatalogSnapshot TensorCatalog::Snapshot() const {
+  proto::CatalogSnapshot s;
+  s.set_next_id(next_id_);
+  s.set_layout(layout_);
+  for (double w : server_weights_) s.add_server_weights(w);
+  for (const auto& l : layouts_) {
+    proto::CatalogSnapshot::Layout* out = s.add_layouts();
+    out->set_partition_bytes(l->partition_bytes);
+    out->set_cut(l->cut);
+    for (uint64_t load : l->placement.loads()) out->add_loads(load);
+    for (double w : l->placement.weights()) out->add_weights(w);
+  }
+  for (const auto& [id, t] : tensors_) {
+    if (t->superseded) continue;
+    proto::CatalogSnapshot::Tensor* out = s.add_tensors();
+    out->set_id(id);
+    out->set_name(t->name);
+    out->set_dtype(static_cast<proto::DataTypeProto>(t->dtype));
+    for (int64_t d : t->shape) out->add_shape(d);
+    out->set_priority(t->priority);
+    for (uint32_t gen = 0; gen < t->cuts.size(); ++gen) {
+      if (t->cuts[gen].parts.empty()) continue;
+      proto::CatalogSnapshot::Cut* cut = out->add_cuts();
+      cut->set_layout(gen);
+      for (const PartitionSpec& p : t->cuts[gen].parts) {
+        proto::CatalogSnapshot::Part* part = cut->add_parts();
+        part->set_offset(p.offset);
+        part->set_bytes(p.bytes);
+        part->set_server(p.server);
+      }
+    }
+  }
+  return s;
+}
+
+void TensorCatalog::Load(const proto::CatalogSnapshot& s) {
+  auto bad = [](const std::string& why) {
+    return FerryError(ErrorCode::kBadMessage, "tensor catalog snapshot refused: " + why);
+  };
+  const size_t servers = server_weights_.size();
+  if (s.layouts().empty() || s.layout() >= static_cast<uint32_t>(s.layouts_size()) ||
+      static_cast<size_t>(s.layouts_size()) > kMaxLayouts ||
+      static_cast<size_t>(s.server_weights_size()) != servers) {
+    throw bad(StrCat("layout ", s.layout(), " of ", s.layouts_size(), ", ",
+                     s.server_weights_size(), " server weights for ", servers, " servers"));
+  }
+  std::vector<std::unique_ptr<Layout>> layouts;
+  std::vector<double> weights(s.server_weights().begin(), s.server_weights().end());
+  for (const auto& l : s.layouts()) {
+    if (static_cast<size_t>(l.loads_size()) != servers ||
+        static_cast<size_t>(l.weights_size()) != servers || l.partition_bytes() == 0) {
+      throw bad(StrCat("a layout of ", l.loads_size(), " loads and ", l.weights_size(),
+                       " weights for ", servers, " servers"));
+    }
+    auto layout = std::make_unique<Layout>(l.partition_bytes(), weights);
+    layout->placement.Restore(std::vector<double>(l.weights().begin(), l.weights().end()),
+                              std::vector<uint64_t>(l.loads().begin(), l.loads().end()));
+    layout->cut = l.cut();
+    layouts.push_back(std::move(layout));
+  }
+  std::map<uint32_t, std::shared_ptr<TensorInfo>> tensors;
+  std::map<std::string, uint32_t> ids;
+  for (const auto& in : s.tensors()) {
+    if (in.id() >= s.next_id() || tensors.count(in.id()) || ids.count(in.name()) ||
+        !IsValidDataType(static_cast<int32_t>(in.dtype()))) {
+      throw bad(StrCat("tensor '", in.name(), "' id ", in.id(), " (next id ", s.next_id(),
+                       "): repeated, out of range or of an unknown dtype"));
+    }
+    auto t = std::make_shared<TensorInfo>();
+    t->id = in.id();
+    t->name = in.name();
+    t->dtype = static_cast<DataType>(in.dtype());
+    t->shape.assign(in.shape().begin(), in.shape().end());
+    for (int64_t d : t->shape) {
+      if (d < 0) throw bad(StrCat("tensor '", t->name, "' has a negative dimension"));
+    }
+    t->count = CountOf(t->shape);
+    t->bytes = t->count * DataTypeSize(t->dtype);
+    t->hash = TensorHash(t->name, t->dtype, t->shape);
+    t->priority = in.priority();
+    for (const auto& c : in.cuts()) {
+      if (c.layout() >= layouts.size()) throw bad(StrCat("tensor '", t->name, "' cut in layout ",
+                                                         c.layout(), " of ", layouts.size()));
+      if (t->cuts.size() <= c.layout()) t->cuts.resize(c.layout() + 1);
+      Cut& cut = t->cuts[c.layout()];
+      uint64_t offset = 0;
+      for (const auto& p : c.parts()) {
+        if (p.offset() != offset || p.server() < 0 || static_cast<size_t>(p.server()) >= servers) {
+          throw bad(StrCat("tensor '", t->name, "': a partition at offset ", p.offset(),
+                           " on server ", p.server()));
+        }
+        cut.parts.push_back(PartitionSpec{static_cast<uint32_t>(cut.parts.size()), p.offset(),
+                                          p.bytes(), p.server()});
+        offset += p.bytes();
+      }
+      if (offset != t->bytes || cut.parts.empty() || cut.parts.size() > kMaxPartitionsPerTensor) {
+        throw bad(StrCat("tensor '", t->name, "': cuts of ", offset, " bytes in ",
+                         cut.parts.size(), " partitions for ", t->bytes));
+      }
+      cut.rounds.assign(cut.parts.size(), 0);
+    }
+    ids[t->name] = t->id;
+    tensors[t->id] = std::move(t);
+  }
+  server_weights_ = std::move(weights);
+  layouts_ = std::move(layouts);
+  layout_ = s.layout();
+  tensors_ = std::move(tensors);
+  ids_ = std::move(ids);
+  next_id_ = s.next_id();
+}
+
 }  // namespace ferry

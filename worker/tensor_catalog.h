@@ -35,6 +35,7 @@
 
 #include "common/reduce/reduce.h"
 #include "worker/placement.h"
+#include "ferry.pb.h"
 
 namespace ferry {
 
@@ -126,6 +127,16 @@ class TensorCatalog {
   size_t SetServerWeights(std::vector<double> weights);
   // Bytes placed on each server (by rank) in the current layout.
   std::vector<uint64_t> PlacedBytes() const;
+
+  // Elastic joins (docs/design/issue16-elastic.md, "Joins"): the current declarations with
+  // their cuts in every layout, the placements' loads and weights, the next id and the
+  // current layout. Load makes this catalog that state: the same ids, cuts, placements and
+  // Digest, so that a later Declare gives what the snapshot's catalog would give. Rounds
+  // start at 0; superseded declarations are not carried (their ids stay used). Throws
+  // FerryError (kBadMessage) on a snapshot that is not self-consistent, changing nothing.
+  // REQUIRES (Load): as many servers as the snapshot; no operation of the worker yet.
+  proto::CatalogSnapshot Snapshot() const;
+  void Load(const proto::CatalogSnapshot& snapshot);
 
  private:
   struct Layout {

@@ -210,5 +210,96 @@ TEST(TensorCatalogTest, AServerThatLeftHasItsPartitionsPlacedAgainAndNoOtherMove
   EXPECT_EQ(Servers(*c, 1), Servers(*other, 1));
 }
 
+// The catalog of a running worker, with a history (a re-declaration, a second layout, a
+// server that left), and the same catalog loaded from its snapshot into a fresh one (a
+// worker joining an elastic job): the same ids, cuts, placements and digest, and what is
+// declared next is numbered and placed alike.
+void ExpectSameCuts(TensorCatalog& a, TensorCatalog& b, const std::string& name) {
+  auto ta = a.Find(name);
+  auto tb = b.Find(name);
+  ASSERT_TRUE(ta && tb) << name;
+  EXPECT_EQ(ta->id, tb->id) << name;
+  EXPECT_EQ(ta->hash, tb->hash) << name;
+  EXPECT_EQ(ta->priority, tb->priority) << name;
+  ASSERT_EQ(ta->cuts.size(), tb->cuts.size()) << name;
+  for (size_t gen = 0; gen < ta->cuts.size(); ++gen) {
+    ASSERT_EQ(ta->cuts[gen].parts.size(), tb->cuts[gen].parts.size()) << name << " layout " << gen;
+    for (size_t i = 0; i < ta->cuts[gen].parts.size(); ++i) {
+      const PartitionSpec& pa = ta->cuts[gen].parts[i];
+      const PartitionSpec& pb = tb->cuts[gen].parts[i];
+      EXPECT_EQ(pa.index, pb.index);
+      EXPECT_EQ(pa.offset, pb.offset);
+      EXPECT_EQ(pa.bytes, pb.bytes);
+      EXPECT_EQ(pa.server, pb.server) << name << " layout " << gen << " partition " << i;
+    }
+  }
+}
+
+TEST(TensorCatalogTest, ASnapshotLoadedElsewhereIsTheSameCatalog) {
+  const std::vector<double> weights = {0.5, 0.3, 0.2};
+  TensorCatalog running(4096, weights);
+  running.Declare("a", DataType::kFloat32, {3000}, std::nullopt);
+  running.Declare("b", DataType::kFloat16, {10, 700}, 7);
+  running.Declare("c", DataType::kInt64, {5}, std::nullopt);
+  running.Declare("a", DataType::kFloat32, {4000}, std::nullopt);  // a re-declaration
+  running.SwitchPartitionBytes(16384);
+  running.Declare("d", DataType::kFloat64, {9000}, std::nullopt);
+  running.SwitchPartitionBytes(4096);
+  running.SetServerWeights({0.6, 0.0, 0.4});  // server 1 left: its partitions moved
+  running.Retire(0);                          // the superseded "a" is gone
+
+  TensorCatalog joiner(1 << 20, {1.0, 1.0, 1.0});
+  joiner.Declare("mine", DataType::kFloat32, {1}, std::nullopt);  // replaced by the load
+  joiner.Load(running.Snapshot());
+  EXPECT_EQ(joiner.Digest(), running.Digest());
+  EXPECT_EQ(joiner.next_id(), running.next_id());
+  EXPECT_EQ(joiner.layout(), running.layout());
+  EXPECT_EQ(joiner.partition_bytes(), 4096u);
+  EXPECT_EQ(joiner.PlacedBytes(), running.PlacedBytes());
+  EXPECT_EQ(joiner.Find("mine"), nullptr);
+  for (const char* name : {"a", "b", "c", "d"}) ExpectSameCuts(running, joiner, name);
+  // From here on both decide alike: a new name, a re-declaration, another layout.
+  for (TensorCatalog* c : {&running, &joiner}) {
+    c->Declare("e", DataType::kFloat32, {12345}, std::nullopt);
+    c->Declare("b", DataType::kFloat16, {10, 900}, std::nullopt);
+    c->SwitchPartitionBytes(16384);
+  }
+  for (const char* name : {"a", "b", "c", "d", "e"}) ExpectSameCuts(running, joiner, name);
+  EXPECT_EQ(joiner.Digest(), running.Digest());
+}
+
+TEST(TensorCatalogTest, ASnapshotThatDoesNotAddUpIsRefusedAndChangesNothing) {
+  TensorCatalog running(4096, {1.0, 1.0});
+  running.Declare("a", DataType::kFloat32, {3000}, std::nullopt);
+  const proto::CatalogSnapshot good = running.Snapshot();
+  TensorCatalog joiner(4096, {1.0, 1.0});
+  joiner.Declare("x", DataType::kFloat32, {10}, std::nullopt);
+  const uint64_t before = joiner.Digest();
+  auto refused = [&](proto::CatalogSnapshot s, const char* what) {
+    try {
+      joiner.Load(s);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const FerryError& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadMessage) << e.what();
+    }
+    EXPECT_EQ(joiner.Digest(), before) << what;
+  };
+  proto::CatalogSnapshot s = good;
+  s.mutable_tensors(0)->mutable_cuts(0)->mutable_parts(0)->set_server(2);
+  refused(s, "a partition on a server that does not exist");
+  s = good;
+  s.mutable_tensors(0)->mutable_cuts(0)->mutable_parts(0)->set_bytes(1);
+  refused(s, "partitions that do not cover the tensor");
+  s = good;
+  s.add_server_weights(1.0);
+  refused(s, "another number of servers");
+  s = good;
+  s.set_next_id(0);
+  refused(s, "an id at or above the next id");
+  s = good;
+  s.set_layout(3);
+  refused(s, "a current layout that does not exist");
+}
+
 }  // namespace
 }  // namespace ferry
