@@ -109,6 +109,9 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
     case proto::RESUME:
       OnSuspend(m, m.type() == proto::SUSPEND);
       break;
+    case proto::ADMIT:
+      OnAdmit(m);
+      break;
     default:
       LOG(WARNING) << "dropped unexpected " << Describe(m) << " (from "
                    << table().Describe(m.sender()) << ")";
@@ -143,6 +146,10 @@ void Scheduler::RefuseVersion(const Message& m, const Origin& origin) {
 
 void Scheduler::OnRegister(const Message& m, const std::string& identity) {
   const proto::RegisterRequest& r = m.envelope.register_request();
+  if (config_.cluster.elastic && r.role() == proto::WORKER && phase_ == Phase::kRunning) {
+    OnJoiner(m, identity);
+    return;
+  }
   if (config_.cluster.elastic && r.role() == proto::SERVER) {
     const auto servers = std::count_if(pending_.begin(), pending_.end(), [](const auto& p) {
       return p.request.role() == proto::SERVER;
@@ -295,15 +302,17 @@ void Scheduler::CheckSpares() {
   }
 }
 
-void Scheduler::PublishTable() {
+void Scheduler::PublishTable(const proto::CatalogSnapshot* catalog) {
   const proto::NodeTable& table = this->table().proto();
   const int64_t now = NowMs();
   std::map<int, Member> members;
+  std::set<int> fresh;  // members new in this epoch
   for (const auto& n : table.nodes()) {
     if (n.id() == kSchedulerId) continue;
     auto it = members_.find(n.id());
     const bool same = it != members_.end() && it->second.identity == n.routing_id();
     members[n.id()] = same ? it->second : Member{n.routing_id(), now};
+    if (!same) fresh.insert(n.id());
     spares_.erase(n.routing_id());  // a promoted spare is a member now
   }
   members_ = std::move(members);
@@ -311,8 +320,56 @@ void Scheduler::PublishTable() {
     Message m = MakeMessage(proto::NODE_TABLE, kSchedulerId);
     *m.envelope.mutable_node_table() = table;
     m.envelope.mutable_node_table()->set_your_id(id);
+    if (catalog && fresh.count(id)) *m.envelope.mutable_node_table()->mutable_catalog() = *catalog;
     SendTo(id, std::move(m));
   }
+}
+
+void Scheduler::OnJoiner(const Message& m, const std::string& identity) {
+  const proto::RegisterRequest& r = m.envelope.register_request();
+  for (const auto& j : joiners_) {
+    if (j.identity == identity) return;  // a repeated REGISTER
+  }
+  const int live = table().num_workers();
+  if (live + static_cast<int>(joiners_.size()) >= config_.cluster.max_workers) {
+    Refuse(identity, StrCat(Who(r), " wants to join, but the job has ", live, " workers and ",
+                            joiners_.size(), " waiting, FERRY_MAX_WORKERS=",
+                            config_.cluster.max_workers));
+    return;
+  }
+  joiners_.push_back({identity, r});
+  LOG(INFO) << Who(r) << " waits to join at the workers' next commit (" << joiners_.size()
+            << " waiting)";
+  if (below_min_since_ms_ > 0 &&
+      live + static_cast<int>(joiners_.size()) >= config_.cluster.min_workers) {
+    // Enough workers again: the survivors take the epoch without the dead (they are held
+    // in the old one), and admit the joiners at their next commit.
+    LOG(WARNING) << "membership epoch " << membership_.epoch() << ": " << live
+                 << " workers, with enough waiting to join to reach FERRY_MIN_WORKERS="
+                 << config_.cluster.min_workers;
+    below_min_since_ms_ = 0;
+    PublishTable();
+    MaybeEndJob();
+  }
+}
+
+void Scheduler::OnAdmit(const Message& m) {
+  // Rank 0's ADMIT of the current epoch carries the catalog the joiners start from; every
+  // worker sends one after the same commit, the others' change nothing.
+  if (joiners_.empty() || m.envelope.epoch() != membership_.epoch() ||
+      !table().IsWorker(m.sender()) || table().node(m.sender()).rank() != 0 ||
+      !m.envelope.has_catalog()) {
+    return;
+  }
+  const size_t added = joiners_.size();
+  membership_.WithWorkers(joiners_);
+  joiners_.clear();
+  barriers_.clear();  // their waiters throw kMembershipChanged at the new table
+  stalls_.Restart(table().num_workers());
+  LOG(INFO) << "membership epoch " << membership_.epoch() << ": " << added
+            << " worker(s) joined at the workers' commit (" << table().Servers().size()
+            << " servers, " << table().num_workers() << " workers)";
+  PublishTable(&m.envelope.catalog());
 }
 
 void Scheduler::DropMember(int id, const std::string& why) {
@@ -474,6 +531,10 @@ void Scheduler::MaybeEndJob() {
   for (const auto& [identity, heartbeat] : spares_) {
     van_.Reply(identity, MakeMessage(proto::SHUTDOWN, kSchedulerId));
   }
+  for (const auto& j : joiners_) {
+    Refuse(j.identity, StrCat(Who(j.request), " waited to join, but the job ended first"));
+  }
+  joiners_.clear();
   phase_ = Phase::kDone;
   cv_.NotifyAll();
 }
@@ -499,6 +560,7 @@ void Scheduler::CheckHeartbeats() {
 
 void Scheduler::OnHeartbeat(const Message& m) {
   Message ack = MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId);
+  if (table().IsWorker(m.sender())) ack.envelope.set_workers_waiting(joiners_.size());
   if (table().IsWorker(m.sender()) && stalls_.enabled()) {
     if (m.envelope.has_stall_report()) {
       stalls_.Update(table().node(m.sender()).rank(), m.envelope.stall_report(), NowMs());
@@ -543,6 +605,7 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
     van_.Reply(identity, std::move(m));
   };
   for (const auto& p : pending_) notify(p.identity);
+  for (const auto& j : joiners_) notify(j.identity);
   for (const auto& [identity, heartbeat] : spares_) notify(identity);
   for (const auto& [id, member] : members_) {
     if (id != node_id) notify(member.identity);

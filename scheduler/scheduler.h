@@ -69,9 +69,15 @@ class Scheduler {
   // wait below FERRY_MIN_WORKERS, or the job's failure when no server is left.
   void DropMember(int id, const std::string& why) REQUIRES(mu_);
   // Sends the newest table to every member (your_id set) and makes members_ its nodes.
-  void PublishTable() REQUIRES(mu_);
+  // `catalog` (may be null): for the members that are new in this epoch (joiners).
+  void PublishTable(const proto::CatalogSnapshot* catalog = nullptr) REQUIRES(mu_);
   // A spare's REGISTER (any phase) and its heartbeats (id -1); silent spares are dropped.
   void OnSpare(const Message& m, const std::string& identity) REQUIRES(mu_);
+  // Elastic joins: a worker registering while the job runs waits (joiners_) until the
+  // workers agree at a commit (Worker::HostsUpdated) and rank 0's ADMIT brings its tensor
+  // catalog: then the next epoch has them, and each joiner's table carries the catalog.
+  void OnJoiner(const Message& m, const std::string& identity) REQUIRES(mu_);
+  void OnAdmit(const Message& m) REQUIRES(mu_);
   void CheckSpares() REQUIRES(mu_);
   // The id of the worker of rank `rank` in the newest table; -1 if none.
   int WorkerIdOf(int rank) const REQUIRES(mu_);
@@ -112,6 +118,7 @@ class Scheduler {
   StallCheck stalls_ GUARDED_BY(mu_);
   std::string failure_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> spares_ GUARDED_BY(mu_);  // identity -> last heartbeat
+  std::vector<Membership::Joiner> joiners_ GUARDED_BY(mu_);  // workers waiting to join
   // Elastic: when the live workers fell below FERRY_MIN_WORKERS (0: they did not), and why.
   int64_t below_min_since_ms_ GUARDED_BY(mu_) = 0;
   std::string below_min_why_ GUARDED_BY(mu_);

@@ -135,6 +135,12 @@ class Collective {
     throw FerryError(ErrorCode::kInvalidArgument,
                      "reset(): elastic training needs one worker process per Ferry worker");
   }
+  // Elastic joins (Worker::HostsUpdated): whether workers wait to join; every rank must
+  // call it at the same point (a commit). False where there is no elasticity.
+  virtual bool HostsUpdated() { return false; }
+  // The membership epoch this rank's operations belong to (0 without elasticity; above 0
+  // from the start for a worker that joined a running job).
+  virtual uint32_t epoch() const { return 0; }
   // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).
   virtual CounterValues Counters() const = 0;
 

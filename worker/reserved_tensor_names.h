@@ -34,6 +34,9 @@ inline constexpr std::string_view kLocalBarrier = "local_barrier";
 // LocalRoot: the rounds of device tensor T (a key, never pushed): a host and a device
 // push_pull of one name are two sequences of rounds.
 inline constexpr std::string_view kDevice = "device";
+// Worker::HostsUpdated (elastic): whether any worker saw workers waiting to join, summed at
+// a commit so that every worker admits them at the same one.
+inline constexpr std::string_view kHostsUpdated = "hosts_updated";
 // The language bindings' own collectives, sent through the public API (so
 // CheckUserTensorName lets them pass): ferry.torch's "host_ids" (local rank discovery).
 inline constexpr std::string_view kBinding = "binding";

@@ -119,6 +119,12 @@ void Worker::Start() {
     MutexLock lock(mu_);
     catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(),
                                                std::move(weights), config_.server.async);
+    if (const proto::CatalogSnapshot* joined = cluster_.joined_catalog()) {
+      // A worker joining a running job: rank 0's declarations, cuts and placements.
+      catalog_->Load(*joined);
+      LOG(INFO) << "joined a running job at membership epoch " << table.proto().epoch()
+                << " with rank 0's catalog of " << joined->tensors_size() << " tensors";
+    }
     ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
     sequencer_ = std::make_unique<Sequencer>(*ctx_, *catalog_,
                                              [this](uint32_t id) { RetireOnServers(id); });
@@ -411,11 +417,37 @@ void Worker::OnMembership(const NodeTable& table) {
   join_->OnFailure();
 }
 
+bool Worker::HostsUpdated() {
+  if (!config_.cluster.elastic) return false;
+  int32_t waiting = cluster_.workers_waiting() > 0 ? 1 : 0;
+  Wait(StartPushPull(ReservedTensorName(reserved::kHostsUpdated), &waiting, &waiting,
+                     DataType::kInt32, 1, false, std::nullopt, nullptr));
+  MutexLock lock(mu_);
+  admitting_ = waiting > 0;
+  return admitting_;
+}
+
 void Worker::Reset() {
   FERRY_ENFORCE(config_.cluster.elastic, ErrorCode::kInvalidArgument,
                 "reset(): only in elastic training (FERRY_ELASTIC=1)");
   MutexLock lock(mu_);
   ctx_->mu.AssertHeld();
+  if (ctx_->failure.empty() && admitting_) {
+    // The workers agreed to admit: rank 0 brings its catalog; the scheduler then starts
+    // the epoch with the joiners, whose table fails this worker's (idle) operations.
+    admitting_ = false;
+    const uint32_t epoch = ctx_->epoch.load();
+    const proto::CatalogSnapshot snapshot = catalog_->Snapshot();
+    cluster_.Admit(rank_ == 0 ? &snapshot : nullptr);
+    const int64_t deadline = NowMs() + config_.cluster.op_timeout_ms;
+    while (ctx_->failure.empty()) {
+      FERRY_ENFORCE(NowMs() < deadline, ErrorCode::kTimeout, "reset(): the epoch admitting the ",
+                    "workers waiting to join did not come within ", config_.cluster.op_timeout_ms,
+                    " ms (FERRY_OP_TIMEOUT_MS); this worker is in epoch ", epoch);
+      MutexUnlock unlock(mu_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
   if (ctx_->failure.empty()) return;  // nothing changed
   FERRY_ENFORCE(ctx_->failure_code == ErrorCode::kMembershipChanged, ctx_->failure_code,
                 ctx_->failure);

@@ -226,8 +226,16 @@ class Worker : public Collective {
   // after any failure (see the class comment), ZeroMQ may still read an input queued for a
   // dead server; keep input buffers alive (reusing them is fine).
   void Reset() override EXCLUDES(mu_);
+  // Elastic joins: at a commit, every worker calls it at the same point of its sequence of
+  // operations (a one-element push_pull: every worker learns whether any saw workers
+  // waiting to join, so all agree). True: the application raises Horovod's
+  // HostsUpdatedInterrupt (no rollback: the state was just committed) and calls Reset(),
+  // which admits the waiting workers (rank 0 sends its tensor catalog, which they start
+  // from: TensorCatalog::Load) and takes the epoch with them; then every worker takes rank
+  // 0's state, as after a failure. Throws as an operation does (kMembershipChanged).
+  bool HostsUpdated() override EXCLUDES(mu_);
   // The membership epoch this worker's operations belong to (0 until the first Reset()).
-  uint32_t epoch() const { return ctx_->epoch.load(); }
+  uint32_t epoch() const override { return ctx_->epoch.load(); }
   // The scheduler ended the job (every worker shut down or suspended, one for good): a
   // suspended worker can no longer Resume().
   bool JobEnded() const { return cluster_.shut_down(); }
@@ -300,6 +308,8 @@ class Worker : public Collective {
   std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
   // Suspend()ed: shut down (ctx_->shut_down) but may Resume().
   bool suspended_ GUARDED_BY(mu_) = false;
+  // HostsUpdated() said yes: the next Reset() admits the waiting workers.
+  bool admitting_ GUARDED_BY(mu_) = false;
   std::unique_ptr<Sender> sender_;                   // the "sender" thread; destroyed first
 };
 

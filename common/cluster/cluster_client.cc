@@ -175,6 +175,10 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
       failure = StrCat("the ", scheduler_name_, " dropped this node from the job at membership ",
                        "epoch ", t.epoch(), " (it presumed it dead: were its heartbeats late?)");
     } else {
+      if (first && t.has_catalog()) {
+        joined_catalog_ = t.catalog();
+        joined_with_catalog_ = true;
+      }
       tables_.push_back(std::move(next));
       const NodeTable& table = tables_.back();
       table_.store(&table, std::memory_order_release);
@@ -217,6 +221,7 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
       return true;
     }
     case proto::HEARTBEAT_ACK:
+      workers_waiting_ = e.workers_waiting();
       if (e.has_stall_watch()) {
         MutexLock lock(mu_);
         stall_watch_ = e.stall_watch();
@@ -397,6 +402,13 @@ void ClusterClient::Finalize() {
   if (shut_down_) return;  // the job ended while this worker was suspended: nobody to tell
   Send(MakeMessage(proto::FINALIZE, my_id()));
   WaitForShutdown();
+}
+
+void ClusterClient::Admit(const proto::CatalogSnapshot* catalog) {
+  Message m = MakeMessage(proto::ADMIT, my_id());
+  m.envelope.set_epoch(epoch());
+  if (catalog) *m.envelope.mutable_catalog() = *catalog;
+  Send(std::move(m));
 }
 
 void ClusterClient::Suspend() {

@@ -82,6 +82,16 @@ class ClusterClient {
   // The newest node table (empty before Register()); see the file comment.
   const NodeTable& table() const { return *table_.load(std::memory_order_acquire); }
   uint32_t epoch() const { return table().proto().epoch(); }
+  // Elastic joins (scheduler.h): workers waiting to join, as the last HEARTBEAT_ACK said.
+  uint32_t workers_waiting() const { return workers_waiting_.load(); }
+  // Worker: the workers agreed to admit them (Worker::HostsUpdated): tells the scheduler,
+  // with this worker's catalog when it is rank 0 (else null).
+  void Admit(const proto::CatalogSnapshot* catalog) EXCLUDES(mu_);
+  // A worker that joined a running job: rank 0's catalog, from its first table (null
+  // otherwise). Written before Register() returns, never after.
+  const proto::CatalogSnapshot* joined_catalog() const {
+    return joined_with_catalog_ ? &joined_catalog_ : nullptr;
+  }
   // Runs on the IO thread with every table adopted, the first included (= table()).
   void SetMembershipCallback(std::function<void(const NodeTable&)> callback) EXCLUDES(mu_);
 
@@ -172,6 +182,9 @@ class ClusterClient {
 
   std::atomic<bool> failed_{false};
   std::atomic<bool> waiting_as_spare_{false};  // the scheduler said: no slot yet, wait
+  std::atomic<uint32_t> workers_waiting_{0};
+  proto::CatalogSnapshot joined_catalog_;  // see joined_catalog()
+  bool joined_with_catalog_ = false;
   std::atomic<bool> shut_down_{false};
   // A worker that Resume()d and has not finalized or suspended since: a SHUTDOWN then
   // fails it (its RESUME crossed the end of the job) instead of ending it quietly.

@@ -214,6 +214,17 @@ PYBIND11_MODULE(_core, m) {
       py::call_guard<py::gil_scoped_release>(),
       "Elastic training: takes the job's new membership after MembershipChangedError "
       "(Worker::Reset); rank() and size() may change. ferry.torch.elastic.run calls it.");
+  m.def("epoch", [] { return Get()->epoch(); },
+        "The membership epoch of this worker's operations (elastic training; 0 otherwise).");
+  m.def(
+      "hosts_updated",
+      [] {
+        auto w = Get();
+        return w->HostsUpdated();
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Elastic training, at a commit on every worker: whether workers wait to join (then "
+      "raise HostsUpdatedInterrupt and reset(); Worker::HostsUpdated).");
   m.def(
       "join",
       [] {

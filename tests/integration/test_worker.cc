@@ -55,7 +55,10 @@
 //                  computed here), and adds the sums to its model. Every --commit_every
 //                  steps it commits (a copy of model and step). On kMembershipChanged it
 //                  restores the commit, calls Reset(), and takes rank 0's model and step
-//                  (Broadcast), as Horovod Elastic's restore() and sync(). Prints "step N"
+//                  (Broadcast), as Horovod Elastic's restore() and sync(). At each commit
+//                  it asks whether workers wait to join (HostsUpdated): if so it admits
+//                  them (Reset) and takes rank 0's state; a worker that joined starts with
+//                  that. Prints "step N"
 //                  as it goes (after --loop_sleep_ms each), "reset epoch E rank R size S
 //                  step N" at each reset; then every worker joins (join()), and prints
 //                  "OK elastic steps=N resets=K checksum=X joined_last=R" (X hashes the
@@ -784,7 +787,9 @@ int RunElastic(Worker& w) {
   w.DeclareTensor("elastic_rows", DataType::kFloat32, {kElasticRows, 4});
   ElasticModel model, committed;
   int resets = 0;
-  bool sync = false;
+  // A worker that joined a running job starts from rank 0's state.
+  bool sync = w.epoch() > 0;
+  if (sync) std::printf("joined at epoch %u as rank %d of %d\n", w.epoch(), w.rank(), w.size());
   while (model.step < FLAGS_rounds) {
     try {
       if (sync) {
@@ -792,7 +797,15 @@ int RunElastic(Worker& w) {
         sync = false;
       }
       if (int code = ElasticStep(w, model); code != 0) return code;
-      if (model.step % FLAGS_commit_every == 0) committed = model;
+      if (model.step % FLAGS_commit_every == 0) {
+        committed = model;
+        if (w.HostsUpdated()) {  // workers wait to join: admitted here, on every worker
+          w.Reset();
+          sync = true;
+          std::printf("admitted at step %lld: epoch %u rank %d size %d\n",
+                      static_cast<long long>(model.step), w.epoch(), w.rank(), w.size());
+        }
+      }
       std::printf("step %lld\n", static_cast<long long>(model.step));
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_loop_sleep_ms));

@@ -77,3 +77,29 @@ def test_local_cluster_goes_on_when_an_elastic_worker_dies():
     assert "the job finished; lost on the way: worker 2" in out, out[-6000:]
     m = re.search(r"test accuracy ([0-9.]+)", out)
     assert m and float(m.group(1)) >= 0.95, out[-6000:]
+
+
+def test_a_worker_started_mid_run_joins_at_the_next_commit(cluster):
+    # 2 workers train; a third worker process with the job's environment (and no
+    # DMLC_WORKER_ID) starts mid-run, is admitted at the next commit (every worker's
+    # commit() raises HostsUpdatedInterrupt), takes rank 0's state and trains on.
+    c = cluster(workers=2, servers=2, env=dict(HEARTBEAT, FERRY_ELASTIC="1",
+                                              FERRY_MAX_WORKERS="3"))
+    c._spawn("scheduler", [str(FERRY_BIN / "ferry-scheduler")], "scheduler")
+    for i in range(2):
+        c._spawn("server %d" % i, [str(FERRY_BIN / "ferry-server")], "server")
+    argv = [PYTHON, str(EXAMPLES / "train_digits.py"), "--elastic", "--epochs", "10",
+            "--min-accuracy", "0.95", "--step-sleep", "0.01"]
+    for i in range(2):
+        c._spawn("worker %d" % i, argv, "worker", {"DMLC_WORKER_ID": str(i)})
+    wait_for(c, "worker 0", r"epoch  3 ", 120)
+    c._spawn("joiner", argv, "worker")
+    for name in ("worker 0", "worker 1", "joiner", "scheduler", "server 0", "server 1"):
+        p = c.procs[name]
+        p.wait(180)
+        assert p.returncode == 0, "%s exited %s\n%s" % (name, p.returncode, c.logs())
+    out = c.log("worker 0")
+    m = re.search(r"test accuracy ([0-9.]+)", out)
+    assert m and float(m.group(1)) >= 0.95, out
+    assert re.search(r"epoch 10  loss [0-9.]+  3 workers", out), out
+    assert "worker 0 of 3 after a membership change" in out, out

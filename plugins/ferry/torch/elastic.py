@@ -24,9 +24,11 @@ every worker: restores the last commit (state.restore()), takes the new membersh
 not apply: whatever was applied after the last commit is rolled back everywhere, and rank
 0's committed state is everyone's (docs/reliability.md, "Elastic training").
 
-Any other FerryError (the job failed for good) propagates. New workers joining a running
-job are not admitted yet: HostsUpdatedInterrupt exists for Horovod scripts that name it, and
-is not raised.
+New workers (a worker process started with the job's environment while it runs, up to
+FERRY_MAX_WORKERS) join at the next commit: every worker's commit() raises
+HostsUpdatedInterrupt, `run` admits them (reset()) and every worker takes rank 0's state; a
+joining worker's own run() starts with that sync. Any other FerryError (the job failed for
+good) propagates.
 """
 
 import copy
@@ -48,8 +50,9 @@ __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's: workers were added (raised at a commit; no rollback). Ferry does not admit
-    new workers into a running job yet, so it is never raised."""
+    """Horovod's: workers wait to join (raised at a commit, on every worker; no rollback:
+    the state was just committed). `run` then admits them (reset()) and every worker,
+    the new ones included, takes rank 0's state."""
 
     def __init__(self, skip_sync=False):
         super().__init__("the job's workers were updated")
@@ -79,8 +82,10 @@ class State(object):
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Horovod raises HostsUpdatedInterrupt here when workers were added; Ferry admits
-        none into a running job yet."""
+        """Raises HostsUpdatedInterrupt when workers wait to join: every worker learns it at
+        the same commit (a one-element push_pull), so all raise it together."""
+        if ops._core.hosts_updated():
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def save(self):
         raise NotImplementedError()

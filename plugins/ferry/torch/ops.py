@@ -303,6 +303,12 @@ def scheduling():
 
 
 def _find_local_rank():
+    if _core.epoch() > 0:
+        # A worker that joined a running elastic job: the others run no collective now.
+        # It counts as a machine of its own (unless a launcher said otherwise).
+        if _core.local_size_from_environment():
+            return (_core.local_rank(), _core.local_size(), rank(), size(), True)
+        return (0, 1, rank(), size(), True)
     # Gather every worker's host id: each writes its slot, the sum fills them all. Every
     # worker takes part, whatever its environment says, so the collective always matches.
     host = hashlib.sha1(socket.gethostname().encode()).digest()
