@@ -514,6 +514,10 @@ void Scheduler::OnSuspend(const Message& m, bool suspended) {
     suspended_.insert(m.sender());
   } else {
     suspended_.erase(m.sender());
+    // The worker waits for this before it goes on (ClusterClient::Resume).
+    Message ack = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
+    ack.envelope.set_request_id(m.envelope.request_id());
+    SendTo(m.sender(), std::move(ack));
   }
   LOG(INFO) << table().Describe(m.sender())
             << (suspended ? " shut down and may init() again" : " initialised again") << " ("

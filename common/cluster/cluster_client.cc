@@ -426,7 +426,30 @@ void ClusterClient::Resume() {
                   "to rejoin");
     resumed_ = true;
   }
-  Send(MakeMessage(proto::RESUME, my_id()));
+  // Returns once the scheduler has counted this worker back in (its acknowledgement):
+  // otherwise this worker's next push_pull could complete, through the servers, before the
+  // scheduler heard the RESUME, and another worker that then finalizes would end the job
+  // under it (the scheduler would still count this one suspended).
+  uint64_t id;
+  {
+    MutexLock lock(mu_);
+    id = next_request_++;
+    barriers_[id];  // no label: not a stall-checked wait
+  }
+  Message m = MakeMessage(proto::RESUME, my_id());
+  m.envelope.set_request_id(id);
+  Send(std::move(m));
+  try {
+    WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id].released; },
+              config_.cluster.op_timeout_ms,
+              StrCat("the ", scheduler_name_, " to acknowledge init() after shutdown()"));
+  } catch (...) {
+    MutexLock lock(mu_);
+    barriers_.erase(id);
+    throw;
+  }
+  MutexLock lock(mu_);
+  barriers_.erase(id);
 }
 
 void ClusterClient::WaitForShutdown() {

@@ -114,8 +114,9 @@ class ClusterClient {
   // ends the job (every worker finalized). Servers: just waits for that end.
   void Finalize() EXCLUDES(mu_);
   // Worker: this worker shut down but may come back (SUSPEND): returns at once; the
-  // heartbeats go on. Resume(): it came back (RESUME); throws kShutdown if the job ended
-  // meanwhile (another worker finalized), or the job's failure.
+  // heartbeats go on. Resume(): it came back (RESUME), once the scheduler acknowledged it
+  // (deadline FERRY_OP_TIMEOUT_MS); throws kShutdown if the job ended meanwhile (another
+  // worker finalized), or the job's failure.
   void Suspend() EXCLUDES(mu_);
   void Resume() EXCLUDES(mu_);
   void WaitForShutdown() EXCLUDES(mu_);
