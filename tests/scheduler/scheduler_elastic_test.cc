@@ -149,6 +149,10 @@ TEST_F(SchedulerElasticTest, TheLastServerDyingEndsTheJob) {
   server_.reset();
   EXPECT_EQ(run_.get(), 1);
   for (int r = 0; r < kWorkers; ++r) {
+    // The NODE_FAILED left with the scheduler's end; its handling may still be under way.
+    for (int i = 0; i < 1000 && !workers_[r]->client.failed(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     EXPECT_TRUE(workers_[r]->client.failed()) << "worker " << r;
     EXPECT_NE(workers_[r]->client.failure().find("no live server is left"), std::string::npos)
         << workers_[r]->client.failure();
