@@ -40,8 +40,9 @@ class SchedulerElasticTest : public ::testing::Test {
   void SetUp() override {
     env_ = ClusterEnv("scheduler", kWorkers, 1, FreePort());
     env_["FERRY_ELASTIC"] = "1";
-    env_["FERRY_HEARTBEAT_INTERVAL_MS"] = "50";
-    env_["FERRY_HEARTBEAT_TIMEOUT_MS"] = "600";
+    // Short, but with room for a loaded machine (a late heartbeat would be a death).
+    env_["FERRY_HEARTBEAT_INTERVAL_MS"] = std::to_string(50 * TimeScale());
+    env_["FERRY_HEARTBEAT_TIMEOUT_MS"] = std::to_string(1500 * TimeScale());
     scheduler_config_ = Config::FromEnvironment(MapEnvironment(env_));
     scheduler_ = std::make_unique<Scheduler>(scheduler_config_);
     run_ = std::async(std::launch::async, [this] { return scheduler_->Run(); });
