@@ -28,6 +28,14 @@ std::string Who(const proto::RegisterRequest& r) {
                 r.hostname(), ", pid ", r.pid(), ")");
 }
 
+// NODE_FAILED naming `node_id` (-1: none in particular) and `reason`.
+Message FailureMessage(int node_id, const std::string& reason) {
+  Message m = MakeMessage(proto::NODE_FAILED, kSchedulerId);
+  m.envelope.mutable_failure()->set_node_id(node_id);
+  m.envelope.mutable_failure()->set_reason(reason);
+  return m;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const Config& config)
@@ -293,10 +301,7 @@ void Scheduler::CheckSpares() {
                                    config_.cluster.heartbeat_timeout_ms,
                                    "); it no longer waits for a slot");
     LOG(WARNING) << why;
-    Message out = MakeMessage(proto::NODE_FAILED, kSchedulerId);
-    out.envelope.mutable_failure()->set_node_id(-1);
-    out.envelope.mutable_failure()->set_reason(why);
-    van_.Reply(it->first, std::move(out));
+    van_.Reply(it->first, FailureMessage(-1, why));
     membership_.RemoveSpare(it->first);
     it = spares_.erase(it);
   }
@@ -375,10 +380,7 @@ void Scheduler::OnAdmit(const Message& m) {
 void Scheduler::DropMember(int id, const std::string& why) {
   LOG(WARNING) << why;
   // Should it be alive after all (late heartbeats), it learns why it is out of the job.
-  Message out = MakeMessage(proto::NODE_FAILED, kSchedulerId);
-  out.envelope.mutable_failure()->set_node_id(id);
-  out.envelope.mutable_failure()->set_reason(StrCat(why, "; the job goes on without it"));
-  SendTo(id, std::move(out));
+  SendTo(id, FailureMessage(id, StrCat(why, "; the job goes on without it")));
   members_.erase(id);
   barriers_.clear();  // their waiters throw kMembershipChanged at the new table
   std::string change;
@@ -603,10 +605,7 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
   LOG(ERROR) << "job failed: " << reason;
   failure_ = reason;
   auto notify = [&](const std::string& identity) {
-    Message m = MakeMessage(proto::NODE_FAILED, kSchedulerId);
-    m.envelope.mutable_failure()->set_node_id(node_id);
-    m.envelope.mutable_failure()->set_reason(reason);
-    van_.Reply(identity, std::move(m));
+    van_.Reply(identity, FailureMessage(node_id, reason));
   };
   for (const auto& p : pending_) notify(p.identity);
   for (const auto& j : joiners_) notify(j.identity);

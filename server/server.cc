@@ -454,13 +454,7 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
   // Every engine sees the JOIN after the pushes this worker sent before it (same
   // connection, queued in order, and a JOIN is a fence in the engine's queue: see
   // engine_queue.h), so a round it already pushed still counts it.
-  for (auto& e : engines_) {
-    {
-      MutexLock lock(e->mu);
-      e->queue.PushFence(Request{Message(m), identity, rank});
-    }
-    e->cv.NotifyOne();
-  }
+  ToEveryEngine(Request{Message(m), identity, rank}, /*fence=*/true);
   joined_[rank] = true;
   const int position = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
   bool all = position == num_workers_;
@@ -477,10 +471,18 @@ void Server::OnJoin(const Message& m, const std::string& identity) {
 
 void Server::OnRetire(const Message& m, const std::string& identity) {
   const int rank = cluster_.table().node(m.sender()).rank();
+  ToEveryEngine(Request{Message(m), identity, rank}, /*fence=*/false);
+}
+
+void Server::ToEveryEngine(const Request& request, bool fence) {
   for (auto& e : engines_) {
     {
       MutexLock lock(e->mu);
-      e->queue.Push(Request{Message(m), identity, rank}, std::numeric_limits<int32_t>::min());
+      if (fence) {
+        e->queue.PushFence(Request(request));
+      } else {
+        e->queue.Push(Request(request), std::numeric_limits<int32_t>::min());
+      }
     }
     e->cv.NotifyOne();
   }
@@ -492,13 +494,7 @@ void Server::OnMembership(const NodeTable& table) {
   Message fence = MakeMessage(proto::NODE_TABLE, cluster_.my_id());
   *fence.envelope.mutable_node_table() = table.proto();
   fence.envelope.set_epoch(table.proto().epoch());
-  for (auto& e : engines_) {
-    {
-      MutexLock lock(e->mu);
-      e->queue.PushFence(Request{Message(fence), std::string(), -1});
-    }
-    e->cv.NotifyOne();
-  }
+  ToEveryEngine(Request{std::move(fence), std::string(), -1}, /*fence=*/true);
 }
 
 void Server::HandleEpoch(Engine* engine, const proto::NodeTable& table) {

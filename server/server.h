@@ -136,6 +136,9 @@ class Server {
   // dispatches each as if it had arrived alone.
   void DispatchFusedPush(Message&& fused, const Origin& origin);
   void OnJoin(const Message& m, const std::string& identity);  // IO thread
+  // IO thread: a copy of `request` into every engine's queue: as a fence (behind every
+  // request queued before it: JOIN, an epoch's table), or as the least urgent work (RETIRE).
+  void ToEveryEngine(const Request& request, bool fence);
   // IO thread, the membership callback (elastic): a new epoch's table. Every engine gets
   // a fence (behind every request of the old epoch already queued) that runs HandleEpoch.
   void OnMembership(const NodeTable& table);

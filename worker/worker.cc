@@ -101,12 +101,7 @@ void Worker::Start() {
   num_workers_ = table.num_workers();
   num_servers_ = table.num_servers();
   SetLogNodeName(StrCat("worker ", rank_.load()));
-  std::vector<double> weights(num_servers_, 0.0);  // by slot: an empty slot weighs 0
-  for (const auto& s : table.Servers()) {
-    weights[s.rank()] = s.weight();
-    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
-                 config_.transport.control_lane);
-  }
+  std::vector<double> weights = ConnectServers(table);
   // The shared-memory lane to each server on this host, before the first push takes a
   // connection (a probe is a few messages on this host: milliseconds).
   if (!van_.WaitForLanes(kLaneProbeMs)) {
@@ -133,8 +128,7 @@ void Worker::Start() {
     ctx_->num_workers = num_workers_.load();
     ctx_->num_servers = num_servers_;
     ctx_->mu.AssertHeld();  // the same lock as mu_
-    ctx_->live_servers.assign(num_servers_, false);
-    for (const auto& s : table.Servers()) ctx_->live_servers[s.rank()] = true;
+    ctx_->live_servers = LiveSlots(table);
     ctx_->epoch = table.proto().epoch();
     dense_ = std::make_unique<DensePushPull>(*ctx_, queue_);
     rows_ = std::make_unique<RowsPushPull>(*ctx_);
@@ -190,6 +184,24 @@ std::shared_ptr<TensorInfo> Worker::Declare(const std::string& name, DataType dt
     sequencer_->Superseded(superseded);
   }
   return t;
+}
+
+std::vector<double> Worker::ConnectServers(const NodeTable& table) {
+  std::vector<double> weights(table.num_servers(), 0.0);  // an empty slot weighs 0
+  for (const auto& s : table.Servers()) {
+    weights[s.rank()] = s.weight();
+    // A no-op for a server already connected there; a promoted spare (the slot's id at a
+    // new address) replaces the dead server's connection.
+    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
+                 config_.transport.control_lane);
+  }
+  return weights;
+}
+
+std::vector<bool> Worker::LiveSlots(const NodeTable& table) {
+  std::vector<bool> live(table.num_servers(), false);
+  for (const auto& s : table.Servers()) live[s.rank()] = true;
+  return live;
 }
 
 void Worker::RetireOnServers(uint32_t tensor_id) {
@@ -455,17 +467,8 @@ void Worker::Reset() {
   rank_ = cluster_.my_rank();
   num_workers_ = table.num_workers();
   ctx_->num_workers = num_workers_.load();
-  std::vector<double> weights(num_servers_, 0.0);
-  ctx_->live_servers.assign(num_servers_, false);
-  for (const auto& s : table.Servers()) {
-    weights[s.rank()] = s.weight();
-    ctx_->live_servers[s.rank()] = true;
-  }
-  for (const auto& s : table.Servers()) {  // a promoted spare: the slot's id, a new address
-    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
-                 config_.transport.control_lane);
-  }
-  const size_t moved = catalog_->SetServerWeights(std::move(weights));
+  ctx_->live_servers = LiveSlots(table);
+  const size_t moved = catalog_->SetServerWeights(ConnectServers(table));
   catalog_->ResetRounds();
   sequencer_->Reset();
   table_.RestartCounts();

@@ -272,6 +272,11 @@ class Worker : public Collective {
   std::shared_ptr<TensorInfo> Declare(const std::string& name, DataType dtype,
                                       const std::vector<int64_t>& shape,
                                       std::optional<int> priority) REQUIRES(mu_);
+  // Connects every live server of `table` (Van::Connect: a moved one is reconnected);
+  // returns the placement weights by server slot (0 for an empty slot).
+  std::vector<double> ConnectServers(const NodeTable& table);
+  // By server slot: whether `table` has a live server there.
+  static std::vector<bool> LiveSlots(const NodeTable& table);
   // Tells every server that this worker is done with a retired declaration's keys (RETIRE).
   void RetireOnServers(uint32_t tensor_id);
   // What heartbeats report for the stall check (ClusterClient::StallReporter).
