@@ -17,6 +17,7 @@
 #include "bench/placement_balance.h"
 #include "common/config/config.h"
 #include "common/util/error.h"
+#include "common/util/program_flags.h"
 
 DEFINE_string(workloads, FERRY_SOURCE_DIR "/../shared/workloads",
               "folder holding <model>_tensors.csv (default: ../shared/workloads beside the "
@@ -43,7 +44,7 @@ std::vector<std::string> Split(const std::string& s) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("max/mean bytes per server: Ferry's placement vs BytePS's djb2 hashing");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  ferry::ParseProgramFlags(&argc, &argv, __FILE__);
   using namespace ferry::bench;
   std::vector<int> server_counts;
   for (const auto& s : Split(FLAGS_servers)) {

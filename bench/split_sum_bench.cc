@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/reduce/reduce.h"
+#include "common/util/program_flags.h"
 #include "server/sum_pool.h"
 
 DEFINE_int32(threads, 2, "threads a split sum uses (the caller and threads - 1 helpers)");
@@ -50,7 +51,7 @@ double MedianMicros(std::vector<std::vector<float>>& bufs, size_t count, Sum sum
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  ferry::ParseProgramFlags(&argc, &argv, __FILE__);
   ferry::SumPool pool(FLAGS_threads - 1, 1);  // split every sum
   std::printf("simd %s, %d threads per split sum\n", ferry::SimdLevelName(ferry::ActiveSimdLevel()),
               FLAGS_threads);

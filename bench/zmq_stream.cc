@@ -62,6 +62,8 @@
 #include <string>
 #include <vector>
 
+#include "common/util/program_flags.h"
+
 DEFINE_string(role, "both", "send | recv | both (fork a receiver child, run the sender here)");
 DEFINE_string(endpoint, "",
               "ZeroMQ endpoint the receiver binds and the sender connects to; "
@@ -716,7 +718,7 @@ int main(int argc, char** argv) {
       "  ferry-zmq-stream [--role=both] [--sizes=4K,64K,1M,4M,16M] [--messages=500] "
       "[--format=csv]\n"
       "  ferry-zmq-stream --pingpong --message_bytes=4096 --messages=10000 [--format=csv]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  ferry::ParseProgramFlags(&argc, &argv, __FILE__);
   if (argc > 1) {
     std::fprintf(stderr, "ferry-zmq-stream: unexpected argument '%s'\n", argv[1]);
     return 2;

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "common/util/clock.h"
 #include "common/util/error.h"
@@ -13,6 +15,10 @@ namespace ferry {
 
 Trace::Trace(const std::string& dir, int rank)
     : path_(StrCat(dir, "/ferry-worker-", rank, ".json")), rank_(rank), origin_us_(NowUs()) {
+  std::error_code ec;  // an output folder: made with its parents, as users expect
+  std::filesystem::create_directories(dir, ec);
+  FERRY_ENFORCE(!ec, ErrorCode::kInvalidConfig, "invalid configuration: FERRY_TRACE_DIR='", dir,
+                "': cannot create it as a directory: ", ec.message());
   out_.open(path_, std::ios::out | std::ios::trunc);
   FERRY_ENFORCE(out_.good(), ErrorCode::kInvalidConfig, "invalid configuration: FERRY_TRACE_DIR='",
                 dir, "': cannot write ", path_, ": ", std::strerror(errno));

@@ -55,7 +55,9 @@ class Trace {
   // The tid of the compute spans (partitions use the server's rank).
   static constexpr int kComputeTid = 1 << 20;
 
-  // Opens the file; throws FerryError(kInvalidConfig) naming it if it cannot.
+  // Creates `dir` with its parents if it is missing and opens the file; throws
+  // FerryError(kInvalidConfig) naming them if `dir` cannot be a directory (an existing file,
+  // an unwritable place) or the file cannot be written.
   Trace(const std::string& dir, int rank);
   ~Trace();
 

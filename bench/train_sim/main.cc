@@ -20,6 +20,7 @@
 #include "sim/workload.h"
 #include "common/cluster/role_main.h"
 #include "common/util/error.h"
+#include "common/util/program_flags.h"
 #include "worker/worker.h"
 
 DEFINE_string(workload, "", "the workload: a <model>_layers.csv (bench/workloads/)");
@@ -191,7 +192,7 @@ int RunTrainSim(const Config& config) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("replays a model's training step on a Ferry cluster (run as a worker)");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  ferry::ParseProgramFlags(&argc, &argv, __FILE__);
   const ferry::NodeRole role = ferry::NodeRole::kWorker;
   return ferry::RunRoleMain(argc, argv, &role, ferry::RunTrainSim);
 }

@@ -9,11 +9,19 @@
 
 #include "common/util/error.h"
 #include "common/util/logging.h"
+#include "common/util/program_flags.h"
 
 namespace ferry {
 
 int RunRoleMain(int argc, char** argv, const NodeRole* role,
                 const std::function<int(const Config&)>& body) {
+  if (AsksForHelp(argc, argv)) {
+    std::printf("%s runs one node of a Ferry job (%s). Its settings are environment variables "
+                "(DMLC_*, FERRY_*): docs/configuration.md lists them all, ferry.env.example "
+                "shows a job's.\n",
+                argv[0], role ? NodeRoleName(*role) : "the role DMLC_ROLE names");
+    return kExitOk;
+  }
   Config config;
   try {
     config = Config::FromEnvironment(ProcessEnvironment(), role);

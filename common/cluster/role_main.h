@@ -15,6 +15,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadConfig = 2;
 
+// `--help` prints where the settings are (the environment) and returns 0.
 // `role` fixes the program's role (nullptr: DMLC_ROLE decides). `body` runs the role
 // and returns the exit code.
 int RunRoleMain(int argc, char** argv, const NodeRole* role,

@@ -85,8 +85,9 @@ NOT_READ_BY_THE_PROGRAMS = {
     "DMLC_INTERFACE": "read by ferry-launch (tests/deploy/test_launcher.py)",
     "FERRY_STATS_FILE": "any path: a node that cannot write its counters there logs the error "
                         "at exit and ends as it would have",
-    "FERRY_TRACE_DIR": "any directory: a worker that cannot write its trace there stops with "
-                       "exit 2 naming it (tests/worker/trace_test.cc)",
+    "FERRY_TRACE_DIR": "any directory, created if missing: a worker that cannot make it one "
+                       "or write its trace there stops with exit 2 naming it "
+                       "(tests/worker/trace_test.cc)",
 }
 
 

@@ -78,5 +78,29 @@ INSTANTIATE_TEST_SUITE_P(
                "dropping messages needs resends"},
         BadEnv{"ferry-server", {{"FERRY_TEST_DELAY_MS", "soon"}}, "FERRY_TEST_DELAY_MS='soon'"}));
 
+// --help shows a program's own flags, not glog's and gflags' (--helpfull lists those too),
+// and the role programs, which take no flags, say where their settings are.
+TEST(ProgramHelpTest, ShowsTheProgramsFlagsOnly) {
+  TestCluster g(ClusterSpec{});
+  int perf = g.Spawn("perf", "ferry-perf", {"--help"}, "worker");
+  int full = g.Spawn("perf-full", "ferry-perf", {"--helpfull"}, "worker");
+  int scheduler = g.Spawn("scheduler-help", "ferry-scheduler", {"--help"}, "scheduler");
+  for (int c : {perf, full, scheduler}) {
+    ChildResult r = g.group().Wait(c, 10000);
+    ASSERT_TRUE(r.exited) << g.Output(c);
+    if (c != full) {  // gflags' own --helpfull exits 1
+      EXPECT_EQ(r.exit_code, 0) << g.Output(c);
+    }
+  }
+  EXPECT_NE(g.Output(perf).find("-dtype (float32"), std::string::npos) << g.Output(perf);
+  EXPECT_NE(g.Output(perf).find("--helpfull"), std::string::npos) << g.Output(perf);
+  EXPECT_EQ(g.Output(perf).find("logtostderr"), std::string::npos) << g.Output(perf);
+  EXPECT_EQ(g.Output(perf).find("flagfile"), std::string::npos) << g.Output(perf);
+  EXPECT_NE(g.Output(full).find("logtostderr"), std::string::npos) << g.Output(full);
+  EXPECT_NE(g.Output(full).find("-dtype"), std::string::npos) << g.Output(full);
+  EXPECT_NE(g.Output(scheduler).find("docs/configuration.md"), std::string::npos)
+      << g.Output(scheduler);
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -148,14 +149,43 @@ TEST(TraceTest, ComputeSpansAreCompleteEventsOnTheComputeThread) {
   rmdir(dir.c_str());
 }
 
-TEST(TraceTest, UnwritableDirectoryIsAConfigurationError) {
+TEST(TraceTest, MissingDirectoryIsCreatedWithItsParents) {
+  const std::string top = StrCat(::testing::TempDir(), "/ferry-trace-missing-", getpid());
+  const std::string dir = top + "/a/b";
+  {
+    Trace trace(dir, 3);
+    trace.Close();
+  }
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/ferry-worker-3.json"));
+  std::filesystem::remove_all(top);
+}
+
+void ExpectConfigError(const std::string& dir, const std::string& says) {
   try {
-    Trace trace("/nonexistent/ferry-trace", 0);
-    FAIL() << "opened a trace in a directory that does not exist";
+    Trace trace(dir, 0);
+    FAIL() << "opened a trace in " << dir;
   } catch (const FerryError& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
-    EXPECT_NE(std::string(e.what()).find("FERRY_TRACE_DIR"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("FERRY_TRACE_DIR='" + dir + "'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
   }
+}
+
+TEST(TraceTest, AFileIsNotADirectory) {
+  const std::string file = StrCat(::testing::TempDir(), "/ferry-trace-file-", getpid());
+  std::ofstream(file) << "x";
+  ExpectConfigError(file, "cannot create it as a directory");
+  ExpectConfigError(file + "/below", "cannot create it as a directory");
+  std::remove(file.c_str());
+}
+
+TEST(TraceTest, UnwritablePlaceIsAConfigurationError) {
+  if (geteuid() == 0) {  // root writes anywhere: /proc refuses even root
+    ExpectConfigError("/proc/ferry-trace", "cannot create it as a directory");
+    return;
+  }
+  ExpectConfigError("/ferry-trace-not-allowed", "cannot create it as a directory");
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "common/transport/buffer.h"
 #include "common/util/clock.h"
 #include "common/util/error.h"
+#include "common/util/program_flags.h"
 #include "worker/local/local_group.h"
 
 DEFINE_string(b, "4K", "smallest tensor size in bytes (suffixes K, M, G: powers of 1024)");
@@ -194,7 +195,7 @@ int RunPerf(const Config& config) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("push_pull bandwidth of a Ferry cluster (run as a worker)");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  ferry::ParseProgramFlags(&argc, &argv, __FILE__);
   const ferry::NodeRole role = ferry::NodeRole::kWorker;
   return ferry::RunRoleMain(argc, argv, &role, ferry::RunPerf);
 }
