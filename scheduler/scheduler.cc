@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <thread>
 
+#include "common/metrics/series.h"
 #include "common/util/clock.h"
 #include "common/util/error.h"
+#include "scheduler/status_page.h"
 
 namespace ferry {
 
@@ -46,9 +49,41 @@ Scheduler::Scheduler(const Config& config)
       stalls_(config.cluster.num_workers, config.cluster.stall_warning_ms,
               config.cluster.stall_shutdown_ms) {
   port_ = van_.Bind(config.transport.bind_host, config.transport.root_port);
+  if (config.diagnostics.metrics_port > 0) {
+    http_ = std::make_unique<HttpEndpoint>(
+        config.diagnostics.metrics_bind, config.diagnostics.metrics_port,
+        [this](const std::string& path) { return ServeHttp(path); });
+    LOG(INFO) << "metrics and status page on http://" << config.diagnostics.metrics_bind << ":"
+              << config.diagnostics.metrics_port << "/ (FERRY_METRICS_PORT)";
+  }
 }
 
-Scheduler::~Scheduler() { van_.Stop(); }
+Scheduler::~Scheduler() {
+  http_.reset();  // its thread reads metrics_
+  van_.Stop();
+}
+
+HttpResponse Scheduler::ServeHttp(const std::string& path) const {
+  if (path == "/metrics") {
+    return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Exposition()};
+  }
+  if (path == "/api/status") return {200, "application/json", metrics_.StatusJson()};
+  if (path == "/" || path == "/index.html") {
+    return {200, "text/html; charset=utf-8", kStatusPageHtml};
+  }
+  return {404, "text/plain; charset=utf-8",
+          StrCat("not found: ", path, " (this endpoint serves /, /metrics and /api/status)\n")};
+}
+
+void Scheduler::RefreshOwnMetrics() {
+  const VanStats van = van_.stats();
+  proto::MetricsSnapshot own;
+  metrics::AddValue(&own, "ferry_refused_messages_total",
+                    static_cast<double>(van.bad_messages_dropped), {{"reason", "malformed"}});
+  metrics::AddValue(&own, "ferry_refused_messages_total",
+                    static_cast<double>(van.connections_refused), {{"reason", "handshake"}});
+  metrics_.SetOwn(own);
+}
 
 int Scheduler::Run() {
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
@@ -64,6 +99,7 @@ int Scheduler::Run() {
       FailJob(-1, StrCat("registration timed out after ", config_.cluster.connect_timeout_ms,
                          " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
     } else if (phase_ == Phase::kRunning) {
+      if (http_) RefreshOwnMetrics();
       CheckHeartbeats();
       CheckSpares();
       if (phase_ == Phase::kRunning && below_min_since_ms_ > 0 &&
@@ -79,6 +115,11 @@ int Scheduler::Run() {
   lock.Unlock();
   van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
   if (ok) LOG(INFO) << "every worker finalized; job finished";
+  if (http_ && config_.diagnostics.metrics_linger_ms > 0) {
+    LOG(INFO) << "serving metrics and the status page for "
+              << config_.diagnostics.metrics_linger_ms << " ms more (FERRY_METRICS_LINGER_MS)";
+    std::this_thread::sleep_for(Millis(config_.diagnostics.metrics_linger_ms));
+  }
   Status written = WriteStatsFile(config_.diagnostics.stats_file, "scheduler", 0,
                                   VanCounterValues(van_.stats()));
   if (!written.ok()) LOG(ERROR) << written.message();
@@ -321,6 +362,7 @@ void Scheduler::PublishTable(const proto::CatalogSnapshot* catalog) {
     spares_.erase(n.routing_id());  // a promoted spare is a member now
   }
   members_ = std::move(members);
+  metrics_.SetTable(this->table());
   for (const auto& [id, member] : members_) {
     Message m = MakeMessage(proto::NODE_TABLE, kSchedulerId);
     *m.envelope.mutable_node_table() = table;
@@ -379,6 +421,7 @@ void Scheduler::OnAdmit(const Message& m) {
 
 void Scheduler::DropMember(int id, const std::string& why) {
   LOG(WARNING) << why;
+  metrics_.Died(id, why);
   // Should it be alive after all (late heartbeats), it learns why it is out of the job.
   SendTo(id, FailureMessage(id, StrCat(why, "; the job goes on without it")));
   members_.erase(id);
@@ -541,6 +584,7 @@ void Scheduler::MaybeEndJob() {
     Refuse(j.identity, StrCat(Who(j.request), " waited to join, but the job ended first"));
   }
   joiners_.clear();
+  metrics_.JobEnded("");
   phase_ = Phase::kDone;
   cv_.NotifyAll();
 }
@@ -566,6 +610,10 @@ void Scheduler::CheckHeartbeats() {
 
 void Scheduler::OnHeartbeat(const Message& m) {
   Message ack = MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId);
+  if (http_) {
+    ack.envelope.set_metrics_wanted(true);
+    metrics_.Heartbeat(m.sender(), m.envelope.has_metrics() ? &m.envelope.metrics() : nullptr);
+  }
   if (table().IsWorker(m.sender())) ack.envelope.set_workers_waiting(joiners_.size());
   if (table().IsWorker(m.sender()) && stalls_.enabled()) {
     if (m.envelope.has_stall_report()) {
@@ -604,6 +652,8 @@ void Scheduler::CheckStalls() {
 void Scheduler::FailJob(int node_id, const std::string& reason) {
   LOG(ERROR) << "job failed: " << reason;
   failure_ = reason;
+  if (node_id > 0) metrics_.Died(node_id, reason);
+  metrics_.JobEnded(reason);
   auto notify = [&](const std::string& identity) {
     van_.Reply(identity, FailureMessage(node_id, reason));
   };

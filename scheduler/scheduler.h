@@ -15,18 +15,27 @@
 // no live server fails; one left with fewer than FERRY_MIN_WORKERS workers publishes no
 // epoch and fails at FERRY_MIN_WORKERS_TIMEOUT_MS (new workers joining: not yet).
 //
+// Live metrics (FERRY_METRICS_PORT): the nodes' heartbeats carry their metrics; the
+// scheduler keeps them with each node's life and death in a ClusterMetrics and serves
+// /metrics (Prometheus), /api/status and the status page (/) on an HttpEndpoint, whose
+// own thread reads only the ClusterMetrics (never mu_). With FERRY_METRICS_LINGER_MS, Run()
+// keeps serving that long after the job ended.
+//
 // Threads: message handling runs on the Van's IO thread; Run()'s thread watches the
 // deadlines (registration, heartbeats). Both touch the state under mu_.
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/cluster/node_table.h"
 #include "common/config/config.h"
+#include "common/metrics/http_endpoint.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "scheduler/cluster_metrics.h"
 #include "scheduler/membership.h"
 #include "scheduler/stall_check.h"
 
@@ -93,6 +102,9 @@ class Scheduler {
   void RefuseVersion(const Message& m, const Origin& origin);
   bool IsMember(int id, const std::string& identity) const REQUIRES(mu_);
   const NodeTable& table() const REQUIRES(mu_) { return membership_.table(); }
+  // The endpoint's answer for `path` (its thread).
+  HttpResponse ServeHttp(const std::string& path) const;
+  void RefreshOwnMetrics();  // the scheduler's Van's refusals into metrics_
 
   const Config& config_;
   Van van_;
@@ -122,6 +134,9 @@ class Scheduler {
   // Elastic: when the live workers fell below FERRY_MIN_WORKERS (0: they did not), and why.
   int64_t below_min_since_ms_ GUARDED_BY(mu_) = 0;
   std::string below_min_why_ GUARDED_BY(mu_);
+
+  ClusterMetrics metrics_;  // thread-safe on its own
+  std::unique_ptr<HttpEndpoint> http_;  // FERRY_METRICS_PORT; null when off; goes first
 };
 
 }  // namespace ferry

@@ -6,6 +6,19 @@
 
 namespace ferry {
 
+const char* RefusalName(Refusal r) {
+  static const char* const kNames[] = {"mismatch", "bad_message", "not_a_worker", "wrong_connection",
+                                       "not_yet_in_cluster", "retired", "mode_mismatch"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Refusal::kCount));
+  return kNames[static_cast<int>(r)];
+}
+
+ServerCounters::ServerCounters() {
+  for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
+    refused[r] = &registry.Register(StrCat("refused.", RefusalName(static_cast<Refusal>(r))));
+  }
+}
+
 namespace {
 
 // A reply of `kind` to `to` about `key`, the rest of it to be filled in.
@@ -13,6 +26,7 @@ Reply AddressedReply(Reply::Kind kind, const PendingReply& to, uint64_t key) {
   Reply r;
   r.kind = kind;
   r.identity = to.identity;
+  r.worker_id = to.worker_id;
   r.request_id = to.request_id;
   r.key = key;
   r.priority = to.priority;
@@ -55,7 +69,8 @@ std::string MismatchReason(const Request& request, const KeyDefinition& definiti
 }
 
 void KeyProtocol::Reject(const Request& request, ErrorCode code, std::string reason) const {
-  context_.counters->rejected++;
+  context_.counters->Refuse(code == ErrorCode::kBadMessage ? Refusal::kBadMessage
+                                                           : Refusal::kMismatch);
   context_.reply(ErrorReply(request.reply_to(), request.envelope().key(), code, std::move(reason)));
 }
 

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -37,10 +38,25 @@ namespace ferry {
 
 class Summation;
 
+// Why a server refused a message (ferry_refused_messages_total's label reason; the stats
+// file's refused.<reason>). Every refusal also counts in rejected_pushes.
+enum class Refusal {
+  kMismatch,         // workers disagree on a key (size, dtype, tensor hash), or a bad round
+  kBadMessage,       // malformed: a frame cut wrong, a fused push that does not split
+  kNotAWorker,       // the sender is not a worker of this job
+  kWrongConnection,  // tensor bytes on the control connection
+  kNotYetInCluster,  // before this server's table, and its waiting room is full
+  kRetired,          // a key whose tensor every worker retired
+  kModeMismatch,     // synchronous vs. asynchronous training (FERRY_ENABLE_ASYNC)
+  kCount,
+};
+const char* RefusalName(Refusal r);  // "mismatch", "bad_message", ...
+
 // The server's counters, bumped by every engine thread and the IO thread. The registry is
 // the one record: Server::stats() is its snapshot and FERRY_STATS_FILE writes it, by the
 // names registered here.
 struct ServerCounters {
+  ServerCounters();
   CounterRegistry registry;
   Counter& pushes = registry.Register("pushes");
   Counter& bytes_summed = registry.Register("bytes_summed");
@@ -72,6 +88,14 @@ struct ServerCounters {
   // Elastic: messages of an older membership epoch, dropped unanswered (their workers
   // abandoned those operations at the new epoch).
   Counter& stale_epoch = registry.Register("stale_epoch_messages");
+  Counter* refused[static_cast<int>(Refusal::kCount)];  // refused.<reason>, in the registry
+  PeerBytes workers;  // by rank: pushes received, sums sent (Server sizes it)
+
+  // Counts a refusal: rejected and refused.<reason>.
+  void Refuse(Refusal r) {
+    rejected++;
+    *refused[static_cast<int>(r)] += 1;
+  }
 };
 
 // A PUSH, ROWS_PUSH or RESEND_SUM of a worker, as the engine thread hands it to a protocol.
@@ -96,6 +120,7 @@ struct Reply {
   enum class Kind { kAck, kSum, kRowsSum, kError, kJoinAck };
   Kind kind = Kind::kAck;
   std::string identity;
+  int worker_id = -1;    // the requester's node id (-1: unknown), for per-peer metrics
   uint64_t request_id = 0;
   uint64_t key = 0;
   int32_t priority = 0;  // the request's; sums are sent most urgent first (van.h, "Order")

@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "common/metrics/series.h"
 #include "common/transport/fused_push.h"
 #include "common/transport/rows_message.h"
 #include "common/util/logging.h"
@@ -71,6 +72,22 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
     MakeEngine(e, gpu_summers);
   }
   joined_.assign(num_workers_, false);
+  counters_.workers.Resize(std::max(config.cluster.num_workers, config.cluster.max_workers));
+  cluster_.SetMetricsReporter([this](proto::MetricsSnapshot* out) { ReportMetrics(out); });
+}
+
+void Server::ReportMetrics(proto::MetricsSnapshot* out) const {
+  const ServerCounters& c = counters_;
+  metrics::AddPeerBytes(out, c.workers, "worker-");
+  metrics::AddValue(out, "ferry_summed_bytes_total", c.bytes_summed);
+  metrics::AddValue(out, "ferry_rounds_completed_total", c.rounds);
+  metrics::AddValue(out, "ferry_duplicates_dropped_total", c.duplicates);
+  for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
+    metrics::AddValue(out, "ferry_refused_messages_total", *c.refused[r],
+                      {{"reason", RefusalName(static_cast<Refusal>(r))}});
+  }
+  metrics::AddValue(out, "ferry_refused_messages_total", c.stale_epoch,
+                    {{"reason", "stale_epoch"}});
 }
 
 void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
@@ -112,6 +129,7 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
 }
 
 Server::~Server() {
+  cluster_.SetMetricsReporter(nullptr);  // reads counters_, which go before cluster_
   StopEngines();
   van_.Stop();
 }
@@ -221,13 +239,13 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
     if (early_pushes_.size() < kMaxEarlyPushes) {
       early_pushes_.emplace_back(std::move(m), origin);
     } else {
-      counters_.rejected++;
+      counters_.Refuse(Refusal::kNotYetInCluster);
       FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m) << ": not yet part of a cluster";
     }
     return;
   }
   if (!FromMemberWorker(m, origin)) {
-    counters_.rejected++;
+    counters_.Refuse(Refusal::kNotAWorker);
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m)
                                   << ": the sender is not a worker of this job";
     ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(), ErrorCode::kBadMessage,
@@ -237,7 +255,7 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   if (IsControlIdentity(origin.identity) && !IsControlMessage(m.type())) {
     // A JOIN must stay behind the pushes sent before it, and tensor bytes must not block
     // the control connection: neither belongs there.
-    counters_.rejected++;
+    counters_.Refuse(Refusal::kWrongConnection);
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(m) << ": it came on the control connection";
     ReplyError(origin.identity, m.envelope.request_id(), m.envelope.key(), ErrorCode::kBadMessage,
                StrCat(MessageTypeName(m.type()), " refused: it belongs on the data connection, "
@@ -260,6 +278,9 @@ void Server::OnMessage(Message&& m, const Origin& origin) {
   VLOG(2) << "arrived " << Describe(m) << " priority " << m.envelope.priority();
   Engine* e = engines_[EngineForKey(m.envelope.key(), static_cast<int>(engines_.size()))].get();
   const int rank = cluster_.table().node(m.sender()).rank();  // of the message's epoch
+  if (m.type() == proto::PUSH || m.type() == proto::ROWS_PUSH) {
+    counters_.workers.AddReceived(rank, m.envelope.length());
+  }
   Request request{std::move(m), origin.identity, rank};
   if (TryDispatchInline(e, request)) return;
   {
@@ -279,7 +300,7 @@ bool Server::FromMemberWorker(const Message& m, const Origin& origin) const {
 
 void Server::OnInvalid(const Message& m, const Status& why, const Origin& origin) {
   if (!IsDataRequest(m.type()) || !FromMemberWorker(m, origin)) return;
-  counters_.rejected++;
+  counters_.Refuse(Refusal::kBadMessage);
   ReplyRefused(m, origin.identity, why.message());
 }
 
@@ -322,7 +343,7 @@ void Server::DispatchFusedPush(Message&& fused, const Origin& origin) {
   std::vector<Message> pushes;
   std::string error = SplitFusedPush(fused, &pushes).message();
   if (!error.empty()) {  // the Van validated it already; this is a second line of defence
-    counters_.rejected++;
+    counters_.Refuse(Refusal::kBadMessage);
     FERRY_LOG_EVERY_T(WARNING, 1) << "dropped " << Describe(fused) << ": " << error;
     ReplyRefused(fused, origin.identity, "fused push refused: " + error);
     return;
@@ -408,7 +429,7 @@ void Server::Dispatch(Engine* engine, Request& request) {
   }
   if (request.message.type() != proto::JOIN && !engine->retirements->empty()) {
     if (std::string why = RetiredRefusal(*engine, request); !why.empty()) {
-      counters_.rejected++;
+      counters_.Refuse(Refusal::kRetired);
       ReplyError(request.identity, e.request_id(), e.key(), ErrorCode::kMismatch,
                  StrCat(KeyName(e.key()), ": ", why));
       return;
@@ -429,7 +450,7 @@ void Server::Dispatch(Engine* engine, Request& request) {
   }
   counters_.pushes++;
   if (e.async_mode() != config_.server.async) {
-    counters_.rejected++;
+    counters_.Refuse(Refusal::kModeMismatch);
     ReplyError(
         request.identity, e.request_id(), e.key(), ErrorCode::kInvalidArgument,
         StrCat("worker ", request.rank, " pushed ", KeyName(e.key()), " in ",
@@ -444,7 +465,7 @@ void Server::Dispatch(Engine* engine, Request& request) {
 void Server::OnJoin(const Message& m, const std::string& identity) {
   int rank = cluster_.table().node(m.sender()).rank();
   if (config_.server.async) {
-    counters_.rejected++;
+    counters_.Refuse(Refusal::kModeMismatch);
     ReplyError(identity, m.envelope.request_id(), 0, ErrorCode::kInvalidArgument,
                StrCat("worker ", rank,
                       " joined, but in asynchronous training no push waits for "
@@ -568,6 +589,13 @@ void Server::FailEngine(Engine* engine, const std::string& reason) {
 void Server::SendReply(const Reply& reply) {
   if (reply.kind == Reply::Kind::kError) {
     FERRY_LOG_EVERY_T(WARNING, 1) << "refused request " << reply.request_id << ": " << reply.reason;
+  }
+  if ((reply.kind == Reply::Kind::kSum || reply.kind == Reply::Kind::kRowsSum) &&
+      reply.worker_id >= 0) {
+    const NodeTable& table = cluster_.table();
+    if (table.IsWorker(reply.worker_id)) {
+      counters_.workers.AddSent(table.node(reply.worker_id).rank(), reply.payload.size());
+    }
   }
   van_.Reply(reply.identity, ToMessage(reply, cluster_.my_id()));
 }

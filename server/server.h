@@ -178,6 +178,8 @@ class Server {
   void ReplyError(const std::string& identity, uint64_t request_id, uint64_t key, ErrorCode code,
                   const std::string& reason);
   void StopEngines();
+  // The heartbeat's metrics (ClusterClient::SetMetricsReporter): counters_ only.
+  void ReportMetrics(proto::MetricsSnapshot* out) const;
 
   const Config& config_;
   Van van_;

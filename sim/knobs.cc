@@ -85,6 +85,9 @@ const std::vector<Knob>& Knobs() {
       {"FERRY_LOG_LEVEL", KnobUse::kNoEffect, "logs"},
       {"FERRY_STATS_FILE", KnobUse::kNoEffect, "a file at exit"},
       {"FERRY_TRACE_DIR", KnobUse::kNoEffect, "a file written as it goes"},
+      {"FERRY_METRICS_PORT", KnobUse::kNoEffect, "observation (heartbeats carry the counters)"},
+      {"FERRY_METRICS_BIND", KnobUse::kNoEffect, "an address"},
+      {"FERRY_METRICS_LINGER_MS", KnobUse::kNoEffect, "after the job"},
   };
   return knobs;
 }

@@ -31,6 +31,7 @@ void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
   const Cut& cut = op->tensor->cuts[op->layout];
   op->replies_left = static_cast<int>(cut.parts.size());
   const int64_t now = NowUs();
+  ctx_.counters.urgency.Observe(op->priority, cut.parts.size());
   for (uint32_t i = 0; i < cut.parts.size(); ++i) {
     InFlight f;
     f.op = op;
@@ -123,6 +124,7 @@ void DensePushPull::SendBatch(const Batch& batch) {
   lock.Unlock();
   for (Pack& pack : packs) {
     ctx_.counters.bytes_pushed += pack.bytes;
+    ctx_.counters.servers.AddSent(pack.server, pack.bytes);
     if (pack.pushes.size() == 1) {
       ctx_.van.Send(ServerId(pack.server), std::move(pack.pushes.front()));
       continue;
@@ -346,6 +348,7 @@ void DensePushPull::Deliver(const Operation& op, const PartitionSpec& p, const M
     std::memcpy(out, m.payload.data(), m.payload.size());
   }
   ctx_.counters.bytes_received += m.payload.size();
+  ctx_.counters.servers.AddReceived(p.server, m.payload.size());
 }
 
 std::string DensePushPull::CheckResult(const InFlight& f, const Message& m) const {
@@ -412,6 +415,13 @@ bool DensePushPull::OnResult(Message&& m) {
     ctx_.table.Unhold(op->handle);
   }
   if (!last) return true;
+  if (error.empty()) {
+    ctx_.counters.partition_round_us.Record(static_cast<uint64_t>(std::max<int64_t>(0, result_us - f.sent_us)));
+    if (ctx_.counters.urgency.Urgent(f.op->priority)) {
+      ctx_.counters.urgent_queue_delay_us.Record(
+          static_cast<uint64_t>(std::max<int64_t>(0, f.sent_us - f.ready_us)));
+    }
+  }
   if (ctx_.trace && error.empty()) {
     ctx_.trace->Partition(PartitionTimes{t.name, f.part, e.key(), p.server, p.bytes, f.op->priority,
                                          f.round, f.fused, f.ready_us, f.sent_us, f.acked_us,

@@ -36,6 +36,7 @@
 #include "worker/operation_table.h"
 #include "worker/tensor_catalog.h"
 #include "worker/trace.h"
+#include "worker/urgency.h"
 
 namespace ferry {
 
@@ -87,6 +88,14 @@ struct WorkerCounters {
   // (one host, the emulated clusters); across hosts only as good as their clock sync.
   Histogram& ack_delay_us = registry.RegisterHistogram("ack_delay_us");
   Histogram& sum_delay_us = registry.RegisterHistogram("sum_delay_us");
+  // Live metrics (common/metrics/series.h), in microseconds: how long an urgent partition
+  // (`urgency`) waited in the send queue (ready to sent), each partition's round (its push
+  // sent to its sum received), and the iterations between step boundaries.
+  Histogram& urgent_queue_delay_us = registry.RegisterHistogram("urgent_queue_delay_us");
+  Histogram& partition_round_us = registry.RegisterHistogram("partition_round_us");
+  Histogram& iteration_us = registry.RegisterHistogram("iteration_us");
+  UrgencyThreshold urgency;  // learns from every partition started
+  PeerBytes servers;  // by server slot: dense push bytes sent, sum bytes received (Worker sizes it)
 };
 
 // Sparse rows of one operation (RowsPushPull), fixed at the call.

@@ -124,6 +124,7 @@ void SchedulingControl::StepBoundary() {
     ctx_.ThrowIfFailed();
     const int64_t now = NowUs();
     const double ms = last_step_us_ > 0 ? (now - last_step_us_) / 1000.0 : -1.0;
+    if (last_step_us_ > 0) ctx_.counters.iteration_us.Record(static_cast<uint64_t>(now - last_step_us_));
     steps_++;
     size_now = size_by_time_ && steps_ == kSizingStep;
     if (ctx_.trace) {

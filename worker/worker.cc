@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/metrics/series.h"
 #include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
@@ -94,6 +95,8 @@ void Worker::Start() {
                                    proto::StallReport* report) {
     ReportStalls(report_after_ms, labels, report);
   });
+  counters_.servers.Resize(config_.cluster.num_servers);
+  cluster_.SetMetricsReporter([this](proto::MetricsSnapshot* out) { ReportMetrics(out); });
   cluster_.Register();
   const NodeTable& table = cluster_.table();  // one membership for the whole start
   my_id_ = cluster_.my_id();
@@ -150,6 +153,7 @@ void Worker::Start() {
 }
 
 Worker::~Worker() {
+  cluster_.SetMetricsReporter(nullptr);  // reads counters_ and queue_, which go first
   // The shutdown order of local_nccl.h: no device round starts a push_pull after this.
   LocalNccl* nccl = nullptr;
   {
@@ -164,6 +168,20 @@ Worker::~Worker() {
   table_.Close();  // completion callbacks use mu_ and the sequencer
   MutexLock lock(mu_);
   nccl_.reset();  // before the parts its push_pulls run through
+}
+
+void Worker::ReportMetrics(proto::MetricsSnapshot* out) const {
+  const WorkerCounters& c = counters_;
+  metrics::AddPeerBytes(out, c.servers, "server-");
+  metrics::AddValue(out, "ferry_operations_total", c.operations);
+  metrics::AddValue(out, "ferry_resends_total", c.resends);
+  metrics::AddValue(out, "ferry_partitions_in_flight", queue_.in_flight());
+  const auto [urgent, other] = queue_.QueuedBytes(c.urgency.threshold());
+  metrics::AddValue(out, "ferry_queued_bytes", urgent, {{"priority", "urgent"}});
+  metrics::AddValue(out, "ferry_queued_bytes", other, {{"priority", "other"}});
+  metrics::AddHistogram(out, "ferry_urgent_queue_delay_seconds", c.urgent_queue_delay_us);
+  metrics::AddHistogram(out, "ferry_partition_round_seconds", c.partition_round_us);
+  metrics::AddHistogram(out, "ferry_iteration_seconds", c.iteration_us);
 }
 
 int Worker::DeclareTensor(const std::string& name, DataType dtype,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/metrics/series.h"
 #include "common/util/clock.h"
 #include "common/util/error.h"
 
@@ -222,6 +223,7 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
     }
     case proto::HEARTBEAT_ACK:
       workers_waiting_ = e.workers_waiting();
+      metrics_wanted_ = e.metrics_wanted();
       if (e.has_stall_watch()) {
         MutexLock lock(mu_);
         stall_watch_ = e.stall_watch();
@@ -311,8 +313,24 @@ bool IsBarrierLabel(const std::string& label) {
 
 }  // namespace
 
+void ClusterClient::SetMetricsReporter(MetricsReporter reporter) {
+  MutexLock lock(reporter_mu_);
+  metrics_reporter_ = std::move(reporter);
+}
+
+void ClusterClient::AddMetrics(proto::MetricsSnapshot* out) {
+  const VanStats van = van_->stats();
+  metrics::AddValue(out, "ferry_refused_messages_total",
+                    static_cast<double>(van.bad_messages_dropped), {{"reason", "malformed"}});
+  metrics::AddValue(out, "ferry_refused_messages_total",
+                    static_cast<double>(van.connections_refused), {{"reason", "handshake"}});
+  MutexLock lock(reporter_mu_);
+  if (metrics_reporter_) metrics_reporter_(out);
+}
+
 Message ClusterClient::MakeHeartbeat() {
   Message m = MakeMessage(proto::HEARTBEAT, my_id());
+  if (metrics_wanted_) AddMetrics(m.envelope.mutable_metrics());
   StallReporter reporter;
   int64_t report_after_ms;
   std::vector<std::string> labels;  // the reporter's; this client's own are its barriers'

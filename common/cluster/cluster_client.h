@@ -56,6 +56,11 @@ using StallReporter = std::function<void(int64_t report_after_ms,
                                          const std::vector<std::string>& labels,
                                          proto::StallReport* report)>;
 
+// Fills a heartbeat's metrics (common/metrics/series.h) with the role's own: called on the
+// heartbeat thread while the scheduler serves metrics (FERRY_METRICS_PORT), under a lock of
+// its own that SetMetricsReporter also takes; it must not call into the ClusterClient.
+using MetricsReporter = std::function<void(proto::MetricsSnapshot* out)>;
+
 class ClusterClient {
  public:
   // Operations a heartbeat reports at most (the oldest).
@@ -132,6 +137,11 @@ class ClusterClient {
 
   // Workers: what the heartbeats report for the stall check (see the file comment).
   void SetStallReporter(StallReporter reporter) EXCLUDES(mu_);
+  // Every role: its metrics for the scheduler's endpoint; the client adds the Van's
+  // refusals (ferry_refused_messages_total, reasons malformed and handshake). Returns once
+  // no call of the previous reporter runs: a role clears it (nullptr) before its counters
+  // go, and the heartbeat thread never reads them after.
+  void SetMetricsReporter(MetricsReporter reporter) EXCLUDES(reporter_mu_);
 
  private:
   // Waits until `done()` (called with mu_ held) or failure or the deadline; throws on
@@ -139,8 +149,10 @@ class ClusterClient {
   void WaitUntil(const std::function<bool()>& done, int64_t timeout_ms, const std::string& what)
       EXCLUDES(mu_);
   void HeartbeatLoop() EXCLUDES(mu_);
-  // The next HEARTBEAT, with the StallReport the last StallWatch asked for.
-  Message MakeHeartbeat() EXCLUDES(mu_);
+  // The next HEARTBEAT, with the StallReport the last StallWatch asked for and the
+  // metrics, if the scheduler wants them.
+  Message MakeHeartbeat() EXCLUDES(mu_, reporter_mu_);
+  void AddMetrics(proto::MetricsSnapshot* out) EXCLUDES(reporter_mu_);
   void OnStall(const proto::Stall& stall);
   // NODE_TABLE: the first, or (elastic) a newer epoch's; see the file comment.
   void OnNodeTable(const proto::NodeTable& table) EXCLUDES(mu_);
@@ -176,6 +188,9 @@ class ClusterClient {
   std::map<uint64_t, BarrierWait> barriers_ GUARDED_BY(mu_);  // by request id
   std::map<std::string, uint64_t> barriers_entered_ GUARDED_BY(mu_);  // label -> count
   StallReporter stall_reporter_ GUARDED_BY(mu_);
+  Mutex reporter_mu_;  // held while metrics_reporter_ runs; never with mu_
+  MetricsReporter metrics_reporter_ GUARDED_BY(reporter_mu_);
+  std::atomic<bool> metrics_wanted_{false};  // the last HEARTBEAT_ACK's metrics_wanted
   proto::StallWatch stall_watch_ GUARDED_BY(mu_);  // the last HEARTBEAT_ACK's
   uint64_t next_request_ GUARDED_BY(mu_) = 1;
   std::string failure_ GUARDED_BY(mu_);

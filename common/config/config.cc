@@ -228,6 +228,18 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
 bool ValidFrameBytes(int64_t bytes) { return bytes == 0 || (bytes >= 4096 && bytes % 8 == 0); }
 
 // FERRY_WINDOW and its bounds, and the autotune lists over them.
+void ReadMetrics(const EnvReader& r, Config* c) {
+  Config::Diagnostics& d = c->diagnostics;
+  d.metrics_port = static_cast<int>(r.Int("FERRY_METRICS_PORT", nullptr, 0, 0, 65535));
+  d.metrics_bind = r.Str("FERRY_METRICS_BIND", nullptr, d.metrics_bind);
+  in_addr addr{};
+  if (inet_pton(AF_INET, d.metrics_bind.c_str(), &addr) != 1) {
+    Invalid("FERRY_METRICS_BIND", d.metrics_bind,
+            "expected an IPv4 address (127.0.0.1, 0.0.0.0 or this host's, e.g. a pod IP)");
+  }
+  d.metrics_linger_ms = r.Int("FERRY_METRICS_LINGER_MS", nullptr, 0, 0, 3600000);
+}
+
 void ReadWindow(const EnvReader& r, Config* c) {
   Config::Scheduling& s = c->scheduling;
   const std::string window = r.Str("FERRY_WINDOW", nullptr, s.window_bdp ? "bdp" : "fixed");
@@ -272,6 +284,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
       r.Int("FERRY_BUCKET_TIMEOUT_MS", nullptr, c->scheduling.bucket_timeout_ms, 0, 60000);
   c->diagnostics.trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
   c->diagnostics.stats_file = r.Str("FERRY_STATS_FILE", nullptr, "");
+  ReadMetrics(r, c);
   c->scheduling.autotune = r.Bool("FERRY_AUTOTUNE", nullptr, false);
   c->scheduling.autotune_steps = static_cast<int>(
       r.Int("FERRY_AUTOTUNE_STEPS", nullptr, c->scheduling.autotune_steps, 2, 1000));

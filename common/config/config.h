@@ -202,6 +202,12 @@ struct Config {
     int log_verbosity = 0;   // glog v: 1 DEBUG, 2 TRACE
     std::string stats_file;  // FERRY_STATS_FILE: counters as JSON at exit (%r)
     std::string trace_dir;   // non-empty: a Chrome-trace timeline per worker there
+    // Live metrics (scheduler/cluster_metrics.h): the scheduler serves the cluster's
+    // Prometheus series, /api/status and a status page on metrics_bind:metrics_port
+    // (port 0: off); the nodes then report their counters with their heartbeats.
+    int metrics_port = 0;                   // FERRY_METRICS_PORT
+    std::string metrics_bind = "127.0.0.1";  // FERRY_METRICS_BIND: an IPv4 address
+    int64_t metrics_linger_ms = 0;  // FERRY_METRICS_LINGER_MS: keep serving after a failure
   };
   Diagnostics diagnostics;
 

@@ -22,7 +22,7 @@ namespace ferry {
 // position, SUSPEND and RESUME (re-initialisation); 6: the shared-memory lane (SHM_READY,
 // Envelope.shm_slot); 7: membership epochs (Envelope.epoch, NodeTable.epoch,
 // RegisterRequest.spare: elastic training).
-constexpr uint32_t kProtocolVersion = 7;
+constexpr uint32_t kProtocolVersion = 8;
 
 struct Message {
   proto::Envelope envelope;

@@ -68,9 +68,24 @@ uint64_t Histogram::UpperBound(int bucket) {
 void Histogram::Record(uint64_t value) {
   buckets_[BucketOf(value)].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(value, std::memory_order_relaxed);
   uint64_t seen = max_.load(std::memory_order_relaxed);
   while (value > seen && !max_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
   }
+}
+
+void PeerBytes::Resize(int peers) {
+  sent_ = std::make_unique<Counter[]>(static_cast<size_t>(peers));
+  received_ = std::make_unique<Counter[]>(static_cast<size_t>(peers));
+  size_ = peers;
+}
+
+uint64_t Histogram::CountAtMost(uint64_t bound) const {
+  uint64_t n = 0;
+  for (int i = 0; i < kBuckets && UpperBound(i) <= bound; ++i) {
+    n += buckets_[i].load(std::memory_order_relaxed);
+  }
+  return n;
 }
 
 uint64_t Histogram::Percentile(double q) const {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,11 @@ class Histogram {
   void Record(uint64_t value);
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   uint64_t max() const { return max_.load(std::memory_order_relaxed); }
+  uint64_t sum() const { return sum_.load(std::memory_order_relaxed); }
+  // How many recorded values are at most `bound`; exact when `bound` is a bucket's upper
+  // bound (e.g. 2^k - 1: the Prometheus buckets of common/metrics/series.h), else the
+  // count up to the last bucket that ends at or below it.
+  uint64_t CountAtMost(uint64_t bound) const;
   // The smallest bucket bound at or above the q-quantile (0 < q <= 1); 0 if empty.
   uint64_t Percentile(double q) const;
 
@@ -59,6 +65,28 @@ class Histogram {
   std::atomic<uint64_t> buckets_[kBuckets] = {};
   std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> max_{0};
+  std::atomic<uint64_t> sum_{0};
+};
+
+// Tensor bytes exchanged with each peer of a fixed set (a worker's server slots, a server's
+// worker ranks), counted lock-free; a peer outside the set counts nowhere.
+class PeerBytes {
+ public:
+  // REQUIRES: before any Add, once.
+  void Resize(int peers);
+  void AddSent(int peer, uint64_t n) {
+    if (peer >= 0 && peer < size_) sent_[peer] += n;
+  }
+  void AddReceived(int peer, uint64_t n) {
+    if (peer >= 0 && peer < size_) received_[peer] += n;
+  }
+  int size() const { return size_; }
+  uint64_t sent(int peer) const { return sent_[peer]; }
+  uint64_t received(int peer) const { return received_[peer]; }
+
+ private:
+  std::unique_ptr<Counter[]> sent_, received_;
+  int size_ = 0;
 };
 
 // The value of the counter `name` in `values`; 0 if it is not there (a counter that never

@@ -78,6 +78,9 @@ INVALID = {
     "FERRY_MIN_WORKERS": "0",
     "FERRY_MIN_WORKERS_TIMEOUT_MS": "soon",
     "FERRY_MAX_WORKERS": "0",          # fewer than DMLC_NUM_WORKER
+    "FERRY_METRICS_PORT": "70000",
+    "FERRY_METRICS_BIND": "localhost",  # an IPv4 address, not a name
+    "FERRY_METRICS_LINGER_MS": "-1",
 }
 
 # Documented variables the programs do not read, or that accept any value.

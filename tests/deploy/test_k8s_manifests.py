@@ -141,6 +141,23 @@ def test_an_elastic_job_gets_a_dead_server_back(docs):
     assert servers["spec"]["template"]["spec"].get("restartPolicy", "Always") == "Always"
 
 
+def test_the_scheduler_is_annotated_for_prometheus_on_the_pod_network(docs):
+    # The scheduler serves every node's series (docs/operations.md, "Live metrics"): its pod
+    # carries the prometheus.io annotations with the ConfigMap's port, listens on the pod's
+    # address (not the loopback default), and names the port for the Service.
+    port = find(docs, "ConfigMap", "ferry-cluster")["data"]["FERRY_METRICS_PORT"]
+    scheduler = find(docs, "Deployment", "ferry-scheduler")
+    notes = scheduler["spec"]["template"]["metadata"]["annotations"]
+    assert notes == {"prometheus.io/scrape": "true", "prometheus.io/port": port,
+                     "prometheus.io/path": "/metrics"}
+    c, env = container_env(docs, scheduler)
+    assert env["FERRY_METRICS_BIND"] == ("field", "status.podIP")
+    assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in c["ports"]
+    service = find(docs, "Service", "ferry-scheduler")
+    assert {"name": "metrics", "port": int(port), "targetPort": "metrics", "protocol": "TCP"} in \
+        service["spec"]["ports"]
+
+
 def test_the_published_secret_is_marked_fake(docs):
     s = find(docs, "Secret", "ferry-secret")
     assert s["type"] == "Opaque" and list(s["stringData"]) == ["FERRY_SECRET"]

@@ -176,8 +176,9 @@ TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
   EXPECT_EQ(error.envelope.version(), 2u);
   EXPECT_EQ(error.type(), proto::ERROR);
   const std::string& reason = error.envelope.error().reason();
-  EXPECT_NE(reason.find("WORKER at 127.0.0.1:0 (host , pid 4242) speaks protocol version 2 "
-                        "(this scheduler speaks 7): run the same Ferry release on every node"),
+  EXPECT_NE(reason.find(StrCat("WORKER at 127.0.0.1:0 (host , pid 4242) speaks protocol version 2 "
+                               "(this scheduler speaks ", kProtocolVersion,
+                               "): run the same Ferry release on every node")),
             std::string::npos)
       << reason;
   // Protocols 2 and 3 validate an ERROR alike but for the version.
@@ -188,8 +189,9 @@ TEST(BadInputTest, RegisterOfAnotherVersionIsRefusedInThatVersion) {
   int worker = g.StartWorker(0);
   ASSERT_TRUE(g.Succeeds(60000));
   EXPECT_NE(g.Output(worker).find("OK loop rounds=3"), std::string::npos) << g.Output(worker);
-  EXPECT_NE(g.Output(sched).find("refused a registration: WORKER at 127.0.0.1:0 (host , pid "
-                                 "4242) speaks protocol version 2 (this scheduler speaks 7)"),
+  EXPECT_NE(g.Output(sched).find(StrCat("refused a registration: WORKER at 127.0.0.1:0 (host , pid "
+                                        "4242) speaks protocol version 2 (this scheduler speaks ",
+                                        kProtocolVersion, ")")),
             std::string::npos)
       << g.Output(sched);
 }

@@ -797,6 +797,7 @@ int RunElastic(Worker& w) {
         sync = false;
       }
       if (int code = ElasticStep(w, model); code != 0) return code;
+      w.StepBoundary();  // the live metrics' iteration time
       if (model.step % FLAGS_commit_every == 0) {
         committed = model;
         if (w.HostsUpdated()) {  // workers wait to join: admitted here, on every worker

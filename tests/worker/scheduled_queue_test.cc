@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -820,6 +821,26 @@ TEST(ScheduledQueueStressTest, BucketsKeepArrivalOrderUnderConcurrency) {
   for (const auto& [b, bytes] : bucket_bytes) full += bytes >= 20000;
   EXPECT_GT(full, 0u);
   EXPECT_LT(bucket_bytes.size(), out.size()) << "no task was fused into a bucket";
+}
+
+// The live metrics' ferry_queued_bytes: bytes pushed and not yet handed out, split at an
+// urgency threshold, for a policy with credit (what waits behind the credit is queued).
+TEST(QueuedBytesTest, PushedNotYetHandedOutByPriority) {
+  ScheduledQueue q(Make("credit"), 100);
+  q.Push(Task(5, 60, 0));
+  q.Push(Task(5, 30, 1));
+  q.Push(Task(1, 50, 2));
+  q.Push(Task(0, 20, 3));
+  EXPECT_EQ(q.QueuedBytes(5), std::make_pair(uint64_t{90}, uint64_t{70}));
+  EXPECT_EQ(q.QueuedBytes(1), std::make_pair(uint64_t{140}, uint64_t{20}));
+  MustNextOne(q);  // priority 5, 60 bytes
+  MustNextOne(q);  // priority 5, 30 bytes; then the credit (100) is full
+  EXPECT_EQ(q.QueuedBytes(5), std::make_pair(uint64_t{0}, uint64_t{70}));
+  q.Done(Task(5, 60, 0));
+  q.Done(Task(5, 30, 1));
+  MustNextOne(q);
+  MustNextOne(q);
+  EXPECT_EQ(q.QueuedBytes(INT_MIN), std::make_pair(uint64_t{0}, uint64_t{0}));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ void ScheduledQueue::Push(PushTask task, bool notify) {
   {
     MutexLock lock(mu_);
     const int64_t timer = core_.WakeAtUs();
+    queued_bytes_[task.priority] += task.bytes;
     core_.Push(std::move(task), now_());
     changes_++;
     notify = notify || core_.WakeAtUs() < timer;
@@ -34,7 +35,27 @@ void ScheduledQueue::Push(PushTask task, bool notify) {
 
 bool ScheduledQueue::TryNext(Batch* out) {
   MutexLock lock(mu_);
-  return !closed_ && core_.TryNext(now_(), out);
+  return !closed_ && TakeNext(now_(), out);
+}
+
+bool ScheduledQueue::TakeNext(int64_t now_us, Batch* out) {
+  if (!core_.TryNext(now_us, out)) return false;
+  for (const PushTask& t : out->tasks) {
+    auto it = queued_bytes_.find(t.priority);
+    if (it == queued_bytes_.end()) continue;
+    it->second -= std::min(it->second, t.bytes);
+    if (it->second == 0) queued_bytes_.erase(it);
+  }
+  return true;
+}
+
+std::pair<uint64_t, uint64_t> ScheduledQueue::QueuedBytes(int urgent_from) const {
+  MutexLock lock(mu_);
+  std::pair<uint64_t, uint64_t> out{0, 0};
+  for (const auto& [priority, bytes] : queued_bytes_) {
+    (priority >= urgent_from ? out.first : out.second) += bytes;
+  }
+  return out;
 }
 
 bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
@@ -43,7 +64,7 @@ bool ScheduledQueue::Next(Batch* out, int64_t timeout_ms, bool* timed_out) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     if (closed_) return false;
-    if (core_.TryNext(now_(), out)) return true;
+    if (TakeNext(now_(), out)) return true;
     auto now = Clock::now();
     if (now >= deadline) {
       *timed_out = true;

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -116,6 +117,9 @@ class ScheduledQueue {
   uint64_t in_flight_bytes() const EXCLUDES(mu_);
   int in_flight_to(int server) const EXCLUDES(mu_);
   size_t queued() const EXCLUDES(mu_);
+  // Bytes of the tasks waiting to be handed out: those of priority >= `urgent_from`, and
+  // the others (the live metrics' ferry_queued_bytes).
+  std::pair<uint64_t, uint64_t> QueuedBytes(int urgent_from) const EXCLUDES(mu_);
   // The most bytes that were ever in flight at once (a record of the credit invariant).
   uint64_t max_in_flight_bytes() const EXCLUDES(mu_);
 
@@ -129,6 +133,12 @@ class ScheduledQueue {
   uint64_t changes_ GUARDED_BY(mu_) = 0;
   SchedulingCore core_ GUARDED_BY(mu_);
   bool closed_ GUARDED_BY(mu_) = false;
+  // Bytes of the tasks pushed and not yet handed out, by priority (Push adds, TakeNext
+  // takes away; a priority's entry goes at 0).
+  std::map<int, uint64_t> queued_bytes_ GUARDED_BY(mu_);
+
+  // core_.TryNext, keeping queued_bytes_.
+  bool TakeNext(int64_t now_us, Batch* out) REQUIRES(mu_);
 };
 
 }  // namespace ferry

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""What live metrics cost (FERRY_METRICS_PORT, issue 17), in one interleaved run.
+
+For each of --repeats rounds, metrics off then on (each "on" run scraped every second:
+/metrics and /api/status, as Prometheus and an open status page would):
+  1. an idle cluster (1 scheduler, 2 servers, 2 ferry-perf --idle_seconds workers): CPU
+     seconds of every process over --idle-seconds, from /proc/<pid>/stat;
+  2. ferry-perf on the same cluster shape, every size from --min to --max (x4).
+Reported: the idle cluster's CPU as % of one core (median, min-max), and ferry-perf's
+algorithm bandwidth per size with metrics on over off (median and min-max of the per-round
+ratios).
+
+Usage: /usr/bin/python3 bench/metrics_cost.py [--repeats 3] [--idle-seconds 30]
+                                              [--out bench/results/issue17/metrics_cost.md]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import core_bench  # noqa: E402  (the cluster runner and ferry-perf parser)
+
+
+class Scraper:
+    """GETs /metrics and /api/status every second until stopped; counts the answers."""
+
+    def __init__(self, port):
+        self.port, self.ok, self.failed = port, 0, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.wait(1.0):
+            for path in ("/metrics", "/api/status"):
+                try:
+                    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=2) as r:
+                        r.read()
+                        self.ok += 1
+                except OSError:
+                    self.failed += 1
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def metrics_env(on):
+    if not on:
+        return {}, None
+    port = core_bench.free_port()
+    return {"FERRY_METRICS_PORT": str(port)}, port
+
+
+def idle_cpu(seconds, on):
+    env, port = metrics_env(on)
+    samples = {}
+
+    def on_started(pids):
+        time.sleep(3)  # registration
+        start = {n: core_bench.proc_cpu_seconds(p) for n, p in pids.items()}
+        if on:
+            with Scraper(port) as s:
+                time.sleep(seconds)
+            assert s.ok > 0, "the scraper got no answer"
+        else:
+            time.sleep(seconds)
+        end = {n: core_bench.proc_cpu_seconds(p) for n, p in pids.items()}
+        samples.update({n: end[n] - start[n] for n in pids})
+
+    core_bench.run_cluster(["--idle_seconds", str(seconds + 5)], timeout=seconds + 120, extra_env=env,
+                           on_started=on_started)
+    return 100.0 * sum(samples.values()) / seconds
+
+
+def perf(args, on):
+    env, port = metrics_env(on)
+    result = {}
+
+    def run():
+        result.update(core_bench.run_ferry((args.min, args.max), args.n, args.w, extra_env=env))
+
+    if on:
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(1)
+        with Scraper(port):
+            t.join()
+    else:
+        run()
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--idle-seconds", type=int, default=30)
+    ap.add_argument("--min", default="4K")
+    ap.add_argument("--max", default="64M")
+    ap.add_argument("-n", type=int, default=10)
+    ap.add_argument("-w", type=int, default=2)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    idle = {False: [], True: []}
+    bw = {False: [], True: []}
+    for r in range(args.repeats):
+        for on in (False, True):
+            idle[on].append(idle_cpu(args.idle_seconds, on))
+            print(f"[metrics_cost] round {r + 1} metrics {'on ' if on else 'off'}: idle cluster "
+                  f"{idle[on][-1]:.3f}% of a core", flush=True)
+        for on in (False, True):
+            bw[on].append(perf(args, on))
+            print(f"[metrics_cost] round {r + 1} metrics {'on ' if on else 'off'}: ferry-perf done", flush=True)
+    fr = core_bench.fmt_range
+    lines = [f"# Live metrics: what they cost ({args.repeats} rounds, interleaved, 2 servers + 2 workers on loopback)",
+             "",
+             f"Idle cluster CPU over {args.idle_seconds} s, % of one core (all 5 processes): metrics off "
+             f"{fr(idle[False])}, on and scraped every second {fr(idle[True])}.",
+             "",
+             "| bytes | off GB/s | on GB/s | on/off |",
+             "|---|---|---|---|"]
+    for size in sorted(bw[False][0]):
+        off = [b[size] for b in bw[False] if size in b]
+        on = [b[size] for b in bw[True] if size in b]
+        ratios = [b_on[size] / b_off[size] for b_on, b_off in zip(bw[True], bw[False])
+                  if size in b_on and size in b_off and b_off[size] > 0]
+        lines.append(f"| {size} | {fr(off)} | {fr(on)} | {fr(ratios, 2)} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
