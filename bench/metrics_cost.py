@@ -5,7 +5,9 @@ For each of --repeats rounds, metrics off then on (each "on" run scraped every s
 /metrics and /api/status, as Prometheus and an open status page would):
   1. an idle cluster (1 scheduler, 2 servers, 2 ferry-perf --idle_seconds workers): CPU
      seconds of every process over --idle-seconds, from /proc/<pid>/stat;
-  2. ferry-perf on the same cluster shape, every size from --min to --max (x4).
+  2. ferry-perf on the same cluster shape: 4 KiB to 256 KiB (x4) with --small-iters timed
+     iterations, then 1 MiB to 64 MiB with --large-iters (a size measured over a few
+     milliseconds only would be mostly noise).
 Reported: the idle cluster's CPU as % of one core (median, min-max), and ferry-perf's
 algorithm bandwidth per size with metrics on over off (median and min-max of the per-round
 ratios).
@@ -86,7 +88,8 @@ def perf(args, on):
     result = {}
 
     def run():
-        result.update(core_bench.run_ferry((args.min, args.max), args.n, args.w, extra_env=env))
+        result.update(core_bench.run_ferry(("4K", "256K"), args.small_iters, 20, extra_env=env))
+        result.update(core_bench.run_ferry(("1M", "64M"), args.large_iters, 2, extra_env=env))
 
     if on:
         t = threading.Thread(target=run)
@@ -102,17 +105,15 @@ def perf(args, on):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--idle-seconds", type=int, default=30)
-    ap.add_argument("--min", default="4K")
-    ap.add_argument("--max", default="64M")
-    ap.add_argument("-n", type=int, default=10)
-    ap.add_argument("-w", type=int, default=2)
+    ap.add_argument("--idle-seconds", type=int, default=30, help="0: no idle measurement")
+    ap.add_argument("--small-iters", type=int, default=500)
+    ap.add_argument("--large-iters", type=int, default=10)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     idle = {False: [], True: []}
     bw = {False: [], True: []}
     for r in range(args.repeats):
-        for on in (False, True):
+        for on in (False, True) if args.idle_seconds > 0 else ():
             idle[on].append(idle_cpu(args.idle_seconds, on))
             print(f"[metrics_cost] round {r + 1} metrics {'on ' if on else 'off'}: idle cluster "
                   f"{idle[on][-1]:.3f}% of a core", flush=True)
@@ -121,9 +122,11 @@ def main():
             print(f"[metrics_cost] round {r + 1} metrics {'on ' if on else 'off'}: ferry-perf done", flush=True)
     fr = core_bench.fmt_range
     lines = [f"# Live metrics: what they cost ({args.repeats} rounds, interleaved, 2 servers + 2 workers on loopback)",
-             "",
-             f"Idle cluster CPU over {args.idle_seconds} s, % of one core (all 5 processes): metrics off "
-             f"{fr(idle[False])}, on and scraped every second {fr(idle[True])}.",
+             ""]
+    if args.idle_seconds > 0:
+        lines += [f"Idle cluster CPU over {args.idle_seconds} s, % of one core (all 5 processes): metrics off "
+                  f"{fr(idle[False])}, on and scraped every second {fr(idle[True])}.", ""]
+    lines += [f"ferry-perf, {args.small_iters} timed iterations up to 256 KiB, {args.large_iters} above:",
              "",
              "| bytes | off GB/s | on GB/s | on/off |",
              "|---|---|---|---|"]
@@ -136,7 +139,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             f.write(text)
 

@@ -35,6 +35,12 @@ std::string Label(const proto::Metric& m, const std::string& key) {
   return it == m.labels().end() ? std::string() : it->second;
 }
 
+// Invalid UTF-8 (a host name, a reason quoting a tensor's name) becomes U+FFFD instead of
+// an exception that would turn every later /api/status into an error.
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // Per second, between two samples' values; 0 when there is no span.
 double Rate(double newer, double older, int64_t span_ms) {
   return span_ms > 0 && newer >= older ? (newer - older) * 1000.0 / static_cast<double>(span_ms) : 0;
@@ -141,6 +147,11 @@ void ClusterMetrics::JobEnded(const std::string& failure) {
   MutexLock lock(mu_);
   job_ = failure.empty() ? "done" : "failed";
   failure_ = failure;
+  for (auto& [id, n] : nodes_) {  // every process ends with the job (FERRY_METRICS_LINGER_MS)
+    if (!n.alive) continue;
+    n.alive = false;
+    n.reason = failure.empty() ? "the job finished" : "the job failed";
+  }
 }
 
 void ClusterMetrics::SetOwn(const proto::MetricsSnapshot& own) {
@@ -149,11 +160,23 @@ void ClusterMetrics::SetOwn(const proto::MetricsSnapshot& own) {
 }
 
 std::string ClusterMetrics::Exposition() const {
-  MutexLock lock(mu_);
-  const int64_t now = now_();
+  // The snapshots are copied under the lock and formatted after it (the scheduler's IO
+  // thread waits for the lock with each heartbeat).
   std::vector<proto::MetricsSnapshot> merged;
   std::vector<metrics::NodeSamples> samples;
-  merged.reserve(nodes_.size() + 1);
+  {
+    MutexLock lock(mu_);
+    Collect(&merged, &samples);
+  }
+  return metrics::Exposition(samples);
+}
+
+void ClusterMetrics::Collect(std::vector<proto::MetricsSnapshot>* merged_out,
+                             std::vector<metrics::NodeSamples>* samples_out) const {
+  const int64_t now = now_();
+  std::vector<proto::MetricsSnapshot>& merged = *merged_out;
+  std::vector<metrics::NodeSamples>& samples = *samples_out;
+  merged.reserve(nodes_.size() + 1);  // NodeSamples point into it: no reallocation
   proto::MetricsSnapshot scheduler = own_;
   metrics::AddValue(&scheduler, "ferry_node_up", 1, {{"node", "0"}});
   metrics::AddValue(&scheduler, "ferry_membership_epoch", epoch_);
@@ -172,7 +195,6 @@ std::string ClusterMetrics::Exposition() const {
     merged.push_back(std::move(s));
     samples.push_back({n.role, n.rank, &merged.back()});
   }
-  return metrics::Exposition(samples);
 }
 
 std::string ClusterMetrics::NodeJson(const Node& n, int64_t now) const {
@@ -187,7 +209,7 @@ std::string ClusterMetrics::NodeJson(const Node& n, int64_t now) const {
   nlohmann::json links = nlohmann::json::array();
   if (!n.alive) {  // its numbers stopped when it died: no rates, no queues
     j["links"] = links;
-    return j.dump();
+    return Dump(j);
   }
   if (!n.history.empty()) {
     const Sample& last = n.history.back();
@@ -237,7 +259,7 @@ std::string ClusterMetrics::NodeJson(const Node& n, int64_t now) const {
   for (const proto::Metric& m : n.last.metrics()) {
     if (m.name() == "ferry_queued_bytes") j["queued_bytes"][Label(m, "priority")] = m.value();
   }
-  return j.dump();
+  return Dump(j);
 }
 
 std::string ClusterMetrics::StatusJson() const {
@@ -254,7 +276,7 @@ std::string ClusterMetrics::StatusJson() const {
   }
   nlohmann::json job = {{"state", job_}, {"failure", failure_}, {"epoch", epoch_},
                         {"unix_ms", UnixUs() / 1000}};
-  return StrCat("{\"job\":", job.dump(), ",\"nodes\":[", nodes, "]}");
+  return StrCat("{\"job\":", Dump(job), ",\"nodes\":[", nodes, "]}");
 }
 
 }  // namespace ferry

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/cluster/node_table.h"
+#include "common/metrics/series.h"
 #include "common/util/mutex.h"
 #include "ferry.pb.h"
 
@@ -42,7 +43,8 @@ class ClusterMetrics {
   void Heartbeat(int id, const proto::MetricsSnapshot* snapshot) EXCLUDES(mu_);
   // Member `id` died or was dropped; `reason` as the scheduler logged it.
   void Died(int id, const std::string& reason) EXCLUDES(mu_);
-  // The job ended: `failure` empty after an orderly end.
+  // The job ended: `failure` empty after an orderly end. Every node still alive is then
+  // listed as ended ("the job finished" / "the job failed"): the processes exit with it.
   void JobEnded(const std::string& failure) EXCLUDES(mu_);
   // The scheduler's own samples (its Van's refusals), refreshed by the caller.
   void SetOwn(const proto::MetricsSnapshot& own) EXCLUDES(mu_);
@@ -76,6 +78,9 @@ class ClusterMetrics {
   };
 
   static Sample SampleOf(int64_t ms, const proto::MetricsSnapshot& s);
+  // Every node's samples for the exposition (copies: formatted without the lock).
+  void Collect(std::vector<proto::MetricsSnapshot>* merged,
+               std::vector<metrics::NodeSamples>* samples) const REQUIRES(mu_);
   std::string NodeJson(const Node& n, int64_t now) const REQUIRES(mu_);
 
   const NowFn now_;

@@ -59,8 +59,8 @@ Scheduler::Scheduler(const Config& config)
 }
 
 Scheduler::~Scheduler() {
+  van_.Stop();    // the IO thread reads http_ (OnHeartbeat)
   http_.reset();  // its thread reads metrics_
-  van_.Stop();
 }
 
 HttpResponse Scheduler::ServeHttp(const std::string& path) const {

@@ -39,7 +39,9 @@ namespace ferry {
 class Summation;
 
 // Why a server refused a message (ferry_refused_messages_total's label reason; the stats
-// file's refused.<reason>). Every refusal also counts in rejected_pushes.
+// file's refused.<reason>). Every refusal also counts in rejected_pushes, as do the pushes
+// the Van found malformed (their reason is the Van's, "malformed"); stale_epoch_messages
+// are exported with reason "stale_epoch" and are not in rejected_pushes.
 enum class Refusal {
   kMismatch,         // workers disagree on a key (size, dtype, tensor hash), or a bad round
   kBadMessage,       // malformed: a frame cut wrong, a fused push that does not split

@@ -300,7 +300,7 @@ bool Server::FromMemberWorker(const Message& m, const Origin& origin) const {
 
 void Server::OnInvalid(const Message& m, const Status& why, const Origin& origin) {
   if (!IsDataRequest(m.type()) || !FromMemberWorker(m, origin)) return;
-  counters_.Refuse(Refusal::kBadMessage);
+  counters_.rejected++;  // its reason is the Van's: ferry_refused_messages_total{reason="malformed"}
   ReplyRefused(m, origin.identity, why.message());
 }
 

@@ -348,7 +348,6 @@ void DensePushPull::Deliver(const Operation& op, const PartitionSpec& p, const M
     std::memcpy(out, m.payload.data(), m.payload.size());
   }
   ctx_.counters.bytes_received += m.payload.size();
-  ctx_.counters.servers.AddReceived(p.server, m.payload.size());
 }
 
 std::string DensePushPull::CheckResult(const InFlight& f, const Message& m) const {

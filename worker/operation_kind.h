@@ -95,7 +95,10 @@ struct WorkerCounters {
   Histogram& partition_round_us = registry.RegisterHistogram("partition_round_us");
   Histogram& iteration_us = registry.RegisterHistogram("iteration_us");
   UrgencyThreshold urgency;  // learns from every partition started
-  PeerBytes servers;  // by server slot: dense push bytes sent, sum bytes received (Worker sizes it)
+  // By server slot: push bytes handed to the Van (first sends and resends) and reply bytes
+  // that arrived (late and duplicate sums too), dense and rows: what the servers count as
+  // received and sent. The Worker sizes it.
+  PeerBytes servers;
 };
 
 // Sparse rows of one operation (RowsPushPull), fixed at the call.

@@ -91,6 +91,7 @@ void RowsPushPull::Start(const std::shared_ptr<Operation>& op) {
     m.envelope.set_request_id(request);
     m.envelope.set_round(t.rows_rounds[s]++);
     ctx_.counters.rows_bytes_pushed += m.payload.size();
+    ctx_.counters.servers.AddSent(s, m.payload.size());
     InFlight f;
     f.op = op;
     f.server = s;

@@ -48,7 +48,10 @@ void Sender::ResendOverdue() {
     dense_.ResendOverdue(now, &out);
     rows_.ResendOverdue(now, &out);
   }
-  for (auto& [server, m] : out) ctx_.van.Send(ServerId(server), std::move(m));
+  for (auto& [server, m] : out) {
+    ctx_.counters.servers.AddSent(server, m.payload.size());  // resent bytes are sent bytes
+    ctx_.van.Send(ServerId(server), std::move(m));
+  }
 }
 
 }  // namespace ferry

@@ -88,6 +88,7 @@ Worker::Worker(const Config& config)
 
 void Worker::Start() {
   KeepLargeBuffersInHeap();
+  counters_.servers.Resize(config_.cluster.num_servers);  // before any thread counts
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
   cluster_.SetFailureCallback([this](const std::string& reason) { FailAll(reason); });
   cluster_.SetMembershipCallback([this](const NodeTable& table) { OnMembership(table); });
@@ -95,7 +96,6 @@ void Worker::Start() {
                                    proto::StallReport* report) {
     ReportStalls(report_after_ms, labels, report);
   });
-  counters_.servers.Resize(config_.cluster.num_servers);
   cluster_.SetMetricsReporter([this](proto::MetricsSnapshot* out) { ReportMetrics(out); });
   cluster_.Register();
   const NodeTable& table = cluster_.table();  // one membership for the whole start
@@ -393,6 +393,8 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     case proto::ROWS_RESULT:
     case proto::ERROR:
       NoteReplyDelay(m);
+      // Every sum that arrived, late and duplicate ones too: what the server counts as sent.
+      counters_.servers.AddReceived(cluster_.table().node(origin.peer).rank(), m.payload.size());
       // The rows kind knows its request ids; whatever it does not claim is dense.
       if (!rows_->OnReply(m, proto::ROWS_RESULT) && !dense_->OnReply(m, proto::PUSH_RESULT)) {
         LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);

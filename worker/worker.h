@@ -279,9 +279,9 @@ class Worker : public Collective {
   static std::vector<bool> LiveSlots(const NodeTable& table);
   // Tells every server that this worker is done with a retired declaration's keys (RETIRE).
   void RetireOnServers(uint32_t tensor_id);
-  // What heartbeats report for the stall check (ClusterClient::StallReporter).
   // The heartbeat's metrics (ClusterClient::SetMetricsReporter): counters_ and queue_ only.
   void ReportMetrics(proto::MetricsSnapshot* out) const;
+  // What heartbeats report for the stall check (ClusterClient::StallReporter).
   void ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
                     proto::StallReport* report) const;
   void FailAll(const std::string& reason) EXCLUDES(mu_);

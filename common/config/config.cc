@@ -227,7 +227,7 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
 // elements of every dtype) of at least 4096.
 bool ValidFrameBytes(int64_t bytes) { return bytes == 0 || (bytes >= 4096 && bytes % 8 == 0); }
 
-// FERRY_WINDOW and its bounds, and the autotune lists over them.
+// FERRY_METRICS_*: the scheduler's metrics endpoint (scheduler/cluster_metrics.h).
 void ReadMetrics(const EnvReader& r, Config* c) {
   Config::Diagnostics& d = c->diagnostics;
   d.metrics_port = static_cast<int>(r.Int("FERRY_METRICS_PORT", nullptr, 0, 0, 65535));
@@ -240,6 +240,7 @@ void ReadMetrics(const EnvReader& r, Config* c) {
   d.metrics_linger_ms = r.Int("FERRY_METRICS_LINGER_MS", nullptr, 0, 0, 3600000);
 }
 
+// FERRY_WINDOW and its bounds, and the autotune lists over them.
 void ReadWindow(const EnvReader& r, Config* c) {
   Config::Scheduling& s = c->scheduling;
   const std::string window = r.Str("FERRY_WINDOW", nullptr, s.window_bdp ? "bdp" : "fixed");

@@ -207,7 +207,7 @@ struct Config {
     // (port 0: off); the nodes then report their counters with their heartbeats.
     int metrics_port = 0;                   // FERRY_METRICS_PORT
     std::string metrics_bind = "127.0.0.1";  // FERRY_METRICS_BIND: an IPv4 address
-    int64_t metrics_linger_ms = 0;  // FERRY_METRICS_LINGER_MS: keep serving after a failure
+    int64_t metrics_linger_ms = 0;  // FERRY_METRICS_LINGER_MS: serving after the job's end
   };
   Diagnostics diagnostics;
 

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "common/util/error.h"
 #include "common/util/strings.h"
@@ -13,13 +15,15 @@
 namespace ferry {
 namespace {
 
-MHD_Result Reply(MHD_Connection* c, int status, const std::string& type, const std::string& body) {
+MHD_Result Reply(MHD_Connection* c, int status, const std::string& type, const std::string& body,
+                 const std::vector<std::pair<const char*, const char*>>& headers = {}) {
   MHD_Response* r = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()),
                                                     MHD_RESPMEM_MUST_COPY);
   if (r == nullptr) return MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type.c_str());
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
   MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  for (const auto& [name, value] : headers) MHD_add_response_header(r, name, value);
   const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned>(status), r);
   MHD_destroy_response(r);
   return ok;
@@ -65,7 +69,8 @@ int HttpEndpoint::Answer(void* connection, const char* url, const char* method,
   auto* c = static_cast<MHD_Connection*>(connection);
   const std::string m = method;
   if (m != MHD_HTTP_METHOD_GET && m != MHD_HTTP_METHOD_HEAD) {
-    return Reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "read-only: GET or HEAD\n");
+    return Reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "read-only: GET or HEAD\n",
+                 {{MHD_HTTP_HEADER_ALLOW, "GET, HEAD"}});
   }
   // Per connection: libmicrohttpd calls once with the headers, once per piece of a body
   // (dropped, remembered), then once more to answer.

@@ -32,7 +32,7 @@ const std::vector<Series>& Catalog() {
        "bytes of partitions waiting in the send queue, by priority class (label priority: "
        "urgent = the most urgent 10% of the worker's partitions, other)"},
       {"ferry_urgent_queue_delay_seconds", Kind::kHistogram,
-       "how long an urgent partition waited in the send queue (ready to sent)"},
+       "how long an urgent partition waited in the send queue (from ready to sent)"},
       {"ferry_partition_round_seconds", Kind::kHistogram,
        "a partition's round: from its push sent to its sum received"},
       {"ferry_resends_total", Kind::kCounter, "pushes sent again after a timeout"},
@@ -141,8 +141,9 @@ void AddValue(proto::MetricsSnapshot* out, const char* name, double value, const
 void AddHistogram(proto::MetricsSnapshot* out, const char* name, const Histogram& h) {
   proto::Metric* m = NewSample(out, name, Kind::kHistogram);
   for (uint64_t bound : HistogramBoundsUs()) m->add_buckets(h.CountAtMost(bound));
-  // count last: a Record racing with this read is then in count but maybe not in a bucket,
-  // never the reverse (the +Inf bucket is count, and buckets must not exceed it).
+  // count last, and at least the last bucket: Record adds to its bucket before the count,
+  // so a racing Record can be in a bucket and not yet in count; the +Inf bucket (count)
+  // must not be below a finite one.
   m->set_sum(static_cast<double>(h.sum()) / 1e6);
   m->set_count(std::max<uint64_t>(h.count(), m->buckets(m->buckets_size() - 1)));
 }
@@ -156,7 +157,31 @@ void AddPeerBytes(proto::MetricsSnapshot* out, const PeerBytes& peers, const std
   }
 }
 
-std::string EscapeLabel(const std::string& value) {
+namespace {
+
+// The length of the valid UTF-8 sequence at s[i], or 0 if there is none.
+size_t Utf8Length(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) >> 6) != 2) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string EscapeLabel(const std::string& raw) {
+  // Prometheus refuses a whole scrape over one label value that is not UTF-8: invalid bytes
+  // (a host name, a reason quoting a tensor's name) become U+FFFD.
+  std::string value;
+  for (size_t i = 0; i < raw.size();) {
+    const size_t n = Utf8Length(raw, i);
+    value += n == 0 ? std::string("\xEF\xBF\xBD") : raw.substr(i, n);
+    i += n == 0 ? 1 : n;
+  }
   std::string out;
   for (char c : value) {
     if (c == '\\') {

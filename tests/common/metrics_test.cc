@@ -56,6 +56,7 @@ TEST(MetricsTest, ExpositionHasHelpAndTypeOnceAndEveryNodesSamples) {
 
 TEST(MetricsTest, LabelValuesAreEscaped) {
   EXPECT_EQ(EscapeLabel("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(EscapeLabel("h\xC3\xA9te \xFF!"), "h\xC3\xA9te \xEF\xBF\xBD!");  // invalid UTF-8 replaced
   proto::MetricsSnapshot s;
   AddValue(&s, "ferry_node_up", 0, {{"node", "4"}, {"reason", "worker 1 \"gone\"\nat 3"}});
   const std::string text = Exposition({{"worker", 1, &s}});

@@ -266,6 +266,11 @@ def test_status_page_shows_every_node_throughput_and_a_dead_worker(tmp_path):
 
 def raw_request(port, data, timeout=10):
     """Sends raw bytes; returns the HTTP status code of the answer (0: none)."""
+    return raw_reply(port, data, timeout)[0]
+
+
+def raw_reply(port, data, timeout=10):
+    """Sends raw bytes; returns (status code or 0, the reply's head as text)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         try:
             s.sendall(data)
@@ -273,7 +278,7 @@ def raw_request(port, data, timeout=10):
             pass  # the server may answer and close before a huge request is all sent
         reply = b""
         try:
-            while b"\r\n" not in reply:
+            while b"\r\n\r\n" not in reply:
                 chunk = s.recv(4096)
                 if not chunk:
                     break
@@ -281,7 +286,7 @@ def raw_request(port, data, timeout=10):
         except OSError:
             pass
     m = re.match(rb"HTTP/1\.[01] (\d{3})", reply)
-    return int(m.group(1)) if m else 0
+    return (int(m.group(1)) if m else 0), reply.split(b"\r\n\r\n")[0].decode(errors="replace")
 
 
 def test_bad_requests_get_4xx_and_the_job_trains_on(tmp_path):
@@ -289,7 +294,10 @@ def test_bad_requests_get_4xx_and_the_job_trains_on(tmp_path):
         job = Job(procs)
         before = job.wait_training()
         port = job.metrics_port
-        assert raw_request(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc") == 405
+        code, head = raw_reply(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        assert code == 405 and "Allow: GET, HEAD" in head, head
+        code, head = raw_reply(port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert code == 200 and "text/plain; version=0.0.4" in head, head
         assert raw_request(port, b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n") == 405
         assert raw_request(port, b"GET /secrets HTTP/1.1\r\nHost: x\r\n\r\n") == 404
         assert raw_request(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello") == 413

@@ -137,6 +137,23 @@ TEST_F(ClusterMetricsTest, JobEndStatesAndHeartbeatAge) {
   status = nlohmann::json::parse(m_.StatusJson());
   EXPECT_EQ(status["job"]["state"], "failed");
   EXPECT_EQ(status["job"]["failure"], "worker 1 is gone");
+  // Every process ends with the job: none is listed alive while the scheduler lingers.
+  EXPECT_EQ(Node(status, "worker", 1, false)["reason"], "gone");
+  EXPECT_EQ(Node(status, "worker", 0, false)["reason"], "the job failed");
+  EXPECT_NE(m_.Exposition().find("ferry_node_up{role=\"worker\",rank=\"0\",node=\"3\",reason=\"the job "
+                                 "failed\"} 0\n"),
+            std::string::npos);
+}
+
+TEST_F(ClusterMetricsTest, InvalidUtf8IsReplacedNotAnError) {
+  proto::NodeTable t = Table(0).proto();
+  t.mutable_nodes(3)->set_host("h\xFFst");
+  m_.SetTable(NodeTable(t));
+  m_.Died(4, "tensor 'w\xC3' is gone");
+  const nlohmann::json status = nlohmann::json::parse(m_.StatusJson());  // throws if invalid
+  EXPECT_EQ(Node(status, "worker", 0, true)["host"], "h\xEF\xBF\xBDst");
+  EXPECT_EQ(Node(status, "worker", 1, false)["reason"], "tensor 'w\xEF\xBF\xBD' is gone");
+  EXPECT_NE(m_.Exposition().find("reason=\"tensor 'w\xEF\xBF\xBD' is gone\""), std::string::npos);
 }
 
 TEST(QuantileMsTest, FromBucketDeltas) {
