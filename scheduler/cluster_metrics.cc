@@ -150,6 +150,7 @@ void ClusterMetrics::JobEnded(const std::string& failure) {
   for (auto& [id, n] : nodes_) {  // every process ends with the job (FERRY_METRICS_LINGER_MS)
     if (!n.alive) continue;
     n.alive = false;
+    n.ended = true;
     n.reason = failure.empty() ? "the job finished" : "the job failed";
   }
 }
@@ -190,8 +191,8 @@ void ClusterMetrics::Collect(std::vector<proto::MetricsSnapshot>* merged_out,
     if (n.alive) {
       metrics::AddValue(&s, "ferry_heartbeat_age_seconds",
                         static_cast<double>(now - n.last_heartbeat_ms) / 1000.0);
-      s.MergeFrom(n.last);
     }
+    if (n.alive || n.ended) s.MergeFrom(n.last);  // the job's final numbers stay
     merged.push_back(std::move(s));
     samples.push_back({n.role, n.rank, &merged.back()});
   }

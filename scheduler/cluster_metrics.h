@@ -8,7 +8,9 @@
 //
 // Dead nodes stay listed (ferry_node_up 0, with the reason) until a spare takes their id;
 // their own series are no longer exported (a survivor may hold their rank now), nor their
-// frozen rates in the status.
+// frozen rates in the status. When the job ends, the nodes alive then are listed as ended
+// (ferry_node_up 0, "the job finished" / "the job failed") and keep their last series:
+// the job's final numbers, while the scheduler lingers (FERRY_METRICS_LINGER_MS).
 //
 // Thread-safe: the scheduler writes (under its lock, or not), the HTTP thread reads;
 // every method takes mu_ only, so the HTTP thread never waits for the scheduler's lock.
@@ -71,7 +73,8 @@ class ClusterMetrics {
     int rank = 0;
     std::string host;
     bool alive = true;
-    std::string reason;  // why it died
+    std::string reason;  // why it died, or that the job ended
+    bool ended = false;  // alive until the job ended: its last numbers stay exported
     int64_t last_heartbeat_ms = 0;
     proto::MetricsSnapshot last;
     std::deque<Sample> history;  // oldest first, kHistoryMs of it

@@ -145,6 +145,21 @@ TEST_F(ClusterMetricsTest, JobEndStatesAndHeartbeatAge) {
             std::string::npos);
 }
 
+TEST_F(ClusterMetricsTest, AFinishedJobKeepsItsFinalNumbers) {
+  m_.SetTable(Table(0));
+  Histogram urgent;
+  auto s = WorkerSnapshot(4096, urgent);
+  m_.Heartbeat(3, &s);
+  m_.JobEnded("");
+  const std::string text = m_.Exposition();
+  EXPECT_NE(text.find("ferry_node_up{role=\"worker\",rank=\"0\",node=\"3\",reason=\"the job finished\"} 0\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("ferry_bytes_sent_total{role=\"worker\",rank=\"0\",peer=\"server-0\"} 4096\n"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("ferry_heartbeat_age_seconds{role=\"worker\""), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(m_.StatusJson())["job"]["state"], "done");
+}
+
 TEST_F(ClusterMetricsTest, InvalidUtf8IsReplacedNotAnError) {
   proto::NodeTable t = Table(0).proto();
   t.mutable_nodes(3)->set_host("h\xFFst");
