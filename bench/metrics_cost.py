@@ -83,7 +83,7 @@ def idle_cpu(seconds, on):
     return 100.0 * sum(samples.values()) / seconds
 
 
-def perf(args, on):
+def perf(args, on, scrape=True):
     env, port = metrics_env(on)
     result = {}
 
@@ -91,7 +91,7 @@ def perf(args, on):
         result.update(core_bench.run_ferry(("4K", "256K"), args.small_iters, 20, extra_env=env))
         result.update(core_bench.run_ferry(("1M", "64M"), args.large_iters, 2, extra_env=env))
 
-    if on:
+    if on and scrape:
         t = threading.Thread(target=run)
         t.start()
         time.sleep(1)
@@ -111,31 +111,36 @@ def main():
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     idle = {False: [], True: []}
-    bw = {False: [], True: []}
+    modes = {"off": (False, False), "on": (True, False), "on+scraped": (True, True)}
+    bw = {m: [] for m in modes}
     for r in range(args.repeats):
         for on in (False, True) if args.idle_seconds > 0 else ():
             idle[on].append(idle_cpu(args.idle_seconds, on))
             print(f"[metrics_cost] round {r + 1} metrics {'on ' if on else 'off'}: idle cluster "
                   f"{idle[on][-1]:.3f}% of a core", flush=True)
-        for on in (False, True):
-            bw[on].append(perf(args, on))
-            print(f"[metrics_cost] round {r + 1} metrics {'on ' if on else 'off'}: ferry-perf done", flush=True)
+        for name, (on, scrape) in modes.items():
+            bw[name].append(perf(args, on, scrape))
+            print(f"[metrics_cost] round {r + 1} metrics {name}: ferry-perf done", flush=True)
     fr = core_bench.fmt_range
     lines = [f"# Live metrics: what they cost ({args.repeats} rounds, interleaved, 2 servers + 2 workers on loopback)",
              ""]
     if args.idle_seconds > 0:
         lines += [f"Idle cluster CPU over {args.idle_seconds} s, % of one core (all 5 processes): metrics off "
                   f"{fr(idle[False])}, on and scraped every second {fr(idle[True])}.", ""]
-    lines += [f"ferry-perf, {args.small_iters} timed iterations up to 256 KiB, {args.large_iters} above:",
-             "",
-             "| bytes | off GB/s | on GB/s | on/off |",
-             "|---|---|---|---|"]
-    for size in sorted(bw[False][0]):
-        off = [b[size] for b in bw[False] if size in b]
-        on = [b[size] for b in bw[True] if size in b]
-        ratios = [b_on[size] / b_off[size] for b_on, b_off in zip(bw[True], bw[False])
-                  if size in b_on and size in b_off and b_off[size] > 0]
-        lines.append(f"| {size} | {fr(off)} | {fr(on)} | {fr(ratios, 2)} |")
+    lines += [f"ferry-perf algbw GB/s, {args.small_iters} timed iterations up to 256 KiB, {args.large_iters} "
+              "above; on = metrics on (heartbeats carry them), on+scraped = also /metrics and /api/status "
+              "fetched every second by a Python client on the same 2 cores:",
+              "",
+              "| bytes | off | on | on+scraped | on/off | on+scraped/off |",
+              "|---|---|---|---|---|---|"]
+
+    def ratios(mode, size):
+        return [a[size] / b[size] for a, b in zip(bw[mode], bw["off"]) if size in a and size in b and b[size] > 0]
+
+    for size in sorted(bw["off"][0]):
+        cells = [fr([b[size] for b in bw[m] if size in b]) for m in modes]
+        lines.append(f"| {size} | " + " | ".join(cells) + f" | {fr(ratios('on', size), 2)} | "
+                     f"{fr(ratios('on+scraped', size), 2)} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
