@@ -11,17 +11,6 @@
 namespace ferry {
 namespace {
 
-const char* RoleName(proto::Role role) {
-  switch (role) {
-    case proto::SERVER:
-      return "server";
-    case proto::WORKER:
-      return "worker";
-    default:
-      return "scheduler";
-  }
-}
-
 // Samples of `name` in `s` (the first, for histograms and plain values).
 const proto::Metric* FindMetric(const proto::MetricsSnapshot& s, const std::string& name) {
   for (const proto::Metric& m : s.metrics()) {

@@ -76,12 +76,8 @@ HttpResponse Scheduler::ServeHttp(const std::string& path) const {
 }
 
 void Scheduler::RefreshOwnMetrics() {
-  const VanStats van = van_.stats();
   proto::MetricsSnapshot own;
-  metrics::AddValue(&own, "ferry_refused_messages_total",
-                    static_cast<double>(van.bad_messages_dropped), {{"reason", "malformed"}});
-  metrics::AddValue(&own, "ferry_refused_messages_total",
-                    static_cast<double>(van.connections_refused), {{"reason", "handshake"}});
+  metrics::AddVanRefusals(&own, van_.stats());
   metrics_.SetOwn(own);
 }
 

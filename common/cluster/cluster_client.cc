@@ -319,11 +319,7 @@ void ClusterClient::SetMetricsReporter(MetricsReporter reporter) {
 }
 
 void ClusterClient::AddMetrics(proto::MetricsSnapshot* out) {
-  const VanStats van = van_->stats();
-  metrics::AddValue(out, "ferry_refused_messages_total",
-                    static_cast<double>(van.bad_messages_dropped), {{"reason", "malformed"}});
-  metrics::AddValue(out, "ferry_refused_messages_total",
-                    static_cast<double>(van.connections_refused), {{"reason", "handshake"}});
+  metrics::AddVanRefusals(out, van_->stats());
   MutexLock lock(reporter_mu_);
   if (metrics_reporter_) metrics_reporter_(out);
 }

@@ -9,10 +9,12 @@
 
 namespace ferry {
 
+const char* RoleName(proto::Role role) {
+  return role == proto::SCHEDULER ? "scheduler" : role == proto::SERVER ? "server" : "worker";
+}
+
 std::string DescribeNode(const proto::NodeInfo& n) {
-  const char* role = n.role() == proto::SCHEDULER ? "scheduler"
-                     : n.role() == proto::SERVER  ? "server"
-                                                  : "worker";
+  const char* role = RoleName(n.role());
   std::string where = n.port() > 0 ? StrCat(n.host(), ":", n.port()) : n.host();
   if (!n.hostname().empty() && n.hostname() != n.host()) where += StrCat(", ", n.hostname());
   if (n.role() == proto::SCHEDULER) return StrCat("scheduler (", where, ")");

@@ -47,6 +47,8 @@ class NodeTable {
 };
 
 std::string DescribeNode(const proto::NodeInfo& n);
+// "scheduler", "server" or "worker".
+const char* RoleName(proto::Role role);
 
 // True for an IPv4 address in 127.0.0.0/8 and for IPv6 ::1: an address that reaches only
 // the network namespace it is used in. (Emulated hosts on one machine, scripts/netns-cluster

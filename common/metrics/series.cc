@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "common/transport/van.h"
 #include "common/util/error.h"
 #include "common/util/strings.h"
 
@@ -140,7 +141,7 @@ void AddValue(proto::MetricsSnapshot* out, const char* name, double value, const
 
 void AddHistogram(proto::MetricsSnapshot* out, const char* name, const Histogram& h) {
   proto::Metric* m = NewSample(out, name, Kind::kHistogram);
-  for (uint64_t bound : HistogramBoundsUs()) m->add_buckets(h.CountAtMost(bound));
+  for (uint64_t n : h.CountsAtMost(HistogramBoundsUs())) m->add_buckets(n);
   // count last, and at least the last bucket: Record adds to its bucket before the count,
   // so a racing Record can be in a bucket and not yet in count; the +Inf bucket (count)
   // must not be below a finite one.
@@ -172,6 +173,13 @@ size_t Utf8Length(const std::string& s, size_t i) {
 }
 
 }  // namespace
+
+void AddVanRefusals(proto::MetricsSnapshot* out, const VanStats& van) {
+  AddValue(out, "ferry_refused_messages_total", static_cast<double>(van.bad_messages_dropped),
+           {{"reason", "malformed"}});
+  AddValue(out, "ferry_refused_messages_total", static_cast<double>(van.connections_refused),
+           {{"reason", "handshake"}});
+}
 
 std::string EscapeLabel(const std::string& raw) {
   // Prometheus refuses a whole scrape over one label value that is not UTF-8: invalid bytes

@@ -18,6 +18,10 @@
 #include "common/util/counters.h"
 #include "proto/ferry.pb.h"
 
+namespace ferry {
+struct VanStats;
+}
+
 namespace ferry::metrics {
 
 enum class Kind { kCounter, kGauge, kHistogram };
@@ -47,6 +51,10 @@ void AddHistogram(proto::MetricsSnapshot* out, const char* name, const Histogram
 // ferry_bytes_sent_total and ferry_bytes_received_total of every peer that exchanged
 // bytes, labelled peer="<prefix><index>" ("server-0", "worker-3").
 void AddPeerBytes(proto::MetricsSnapshot* out, const PeerBytes& peers, const std::string& prefix);
+
+// A Van's refusals: ferry_refused_messages_total with reasons malformed (messages that
+// failed validation) and handshake (connections refused). Every node reports them.
+void AddVanRefusals(proto::MetricsSnapshot* out, const VanStats& van);
 
 // A node's snapshot with the labels the scheduler gives it.
 struct NodeSamples {

@@ -80,12 +80,18 @@ void PeerBytes::Resize(int peers) {
   size_ = peers;
 }
 
-uint64_t Histogram::CountAtMost(uint64_t bound) const {
+uint64_t Histogram::CountAtMost(uint64_t bound) const { return CountsAtMost({bound})[0]; }
+
+std::vector<uint64_t> Histogram::CountsAtMost(const std::vector<uint64_t>& ascending) const {
+  std::vector<uint64_t> out;
+  out.reserve(ascending.size());
   uint64_t n = 0;
-  for (int i = 0; i < kBuckets && UpperBound(i) <= bound; ++i) {
-    n += buckets_[i].load(std::memory_order_relaxed);
+  int i = 0;
+  for (uint64_t bound : ascending) {
+    for (; i < kBuckets && UpperBound(i) <= bound; ++i) n += buckets_[i].load(std::memory_order_relaxed);
+    out.push_back(n);
   }
-  return n;
+  return out;
 }
 
 uint64_t Histogram::Percentile(double q) const {

@@ -54,6 +54,8 @@ class Histogram {
   // bound (e.g. 2^k - 1: the Prometheus buckets of common/metrics/series.h), else the
   // count up to the last bucket that ends at or below it.
   uint64_t CountAtMost(uint64_t bound) const;
+  // CountAtMost of each of `ascending` bounds, in one pass over the buckets.
+  std::vector<uint64_t> CountsAtMost(const std::vector<uint64_t>& ascending) const;
   // The smallest bucket bound at or above the q-quantile (0 < q <= 1); 0 if empty.
   uint64_t Percentile(double q) const;
 
