@@ -13,7 +13,7 @@ algorithm bandwidth per size with metrics on over off (median and min-max of the
 ratios).
 
 Usage: /usr/bin/python3 bench/metrics_cost.py [--repeats 3] [--idle-seconds 30]
-                                              [--out bench/results/issue17/metrics_cost.md]
+                                              [--out bench/results/live-metrics/metrics_cost.md]
 """
 
 import argparse

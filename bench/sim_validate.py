@@ -9,8 +9,8 @@ run had its busiest core above --cpu-limit percent (the 70% rule: there the mach
 not the network, decided) is kept in the table but marked, and left out of the summary.
 The unified benchmark's gloo all-reduce times are set beside the ring model.
 
-  bench/sim_validate.py --trainsim bench/results/issue15/matrix-*.json \\
-      --unified bench/results/issue15/unified.json --png docs/images/sim_validation.png
+  bench/sim_validate.py --trainsim bench/results/simulator/matrix-*.json \\
+      --unified bench/results/simulator/unified.json --png docs/images/sim_validation.png
 
 The model's constants come from ferry-sim's defaults (docs/simulation.md, "Calibration");
 --sim-arg passes others (repeatable: --sim-arg=--tcp-efficiency=0.95).

@@ -8,7 +8,7 @@
 // worker's rank is its DMLC_WORKER_ID, else the lowest free rank in registration order.
 // A server's kind (colocated or CPU-only) is ServerKind; the weights are ServerWeights.
 //
-// Later epochs (elastic training; docs/design/issue16-elastic.md), one change each:
+// Later epochs (elastic training; docs/design/elastic.md), one change each:
 //   - WithoutServer: the first spare (a server that registered with FERRY_SPARE=1; in no
 //     slot and in no table until then) takes the dead server's slot, its id and rank, so
 //     no other server's keys move; with no spare the slot stays empty and the live

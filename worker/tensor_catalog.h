@@ -128,7 +128,7 @@ class TensorCatalog {
   // Bytes placed on each server (by rank) in the current layout.
   std::vector<uint64_t> PlacedBytes() const;
 
-  // Elastic joins (docs/design/issue16-elastic.md, "Joins"): the current declarations with
+  // Elastic joins (docs/design/elastic.md, "Joins"): the current declarations with
   // their cuts in every layout, the placements' loads and weights, the next id and the
   // current layout. Load makes this catalog that state: the same ids, cuts, placements and
   // Digest, so that a later Declare gives what the snapshot's catalog would give. Rounds

@@ -442,7 +442,7 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
 
 // FERRY_LOCAL_SIZE, FERRY_LOCAL_RANK (and the BYTEPS_ names), FERRY_LOCAL_SOCKET.
 // FERRY_ELASTIC and its companions; after the training mode and the local group, which
-// it refuses for now (docs/design/issue16-elastic.md, decision 8).
+// it refuses for now (docs/design/elastic.md, decision 8).
 void ReadElastic(const EnvReader& r, Config* c) {
   Config::Cluster& k = c->cluster;
   k.elastic = r.Bool("FERRY_ELASTIC", nullptr, false);

@@ -6,7 +6,7 @@
 // the network namespace, so a channel connects only processes in one namespace of one
 // kernel: the emulated hosts of scripts/netns-cluster and scripts/compose-local (one
 // namespace each) can never reach each other's, and the shared-memory lane cannot bypass
-// their shaped links (docs/design/issue14-shm-lane.md). Each end also checks that the
+// their shaped links (docs/design/shm-lane.md). Each end also checks that the
 // other runs under the same user (SO_PEERCRED): shared memory is private to the job's user.
 //
 // One message is one sendmsg: at most one fd (SCM_RIGHTS) and a header of at most

@@ -1,7 +1,7 @@
 #pragma once
 
 // MemfdSegment: anonymous shared memory (memfd_create) mapped read-write, for the shared-
-// memory lane between processes of one host (docs/design/issue14-shm-lane.md). A segment
+// memory lane between processes of one host (docs/design/shm-lane.md). A segment
 // has no name: it exists while some process holds its file descriptor or a mapping, so
 // nothing is left behind on any exit path, kill -9 included, and nobody can open it by
 // guessing. A peer gets it only as a file descriptor passed over an FdChannel

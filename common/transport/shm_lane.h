@@ -1,6 +1,6 @@
 #pragma once
 
-// The shared-memory lane of a Van (docs/design/issue14-shm-lane.md): between a worker and a
+// The shared-memory lane of a Van (docs/design/shm-lane.md): between a worker and a
 // server proven to be on one host, tensor bytes move through shared memory and the ZeroMQ
 // connection carries only the message, with a descriptor (Envelope.shm_slot) where the
 // payload frame would be. Below the roles: a handler sees an ordinary Message whose payload

@@ -1,5 +1,5 @@
 // MemfdSegment and FdChannel (common/transport): the building blocks of the shared-memory
-// lane (docs/design/issue14-shm-lane.md). Real processes (fork) and real sockets: a segment
+// lane (docs/design/shm-lane.md). Real processes (fork) and real sockets: a segment
 // passed to another process shows it the same bytes, leaves nothing in /dev/shm, a full
 // reservation is a clear error, a forged fd is refused, and a process in another network
 // namespace cannot reach the channel.
