@@ -9,7 +9,7 @@ slow drift of the machine hits both builds alike:
   perf      ferry-perf push_pull on <root>/scripts/local-cluster (2 servers + 2 workers,
             loopback), 4 KiB, 64 KiB, 1 MiB (--perf-small-iters timed iterations) and
             16 MiB, 256 MiB (--perf-large-iters): algorithm bandwidth per size (GB = 1e9 B).
-  gloo      the reference of issue 14's goal: bench/gloo_allreduce.py, torch.distributed's gloo
+  gloo      the reference of the shared-memory lane's bandwidth goal: bench/gloo_allreduce.py, torch.distributed's gloo
             allreduce between 2 local processes at 16 MiB and 256 MiB (--perf-large-iters); it
             does not use Ferry and runs beside each build only to sample the machine alike.
   torch     <root>/examples/benchmark_torch.py --compare N (2 workers x 2 servers, Ferry,
@@ -21,7 +21,7 @@ slow drift of the machine hits both builds alike:
             2 workers, 2 servers, 1gbit links: the slowest worker's median iteration time
             and median / LB1. With --trainsim-mode loopback: on <root>/scripts/local-cluster
             instead, the slowest worker's mean iteration time.
-  latency4k issue 12's latency goal: a 4 KiB push_pull on loopback TCP, 2 workers x 2 servers,
+  latency4k the latency goal: a 4 KiB push_pull on loopback TCP, 2 workers x 2 servers,
             within 3x a raw ZeroMQ 4 KiB round trip measured in the same run. Per repeat and
             build: ferry-perf -b 4K -e 4K -n --latency-perf-iters (20 warm-up) on
             <root>/scripts/local-cluster -s 2 -w 2, its time per push_pull (the mean over the
@@ -34,7 +34,7 @@ slow drift of the machine hits both builds alike:
             Ferry's time / the raw p50 (the goal: <= 3). The header says, per build, whether the
             median ratio meets the goal. Needs ferry-zmq-stream built besides ferry-perf.
             Also the raw round trip over ipc:// (a Unix socket) and Ferry's time / its p50:
-            issue 14's goal for the shared-memory lane (<= 3).
+            the goal for the shared-memory lane (<= 3).
 
 --before-env / --after-env NAME=VALUE set the environment of one side's every run: with the
 same root on both sides they compare a knob within one build (FERRY_SHM=0 against the lane).
@@ -74,11 +74,11 @@ PROGRAMS = {"perf": ("ferry-scheduler", "ferry-server", "ferry-perf"),
             "trainsim": ("ferry-scheduler", "ferry-server", "ferry-train-sim"),
             "latency4k": ("ferry-scheduler", "ferry-server", "ferry-perf", "ferry-zmq-stream"),
             "gloo": ()}
-LATENCY4K_GOAL = 3.0    # issue 12: Ferry's 4 KiB push_pull within 3x a raw ZeroMQ round trip
+LATENCY4K_GOAL = 3.0    # Ferry's 4 KiB push_pull within 3x a raw ZeroMQ round trip
 LATENCY4K_RATIO = "Ferry push_pull mean, back to back / raw ZeroMQ round trip p50 (goal <= 3, lower is better)"
 LATENCY4K_BARRIER_RATIO = "Ferry push_pull mean, each after a barrier / raw ZeroMQ round trip p50 (lower is better)"
 LATENCY4K_IPC_RATIO = ("Ferry push_pull mean, back to back / raw ZeroMQ ipc:// round trip p50 "
-                       "(issue 14: goal <= 3 on the shared-memory lane, lower is better)")
+                       "(goal <= 3 on the shared-memory lane, lower is better)")
 PY = "/usr/bin/python3"
 
 # ferry-perf sizes: 4 KiB .. 256 MiB by factors of 16, in two runs so the small sizes get
@@ -164,7 +164,7 @@ def bench_perf(build, args):
 
 
 def bench_gloo(build, args):
-    """The reference of issue 14's bandwidth goal: torch.distributed's gloo allreduce of 2 local
+    """The reference of the shared-memory lane's bandwidth goal: torch.distributed's gloo allreduce of 2 local
     processes over loopback at ferry-perf's large sizes. It does not use Ferry: it runs with
     each build only to sample the machine in the same interleaving."""
     cmd = [PY, os.path.join(build.root, "bench", "gloo_allreduce.py"), "--sizes", "16777216,268435456",
@@ -391,7 +391,7 @@ def main():
                     results.setdefault(bench, {}).setdefault(metric, {}).setdefault(build.label, []).append(value)
 
     end_prints = {b.label: b.fingerprint() for b in builds}
-    goal = []             # latency4k: whether each build meets issue 12's goal
+    goal = []             # latency4k: whether each build meets the latency goal
     for b in builds:
         ratios = results.get("latency4k", {}).get(LATENCY4K_RATIO, {}).get(b.label)
         if ratios:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of lost and delayed messages (issue: faults): ferry-perf on a local cluster
+# The cost of lost and delayed messages: ferry-perf on a local cluster
 # (2 servers, 2 workers, loopback) with Ferry's test-only fault injection off, with
 # every message held FERRY_TEST_DELAY_MS, and with that plus FERRY_TEST_DROP_PERCENT of
 # data messages dropped (recovered by resends after FERRY_RESEND_TIMEOUT_MS). Every

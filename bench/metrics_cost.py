@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What live metrics cost (FERRY_METRICS_PORT, issue 17), in one interleaved run.
+"""What live metrics cost (FERRY_METRICS_PORT), in one interleaved run.
 
 For each of --repeats rounds, metrics off then on (each "on" run scraped every second:
 /metrics and /api/status, as Prometheus and an open status page would):

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Tables and plots from train_sim_bench.py results (issue 3's figures).
+"""Tables and plots from train_sim_bench.py results (the train-sim figures of docs/benchmarks.md).
 
     train_sim_report.py table  RESULTS.json... [--by ENV_NAME,...] [--cpu-limit 70]
     train_sim_report.py matrix RESULTS.json... --png OUT.png   (policy x compute ratio per model)
     train_sim_report.py sweep  RESULTS.json... --png OUT.png   (partition x credit per model)
 
 Every figure is over repeats: the median of the runs' median/LB1 with its min-max, and the
-median of their p90/LB1. A run whose busiest core passed --cpu-limit percent (default 70, the
-issue's rule) is left out and counted in the `left out` column: there the machine, not the
+median of their p90/LB1. A run whose busiest core passed --cpu-limit percent (default 70: above
+that a run measures the CPU) is left out and counted in the `left out` column: there the machine, not the
 network, decided. Matplotlib comes from Debian's python3-matplotlib (/usr/bin/python3).
 """
 import argparse

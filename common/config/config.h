@@ -84,7 +84,7 @@ struct Config {
     // errors, JOIN_ACK, RESEND_SUM), and servers answer them there, so they never wait
     // behind tensor bytes (common/transport/van.h, "Lanes"). FERRY_CONTROL_LANE; off by
     // default: it costs small push_pulls 15% on loopback and has not yet moved an
-    // iteration time (docs/benchmarks.md, "Issue 12").
+    // iteration time (docs/benchmarks.md, "Control lane").
     bool control_lane = false;
     // TCP_NOTSENT_LOWAT of the data connections (workers' to servers, servers' accepted
     // ones): unsent bytes the kernel holds per connection; 0 = the kernel's default

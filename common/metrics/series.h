@@ -1,6 +1,6 @@
 #pragma once
 
-// Ferry's Prometheus series (issue 17): one catalog for the nodes that report them with
+// Ferry's Prometheus series: one catalog for the nodes that report them with
 // their heartbeats and for the scheduler that serves the whole cluster's (FERRY_METRICS_PORT,
 // scheduler/cluster_metrics.h). A node reports samples by name (proto::Metric); the catalog
 // gives each name its type and help, and the scheduler adds the labels role and rank.

@@ -1,5 +1,5 @@
 """Every variable in docs/configuration.md, given an invalid value, stops a Ferry program
-with exit code 2 and a message naming the variable (issue: configuration abuse).
+with exit code 2 and a message naming the variable (configuration abuse).
 
 The list of variables comes from the documentation itself, so a variable documented
 without a bad-value case here fails this test; variables that accept any value (a

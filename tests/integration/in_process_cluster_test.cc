@@ -285,7 +285,7 @@ TEST(InProcessClusterTest, WorkersSuspendAndResumeWithExactSumsAndTheKeysFreed) 
   });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
   // Sessions 0 and 1: a (2 and 3 partitions of 4 KiB... 8000 and 12000 bytes: 2 and 3) and b
-  // (1 each), retired by both workers at each suspension. Session 2's keys stay.
+  // (1 each), retired by both workers at each suspension. The third session's keys stay.
   EXPECT_EQ(stats.Sum("server", "keys_retired"), 2u + 1u + 3u + 1u);
 }
 

@@ -1,4 +1,4 @@
-// Workloads from traces (issue 15): ferry-train-sim replays a tiny workload on a real
+// Workloads from traces: ferry-train-sim replays a tiny workload on a real
 // local cluster (scheduler, two servers, two workers on loopback) with FERRY_TRACE_DIR;
 // the traces read back (sim/trace_workload.h) give the workload's layers, its bytes
 // exactly and its compute times, and ferry-sim --workload <that dir> predicts an

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12's closing train-sim matrix (5 interleaved repeats, every policy with its defaults):
+"""The data path's closing train-sim matrix (5 interleaved repeats, every policy with its defaults):
 median iteration / LB1 (min-max) per model, ratio and policy, the busiest core, and
 fifo / default at each ratio. Usage: summary.py matrix-*.json"""
 import collections

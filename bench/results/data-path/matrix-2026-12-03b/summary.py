@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Session 11 train-sim matrix: median iteration / LB1 (min-max) per model, ratio, policy and
+"""Train-sim matrix of 2026-12-03 (second run): median iteration / LB1 (min-max) per model, ratio, policy and
 FERRY_PARTITION_MS, and matrix.png. Usage: summary.py matrix-*.json"""
 import collections
 import json
@@ -53,6 +53,6 @@ if __name__ == "__main__" and len(sys.argv) > 1:
         ax.set_title(m); ax.set_xlabel('compute / communication')
     axes[0].set_ylabel('iteration / LB1 (median, min-max)')
     axes[-1].legend(fontsize=8)
-    fig.suptitle('2 workers x 2 servers, 1 Gbit/s links, session 11 (dashed: the 1.10 goal)')
+    fig.suptitle('2 workers x 2 servers, 1 Gbit/s links, 2026-12-03 (dashed: the 1.10 goal)')
     fig.tight_layout()
     fig.savefig(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'matrix.png'), dpi=110)

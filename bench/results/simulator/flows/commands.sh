@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 15, session 18: how a worker's connections shared its link, measured (Chrome traces,
+# How a worker's connections shared its link, measured (Chrome traces,
 # FERRY_TRACE_DIR) beside ferry-sim --parts-out, for the cells the model misses (the policies
 # without a credit on the unified cluster; usbyte and mercury on 8 colocated hosts) and two
 # it fits (credit). Run as root on a quiet machine from the repository's root. The traces

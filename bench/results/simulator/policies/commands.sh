@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 15's emulated measurements of usbyte and prophet (session 16; run as root on a quiet
+# The emulated measurements of usbyte and prophet (2026-12-04; run as root on a quiet
 # machine from the repository's root). Output in $OUT.
 set -u
 OUT=${OUT:-/tmp/ferry-policies}; mkdir -p $OUT
@@ -34,7 +34,7 @@ date
   --iterations 5 --warmup 24 --repeats 2 --out $OUT/autotune-8hosts.json > $OUT/autotune-8hosts.log 2>&1
 date
 
-# Session 17 (from the repository's root, as root, on a quiet machine):
+# Later the same day (from the repository's root, as root, on a quiet machine):
 # 4. the matrix for the two policies no earlier matrix had: priority, fifo-bucket (fifo-bucket
 #    again after the timer fix: matrix-fifo-bucket-*.json; before it: before-fix-fifo-bucket-*.json)
 for m in "vgg16 0.1 0.33,0.66,1.32" "resnet50 0.5 0.46,0.92,1.84" "bert_base 0.1 0.855,1.71,3.42"; do set -- $m
@@ -42,7 +42,7 @@ for m in "vgg16 0.1 0.33,0.66,1.32" "resnet50 0.5 0.46,0.92,1.84" "bert_base 0.1
     --env FERRY_SCHEDULING_POLICY=priority,fifo-bucket --rates 1gbit --workers 2 --servers 2 \
     --iterations 5 --warmup 4 --repeats 2 --out $OUT/matrix-priority-$1.json > $OUT/matrix-priority-$1.log 2>&1
 done
-# 5. the unified cluster under every policy but credit (issue 12's unified.json has credit)
+# 5. the unified cluster under every policy but credit (data-path/final/unified.json has credit)
 /usr/bin/python3 bench/unified_bench.py --bin $B --workers 4 --ks 0,1,2,4 --rate 200mbit --bytes 50M \
   --iters 3 --warmup 2 --repeats 2 \
   --env FERRY_SCHEDULING_POLICY=fifo,priority,p3,fifo-bucket,mercury,usbyte,prophet \

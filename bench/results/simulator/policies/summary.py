@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15's train-sim matrix of the profiled policies (usbyte, prophet) against credit, p3
+"""The train-sim matrix of the profiled policies (usbyte, prophet) against credit, p3
 and fifo on the emulated cluster: median iteration / LB1 (min-max over repeats) per model,
 ratio and policy, each policy's median over credit's, and the busiest core.
 Usage: summary.py matrix-*.json"""
