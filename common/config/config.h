@@ -129,7 +129,7 @@ struct Config {
     // product (worker/scheduling/window_estimator.h), starting from the credit above;
     // false (`fixed`, the default): the credit stays. Not the default: measured against the fixed 4 x 1 MiB, it is 2-6%
     // slower on the train-sim models and ~5% faster on the unified cluster
-    // (docs/benchmarks.md, "The window").
+    // (docs/benchmarks.md, "The BDP window").
     bool window_bdp = false;
     double window_gain = 2.0;                // FERRY_WINDOW_GAIN
     int64_t window_min_bytes = 1 << 20;      // FERRY_WINDOW_MIN_BYTES
