@@ -20,6 +20,7 @@ VanOptions SchedulerVanOptions(const Config& config,
                                std::function<void(const Message&, const Origin&)> on_version) {
   VanOptions o = VanOptions::Named("scheduler", 1u << 20, config.transport.secret);
   o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
+  o.handshake_timeout_ms = static_cast<int>(config.transport.handshake_timeout_ms);
   o.on_version_mismatch = std::move(on_version);
   return o;
 }

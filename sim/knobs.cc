@@ -69,6 +69,7 @@ const std::vector<Knob>& Knobs() {
       {"FERRY_RESEND_TIMEOUT_MS", KnobUse::kNoEffect, "nothing is lost in the model"},
       {"FERRY_LINK_TIMEOUT_MS", KnobUse::kNoEffect, "nothing is lost in the model"},
       {"FERRY_CONNECT_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
+      {"FERRY_HANDSHAKE_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_HEARTBEAT_INTERVAL_MS", KnobUse::kNoEffect, "heartbeats are a few bytes a second"},
       {"FERRY_HEARTBEAT_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_OP_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},

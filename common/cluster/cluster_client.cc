@@ -16,6 +16,7 @@ VanOptions VanOptionsFor(const std::string& name, const Config& config) {
   VanOptions o =
       VanOptions::Named(name, config.transport.max_message_bytes, config.transport.secret);
   o.link_timeout_ms = static_cast<int>(config.transport.link_timeout_ms);
+  o.handshake_timeout_ms = static_cast<int>(config.transport.handshake_timeout_ms);
   o.control_lane = config.transport.control_lane;
   o.tcp_notsent_lowat = static_cast<int>(config.transport.tcp_notsent_lowat);
   o.watermark_bytes = static_cast<uint64_t>(config.transport.watermark_bytes);

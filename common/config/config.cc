@@ -606,6 +606,8 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
     Invalid("FERRY_LINK_TIMEOUT_MS", std::to_string(c.transport.link_timeout_ms),
             "must be 0 (off) or at least 300");
   }
+  c.transport.handshake_timeout_ms = r.Int("FERRY_HANDSHAKE_TIMEOUT_MS", nullptr,
+                                           c.transport.handshake_timeout_ms, 100, 3600000);
   c.transport.control_lane = r.Bool("FERRY_CONTROL_LANE", nullptr, c.transport.control_lane);
   c.transport.tcp_notsent_lowat = r.Int("FERRY_TCP_NOTSENT_LOWAT", nullptr,
                                         c.transport.tcp_notsent_lowat, 0, 64 << 20);

@@ -80,6 +80,9 @@ struct Config {
     // ZeroMQ heartbeats on every connection: a connection silent this long is closed and
     // reconnected (what it carried is resent by the above). 0 = rely on TCP alone.
     int64_t link_timeout_ms = 5000;
+    // An accepted connection that has not completed its handshake this long is closed
+    // (a flood of silent connections holds descriptors no longer). FERRY_HANDSHAKE_TIMEOUT_MS.
+    int64_t handshake_timeout_ms = 10000;
     // Workers open a second connection to each server for control messages (acks,
     // errors, JOIN_ACK, RESEND_SUM), and servers answer them there, so they never wait
     // behind tensor bytes (common/transport/van.h, "Lanes"). FERRY_CONTROL_LANE; off by

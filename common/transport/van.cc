@@ -185,7 +185,7 @@ int Van::Bind(const std::string& host, int port) {
   SetInt(router_, ZMQ_ROUTER_HANDOVER, 1);
   // A connection that does not complete the ZMTP (and CURVE) handshake in time is
   // closed: a flood of silent connections cannot hold descriptors for long.
-  SetInt(router_, ZMQ_HANDSHAKE_IVL, kHandshakeTimeoutMs);
+  SetInt(router_, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
   ApplyLinkOptions(router_);
   SetInt(router_, ZMQ_LINGER, options_.linger_ms);
   int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);

@@ -81,6 +81,9 @@ struct VanOptions {
   std::string name = "van";                 // for log lines
   uint64_t max_message_bytes = 1ull << 30;  // larger inbound frames are refused
   int linger_ms = 2000;                     // how long Stop() may flush unsent messages
+  // An inbound connection that has not completed its ZMTP (and CURVE) handshake this long
+  // after it was accepted is closed (FERRY_HANDSHAKE_TIMEOUT_MS).
+  int handshake_timeout_ms = 10000;
   // Called (on a ZeroMQ thread) with the address of each sent payload when ZeroMQ
   // releases it; for tests and diagnostics.
   std::function<void(const void* data)> on_payload_released;
@@ -184,8 +187,6 @@ bool IsControlIdentity(const std::string& identity);
 
 class Van {
  public:
-  // An inbound connection must complete its handshake within this time.
-  static constexpr int kHandshakeTimeoutMs = 10000;
   using Handler = std::function<void(Message&&, const Origin&)>;
 
   explicit Van(VanOptions options);

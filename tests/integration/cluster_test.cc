@@ -158,7 +158,7 @@ TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
   }
   auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_LT(elapsed, (kHeartbeatTimeoutMs + 3000) * TimeScale())
+  EXPECT_LT(elapsed, kHeartbeatTimeoutMs * DetectionScale() + 3000 * TimeScale())
       << "failure took longer than the heartbeat timeout + slack";
   // The scheduler and the surviving server end too, non-zero.
   ChildResult s = c.Wait(c.scheduler(), 10000);

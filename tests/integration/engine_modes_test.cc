@@ -129,8 +129,9 @@ std::vector<std::string> AsyncArgs(int steps, int sleep_ms) {
 }
 
 TEST(EngineModesTest, AsyncWorkersGoAtTheirOwnPaceAndEveryDeltaCountsOnce) {
-  // Three workers at different speeds; worker 2 is stopped (SIGSTOP) for 3 s in the
-  // middle. The others must keep going meanwhile, and after everyone is done the
+  // Three workers at different speeds; worker 2 is stopped (SIGSTOP) in the middle
+  // until the others went 20 steps further (or finished). They must keep going
+  // meanwhile (the wait has a deadline), and after everyone is done the
   // parameters are the initial ones plus every delta of every worker, exactly. The
   // heartbeat timeout is raised so that the stopped worker is not declared dead.
   const int steps = 300;
@@ -144,7 +145,15 @@ TEST(EngineModesTest, AsyncWorkersGoAtTheirOwnPaceAndEveryDeltaCountsOnce) {
   job.Kill(job.workers()[2], SIGSTOP);
   const int stopped_at = LastStep(job, 2);
   const int before0 = LastStep(job, 0), before1 = LastStep(job, 1);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  auto advanced = [&](int w, int before) {
+    const int now = LastStep(job, w);
+    return now >= before + 20 || now == steps;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * TimeScale());
+  while (!(advanced(0, before0) && advanced(1, before1)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   const int after0 = LastStep(job, 0), after1 = LastStep(job, 1), after2 = LastStep(job, 2);
   job.Kill(job.workers()[2], SIGCONT);
   std::printf(

@@ -165,10 +165,12 @@ TEST(LocalGroupTest, AKilledLocalRootEndsItsPeersAtOnce) {
 }
 
 TEST(LocalGroupTest, AStalledLocalProcessEndsItsRootAtTheDeadlineNamingIt) {
-  // Global rank 3 (machine 1, local rank 1) stops calling Ferry for 8 s; its root's
-  // push_pull gives up at FERRY_OP_TIMEOUT_MS = 2 s, naming it.
-  TestCluster c(LocalSpec({"--mode=die", "--die_rank=3", "--die_round=3", "--stall_ms=8000"},
-                          {{"FERRY_OP_TIMEOUT_MS", std::to_string(2000 * TimeScale())}}));
+  // Global rank 3 (machine 1, local rank 1) stops calling Ferry for 3 s; its root's
+  // push_pull gives up at FERRY_OP_TIMEOUT_MS = 2 s, naming it (both scaled alike).
+  const int op_timeout_ms = 2000 * DetectionScale(), stall_ms = 3000 * DetectionScale();
+  TestCluster c(LocalSpec({"--mode=die", "--die_rank=3", "--die_round=3",
+                           "--stall_ms=" + std::to_string(stall_ms)},
+                          {{"FERRY_OP_TIMEOUT_MS", std::to_string(op_timeout_ms)}}));
   c.Start();
   const int root = c.workers()[2], staller = c.workers()[3];
   ChildResult r = c.Wait(root, 60000);

@@ -41,8 +41,8 @@ class SchedulerElasticTest : public ::testing::Test {
     env_ = ClusterEnv("scheduler", kWorkers, 1, FreePort());
     env_["FERRY_ELASTIC"] = "1";
     // Short, but with room for a loaded machine (a late heartbeat would be a death).
-    env_["FERRY_HEARTBEAT_INTERVAL_MS"] = std::to_string(50 * TimeScale());
-    env_["FERRY_HEARTBEAT_TIMEOUT_MS"] = std::to_string(1500 * TimeScale());
+    env_["FERRY_HEARTBEAT_INTERVAL_MS"] = std::to_string(50 * DetectionScale());
+    env_["FERRY_HEARTBEAT_TIMEOUT_MS"] = std::to_string(1500 * DetectionScale());
     scheduler_config_ = Config::FromEnvironment(MapEnvironment(env_));
     scheduler_ = std::make_unique<Scheduler>(scheduler_config_);
     run_ = std::async(std::launch::async, [this] { return scheduler_->Run(); });

@@ -193,23 +193,29 @@ std::string BinaryPath(const std::string& name) {
   return std::string(dir != nullptr && *dir != '\0' ? dir : FERRY_BINARY_DIR) + "/" + name;
 }
 
-int TimeScale() {
-  const char* s = std::getenv("FERRY_TEST_TIME_SCALE");
-  int v = s ? std::atoi(s) : 1;
-  return v > 0 ? v : 1;
+namespace {
+int ScaleFromEnv(const char* name, int otherwise) {
+  const char* s = std::getenv(name);
+  const int v = s ? std::atoi(s) : 0;
+  return v > 0 ? v : otherwise;
 }
+}  // namespace
+
+int TimeScale() { return ScaleFromEnv("FERRY_TEST_TIME_SCALE", 1); }
+
+int DetectionScale() { return ScaleFromEnv("FERRY_TEST_DETECTION_SCALE", TimeScale()); }
 
 std::map<std::string, std::string> ClusterEnv(const std::string& role, int workers, int servers,
                                               int scheduler_port) {
-  const int scale = TimeScale();
+  const int scale = TimeScale(), detection = DetectionScale();
   return {{"DMLC_ROLE", role},
           {"DMLC_NUM_WORKER", std::to_string(workers)},
           {"DMLC_NUM_SERVER", std::to_string(servers)},
           {"DMLC_PS_ROOT_URI", "127.0.0.1"},
           {"DMLC_PS_ROOT_PORT", std::to_string(scheduler_port)},
           {"DMLC_NODE_HOST", "127.0.0.1"},
-          {"FERRY_HEARTBEAT_INTERVAL_MS", std::to_string(200 * scale)},
-          {"FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(kHeartbeatTimeoutMs * scale)},
+          {"FERRY_HEARTBEAT_INTERVAL_MS", std::to_string(200 * detection)},
+          {"FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(kHeartbeatTimeoutMs * detection)},
           {"FERRY_CONNECT_TIMEOUT_MS", std::to_string(30000 * scale)},
           {"FERRY_OP_TIMEOUT_MS", std::to_string(60000 * scale)}};
 }

@@ -62,10 +62,18 @@ int FreePort();
 // $FERRY_TEST_BIN_DIR when set (programs copied elsewhere: scripts/gpu-checks --pack).
 std::string BinaryPath(const std::string& name);
 
-// Slow builds (ThreadSanitizer) stretch every test deadline by FERRY_TEST_TIME_SCALE
-// (default 1), so a slow process is not mistaken for a dead one.
+// Slow builds (the sanitizers) stretch two kinds of times, each by its own factor:
+// - TimeScale() (FERRY_TEST_TIME_SCALE, default 1): deadlines, the most a test waits for
+//   something that should happen. They cost nothing while the test passes, so they can be
+//   generous.
+// - DetectionScale() (FERRY_TEST_DETECTION_SCALE, default TimeScale()): the times a test
+//   sits out because the behaviour under test is a timeout (a dead node's heartbeat
+//   timeout, an operation's deadline, a stall longer than it). Every test waits them
+//   out, so a stage sets only what its slowdown needs for a live process never to be
+//   mistaken for a dead one.
 int TimeScale();
-constexpr int kHeartbeatTimeoutMs = 3000;  // before scaling
+int DetectionScale();
+constexpr int kHeartbeatTimeoutMs = 3000;  // before scaling (by DetectionScale)
 
 // The environment of a cluster on loopback, for one role (deadlines scaled).
 std::map<std::string, std::string> ClusterEnv(const std::string& role, int workers, int servers,
