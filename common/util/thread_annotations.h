@@ -2,7 +2,7 @@
 
 // Clang thread-safety annotations (https://clang.llvm.org/docs/ThreadSafetyAnalysis.html).
 // With clang and -Wthread-safety (FERRY_THREAD_SAFETY_ANALYSIS, on by default with clang;
-// CI's ThreadSanitizer build is a clang build) the compiler checks at every access that
+// CI's AddressSanitizer build is a clang build of all the code) the compiler checks at every access that
 // the lock a member is GUARDED_BY is held, and at every call that a function's REQUIRES
 // locks are held and its EXCLUDES locks are not. On other compilers the macros are empty.
 // Compare LevelDB's port/thread_annotations.h and Abseil's thread_annotations.h.

@@ -7,7 +7,8 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
-#include <thread>
+#include <cstdint>
+#include <cstring>
 
 #include "common/transport/message.h"
 #include "tests/support/test_cluster.h"
@@ -17,11 +18,14 @@ namespace {
 
 constexpr char kSecret[] = "correct horse battery staple 42";
 
-// A client that knows the scheduler's public key but has its own key pair.
-void KnowsPublicKeyOnly(int port) {
+// A client that knows the scheduler's public key but has its own key pair: it tries to
+// register and waits (with a deadline) until its handshake ends. Returns the ZeroMQ event
+// that ended it: ZMQ_EVENT_HANDSHAKE_FAILED_AUTH when the scheduler's ZAP check refused
+// it, 0 at the deadline.
+int KnowsPublicKeyOnly(int port) {
   CurveKeys keys = DeriveCurveKeys(kSecret);
   char pub[41], sec[41];
-  ASSERT_EQ(zmq_curve_keypair(pub, sec), 0);
+  if (zmq_curve_keypair(pub, sec) != 0) return -1;
   void* ctx = zmq_ctx_new();
   void* s = zmq_socket(ctx, ZMQ_DEALER);
   zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, keys.server_public.data(), 32);
@@ -29,15 +33,35 @@ void KnowsPublicKeyOnly(int port) {
   zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40);
   int linger = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_socket_monitor(s, "inproc://knows-public-key-only",
+                     ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+  void* monitor = zmq_socket(ctx, ZMQ_PAIR);
+  zmq_setsockopt(monitor, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_connect(monitor, "inproc://knows-public-key-only");
   std::string ep = "tcp://127.0.0.1:" + std::to_string(port);
   zmq_connect(s, ep.c_str());
   Message m = MakeMessage(proto::REGISTER, -1);
   m.envelope.mutable_register_request()->set_role(proto::WORKER);
   std::string bytes = m.envelope.SerializeAsString();
   zmq_send(s, bytes.data(), bytes.size(), ZMQ_DONTWAIT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int event = 0;
+  zmq_pollitem_t item = {monitor, 0, ZMQ_POLLIN, 0};
+  if (zmq_poll(&item, 1, 20000L * TimeScale()) == 1) {
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, monitor, 0) >= 6) {
+      uint16_t id;
+      std::memcpy(&id, zmq_msg_data(&frame), sizeof id);
+      event = id;
+    }
+    zmq_msg_close(&frame);
+  }
+  zmq_close(monitor);
   zmq_close(s);
   zmq_ctx_term(ctx);
+  return event;
 }
 
 TEST(SecurityTest, OnlySecretHoldersJoinAndSumsStayExact) {
@@ -50,13 +74,16 @@ TEST(SecurityTest, OnlySecretHoldersJoinAndSumsStayExact) {
   const int port = g.port();
   int sched = g.StartScheduler();
   g.StartServer();
-  // Intruders first, so they would take worker slots if they could register.
+  // The public-key-only client first: its refusal is the first the scheduler logs (it logs
+  // the first 20, and the intruders below retry until their connect deadline).
+  EXPECT_EQ(KnowsPublicKeyOnly(port), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      << "the scheduler did not refuse a client without the secret";
+  // Intruders before the workers, so they would take worker slots if they could register.
   int intruder = g.Spawn(
       "intruder-wrong-secret", "ferry-test-worker", {"--mode=loop"}, "worker",
       {{"FERRY_SECRET", "not the secret at all, sorry"}, {"FERRY_CONNECT_TIMEOUT_MS", "1000"}});
   int plain = g.Spawn("intruder-no-secret", "ferry-test-worker", {"--mode=loop"}, "worker",
                       {{"FERRY_CONNECT_TIMEOUT_MS", "1000"}}, {"FERRY_SECRET"});
-  KnowsPublicKeyOnly(port);
   std::vector<int> ws;
   for (int w = 0; w < workers; ++w) ws.push_back(g.StartWorker(w));
   for (int w : ws) {

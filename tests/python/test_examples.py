@@ -12,6 +12,8 @@ def local_cluster(args, timeout, env=None):
                           + args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+# The one test that trains the digits CNN to its accuracy bar (the example's defaults: 12
+# epochs); the other examples train 3 epochs, enough to show that they learn.
 def test_train_digits_reaches_95_percent():
     r = local_cluster([str(EXAMPLES / "train_digits.py"), "--min-accuracy", "0.95"], timeout=240)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -28,8 +30,12 @@ def test_benchmark_runs():
     assert re.search(r"samples/s per worker: [0-9.]+", r.stdout), r.stdout
 
 
-def run_with_import_changed(tmp_path, example, old, new, env=None):
-    """Runs an example written for Horovod or BytePS with only its import line changed."""
+SHORT = ["--epochs", "3"]
+
+
+def run_with_import_changed(tmp_path, example, old, new, env=None, args=SHORT):
+    """Runs an example written for Horovod or BytePS with only its import line changed
+    (and its own command-line arguments: 3 epochs)."""
     source = (EXAMPLES / example).read_text()
     assert source.count(old + "\n") == 1, "%s must import %r exactly once" % (example, old)
     changed = source.replace(old + "\n", new + "\n")
@@ -37,7 +43,7 @@ def run_with_import_changed(tmp_path, example, old, new, env=None):
     assert differing == [(old, new)], differing
     script = tmp_path / example
     script.write_text(changed)
-    r = local_cluster([str(script)], timeout=240, env=env)
+    r = local_cluster([str(script)] + list(args), timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     m = re.search(r"test accuracy ([0-9.]+)", r.stdout)
     assert m, r.stdout
@@ -48,14 +54,14 @@ def test_a_horovod_elastic_program_runs_with_only_its_import_changed(tmp_path):
     accuracy, out = run_with_import_changed(tmp_path, "horovod_elastic_digits.py",
                                             "import horovod.torch as hvd",
                                             "import ferry.torch as hvd", env={"FERRY_ELASTIC": "1"})
-    assert accuracy >= 0.95, out
-    assert "epoch 8 loss" in out and "workers 2" in out, out
+    assert accuracy >= 0.9, out
+    assert "epoch 3 loss" in out and "workers 2" in out, out
 
 
 def test_a_horovod_program_runs_with_only_its_import_changed(tmp_path):
     accuracy, out = run_with_import_changed(tmp_path, "horovod_digits.py",
                                             "import horovod.torch as hvd", "import ferry.torch as hvd")
-    assert accuracy >= 0.95, out
+    assert accuracy >= 0.9, out
     assert "samples per worker [180, 180]" in out, out
 
 
@@ -63,4 +69,4 @@ def test_a_byteps_program_runs_with_only_its_import_changed(tmp_path):
     accuracy, out = run_with_import_changed(tmp_path, "byteps_digits.py",
                                             "import byteps.torch.cross_barrier as bps",
                                             "import ferry.torch.cross_barrier as bps")
-    assert accuracy >= 0.95, out
+    assert accuracy >= 0.9, out

@@ -28,7 +28,7 @@ SimOptions Job() {
   o.cluster.colocate = true;
   o.cluster.servers = 0;
   o.warmup = 1;
-  o.iterations = 6;
+  o.iterations = 3;
   return o;
 }
 
@@ -107,7 +107,7 @@ TEST(TuneTest, TheBestSettingsReproduceOnTheirOwnAndTheBaselineIsTheUsersEnv) {
 TEST(TuneTest, TheCommandLinePrintsTheRankingAndTheBestAsFerryLines) {
   CliOptions cli = ParseCommandLine({"--workload", "vgg16", "--byte-scale", "0.5",
                                      "--compute-scale", "0.5", "--workers", "4", "--colocate",
-                                     "--iterations", "6", "--warmup", "1", "--tune",
+                                     "--iterations", "3", "--warmup", "1", "--tune",
                                      "--tune-seeds", "1"},
                                     kWorkloads);
   ASSERT_TRUE(cli.tune);
