@@ -35,7 +35,7 @@ def need_binaries(*names):
 
 def need_compose():
     if not shutil.which("docker-compose"):
-        pytest.skip("docker-compose is not installed (Debian's docker-compose; scripts/install-deps)")
+        pytest.skip("docker-compose is not installed (Debian's docker-compose; scripts/install-deps --test)")
 
 
 def free_port():
