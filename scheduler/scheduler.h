@@ -123,6 +123,7 @@ class Scheduler {
     uint64_t request = 0;
     int join_position = 0;
     uint64_t catalog_digest = 0;
+    proto::Barrier join;  // GROUP_JOIN: the BARRIER's body (catalog, next id)
   };
   std::map<int, std::vector<Arrival>> barriers_ GUARDED_BY(mu_);  // by group, in arrival order
   std::set<int> finalized_ GUARDED_BY(mu_);

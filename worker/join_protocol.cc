@@ -47,21 +47,32 @@ int JoinProtocol::Join() {
   }
   LOG(INFO) << "worker " << ctx_.cluster.my_rank() << " joined; waiting for the other workers";
   ClusterClient::JoinInfo join;
+  proto::CatalogSnapshot snapshot;
   {
     MutexLock lock(ctx_.mu);
     join.position = position_;
     join.catalog_digest = catalog_.Digest();
+    join.catalog_next_id = catalog_.next_id();
+    snapshot = catalog_.Snapshot();
+    join.catalog = &snapshot;
   }
   const int last = ctx_.cluster.Barrier(proto::GROUP_JOIN, config.cluster.join_timeout_ms, &join,
                                         ctx_.epoch.load());
   MutexLock lock(ctx_.mu);
+  if (join.catalogs_differ && join.adopt) {
+    // The others declared names while this worker had joined: take their catalog (ids,
+    // cuts, placements), so that every worker's later operations meet on the same keys.
+    const uint32_t before = catalog_.next_id();
+    catalog_.Load(*join.adopt);
+    LOG(INFO) << "join: took the " << catalog_.next_id() - before
+              << " declaration(s) the other workers made while this worker had joined";
+  }
   catalog_.ResetRounds();
-  FERRY_ENFORCE(!join.catalogs_differ, ErrorCode::kMismatch,
+  FERRY_ENFORCE(!join.catalogs_differ || join.adopt, ErrorCode::kMismatch,
                 "join: the workers' tensor declarations differ, so their later operations would "
-                "wait on different keys: a worker declared a name, or declared one anew with "
-                "another shape or dtype, while other workers had joined and did not (declare "
-                "every name on every worker, e.g. DeclareTensor before the first join, and keep "
-                "shapes that change off the batches only some workers run)");
+                "wait on different keys: workers declared different names (or the same names "
+                "with other shapes or dtypes) at the same point, which no worker's joining "
+                "early explains (declare the same names in the same order on every worker)");
   // Uneven data: the workers submitted different numbers of operations before joining.
   ctx_.table.RestartCounts();
   LOG(INFO) << "every worker joined (rank " << last << " last); rounds start over";

@@ -12,10 +12,16 @@
 // join() last is last at those servers, whatever the order in which the workers reach the
 // scheduler's barrier.
 //
-// Declarations: a worker that declared a name (or declared one anew) while others had
-// joined numbers every later tensor differently from them, and their operations would wait
-// on different keys. The join barrier carries each worker's TensorCatalog::Digest; if they
-// differ, join() throws kMismatch on every worker, saying why, instead.
+// Declarations: workers still training declare names (or declare them anew, with other
+// shapes) that the workers which joined early never saw; their sums count the joined ones
+// as zeros, as Horovod's do. For the workers' later operations to meet on the same keys,
+// the join barrier carries each worker's TensorCatalog::Digest, next id and Snapshot; when
+// they differ, the scheduler hands the catalog of the worker that declared the most to
+// every worker whose catalog is an earlier state of it (the same ids, names, dtypes and
+// shapes, or names declared anew later), which Loads it. If some catalog is not an earlier
+// state of it (the workers declared different names at the same point), join() throws
+// kMismatch on every worker, saying why. Load runs with no operation in flight: Join waits
+// for the worker's operations first.
 //
 // Threads: the caller runs Join; OnAck runs on van-io; OnFailure on whichever thread
 // failed the job. The join state is under WorkerContext::mu. Every wait has a deadline:

@@ -56,10 +56,14 @@ std::string BroadcastDisagreement(const std::string& name, const std::vector<int
                     "rank, dtype and shape");
     }
   }
-  const int root = static_cast<int>(vote(first, 0));
-  if (root >= 0 && root < workers && !took_part(root)) {
-    return StrCat("broadcast of '", name, "' from root rank ", root,
-                  ", which has joined (join()): the root must take part in a broadcast");
+  std::string joined;
+  for (int r = 0; r < workers; ++r) {
+    if (!took_part(r)) joined += StrCat(joined.empty() ? "" : ", ", r);
+  }
+  if (!joined.empty()) {
+    return StrCat("broadcast of '", name, "': rank(s) ", joined, " have joined (join()); a ",
+                  "broadcast needs every worker while none has joined, as in Horovod (\"Broadcast ",
+                  "is not supported with Join\")");
   }
   return "";
 }
@@ -320,9 +324,16 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
                 "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
                 "is the parameters, not a sum, so there is nothing to average");
   if (!catalog_->Find(name)) {
-    LOG(INFO) << "tensor '" << name << "' was not declared; declaring it now as id "
-              << catalog_->next_id()
-              << " (declare tensors up front, in forward order, on every worker)";
+    // Ferry's own tensors (a broadcast's vote and data) are declared at first use by
+    // design: only a user's tensor is worth a line at INFO.
+    const std::string line =
+        StrCat("tensor '", name, "' was not declared; declaring it now as id ",
+               catalog_->next_id(), " (declare tensors up front, in forward order, on every worker)");
+    if (IsReservedTensorName(name)) {
+      VLOG(1) << line;
+    } else {
+      LOG(INFO) << line;
+    }
   }
   std::shared_ptr<TensorInfo> t =
       Declare(name, dtype, {static_cast<int64_t>(count)}, std::nullopt);

@@ -192,9 +192,10 @@ class Worker : public Collective {
   // For uneven data (Horovod's join): this worker has no more batches. Its operations
   // finish, the servers stop waiting for it (sums from then on are over the workers
   // still pushing, as if the joined ones pushed zeros; averages still divide by size(),
-  // as Horovod's; a broadcast whose root joined fails), and the call blocks until every
-  // worker has joined (deadline FERRY_JOIN_TIMEOUT_MS); it returns the rank that joined
-  // last. Then every worker may push again (the next epoch), all starting over at round 0.
+  // as Horovod's, also for names first declared meanwhile (join_protocol.h); a broadcast
+  // fails meanwhile, as Horovod's), and the call blocks until every worker has joined
+  // (deadline FERRY_JOIN_TIMEOUT_MS); it returns the rank that joined last. Then every
+  // worker may push again (the next epoch), all starting over at round 0.
   int Join() override { return join_->Join(); }
   // Waits for this worker's operations, tells the scheduler this worker is done, and
   // waits until every worker is (then the servers and scheduler exit). Idempotent; ends a

@@ -218,6 +218,7 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
         it->second.released = true;
         it->second.last_rank = e.has_barrier() ? e.barrier().last_rank() : -1;
         it->second.catalogs_differ = e.has_barrier() && e.barrier().catalogs_differ();
+        if (e.has_barrier() && e.barrier().has_catalog()) it->second.catalog = e.barrier().catalog();
       }
       cv_.NotifyAll();
       return true;
@@ -383,6 +384,8 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
   if (join) {
     m.envelope.mutable_barrier()->set_join_position(join->position);
     m.envelope.mutable_barrier()->set_catalog_digest(join->catalog_digest);
+    m.envelope.mutable_barrier()->set_catalog_next_id(join->catalog_next_id);
+    if (join->catalog) *m.envelope.mutable_barrier()->mutable_catalog() = *join->catalog;
   }
   Send(std::move(m));
   // Erased however the wait ends: a barrier no longer waited for is no stall to report.
@@ -390,7 +393,10 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
   auto forget = [this, id, join, &interrupted_at]() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     const int last_rank = barriers_[id].last_rank;
-    if (join) join->catalogs_differ = barriers_[id].catalogs_differ;
+    if (join) {
+      join->catalogs_differ = barriers_[id].catalogs_differ;
+      join->adopt = std::move(barriers_[id].catalog);
+    }
     interrupted_at = barriers_[id].interrupted_at;
     barriers_.erase(id);
     return last_rank;

@@ -107,7 +107,12 @@ class ClusterClient {
   struct JoinInfo {
     int position = 0;
     uint64_t catalog_digest = 0;
+    uint32_t catalog_next_id = 0;
+    const proto::CatalogSnapshot* catalog = nullptr;  // this worker's (TensorCatalog::Snapshot)
     bool catalogs_differ = false;  // set on return
+    // Set on return when catalogs_differ and this worker's catalog is an earlier state of
+    // another's: that catalog, to adopt (worker/join_protocol.h).
+    std::optional<proto::CatalogSnapshot> adopt;
   };
   // `epoch` (elastic): the membership epoch the caller works in (a worker's, until its
   // Reset(); default: the newest): an older one than the newest throws kMembershipChanged
@@ -180,6 +185,7 @@ class ClusterClient {
     bool released = false;
     int last_rank = -1;  // from the release
     bool catalogs_differ = false;  // from the release (GROUP_JOIN)
+    std::optional<proto::CatalogSnapshot> catalog;  // from the release (GROUP_JOIN)
     std::string label;  // "barrier", "join", ...: the stall check's label
     uint64_t seq = 0;   // under the label
     int64_t start_ms = 0;

@@ -21,8 +21,9 @@ namespace ferry {
 // the bodies stall_report, stall_watch and stall); 5: RETIRE (names declared anew), the join
 // position, SUSPEND and RESUME (re-initialisation); 6: the shared-memory lane (SHM_READY,
 // Envelope.shm_slot); 7: membership epochs (Envelope.epoch, NodeTable.epoch,
-// RegisterRequest.spare: elastic training).
-constexpr uint32_t kProtocolVersion = 8;
+// RegisterRequest.spare: elastic training); 8: live metrics (counters with the heartbeats);
+// 9: the join barrier carries catalogs (Barrier.catalog_next_id and Barrier.catalog).
+constexpr uint32_t kProtocolVersion = 9;
 
 struct Message {
   proto::Envelope envelope;

@@ -80,6 +80,14 @@ PYBIND11_MODULE(_core, m) {
   m.attr("INT64") = static_cast<int>(ferry::DataType::kInt64);
   // Ferry has no CUDA data path in this build: GPU tensors are refused by ferry.torch.
   m.attr("CUDA") = false;
+  // Errors the Python side finds itself (an allgather's shapes): raised as the core's are.
+  m.attr("MISMATCH") = static_cast<int>(ferry::ErrorCode::kMismatch);
+  m.def(
+      "fail",
+      [](int code, const std::string& message) {
+        throw ferry::FerryError(static_cast<ferry::ErrorCode>(code), message);
+      },
+      py::arg("code"), py::arg("message"), "Raises FerryError(message) with `code`.");
 
   m.def(
       "init", [] { ferry::BindingCore::Process().Init(); },

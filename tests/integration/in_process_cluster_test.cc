@@ -320,14 +320,15 @@ TEST(InProcessClusterTest, AJobEndsWhenEveryWorkerLeftAndOneForGood) {
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }
 
-// Uneven data: rank 1 declares a name, and re-declares one, while rank 0 has joined. Their
-// declarations now differ, so their later tensors would meet on different keys: join()
-// says so on both, instead of leaving their next push_pulls to wait out a deadline. A
-// join with the same declarations passes.
-TEST(InProcessClusterTest, AJoinRefusesWorkersWhoseDeclarationsParted) {
+// Uneven data: rank 1 declares a name, and re-declares one, while rank 0 has joined (as
+// Horovod allows: the joined rank counts as zeros). At the next join rank 0 takes rank 1's
+// declarations, so that afterwards both meet on the same keys: the names rank 0 never saw,
+// the re-declared shape and a new name sum exactly.
+TEST(InProcessClusterTest, AJoinHandsTheDeclarationsMadeMeanwhileToTheWorkersThatHadJoined) {
   InProcessCluster cluster({2, 2, {}});
   cluster.RunWorkers([&](Worker& w) {
-    std::vector<float> x(100, static_cast<float>(w.rank() + 1));
+    const float mine = static_cast<float>(w.rank() + 1);
+    std::vector<float> x(100, mine);
     w.PushPull("x", x.data(), x.data(), DataType::kFloat32, x.size(), false);
     for (float v : x) ASSERT_EQ(v, 3.0f);
     EXPECT_GE(w.Join(), 0);  // nothing declared meanwhile: fine
@@ -337,9 +338,31 @@ TEST(InProcessClusterTest, AJoinRefusesWorkersWhoseDeclarationsParted) {
       for (float v : x) ASSERT_EQ(v, 2.0f);  // rank 0 counts as zeros
       std::vector<float> metric(3, 5.0f), smaller(50, 4.0f);
       w.PushPull("metric", metric.data(), metric.data(), DataType::kFloat32, 3, false);
+      for (float v : metric) ASSERT_EQ(v, 5.0f);
       w.PushPull("x", smaller.data(), smaller.data(), DataType::kFloat32, 50, false);
       for (float v : smaller) ASSERT_EQ(v, 4.0f);
     }
+    EXPECT_EQ(w.Join(), 1);
+    std::vector<float> metric(3, mine), smaller(50, mine), fresh(7, mine);
+    w.PushPull("metric", metric.data(), metric.data(), DataType::kFloat32, 3, false);
+    w.PushPull("x", smaller.data(), smaller.data(), DataType::kFloat32, 50, false);
+    w.PushPull("fresh", fresh.data(), fresh.data(), DataType::kFloat32, 7, false);
+    for (float v : metric) EXPECT_EQ(v, 3.0f);
+    for (float v : smaller) EXPECT_EQ(v, 3.0f);
+    for (float v : fresh) EXPECT_EQ(v, 3.0f);
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+// Declarations that no early join explains (each worker declared another name at the same
+// point): join() says so on both, instead of leaving their next push_pulls to wait out a
+// deadline on different keys.
+TEST(InProcessClusterTest, AJoinRefusesWorkersWhoseDeclarationsParted) {
+  InProcessCluster cluster({2, 2, {}});
+  cluster.RunWorkers([&](Worker& w) {
+    std::vector<float> x(100, 1.0f);
+    w.PushPull("x", x.data(), x.data(), DataType::kFloat32, x.size(), false);
+    w.DeclareTensor(w.rank() == 0 ? "only_on_0" : "only_on_1", DataType::kFloat32, {4});
     try {
       w.Join();
       ADD_FAILURE() << "rank " << w.rank() << ": a join with parted declarations passed";

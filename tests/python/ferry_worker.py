@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 import ferry.torch as bps
 from ferry import _core
-from parity_modes import (mode_hvd_api, mode_hvd_laggard, mode_hvd_reinit,  # noqa: F401 - run by name
-                          mode_hvd_stall)
+from parity_modes import (mode_hvd_api, mode_hvd_laggard, mode_hvd_programs,  # noqa: F401
+                          mode_hvd_reinit, mode_hvd_stall)  # (run by name)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64]
 SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 7), (1031,), (257, 129), (0,)]

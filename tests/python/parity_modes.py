@@ -2,6 +2,7 @@
 ferry_worker.py (`ferry_worker.py hvd_api OUT`). Each records what it saw in `out`; the
 tests assert on the values."""
 
+import os
 import time
 
 import torch
@@ -296,3 +297,128 @@ def mode_hvd_stall(args, out):
     else:
         out["error"] = _outcome(lambda: hvd.allreduce(torch.ones(3), name="skipped"))
     out["seconds"] = time.time() - start
+
+
+# ----------------------------------------------------------------------------- Horovod programs
+# The patterns Horovod users write, each as Horovod runs it (mode_hvd_programs).
+
+def _signal(args, name):
+    """A file beside the results: what one worker tells the others without Ferry."""
+    open(os.path.join(os.path.dirname(args.out), name), "w").close()
+
+
+def _await_signal(args, name, timeout=120):
+    path = os.path.join(os.path.dirname(args.out), name)
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError("no signal %s from the other workers within %d s" % (name, timeout))
+        time.sleep(0.01)
+
+
+def _error_kind(fn):
+    """(type name, is a RuntimeError, message) of what fn() raised; ("ok", False, result)."""
+    try:
+        return ("ok", False, fn())
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        return (type(e).__name__, isinstance(e, RuntimeError), str(e))
+
+
+def _async_collectives(rank, args, out):
+    """allgather_async and broadcast_async return at once: the last rank issues its calls
+    only once the others have polled theirs, and everyone then waits in a barrier before
+    synchronizing (Horovod's pattern that a blocking call deadlocks)."""
+    size = hvd.size()
+    last = size - 1
+    x = torch.full((rank + 1, 2), float(rank))
+    if rank != last:
+        g = hvd.allgather_async(x, name="late.gather")
+        b = hvd.broadcast_async(torch.full((3,), float(rank)), root_rank=last, name="late.bcast")
+        out["polled_early"] = (hvd.poll(g), hvd.poll(b))
+        _signal(args, "polled.%d" % rank)
+    else:
+        for r in range(last):
+            _await_signal(args, "polled.%d" % r)
+        g = hvd.allgather_async(x, name="late.gather")
+        b = hvd.broadcast_async(torch.full((3,), float(rank)), root_rank=last, name="late.bcast")
+    hvd.barrier()
+    out["late_gathered"] = hvd.synchronize(g)
+    out["late_bcast"] = hvd.synchronize(b)
+    h = hvd.allgather_async(torch.full((1,), float(rank)), name="wait_any.gather")
+    out["wait_any"] = hvd.wait_any([h], 60000) == h
+    out["wait_any_gathered"] = hvd.synchronize(h)
+
+
+def _duplicate_names(rank, out):
+    """The same name twice in flight: ValueError at the second call on every rank, for
+    allgather and broadcast as for allreduce; the first still completes."""
+    x = torch.full((2,), float(rank + 1))
+    g = hvd.allgather_async(x, name="twice.gather")
+    out["twice_gather"] = _error_kind(lambda: hvd.allgather_async(x, name="twice.gather"))
+    b = hvd.broadcast_async(x, root_rank=0, name="twice.bcast")
+    out["twice_bcast"] = _error_kind(lambda: hvd.broadcast_async(x, root_rank=0, name="twice.bcast"))
+    out["twice_gather_first"] = hvd.synchronize(g)
+    out["twice_bcast_first"] = hvd.synchronize(b)
+    out["twice_gather_again"] = hvd.allgather(x, name="twice.gather")
+
+
+def _join_with_new_tensors(rank, out):
+    """Rank 0 runs out of data first; the others allreduce tensors it never used (named,
+    unnamed, of new shapes), and try an allgather and a broadcast, before they join too.
+    Afterwards every worker uses those names."""
+    if rank == 0:
+        out["join_last"] = hvd.join()
+    else:
+        value = float(rank + 1)
+        out["joined_avg"] = hvd.allreduce(torch.full((3,), value), name="fresh.avg")
+        out["joined_sum"] = hvd.allreduce(torch.full((2, 4), value), op=hvd.Sum, name="fresh.sum")
+        out["joined_noname"] = hvd.allreduce(torch.full((5,), value), op=hvd.Sum)
+        out["joined_gather"] = _error_kind(lambda: hvd.allgather(torch.ones(1), name="joined.g"))
+        out["joined_bcast"] = _error_kind(
+            lambda: hvd.broadcast(torch.ones(2), root_rank=1, name="joined.b"))
+        out["join_last"] = hvd.join()
+    value = float(rank + 1)
+    out["after_avg"] = hvd.allreduce(torch.full((3,), value), name="fresh.avg")
+    out["after_sum"] = hvd.allreduce(torch.full((2, 4), value), op=hvd.Sum, name="fresh.sum")
+    out["after_new"] = hvd.allreduce(torch.full((4,), value), op=hvd.Sum, name="after.join")
+    out["after_gather"] = hvd.allgather(torch.full((1,), value), name="joined.g")
+
+
+def _sparse_adam(rank, out):
+    """nn.Embedding(sparse=True) with SparseAdam through DistributedOptimizer, with
+    sparse_as_dense False and True: gradients stay sparse and the weights train."""
+    for sparse_as_dense in (False, True):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 3, sparse=True)
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+            named_parameters=[("emb.%s.weight" % sparse_as_dense, emb.weight)],
+            sparse_as_dense=sparse_as_dense)
+        grads = []
+        for step in range(2):
+            opt.zero_grad()
+            ids = torch.tensor([rank, rank + 1 + step, 7, 7])
+            (emb(ids) * (rank + 1)).sum().backward()
+            opt.step()
+            grads.append(emb.weight.grad.clone())
+        out["sparse_adam.%s" % sparse_as_dense] = (emb.weight.detach().clone(), grads)
+
+
+_HALF = torch.float16
+
+
+def _float16_scaling(rank, out):
+    """float16 with scale factors, scaled in float32 and rounded once (Horovod's way)."""
+    x = torch.tensor([3.0, 7.0, 1000.0, 250.0], dtype=_HALF)
+    out["half_pre_sum"] = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.1, name="half.pre")
+    out["half_post_sum"] = hvd.allreduce(x, op=hvd.Sum, postscale_factor=0.1, name="half.post")
+    out["half_post_avg"] = hvd.allreduce(x, postscale_factor=3.3, name="half.avg")
+
+
+def mode_hvd_programs(args, out):
+    rank = hvd.rank()
+    _async_collectives(rank, args, out)
+    _duplicate_names(rank, out)
+    _join_with_new_tensors(rank, out)
+    _sparse_adam(rank, out)
+    _float16_scaling(rank, out)

@@ -1,6 +1,7 @@
 """horovod.torch / byteps.torch semantics of ferry.torch, with real worker processes
 (parity_modes.py), and the stall check naming a rank that skipped a tensor."""
 
+import pytest
 import torch
 
 HEARTBEAT = {"FERRY_HEARTBEAT_INTERVAL_MS": "200", "FERRY_HEARTBEAT_TIMEOUT_MS": "5000"}
@@ -76,9 +77,9 @@ def test_horovod_and_byteps_semantics(module_cluster):
         assert torch.equal(r["gathered_empty"], torch.zeros(2, 2))
         assert r["objects"] == [{"rank": w, "text": "x" * w} for w in range(WORKERS)]
         assert torch.equal(r["gather_grad"], full((rank + 1, 2), 2.0))
-        assert raised(r["gather_mismatch"], "ValueError", "'g.bad'", "disagree",
+        assert raised(r["gather_mismatch"], "FerryError", "'g.bad'", "disagree",
                       "rank 0 sent float32[2, 4]", "rank 2 sent float32[2, 3]")
-        assert raised(r["gather_scalar"], "ValueError", "rank-zero")
+        assert raised(r["gather_scalar"], "FerryError", "rank 0 sent a rank-zero tensor")
         # What Ferry does not offer says so.
         for what, outcome in r["refused"].items():
             kind = "ValueError" if what == "mpi_threads_supported" else "NotImplementedError"
@@ -191,3 +192,94 @@ def test_a_stall_is_named_on_every_waiting_worker(cluster):
                       "push_pull of 'skipped'", "barrier")
         assert 3.5 < r["seconds"] < 40, r["seconds"]
     assert "stall: push_pull of 'skipped'" in c.log("scheduler")
+
+
+def _half_scaled(t, factor):
+    """Horovod's float16 scaling: in float32, rounded once."""
+    return (t.float() * factor).half()
+
+
+def _sparse_adam_reference(size):
+    """The weights and sparse gradients _sparse_adam's workers must end with: one process
+    stepping SparseAdam with the average of their gradients, over the rows any touched."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    opt = torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+    grads = []
+    for step in range(2):
+        dense = torch.zeros(10, 3)
+        for r in range(size):
+            for i in (r, r + 1 + step, 7, 7):
+                dense[i] += float(r + 1)
+        rows = sorted({i for r in range(size) for i in (r, r + 1 + step, 7)})
+        index = torch.tensor([rows])
+        grad = torch.sparse_coo_tensor(index, dense[rows] / size, (10, 3)).coalesce()
+        emb.weight.grad = grad
+        opt.step()
+        grads.append(grad)
+    return emb.weight.detach(), grads
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_horovod_programs_run_as_under_horovod(cluster, workers):
+    c = cluster(workers=workers, servers=2,
+                env=dict(HEARTBEAT, FERRY_OP_TIMEOUT_MS="60000", FERRY_LOG_LEVEL="INFO"))
+    c.start("hvd_programs")
+    res = sorted(c.wait_workers(timeout=180), key=lambda r: r["rank"])
+    last = workers - 1
+    everyone = float(sum(w + 1 for w in range(workers)))
+    without_0 = everyone - 1.0
+    third = torch.tensor(1.0 / workers, dtype=torch.float32)  # averages: the sum times 1/size
+    weights, grads = _sparse_adam_reference(workers)
+    x = torch.tensor([3.0, 7.0, 1000.0, 250.0], dtype=torch.float16)
+    pre = _half_scaled(x, 0.1)
+    for r in res:
+        rank = r["rank"]
+        assert "traceback" not in r, r.get("traceback")
+        # allgather_async / broadcast_async return at once: not done before the last rank
+        # has called them; the barrier-then-synchronize pattern completes.
+        if rank != last:
+            assert r["polled_early"] == (False, False)
+        assert torch.equal(r["late_gathered"],
+                           torch.cat([full((w + 1, 2), float(w)) for w in range(workers)]))
+        assert torch.equal(r["late_bcast"], full((3,), float(last)))
+        assert r["wait_any"] is True
+        assert torch.equal(r["wait_any_gathered"], torch.arange(workers, dtype=torch.float32))
+        # The same name twice in flight: ValueError on every rank; the first completes.
+        for key in ("twice_gather", "twice_bcast"):
+            assert r[key][0] == "ValueError" and "same name as another tensor" in r[key][2], r[key]
+        gathered = torch.cat([full((2,), float(w + 1)) for w in range(workers)])
+        assert torch.equal(r["twice_gather_first"], gathered)
+        assert torch.equal(r["twice_gather_again"], gathered)
+        assert torch.equal(r["twice_bcast_first"], full((2,), 1.0))
+        # join(): tensors first used while rank 0 had joined sum with it as zeros;
+        # allgather and broadcast meanwhile raise a RuntimeError (FerryError), as Horovod's.
+        assert r["join_last"] == res[0]["join_last"] and r["join_last"] in range(1, workers)
+        if rank > 0:
+            assert torch.equal(r["joined_avg"], full((3,), without_0) * third)
+            assert torch.equal(r["joined_sum"], full((2, 4), without_0))
+            assert torch.equal(r["joined_noname"], full((5,), without_0))
+            for key in ("joined_gather", "joined_bcast"):
+                kind, is_runtime_error, message = r[key]
+                assert (kind, is_runtime_error) == ("FerryError", True), r[key]
+                assert "rank(s) 0 have joined" in message, message
+        assert torch.equal(r["after_avg"], full((3,), everyone) * third)
+        assert torch.equal(r["after_sum"], full((2, 4), everyone))
+        assert torch.equal(r["after_new"], full((4,), everyone))
+        assert torch.equal(r["after_gather"], torch.arange(1, workers + 1, dtype=torch.float32))
+        # Sparse gradients stay sparse, over the rows any worker touched: SparseAdam trains.
+        for sparse_as_dense in (False, True):
+            w, gs = r["sparse_adam.%s" % sparse_as_dense]
+            assert torch.allclose(w, weights, atol=1e-6), (sparse_as_dense, w, weights)
+            for got, want in zip(gs, grads):
+                assert got.is_sparse and torch.equal(got.coalesce().indices(), want.indices())
+                assert torch.allclose(got.coalesce().values(), want.values(), atol=1e-6)
+        # float16 scale factors: applied in float32 and rounded once.
+        total = pre
+        for _ in range(workers - 1):
+            total = (total.float() + pre.float()).half()
+        assert torch.equal(r["half_pre_sum"], total), (r["half_pre_sum"], total)
+        assert torch.equal(r["half_post_sum"], _half_scaled(x * workers, 0.1))
+        assert torch.equal(r["half_post_avg"], _half_scaled(x * workers, 3.3 / workers))
+        # Ferry's own tensors (a broadcast's vote and data) stay out of the INFO log.
+        assert "__ferry__" not in c.log("worker %d" % rank), c.log("worker %d" % rank)

@@ -9,6 +9,15 @@ Names in flight (as Horovod): an operation's name is taken from its call until i
 synchronize(); a second operation of the same kind under a taken name raises ValueError
 at the call, on every rank that makes it. Unnamed operations get the lowest free
 "<kind>.noname.<dtype>.<shape>.<k>", the same on every rank that makes the same calls.
+
+Background operations: allgather and broadcast are several core steps each (a vote or a
+shape exchange, then the data), so their *_async calls hand them to one background thread
+(_Runner) and return at once, as Horovod's do; poll() is False until every worker took
+part. The runner runs them one at a time, in call order. Invariant (declaration order):
+every worker declares tensors in the same order, because a tensor's id (and so its keys)
+is its declaration index; a background operation declares its tensors when its exchange
+completes, so a declaration of a new name on any other thread first waits until every
+background operation started before it has declared its own (_DeclarationOrder).
 """
 
 import atexit
@@ -46,6 +55,7 @@ def reset():
     """Elastic training: takes the job's new membership after MembershipChangedError
     (rank() and size() may change). ferry.torch.elastic.run calls it."""
     _core.reset()
+    _runner.abandon_queued()
     for optimizer in list(_optimizers):
         optimizer._reset_pending()  # the step that failed starts over
     with _lock:
@@ -83,27 +93,127 @@ _declared = {}             # name -> (dtype code, shape) declared to the core
 _in_flight = set()         # (kind, name) of operations started and not yet synchronized
 _optimizers = weakref.WeakSet()  # DistributedOptimizers: reset() forgets their failed step
 _local = None              # (local_rank, local_size), found at init()
-_finished_handles = itertools.count(-1, -1)  # handles of operations done when started
+_task_handles = itertools.count(-1, -1)  # handles of background operations (_Task)
 _atexit_registered = False
 
 
 class _Pending(object):
-    __slots__ = ("name", "tensors", "result", "finish", "claim")
+    __slots__ = ("name", "tensors", "result", "finish", "claim", "task")
 
-    def __init__(self, name, tensors, result, finish=None, claim=None):
+    def __init__(self, name, tensors, result, finish=None, claim=None, task=None):
         self.name = name          # for error messages
         self.tensors = tensors    # every tensor whose memory the core reads or writes
         self.result = result      # what synchronize() returns
         self.finish = finish      # callable run after a successful wait (copy-back, scaling)
         self.claim = claim        # (kind, name) in _in_flight until synchronize()
+        self.task = task          # a background operation (_Task): its handle is negative
 
 
-def _finished(name, result, claim=None):
-    """A handle for an operation the core already finished (a broadcast): synchronize()
-    returns `result` without waiting."""
-    handle = next(_finished_handles)
+class _DeclarationOrder(object):
+    """Keeps declarations in call order across the caller's threads and the runner (see
+    the module docstring). Background operations are numbered as they are started; each
+    reports when it has declared what it needs (or ended). A declaration from outside the
+    runner waits until every operation started before it has."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._started = 0   # background operations started
+        self._passed = 0    # of those, the first _passed have declared (the runner is FIFO)
+
+    def start(self):
+        with self._cv:
+            self._started += 1
+            return self._started
+
+    def passed(self, seq):
+        with self._cv:
+            self._passed = max(self._passed, seq)
+            self._cv.notify_all()
+
+    def wait_turn(self):
+        """Blocks until every background operation started so far has declared. Bounded:
+        each one either declares or fails by its own deadline (FERRY_OP_TIMEOUT_MS)."""
+        if threading.current_thread() is _runner.thread:
+            return
+        with self._cv:
+            target = self._started
+            while self._passed < target:
+                self._cv.wait(0.2)
+
+
+class _Task(object):
+    """A background operation: `run(task)` on the runner thread; it calls task.declared()
+    once its tensors are declared. done is set when it ended, with result or error."""
+
+    def __init__(self, run):
+        self.run = run
+        self.generation = _runner.generation
+        self.seq = _order.start()
+        self.done = threading.Event()
+        self.result = None
+        self.error = None
+
+    def declared(self):
+        _order.passed(self.seq)
+
+    def execute(self):
+        try:
+            if self.generation != _runner.generation:
+                raise FerryError("ferry.torch: a background allgather or broadcast started "
+                                 "before reset() or shutdown() was abandoned by it")
+            self.result = self.run(self)
+        except BaseException as e:  # raised again by synchronize() on the caller's thread
+            self.error = e
+        finally:
+            self.declared()
+            self.done.set()
+
+
+class _Runner(object):
+    """One daemon thread running background operations in call order (started at first
+    use, and again in a process forked after it)."""
+
+    def __init__(self):
+        self._queue = []
+        self._cv = threading.Condition()
+        self.thread = None
+        # One more at each reset() and shutdown(): operations queued before it are abandoned
+        # (the other workers will not run them), so they cannot hold up later ones.
+        self.generation = 0
+
+    def abandon_queued(self):
+        with self._cv:
+            self.generation += 1
+
+    def submit(self, task):
+        with self._cv:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="ferry-collectives",
+                                               daemon=True)
+                self.thread.start()
+            self._queue.append(task)
+            self._cv.notify()
+
+    def _loop(self):
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                task = self._queue.pop(0)
+            task.execute()
+
+
+_order = _DeclarationOrder()
+_runner = _Runner()
+
+
+def _background(name, claim, run, tensors=()):
+    """Starts `run` on the runner; returns its handle. `tensors`: memory the core may use."""
+    task = _Task(run)
+    handle = next(_task_handles)
     with _lock:
-        _pending[handle] = _Pending(name, (), result, claim=claim)
+        _pending[handle] = _Pending(name, tuple(tensors), None, claim=claim, task=task)
+    _runner.submit(task)
     return handle
 
 
@@ -173,6 +283,7 @@ def shutdown():
 
 def _shutdown(final):
     global _local
+    _runner.abandon_queued()
     try:
         _core.shutdown(final)
     finally:
@@ -273,9 +384,11 @@ def join(device=-1):
 
     Its pending operations finish first; from then on the servers stop waiting for it: the
     other workers' sums count it as zeros, and averages still divide by size(), as in
-    Horovod. A broadcast whose root has joined fails. Blocks until every worker has called
-    join() (deadline FERRY_JOIN_TIMEOUT_MS); then every worker may train on (the next
-    epoch). `device` is Horovod's (the GPU for its zero tensors): accepted and unused."""
+    Horovod, also for tensors first used meanwhile (the joined workers take their
+    declarations at the next join); a broadcast or allgather meanwhile raises FerryError, as
+    in Horovod. Blocks until every worker has called join() (deadline
+    FERRY_JOIN_TIMEOUT_MS); then every worker may train on (the next epoch). `device` is
+    Horovod's (the GPU for its zero tensors): accepted and unused."""
     if not isinstance(device, int):
         raise TypeError("join(device=...) takes an int, got %s" % type(device).__name__)
     return _core.join()
@@ -362,6 +475,7 @@ def _declare(name, code, shape):
     shape = tuple(int(d) for d in shape)
     if _declared.get(name) == (code, shape):
         return
+    _order.wait_turn()  # background operations started earlier declare first
     _core.declare(name, code, list(shape))  # raises FerryError on a conflicting redeclaration
     _declared[name] = (code, shape)
 
@@ -438,9 +552,12 @@ def _start(tensor, output, average, name, priority, claim, result=None, finish=N
 
 
 def _scale(tensor, factor):
-    """tensor * factor in tensor's dtype (integers: computed in float64, truncated)."""
+    """tensor * factor in tensor's dtype, rounded once: float16 and bfloat16 are scaled in
+    float32 (as Horovod scales them), integers in float64 (truncated)."""
     if factor == 1.0:
         return tensor
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return (tensor.float() * factor).to(tensor.dtype)
     if tensor.dtype.is_floating_point:
         return tensor * factor
     return (tensor.to(torch.float64) * factor).to(tensor.dtype)
@@ -456,7 +573,11 @@ def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, post
                      reduce=None):
     """push_pull of `tensor` times `prescale` into `output` (which may be `tensor`), the
     result times `postscale`. A non-contiguous or prescaled input travels as a copy (in
-    place: copied back into `tensor` at synchronize())."""
+    place: copied back into `tensor` at synchronize()). An average with a postscale
+    factor is a sum scaled once by postscale / size() (floating dtypes; as Horovod folds
+    them), so float16 rounds once."""
+    if average and postscale != 1.0 and reduce is None and tensor.dtype.is_floating_point:
+        average, postscale = False, postscale / size()
     claim = _claim("push_pull", name)
     try:
         inp = _scale(tensor if tensor.is_contiguous() else tensor.contiguous(), prescale)
@@ -500,25 +621,50 @@ def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1
     return _push_pull_async(tensor, output, average, name, priority, prescale, postscale, reduce)
 
 
+def _entry(handle):
+    entry = _pending.get(handle)
+    if entry is None:
+        raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
+    return entry
+
+
+def _finished_now(handle):
+    entry = _entry(handle)
+    return entry.task.done.is_set() if entry.task is not None else _core.poll(handle)
+
+
 def poll(handle):
     """True once the operation of `handle` finished (then synchronize() does not block)."""
-    if handle not in _pending:
-        raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
-    return handle < 0 or _core.poll(handle)
+    return _finished_now(handle)
 
 
 def wait_any(handles, timeout_ms=0):
     """The first handle in `handles` whose operation finished, waiting at most
     `timeout_ms` (in C++, without the GIL); None if none finished in time. Synchronize it
     next (that raises its error, if it failed)."""
-    for h in handles:
-        if h not in _pending:
-            raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (h,))
-        if h < 0:
+    handles = list(handles)
+    background = [h for h in handles if _entry(h).task is not None]
+    for h in background:
+        if _finished_now(h):
             return h
-    if not handles:
-        return None
-    return _core.wait_any(list(handles), int(timeout_ms)) or None
+    core = [h for h in handles if h not in background]
+    if not background:
+        return (_core.wait_any(core, int(timeout_ms)) or None) if core else None
+    # Mixed: the core's handles in short waits between looks at the background ones.
+    deadline = _core.now_us() + int(timeout_ms) * 1000
+    while True:
+        slice_ms = max(0, min(5, (deadline - _core.now_us()) // 1000))
+        if core:
+            h = _core.wait_any(core, int(slice_ms))
+            if h:
+                return h
+        else:
+            _entry(background[0]).task.done.wait(slice_ms / 1000.0)
+        for h in background:
+            if _finished_now(h):
+                return h
+        if _core.now_us() >= deadline:
+            return None
 
 
 def synchronize(handle):
@@ -531,8 +677,15 @@ def synchronize(handle):
         raise ValueError("ferry.torch: unknown handle %r (already synchronized?)" % (handle,))
     try:
         # Wait in slices so that Ctrl-C (KeyboardInterrupt) is noticed between them.
-        while handle > 0 and not _core.wait_for(handle, 200):
-            pass
+        if entry.task is not None:
+            while not entry.task.done.wait(0.2):
+                pass
+            if entry.task.error is not None:
+                raise entry.task.error
+            entry.result = entry.task.result
+        else:
+            while not _core.wait_for(handle, 200):
+                pass
     except BaseException:
         # The core may have given up before ZeroMQ let go of the input: keep it alive.
         with _lock:
@@ -739,23 +892,23 @@ def _broadcast_into(tensor, root_rank, name):
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    """Replaces `tensor` on every worker by root_rank's; returns a handle for synchronize(),
-    which returns `tensor`.
+    """Replaces `tensor` on every worker by root_rank's; returns a handle for poll() and
+    synchronize(), which returns `tensor`.
 
-    The core's broadcast has finished when this returns, so the handle is already done.
-    bool and 8/16-bit integer tensors travel widened to int32. Workers that disagree on
-    the root, dtype or shape all raise FerryError naming the disagreement."""
+    Runs in the background (the module docstring): poll() is False until every worker
+    has called it. bool and 8/16-bit integer tensors travel widened to int32. Workers that
+    disagree on the root, dtype or shape, or all of them while a worker has joined, raise
+    FerryError at synchronize(), naming why."""
     _check_process_set(process_set)
     _check_tensor(tensor, "tensor '%s'" % name)
     name = _name_or_free("broadcast", name, tensor)
     _check_root(root_rank)
     claim = _claim("broadcast", name)
-    try:
+
+    def run(task):
         _broadcast_into(tensor, root_rank, name)
-    except BaseException:
-        _release(claim)
-        raise
-    return _finished(name, tensor, claim)
+        return tensor
+    return _background(name, claim, run, (tensor,))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -804,36 +957,50 @@ _GATHER_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, t
 
 
 def _describe_meta(row):
-    ndim, code = int(row[0]), int(row[1])
+    ndim, code = int(row[0]) - 1, int(row[1])
     dtype = _GATHER_DTYPES[code] if 0 <= code < len(_GATHER_DTYPES) else "?"
     return "%s%s" % (str(dtype).replace("torch.", ""), list(int(d) for d in row[2:2 + ndim]))
 
 
-def _gather_shapes(tensor, name):
-    """Every worker's (ndim, dtype, shape) of its allgather input: checked to agree but
-    for dim 0 (ValueError naming the ranks otherwise, on every worker). Returns the first
-    dims in rank order."""
-    if tensor.dim() == 0:
-        raise ValueError("ferry.torch: allgather of '%s': a rank-zero tensor has no dimension "
-                         "0 to concatenate along (Horovod refuses it too)" % name)
+def _check_gather_input(tensor, name):
+    """What this worker alone can refuse, at the call (as Horovod's argument checks)."""
     if tensor.dim() > _MAX_GATHER_DIMS:
         raise ValueError("ferry.torch: allgather of '%s': at most %d dimensions"
                          % (name, _MAX_GATHER_DIMS))
     if tensor.dtype not in _GATHER_DTYPES:
         raise TypeError("ferry.torch: allgather of '%s': dtype %s is not supported"
                         % (name, tensor.dtype))
+
+
+def _gather_shapes(tensor, name):
+    """Every worker's (ndim, dtype, shape) of its allgather input, exchanged and checked
+    to agree but for dim 0; otherwise every worker raises the same FerryError (as Horovod's
+    coordinator fails the operation on every rank). A worker's row is ndim + 1 first, so
+    a row of zeros is a worker that took no part: it has joined. Returns the first dims in
+    rank order."""
     meta = torch.zeros(size(), 2 + _MAX_GATHER_DIMS, dtype=torch.int64)
-    meta[rank(), 0] = tensor.dim()
+    meta[rank(), 0] = tensor.dim() + 1
     meta[rank(), 1] = _GATHER_DTYPES.index(tensor.dtype)
     meta[rank(), 2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
     meta = _sync_push_pull(meta, False, "allgather.%s.shapes" % name, None)
+    joined = [r for r in range(size()) if int(meta[r, 0]) == 0]
+    if joined:
+        _core.fail(_core.MISMATCH,
+                   "allgather of '%s': rank(s) %s have joined (join()); allgather is not "
+                   "supported while a worker has joined (as in Horovod): every worker must "
+                   "take part" % (name, ", ".join(str(r) for r in joined)))
+    for r in range(size()):
+        if int(meta[r, 0]) == 1:
+            _core.fail(_core.MISMATCH,
+                       "allgather of '%s': rank %d sent a rank-zero tensor, which has no "
+                       "dimension 0 to concatenate along (Horovod refuses it too)" % (name, r))
     for r in range(1, size()):
         a, b = meta[0], meta[r]
         if a[0] != b[0] or a[1] != b[1] or not torch.equal(a[3:], b[3:]):
-            raise ValueError(
-                "ferry.torch: allgather of '%s': the workers disagree: rank 0 sent %s, rank %d "
-                "sent %s; every worker must send the same dtype and the same dimensions but "
-                "the first" % (name, _describe_meta(a), r, _describe_meta(b)))
+            _core.fail(_core.MISMATCH,
+                       "allgather of '%s': the workers disagree: rank 0 sent %s, rank %d sent "
+                       "%s; every worker must send the same dtype and the same dimensions but "
+                       "the first" % (name, _describe_meta(a), r, _describe_meta(b)))
     return [int(d) for d in meta[:, 2]]
 
 
@@ -841,9 +1008,10 @@ def _bucket(n):
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _allgather(tensor, name):
+def _allgather(tensor, name, task=None):
     """The gathered tensor: every worker's `tensor` concatenated along dim 0, in rank order
-    (a sum in which each worker fills its own rows: exact for every dtype)."""
+    (a sum in which each worker fills its own rows: exact for every dtype). `task`: the
+    background operation running it, told once the data tensor is declared."""
     firsts = _gather_shapes(tensor, name)
     rest = tuple(tensor.shape[1:])
     row = 1
@@ -856,24 +1024,26 @@ def _allgather(tensor, name):
     # A few sizes per name only: one core tensor per power of two.
     flat = torch.zeros(_bucket(elements), dtype=wide)
     flat[offset:offset + tensor.numel()] = tensor.reshape(-1).to(wide)
-    flat = _sync_push_pull(flat, False, "allgather.%s.%d" % (name, flat.numel()), None)
+    handle = _submit(flat, True, False, "allgather.%s.%d" % (name, flat.numel()), None)
+    if task is not None:
+        task.declared()
+    flat = synchronize(handle)
     return flat[:elements].reshape((total,) + rest).to(tensor.dtype)
 
 
 def allgather_async(tensor, name=None, process_set=None):
     """horovod.torch.allgather_async: a handle; synchronize() returns every worker's
     `tensor` concatenated along dim 0 in rank order (dim 0 may differ between workers; the
-    other dimensions and the dtype must agree). Runs to completion in this call."""
+    other dimensions and the dtype must agree, or every worker raises FerryError at
+    synchronize()). Runs in the background (the module docstring): poll() is False until
+    every worker has called it."""
     _check_process_set(process_set)
     _check_tensor(tensor, "tensor '%s'" % name)
+    _check_gather_input(tensor, name)
     name = _name_or_free("allgather", name, tensor)
     claim = _claim("allgather", name)
-    try:
-        result = _allgather(tensor.detach(), name)
-    except BaseException:
-        _release(claim)
-        raise
-    return _finished(name, result, claim)
+    source = tensor.detach()
+    return _background(name, claim, lambda task: _allgather(source, name, task), (source,))
 
 
 class _Allgather(torch.autograd.Function):

@@ -26,6 +26,15 @@ from ferry.torch.compute_trace import ComputeTracer
 from ferry.torch import ops
 
 
+class _SparseContext(object):
+    """A sparse gradient's push_pull: the dense sum's compression context and the handle of
+    the mask of rows any worker touched."""
+    __slots__ = ("ctx", "rows_handle")
+
+    def __init__(self, ctx, rows_handle):
+        self.ctx, self.rows_handle = ctx, rows_handle
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, original,
                  op=ops.Average, gradient_predivide_factor=1.0):
@@ -71,6 +80,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._parameter_names.setdefault(p, k)  # a tied parameter keeps its first name
         self._ordered_params = list(self._parameter_names)
         self._push_pull_delay = {p: self.backward_passes_per_step for p in self._ordered_params}
+        self._sparse_dims = {}  # parameter -> sparse_dim of its sparse gradients, once seen
         self._handles = {}
         ops._optimizers.add(self)  # elastic: reset() calls _reset_pending
         self._grad_accs = []
@@ -109,8 +119,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._ordered_params:
             if not p.requires_grad:
                 continue
-            if p.grad is None:
-                p.grad = torch.zeros_like(p.data)
+            # p.grad stays None until backward makes it (dense or sparse), as in Horovod.
             self._requires_update.add(p)
             p_tmp = p.expand_as(p)
             grad_acc = p_tmp.grad_fn.next_functions[0][0]
@@ -118,11 +127,33 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._grad_accs.append(grad_acc)
 
     def _push_pull_grad_async(self, p):
-        if p.grad is None:  # unused in this backward and set to None by zero_grad
-            p.grad = torch.zeros_like(p.data)
-        # A sparse gradient (nn.Embedding(sparse=True)) travels dense; _finish makes the sum
-        # sparse again (Horovod's sparse_as_dense; the values are those of its sparse path).
-        grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
+        if p.grad is None:  # unused in this backward, or set to None by zero_grad
+            p.grad = self._zero_grad(p)
+        if not p.grad.is_sparse:
+            return self._push_pull_dense(p, p.grad)
+        # A sparse gradient (nn.Embedding(sparse=True)) travels dense, beside a mask of the
+        # rows any worker touched; _finish makes the sum sparse again over exactly those
+        # rows (the entries of Horovod's sparse path, summed), so SparseAdam gets sparse
+        # gradients whatever sparse_as_dense says.
+        grad = p.grad.coalesce()
+        sparse_dim = grad.sparse_dim()
+        self._sparse_dims[p] = sparse_dim
+        rows = torch.zeros(p.shape[:sparse_dim], dtype=torch.float32)
+        rows[tuple(grad.indices())] = 1.0
+        rows_handle = ops._push_pull_async(rows, rows, False, self._gradient_name(p) + ".rows",
+                                           None)
+        handle, ctx = self._push_pull_dense(p, grad.to_dense())
+        return handle, _SparseContext(ctx, rows_handle)
+
+    def _zero_grad(self, p):
+        sparse_dim = self._sparse_dims.get(p)
+        if sparse_dim is None:
+            return torch.zeros_like(p.data)
+        return torch.sparse_coo_tensor(torch.empty((sparse_dim, 0), dtype=torch.int64),
+                                       torch.empty((0,) + tuple(p.shape[sparse_dim:]),
+                                                   dtype=p.dtype), p.shape)
+
+    def _push_pull_dense(self, p, grad):
         compressed, ctx = self._compression.compress(grad)
         ops._check_tensor(compressed, "gradient '%s'" % self._gradient_name(p))
         handle = ops._push_pull_async(compressed, compressed, self._average,
@@ -162,8 +193,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _finish(self, p, handle, ctx):
         output = ops.synchronize(handle)
         self._push_pull_delay[p] = self.backward_passes_per_step
-        if p.grad.is_sparse:
-            p.grad = self._compression.decompress(output, ctx).to_sparse()
+        if isinstance(ctx, _SparseContext):
+            dense = self._compression.decompress(output, ctx.ctx)
+            rows = ops.synchronize(ctx.rows_handle).nonzero().t()
+            p.grad = torch.sparse_coo_tensor(rows, dense[tuple(rows)], p.shape).coalesce()
         elif output is not p.grad:
             p.grad.copy_(self._compression.decompress(output, ctx))
 
@@ -268,8 +301,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     NotImplementedError); gradient_predivide_factor=f divides each gradient by f before the
     sum and multiplies the sum by f (op=Average only); groups / num_groups are checked as
     Horovod checks them and otherwise change nothing (Ferry fuses small tensors itself);
-    sparse gradients always travel dense and come back sparse (sparse_as_dense's way; the
-    values equal those of Horovod's sparse path); process_set: only the global one.
+    sparse gradients always travel dense and come back sparse, over the rows any worker
+    touched (with sparse_as_dense False or True; the values equal those of Horovod's sparse
+    path), so torch.optim.SparseAdam trains; process_set: only the global one.
 
     The result is an instance of the optimizer's own class with synchronize() and
     skip_synchronize() added (as horovod.torch / byteps.torch)."""
