@@ -44,12 +44,13 @@ def build_model(args):
             width = args.mlp_width
         layers.append(nn.Linear(width, args.num_classes))
         return nn.Sequential(*layers)
-    if args.model == "resnet18":
+    if args.model in ("resnet18", "resnet50"):
         try:
             import torchvision
         except ImportError:
-            sys.exit("--model resnet18 needs torchvision (apt-get install python3-torchvision)")
-        return torchvision.models.resnet18(num_classes=args.num_classes)
+            sys.exit("--model %s needs torchvision (apt-get install python3-torchvision)"
+                     % args.model)
+        return getattr(torchvision.models, args.model)(num_classes=args.num_classes)
     raise ValueError(args.model)
 
 
@@ -258,7 +259,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--backend", choices=("ferry", "ddp", "none"), default="ferry")
-    p.add_argument("--model", choices=("mlp", "resnet18"), default="mlp")
+    p.add_argument("--model", choices=("mlp", "resnet18", "resnet50"), default="mlp")
     p.add_argument("--batch-size", type=int, default=32, help="per worker (default 32)")
     p.add_argument("--num-warmup", type=int, default=5, help="warm-up batches (default 5)")
     p.add_argument("--num-iters", type=int, default=5, help="timed iterations (default 5)")
@@ -266,7 +267,7 @@ def main(argv=None):
     p.add_argument("--cross-barrier", action="store_true", help="ferry: use CrossBarrier")
     p.add_argument("--fp16", action="store_true", help="ferry: push gradients as float16")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
-    p.add_argument("--image-size", type=int, default=64, help="resnet18 input size (default 64)")
+    p.add_argument("--image-size", type=int, default=64, help="resnet input size (default 64)")
     p.add_argument("--num-classes", type=int, default=10)
     p.add_argument("--mlp-input", type=int, default=1024)
     p.add_argument("--mlp-width", type=int, default=2048)

@@ -33,14 +33,27 @@ void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
   const int64_t now = NowUs();
   ctx_.counters.urgency.Observe(op->priority, cut.parts.size());
   for (uint32_t i = 0; i < cut.parts.size(); ++i) {
-    InFlight f;
-    f.op = op;
-    f.part = i;
-    f.task = PushTask{op->priority, 0, cut.parts[i].bytes, cut.parts[i].server, next_cookie_++, {}};
-    f.ready_us = now;
-    queued_[f.task.cookie] = f;
-    queue_.Push(f.task, /*notify=*/false);  // the thread that started it sends (SendReady)
+    if (op->released.empty() || op->released[i]) Enqueue(op, i, now);  // else: at ReleasePart
   }
+}
+
+void DensePushPull::Enqueue(const std::shared_ptr<Operation>& op, uint32_t part, int64_t now_us) {
+  const PartitionSpec& p = op->tensor->cuts[op->layout].parts[part];
+  InFlight f;
+  f.op = op;
+  f.part = part;
+  f.task = PushTask{op->priority, 0, p.bytes, p.server, next_cookie_++, {}};
+  f.ready_us = now_us;
+  queued_[f.task.cookie] = f;
+  queue_.Push(f.task, /*notify=*/false);  // the thread that queued it sends (SendReady)
+}
+
+void DensePushPull::ReleasePart(const std::shared_ptr<Operation>& op, uint32_t part) {
+  ctx_.mu.AssertHeld();
+  if (part >= op->released.size() || op->released[part]) return;
+  op->released[part] = true;
+  op->releases_pending--;
+  if (op->started && !op->done) Enqueue(op, part, NowUs());
 }
 
 const PartitionSpec& DensePushPull::PartOf(const InFlight& f) const {

@@ -77,6 +77,10 @@ class DensePushPull : public OperationKind {
   int SendReady() EXCLUDES(ctx_.mu, send_mu_);
 
   void Start(const std::shared_ptr<Operation>& op) override;
+  // A staged operation's partition `part` may go (Operation::released): queued now if the
+  // operation started, else at its Start; nothing once it is done. REQUIRES: mu. The
+  // caller then calls SendReady.
+  void ReleasePart(const std::shared_ptr<Operation>& op, uint32_t part);
   void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) override;
   void AbandonInFlight() override;
   std::string Describe(const Operation& op) const override;
@@ -120,6 +124,9 @@ class DensePushPull : public OperationKind {
   // and a frame of f's cut.
   std::string CheckResult(const InFlight& f, const Message& m) const REQUIRES(ctx_.mu);
   const PartitionSpec& PartOf(const InFlight& f) const;
+  // Queues partition `part` of a started operation. REQUIRES: mu.
+  void Enqueue(const std::shared_ptr<Operation>& op, uint32_t part, int64_t now_us)
+      REQUIRES(ctx_.mu);
   uint64_t KeyOf(const InFlight& f) const;
   // `acked`: by the server's ack or sum (a window sample), not by an error.
   void ReturnCredit(InFlight& f, bool acked = true) REQUIRES(ctx_.mu);

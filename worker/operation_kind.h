@@ -126,6 +126,11 @@ struct Operation {
   bool started = false;
   bool done = false;  // no more writes to `output`; finished in the table
   std::unique_ptr<RowsPlan> rows;  // sparse rows; null for a dense push_pull
+  // A staged input (the device path, worker/device/device_staging.h): partition i may be
+  // sent only once released[i] (its bytes are in `input`; Worker::ReleasePartition).
+  // Empty: every partition is ready at Start.
+  std::vector<bool> released;
+  uint32_t releases_pending = 0;  // partitions not yet released
 };
 
 class Sequencer;

@@ -313,10 +313,40 @@ Handle Worker::StartPushPull(const std::string& name, const void* input, void* o
   return handle;
 }
 
+Handle Worker::PushPullStagedAsync(const std::string& name, const void* input, void* output,
+                                   DataType dtype, uint64_t count, bool average,
+                                   std::vector<PartitionSpec>* parts,
+                                   std::optional<int> priority, CompletionCallback done) {
+  CheckUserTensorName("push_pull", name);
+  FERRY_ENFORCE(parts != nullptr, ErrorCode::kInvalidArgument, "staged push_pull of '", name,
+                "': no vector for the partitions");
+  FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
+                name, "': null buffer");
+  const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
+                                       std::move(done), ReduceOp::kSum, parts);
+  dense_->SendReady();
+  return handle;
+}
+
+void Worker::ReleasePartition(Handle handle, uint32_t part) {
+  {
+    MutexLock lock(mu_);
+    auto it = staged_.find(handle);
+    FERRY_ENFORCE(it != staged_.end() && part < it->second->released.size() &&
+                      !it->second->released[part],
+                  ErrorCode::kInvalidArgument, "release of partition ", part, " of operation ",
+                  handle, ": not a staged operation with that partition, or released already");
+    const std::shared_ptr<Operation> op = it->second;
+    dense_->ReleasePart(op, part);
+    if (op->releases_pending == 0) staged_.erase(it);
+  }
+  dense_->SendReady();
+}
+
 Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* output,
                               DataType dtype, uint64_t count, bool average,
                               std::optional<int> priority, CompletionCallback done,
-                              ReduceOp reduce) {
+                              ReduceOp reduce, std::vector<PartitionSpec>* staged) {
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
@@ -342,6 +372,12 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
   op->reduce = reduce;
   op->input = static_cast<const uint8_t*>(input);
   op->output = static_cast<uint8_t*>(output);
+  if (staged) {
+    *staged = t->cuts[op->layout].parts;
+    op->released.assign(staged->size(), false);
+    op->releases_pending = static_cast<uint32_t>(staged->size());
+    if (!staged->empty()) staged_[op->handle] = op;
+  }
   sequencer_->Submit(op, *dense_);
   counters_.operations++;
   return op->handle;

@@ -55,6 +55,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/cluster/cluster_client.h"
@@ -123,6 +124,23 @@ class Worker : public Collective {
   Handle ReduceAsync(const std::string& name, const void* input, void* output, DataType dtype,
                      uint64_t count, ReduceOp op, std::optional<int> priority = std::nullopt,
                      CompletionCallback done = nullptr) override;
+  // Staged input (the device path, worker/device/device_staging.h): as PushPullAsync, but
+  // partition i of `input` is sent only once ReleasePartition(handle, i) says its bytes
+  // are there, so a caller filling `input` piece by piece (device-to-host copies, in
+  // priority order) sends each piece as soon as it lands, among other tensors' partitions
+  // in the scheduling policy's order. `parts` receives the partitions (offset and bytes, by
+  // index). Every partition must be released; until then the operation waits, bounded by
+  // its deadline (FERRY_OP_TIMEOUT_MS) as any other.
+  Handle PushPullStagedAsync(const std::string& name, const void* input, void* output,
+                             DataType dtype, uint64_t count, bool average,
+                             std::vector<PartitionSpec>* parts,
+                             std::optional<int> priority = std::nullopt,
+                             CompletionCallback done = nullptr) EXCLUDES(mu_);
+  // Partition `part` of staged operation `handle` may go. Any thread (a device's host
+  // callback included: it takes the Worker's lock briefly and sends what the queue lets
+  // out). Ignored once the operation finished or failed. Throws FerryError
+  // (kInvalidArgument) for a handle that is not a staged operation with that partition.
+  void ReleasePartition(Handle handle, uint32_t part) EXCLUDES(mu_);
   // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
   // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
   // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
@@ -261,9 +279,12 @@ class Worker : public Collective {
                        uint64_t count, bool average, std::optional<int> priority,
                        CompletionCallback done, ReduceOp reduce = ReduceOp::kSum) EXCLUDES(mu_);
   // The operation, checked and queued behind its tensor's earlier ones.
+  // `staged` (PushPullStagedAsync): receives the partitions; the operation waits for their
+  // releases.
   Handle SubmitPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                         uint64_t count, bool average, std::optional<int> priority,
-                        CompletionCallback done, ReduceOp reduce) EXCLUDES(mu_);
+                        CompletionCallback done, ReduceOp reduce,
+                        std::vector<PartitionSpec>* staged = nullptr) EXCLUDES(mu_);
   // A new operation of tensor `t`, registered in the table.
   // `label`: the stall check's (operation_table.h, "Labels").
   std::shared_ptr<Operation> NewOperation(const std::shared_ptr<TensorInfo>& tensor, bool average,
@@ -314,6 +335,8 @@ class Worker : public Collective {
   std::unique_ptr<JoinProtocol> join_;
   std::unique_ptr<SchedulingControl> scheduling_;
   std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
+  // Staged operations with partitions not yet released (PushPullStagedAsync).
+  std::unordered_map<Handle, std::shared_ptr<Operation>> staged_ GUARDED_BY(mu_);
   // Suspend()ed: shut down (ctx_->shut_down) but may Resume().
   bool suspended_ GUARDED_BY(mu_) = false;
   // HostsUpdated() said yes: the next Reset() admits the waiting workers.

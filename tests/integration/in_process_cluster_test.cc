@@ -17,6 +17,8 @@
 #include "common/types/data_type.h"
 #include "common/util/counters.h"
 #include "tests/support/stats_files.h"
+#include "worker/device/device_push_pull.h"
+#include "worker/device/fake_device.h"
 #include "worker/worker.h"
 
 namespace ferry::testing {
@@ -372,6 +374,88 @@ TEST(InProcessClusterTest, AJoinRefusesWorkersWhoseDeclarationsParted) {
                 std::string::npos)
           << e.what();
     }
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+// A staged push_pull (the device path's): each partition is sent only once released, from
+// whatever thread releases it, in any order. The input holds garbage until a partition's
+// bytes are written just before its release, so an early send would break the exact sum;
+// with one partition held the operation cannot finish, and another tensor's push_pull is
+// not held up by it.
+TEST(InProcessClusterTest, AStagedPushPullSendsEachPartitionOnlyOnceReleased) {
+  InProcessCluster cluster({2, 2, {{"FERRY_PARTITION_BYTES", "4096"}}});
+  cluster.RunWorkers([&](Worker& w) {
+    constexpr uint64_t kCount = 3000;  // 12000 bytes: 3 partitions
+    const float mine = static_cast<float>(w.rank() + 1);
+    std::vector<float> in(kCount, -1000.0f), out(kCount, 0.0f);
+    std::vector<PartitionSpec> parts;
+    const Handle h = w.PushPullStagedAsync("staged", in.data(), out.data(), DataType::kFloat32,
+                                           kCount, /*average=*/false, &parts);
+    ASSERT_EQ(parts.size(), 3u);
+    auto fill_and_release = [&](uint32_t i) {
+      const uint64_t first = parts[i].offset / sizeof(float);
+      for (uint64_t k = first; k < first + parts[i].bytes / sizeof(float); ++k) {
+        in[k] = mine * static_cast<float>(k % 100);
+      }
+      w.ReleasePartition(h, i);
+    };
+    std::thread([&] { fill_and_release(2); }).join();  // a device callback's thread
+    fill_and_release(1);
+    std::vector<float> other(10, mine);
+    w.PushPull("other", other.data(), other.data(), DataType::kFloat32, other.size(), false);
+    for (float v : other) EXPECT_EQ(v, 3.0f);
+    EXPECT_FALSE(w.Poll(h));  // partition 0 is still held
+    fill_and_release(0);
+    w.Wait(h);
+    for (uint64_t k = 0; k < kCount; ++k) {
+      ASSERT_EQ(out[k], 3.0f * static_cast<float>(k % 100)) << "rank " << w.rank() << " " << k;
+    }
+    // Releasing again, or an operation that is not staged, is refused.
+    EXPECT_THROW(w.ReleasePartition(h, 0), FerryError);
+    const Handle plain = w.PushPullAsync("other", other.data(), other.data(), DataType::kFloat32,
+                                         other.size(), false);
+    EXPECT_THROW(w.ReleasePartition(plain, 0), FerryError);
+    w.Wait(plain);
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+// A push_pull of device memory on the fake device (host memory standing in for it): the
+// partitions are copied once the producer's kernel is done, each sent as it lands, and the
+// consumer's later work sees the exact sums; the caller's thread never waited for the
+// device (Start returned while the producer was still held).
+TEST(InProcessClusterTest, ADevicePushPullOverlapsCopiesWithSendsAndSumsExactly) {
+  InProcessCluster cluster({2, 2, {{"FERRY_PARTITION_BYTES", "4096"}}});
+  cluster.RunWorkers([&](Worker& w) {
+    constexpr uint64_t kCount = 3000;  // 3 partitions
+    FakeDevice device;
+    const DeviceApi::Stream producer = device.NewStream(), consumer = device.NewStream();
+    std::vector<float> grad(kCount, -1000.0f), out(kCount, 0.0f), seen;
+    auto kernel = device.Hold(producer);  // backward still computing the gradient
+    device.HostCallback(producer, [&] {
+      for (uint64_t k = 0; k < kCount; ++k) grad[k] = (w.rank() + 1.0f) * (k % 100);
+    });
+    {
+      DevicePushPull device_path(w, device);
+      const Handle h = device_path.Start("device.grad", grad.data(), out.data(),
+                                         DataType::kFloat32, kCount, false, producer, consumer);
+      EXPECT_FALSE(device_path.Poll(h));
+      EXPECT_EQ(device.copies(), 0u);
+      kernel->Open();
+      device_path.Wait(h);
+      device.HostCallback(consumer, [&] { seen = out; });  // the optimizer step
+      const DeviceApi::Event step = device.NewEvent();
+      device.Record(step, consumer);
+      device.Synchronize(step);
+      device.DestroyEvent(step);
+    }
+    ASSERT_EQ(seen.size(), kCount);
+    for (uint64_t k = 0; k < kCount; ++k) {
+      ASSERT_EQ(seen[k], 3.0f * (k % 100)) << "rank " << w.rank() << " element " << k;
+    }
+    EXPECT_EQ(device.copies(), 6u);  // 3 partitions there, 3 back
+    EXPECT_EQ(device.pinned_live(), 0);
   });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }
