@@ -424,6 +424,7 @@ bool DensePushPull::OnResult(Message&& m) {
   lock.Unlock();
   if (deliver) {
     Deliver(*op, p, m);
+    if (last && op->part_summed) op->part_summed(f.part);  // under the hold
     ctx_.table.Unhold(op->handle);
   }
   if (!last) return true;

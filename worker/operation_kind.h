@@ -131,6 +131,10 @@ struct Operation {
   // Empty: every partition is ready at Start.
   std::vector<bool> released;
   uint32_t releases_pending = 0;  // partitions not yet released
+  // Optional: called with a partition's index once its whole sum is in `output` (on the
+  // thread that delivered it, outside the lock, while the operation is held: its
+  // completion, a failure's included, waits until this returns). Must not block.
+  std::function<void(uint32_t part)> part_summed;
 };
 
 class Sequencer;

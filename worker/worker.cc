@@ -316,14 +316,16 @@ Handle Worker::StartPushPull(const std::string& name, const void* input, void* o
 Handle Worker::PushPullStagedAsync(const std::string& name, const void* input, void* output,
                                    DataType dtype, uint64_t count, bool average,
                                    std::vector<PartitionSpec>* parts,
-                                   std::optional<int> priority, CompletionCallback done) {
+                                   std::optional<int> priority, CompletionCallback done,
+                                   std::function<void(uint32_t)> part_summed) {
   CheckUserTensorName("push_pull", name);
   FERRY_ENFORCE(parts != nullptr, ErrorCode::kInvalidArgument, "staged push_pull of '", name,
                 "': no vector for the partitions");
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
   const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
-                                       std::move(done), ReduceOp::kSum, parts);
+                                       std::move(done), ReduceOp::kSum, parts,
+                                       std::move(part_summed));
   dense_->SendReady();
   return handle;
 }
@@ -346,7 +348,8 @@ void Worker::ReleasePartition(Handle handle, uint32_t part) {
 Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* output,
                               DataType dtype, uint64_t count, bool average,
                               std::optional<int> priority, CompletionCallback done,
-                              ReduceOp reduce, std::vector<PartitionSpec>* staged) {
+                              ReduceOp reduce, std::vector<PartitionSpec>* staged,
+                              std::function<void(uint32_t)> part_summed) {
   MutexLock lock(mu_);
   ctx_->CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
@@ -372,6 +375,7 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
   op->reduce = reduce;
   op->input = static_cast<const uint8_t*>(input);
   op->output = static_cast<uint8_t*>(output);
+  op->part_summed = std::move(part_summed);
   if (staged) {
     *staged = t->cuts[op->layout].parts;
     op->released.assign(staged->size(), false);

@@ -130,12 +130,15 @@ class Worker : public Collective {
   // priority order) sends each piece as soon as it lands, among other tensors' partitions
   // in the scheduling policy's order. `parts` receives the partitions (offset and bytes, by
   // index). Every partition must be released; until then the operation waits, bounded by
-  // its deadline (FERRY_OP_TIMEOUT_MS) as any other.
+  // its deadline (FERRY_OP_TIMEOUT_MS) as any other. `part_summed` (optional): called with
+  // a partition's index once its whole sum is in `output`, before the operation completes
+  // (on a transport thread; it must not block: queue a copy, say).
   Handle PushPullStagedAsync(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
                              std::vector<PartitionSpec>* parts,
                              std::optional<int> priority = std::nullopt,
-                             CompletionCallback done = nullptr) EXCLUDES(mu_);
+                             CompletionCallback done = nullptr,
+                             std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
   // Partition `part` of staged operation `handle` may go. Any thread (a device's host
   // callback included: it takes the Worker's lock briefly and sends what the queue lets
   // out). Ignored once the operation finished or failed. Throws FerryError
@@ -284,7 +287,8 @@ class Worker : public Collective {
   Handle SubmitPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                         uint64_t count, bool average, std::optional<int> priority,
                         CompletionCallback done, ReduceOp reduce,
-                        std::vector<PartitionSpec>* staged = nullptr) EXCLUDES(mu_);
+                        std::vector<PartitionSpec>* staged = nullptr,
+                        std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
   // A new operation of tensor `t`, registered in the table.
   // `label`: the stall check's (operation_table.h, "Labels").
   std::shared_ptr<Operation> NewOperation(const std::shared_ptr<TensorInfo>& tensor, bool average,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <cstdint>
 #include <string>
@@ -390,8 +391,22 @@ TEST(InProcessClusterTest, AStagedPushPullSendsEachPartitionOnlyOnceReleased) {
     const float mine = static_cast<float>(w.rank() + 1);
     std::vector<float> in(kCount, -1000.0f), out(kCount, 0.0f);
     std::vector<PartitionSpec> parts;
-    const Handle h = w.PushPullStagedAsync("staged", in.data(), out.data(), DataType::kFloat32,
-                                           kCount, /*average=*/false, &parts);
+    // Each partition's sum is complete in `out` when part_summed names it.
+    std::mutex summed_mu;
+    std::vector<std::pair<uint32_t, bool>> summed;  // (partition, its sum was exact then)
+    auto exact = [&](uint32_t i) {
+      const uint64_t first = parts[i].offset / sizeof(float);
+      for (uint64_t k = first; k < first + parts[i].bytes / sizeof(float); ++k) {
+        if (out[k] != 3.0f * static_cast<float>(k % 100)) return false;
+      }
+      return true;
+    };
+    const Handle h = w.PushPullStagedAsync(
+        "staged", in.data(), out.data(), DataType::kFloat32, kCount, /*average=*/false, &parts,
+        std::nullopt, nullptr, [&](uint32_t i) {
+          std::lock_guard<std::mutex> lock(summed_mu);
+          summed.emplace_back(i, exact(i));
+        });
     ASSERT_EQ(parts.size(), 3u);
     auto fill_and_release = [&](uint32_t i) {
       const uint64_t first = parts[i].offset / sizeof(float);
@@ -410,6 +425,11 @@ TEST(InProcessClusterTest, AStagedPushPullSendsEachPartitionOnlyOnceReleased) {
     w.Wait(h);
     for (uint64_t k = 0; k < kCount; ++k) {
       ASSERT_EQ(out[k], 3.0f * static_cast<float>(k % 100)) << "rank " << w.rank() << " " << k;
+    }
+    {
+      std::lock_guard<std::mutex> lock(summed_mu);
+      std::sort(summed.begin(), summed.end());
+      EXPECT_EQ(summed, (std::vector<std::pair<uint32_t, bool>>{{0, true}, {1, true}, {2, true}}));
     }
     // Releasing again, or an operation that is not staged, is refused.
     EXPECT_THROW(w.ReleasePartition(h, 0), FerryError);

@@ -46,9 +46,13 @@ Handle DevicePushPull::Start(const std::string& name, const void* input, void* o
     MutexLock lock(mu_);
     Collect();
     try {
+      // Each partition's sum goes back as soon as it is in (a transport thread; `op->parts`
+      // is filled below, before any partition can be released, let alone summed).
+      Op* raw = op.get();
       h = worker_.PushPullStagedAsync(
           name, op->pinned, op->pinned, dtype, count, average, &parts, std::nullopt,
-          [this](Handle done, const Verdict& v) { OnPushPullDone(done, v); });
+          [this](Handle done, const Verdict& v) { OnPushPullDone(done, v); },
+          [this, raw](uint32_t i) { staging_.ToDevice(raw->output, raw->pinned, raw->parts[i]); });
     } catch (...) {
       device_.FreePinned(op->pinned);
       throw;
@@ -68,8 +72,7 @@ void DevicePushPull::OnPushPullDone(Handle h, const Verdict& verdict) {
   if (it == ops_.end()) return;  // cannot happen: registered before any release
   Op& op = *it->second;
   if (verdict.ok()) {
-    for (const DeviceStaging::Part& p : op.parts) staging_.ToDevice(op.output, op.pinned, p);
-    op.copied_back = staging_.Finish(op.consumer);
+    op.copied_back = staging_.Finish(op.consumer);  // after every partition's ToDevice
   } else {
     op.error = verdict.error;
     op.code = verdict.code;

@@ -3,9 +3,9 @@
 // DevicePushPull: a push_pull of a tensor in device memory, without the caller's thread
 // waiting for the device: DeviceStaging copies its partitions to a pinned buffer in
 // priority order after the producer's work, and each partition goes to the servers as soon
-// as it landed (Worker::PushPullStagedAsync, ReleasePartition); once every sum is in, they
-// are copied back to `output` on the staging's stream, and the consumer's stream waits on
-// an event recorded after them.
+// as it landed (Worker::PushPullStagedAsync, ReleasePartition); each partition's sum is
+// copied back to `output` on the staging's stream as soon as it is in, and once all are,
+// the consumer's stream waits on an event recorded after them.
 //
 //   DevicePushPull device_path(worker, device);
 //   Handle h = device_path.Start("grad.fc", grad, grad, DataType::kFloat32, n, true,
