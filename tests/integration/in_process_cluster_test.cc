@@ -476,6 +476,14 @@ TEST(InProcessClusterTest, ADevicePushPullOverlapsCopiesWithSendsAndSumsExactly)
     }
     EXPECT_EQ(device.copies(), 6u);  // 3 partitions there, 3 back
     EXPECT_EQ(device.pinned_live(), 0);
+    {
+      // A tensor of no elements (torch gives it a null data pointer): nothing to copy.
+      DevicePushPull device_path(w, device);
+      device_path.Wait(device_path.Start("device.empty", nullptr, nullptr, DataType::kFloat32, 0,
+                                         false, producer, consumer));
+    }
+    EXPECT_EQ(device.copies(), 6u);
+    EXPECT_EQ(device.pinned_live(), 0);
   });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
 }

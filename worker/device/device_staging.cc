@@ -46,7 +46,10 @@ void DeviceStaging::ToHost(const void* input, void* host, const std::vector<Part
   const auto* in = static_cast<const uint8_t*>(input);
   auto* out = static_cast<uint8_t*>(host);
   for (size_t i = 0; i < parts.size(); ++i) {
-    device_.CopyToHost(out + parts[i].offset, in + parts[i].offset, parts[i].bytes, to_host_);
+    // An empty partition (a tensor of no elements: its pointers may be null) copies nothing.
+    if (parts[i].bytes > 0) {
+      device_.CopyToHost(out + parts[i].offset, in + parts[i].offset, parts[i].bytes, to_host_);
+    }
     device_.HostCallback(to_host_, [shared_ready, i] { (*shared_ready)(i); });
   }
   // The producer's event is free again once the stream waited on it: a Record on it from
@@ -56,6 +59,7 @@ void DeviceStaging::ToHost(const void* input, void* host, const std::vector<Part
 }
 
 void DeviceStaging::ToDevice(void* output, const void* host, const Part& part) {
+  if (part.bytes == 0) return;
   device_.CopyToDevice(static_cast<uint8_t*>(output) + part.offset,
                        static_cast<const uint8_t*>(host) + part.offset, part.bytes, to_device_);
 }
