@@ -11,15 +11,17 @@
 // sending or a server still keeps as last_sum. The pool lives as long as any block it
 // handed out (each Buffer's owner holds the pool).
 //
-// `Blocks` says how a block is made and freed:
-//   static void* Allocate(size_t bytes);  // never null: throws (or CHECKs) instead
-//   static void Free(void* block);        // at the pool's end; must not throw
-//   static void Released(void* block, size_t bytes);  // back from its last holder
+// `Blocks` says how a block is made and freed (static or member functions: the pool holds
+// a Blocks, given to Create, so an allocator may carry state, such as its device):
+//   void* Allocate(size_t bytes);  // never null: throws (or CHECKs) instead
+//   void Free(void* block);        // at the pool's end; must not throw
+//   void Released(void* block, size_t bytes);  // back from its last holder
 
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/transport/buffer.h"
@@ -30,10 +32,12 @@ namespace gpu {
 template <typename Blocks>
 class BlockPool : public std::enable_shared_from_this<BlockPool<Blocks>> {
  public:
-  static std::shared_ptr<BlockPool> Create() { return std::shared_ptr<BlockPool>(new BlockPool()); }
+  static std::shared_ptr<BlockPool> Create(Blocks blocks = Blocks()) {
+    return std::shared_ptr<BlockPool>(new BlockPool(std::move(blocks)));
+  }
   ~BlockPool() {  // frees the free blocks; every block out has come back by then
     for (auto& [bytes, blocks] : free_) {
-      for (void* b : blocks) Blocks::Free(b);
+      for (void* b : blocks) blocks_.Free(b);
     }
   }
 
@@ -51,7 +55,7 @@ class BlockPool : public std::enable_shared_from_this<BlockPool<Blocks>> {
       }
     }
     if (block == nullptr) {
-      block = Blocks::Allocate(bytes);
+      block = blocks_.Allocate(bytes);
       std::lock_guard<std::mutex> lock(mu_);
       ++allocated_;
     }
@@ -74,13 +78,14 @@ class BlockPool : public std::enable_shared_from_this<BlockPool<Blocks>> {
   }
 
  private:
-  BlockPool() = default;
+  explicit BlockPool(Blocks blocks) : blocks_(std::move(blocks)) {}
   void Release(void* block, size_t bytes) {  // any thread
-    Blocks::Released(block, bytes);
+    blocks_.Released(block, bytes);
     std::lock_guard<std::mutex> lock(mu_);
     free_[bytes].push_back(block);
   }
 
+  Blocks blocks_;                                        // its calls are thread-safe
   mutable std::mutex mu_;                                // guards free_ and allocated_
   std::unordered_map<size_t, std::vector<void*>> free_;  // by size
   size_t allocated_ = 0;

@@ -1,32 +1,41 @@
 #include "worker/device/device_push_pull.h"
 
+#include <exception>
 #include <utility>
 
 #include "common/util/error.h"
 
 namespace ferry {
 
+void DevicePushPull::PinnedBlocks::Free(void* block) {
+  try {
+    device->FreePinned(block);
+  } catch (const std::exception&) {  // at the end of a process the runtime may be gone
+  }
+}
+
 DevicePushPull::DevicePushPull(Worker& worker, DeviceApi& device)
-    : worker_(worker), device_(device), staging_(device) {}
+    : worker_(worker),
+      device_(device),
+      pool_(Pool::Create(PinnedBlocks{&device})),
+      staging_(device) {}
 
 DevicePushPull::~DevicePushPull() {
   MutexLock lock(mu_);
   for (auto& [buffer, event] : draining_) {
     device_.Synchronize(event);
     staging_.Release(event);
-    device_.FreePinned(buffer);
   }
-  // A failed operation's buffer stays allocated (see Wait).
+  draining_.clear();  // back to the pool, which frees them with this object
 }
 
 void DevicePushPull::Collect() {
-  std::vector<std::pair<void*, DeviceApi::Event>> still;
+  std::vector<std::pair<Buffer, DeviceApi::Event>> still;
   for (auto& [buffer, event] : draining_) {
     if (device_.Query(event)) {
-      staging_.Release(event);
-      device_.FreePinned(buffer);
+      staging_.Release(event);  // the buffer goes back to the pool as it is dropped here
     } else {
-      still.emplace_back(buffer, event);
+      still.emplace_back(std::move(buffer), event);
     }
   }
   draining_.swap(still);
@@ -38,30 +47,29 @@ Handle DevicePushPull::Start(const std::string& name, const void* input, void* o
   auto op = std::make_shared<Op>();
   op->output = output;
   op->consumer = consumer;
-  op->pinned = device_.AllocPinned(count * DataTypeSize(dtype));
   std::vector<PartitionSpec> parts;
   Handle h = 0;
   {
     // Held until the operation is registered: its completion may come on another thread.
     MutexLock lock(mu_);
     Collect();
-    try {
+    op->pinned = pool_->Acquire(count * DataTypeSize(dtype));
+    {
       // Each partition's sum goes back as soon as it is in (a transport thread; `op->parts`
       // is filled below, before any partition can be released, let alone summed).
       Op* raw = op.get();
       h = worker_.PushPullStagedAsync(
-          name, op->pinned, op->pinned, dtype, count, average, &parts, std::nullopt,
+          name, op->pinned.data(), op->pinned.data(), dtype, count, average, &parts, std::nullopt,
           [this](Handle done, const Verdict& v) { OnPushPullDone(done, v); },
-          [this, raw](uint32_t i) { staging_.ToDevice(raw->output, raw->pinned, raw->parts[i]); });
-    } catch (...) {
-      device_.FreePinned(op->pinned);
-      throw;
+          [this, raw](uint32_t i) {
+            staging_.ToDevice(raw->output, raw->pinned.data(), raw->parts[i]);
+          });
     }
     for (const PartitionSpec& p : parts) op->parts.push_back({p.offset, p.bytes});
     ops_[h] = op;
   }
   // Each partition goes as soon as it is in the pinned buffer (a runtime thread).
-  staging_.ToHost(input, op->pinned, op->parts, producer,
+  staging_.ToHost(input, op->pinned.data(), op->parts, producer,
                   [this, h](size_t i) { worker_.ReleasePartition(h, static_cast<uint32_t>(i)); });
   return h;
 }
@@ -101,12 +109,13 @@ void DevicePushPull::Wait(Handle h) {
     cv_.Wait(mu_, [&]() REQUIRES(mu_) { return op->finished; });
     ops_.erase(it);
     if (op->copied_back != 0) {
-      draining_.emplace_back(op->pinned, op->copied_back);
+      draining_.emplace_back(std::move(op->pinned), op->copied_back);
     }
   }
   if (op->copied_back == 0) {
     // Failed: ZeroMQ may still hold partitions of the pinned buffer queued for a dead peer
-    // (worker.h, "Buffers"); it stays allocated, as the Worker's contract asks.
+    // (worker.h, "Buffers"): it is never reused nor freed.
+    new Buffer(std::move(op->pinned));
     throw FerryError(op->code, op->error);
   }
 }

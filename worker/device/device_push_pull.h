@@ -19,8 +19,11 @@
 //
 // Buffers: `input` (device memory) must not change until the push_pull finished (Wait
 // returned); `output` is written by the copies back until the consumer's event completed.
-// The pinned buffer is this object's: freed once its copies back completed (checked at
-// each Start) or at destruction.
+// The pinned buffer comes from this object's pool (allocated through the device once per
+// size and reused: pinning is slow, and a training step's sizes repeat): it goes back
+// once its copies back completed (checked at each Start) or at destruction. A failed
+// operation's buffer is never reused nor freed: ZeroMQ may still hold its partitions
+// (worker.h, "Buffers").
 //
 // Shutdown order: wait for every operation, then destroy this object (it synchronizes the
 // staging's streams), then the Worker and the device.
@@ -33,7 +36,9 @@
 #include <string>
 #include <vector>
 
+#include "common/transport/buffer.h"
 #include "common/util/mutex.h"
+#include "server/gpu/block_pool.h"
 #include "worker/device/device_api.h"
 #include "worker/device/device_staging.h"
 #include "worker/worker.h"
@@ -57,11 +62,22 @@ class DevicePushPull {
   bool Poll(Handle h) EXCLUDES(mu_);
   // See "Completion". Forgets h.
   void Wait(Handle h) EXCLUDES(mu_);
+  // Pinned blocks ever allocated (a reused one is not counted again).
+  size_t pinned_allocated() const { return pool_->allocated(); }
 
  private:
+  // The pool's blocks: pinned memory of the device.
+  struct PinnedBlocks {
+    DeviceApi* device = nullptr;
+    void* Allocate(size_t bytes) { return device->AllocPinned(bytes); }
+    void Free(void* block);  // errors ignored: a destructor's
+    void Released(void*, size_t) {}
+  };
+  using Pool = gpu::BlockPool<PinnedBlocks>;
+
   struct Op {
     void* output = nullptr;
-    void* pinned = nullptr;
+    Buffer pinned;
     std::vector<DeviceStaging::Part> parts;
     DeviceApi::Stream consumer = 0;
     bool finished = false;
@@ -76,12 +92,13 @@ class DevicePushPull {
 
   Worker& worker_;
   DeviceApi& device_;
+  std::shared_ptr<Pool> pool_;
   DeviceStaging staging_;
   Mutex mu_;
   CondVar cv_;  // an operation finished
   std::map<Handle, std::shared_ptr<Op>> ops_ GUARDED_BY(mu_);
   // Finished: pinned buffers the copies back may still read, with their event.
-  std::vector<std::pair<void*, DeviceApi::Event>> draining_ GUARDED_BY(mu_);
+  std::vector<std::pair<Buffer, DeviceApi::Event>> draining_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry
