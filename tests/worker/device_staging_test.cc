@@ -9,9 +9,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "common/util/mutex.h"
+#include "tests/server/gpu/gpu_test_support.h"
+#include "worker/device/cuda_device.h"
 #include "worker/device/fake_device.h"
 
 namespace ferry {
@@ -150,6 +153,63 @@ TEST(DeviceStagingTest, TheConsumersLaterWorkWaitsForEveryCopyBack) {
   EXPECT_TRUE(device.Query(done));
   staging.Release(done);
   device.DestroyEvent(step);
+}
+
+// The same staging on a real GPU (CudaDevice; skipped without one, a failure under
+// FERRY_REQUIRE_GPU=1 as scripts/gpu-checks runs it): the partitions reach pinned memory in
+// the order given with their bytes, and the sums copied back are what the consumer's
+// stream reads after Finish.
+TEST(DeviceStagingTest, OnARealGpuPartitionsAndSumsArriveExactly) {
+  FERRY_SKIP_WITHOUT_GPU();
+  std::unique_ptr<DeviceApi> device = NewCudaDevice(0);
+  constexpr size_t kBytes = 3 << 20;  // 3 MiB in 3 partitions
+  const auto parts = Parts({{2 << 20, 1 << 20}, {0, 1 << 20}, {1 << 20, 1 << 20}});
+  auto* source = static_cast<uint8_t*>(device->AllocPinned(kBytes));
+  auto* host = static_cast<uint8_t*>(device->AllocPinned(kBytes));
+  auto* sums = static_cast<uint8_t*>(device->AllocPinned(kBytes));
+  auto* check = static_cast<uint8_t*>(device->AllocPinned(kBytes));
+  void* grad = device->AllocDevice(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) {
+    source[i] = static_cast<uint8_t>(i * 7 + 1);
+    sums[i] = static_cast<uint8_t>(i * 3 + 2);
+  }
+  std::memset(host, 0, kBytes);
+  const DeviceApi::Stream producer = device->NewStream(), consumer = device->NewStream();
+  device->CopyToDevice(grad, source, kBytes, producer);  // "backward" writes the gradient
+  Readies r;
+  {
+    DeviceStaging staging(*device);
+    // The upload may still be queued: the staging's copies wait for the producer's event.
+    staging.ToHost(grad, host, parts, producer, [&](size_t i) {
+      MutexLock lock(r.mu);
+      r.order.push_back(i);
+      r.cv.NotifyAll();
+    });
+    r.WaitFor(3);
+    for (const auto& p : parts) staging.ToDevice(grad, sums, p);
+    const DeviceApi::Event done = staging.Finish(consumer);
+    device->CopyToHost(check, grad, kBytes, consumer);  // the optimizer's read
+    const DeviceApi::Event read = device->NewEvent();
+    device->Record(read, consumer);
+    device->Synchronize(read);
+    staging.Release(done);
+    device->DestroyEvent(read);
+  }
+  {
+    MutexLock lock(r.mu);
+    EXPECT_EQ(r.order, (std::vector<size_t>{0, 1, 2}));
+  }
+  size_t wrong_there = 0, wrong_back = 0;
+  for (size_t i = 0; i < kBytes; ++i) {
+    wrong_there += host[i] != static_cast<uint8_t>(i * 7 + 1);
+    wrong_back += check[i] != sums[i];
+  }
+  EXPECT_EQ(wrong_there, 0u) << device->Describe();
+  EXPECT_EQ(wrong_back, 0u) << device->Describe();
+  device->DestroyStream(producer);
+  device->DestroyStream(consumer);
+  device->FreeDevice(grad);
+  for (uint8_t* p : {source, host, sums, check}) device->FreePinned(p);
 }
 
 }  // namespace

@@ -110,6 +110,15 @@ class CudaDevice : public DeviceApi {
   void FreePinned(void* p) override {
     if (p != nullptr) FERRY_CUDA_CHECK(cudaFreeHost(p));
   }
+  void* AllocDevice(size_t bytes) override {
+    SetDevice();
+    void* p = nullptr;
+    FERRY_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+    return p;
+  }
+  void FreeDevice(void* p) override {
+    if (p != nullptr) FERRY_CUDA_CHECK(cudaFree(p));
+  }
 
  private:
   static void CUDART_CB RunCallback(void* arg) {

@@ -56,6 +56,9 @@ class DeviceApi {
   // Page-locked host memory the device copies to and from at full speed.
   virtual void* AllocPinned(size_t bytes) = 0;
   virtual void FreePinned(void* p) = 0;
+  // Device memory (tests, scratch space): FreeDevice once no queued work uses it.
+  virtual void* AllocDevice(size_t bytes) = 0;
+  virtual void FreeDevice(void* p) = 0;
 };
 
 }  // namespace ferry

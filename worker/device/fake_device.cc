@@ -228,6 +228,15 @@ void FakeDevice::Pass(const std::shared_ptr<Gate>& gate) {
   if (!open()) Block(open);
 }
 
+void* FakeDevice::AllocDevice(size_t bytes) {
+  void* p = std::malloc(bytes == 0 ? 1 : bytes);
+  FERRY_ENFORCE(p != nullptr, ErrorCode::kInternal, "fake device: out of memory for ", bytes,
+                " device bytes");
+  return p;
+}
+
+void FakeDevice::FreeDevice(void* p) { std::free(p); }
+
 std::shared_ptr<FakeDevice::Gate> FakeDevice::Hold(Stream s) {
   std::shared_ptr<Gate> gate(new Gate(this));
   Push(s, [this, gate] { Pass(gate); });

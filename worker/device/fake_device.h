@@ -45,6 +45,8 @@ class FakeDevice : public DeviceApi {
   void HostCallback(Stream s, std::function<void()> fn) override;
   void* AllocPinned(size_t bytes) override;
   void FreePinned(void* p) override;
+  void* AllocDevice(size_t bytes) override;
+  void FreeDevice(void* p) override;
 
   // Tests: blocks stream s (at this point of its queue) until the gate opens.
   class Gate {
