@@ -304,11 +304,12 @@ Handle Worker::ReduceAsync(const std::string& name, const void* input, void* out
 Handle Worker::StartPushPull(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
                              std::optional<int> priority, CompletionCallback done,
-                             ReduceOp reduce) {
+                             ReduceOp reduce, std::vector<PartitionSpec>* staged,
+                             std::function<void(uint32_t)> part_summed) {
   FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
                 name, "': null buffer");
   const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
-                                       std::move(done), reduce);
+                                       std::move(done), reduce, staged, std::move(part_summed));
   dense_->SendReady();  // from this thread: no hand-off to the sender thread
   return handle;
 }
@@ -321,13 +322,8 @@ Handle Worker::PushPullStagedAsync(const std::string& name, const void* input, v
   CheckUserTensorName("push_pull", name);
   FERRY_ENFORCE(parts != nullptr, ErrorCode::kInvalidArgument, "staged push_pull of '", name,
                 "': no vector for the partitions");
-  FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
-                name, "': null buffer");
-  const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
-                                       std::move(done), ReduceOp::kSum, parts,
-                                       std::move(part_summed));
-  dense_->SendReady();
-  return handle;
+  return StartPushPull(name, input, output, dtype, count, average, priority, std::move(done),
+                       ReduceOp::kSum, parts, std::move(part_summed));
 }
 
 void Worker::ReleasePartition(Handle handle, uint32_t part) {

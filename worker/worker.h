@@ -278,9 +278,12 @@ class Worker : public Collective {
   void NoteReplyDelay(const Message& m);
   // PushPullAsync without the reserved-name check: for Ferry's own tensors. Submits, then
   // sends what the queue lets out from this thread (DensePushPull::SendReady).
+  // `staged`, `part_summed`: as SubmitPushPull's.
   Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority,
-                       CompletionCallback done, ReduceOp reduce = ReduceOp::kSum) EXCLUDES(mu_);
+                       CompletionCallback done, ReduceOp reduce = ReduceOp::kSum,
+                       std::vector<PartitionSpec>* staged = nullptr,
+                       std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
   // The operation, checked and queued behind its tensor's earlier ones.
   // `staged` (PushPullStagedAsync): receives the partitions; the operation waits for their
   // releases.

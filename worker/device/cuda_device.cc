@@ -34,39 +34,19 @@ class CudaDevice : public DeviceApi {
     SetDevice();
     cudaStream_t s = nullptr;
     FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    MutexLock lock(mu_);
-    streams_[next_++] = s;
-    return next_ - 1;
+    return Add(streams_, s);
   }
   void DestroyStream(Stream id) override {
-    cudaStream_t s = nullptr;
-    {
-      MutexLock lock(mu_);
-      auto it = streams_.find(id);
-      if (it == streams_.end()) return;
-      s = it->second;
-      streams_.erase(it);
-    }
-    FERRY_CUDA_CHECK(cudaStreamDestroy(s));
+    if (cudaStream_t s = Take(streams_, id)) FERRY_CUDA_CHECK(cudaStreamDestroy(s));
   }
   Event NewEvent() override {
     SetDevice();
     cudaEvent_t e = nullptr;
     FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    MutexLock lock(mu_);
-    events_[next_++] = e;
-    return next_ - 1;
+    return Add(events_, e);
   }
   void DestroyEvent(Event id) override {
-    cudaEvent_t e = nullptr;
-    {
-      MutexLock lock(mu_);
-      auto it = events_.find(id);
-      if (it == events_.end()) return;
-      e = it->second;
-      events_.erase(it);
-    }
-    FERRY_CUDA_CHECK(cudaEventDestroy(e));
+    if (cudaEvent_t e = Take(events_, id)) FERRY_CUDA_CHECK(cudaEventDestroy(e));
   }
   void Record(Event e, Stream s) override {
     SetDevice();
@@ -127,6 +107,24 @@ class CudaDevice : public DeviceApi {
     delete fn;
   }
   void SetDevice() const { FERRY_CUDA_CHECK(cudaSetDevice(device_)); }
+  // A new id for handle h in `handles` (streams_ or events_).
+  template <typename T>
+  uint64_t Add(std::map<uint64_t, T>& handles, T h) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    const uint64_t id = next_++;
+    handles[id] = h;
+    return id;
+  }
+  // The handle of `id`, forgotten; null if unknown.
+  template <typename T>
+  T Take(std::map<uint64_t, T>& handles, uint64_t id) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    auto it = handles.find(id);
+    if (it == handles.end()) return T{};
+    const T h = it->second;
+    handles.erase(it);
+    return h;
+  }
   cudaStream_t StreamOf(Stream id) EXCLUDES(mu_) {
     if (id == 0) return nullptr;  // the legacy default stream
     MutexLock lock(mu_);

@@ -628,14 +628,10 @@ def _entry(handle):
     return entry
 
 
-def _finished_now(handle):
-    entry = _entry(handle)
-    return entry.task.done.is_set() if entry.task is not None else _core.poll(handle)
-
-
 def poll(handle):
     """True once the operation of `handle` finished (then synchronize() does not block)."""
-    return _finished_now(handle)
+    entry = _entry(handle)
+    return entry.task.done.is_set() if entry.task is not None else _core.poll(handle)
 
 
 def wait_any(handles, timeout_ms=0):
@@ -645,7 +641,7 @@ def wait_any(handles, timeout_ms=0):
     handles = list(handles)
     background = [h for h in handles if _entry(h).task is not None]
     for h in background:
-        if _finished_now(h):
+        if poll(h):
             return h
     core = [h for h in handles if h not in background]
     if not background:
@@ -661,7 +657,7 @@ def wait_any(handles, timeout_ms=0):
         else:
             _entry(background[0]).task.done.wait(slice_ms / 1000.0)
         for h in background:
-            if _finished_now(h):
+            if poll(h):
                 return h
         if _core.now_us() >= deadline:
             return None
