@@ -18,6 +18,10 @@ alternating blocks of --num-batches-per-iter batches, N rounds, and prints the m
 
     PYTHONPATH=build/python FERRY_BIN=build/bin \
         /usr/bin/python3 examples/benchmark_torch.py --compare 7 --model mlp
+
+--device cuda trains on the GPU (each worker on cuda:LOCAL_RANK % the GPUs it sees; DDP
+with gloo then allreduces CUDA tensors through the host as well); every timed block ends
+with a torch.cuda.synchronize(), so the time counts the GPU's work.
 """
 
 import argparse
@@ -27,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import time
-import timeit
 
 import torch
 import torch.nn as nn
@@ -54,25 +57,47 @@ def build_model(args):
     raise ValueError(args.model)
 
 
-def synthetic_batch(args):
+def synthetic_batch(args, device):
     if args.model == "mlp":
         data = torch.randn(args.batch_size, args.mlp_input)
     else:
         data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.randint(0, args.num_classes, (args.batch_size,))
-    return data, target
+    return data.to(device), target.to(device)
+
+
+def pick_device(name, local_rank):
+    """The CPU, or cuda:local_rank % the GPUs seen (the workers of a machine spread)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit("--device cuda: torch sees no CUDA GPU (torch %s, built with CUDA %s)"
+                 % (torch.__version__, torch.version.cuda))
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def synchronize(device):
+    """Waits for the device's queued work (a timed block ends with it)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def train(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = build_model(args)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     rank, size, label = 0, 1, args.backend
     finish = lambda: None  # noqa: E731
     if args.backend == "ferry":
         import ferry.torch as bps
         bps.init()
+        device = pick_device(args.device, bps.local_rank())
+    else:
+        device = pick_device(args.device, int(os.environ.get("LOCAL_RANK", 0)))
+    model = build_model(args).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if args.backend == "ferry":
         rank, size = bps.rank(), bps.size()
         compression = bps.Compression.fp16 if args.fp16 else bps.Compression.none
         optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
@@ -94,7 +119,7 @@ def train(args):
     else:
         rank = int(os.environ.get("RANK", 0))
 
-    data, target = synthetic_batch(args)
+    data, target = synthetic_batch(args, device)
 
     def step():
         optimizer.zero_grad()
@@ -102,18 +127,26 @@ def train(args):
         loss.backward()
         optimizer.step()
 
+    def timed(batches):
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            step()
+        synchronize(device)
+        return time.perf_counter() - t0
+
     def log(s):
         if rank == 0:
             print(s, flush=True)
 
     params = sum(p.numel() for p in model.parameters())
     log("model %s: %.2fM parameters (%.1f MB of float32 gradients), batch %d per worker, "
-        "%d worker(s), backend %s, %d torch thread(s)"
-        % (args.model, params / 1e6, params * 4 / 1e6, args.batch_size, size, label, args.threads))
-    timeit.timeit(step, number=args.num_warmup)
+        "%d worker(s), backend %s, %d torch thread(s), on %s"
+        % (args.model, params / 1e6, params * 4 / 1e6, args.batch_size, size, label, args.threads,
+           device))
+    timed(args.num_warmup)
     rates = []
     for i in range(args.num_iters):
-        t = timeit.timeit(step, number=args.num_batches_per_iter)
+        t = timed(args.num_batches_per_iter)
         rate = args.batch_size * args.num_batches_per_iter / t
         rates.append(rate)
         log("iter #%d: %.1f samples/s per worker" % (i, rate))
@@ -144,27 +177,29 @@ def interleave(args):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["FERRY_BENCH_DDP_PORT"],
                             rank=rank, world_size=size, timeout=datetime.timedelta(seconds=300))
-    data, target = synthetic_batch(args)
+    device = pick_device(args.device, bps.local_rank())
+    data, target = synthetic_batch(args, device)
 
     def sgd(model):
         return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     configs = []
     torch.manual_seed(0)
-    m = build_model(args)
+    m = build_model(args).to(device)
     opt = bps.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters())
     bps.broadcast_parameters(m.state_dict(), root_rank=0)
     configs.append(("Ferry", m, opt))
     torch.manual_seed(0)
-    m = build_model(args)
+    m = build_model(args).to(device)
     opt = bps.DistributedOptimizer(sgd(m), named_parameters=[("cb." + k, v) for k, v in m.named_parameters()])
     bps.broadcast_parameters(m.state_dict(), root_rank=0)
     configs.append(("Ferry + CrossBarrier", m, bps.CrossBarrier(m, opt)))
     torch.manual_seed(0)
-    m = nn.parallel.DistributedDataParallel(build_model(args))
+    m = nn.parallel.DistributedDataParallel(
+        build_model(args).to(device), device_ids=[device] if device.type == "cuda" else None)
     configs.append(("DDP (gloo)", m, sgd(m)))
     torch.manual_seed(0)
-    m = build_model(args)
+    m = build_model(args).to(device)
     configs.append(("compute only (no communication)", m, sgd(m)))
 
     phases = {name: [0.0, 0.0, 0.0] for name, _, _ in configs}  # forward, backward, step (s)
@@ -188,14 +223,16 @@ def interleave(args):
             optimizer.synchronize()  # the block ends with every update applied
             if phase is not None:
                 phase[2] += clock() - t0
+        synchronize(device)
 
     params = sum(p.numel() for p in configs[0][1].parameters())
     if rank == 0:
         print("compare: model %s (%.2fM parameters, %.1f MB of float32 gradients), batch %d per "
               "worker, %d workers, %d Ferry servers, %d torch thread(s) per worker; %d interleaved "
-              "repeats of %d timed batches per configuration after %d warm-up"
+              "repeats of %d timed batches per configuration after %d warm-up, on %s"
               % (args.model, params / 1e6, params * 4 / 1e6, args.batch_size, size, bps.num_servers(),
-                 args.threads, args.compare, args.num_batches_per_iter, args.num_warmup), flush=True)
+                 args.threads, args.compare, args.num_batches_per_iter, args.num_warmup, device),
+              flush=True)
     for _, model, optimizer in configs:
         run(model, optimizer, args.num_warmup)
     results = {name: [] for name, _, _ in configs}
@@ -267,6 +304,8 @@ def main(argv=None):
     p.add_argument("--cross-barrier", action="store_true", help="ferry: use CrossBarrier")
     p.add_argument("--fp16", action="store_true", help="ferry: push gradients as float16")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where to train (cuda: cuda:LOCAL_RANK %% the GPUs seen; default cpu)")
     p.add_argument("--image-size", type=int, default=64, help="resnet input size (default 64)")
     p.add_argument("--num-classes", type=int, default=10)
     p.add_argument("--mlp-input", type=int, default=1024)

@@ -19,6 +19,11 @@ back to the last commit, takes the new membership and rank 0's state, and goes o
 data left in the epoch is split over the workers that remain. Each worker prints the time
 each membership change cost it: from its last step completed before the change to its
 first step completed after.
+
+--device cuda trains on the GPU (each worker on cuda:LOCAL_RANK % the GPUs it sees): the
+gradients are CUDA tensors, which Ferry copies to the host partition by partition as
+backward makes them, and the averages come back to the GPU without the Python thread
+waiting for it.
 """
 
 import argparse
@@ -77,6 +82,19 @@ def epoch_batches(shard, batch_size, epoch, seed):
     return [perm[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
 
 
+def pick_device(name, bps):
+    """The torch device to train on: the CPU, or this worker's GPU (cuda:LOCAL_RANK % the
+    number of GPUs seen, so the workers of a machine spread over its GPUs)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA GPU (torch %s, built with CUDA %s)"
+                         % (torch.__version__, torch.version.cuda))
+    device = torch.device("cuda", bps.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def make_optimizer(name, params, lr):
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
@@ -96,6 +114,8 @@ def main(argv=None):
     p.add_argument("--cross-barrier", action="store_true", help="use ferry.torch.CrossBarrier")
     p.add_argument("--fp16", action="store_true", help="push gradients as float16")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where to train (cuda: cuda:LOCAL_RANK %% the GPUs seen; default cpu)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
     p.add_argument("--min-accuracy", type=float, default=0.0,
                    help="exit 1 if the test accuracy ends below this")
@@ -113,13 +133,14 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     bps.init()
-    x_train, y_train, x_test, y_test = load_data()
+    device = pick_device(args.device, bps)
+    x_train, y_train, x_test, y_test = (t.to(device) for t in load_data())
     if args.elastic:
         return train_elastic(args, bps, lr, x_train, y_train, x_test, y_test)
     rank, size = bps.rank(), bps.size()
     shard = shard_indices(len(y_train), rank, size)
 
-    model = DigitsCNN()
+    model = DigitsCNN().to(device)
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr * size)
     compression = bps.Compression.fp16 if args.fp16 else bps.Compression.none
     optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
@@ -131,9 +152,9 @@ def main(argv=None):
         optimizer = bps.CrossBarrier(model, optimizer)
 
     if rank == 0:
-        print("training DigitsCNN on %d workers, %d servers: %d training images, %d per worker, "
-              "batch %d per worker, %s lr %.3g%s%s"
-              % (size, bps.num_servers(), len(y_train), len(shard), args.batch_size,
+        print("training DigitsCNN on %d workers (%s), %d servers: %d training images, %d per "
+              "worker, batch %d per worker, %s lr %.3g%s%s"
+              % (size, device, bps.num_servers(), len(y_train), len(shard), args.batch_size,
                  args.optimizer, lr * size, ", cross-barrier" if args.cross_barrier else "",
                  ", fp16 gradients" if args.fp16 else ""), flush=True)
     start = time.time()
@@ -164,7 +185,7 @@ def evaluate(args, bps, model, x_test, y_test, start):
     """Each worker its shard of the test set; the counts are summed. Shuts down."""
     rank, size = bps.rank(), bps.size()
     model.eval()
-    test_shard = torch.arange(rank, len(y_test), size)
+    test_shard = torch.arange(rank, len(y_test), size, device=y_test.device)
     with torch.no_grad():
         pred = model(x_test[test_shard]).argmax(1)
     counts = torch.tensor([int((pred == y_test[test_shard]).sum()), len(test_shard)],
@@ -184,7 +205,7 @@ def evaluate(args, bps, model, x_test, y_test, start):
 
 def train_elastic(args, bps, lr, x_train, y_train, x_test, y_test):
     """--elastic: the training loop of a Horovod Elastic script (see the module comment)."""
-    model = DigitsCNN()
+    model = DigitsCNN().to(x_train.device)
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr * bps.size())
     optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     sampler = bps.elastic.ElasticSampler(range(len(y_train)), shuffle=True, seed=args.seed)

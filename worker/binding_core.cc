@@ -35,8 +35,10 @@ void BindingCore::Init(const EnvLookup& env) {
   const bool local_size_from_env =
       env("FERRY_LOCAL_SIZE") != nullptr || env("BYTEPS_LOCAL_SIZE") != nullptr;
   group = LocalGroup::Create(config);
+  auto devices = std::make_shared<DeviceBinding>(group, config.device_api);
   std::lock_guard<std::mutex> lock(mu_);
   group_ = std::move(group);
+  devices_ = std::move(devices);
   local_size_from_env_ = local_size_from_env;
   state_ = State::kInitialised;
 }
@@ -47,6 +49,12 @@ std::shared_ptr<Collective> BindingCore::Get() const {
   FERRY_ENFORCE(state_ != State::kSuspended, ErrorCode::kShutdown, kSuspendedMessage);
   FERRY_ENFORCE(state_ == State::kInitialised, ErrorCode::kInvalidArgument, kNotInitialisedMessage);
   return group_;
+}
+
+std::shared_ptr<DeviceBinding> BindingCore::Devices() const {
+  Get();  // throws unless initialised
+  std::lock_guard<std::mutex> lock(mu_);
+  return devices_;
 }
 
 bool BindingCore::IsInitialized() const {
@@ -69,6 +77,7 @@ DataType BindingCore::CheckedDataType(int code) {
 void BindingCore::Shutdown(bool final) {
   std::lock_guard<std::mutex> turn(turn_mu_);
   std::shared_ptr<Collective> group;
+  std::shared_ptr<DeviceBinding> devices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kInitialised && state_ != State::kSuspended) return;
@@ -89,10 +98,19 @@ void BindingCore::Shutdown(bool final) {
     state_ = State::kShutDown;
     group = std::move(group_);
     group_.reset();
+    devices = std::move(devices_);
+    devices_.reset();
   }
   // If this throws (the job failed), the group is still dropped: its threads stop and
-  // its sockets close when the last call in progress lets go.
-  group->Shutdown();
+  // its sockets close when the last call in progress lets go. The device path goes after
+  // the group's operations (device_binding.h, "Lifetime").
+  try {
+    group->Shutdown();
+  } catch (...) {
+    devices.reset();
+    throw;
+  }
+  devices.reset();
 }
 
 }  // namespace ferry

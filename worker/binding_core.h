@@ -1,9 +1,9 @@
 #pragma once
 
 // BindingCore: the one owner of a process's ferry::LocalGroup (local/local_group.h) behind
-// every binding: the C API (c_api.cc) and the Python extension ferry._core
-// (plugins/csrc/module.cc) both go through it, so they read the configuration, check the
-// role, start logging and refuse calls in the same way, with the same messages.
+// every binding: the C API (c_api.cc), and through it the Python package's ferry._core
+// (plugins/ferry/_core.py), so every binding reads the configuration, checks the role,
+// starts logging and refuses calls in the same way, with the same messages.
 //
 // States: not initialised -> Init() -> initialised -> Shutdown(final) -> shut down (a
 // process joins one job once). Re-initialisation: Shutdown(/*final=*/false) ->
@@ -35,6 +35,7 @@
 
 #include "common/config/config.h"
 #include "common/reduce/reduce.h"
+#include "worker/device/device_binding.h"
 #include "worker/local/local_group.h"
 
 namespace ferry {
@@ -73,6 +74,10 @@ class BindingCore {
   // The group for one call: hold it until the call returns. Throws (see above).
   std::shared_ptr<Collective> Get() const;
 
+  // The device path of the group (device/device_binding.h): hold it for the call, as the
+  // group. Throws like Get().
+  std::shared_ptr<DeviceBinding> Devices() const;
+
   // True between Init() and Shutdown() (false while suspended).
   bool IsInitialized() const;
 
@@ -99,6 +104,7 @@ class BindingCore {
   mutable std::mutex mu_;  // guards the members below; never held across a blocking call
   State state_ = State::kNotInitialised;
   std::shared_ptr<Collective> group_;  // set while kInitialised
+  std::shared_ptr<DeviceBinding> devices_;  // with group_
   bool local_size_from_env_ = false;
 };
 

@@ -59,6 +59,8 @@ namespace ferry {
 //                       (dense_push_pull.h, "Who sends"); every other batch went from the caller
 //                       or van-io without a hand-off
 //   redeclarations      names declared again with another dtype or size (tensor_catalog.h)
+//   partitions_staged   partitions of staged push_pulls released (the device path's: each
+//                       copied to pinned memory; Worker::ReleasePartition)
 //   rows_operations     PushPullRows calls       rows_pushed        rows they listed
 //   rows_bytes_pushed   ROWS_PUSH payload bytes (first sends)
 //   rows_bytes_received ROWS_RESULT payload bytes
@@ -79,6 +81,7 @@ struct WorkerCounters {
   Counter& frames_pushed = registry.Register("frames_pushed");
   Counter& sender_thread_batches = registry.Register("sender_thread_batches");
   Counter& redeclarations = registry.Register("redeclarations");
+  Counter& partitions_staged = registry.Register("partitions_staged");
   Counter& rows_operations = registry.Register("rows_operations");
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");

@@ -289,15 +289,21 @@ Handle Worker::PushPullAsync(const std::string& name, const void* input, void* o
   return StartPushPull(name, input, output, dtype, count, average, priority, std::move(done));
 }
 
+void Worker::CheckReduceOp(const std::string& name, ReduceOp op, bool average) const {
+  FERRY_ENFORCE(IsValidReduceOp(static_cast<int>(op)), ErrorCode::kInvalidArgument, "reduce of '",
+                name, "': unknown reduce op ", static_cast<int>(op));
+  FERRY_ENFORCE(op == ReduceOp::kSum || !average, ErrorCode::kInvalidArgument, "reduce of '",
+                name, "' by ", ReduceOpName(op), ": only a sum can be averaged");
+  FERRY_ENFORCE(op == ReduceOp::kSum || !config_.server.async, ErrorCode::kInvalidArgument,
+                "reduce of '", name, "' by ", ReduceOpName(op),
+                ": not available in asynchronous training (FERRY_ENABLE_ASYNC=1)");
+}
+
 Handle Worker::ReduceAsync(const std::string& name, const void* input, void* output,
                            DataType dtype, uint64_t count, ReduceOp op,
                            std::optional<int> priority, CompletionCallback done) {
   CheckUserTensorName("reduce", name);
-  FERRY_ENFORCE(IsValidReduceOp(static_cast<int>(op)), ErrorCode::kInvalidArgument, "reduce of '",
-                name, "': unknown reduce op ", static_cast<int>(op));
-  FERRY_ENFORCE(op == ReduceOp::kSum || !config_.server.async, ErrorCode::kInvalidArgument,
-                "reduce of '", name, "' by ", ReduceOpName(op),
-                ": not available in asynchronous training (FERRY_ENABLE_ASYNC=1)");
+  CheckReduceOp(name, op, false);
   return StartPushPull(name, input, output, dtype, count, false, priority, std::move(done), op);
 }
 
@@ -318,12 +324,14 @@ Handle Worker::PushPullStagedAsync(const std::string& name, const void* input, v
                                    DataType dtype, uint64_t count, bool average,
                                    std::vector<PartitionSpec>* parts,
                                    std::optional<int> priority, CompletionCallback done,
-                                   std::function<void(uint32_t)> part_summed) {
+                                   std::function<void(uint32_t)> part_summed,
+                                   ReduceOp reduce) {
   CheckUserTensorName("push_pull", name);
   FERRY_ENFORCE(parts != nullptr, ErrorCode::kInvalidArgument, "staged push_pull of '", name,
                 "': no vector for the partitions");
+  CheckReduceOp(name, reduce, average);
   return StartPushPull(name, input, output, dtype, count, average, priority, std::move(done),
-                       ReduceOp::kSum, parts, std::move(part_summed));
+                       reduce, parts, std::move(part_summed));
 }
 
 void Worker::ReleasePartition(Handle handle, uint32_t part) {
@@ -336,6 +344,7 @@ void Worker::ReleasePartition(Handle handle, uint32_t part) {
                   handle, ": not a staged operation with that partition, or released already");
     const std::shared_ptr<Operation> op = it->second;
     dense_->ReleasePart(op, part);
+    ctx_->counters.partitions_staged.Add(1);
     if (op->releases_pending == 0) staged_.erase(it);
   }
   dense_->SendReady();

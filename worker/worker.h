@@ -132,13 +132,15 @@ class Worker : public Collective {
   // index). Every partition must be released; until then the operation waits, bounded by
   // its deadline (FERRY_OP_TIMEOUT_MS) as any other. `part_summed` (optional): called with
   // a partition's index once its whole sum is in `output`, before the operation completes
-  // (on a transport thread; it must not block: queue a copy, say).
+  // (on a transport thread; it must not block: queue a copy, say). `reduce`: as
+  // ReduceAsync's op (then `average` must be false).
   Handle PushPullStagedAsync(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
                              std::vector<PartitionSpec>* parts,
                              std::optional<int> priority = std::nullopt,
                              CompletionCallback done = nullptr,
-                             std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
+                             std::function<void(uint32_t)> part_summed = nullptr,
+                             ReduceOp reduce = ReduceOp::kSum) EXCLUDES(mu_);
   // Partition `part` of staged operation `handle` may go. Any thread (a device's host
   // callback included: it takes the Worker's lock briefly and sends what the queue lets
   // out). Ignored once the operation finished or failed. Throws FerryError
@@ -284,6 +286,8 @@ class Worker : public Collective {
                        CompletionCallback done, ReduceOp reduce = ReduceOp::kSum,
                        std::vector<PartitionSpec>* staged = nullptr,
                        std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
+  // Throws FerryError(kInvalidArgument) unless `op` may combine `name`'s pushes here.
+  void CheckReduceOp(const std::string& name, ReduceOp op, bool average) const;
   // The operation, checked and queued behind its tensor's earlier ones.
   // `staged` (PushPullStagedAsync): receives the partitions; the operation waits for their
   // releases.

@@ -565,6 +565,13 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
       static_cast<int>(r.Int("FERRY_SERVER_ENGINE_THREADS", "BYTEPS_SERVER_ENGINE_THREAD",
                              c.server.engine_threads, 1, 256));
   ReadServerDevice(r, &c);
+  const std::string device_api = r.Str("FERRY_DEVICE_API", nullptr, "cuda");
+  if (device_api == "fake") {
+    c.device_api = DeviceApiKind::kFake;
+  } else if (!device_api.empty() && device_api != "cuda") {
+    Invalid("FERRY_DEVICE_API", device_api,
+            "expected cuda, or fake (tests of the device path without a GPU)");
+  }
   c.server.async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
   ReadServerEngine(r, &c);
   ReadLocalGroup(r, &c);

@@ -24,6 +24,11 @@ const char* NodeRoleName(NodeRole role);
 // What a server sums on (FERRY_SERVER_DEVICE).
 enum class ServerDevice { kCpu, kGpu };
 
+// The runtime behind a worker's device tensors (FERRY_DEVICE_API, worker/device/): CUDA, or
+// the fake device (host memory standing in for device memory, fake_device.h) with which
+// the bindings send host tensors through the device path, to test it without a GPU.
+enum class DeviceApiKind { kCuda, kFake };
+
 // Reads a variable; returns nullptr when unset. Tests inject their own environment.
 using EnvLookup = std::function<const char*(const char* name)>;
 EnvLookup ProcessEnvironment();
@@ -198,6 +203,8 @@ struct Config {
     std::string socket;  // FERRY_LOCAL_SOCKET
   };
   Local local;
+
+  DeviceApiKind device_api = DeviceApiKind::kCuda;  // FERRY_DEVICE_API: cuda or fake
 
   // Logs, counters and traces.
   struct Diagnostics {

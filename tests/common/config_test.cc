@@ -500,6 +500,18 @@ TEST(ConfigTest, ServerDevice) {
   }
 }
 
+TEST(ConfigTest, DeviceApi) {
+  EXPECT_EQ(Read(BaseEnv()).device_api, DeviceApiKind::kCuda);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_DEVICE_API", "cuda"}})).device_api, DeviceApiKind::kCuda);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_DEVICE_API", "fake"}})).device_api, DeviceApiKind::kFake);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_DEVICE_API", ""}})).device_api, DeviceApiKind::kCuda);
+  for (const char* bad : {"CUDA", "gpu", "fake:0"}) {
+    SCOPED_TRACE(bad);
+    std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_DEVICE_API", bad}}), "FERRY_DEVICE_API");
+    EXPECT_TRUE(StrContains(msg, "expected cuda, or fake")) << msg;
+  }
+}
+
 TEST(ConfigTest, LocalGroupSettings) {
   Config c = Read(BaseEnv());
   EXPECT_EQ(c.local.size, 1);

@@ -53,6 +53,7 @@ INVALID = {
     "FERRY_SERVER_INLINE_BYTES": "-1",
     "FERRY_SERVER_DEVICE": "tpu",
     "FERRY_SERVER_GPU_STREAMS": "0",
+    "FERRY_DEVICE_API": "opencl",
     "FERRY_TEST_DELAY_MS": "forever",
     "FERRY_TEST_DROP_PERCENT": "150",
     "FERRY_SCHEDULING_POLICY": "random",

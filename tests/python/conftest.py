@@ -2,7 +2,7 @@
 
 Where things are (environment variables, with defaults for a `scripts/build` tree):
   FERRY_BIN         ferry-scheduler and ferry-server          (default: build/bin)
-  FERRY_PYTHONPATH  the built package: ferry/_core*.so        (default: build/python)
+  FERRY_PYTHONPATH  the built package: ferry/libferry.so       (default: build/python)
   FERRY_PYTHON      the interpreter with torch for workers    (default: /usr/bin/python3)
 
 Every cluster runs on loopback with a free port, FERRY_LOG_LEVEL=WARNING, and is killed
@@ -59,9 +59,9 @@ class Cluster(object):
         for b in ("ferry-scheduler", "ferry-server"):
             if not (FERRY_BIN / b).is_file():
                 pytest.fail("%s not found in FERRY_BIN=%s: build first (scripts/build)" % (b, FERRY_BIN))
-        if not list((FERRY_PYTHONPATH / "ferry").glob("_core*.so")):
-            pytest.fail("ferry/_core*.so not found in FERRY_PYTHONPATH=%s: build first "
-                        "(needs pybind11-dev)" % FERRY_PYTHONPATH)
+        if not (FERRY_PYTHONPATH / "ferry" / "libferry.so").is_file():
+            pytest.fail("ferry/libferry.so not found in FERRY_PYTHONPATH=%s: build first "
+                        "(FERRY_BUILD_PLUGINS=OFF?)" % FERRY_PYTHONPATH)
         self.tmp = Path(tmp)
         self.workers, self.servers = workers, servers
         self.env = base_env(env)
@@ -161,3 +161,15 @@ def module_cluster(tmp_path_factory):
     yield make
     for c in made:
         c.stop()
+
+
+def require_gpu(what):
+    """Skips the calling test unless torch sees a CUDA GPU; with FERRY_REQUIRE_GPU=1
+    (scripts/gpu-checks) fails it instead."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    if os.environ.get("FERRY_REQUIRE_GPU") == "1":
+        pytest.fail("%s: no CUDA GPU visible to torch (torch %s, CUDA %s)"
+                    % (what, torch.__version__, torch.version.cuda))
+    pytest.skip("%s: needs a CUDA GPU" % what)

@@ -19,6 +19,10 @@ from ferry import _core
 from parity_modes import (mode_hvd_api, mode_hvd_laggard, mode_hvd_programs,  # noqa: F401
                           mode_hvd_reinit, mode_hvd_stall)  # (run by name)
 
+# FERRY_TEST_TENSOR_DEVICE=cuda: mode "ops" makes its tensors there (each worker on
+# cuda:LOCAL_RANK % device_count); the results are saved on the CPU.
+TENSOR_DEVICE = os.environ.get("FERRY_TEST_TENSOR_DEVICE", "cpu")
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64]
 SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 7), (1031,), (257, 129), (0,)]
 
@@ -29,7 +33,24 @@ def values(shape, dtype, rank):
     for d in shape:
         n *= d
     v = (torch.arange(n, dtype=torch.int64) * 7 + rank * 13 + 5) % 101 - 50
-    return v.reshape(shape).to(dtype)
+    return v.reshape(shape).to(dtype).to(_device())
+
+
+def _device():
+    if TENSOR_DEVICE != "cuda":
+        return torch.device("cpu")
+    return torch.device("cuda", bps.local_rank() % torch.cuda.device_count())
+
+
+def to_cpu(value):
+    """`value` with every tensor in it on the CPU (dicts, lists and tuples walked)."""
+    if torch.is_tensor(value):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
 
 
 def mode_ops(args, out):
@@ -81,6 +102,12 @@ def mode_ops(args, out):
     out["noname"] = bps.push_pull(values((4, 4), torch.float32, rank), average=False)
     out["allreduce_sum"] = bps.allreduce(values((5,), torch.int64, rank), op=bps.Sum, name="ar")
     out["allreduce_avg"] = bps.allreduce(values((5,), torch.float32, rank), name="ar.avg")
+    for op in ("Min", "Max", "Product"):
+        out["allreduce_" + op.lower()] = bps.allreduce(values((5,), torch.float32, rank),
+                                                       op=getattr(bps, op), name="ar." + op)
+    out["allreduce_scaled"] = bps.allreduce(values((5,), torch.float32, rank), op=bps.Sum,
+                                            prescale_factor=0.5, postscale_factor=4.0,
+                                            name="ar.scaled")
 
     # Autograd: the gradient of push_pull is the push_pull of the gradient.
     x = values((6,), torch.float32, rank).requires_grad_()
@@ -123,6 +150,9 @@ def mode_ops(args, out):
         ("uint8", lambda: bps.push_pull(torch.zeros(3, dtype=torch.uint8), name="u8")),
         ("complex", lambda: bps.push_pull(torch.zeros(3, dtype=torch.complex64), name="c64")),
         ("meta", lambda: bps.push_pull(torch.zeros(3, device="meta"), name="meta")),
+        ("rows_devices", lambda: bps.push_pull_rows(
+            torch.zeros(2, 3), torch.zeros(2, dtype=torch.int64, device="meta"), "rows.devices",
+            num_rows=4)),
         ("root", lambda: bps.broadcast(torch.zeros(2), root_rank=size, name="badroot")),
         # Ferry's own namespace (worker/reserved_tensor_names.h).
         ("reserved", lambda: bps.push_pull(torch.zeros(2), name="__ferry__/broadcast/w")),
@@ -158,6 +188,7 @@ def mode_ops(args, out):
             break
         cb.step()
     out["cross_barrier_outside"] = outcome
+    out["stats"] = _core.stats()
     bps.barrier()
 
 
@@ -414,7 +445,7 @@ def main():
         out["traceback"] = traceback.format_exc()
         raise
     finally:
-        torch.save(out, args.out)
+        torch.save(to_cpu(out), args.out)
     try:
         bps.shutdown()
     except bps.FerryError as e:

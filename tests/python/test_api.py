@@ -42,8 +42,8 @@ def test_unsupported_dtypes_are_refused(dtype):
         bps.push_pull_async(torch.zeros(4, dtype=dtype), name="x")
 
 
-def test_non_cpu_tensors_are_refused():
-    with pytest.raises(ValueError, match="only CPU tensors"):
+def test_tensors_neither_on_cpu_nor_cuda_are_refused():
+    with pytest.raises(ValueError, match="on device meta; only CPU and CUDA tensors"):
         bps.push_pull_async(torch.zeros(4, device="meta"), name="x")
 
 

@@ -1,22 +1,45 @@
 """push_pull, broadcast and friends on 2 workers and 2 servers: exact results for every
-dtype and odd shapes, several partitions per tensor (FERRY_PARTITION_BYTES=4096)."""
+dtype and odd shapes, several partitions per tensor (FERRY_PARTITION_BYTES=4096).
+
+Each test runs on the host path; on the device path over the core's fake device
+(FERRY_DEVICE_API=fake: the CPU tensors are copied to pinned buffers on simulated streams,
+released partition by partition, and their sums copied back, as CUDA tensors are); and
+with CUDA tensors where torch has a GPU (skipped elsewhere; scripts/gpu-checks requires it)."""
 
 import pytest
 import torch
 
+from conftest import require_gpu
 from ferry_worker import DTYPES, SHAPES, values
 
 WORKERS = 2
 
 
-@pytest.fixture(scope="module")
-def results(module_cluster):
-    c = module_cluster(workers=WORKERS, servers=2, env={"FERRY_PARTITION_BYTES": "4096"})
+@pytest.fixture(scope="module", params=["host", "fake-device", "cuda"])
+def results(module_cluster, request):
+    env = {"FERRY_PARTITION_BYTES": "4096"}
+    if request.param == "fake-device":
+        env["FERRY_DEVICE_API"] = "fake"
+    if request.param == "cuda":
+        require_gpu("CUDA tensors through ferry.torch")
+        env["FERRY_TEST_TENSOR_DEVICE"] = "cuda"
+    c = module_cluster(workers=WORKERS, servers=2, env=env)
     c.start("ops")
     res = c.wait_workers(timeout=150)
     for r in res:
         assert "traceback" not in r, r.get("traceback")
+        r["path"] = request.param
     return sorted(res, key=lambda r: r["rank"])
+
+
+def test_each_path_is_the_one_taken(results):
+    for r in results:
+        staged = r["stats"]["partitions_staged"]
+        if r["path"] == "host":
+            assert staged == 0, "worker %d: %d partitions went through the device path" % (
+                r["rank"], staged)
+        else:  # every push_pull and allreduce: hundreds of partitions
+            assert staged > 300, "worker %d: only %d partitions staged" % (r["rank"], staged)
 
 
 def expected_sum(shape, dtype):
@@ -88,6 +111,12 @@ def test_unnamed_and_horovod_aliases(results):
         check(r["noname"], expected_sum((4, 4), torch.float32), "unnamed")
         check(r["allreduce_sum"], expected_sum((5,), torch.int64), "allreduce op=Sum")
         check(r["allreduce_avg"], expected_avg((5,), torch.float32), "allreduce average")
+        each = [values((5,), torch.float32, rank) for rank in range(WORKERS)]
+        check(r["allreduce_min"], torch.minimum(*each), "allreduce op=Min")
+        check(r["allreduce_max"], torch.maximum(*each), "allreduce op=Max")
+        check(r["allreduce_product"], each[0] * each[1], "allreduce op=Product")
+        check(r["allreduce_scaled"], (each[0] * 0.5 + each[1] * 0.5) * 4.0,
+              "allreduce prescale 0.5, postscale 4")
 
 
 def test_autograd(results):
@@ -134,7 +163,10 @@ def test_refusals_have_clear_messages(results):
         e = r["errors"]
         assert e["uint8"][0] == "TypeError" and "torch.uint8" in e["uint8"][1]
         assert e["complex"][0] == "TypeError" and "float32, float16, bfloat16" in e["complex"][1]
-        assert e["meta"][0] == "ValueError" and "only CPU tensors" in e["meta"][1]
+        assert e["meta"][0] == "ValueError" and "only CPU and CUDA tensors" in e["meta"][1]
+        kind, message = e["rows_devices"]
+        assert kind == "ValueError" and "must be on one device" in message, e["rows_devices"]
+        assert "values on cpu" in message and "row_ids on meta" in message, message
         assert e["root"][0] == "ValueError" and "root_rank" in e["root"][1]
         for what, name in [("reserved", "__ferry__/broadcast/w"), ("reserved_broadcast", "__ferry__/x")]:
             assert e[what][0] == "FerryError", e[what]

@@ -24,7 +24,9 @@ class CudaDevice : public DeviceApi {
   }
   ~CudaDevice() override {
     MutexLock lock(mu_);
-    for (auto& [id, s] : streams_) cudaStreamDestroy(s);
+    for (auto& [id, s] : streams_) {
+      if (adopted_.count(s) == 0) cudaStreamDestroy(s);
+    }
     for (auto& [id, e] : events_) cudaEventDestroy(e);
   }
 
@@ -36,8 +38,27 @@ class CudaDevice : public DeviceApi {
     FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return Add(streams_, s);
   }
+  Stream Adopt(uintptr_t native) override {
+    if (native == 0) return 0;
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(native);
+    {
+      MutexLock lock(mu_);
+      auto it = adopted_.find(s);
+      if (it != adopted_.end()) return it->second;
+    }
+    const Stream id = Add(streams_, s);
+    MutexLock lock(mu_);
+    adopted_[s] = id;
+    return id;
+  }
   void DestroyStream(Stream id) override {
-    if (cudaStream_t s = Take(streams_, id)) FERRY_CUDA_CHECK(cudaStreamDestroy(s));
+    cudaStream_t s = Take(streams_, id);
+    if (s == nullptr) return;
+    {
+      MutexLock lock(mu_);
+      if (adopted_.erase(s) > 0) return;  // not ours
+    }
+    FERRY_CUDA_CHECK(cudaStreamDestroy(s));
   }
   Event NewEvent() override {
     SetDevice();
@@ -144,6 +165,7 @@ class CudaDevice : public DeviceApi {
   std::string name_;
   Mutex mu_;
   std::map<uint64_t, cudaStream_t> streams_ GUARDED_BY(mu_);
+  std::map<cudaStream_t, Stream> adopted_ GUARDED_BY(mu_);  // Adopt()ed: not destroyed here
   std::map<uint64_t, cudaEvent_t> events_ GUARDED_BY(mu_);
   uint64_t next_ GUARDED_BY(mu_) = 1;
 };
@@ -153,5 +175,7 @@ class CudaDevice : public DeviceApi {
 std::unique_ptr<DeviceApi> NewCudaDevice(int device) {
   return std::make_unique<CudaDevice>(device);
 }
+
+bool CudaBuilt() { return true; }
 
 }  // namespace ferry

@@ -20,4 +20,7 @@ namespace ferry {
 // needs it, so any thread may use it).
 std::unique_ptr<DeviceApi> NewCudaDevice(int device);
 
+// Whether this build has the CUDA data path (nvcc was found), whether or not a GPU is here.
+bool CudaBuilt();
+
 }  // namespace ferry

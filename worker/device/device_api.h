@@ -36,6 +36,11 @@ class DeviceApi {
   virtual std::string Describe() const = 0;
 
   virtual Stream NewStream() = 0;
+  // A stream created elsewhere, named by the runtime's own handle (a framework's current
+  // stream: torch.cuda.current_stream().cuda_stream, a cudaStream_t): its handle here, the
+  // same for the same native stream; 0 for the native default stream (0). Not owned:
+  // DestroyStream forgets it without destroying it, and the adopter keeps it alive.
+  virtual Stream Adopt(uintptr_t native) = 0;
   virtual void DestroyStream(Stream s) = 0;
   virtual Event NewEvent() = 0;
   virtual void DestroyEvent(Event e) = 0;

@@ -1,5 +1,6 @@
 #include "worker/device/device_push_pull.h"
 
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -43,7 +44,8 @@ void DevicePushPull::Collect() {
 
 Handle DevicePushPull::Start(const std::string& name, const void* input, void* output,
                              DataType dtype, uint64_t count, bool average,
-                             DeviceApi::Stream producer, DeviceApi::Stream consumer) {
+                             DeviceApi::Stream producer, DeviceApi::Stream consumer,
+                             std::optional<int> priority, ReduceOp reduce) {
   auto op = std::make_shared<Op>();
   op->output = output;
   op->consumer = consumer;
@@ -59,11 +61,12 @@ Handle DevicePushPull::Start(const std::string& name, const void* input, void* o
       // is filled below, before any partition can be released, let alone summed).
       Op* raw = op.get();
       h = worker_.PushPullStagedAsync(
-          name, op->pinned.data(), op->pinned.data(), dtype, count, average, &parts, std::nullopt,
+          name, op->pinned.data(), op->pinned.data(), dtype, count, average, &parts, priority,
           [this](Handle done, const Verdict& v) { OnPushPullDone(done, v); },
           [this, raw](uint32_t i) {
             staging_.ToDevice(raw->output, raw->pinned.data(), raw->parts[i]);
-          });
+          },
+          reduce);
     }
     for (const PartitionSpec& p : parts) op->parts.push_back({p.offset, p.bytes});
     ops_[h] = op;
@@ -98,6 +101,12 @@ bool DevicePushPull::Poll(Handle h) {
 }
 
 void DevicePushPull::Wait(Handle h) {
+  // Bounded: the Worker fails the push_pull at its deadline (FERRY_OP_TIMEOUT_MS).
+  while (!WaitFor(h, 1000)) {
+  }
+}
+
+bool DevicePushPull::WaitFor(Handle h, int64_t slice_ms, bool host_sync) {
   std::shared_ptr<Op> op;
   {
     MutexLock lock(mu_);
@@ -105,10 +114,12 @@ void DevicePushPull::Wait(Handle h) {
     FERRY_ENFORCE(it != ops_.end(), ErrorCode::kInvalidArgument, "device push_pull ", h,
                   ": unknown handle (waited for already?)");
     op = it->second;
-    // Bounded: the Worker fails the push_pull at its deadline (FERRY_OP_TIMEOUT_MS).
-    cv_.Wait(mu_, [&]() REQUIRES(mu_) { return op->finished; });
+    const auto slice = std::chrono::milliseconds(slice_ms);
+    if (!cv_.WaitFor(mu_, slice, [&]() REQUIRES(mu_) { return op->finished; })) return false;
     ops_.erase(it);
     if (op->copied_back != 0) {
+      // Before the buffer can go back to the pool (Collect) and another Start reuse it.
+      if (host_sync) device_.Synchronize(op->copied_back);
       draining_.emplace_back(std::move(op->pinned), op->copied_back);
     }
   }
@@ -118,6 +129,7 @@ void DevicePushPull::Wait(Handle h) {
     new Buffer(std::move(op->pinned));
     throw FerryError(op->code, op->error);
   }
+  return true;
 }
 
 }  // namespace ferry

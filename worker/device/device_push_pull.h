@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,13 +56,19 @@ class DevicePushPull {
   // Starts the push_pull of `count` elements of `input` (device memory; written by the
   // work queued on `producer` before this call) into `output` (device memory; read by the
   // work queued on `consumer` after Wait returned). Returns at once.
+  // `priority` and `reduce`: as Worker::PushPullStagedAsync's.
   Handle Start(const std::string& name, const void* input, void* output, DataType dtype,
                uint64_t count, bool average, DeviceApi::Stream producer,
-               DeviceApi::Stream consumer) EXCLUDES(mu_);
-  // True once Wait(h) would not block.
+               DeviceApi::Stream consumer, std::optional<int> priority = std::nullopt,
+               ReduceOp reduce = ReduceOp::kSum) EXCLUDES(mu_);
+  // True once Wait(h) would not block. Unknown handle: throws kInvalidArgument.
   bool Poll(Handle h) EXCLUDES(mu_);
   // See "Completion". Forgets h.
   void Wait(Handle h) EXCLUDES(mu_);
+  // Waits at most `slice_ms`: true (h forgotten, as after Wait) once finished, false if not
+  // yet. `host_sync`: once finished, also blocks until the copies back completed (a caller
+  // that reads `output` from the host: the fake device's tests).
+  bool WaitFor(Handle h, int64_t slice_ms, bool host_sync = false) EXCLUDES(mu_);
   // Pinned blocks ever allocated (a reused one is not counted again).
   size_t pinned_allocated() const { return pool_->allocated(); }
 

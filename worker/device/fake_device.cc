@@ -104,6 +104,13 @@ DeviceApi::Stream FakeDevice::NewStream() {
   return NewStreamWithId(s);
 }
 
+DeviceApi::Stream FakeDevice::Adopt(uintptr_t native) {
+  MutexLock lock(mu_);
+  FERRY_ENFORCE(streams_.count(native) > 0, ErrorCode::kInvalidArgument, Describe(),
+                ": no stream ", native, " to adopt");
+  return native;
+}
+
 void FakeDevice::DestroyStream(Stream s) {
   Queue* q = nullptr;
   {

@@ -33,6 +33,8 @@ class FakeDevice : public DeviceApi {
 
   std::string Describe() const override { return "fake:0"; }
   Stream NewStream() override;
+  // The fake's native handles are its own stream ids: 0, or one NewStream returned.
+  Stream Adopt(uintptr_t native) override EXCLUDES(mu_);
   void DestroyStream(Stream s) override;
   Event NewEvent() override;
   void DestroyEvent(Event e) override;

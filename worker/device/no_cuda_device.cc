@@ -10,4 +10,6 @@ std::unique_ptr<DeviceApi> NewCudaDevice(int device) {
                           "was found when it was built)"));
 }
 
+bool CudaBuilt() { return false; }
+
 }  // namespace ferry

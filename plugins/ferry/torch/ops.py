@@ -1,9 +1,19 @@
 """Collective operations of ferry.torch: init, push_pull, broadcast, and friends.
 
-Every tensor operation goes through the native worker (ferry._core, a wrapper of the
-C++ ferry::Worker). Tensors cross as raw addresses; this module keeps every tensor the
-core reads or writes alive (in ``_pending``) until the operation is waited for, and
-after a failure for the rest of the process, since ZeroMQ may still hold the memory.
+Every tensor operation goes through the native worker (ferry._core, libferry's C API).
+Tensors cross as raw addresses; this module keeps every tensor the core reads or writes
+alive (in ``_pending``) until the operation is waited for, and after a failure for the rest
+of the process, since ZeroMQ may still hold the memory.
+
+CUDA tensors: a push_pull (allreduce, the optimizer's gradients) goes through the core's
+device path (worker/device/device_binding.h), ordered on torch's current stream: its
+partitions are copied to pinned memory after the work queued there before the call, each
+sent as soon as it landed, and the sums copied back; after synchronize() the work queued on
+that stream sees them, and the Python thread never waits for the GPU. Broadcast, allgather
+and sparse rows travel through host copies of the tensors (they are rare, or small).
+With FERRY_DEVICE_API=fake, CPU tensors take the device path over the core's fake device
+(host memory standing in for device memory): the device path's tests on machines without
+a GPU.
 
 Names in flight (as Horovod): an operation's name is taken from its call until its
 synchronize(); a second operation of the same kind under a taken name raises ValueError
@@ -23,6 +33,7 @@ background operation started before it has declared its own (_DeclarationOrder).
 import atexit
 import hashlib
 import itertools
+import os
 import socket
 import sys
 import threading
@@ -34,9 +45,8 @@ try:
     from ferry import _core
 except ImportError as e:  # pragma: no cover - depends on the build
     raise ImportError(
-        "ferry.torch needs the native extension ferry._core, which is built by CMake into "
-        "<build>/python/ferry (cmake -S . -B build && cmake --build build); put <build>/python "
-        "on PYTHONPATH and use the interpreter the build used (/usr/bin/python3 on Debian). "
+        "ferry.torch needs ferry._core and libferry.so, which CMake builds into "
+        "<build>/python/ferry (scripts/build); put <build>/python on PYTHONPATH. "
         "Import error: %s" % e) from e
 
 FerryError = _core.FerryError
@@ -458,17 +468,52 @@ def _dtype_code(tensor, what):
 def _check_tensor(tensor, what):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("ferry.torch: %s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        if tensor.device.type == "cuda":
+    if tensor.device.type == "cuda":
+        if not _core.CUDA:
             raise ValueError(
-                "ferry.torch: %s is a CUDA tensor (%s), but this Ferry build has no CUDA data "
-                "path (ferry._core.CUDA=%s, torch.cuda.is_available()=%s); move it to the CPU "
-                "with .cpu() first" % (what, tensor.device, _core.CUDA, torch.cuda.is_available()))
-        raise ValueError("ferry.torch: %s is on device %s; only CPU tensors are supported"
-                         % (what, tensor.device))
+                "ferry.torch: %s is a CUDA tensor (%s), but this Ferry was built without its "
+                "CUDA data path (no nvcc was found when it was built: ferry._core.CUDA is "
+                "False); build Ferry where the CUDA toolkit is installed, or move the tensor to "
+                "the CPU with .cpu()" % (what, tensor.device))
+    elif tensor.device.type != "cpu":
+        raise ValueError("ferry.torch: %s is on device %s; only CPU and CUDA tensors are "
+                         "supported" % (what, tensor.device))
     if tensor.layout != torch.strided:
         raise ValueError("ferry.torch: %s has layout %s; only dense (strided) tensors are supported"
                          % (what, tensor.layout))
+
+
+def _check_same_device(what, **tensors):
+    """Raises ValueError unless every tensor of one operation is on one device."""
+    devices = {}
+    for label, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue  # _check_tensor names it
+        devices.setdefault(tensor.device, []).append(label)
+    if len(devices) > 1:
+        raise ValueError("ferry.torch: %s: the tensors of one operation must be on one device, "
+                         "but %s" % (what, "; ".join(
+                             "%s on %s" % (" and ".join(labels), device)
+                             for device, labels in devices.items())))
+
+
+# FERRY_DEVICE_API=fake (the device path's tests without a GPU): CPU tensors take it too.
+_FAKE_DEVICE = os.environ.get("FERRY_DEVICE_API", "") == "fake"
+
+
+def _device_path(tensor):
+    """(device index, torch's current stream there as a cudaStream_t) if `tensor` takes the
+    core's device path, else None."""
+    if tensor.is_cuda:
+        return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
+    if _FAKE_DEVICE:
+        return 0, 0
+    return None
+
+
+def _on_host(tensor):
+    """`tensor` itself if on the CPU, else a host copy (after torch's queued work on it)."""
+    return tensor if tensor.device.type == "cpu" else tensor.cpu()
 
 
 def _declare(name, code, shape):
@@ -539,7 +584,12 @@ def _start(tensor, output, average, name, priority, claim, result=None, finish=N
     if priority is not None:
         priority = int(priority)
     _declare(name, code, tensor.shape)
-    if reduce is None:
+    device = _device_path(tensor)
+    if device is not None:
+        handle = _core.push_pull_device_async(
+            name, tensor.data_ptr(), output.data_ptr(), code, tensor.numel(), bool(average),
+            _core.REDUCE_SUM if reduce is None else reduce, priority, device[0], device[1])
+    elif reduce is None:
         handle = _core.push_pull_async(name, tensor.data_ptr(), output.data_ptr(), code,
                                        tensor.numel(), bool(average), priority)
     else:
@@ -617,7 +667,8 @@ def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1
     `tensor` itself or into a new tensor."""
     _check_tensor(tensor, "tensor '%s'" % name)
     name = _name_or_free("push_pull", name, tensor)
-    output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype)
+    output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype,
+                                                 device=tensor.device)
     return _push_pull_async(tensor, output, average, name, priority, prescale, postscale, reduce)
 
 
@@ -750,6 +801,7 @@ def push_pull_rows_async(values, row_ids, name, average=False, num_rows=None, pr
 
     The tensor must be declared with its full shape: declare(name, weight) beforehand,
     or num_rows=R here (shape [R] + values.shape[1:]). See docs/servers.md, Sparse rows."""
+    _check_same_device("push_pull_rows of '%s'" % name, values=values, row_ids=row_ids)
     _check_tensor(values, "values of '%s'" % name)
     _check_tensor(row_ids, "row_ids of '%s'" % name)
     if row_ids.dtype != torch.int64 or row_ids.dim() != 1:
@@ -766,9 +818,14 @@ def push_pull_rows_async(values, row_ids, name, average=False, num_rows=None, pr
                          "(ferry.torch.declare(name, weight)) or pass num_rows=" % name)
     if priority is not None:
         priority = int(priority)
-    vals = values.contiguous()
-    ids = row_ids.contiguous()
+    # Device tensors travel through host copies (the rows are few: that is their point).
+    vals = _on_host(values).contiguous()
+    ids = _on_host(row_ids).contiguous()
     output = torch.empty(values.shape, dtype=values.dtype)
+    result, finish = output, None
+    if values.device.type != "cpu":
+        result = torch.empty(values.shape, dtype=values.dtype, device=values.device)
+        finish = lambda: result.copy_(output)  # noqa: E731
     claim = _claim("push_pull_rows", name)
     try:
         handle = _core.push_pull_rows_async(name, ids.data_ptr(), ids.numel(), vals.data_ptr(),
@@ -777,7 +834,7 @@ def push_pull_rows_async(values, row_ids, name, average=False, num_rows=None, pr
         _release(claim)
         raise
     with _lock:
-        _pending[handle] = _Pending(name, (vals, ids, output), output, None, claim)
+        _pending[handle] = _Pending(name, (vals, ids, output), result, finish, claim)
     return handle
 
 
@@ -876,11 +933,13 @@ def _check_root(root_rank):
 def _broadcast_into(tensor, root_rank, name):
     """The core's broadcast of `tensor` in place (LocalGroup::Broadcast: a sum to which
     every worker but the root contributes zeros, exact for every dtype, checked by a vote
-    that every worker named the same root, dtype and shape)."""
+    that every worker named the same root, dtype and shape). A device tensor travels
+    through a host copy."""
     if tensor.dtype in _WIDENED_FOR_BROADCAST:
-        buf = tensor.to(torch.int32)
+        buf = _on_host(tensor).to(torch.int32)
     else:
-        buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+        buf = _on_host(tensor)
+        buf = buf if buf.is_contiguous() else buf.contiguous()
     code = _dtype_code(buf, "tensor '%s'" % name)
     _core.broadcast(name, buf.data_ptr(), code, buf.numel(), root_rank)
     if buf is not tensor:
@@ -1018,7 +1077,7 @@ def _allgather(tensor, name, task=None):
     wide = torch.int32 if tensor.dtype in _WIDENED_FOR_BROADCAST else tensor.dtype
     elements = total * row
     # A few sizes per name only: one core tensor per power of two.
-    flat = torch.zeros(_bucket(elements), dtype=wide)
+    flat = torch.zeros(_bucket(elements), dtype=wide, device=tensor.device)
     flat[offset:offset + tensor.numel()] = tensor.reshape(-1).to(wide)
     handle = _submit(flat, True, False, "allgather.%s.%d" % (name, flat.numel()), None)
     if task is not None:

@@ -138,7 +138,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         grad = p.grad.coalesce()
         sparse_dim = grad.sparse_dim()
         self._sparse_dims[p] = sparse_dim
-        rows = torch.zeros(p.shape[:sparse_dim], dtype=torch.float32)
+        rows = torch.zeros(p.shape[:sparse_dim], dtype=torch.float32, device=p.device)
         rows[tuple(grad.indices())] = 1.0
         rows_handle = ops._push_pull_async(rows, rows, False, self._gradient_name(p) + ".rows",
                                            None)
@@ -149,9 +149,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         sparse_dim = self._sparse_dims.get(p)
         if sparse_dim is None:
             return torch.zeros_like(p.data)
-        return torch.sparse_coo_tensor(torch.empty((sparse_dim, 0), dtype=torch.int64),
-                                       torch.empty((0,) + tuple(p.shape[sparse_dim:]),
-                                                   dtype=p.dtype), p.shape)
+        return torch.sparse_coo_tensor(
+            torch.empty((sparse_dim, 0), dtype=torch.int64, device=p.device),
+            torch.empty((0,) + tuple(p.shape[sparse_dim:]), dtype=p.dtype, device=p.device),
+            p.shape)
 
     def _push_pull_dense(self, p, grad):
         compressed, ctx = self._compression.compress(grad)

@@ -1,0 +1,336 @@
+"""ferry._core: the native half of the ``ferry`` package (ferry.torch is the other).
+
+libferry's C API (worker/c_api.h) through ctypes: one ``libferry.so``, found next to this
+file (or at ``FERRY_LIBRARY``), serves every Python version and every torch, since
+nothing here is compiled against either. Tensors cross as raw addresses
+(``tensor.data_ptr()``) plus a dtype code and an element count; ferry/torch/*.py keeps the
+tensors alive while the core uses their memory.
+
+Errors: a negative return of the C API becomes ``FerryError`` (a RuntimeError) carrying the
+core's message and its code (``.code``, ``.code_name``); ``MembershipChangedError`` (a
+FerryError) is elastic training's recoverable one. ctypes releases the GIL during every
+call into the library, so a call that blocks (init, wait, broadcast, barrier, shutdown)
+lets other Python threads, and the autograd engine's hooks, run.
+"""
+
+import ctypes
+import os
+
+# Dtype codes (worker/c_api.h): ferry.torch maps torch dtypes to these.
+FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32, INT64 = range(6)
+# Reduce ops (common/reduce/reduce.h): 0 is the sum.
+REDUCE_SUM, REDUCE_MIN, REDUCE_MAX, REDUCE_PRODUCT = range(4)
+# Error codes (common/util/error.h) the Python side uses itself.
+MISMATCH = 4
+MEMBERSHIP_CHANGED = 9
+# The C API's "no priority given" (the default: -(declaration index)).
+_NO_PRIORITY = -(2 ** 31)
+
+
+class FerryError(RuntimeError):
+    """An error of the Ferry core: ``code`` (common/util/error.h) and ``code_name``."""
+
+    code = 0
+    code_name = ""
+
+
+class MembershipChangedError(FerryError):
+    """Elastic training: the job's membership changed; reset() and go on."""
+
+
+def _library_path():
+    path = os.environ.get("FERRY_LIBRARY")
+    if path:
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libferry.so")
+
+
+def _load():
+    path = _library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            "ferry._core: cannot load libferry (%s): %s. It is built by CMake into "
+            "build/python/ferry/ (scripts/build); FERRY_LIBRARY may name it elsewhere"
+            % (path, e)) from None
+    i32, i64, u64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
+    text = ctypes.c_char_p
+    signatures = {
+        "ferry_init": (i32, []),
+        "ferry_is_initialized": (i32, []),
+        "ferry_rank": (i32, []),
+        "ferry_size": (i32, []),
+        "ferry_num_servers": (i32, []),
+        "ferry_local_rank": (i32, []),
+        "ferry_local_size": (i32, []),
+        "ferry_local_size_from_environment": (i32, []),
+        "ferry_declare_tensor": (i32, [text, i32, ctypes.POINTER(i64), i32]),
+        "ferry_push_pull_async": (i64, [text, ptr, ptr, i32, u64, i32, ctypes.c_int32]),
+        "ferry_reduce_async": (i64, [text, ptr, ptr, i32, u64, i32, ctypes.c_int32]),
+        "ferry_push_pull_rows_async": (i64, [text, ptr, u64, ptr, ptr, i32, i32,
+                                             ctypes.c_int32]),
+        "ferry_push_pull_device_async": (i64, [text, ptr, ptr, i32, u64, i32, i32,
+                                               ctypes.c_int32, i32, ctypes.c_size_t]),
+        "ferry_cuda_built": (i32, []),
+        "ferry_poll": (i32, [i64]),
+        "ferry_wait": (i32, [i64]),
+        "ferry_wait_for": (i32, [i64, i64]),
+        "ferry_wait_any": (i64, [ctypes.POINTER(i64), i32, i64]),
+        "ferry_broadcast": (i32, [text, ptr, i32, u64, i32]),
+        "ferry_barrier": (i32, []),
+        "ferry_reset": (i32, []),
+        "ferry_epoch": (i64, []),
+        "ferry_hosts_updated": (i32, []),
+        "ferry_join": (i32, []),
+        "ferry_step_boundary": (i32, []),
+        "ferry_trace_compute": (i32, [text, i32, i64, i64]),
+        "ferry_now_us": (i64, []),
+        "ferry_set_scheduling": (i32, [i64, i64]),
+        "ferry_scheduling": (i32, [ctypes.POINTER(i64), ctypes.POINTER(i64),
+                                   ctypes.POINTER(ctypes.c_double), ctypes.POINTER(i64),
+                                   ctypes.c_char_p, u64]),
+        "ferry_counters": (i64, [ctypes.c_char_p, u64]),
+        "ferry_host_ids_tensor_name": (text, []),
+        "ferry_shutdown": (i32, []),
+        "ferry_suspend": (i32, []),
+        "ferry_last_error": (text, []),
+        "ferry_error_code_name": (text, [i32]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+_lib = _load()
+
+# The ferry.torch tensor that carries each worker's host id (a reserved name).
+HOST_IDS_TENSOR = _lib.ferry_host_ids_tensor_name().decode()
+# Whether this libferry has the CUDA data path (built where nvcc was found), GPU or not.
+CUDA = bool(_lib.ferry_cuda_built())
+
+
+def _error(code, message):
+    cls = MembershipChangedError if code == MEMBERSHIP_CHANGED else FerryError
+    error = cls(message)
+    error.code = code
+    error.code_name = _lib.ferry_error_code_name(code).decode()
+    return error
+
+
+def _check(result):
+    """`result` of a C API call, or its FerryError (the thread's last error)."""
+    if result < 0:
+        raise _error(-result, _lib.ferry_last_error().decode(errors="replace"))
+    return result
+
+
+def _name(name):
+    return name.encode()
+
+
+def _priority(priority):
+    return _NO_PRIORITY if priority is None else int(priority)
+
+
+def fail(code, message):
+    """Raises FerryError(message) with `code`: errors the Python side finds itself."""
+    raise _error(int(code), message)
+
+
+def init():
+    """Reads the environment (DMLC_*, FERRY_*) and joins the cluster as a worker; after
+    shutdown(final=False) joins it again under the same rank. Idempotent; raises
+    FerryError (code kShutdown) after a final shutdown."""
+    _check(_lib.ferry_init())
+
+
+def is_initialized():
+    return bool(_lib.ferry_is_initialized())
+
+
+def shutdown(final=True):
+    """Waits for this worker's operations and leaves the job (final: for good; the job ends
+    once every worker has). Not final: init() may join again (worker/binding_core.h).
+    Idempotent; raises FerryError if the job failed."""
+    _check(_lib.ferry_shutdown() if final else _lib.ferry_suspend())
+
+
+def require_initialized():
+    """Raises FerryError unless initialised (before init(): not initialised; after
+    shutdown(): shut down)."""
+    _check(_lib.ferry_rank())
+
+
+def rank():
+    return _check(_lib.ferry_rank())
+
+
+def size():
+    return _check(_lib.ferry_size())
+
+
+def num_servers():
+    return _check(_lib.ferry_num_servers())
+
+
+def local_rank():
+    return _check(_lib.ferry_local_rank())
+
+
+def local_size():
+    return _check(_lib.ferry_local_size())
+
+
+def local_size_from_environment():
+    """True if the launcher set FERRY_LOCAL_SIZE / BYTEPS_LOCAL_SIZE: then local_rank()
+    and local_size() are its word (checked by the core's configuration)."""
+    return bool(_check(_lib.ferry_local_size_from_environment()))
+
+
+def declare(name, dtype, shape):
+    """Declares a tensor (forward order, identically on every worker); returns its id."""
+    dims = (ctypes.c_int64 * max(1, len(shape)))(*[int(d) for d in shape])
+    return _check(_lib.ferry_declare_tensor(_name(name), int(dtype), dims, len(shape)))
+
+
+def push_pull_async(name, input, output, dtype, count, average, priority=None):
+    """Starts a push_pull of `count` elements at address `input` into `output`; returns a
+    handle. Both buffers must stay alive (and input unchanged) until the wait returned."""
+    return _check(_lib.ferry_push_pull_async(_name(name), input, output, dtype, count,
+                                             int(bool(average)), _priority(priority)))
+
+
+def reduce_async(name, input, output, dtype, count, op, priority=None):
+    """As push_pull_async, the pushes combined by `op` (REDUCE_MIN, REDUCE_MAX,
+    REDUCE_PRODUCT) instead of summed; returns a handle."""
+    return _check(_lib.ferry_reduce_async(_name(name), input, output, dtype, count, int(op),
+                                          _priority(priority)))
+
+
+def push_pull_device_async(name, input, output, dtype, count, average, op, priority, device,
+                           stream):
+    """A push_pull of `count` elements in the memory of device `device` (a CUDA index),
+    written and read by the work queued on `stream` (a cudaStream_t as an integer; 0: the
+    default stream) before and after the call (worker/device/device_binding.h). `op`:
+    REDUCE_SUM (averaged if `average`) or another REDUCE_*. Returns a handle."""
+    return _check(_lib.ferry_push_pull_device_async(
+        _name(name), input, output, dtype, count, int(bool(average)), int(op),
+        _priority(priority), int(device), int(stream)))
+
+
+def push_pull_rows_async(name, rows, num_rows, values, output, dtype, average, priority=None):
+    """Starts a sparse-rows push_pull (Worker::PushPullRowsAsync): `num_rows` int64 row ids
+    at address `rows`, their rows at `values`; the sums go to `output`. Returns a handle."""
+    return _check(_lib.ferry_push_pull_rows_async(_name(name), rows, num_rows, values, output,
+                                                  dtype, int(bool(average)),
+                                                  _priority(priority)))
+
+
+def poll(handle):
+    return bool(_check(_lib.ferry_poll(handle)))
+
+
+def wait(handle):
+    """Blocks until the operation finished; raises FerryError if it failed."""
+    _check(_lib.ferry_wait(handle))
+
+
+def wait_for(handle, timeout_ms):
+    """Waits at most timeout_ms: True once finished (raises FerryError if it failed), False
+    if still running."""
+    return bool(_check(_lib.ferry_wait_for(handle, int(timeout_ms))))
+
+
+def wait_any(handles, timeout_ms):
+    """Waits at most timeout_ms for any of the handles: the first finished one in the list
+    (wait on it next: it raises its error), or 0 if none finished in time."""
+    array = (ctypes.c_int64 * max(1, len(handles)))(*handles)
+    return _check(_lib.ferry_wait_any(array, len(handles), int(timeout_ms)))
+
+
+def broadcast(name, data, dtype, count, root):
+    _check(_lib.ferry_broadcast(_name(name), data, dtype, count, int(root)))
+
+
+def barrier():
+    _check(_lib.ferry_barrier())
+
+
+def reset():
+    """Elastic training: takes the job's new membership after MembershipChangedError
+    (Worker::Reset); rank() and size() may change. ferry.torch.elastic.run calls it."""
+    _check(_lib.ferry_reset())
+
+
+def epoch():
+    """The membership epoch of this worker's operations (elastic training; 0 otherwise)."""
+    return _check(_lib.ferry_epoch())
+
+
+def hosts_updated():
+    """Elastic training, at a commit on every worker: whether workers wait to join (then
+    raise HostsUpdatedInterrupt and reset(); Worker::HostsUpdated)."""
+    return bool(_check(_lib.ferry_hosts_updated()))
+
+
+def join():
+    """Uneven data: this worker has no more batches; returns once every worker joined, with
+    the rank that joined last."""
+    return _check(_lib.ferry_join())
+
+
+def step_boundary():
+    """The end of a training iteration (Worker::StepBoundary): times it, drives
+    FERRY_AUTOTUNE and marks FERRY_TRACE_DIR's timeline."""
+    _check(_lib.ferry_step_boundary())
+
+
+def trace_compute(tensor, backward, begin_us, end_us):
+    """A span of compute for FERRY_TRACE_DIR's timeline (Worker::TraceCompute): [begin_us,
+    end_us] of now_us(), the forward or backward compute of `tensor`. A no-op without
+    FERRY_TRACE_DIR."""
+    _check(_lib.ferry_trace_compute(_name(tensor), int(bool(backward)), int(begin_us),
+                                    int(end_us)))
+
+
+def now_us():
+    """Microseconds on the core's clock (the steady clock): the times of trace_compute."""
+    return _lib.ferry_now_us()
+
+
+def set_scheduling(partition_bytes, credit_bytes):
+    """Partition size and credit (bytes) from the next push_pull on; waits for this
+    worker's operations. Call on every worker at the same point, between iterations."""
+    _check(_lib.ferry_set_scheduling(int(partition_bytes), int(credit_bytes)))
+
+
+def scheduling():
+    partition, credit, frame = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+    gain = ctypes.c_double()
+    policy = ctypes.create_string_buffer(64)
+    _check(_lib.ferry_scheduling(ctypes.byref(partition), ctypes.byref(credit),
+                                 ctypes.byref(gain), ctypes.byref(frame), policy,
+                                 len(policy)))
+    return {"policy": policy.value.decode(), "partition_bytes": partition.value,
+            "credit_bytes": credit.value,
+            "window_gain": gain.value,  # 0: the credit is fixed (FERRY_WINDOW)
+            "frame_bytes": frame.value}  # 0: whole partitions
+
+
+def stats():
+    """Every counter of the worker's registry (Worker::Counters), "van.x" as "van_x"."""
+    size = 1 << 16
+    while True:
+        text = ctypes.create_string_buffer(size)
+        needed = _check(_lib.ferry_counters(text, size))
+        if needed < size:
+            break
+        size = needed + 1
+    out = {}
+    for line in text.value.decode().splitlines():
+        name, value = line.rsplit(" ", 1)
+        out[name.replace(".", "_")] = int(value)
+    return out
