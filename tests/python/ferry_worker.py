@@ -192,6 +192,74 @@ def mode_ops(args, out):
     bps.barrier()
 
 
+class SmallCNN(torch.nn.Module):
+    """A convolution, a pooling and two linear layers (with biases): mode "collectives"."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.fc1 = torch.nn.Linear(4 * 4 * 4, 16)
+        self.fc2 = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def mode_collectives(args, out):
+    """Allgather, in-place broadcast, broadcast of a model and its optimizer state, and one
+    DistributedOptimizer step's averaged gradients beside DDP-gloo's on the same model and
+    data (in the same processes: FERRY_TEST_DDP_PORT), on TENSOR_DEVICE."""
+    import torch.distributed as dist
+    rank, size = bps.rank(), bps.size()
+    device = _device()
+    # Allgather: rank r sends r + 1 rows (and an int64 vector of r + 2).
+    out["allgather"] = bps.allgather(values((rank + 1, 3), torch.float32, rank), name="ag")
+    out["allgather_int"] = bps.allgather(values((rank + 2,), torch.int64, rank), name="ag.int")
+    out["allgather_device"] = str(out["allgather"].device)
+    b = values((4, 5), torch.float64, rank)
+    bps.broadcast_(b, root_rank=1, name="bc")
+    out["broadcast_"] = b
+    # A model and Adam state from rank 0.
+    torch.manual_seed(50 + rank)
+    model = SmallCNN().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    if rank == 0:
+        model(torch.ones(2, 1, 8, 8, device=device)).sum().backward()
+        opt.step()
+    bps.broadcast_parameters(model.state_dict(), root_rank=0)
+    bps.broadcast_optimizer_state(opt, root_rank=0)
+    out["model"] = {k: v.clone() for k, v in model.state_dict().items()}
+    out["adam"] = {pid: {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
+                   for pid, st in opt.state_dict()["state"].items()}
+    out["adam_devices"] = sorted({str(v.device) for st in opt.state.values() for v in st.values()
+                                  if torch.is_tensor(v) and v.dim() > 0})
+
+    # One step's averaged gradients: Ferry's DistributedOptimizer and DDP with gloo.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["FERRY_TEST_DDP_PORT"],
+                            rank=rank, world_size=size)
+    torch.manual_seed(7)
+    ferry_model, ddp_base = SmallCNN().to(device), SmallCNN().to(device)
+    ddp_base.load_state_dict(ferry_model.state_dict())
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        ddp_base, device_ids=[device] if device.type == "cuda" else None)
+    dopt = bps.DistributedOptimizer(torch.optim.SGD(ferry_model.parameters(), lr=0.1),
+                                    named_parameters=ferry_model.named_parameters())
+    g = torch.Generator().manual_seed(1000 + rank)
+    x = torch.randn(6, 1, 8, 8, generator=g).to(device)
+    y = torch.randint(0, 5, (6,), generator=g).to(device)
+    F.cross_entropy(ferry_model(x), y).backward()
+    dopt.synchronize()
+    F.cross_entropy(ddp(x), y).backward()
+    out["grads_ferry"] = {k: p.grad.clone() for k, p in ferry_model.named_parameters()}
+    out["grads_ddp"] = {k: p.grad.clone() for k, p in ddp_base.named_parameters()}
+    with dopt.skip_synchronize():
+        dopt.step()
+    dist.destroy_process_group()
+    out["stats"] = _core.stats()
+
+
 def train_batches(shard, batch_size, steps, seed):
     sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
     from train_digits import epoch_batches
