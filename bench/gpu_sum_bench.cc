@@ -36,6 +36,7 @@
 #include "server/gpu/gpu_device.h"
 #include "server/gpu/gpu_summer.h"
 #include "server/gpu/sum_kernels.h"
+#include "server/sum_pool.h"
 
 namespace {
 
@@ -137,12 +138,18 @@ void BM_Link(benchmark::State& state, bool to_device) {
   });
 }
 
-// range(0) bytes per key, range(1) keys, range(2) streams; kPushes pushes per key.
+// range(0) bytes per key, range(1) keys, range(2) streams, range(3) helper threads of the
+// copies into pinned staging (0: one memcpy on the caller; N: a server's SumPool of N
+// helpers, slices of at least 1 MiB); kPushes pushes per key.
 void BM_Summer(benchmark::State& state, DataType t) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   const int keys = static_cast<int>(state.range(1));
   ferry::GpuSummerOptions o;
   o.streams = static_cast<int>(state.range(2));
+  ferry::SumPool pool(static_cast<int>(state.range(3)), 1 << 20);
+  if (state.range(3) > 0) {
+    o.copy = [&pool](void* dst, const void* src, size_t n) { pool.Copy(dst, src, n); };
+  }
   auto summer = ferry::GpuSummer::Create(o);
   std::vector<std::vector<uint8_t>> pushes(kPushes, Ones(t, bytes / ferry::DataTypeSize(t)));
   std::vector<ferry::Buffer> sums(keys);
@@ -223,11 +230,17 @@ void Register() {
       ->RangeMultiplier(4)->Range(kMinBytes, 64 << 20)->UseManualTime();
   for (DataType t : {DataType::kFloat32, DataType::kFloat16}) {
     benchmark::RegisterBenchmark(("summer/" + ferry::DataTypeName(t)).c_str(), BM_Summer, t)
-        ->Args({4 << 20, 1, 1})    // one key: nothing to overlap with
-        ->Args({4 << 20, 16, 1})   // many keys, one stream
-        ->Args({4 << 20, 16, 4})   // many keys, four streams: copies overlap sums
-        ->Args({1 << 20, 16, 4})
-        ->Args({16 << 20, 16, 4})
+        ->Args({4 << 20, 1, 1, 0})    // one key: nothing to overlap with
+        ->Args({4 << 20, 16, 1, 0})   // many keys, one stream
+        ->Args({4 << 20, 16, 4, 0})   // many keys, four streams: copies overlap sums
+        ->Args({1 << 20, 16, 4, 0})
+        ->Args({16 << 20, 16, 4, 0})
+        // The server's copies into staging: split over its sum pool (3 helpers: 4 engine
+        // threads by default) and over 7.
+        ->Args({4 << 20, 1, 1, 3})
+        ->Args({4 << 20, 16, 4, 3})
+        ->Args({4 << 20, 16, 4, 7})
+        ->Args({16 << 20, 16, 4, 3})
         ->UseRealTime()
         ->MinTime(0.5)  // several rounds even when a round takes 50-400 ms
         ->Unit(benchmark::kMillisecond);

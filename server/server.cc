@@ -98,6 +98,10 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
     GpuSummerOptions options;
     options.device = config_.server.gpu;
     options.streams = config_.server.gpu_streams;
+    // Pushes into pinned staging by the sum pool's threads (large ones split).
+    options.copy = [this](void* dst, const void* src, size_t bytes) {
+      sum_pool_.Copy(dst, src, bytes);
+    };
     // Runs on a CUDA thread. Sets the flag under the engine's mutex, so the wake-up cannot
     // fall between the engine's look at its predicate and its wait. The engine thread
     // never holds `mu` while it calls into the summer, so this never waits on the GPU.

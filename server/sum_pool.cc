@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 
 namespace ferry {
@@ -18,6 +19,7 @@ struct SumPool::Job {
   size_t slice_count = 0;  // elements per slice (the last one takes the rest)
   size_t elem = 0;         // bytes per element
   DataType type = DataType::kFloat32;
+  bool copy = false;       // Copy: dst = src, bytes (elem 1)
   int slices = 0;
   std::atomic<int> next{0};
   Mutex mu;    // guards done
@@ -44,22 +46,41 @@ SumPool::~SumPool() {
 }
 
 void SumPool::SumInto(void* dst, const void* src, size_t count, DataType type) {
-  Sum(dst, nullptr, src, count, type);
+  Run(false, dst, nullptr, src, count, type);
 }
 
 void SumPool::SumTo(void* dst, const void* a, const void* src, size_t count, DataType type) {
-  Sum(dst, a, src, count, type);
+  Run(false, dst, a, src, count, type);
 }
 
-void SumPool::Sum(void* dst, const void* a, const void* src, size_t count, DataType type) {
-  const size_t elem = DataTypeSize(type);
+void SumPool::Copy(void* dst, const void* src, size_t bytes) {
+  Run(true, dst, nullptr, src, bytes, DataType::kFloat32);
+}
+
+void SumPool::RunWhole(const Job& job, size_t first, size_t n) {
+  const size_t at = first * job.elem;
+  if (job.copy) {
+    std::memcpy(job.dst + at, job.src + at, n);
+  } else if (job.a) {
+    ferry::SumTo(job.dst + at, job.a + at, job.src + at, n, job.type);
+  } else {
+    ferry::SumInto(job.dst + at, job.src + at, n, job.type);
+  }
+}
+
+void SumPool::Run(bool copy, void* dst, const void* a, const void* src, size_t count,
+                  DataType type) {
+  const size_t elem = copy ? 1 : DataTypeSize(type);
   const size_t bytes = count * elem;
   if (threads_.empty() || split_bytes_ <= 0 || bytes < static_cast<size_t>(split_bytes_)) {
-    if (a) {
-      ferry::SumTo(dst, a, src, count, type);
-    } else {
-      ferry::SumInto(dst, src, count, type);
-    }
+    Job whole;
+    whole.dst = static_cast<uint8_t*>(dst);
+    whole.a = static_cast<const uint8_t*>(a);
+    whole.src = static_cast<const uint8_t*>(src);
+    whole.elem = elem;
+    whole.type = type;
+    whole.copy = copy;
+    RunWhole(whole, 0, count);
     return;
   }
   // Slices of whole 64-byte blocks (a multiple of every element size), so every slice
@@ -74,9 +95,10 @@ void SumPool::Sum(void* dst, const void* a, const void* src, size_t count, DataT
   job->count = count;
   job->elem = elem;
   job->type = type;
+  job->copy = copy;
   job->slice_count = slice_bytes / elem;
   job->slices = static_cast<int>((count + job->slice_count - 1) / job->slice_count);
-  split_sums_++;
+  (copy ? split_copies_ : split_sums_)++;
   {
     MutexLock lock(mu_);
     jobs_.push_back(job);
@@ -91,7 +113,7 @@ void SumPool::Sum(void* dst, const void* a, const void* src, size_t count, DataT
   MutexLock lock(job->mu);
   auto finished = [&job]() REQUIRES(job->mu) { return job->done == job->slices; };
   while (!job->cv.WaitFor(job->mu, std::chrono::seconds(10), finished)) {
-    LOG(WARNING) << "a sum of " << bytes << " bytes still waits for " << job->slices - job->done
+    LOG(WARNING) << (copy ? "a copy of " : "a sum of ") << bytes << " bytes still waits for " << job->slices - job->done
                  << " slices after 10 s";
   }
 }
@@ -101,12 +123,7 @@ bool SumPool::RunSlice(Job& job) {
   if (slice >= job.slices) return false;
   const size_t first = static_cast<size_t>(slice) * job.slice_count;
   const size_t n = std::min(job.slice_count, job.count - first);
-  const size_t at = first * job.elem;
-  if (job.a) {
-    ferry::SumTo(job.dst + at, job.a + at, job.src + at, n, job.type);
-  } else {
-    ferry::SumInto(job.dst + at, job.src + at, n, job.type);
-  }
+  RunWhole(job, first, n);
   MutexLock lock(job.mu);
   if (++job.done == job.slices) job.cv.NotifyAll();
   return true;

@@ -1,6 +1,6 @@
 #pragma once
 
-// SumPool: a large sum cut into slices summed by several threads at once.
+// SumPool: a large sum (or copy) cut into slices done by several threads at once.
 //
 // One pool per server, shared by every engine thread. A sum of at least `split_bytes`
 // bytes is cut into up to 1 + helpers slices of whole 64-byte blocks; the caller posts
@@ -12,6 +12,8 @@
 //
 // Results are bitwise those of one SumInto over the whole buffer: the kernels work
 // element by element (common/reduce/reduce.h), so where a slice starts changes nothing.
+// Copy splits a memcpy the same way (a GPU server's copies of pushes into pinned staging:
+// one thread copies pageable memory at a fifth of a host-to-device link).
 //
 // Thread-safe: any number of threads may call SumInto and SumTo at once.
 
@@ -41,15 +43,22 @@ class SumPool {
   void SumInto(void* dst, const void* src, size_t count, DataType type) EXCLUDES(mu_);
   // dst[i] = a[i] + src[i], as ferry::SumTo (dst must not overlap a or src).
   void SumTo(void* dst, const void* a, const void* src, size_t count, DataType type) EXCLUDES(mu_);
+  // memcpy(dst, src, bytes), sliced as a sum of as many bytes would be.
+  void Copy(void* dst, const void* src, size_t bytes) EXCLUDES(mu_);
 
   // Sums that were cut into slices, and slices summed by helpers (not the caller).
   uint64_t split_sums() const { return split_sums_; }
+  uint64_t split_copies() const { return split_copies_; }
   uint64_t helper_slices() const { return helper_slices_; }
 
  private:
   struct Job;
-  // dst = a + src (a null: dst += src), sliced when large.
-  void Sum(void* dst, const void* a, const void* src, size_t count, DataType type) EXCLUDES(mu_);
+  // dst = a + src (a null: dst += src), or with `copy` dst = src (count bytes), sliced
+  // when large.
+  void Run(bool copy, void* dst, const void* a, const void* src, size_t count, DataType type)
+      EXCLUDES(mu_);
+  // Elements [first, first + n) of the job, on this thread.
+  static void RunWhole(const Job& job, size_t first, size_t n);
   void HelperLoop() EXCLUDES(mu_);
   // Claims the job's next slice and sums it; false when every slice was claimed.
   static bool RunSlice(Job& job);
@@ -62,7 +71,7 @@ class SumPool {
   std::deque<std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
-  std::atomic<uint64_t> split_sums_{0}, helper_slices_{0};
+  std::atomic<uint64_t> split_sums_{0}, split_copies_{0}, helper_slices_{0};
 };
 
 }  // namespace ferry

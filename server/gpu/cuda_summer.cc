@@ -139,7 +139,11 @@ void CudaSummer::CopyIn(Lane& lane, const void* src, size_t bytes, void* device_
   WaitForEvent(block.copied.get(), Clock::now() + options_.wait_timeout,
                "copying a push out of a staging block");
   block.memory.Reserve(bytes);  // only now unused by the GPU
-  std::memcpy(block.memory.get(), src, bytes);
+  if (options_.copy) {
+    options_.copy(block.memory.get(), src, bytes);
+  } else {
+    std::memcpy(block.memory.get(), src, bytes);
+  }
   FERRY_CUDA_CHECK(cudaMemcpyAsync(device_dst, block.memory.get(), bytes,
                                    cudaMemcpyHostToDevice, lane.stream.get()));
   FERRY_CUDA_CHECK(cudaEventRecord(block.copied.get(), lane.stream.get()));

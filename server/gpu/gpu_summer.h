@@ -20,8 +20,10 @@
 //                                           sends that Buffer and keeps it as last_sum
 //   every worker joined: rounds restart     Reset(key) drops an open round
 //
-// Data path of one push: the received frame (pageable memory) is memcpy'd into a pinned
-// staging block, copied to the GPU on the key's stream, and added there. Add returns
+// Data path of one push: the received frame (pageable memory) is copied into a pinned
+// staging block (GpuSummerOptions::copy: the server splits it over its sum pool's threads,
+// since one thread copies pageable memory at a fifth of the host link), copied to the GPU
+// on the key's stream, and added there. Add returns
 // once the memcpy is done: the caller may drop the frame (and acknowledge the push)
 // at once. The GPU work is only queued; nothing waits for it until Finish's sum is due.
 //
@@ -75,6 +77,9 @@ struct GpuSummerOptions {
   // variable): no CUDA calls, no blocking. May be empty (then the owner polls
   // RunCompletions or calls Drain).
   std::function<void()> on_ready;
+  // Copies a push into pinned staging (dst, src, bytes); empty: std::memcpy on the caller.
+  // Must return once the bytes are in dst (the server's: SumPool::Copy).
+  std::function<void(void*, const void*, size_t)> copy;
 };
 
 class GpuSummer {

@@ -65,10 +65,18 @@ void FakeGpuSummer::Add(uint64_t key, const void* src, size_t bytes, DataType ty
   Keys::Key& k =
       keys_.ForAdd(key, bytes, type, [](Buffer& sum, size_t n) { sum = Buffer::Allocate(n); });
   if (bytes > 0) {
-    if (k.open) {
-      SumInto(k.accumulator.data(), src, bytes / DataTypeSize(type), type);
+    // As CudaSummer: the push goes through staging, by options.copy when given (the
+    // server's: split over its sum pool).
+    staging_.resize(bytes);
+    if (options_.copy) {
+      options_.copy(staging_.data(), src, bytes);
     } else {
-      std::memcpy(k.accumulator.data(), src, bytes);
+      std::memcpy(staging_.data(), src, bytes);
+    }
+    if (k.open) {
+      SumInto(k.accumulator.data(), staging_.data(), bytes / DataTypeSize(type), type);
+    } else {
+      std::memcpy(k.accumulator.data(), staging_.data(), bytes);
     }
   }
   k.open = true;

@@ -86,6 +86,7 @@ class FakeGpuSummer : public GpuSummer {
   void TimerLoop();  // the "CUDA" thread: runs on_ready when sums fall due
 
   const GpuSummerOptions options_;
+  std::vector<uint8_t> staging_;  // the last push, as CudaSummer's pinned staging
   const FakeGpuFaults faults_;
   std::shared_ptr<Pool> pool_;
   std::thread::id owner_;  // the thread of the first call

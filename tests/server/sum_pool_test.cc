@@ -182,5 +182,27 @@ TEST(SumPoolTest, SeveralEnginesSplitAtOnce) {
   EXPECT_EQ(pool.split_sums(), uint64_t{kEngines * 20});
 }
 
+// Copy: every length and alignment, split or not, byte for byte; nothing outside written.
+TEST(SumPoolTest, CopiesAreExactSplitOrNot) {
+  SumPool pool(3, 4096);
+  std::vector<uint8_t> src(300007);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  uint64_t split = 0;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{65537},
+                       size_t{300000}}) {
+    for (size_t offset : {size_t{0}, size_t{3}}) {
+      SCOPED_TRACE(::testing::Message() << bytes << " bytes at offset " << offset);
+      std::vector<uint8_t> dst(bytes + 16, 0xEE);
+      pool.Copy(dst.data() + 5, src.data() + offset, bytes);
+      for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[5 + i], src[offset + i]) << i;
+      for (size_t i = 0; i < 5; ++i) ASSERT_EQ(dst[i], 0xEE);
+      for (size_t i = bytes + 5; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
+      if (bytes >= 4096) split++;
+    }
+  }
+  EXPECT_EQ(pool.split_copies(), split);
+  EXPECT_EQ(pool.split_sums(), 0u);
+}
+
 }  // namespace
 }  // namespace ferry
