@@ -50,6 +50,8 @@ const std::vector<Knob>& Knobs() {
        "local groups are not modelled: count one worker per machine"},
       {"FERRY_LOCAL_RANK", KnobUse::kRefused, "local groups are not modelled"},
       {"FERRY_LOCAL_SOCKET", KnobUse::kRefused, "local groups are not modelled"},
+      {"FERRY_DEVICE_API", KnobUse::kNoEffect,
+       "the model's workers hand over host memory; device copies are not modelled"},
       // Autotune: ferry-sim --tune searches instead.
       {"FERRY_AUTOTUNE", KnobUse::kRefused, "the online search is not modelled; use --tune"},
       {"FERRY_AUTOTUNE_STEPS", KnobUse::kRefused, "the online search is not modelled; use --tune"},

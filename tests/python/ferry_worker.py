@@ -260,6 +260,171 @@ def mode_collectives(args, out):
     out["stats"] = _core.stats()
 
 
+class DdpNet(torch.nn.Module):
+    """Convolution, BatchNorm (buffers: DDP broadcasts them every forward), two linear
+    layers, and a branch unused when `skip` is set (find_unused_parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc1 = torch.nn.Linear(4 * 4 * 4, 16)
+        self.fc2 = torch.nn.Linear(16, 5)
+        self.extra = torch.nn.Linear(16, 5)
+
+    def forward(self, x, skip=False):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        h = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(h) if skip else self.fc2(h) + self.extra(h)
+
+
+def ddp_steps(model, group, device, rank, steps, accumulate, skip):
+    """Trains `model` under DDP over `group`: `steps` steps of SGD with momentum, each over
+    `accumulate` micro-batches (the first ones under no_sync()). Returns the parameters and
+    buffers after each step."""
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, process_group=group, find_unused_parameters=skip,
+        device_ids=[device] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(500 + rank)
+    after = []
+    for _ in range(steps):
+        opt.zero_grad()
+        for m in range(accumulate):
+            x = torch.randn(6, 1, 8, 8, generator=g).to(device)
+            y = torch.randint(0, 5, (6,), generator=g).to(device)
+            if m < accumulate - 1:
+                with ddp.no_sync():
+                    F.cross_entropy(ddp(x, skip), y).backward()
+            else:
+                F.cross_entropy(ddp(x, skip), y).backward()
+        opt.step()
+        after.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return after
+
+
+def mode_dist(args, out):
+    """torch.distributed over the ferry backend beside gloo, in the same processes: every
+    collective for every dtype, errors, and DDP trained over both."""
+    import torch.distributed as dist
+    rank, size = bps.rank(), bps.size()
+    device = _device()
+    dist.init_process_group("ferry", init_method="tcp://127.0.0.1:%s" % os.environ["FERRY_TEST_DDP_PORT"],
+                            rank=rank, world_size=size)
+    gloo = dist.new_group(backend="gloo")
+    out["backend"] = dist.get_backend()
+    got = {}
+
+    def both(key, fn):
+        """fn(group) -> result, on ferry and gloo (gloo's error text if it refuses)."""
+        got[key] = {"ferry": to_cpu(fn(None))}
+        try:
+            got[key]["gloo"] = to_cpu(fn(gloo))
+        except RuntimeError as e:
+            got[key]["gloo_error"] = str(e)
+
+    for dtype in DTYPES:
+        d = str(dtype)
+        for op in ("SUM", "MIN", "MAX", "PRODUCT"):
+            def allreduce(group, op=op, dtype=dtype):
+                t = values((3, 5), dtype, rank)
+                dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=group)
+                return t
+            both((d, "all_reduce", op), allreduce)
+
+        def avg(group, dtype=dtype):
+            t = values((7,), dtype, rank)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
+            return t
+        both((d, "all_reduce", "AVG"), avg)
+
+        def broadcast(group, dtype=dtype):
+            t = values((4, 3), dtype, rank)
+            dist.broadcast(t, src=1, group=group)
+            return t
+        both((d, "broadcast"), broadcast)
+
+        def all_gather(group, dtype=dtype):
+            parts = [torch.empty((2, 3), dtype=dtype, device=device) for _ in range(size)]
+            dist.all_gather(parts, values((2, 3), dtype, rank), group=group)
+            return parts
+        both((d, "all_gather"), all_gather)
+
+        def all_gather_base(group, dtype=dtype):
+            whole = torch.empty((2 * size, 3), dtype=dtype, device=device)
+            dist._all_gather_base(whole, values((2, 3), dtype, rank), group=group)
+            return whole
+        both((d, "_all_gather_base"), all_gather_base)
+
+        def reduce(group, dtype=dtype):
+            t = values((5,), dtype, rank)
+            dist.reduce(t, dst=1, group=group)
+            return t if rank == 1 else None  # elsewhere torch leaves it unspecified
+        both((d, "reduce"), reduce)
+
+        def gather(group, dtype=dtype):
+            parts = [torch.empty((3,), dtype=dtype, device=device) for _ in range(size)] \
+                if rank == 0 else None
+            dist.gather(values((3,), dtype, rank), parts, dst=0, group=group)
+            return parts
+        both((d, "gather"), gather)
+
+        def scatter(group, dtype=dtype):
+            t = torch.empty((2, 2), dtype=dtype, device=device)
+            parts = [values((2, 2), dtype, 10 + r) for r in range(size)] if rank == 0 else None
+            dist.scatter(t, parts, src=0, group=group)
+            return t
+        both((d, "scatter"), scatter)
+
+        def reduce_scatter(group, dtype=dtype):
+            t = torch.empty((3,), dtype=dtype, device=device)
+            dist.reduce_scatter(t, [values((3,), dtype, rank * size + r) for r in range(size)],
+                                group=group)
+            return t
+        both((d, "reduce_scatter"), reduce_scatter)
+
+    # Asynchronous calls, waited for in reverse order, and a barrier.
+    works = []
+    for i in range(4):
+        t = values((9,), torch.float32, rank + i)
+        works.append((t, dist.all_reduce(t, async_op=True)))
+    for t, w in reversed(works):
+        w.wait()
+    got["async"] = [to_cpu(t) for t, _ in works]
+    dist.barrier()
+
+    errors = {}
+    for what, fn in [
+        ("alltoall", lambda: dist.all_to_all([torch.zeros(1)] * size, [torch.zeros(1)] * size)),
+        ("send", lambda: dist.send(torch.zeros(1), dst=(rank + 1) % size)),
+        ("band", lambda: dist.all_reduce(torch.zeros(1, dtype=torch.int32), op=dist.ReduceOp.BAND)),
+        # What init_process_group and new_group hand the backend (a group over a subset
+        # of the ranks; a rank other than Ferry's), called directly: through new_group the
+        # other ranks would wait in torch's store barrier for the refusing one.
+        ("subset", lambda: bps.distributed._create(None, 0, 1, None)),
+        ("wrong_rank", lambda: bps.distributed._create(None, (rank + 1) % size, size, None)),
+    ]:
+        try:
+            fn()
+            errors[what] = None
+        except Exception as e:  # noqa: BLE001 - recorded for the test
+            errors[what] = (type(e).__name__, str(e))
+    out["errors"] = errors
+    out["collectives"] = got
+
+    # DDP over ferry and over gloo: the same model, data and steps.
+    runs = {}
+    for name, group in (("ferry", None), ("gloo", gloo)):
+        torch.manual_seed(3)
+        runs[name] = {
+            "plain": ddp_steps(DdpNet().to(device), group, device, rank, 3, 1, False),
+            "no_sync_unused": ddp_steps(DdpNet().to(device), group, device, rank, 3, 2, True),
+        }
+    out["ddp"] = to_cpu(runs)
+    out["stats"] = _core.stats()
+    dist.destroy_process_group()
+
+
 def train_batches(shard, batch_size, steps, seed):
     sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
     from train_digits import epoch_batches

@@ -94,6 +94,10 @@ from ferry.torch.optimizer import DistributedOptimizer
 from ferry.torch.cross_barrier import CrossBarrier
 from ferry.torch.sync_batch_norm import SyncBatchNorm
 from ferry.torch import elastic
+from ferry.torch import distributed
+
+# torch.distributed's "ferry" backend: dist.init_process_group("ferry").
+distributed.register()
 
 # Horovod programs catch this name (elastic training, failure handling): Ferry's errors.
 HorovodInternalError = FerryError
@@ -112,7 +116,7 @@ __all__ = [
     "allgather", "allgather_async", "allgather_object",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "DistributedOptimizer", "CrossBarrier", "SyncBatchNorm", "elastic",
+    "DistributedOptimizer", "CrossBarrier", "SyncBatchNorm", "elastic", "distributed",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",

@@ -1,0 +1,360 @@
+"""The ``ferry`` backend of torch.distributed: ``dist.init_process_group("ferry")``.
+
+Importing ``ferry.torch`` registers it. Every collective of the process group becomes
+ferry.torch operations, so a plain ``DistributedDataParallel`` program trains over Ferry's
+servers with priority scheduling and nothing else changed:
+
+    import ferry.torch                       # registers the backend
+    dist.init_process_group("ferry")         # in a Ferry cluster (ferry-launch, local-cluster)
+    model = DistributedDataParallel(model)   # unchanged
+
+The process group joins the Ferry cluster (``ferry.torch.init()``) if the program has not,
+and checks that torch.distributed's rank and world size are Ferry's.
+
+Operations (each returns at once; ``Work.wait()`` or its future waits):
+  allreduce (SUM, AVG, MIN, MAX, PRODUCT), allreduce_coalesced, broadcast, allgather,
+  _allgather_base, reduce_scatter, _reduce_scatter_base, reduce, gather, scatter, barrier.
+Refused with an error naming the call: alltoall, send and recv (Ferry has no point-to-point
+yet), bitwise reductions, and groups over a subset of the ranks.
+
+Names: Ferry needs every worker to name an operation alike. The n-th call of a kind, dtype
+and shape in a process group is named ``dist.<group>.<kind>.<dtype>.<shape>``: one name per
+kind, dtype and shape, so a training loop declares each of its tensors (DDP's buckets) once.
+A call whose name is still in flight (an earlier call of the same kind, dtype and shape not
+yet complete) waits for it first. Priorities follow first use: a name used later is more
+urgent, so DDP's buckets nearest the input (allreduced last in backward, needed first by the
+next forward) go first.
+
+Completion: one thread per process ("ferry-dist") completes the operations in call order:
+it waits for each (ferry.torch's synchronize: the results in place, the name free again),
+then completes its future. An operation that fails completes its future with the error.
+"""
+
+import collections
+import threading
+
+import torch
+import torch.distributed as dist
+
+from . import ops
+
+try:  # torch 1.13 and 2.x
+    from torch._C._distributed_c10d import _create_work_from_future
+except ImportError:  # pragma: no cover - depends on torch
+    _create_work_from_future = None
+
+BACKEND = "ferry"
+
+_REDUCE = {
+    dist.ReduceOp.SUM: None,
+    dist.ReduceOp.MIN: ops._core.REDUCE_MIN,
+    dist.ReduceOp.MAX: ops._core.REDUCE_MAX,
+    dist.ReduceOp.PRODUCT: ops._core.REDUCE_PRODUCT,
+}
+
+
+def _op_name(op):
+    for name in ("SUM", "AVG", "MIN", "MAX", "PRODUCT", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        if hasattr(dist.ReduceOp, name) and op == getattr(dist.ReduceOp, name):
+            return name
+    return str(op)
+
+
+class _Completer(object):
+    """One thread completing the process groups' operations in call order."""
+
+    def __init__(self):
+        self._queue = collections.deque()
+        self._cv = threading.Condition()
+        self._thread = None
+
+    def submit(self, wait, future):
+        """`wait()` (on the completer's thread) returns the future's value or raises."""
+        with self._cv:
+            self._queue.append((wait, future))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ferry-dist", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                wait, future = self._queue.popleft()
+            try:
+                value = wait()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                future.set_exception(e)
+            else:
+                future.set_result(value)
+
+
+_completer = _Completer()
+
+
+class ProcessGroupFerry(dist.ProcessGroup):
+    """torch.distributed's process group over Ferry (see the module docstring)."""
+
+    _created = 0
+
+    def __init__(self, rank, size, group_id):
+        super().__init__(rank, size)
+        self._id = group_id
+        self._busy = {}        # name -> Event set once its operation completed
+        self._first_use = {}   # name -> order of first use (its priority)
+        self._lock = threading.Lock()
+
+    def getBackendName(self):  # noqa: N802 - torch's name
+        return BACKEND
+
+    def _get_backend_name(self):
+        return BACKEND
+
+    def __repr__(self):
+        return "ProcessGroupFerry(group %d, rank %d of %d)" % (self._id, self.rank(), self.size())
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _name(self, kind, tensor):
+        shape = "x".join(str(d) for d in tensor.shape) or "scalar"
+        return "dist.%d.%s.%s.%s" % (self._id, kind, str(tensor.dtype).replace("torch.", ""),
+                                     shape)
+
+    def _take(self, name):
+        """Waits until `name` is free, takes it; returns (done event, priority)."""
+        while True:
+            with self._lock:
+                busy = self._busy.get(name)
+                if busy is None or busy.is_set():
+                    done = threading.Event()
+                    self._busy[name] = done
+                    priority = self._first_use.setdefault(name, len(self._first_use))
+                    return done, priority
+            busy.wait()
+
+    def _start(self, start, finish, names):
+        """Takes every name of `names`, runs `start(priorities)` (returns ferry.torch
+        handles), and has the completer synchronize them and call `finish(results)`."""
+        taken = [self._take(n) for n in names]
+        try:
+            handles = start([p for _, p in taken])
+        except BaseException:
+            for done, _ in taken:
+                done.set()
+            raise
+        future = torch.futures.Future()
+
+        def wait():
+            try:
+                results = []
+                error = None
+                for h in handles:  # every handle, even after a failure: names stay usable
+                    try:
+                        results.append(ops.synchronize(h))
+                    except BaseException as e:  # noqa: BLE001 - re-raised below
+                        error = error or e
+                if error is not None:
+                    raise error
+                return finish(results)
+            finally:
+                for done, _ in taken:
+                    done.set()
+        _completer.submit(wait, future)
+        return _create_work_from_future(future)
+
+    def _done(self, value):
+        future = torch.futures.Future()
+        future.set_result(value)
+        return _create_work_from_future(future)
+
+    @staticmethod
+    def _refuse(call, why):
+        raise RuntimeError("ferry backend of torch.distributed: %s is not supported: %s"
+                           % (call, why))
+
+    def _reduce_op(self, call, op):
+        if op == dist.ReduceOp.AVG:
+            return True, None
+        if op in _REDUCE:
+            return False, _REDUCE[op]
+        self._refuse("%s with ReduceOp.%s" % (call, _op_name(op)),
+                     "Ferry reduces by SUM, AVG, MIN, MAX and PRODUCT")
+
+    def _allreduce_start(self, tensors, average, reduce, kind="allreduce"):
+        for t in tensors:
+            ops._check_tensor(t, "tensor of %s" % kind)
+        names = [self._name(kind, t) for t in tensors]
+
+        def start(priorities):
+            return [ops._push_pull_async(t, t, average, n, p, reduce=reduce)
+                    for t, n, p in zip(tensors, names, priorities)]
+        return start, names
+
+    # ----------------------------------------------------------------- collectives
+
+    def allreduce(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        average, reduce = self._reduce_op("allreduce", op)
+        start, names = self._allreduce_start(list(tensors), average, reduce)
+        return self._start(start, lambda results: list(tensors), names)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        names = [self._name("broadcast", t) for t in tensors]
+
+        def start(priorities):
+            return [ops.broadcast_async_(t, root, n) for t, n in zip(tensors, names)]
+        return self._start(start, lambda results: list(tensors), names)
+
+    def _gathered(self, tensor, kind):
+        """Starts an allgather of `tensor` (every rank's, stacked on a new dim 0)."""
+        row = tensor.reshape((1,) + tuple(tensor.shape))
+        name = self._name(kind, tensor)
+        return (lambda priorities: [ops.allgather_async(row, name)]), [name]
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if len(input_tensors) != 1:
+            self._refuse("allgather of %d tensors per rank" % len(input_tensors), "one per rank")
+        start, names = self._gathered(input_tensors[0], "allgather")
+
+        def finish(results):
+            for out, row in zip(output_tensors[0], results[0]):
+                out.copy_(row)
+            return output_tensors
+        return self._start(start, finish, names)
+
+    def _allgather_base(self, output, input, opts=None):
+        start, names = self._gathered(input, "allgather_base")
+
+        def finish(results):
+            output.copy_(results[0].reshape(output.shape))
+            return [output]
+        return self._start(start, finish, names)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        self._refuse("allgather_coalesced", "call allgather per tensor")
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        start, names = self._gathered(input_tensors[0], "gather")
+
+        def finish(results):
+            if self.rank() == root:
+                for out, row in zip(output_tensors[0], results[0]):
+                    out.copy_(row)
+            return output_tensors
+        return self._start(start, finish, names)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        out = output_tensors[0]
+        if self.rank() == root:
+            stacked = torch.stack([t.to(out.device) for t in input_tensors[0]])
+        else:
+            stacked = torch.zeros((self.size(),) + tuple(out.shape), dtype=out.dtype,
+                                  device=out.device)
+        name = self._name("scatter", stacked)
+
+        def start(priorities):
+            return [ops.broadcast_async_(stacked, root, name)]
+
+        def finish(results):
+            out.copy_(stacked[self.rank()])
+            return output_tensors
+        return self._start(start, finish, [name])
+
+    def reduce(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        average, reduce = self._reduce_op("reduce", op)
+        copies = [t.clone() for t in tensors]
+        start, names = self._allreduce_start(copies, average, reduce, kind="reduce")
+
+        def finish(results):
+            if self.rank() == root:
+                for t, c in zip(tensors, copies):
+                    t.copy_(c)
+            return list(tensors)
+        return self._start(start, finish, names)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        average, reduce = self._reduce_op("reduce_scatter", op)
+        out = output_tensors[0]
+        stacked = torch.stack([t.to(out.device) for t in input_tensors[0]])
+        start, names = self._allreduce_start([stacked], average, reduce, kind="reduce_scatter")
+
+        def finish(results):
+            out.copy_(stacked[self.rank()])
+            return output_tensors
+        return self._start(start, finish, names)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        average, reduce = self._reduce_op("_reduce_scatter_base", op)
+        flat = input.clone()
+        start, names = self._allreduce_start([flat], average, reduce, kind="reduce_scatter_base")
+
+        def finish(results):
+            n = output.numel()
+            output.copy_(flat.reshape(-1)[self.rank() * n:(self.rank() + 1) * n]
+                         .reshape(output.shape))
+            return [output]
+        return self._start(start, finish, names)
+
+    def barrier(self, opts=None):
+        # A sum of one element over every rank: done when every rank has called it.
+        token = torch.ones(1, dtype=torch.int32)
+        start, names = self._allreduce_start([token], False, None, kind="barrier")
+        return self._start(start, lambda results: [], names)
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        return self.barrier(opts)
+
+    def alltoall(self, *args, **kwargs):
+        self._refuse("alltoall", "every collective of Ferry goes through its servers")
+
+    def alltoall_base(self, *args, **kwargs):
+        self._refuse("alltoall_base", "every collective of Ferry goes through its servers")
+
+    def send(self, *args, **kwargs):
+        self._refuse("send", "Ferry has no point-to-point transfers yet")
+
+    def recv(self, *args, **kwargs):
+        self._refuse("recv", "Ferry has no point-to-point transfers yet")
+
+    def recv_anysource(self, *args, **kwargs):
+        self._refuse("recv_anysource", "Ferry has no point-to-point transfers yet")
+
+
+def _create(store, rank, world_size, timeout):
+    """torch.distributed's constructor of the backend (init_process_group, new_group)."""
+    ops.init()
+    if world_size != ops.size():
+        raise RuntimeError(
+            "ferry backend of torch.distributed: a group of %d ranks, but the Ferry job has %d "
+            "workers: groups over a subset of the ranks are not supported, and "
+            "init_process_group's world_size must be the number of Ferry workers"
+            % (world_size, ops.size()))
+    if rank != ops.rank():
+        raise RuntimeError(
+            "ferry backend of torch.distributed: this process is rank %d to torch.distributed "
+            "but worker %d to Ferry: launch with ferry-launch or scripts/local-cluster, or pass "
+            "rank=ferry.torch.rank() to init_process_group" % (rank, ops.rank()))
+    group_id = ProcessGroupFerry._created
+    ProcessGroupFerry._created += 1
+    return ProcessGroupFerry(rank, world_size, group_id)
+
+
+def register():
+    """Registers the ``ferry`` backend with torch.distributed (idempotent)."""
+    if not dist.is_available() or _create_work_from_future is None:
+        return False
+    if not hasattr(dist.Backend, BACKEND.upper()):
+        dist.Backend.register_backend(BACKEND, _create)
+    return True

@@ -1,0 +1,145 @@
+"""torch.distributed's "ferry" backend on 2 workers and 2 servers: every collective for
+every dtype against gloo's result in the same processes (or, where gloo refuses one, against
+the exact expectation), asynchronous calls, the refusals, and DDP trained over ferry equal,
+parameter for parameter and bit for bit, to DDP over gloo (plain; with no_sync() gradient
+accumulation and an unused branch). On the host path, the fake device path and CUDA."""
+
+import socket
+
+import pytest
+import torch
+
+from conftest import require_gpu
+from ferry_worker import DTYPES, values
+
+WORKERS = 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=["host", "fake-device", "cuda"])
+def results(module_cluster, request):
+    env = {"FERRY_PARTITION_BYTES": "1024", "FERRY_TEST_DDP_PORT": str(free_port())}
+    if request.param == "fake-device":
+        env["FERRY_DEVICE_API"] = "fake"
+    if request.param == "cuda":
+        require_gpu("the ferry backend with CUDA tensors")
+        env["FERRY_TEST_TENSOR_DEVICE"] = "cuda"
+    c = module_cluster(workers=WORKERS, servers=2, env=env)
+    c.start("dist")
+    res = c.wait_workers(timeout=200)
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        r["path"] = request.param
+    return sorted(res, key=lambda r: r["rank"])
+
+
+def each(shape, dtype, ranks=range(WORKERS)):
+    return [values(shape, dtype, r) for r in ranks]
+
+
+def expected(key, rank):
+    """The exact result of collective `key` on `rank` (as values() fills the inputs)."""
+    d, kind = key[0], key[1]
+    dtype = getattr(torch, d.replace("torch.", ""))
+    wide = lambda ts: [t.to(torch.float64) for t in ts]  # noqa: E731
+    if kind == "all_reduce":
+        xs = each((3, 5), dtype) if key[2] != "AVG" else each((7,), dtype)
+        if key[2] == "SUM":
+            return sum(wide(xs)).to(dtype)
+        if key[2] == "AVG":
+            total = sum(x.to(torch.int64) for x in xs)
+            if dtype.is_floating_point:
+                return (total.to(torch.float64) / WORKERS).to(dtype)
+            return torch.div(total, WORKERS, rounding_mode="trunc").to(dtype)
+        if key[2] == "MIN":
+            return torch.minimum(*xs)
+        if key[2] == "MAX":
+            return torch.maximum(*xs)
+        return (wide(xs)[0] * wide(xs)[1]).to(dtype)
+    if kind == "broadcast":
+        return values((4, 3), dtype, 1)
+    if kind == "all_gather":
+        return each((2, 3), dtype)
+    if kind == "_all_gather_base":
+        return torch.cat(each((2, 3), dtype))
+    if kind == "reduce":
+        return sum(wide(each((5,), dtype))).to(dtype) if rank == 1 else None
+    if kind == "gather":
+        return each((3,), dtype) if rank == 0 else None
+    if kind == "scatter":
+        return values((2, 2), dtype, 10 + rank)
+    if kind == "reduce_scatter":
+        return sum(wide([values((3,), dtype, r * WORKERS + rank) for r in range(WORKERS)])).to(dtype)
+    raise KeyError(key)
+
+
+def same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def test_the_backend_is_ferry(results):
+    for r in results:
+        assert r["backend"] == "ferry"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_collective_equals_gloo_or_the_exact_result(results, dtype):
+    compared = 0
+    for r in results:
+        for key, outcome in r["collectives"].items():
+            if key == "async" or key[0] != str(dtype):
+                continue
+            want = expected(key, r["rank"])
+            assert same(outcome["ferry"], want), (r["rank"], key, outcome["ferry"], want)
+            if "gloo" in outcome:
+                assert same(outcome["ferry"], outcome["gloo"]), (r["rank"], key, outcome)
+                compared += 1
+    assert compared > 0 or dtype == torch.bfloat16, "gloo ran none of the %s collectives" % dtype
+
+
+def test_asynchronous_calls_complete_in_any_order_of_waits(results):
+    for r in results:
+        for i, got in enumerate(r["collectives"]["async"]):
+            want = sum(values((9,), torch.float32, k + i) for k in range(WORKERS))
+            assert torch.equal(got, want), (r["rank"], i)
+
+
+def test_refusals_name_the_call(results):
+    for r in results:
+        e = r["errors"]
+        assert e["alltoall"][0] == "RuntimeError" and "alltoall" in e["alltoall"][1], e["alltoall"]
+        assert "send is not supported" in e["send"][1] and "point-to-point" in e["send"][1]
+        assert "BAND" in e["band"][1] and "SUM, AVG, MIN, MAX and PRODUCT" in e["band"][1]
+        assert "a group of 1 ranks, but the Ferry job has 2 workers" in e["subset"][1]
+        assert "to torch.distributed but worker %d to Ferry" % r["rank"] in e["wrong_rank"][1]
+
+
+@pytest.mark.parametrize("run", ["plain", "no_sync_unused"])
+def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results, run):
+    for r in results:
+        ferry, gloo = r["ddp"]["ferry"][run], r["ddp"]["gloo"][run]
+        assert len(ferry) == len(gloo) == 3
+        for step, (a, b) in enumerate(zip(ferry, gloo)):
+            for k in b:
+                assert torch.equal(a[k], b[k]), "worker %d, step %d, %s: ferry %s, gloo %s" % (
+                    r["rank"], step + 1, k, a[k].flatten()[:3], b[k].flatten()[:3])
+        # And the ranks' parameters agree (DDP keeps the replicas equal; BatchNorm's running
+        # statistics are each rank's own after its last forward, as under gloo).
+        for k, v in results[0]["ddp"]["ferry"][run][-1].items():
+            if "running_" not in k and "num_batches" not in k:
+                assert torch.equal(ferry[-1][k], v), (r["rank"], k)
+
+
+def test_the_device_path_carried_the_fake_and_cuda_runs(results):
+    for r in results:
+        staged = r["stats"]["partitions_staged"]
+        assert (staged == 0) == (r["path"] == "host"), (r["path"], staged)
