@@ -143,3 +143,78 @@ def test_the_device_path_carried_the_fake_and_cuda_runs(results):
     for r in results:
         staged = r["stats"]["partitions_staged"]
         assert (staged == 0) == (r["path"] == "host"), (r["path"], staged)
+
+
+# ----------------------------------------------------------------------------- ferry-run
+
+def ferry_run(args, timeout=240, env=None):
+    import subprocess
+    from conftest import FERRY_BIN, PYTHON, REPO, base_env
+    cmd = [PYTHON, str(REPO / "scripts" / "ferry-run")] + list(args)
+    return subprocess.run(cmd, env=base_env(dict({"FERRY_BIN": str(FERRY_BIN)}, **(env or {}))),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def accuracy(stdout):
+    import re
+    m = re.search(r"test accuracy ([0-9.]+) .* backend (\w+)", stdout)
+    assert m, stdout[-3000:]
+    return float(m.group(1)), m.group(2)
+
+
+def test_a_plain_ddp_program_trains_alike_on_ferry_and_gloo():
+    """examples/ddp_digits.py, launched by ferry-run --standalone, its backend by flag alone:
+    the same accuracy (the same training: DDP's averages are exact with 2 processes)."""
+    from conftest import EXAMPLES
+    got = {}
+    for backend in ("ferry", "gloo"):
+        r = ferry_run(["--standalone", "--nproc-per-node", "2", str(EXAMPLES / "ddp_digits.py"),
+                       "--backend", backend, "--epochs", "3", "--min-accuracy", "0.85"])
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        got[backend] = accuracy(r.stdout)
+    assert got["ferry"][1] == "ferry" and got["gloo"][1] == "gloo"
+    assert got["ferry"][0] == got["gloo"][0], got
+
+
+def test_ferry_run_two_nodes_on_one_machine(tmp_path):
+    """--nnodes 2: two ferry-run processes (node ranks 0 and 1) on loopback, options written
+    both ways (--opt V, --opt=V, underscores), a module run with -m."""
+    from conftest import EXAMPLES
+    import subprocess
+    from conftest import FERRY_BIN, PYTHON, REPO, base_env
+    port = free_port()
+    common = ["--nnodes=2", "--nproc_per_node", "1", "--master-addr", "127.0.0.1",
+              "--master-port=%d" % port, "--servers-per-node", "1"]
+    env = base_env({"FERRY_BIN": str(FERRY_BIN), "DMLC_NODE_HOST": "127.0.0.1",
+                    "PYTHONPATH": str(EXAMPLES) + ":" + base_env()["PYTHONPATH"]})
+    procs = [subprocess.Popen([PYTHON, str(REPO / "scripts" / "ferry-run")] + common +
+                              ["--node-rank", str(n), "-m", "ddp_digits", "--backend", "ferry",
+                               "--epochs", "2"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for n in (0, 1)]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    for n, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, "node %d:\n%s" % (n, out[-3000:])
+    assert "DDP over ferry: 2 processes" in outs[0], outs[0][-2000:]
+    assert "node 1 of 2: 1 worker(s), 1 server(s); ddp_digits" in outs[1], outs[1][-2000:]
+    assert "the scheduler at" in outs[0] and "the scheduler at" not in outs[1]
+
+
+def test_ferry_run_stops_every_process_and_names_the_one_that_failed(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    sys.exit(3)\n"
+                      "time.sleep(120)\n")
+    r = ferry_run(["--standalone", "--nproc-per-node", "2", str(script)], timeout=60)
+    assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "rank 1 exited with code 3; stopping every process" in r.stdout, r.stdout[-2000:]
+
+
+def test_ferry_run_refuses_bad_options():
+    for args, words in [(["--nnodes", "two", "x.py"], "--nnodes: 'two' is not a valid value"),
+                        (["--node-rank", "3", "--nnodes", "2", "x.py"], "is not a node of"),
+                        (["--frobnicate", "x.py"], "unknown option --frobnicate"),
+                        (["--standalone"], "no script given")]:
+        r = ferry_run(args, timeout=30)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
