@@ -303,6 +303,12 @@ def ddp_steps(model, group, device, rank, steps, accumulate, skip):
     return after
 
 
+def opt_state(opt, model):
+    """The model's state once every pending update of a CrossBarrier is applied."""
+    opt.synchronize()
+    return model.state_dict()
+
+
 def mode_dist(args, out):
     """torch.distributed over the ferry backend beside gloo, in the same processes: every
     collective for every dtype, errors, and DDP trained over both."""
@@ -420,6 +426,22 @@ def mode_dist(args, out):
             "plain": ddp_steps(DdpNet().to(device), group, device, rank, 3, 1, False),
             "no_sync_unused": ddp_steps(DdpNet().to(device), group, device, rank, 3, 2, True),
         }
+    # ferry.torch.ddp: DDP's reducer idle, Ferry's per-parameter push_pulls and updates.
+    torch.manual_seed(3)
+    model = DdpNet().to(device)
+    wrapped = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device.type == "cuda" else None)
+    opt = bps.ddp(wrapped, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    g = torch.Generator().manual_seed(500 + rank)
+    overlapped = []
+    for _ in range(3):
+        opt.zero_grad()
+        x = torch.randn(6, 1, 8, 8, generator=g).to(device)
+        y = torch.randint(0, 5, (6,), generator=g).to(device)
+        F.cross_entropy(wrapped(x), y).backward()
+        opt.step()
+        overlapped.append({k: v.detach().clone() for k, v in opt_state(opt, model).items()})
+    runs["ferry"]["overlapped"] = overlapped
     out["ddp"] = to_cpu(runs)
     out["stats"] = _core.stats()
     dist.destroy_process_group()

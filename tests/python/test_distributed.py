@@ -139,6 +139,17 @@ def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results, run):
                 assert torch.equal(ferry[-1][k], v), (r["rank"], k)
 
 
+def test_ferry_torch_ddp_equals_plain_ddp_step_for_step(results):
+    """ferry.torch.ddp (DDP's reducer idle, per-parameter updates gated on their own sums)
+    against plain DDP over gloo on the same model and data: bit for bit after every step."""
+    for r in results:
+        ours, plain = r["ddp"]["ferry"]["overlapped"], r["ddp"]["gloo"]["plain"]
+        for step, (a, b) in enumerate(zip(ours, plain)):
+            for k in b:
+                assert torch.equal(a[k], b[k]), "worker %d, step %d, %s: %s against %s" % (
+                    r["rank"], step + 1, k, a[k].flatten()[:3], b[k].flatten()[:3])
+
+
 def test_the_device_path_carried_the_fake_and_cuda_runs(results):
     for r in results:
         staged = r["stats"]["partitions_staged"]

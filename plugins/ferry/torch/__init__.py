@@ -95,6 +95,7 @@ from ferry.torch.cross_barrier import CrossBarrier
 from ferry.torch.sync_batch_norm import SyncBatchNorm
 from ferry.torch import elastic
 from ferry.torch import distributed
+from ferry.torch.ddp import ddp
 
 # torch.distributed's "ferry" backend: dist.init_process_group("ferry").
 distributed.register()
@@ -116,7 +117,7 @@ __all__ = [
     "allgather", "allgather_async", "allgather_object",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "DistributedOptimizer", "CrossBarrier", "SyncBatchNorm", "elastic", "distributed",
+    "DistributedOptimizer", "CrossBarrier", "SyncBatchNorm", "elastic", "distributed", "ddp",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
