@@ -12,7 +12,8 @@ Trains a model on random data and reports samples/s per worker. Backends:
 --compare N starts a local cluster (2 workers, 2 servers, scripts/local-cluster) whose
 workers hold every configuration at once, each on its own copy of the model: Ferry
 (DistributedOptimizer), Ferry + CrossBarrier, DDP-gloo (torch.distributed in the same
-processes) and compute only (no communication, same CPU contention). It times them in
+processes), DDP over the ferry backend, ferry.torch.ddp (DDP's reducer idle, Ferry's
+overlapped updates) and compute only (no communication, same CPU contention). It times them in
 alternating blocks of --num-batches-per-iter batches, N rounds, and prints the median
 [min - max] of each and the ratios to DDP-gloo:
 
@@ -47,6 +48,19 @@ def build_model(args):
             width = args.mlp_width
         layers.append(nn.Linear(width, args.num_classes))
         return nn.Sequential(*layers)
+    if args.model == "vgg":
+        # VGG-like and small enough for a CPU: four convolution blocks, then wide fully
+        # connected layers that hold most of the parameters (communication about equal to
+        # computation on a 1 Gbit/s link).
+        layers, channels = [], 3
+        for width in (32, 64, 128, 128):
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+            channels = width
+        side = args.image_size // 16
+        layers += [nn.Flatten(), nn.Linear(channels * side * side, args.mlp_width), nn.ReLU(),
+                   nn.Linear(args.mlp_width, args.mlp_width), nn.ReLU(),
+                   nn.Linear(args.mlp_width, args.num_classes)]
+        return nn.Sequential(*layers)
     if args.model in ("resnet18", "resnet50"):
         try:
             import torchvision
@@ -60,6 +74,8 @@ def build_model(args):
 def synthetic_batch(args, device):
     if args.model == "mlp":
         data = torch.randn(args.batch_size, args.mlp_input)
+    elif args.model == "vgg":
+        data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     else:
         data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.randint(0, args.num_classes, (args.batch_size,))
@@ -112,7 +128,10 @@ def train(args):
         import datetime
         import torch.distributed as dist
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+        if args.ddp_backend == "ferry":
+            import ferry.torch  # noqa: F401 - registers the backend
+        dist.init_process_group(args.ddp_backend, timeout=datetime.timedelta(seconds=120))
+        label = "ddp-" + args.ddp_backend
         rank, size = dist.get_rank(), dist.get_world_size()
         model = nn.parallel.DistributedDataParallel(model)
         finish = dist.destroy_process_group
@@ -194,10 +213,19 @@ def interleave(args):
     opt = bps.DistributedOptimizer(sgd(m), named_parameters=[("cb." + k, v) for k, v in m.named_parameters()])
     bps.broadcast_parameters(m.state_dict(), root_rank=0)
     configs.append(("Ferry + CrossBarrier", m, bps.CrossBarrier(m, opt)))
+    ids = [device] if device.type == "cuda" else None
     torch.manual_seed(0)
-    m = nn.parallel.DistributedDataParallel(
-        build_model(args).to(device), device_ids=[device] if device.type == "cuda" else None)
+    m = nn.parallel.DistributedDataParallel(build_model(args).to(device), device_ids=ids)
     configs.append(("DDP (gloo)", m, sgd(m)))
+    ferry_group = dist.new_group(backend="ferry")
+    torch.manual_seed(0)
+    m = nn.parallel.DistributedDataParallel(build_model(args).to(device), device_ids=ids,
+                                            process_group=ferry_group)
+    configs.append(("DDP (ferry)", m, sgd(m)))
+    torch.manual_seed(0)
+    m = nn.parallel.DistributedDataParallel(build_model(args).to(device), device_ids=ids,
+                                            process_group=ferry_group)
+    configs.append(("ferry.torch.ddp", m, bps.ddp(m, sgd(m.module))))
     torch.manual_seed(0)
     m = build_model(args).to(device)
     configs.append(("compute only (no communication)", m, sgd(m)))
@@ -218,7 +246,7 @@ def interleave(args):
                 phase[0] += t1 - t0
                 phase[1] += t2 - t1
                 phase[2] += clock() - t2
-        if isinstance(optimizer, bps.CrossBarrier):
+        if isinstance(optimizer, bps.CrossBarrier):  # CrossBarrier, ferry.torch.ddp
             t0 = clock()
             optimizer.synchronize()  # the block ends with every update applied
             if phase is not None:
@@ -268,7 +296,7 @@ def interleave(args):
             print("  %-32s forward %7.1f  backward %7.1f  step %7.1f  total %7.1f"
                   % (name, f, b, st, f + b + st))
         print("Ferry core counters, worker 0: %s" % bps.ops._stats())
-        for name in ("Ferry", "Ferry + CrossBarrier"):
+        for name in ("Ferry", "Ferry + CrossBarrier", "DDP (ferry)", "ferry.torch.ddp"):
             ratios = [f / d for f, d in zip(results[name], results["DDP (gloo)"])]
             print("%s / DDP-gloo per repeat: %s (median %.2f)"
                   % (name, " ".join("%.2f" % x for x in ratios), statistics.median(ratios)))
@@ -296,7 +324,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--backend", choices=("ferry", "ddp", "none"), default="ferry")
-    p.add_argument("--model", choices=("mlp", "resnet18", "resnet50"), default="mlp")
+    p.add_argument("--model", choices=("mlp", "vgg", "resnet18", "resnet50"), default="mlp")
+    p.add_argument("--ddp-backend", choices=("gloo", "ferry"), default="gloo",
+                   help="--backend ddp: torch.distributed's backend (default gloo)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker (default 32)")
     p.add_argument("--num-warmup", type=int, default=5, help="warm-up batches (default 5)")
     p.add_argument("--num-iters", type=int, default=5, help="timed iterations (default 5)")
