@@ -278,13 +278,24 @@ class DdpNet(torch.nn.Module):
         return self.fc2(h) if skip else self.fc2(h) + self.extra(h)
 
 
-def ddp_steps(model, group, device, rank, steps, accumulate, skip):
+def ddp_steps(model, group, device, rank, steps, accumulate, skip, hook=None, static=False):
     """Trains `model` under DDP over `group`: `steps` steps of SGD with momentum, each over
-    `accumulate` micro-batches (the first ones under no_sync()). Returns the parameters and
-    buffers after each step."""
+    `accumulate` micro-batches (the first ones under no_sync()), with communication hook
+    `hook` ("fp16", "bf16", "powersgd") and static_graph=`static`. Returns the parameters
+    and buffers after each step."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    kwargs = {"static_graph": True} if static else {}
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, process_group=group, find_unused_parameters=skip,
-        device_ids=[device] if device.type == "cuda" else None)
+        device_ids=[device] if device.type == "cuda" else None, **kwargs)
+    if hook == "fp16":
+        ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        ddp.register_comm_hook(group, default_hooks.bf16_compress_hook)
+    elif hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                            start_powerSGD_iter=2, random_seed=0)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(500 + rank)
     after = []
@@ -307,6 +318,35 @@ def opt_state(opt, model):
     """The model's state once every pending update of a CrossBarrier is applied."""
     opt.synchronize()
     return model.state_dict()
+
+
+def mode_dist_mismatch(args, out):
+    """Over the ferry backend, rank 0 allreduces 4 elements where rank 1 allreduces 3 (then
+    6 and 5, asynchronously): the servers refuse both, every rank raises; then an agreeing
+    call works."""
+    import torch.distributed as dist
+    rank, size = bps.rank(), bps.size()
+    dist.init_process_group("ferry", init_method="tcp://127.0.0.1:%s" % os.environ["FERRY_TEST_DDP_PORT"],
+                            rank=rank, world_size=size)
+    dist.all_reduce(torch.ones(2))  # everyone gets going together
+    start = time.time()
+    try:
+        dist.all_reduce(torch.ones(4 if rank == 0 else 3))
+        out["error"] = None
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        out["error"] = (type(e).__name__, str(e))
+    # Asynchronous: the work's future raises it.
+    work = dist.all_reduce(torch.ones(6 if rank == 0 else 5), async_op=True)
+    try:
+        work.get_future().wait()
+        out["async_error"] = None
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        out["async_error"] = (type(e).__name__, str(e))
+    # The group goes on: an agreeing call after the failed ones.
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    out["after"] = t
+    out["seconds"] = time.time() - start
 
 
 def mode_dist(args, out):
@@ -426,6 +466,14 @@ def mode_dist(args, out):
             "plain": ddp_steps(DdpNet().to(device), group, device, rank, 3, 1, False),
             "no_sync_unused": ddp_steps(DdpNet().to(device), group, device, rank, 3, 2, True),
         }
+        # torch refuses its bf16 hook without CUDA and NCCL (whatever the backend).
+        for hook in ("fp16", "powersgd") + (("bf16",) if device.type == "cuda" else ()):
+            torch.manual_seed(3)
+            runs[name][hook] = ddp_steps(DdpNet().to(device), group, device, rank, 3, 1, False,
+                                         hook=hook)
+        torch.manual_seed(3)
+        runs[name]["static_graph"] = ddp_steps(DdpNet().to(device), group, device, rank, 3, 1,
+                                               False, static=True)
     # ferry.torch.ddp: DDP's reducer idle, Ferry's per-parameter push_pulls and updates.
     torch.manual_seed(3)
     model = DdpNet().to(device)

@@ -123,8 +123,11 @@ def test_refusals_name_the_call(results):
         assert "to torch.distributed but worker %d to Ferry" % r["rank"] in e["wrong_rank"][1]
 
 
-@pytest.mark.parametrize("run", ["plain", "no_sync_unused"])
+@pytest.mark.parametrize("run", ["plain", "no_sync_unused", "fp16", "bf16", "powersgd",
+                                 "static_graph"])
 def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results, run):
+    if run == "bf16" and results[0]["path"] != "cuda":
+        pytest.skip("torch's bf16 hook needs CUDA and NCCL")
     for r in results:
         ferry, gloo = r["ddp"]["ferry"][run], r["ddp"]["gloo"][run]
         assert len(ferry) == len(gloo) == 3
@@ -137,6 +140,20 @@ def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results, run):
         for k, v in results[0]["ddp"]["ferry"][run][-1].items():
             if "running_" not in k and "num_batches" not in k:
                 assert torch.equal(ferry[-1][k], v), (r["rank"], k)
+
+
+def test_shapes_that_differ_across_ranks_raise_on_every_rank(cluster):
+    c = cluster(workers=WORKERS, servers=2, env={"FERRY_TEST_DDP_PORT": str(free_port())})
+    c.start("dist_mismatch")
+    for r in sorted(c.wait_workers(timeout=90), key=lambda r: r["rank"]):
+        assert "traceback" not in r, r.get("traceback")
+        for key, mine in (("error", 4 if r["rank"] == 0 else 3),
+                          ("async_error", 6 if r["rank"] == 0 else 5)):
+            assert r[key] is not None, "rank %d: the mismatched all_reduce returned" % r["rank"]
+            name = "dist.0.allreduce.float32.%d" % mine
+            assert "workers disagree" in r[key][1] and name in r[key][1], r[key]
+        assert torch.equal(r["after"], torch.full((3,), 3.0)), r["after"]
+        assert r["seconds"] < 40, r["seconds"]
 
 
 def test_ferry_torch_ddp_equals_plain_ddp_step_for_step(results):

@@ -25,12 +25,17 @@ yet complete) waits for it first. Priorities follow first use: a name used later
 urgent, so DDP's buckets nearest the input (allreduced last in backward, needed first by the
 next forward) go first.
 
-Completion: one thread per process ("ferry-dist") completes the operations in call order:
-it waits for each (ferry.torch's synchronize: the results in place, the name free again),
-then completes its future. An operation that fails completes its future with the error.
+Completion: one thread per process ("ferry-dist") waits for the operations in call order
+(ferry.torch's synchronize: the results in place, the name free again), then hands each
+future to a notifier thread that completes it: a future's callbacks may start and wait for
+further collectives (DDP's PowerSGD hook does), which the "ferry-dist" thread must stay free
+to complete. A failed operation fails its work's future (DDP and `work.get_future()` raise
+its error), and a call made with async_op=False (dist.all_reduce(t)) waits and raises it.
 """
 
 import collections
+import os
+import sys
 import threading
 
 import torch
@@ -44,6 +49,7 @@ except ImportError:  # pragma: no cover - depends on torch
     _create_work_from_future = None
 
 BACKEND = "ferry"
+_C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 
 _REDUCE = {
     dist.ReduceOp.SUM: None,
@@ -53,11 +59,64 @@ _REDUCE = {
 }
 
 
+def _unwrap(outcome):
+    value, error = outcome.value()
+    if error is not None:
+        raise error
+    return value
+
+
+def _caller_waits():
+    """True when torch.distributed's function that called the group was told to wait
+    (async_op=False). Then the group waits itself and raises the operation's error: torch
+    1.13's Work made from a future returns from wait() even when the future failed."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_C10D_FILE):
+            return frame.f_locals.get("async_op") is False
+        frame = frame.f_back
+    return False
+
+
 def _op_name(op):
     for name in ("SUM", "AVG", "MIN", "MAX", "PRODUCT", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
         if hasattr(dist.ReduceOp, name) and op == getattr(dist.ReduceOp, name):
             return name
     return str(op)
+
+
+class _Notifier(object):
+    """Completes futures on daemon threads of its own, never on the completer's: a future's
+    callbacks run inside set_result, and one may start another collective and wait for it
+    (PowerSGD's hook does), which needs the completer free. A thread is added whenever
+    every thread is busy (such a callback blocks one), so nesting cannot deadlock."""
+
+    def __init__(self):
+        self._queue = collections.deque()
+        self._cv = threading.Condition()
+        self._idle = 0
+
+    def complete(self, future, value, error):
+        """Sets `future`'s result to (value, error) on a thread of the notifier."""
+        with self._cv:
+            self._queue.append((future, value, error))
+            if self._idle == 0:
+                threading.Thread(target=self._run, name="ferry-dist-notify", daemon=True).start()
+            else:
+                self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                self._idle += 1
+                while not self._queue:
+                    self._cv.wait()
+                self._idle -= 1
+                future, value, error = self._queue.popleft()
+            future.set_result((value, error))
+
+
+_notifier = _Notifier()
 
 
 class _Completer(object):
@@ -86,9 +145,9 @@ class _Completer(object):
             try:
                 value = wait()
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
-                future.set_exception(e)
+                _notifier.complete(future, None, e)
             else:
-                future.set_result(value)
+                _notifier.complete(future, value, None)
 
 
 _completer = _Completer()
@@ -144,7 +203,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
             for done, _ in taken:
                 done.set()
             raise
-        future = torch.futures.Future()
+        outcome = torch.futures.Future()  # (value, error), set by the notifier
 
         def wait():
             try:
@@ -161,13 +220,14 @@ class ProcessGroupFerry(dist.ProcessGroup):
             finally:
                 for done, _ in taken:
                     done.set()
-        _completer.submit(wait, future)
-        return _create_work_from_future(future)
-
-    def _done(self, value):
-        future = torch.futures.Future()
-        future.set_result(value)
-        return _create_work_from_future(future)
+        _completer.submit(wait, outcome)
+        if _caller_waits():
+            value, error = outcome.wait()
+            if error is not None:
+                raise error
+        # The work's future fails with the operation's error (a then-callback that raises
+        # marks it failed in C++ too, where DDP reads it).
+        return _create_work_from_future(outcome.then(_unwrap))
 
     @staticmethod
     def _refuse(call, why):
