@@ -194,8 +194,12 @@ def interleave(args):
     bps.init()
     rank, size = bps.rank(), bps.size()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["FERRY_BENCH_DDP_PORT"],
-                            rank=rank, world_size=size, timeout=datetime.timedelta(seconds=300))
+    # --compare's cluster gives a port on this machine; under scripts/ferry-run (several
+    # hosts), torchrun's MASTER_ADDR and MASTER_PORT.
+    port = os.environ.get("FERRY_BENCH_DDP_PORT")
+    init = "tcp://127.0.0.1:%s" % port if port else "env://"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=300))
     device = pick_device(args.device, bps.local_rank())
     data, target = synthetic_batch(args, device)
 
