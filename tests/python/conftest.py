@@ -173,3 +173,28 @@ def require_gpu(what):
         pytest.fail("%s: no CUDA GPU visible to torch (torch %s, CUDA %s)"
                     % (what, torch.__version__, torch.version.cuda))
     pytest.skip("%s: needs a CUDA GPU" % what)
+
+
+# The paths of ferry.torch's data the tests run a mode on: host memory, the device path
+# over the fake device (CPU tensors through pinned buffers on simulated streams), CUDA.
+DEVICE_PATHS = ["host", "fake-device", "cuda"]
+
+
+def run_on_path(make_cluster, path, mode, env=None, timeout=150):
+    """Runs worker `mode` on 2 workers and 2 servers on `path` (skipped, or failed with
+    FERRY_REQUIRE_GPU=1, for cuda without a GPU); returns the results by rank, each marked
+    with its path."""
+    env = dict(env or {})
+    if path == "fake-device":
+        env["FERRY_DEVICE_API"] = "fake"
+    if path == "cuda":
+        require_gpu("CUDA tensors through ferry.torch")
+        env["FERRY_TEST_TENSOR_DEVICE"] = "cuda"
+    c = make_cluster(workers=2, servers=2, env=env)
+    c.start(mode)
+    res = c.wait_workers(timeout=timeout)
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        r["path"] = path
+    return sorted(res, key=lambda r: r["rank"])
+

@@ -36,6 +36,15 @@ def values(shape, dtype, rank):
     return v.reshape(shape).to(dtype).to(_device())
 
 
+def outcome(fn):
+    """None if fn() returns, else (the exception's type name, its message)."""
+    try:
+        fn()
+        return None
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        return (type(e).__name__, str(e))
+
+
 def _device():
     if TENSOR_DEVICE != "cuda":
         return torch.device("cpu")
@@ -158,11 +167,7 @@ def mode_ops(args, out):
         ("reserved", lambda: bps.push_pull(torch.zeros(2), name="__ferry__/broadcast/w")),
         ("reserved_broadcast", lambda: bps.broadcast(torch.zeros(2), root_rank=0, name="__ferry__/x")),
     ]:
-        try:
-            fn()
-            errors[what] = None
-        except Exception as e:  # noqa: BLE001 - recorded for the test
-            errors[what] = (type(e).__name__, str(e))
+        errors[what] = outcome(fn)
     out["errors"] = errors
 
     # CrossBarrier refuses a parameter read outside the forward of its module.
@@ -450,11 +455,7 @@ def mode_dist(args, out):
         ("subset", lambda: bps.distributed._create(None, 0, 1, None)),
         ("wrong_rank", lambda: bps.distributed._create(None, (rank + 1) % size, size, None)),
     ]:
-        try:
-            fn()
-            errors[what] = None
-        except Exception as e:  # noqa: BLE001 - recorded for the test
-            errors[what] = (type(e).__name__, str(e))
+        errors[what] = outcome(fn)
     out["errors"] = errors
     out["collectives"] = got
 

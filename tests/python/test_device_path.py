@@ -8,45 +8,21 @@ DistributedOptimizer's averaged gradients must equal DDP-gloo's bit for bit: wit
 a sum of two floats does not depend on its order, and halving is exact."""
 
 import re
-import socket
 
 import pytest
 import torch
 
-from conftest import require_gpu
+from conftest import DEVICE_PATHS, free_port, require_gpu, run_on_path
 from ferry_worker import values
 from test_examples import local_cluster, EXAMPLES
 
 WORKERS = 2
-PATHS = ["host", "fake-device", "cuda"]
 
 
-def path_env(path):
-    if path == "fake-device":
-        return {"FERRY_DEVICE_API": "fake"}
-    if path == "cuda":
-        require_gpu("CUDA tensors through ferry.torch")
-        return {"FERRY_TEST_TENSOR_DEVICE": "cuda"}
-    return {}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module", params=PATHS)
+@pytest.fixture(scope="module", params=DEVICE_PATHS)
 def results(module_cluster, request):
-    env = dict(path_env(request.param), FERRY_PARTITION_BYTES="1024",
-               FERRY_TEST_DDP_PORT=str(free_port()))
-    c = module_cluster(workers=WORKERS, servers=2, env=env)
-    c.start("collectives")
-    res = c.wait_workers(timeout=150)
-    for r in res:
-        assert "traceback" not in r, r.get("traceback")
-        r["path"] = request.param
-    return sorted(res, key=lambda r: r["rank"])
+    return run_on_path(module_cluster, request.param, "collectives",
+                       {"FERRY_PARTITION_BYTES": "1024", "FERRY_TEST_DDP_PORT": str(free_port())})
 
 
 def test_allgather_concatenates_in_rank_order_on_the_callers_device(results):
@@ -96,9 +72,10 @@ def test_the_device_path_carried_the_gradients(results):
 def test_train_digits_through_the_device_path(path):
     """The example through the device path: on the fake device, 4 epochs (learning shown);
     on a GPU (--device cuda, 2 workers sharing it), to its 95% accuracy bar."""
-    env = path_env(path)
+    env = {"FERRY_DEVICE_API": "fake"} if path == "fake-device" else {}
     args = [str(EXAMPLES / "train_digits.py")]
     if path == "cuda":
+        require_gpu("train_digits.py --device cuda")
         args += ["--device", "cuda", "--min-accuracy", "0.95"]
     else:
         args += ["--epochs", "4", "--min-accuracy", "0.85"]

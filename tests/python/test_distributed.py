@@ -4,38 +4,20 @@ the exact expectation), asynchronous calls, the refusals, and DDP trained over f
 parameter for parameter and bit for bit, to DDP over gloo (plain; with no_sync() gradient
 accumulation and an unused branch). On the host path, the fake device path and CUDA."""
 
-import socket
-
 import pytest
 import torch
 
-from conftest import require_gpu
+from conftest import DEVICE_PATHS, free_port, run_on_path
 from ferry_worker import DTYPES, values
 
 WORKERS = 2
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module", params=["host", "fake-device", "cuda"])
+@pytest.fixture(scope="module", params=DEVICE_PATHS)
 def results(module_cluster, request):
-    env = {"FERRY_PARTITION_BYTES": "1024", "FERRY_TEST_DDP_PORT": str(free_port())}
-    if request.param == "fake-device":
-        env["FERRY_DEVICE_API"] = "fake"
-    if request.param == "cuda":
-        require_gpu("the ferry backend with CUDA tensors")
-        env["FERRY_TEST_TENSOR_DEVICE"] = "cuda"
-    c = module_cluster(workers=WORKERS, servers=2, env=env)
-    c.start("dist")
-    res = c.wait_workers(timeout=200)
-    for r in res:
-        assert "traceback" not in r, r.get("traceback")
-        r["path"] = request.param
-    return sorted(res, key=lambda r: r["rank"])
+    return run_on_path(module_cluster, request.param, "dist",
+                       {"FERRY_PARTITION_BYTES": "1024", "FERRY_TEST_DDP_PORT": str(free_port())},
+                       timeout=200)
 
 
 def each(shape, dtype, ranks=range(WORKERS)):
@@ -123,23 +105,31 @@ def test_refusals_name_the_call(results):
         assert "to torch.distributed but worker %d to Ferry" % r["rank"] in e["wrong_rank"][1]
 
 
-@pytest.mark.parametrize("run", ["plain", "no_sync_unused", "fp16", "bf16", "powersgd",
-                                 "static_graph"])
-def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results, run):
-    if run == "bf16" and results[0]["path"] != "cuda":
-        pytest.skip("torch's bf16 hook needs CUDA and NCCL")
+def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results):
+    """Plain; no_sync() accumulation with an unused branch; DDP's fp16, PowerSGD (and with
+    CUDA, bf16) communication hooks; static_graph."""
+    runs = {"plain", "no_sync_unused", "fp16", "powersgd", "static_graph"}
+    if results[0]["path"] == "cuda":
+        runs.add("bf16")  # torch refuses its bf16 hook without CUDA and NCCL
     for r in results:
-        ferry, gloo = r["ddp"]["ferry"][run], r["ddp"]["gloo"][run]
-        assert len(ferry) == len(gloo) == 3
-        for step, (a, b) in enumerate(zip(ferry, gloo)):
-            for k in b:
-                assert torch.equal(a[k], b[k]), "worker %d, step %d, %s: ferry %s, gloo %s" % (
-                    r["rank"], step + 1, k, a[k].flatten()[:3], b[k].flatten()[:3])
-        # And the ranks' parameters agree (DDP keeps the replicas equal; BatchNorm's running
-        # statistics are each rank's own after its last forward, as under gloo).
-        for k, v in results[0]["ddp"]["ferry"][run][-1].items():
-            if "running_" not in k and "num_batches" not in k:
-                assert torch.equal(ferry[-1][k], v), (r["rank"], k)
+        assert set(r["ddp"]["gloo"]) == runs, sorted(r["ddp"]["gloo"])
+        for run in sorted(runs):
+            check_ddp_run(r, results, run)
+
+
+def check_ddp_run(r, results, run):
+    """Worker r's DDP over ferry equals its DDP over gloo after every step of `run`, and its
+    parameters equal rank 0's (DDP keeps the replicas equal; BatchNorm's running statistics
+    are each rank's own after its last forward, as under gloo)."""
+    ferry, gloo = r["ddp"]["ferry"][run], r["ddp"]["gloo"][run]
+    assert len(ferry) == len(gloo) == 3
+    for step, (a, b) in enumerate(zip(ferry, gloo)):
+        for k in b:
+            assert torch.equal(a[k], b[k]), "worker %d, %s, step %d, %s: ferry %s, gloo %s" % (
+                r["rank"], run, step + 1, k, a[k].flatten()[:3], b[k].flatten()[:3])
+    for k, v in results[0]["ddp"]["ferry"][run][-1].items():
+        if "running_" not in k and "num_batches" not in k:
+            assert torch.equal(ferry[-1][k], v), (r["rank"], run, k)
 
 
 def test_shapes_that_differ_across_ranks_raise_on_every_rank(cluster):

@@ -9,27 +9,15 @@ with CUDA tensors where torch has a GPU (skipped elsewhere; scripts/gpu-checks r
 import pytest
 import torch
 
-from conftest import require_gpu
+from conftest import DEVICE_PATHS, run_on_path
 from ferry_worker import DTYPES, SHAPES, values
 
 WORKERS = 2
 
 
-@pytest.fixture(scope="module", params=["host", "fake-device", "cuda"])
+@pytest.fixture(scope="module", params=DEVICE_PATHS)
 def results(module_cluster, request):
-    env = {"FERRY_PARTITION_BYTES": "4096"}
-    if request.param == "fake-device":
-        env["FERRY_DEVICE_API"] = "fake"
-    if request.param == "cuda":
-        require_gpu("CUDA tensors through ferry.torch")
-        env["FERRY_TEST_TENSOR_DEVICE"] = "cuda"
-    c = module_cluster(workers=WORKERS, servers=2, env=env)
-    c.start("ops")
-    res = c.wait_workers(timeout=150)
-    for r in res:
-        assert "traceback" not in r, r.get("traceback")
-        r["path"] = request.param
-    return sorted(res, key=lambda r: r["rank"])
+    return run_on_path(module_cluster, request.param, "ops", {"FERRY_PARTITION_BYTES": "4096"})
 
 
 def test_each_path_is_the_one_taken(results):
