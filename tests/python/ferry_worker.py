@@ -36,7 +36,7 @@ def values(shape, dtype, rank):
     return v.reshape(shape).to(dtype).to(_device())
 
 
-def outcome(fn):
+def outcome_of(fn):
     """None if fn() returns, else (the exception's type name, its message)."""
     try:
         fn()
@@ -167,7 +167,7 @@ def mode_ops(args, out):
         ("reserved", lambda: bps.push_pull(torch.zeros(2), name="__ferry__/broadcast/w")),
         ("reserved_broadcast", lambda: bps.broadcast(torch.zeros(2), root_rank=0, name="__ferry__/x")),
     ]:
-        errors[what] = outcome(fn)
+        errors[what] = outcome_of(fn)
     out["errors"] = errors
 
     # CrossBarrier refuses a parameter read outside the forward of its module.
@@ -455,7 +455,7 @@ def mode_dist(args, out):
         ("subset", lambda: bps.distributed._create(None, 0, 1, None)),
         ("wrong_rank", lambda: bps.distributed._create(None, (rank + 1) % size, size, None)),
     ]:
-        errors[what] = outcome(fn)
+        errors[what] = outcome_of(fn)
     out["errors"] = errors
     out["collectives"] = got
 
