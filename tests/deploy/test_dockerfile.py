@@ -138,6 +138,19 @@ def test_install_lays_out_what_the_image_and_compose_expect(staged):
         "DMLC_ROLE": "scheduler", "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "not-a-port"}))
     assert code == 2 and "DMLC_PS_ROOT_PORT='not-a-port'" in out, out
+    if (BUILD / "python" / "ferry").is_dir():
+        # The installed ferry-run finds the programs and the package in the installed tree:
+        # a DDP-style job of 2 ranks over the ferry backend, without the source tree's paths.
+        script = staged / "allreduce.py"
+        script.write_text("import torch, torch.distributed as dist\n"
+                          "dist.init_process_group('ferry')\n"
+                          "t = torch.full((3,), float(dist.get_rank() + 1))\n"
+                          "dist.all_reduce(t)\n"
+                          "print('sum', t.tolist())\n"
+                          "dist.destroy_process_group()\n")
+        code, out = run([staged / "bin" / "ferry-run", "--standalone", "--nproc-per-node", "2",
+                         script], timeout=120, env=clean_env({}))
+        assert code == 0 and out.count("sum [3.0, 3.0, 3.0]") == 2, out
 
 
 def test_runtime_packages_are_the_run_time_halves_of_install_deps(staged):
