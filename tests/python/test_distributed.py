@@ -236,3 +236,52 @@ def test_ferry_run_refuses_bad_options():
                         (["--standalone"], "no script given")]:
         r = ferry_run(args, timeout=30)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+
+
+def test_a_plain_torchrun_launch_starts_ferry_itself(tmp_path):
+    """torchrun's variables alone (as torchrun sets them; torch 1.13's torchrun itself fails on
+    Python 3.11): the backend starts the scheduler beside RANK 0 and a server beside
+    LOCAL_RANK 0, which end with the job."""
+    import subprocess
+    from conftest import FERRY_BIN, PYTHON, base_env
+    script = tmp_path / "plain.py"
+    script.write_text("import os, torch, torch.distributed as dist\n"
+                      "import ferry.torch\n"
+                      "dist.init_process_group('ferry')\n"
+                      "t = torch.full((4,), float(dist.get_rank() + 1))\n"
+                      "dist.all_reduce(t)\n"
+                      "print('rank', dist.get_rank(), 'sum', t.tolist(), flush=True)\n"
+                      "dist.destroy_process_group()\n"
+                      "ferry.torch.shutdown()\n")
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = base_env({"FERRY_BIN": str(FERRY_BIN), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                        "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)})
+        procs.append(subprocess.Popen([PYTHON, str(script)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, "rank %d:\n%s" % (rank, out[-3000:])
+        assert "rank %d sum [3.0, 3.0, 3.0, 3.0]" % rank in out, out[-3000:]
+    # Nothing left behind: the scheduler and servers were children of the ranks (they end
+    # with the job, or with their parent at the latest).
+    import time
+    deadline = time.time() + 15
+    while True:
+        mine = [pid for pid in subprocess.run(["pgrep", "-f", "ferry-(scheduler|server)$"],
+                                              capture_output=True, text=True).stdout.split()
+                if "DMLC_PS_ROOT_PORT=%d" % (port + 1) in environ_of(pid)]
+        if not mine or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert not mine, "left running: %s" % mine
+
+
+def environ_of(pid):
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""  # gone meanwhile

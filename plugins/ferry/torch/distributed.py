@@ -9,7 +9,9 @@ servers with priority scheduling and nothing else changed:
     model = DistributedDataParallel(model)   # unchanged
 
 The process group joins the Ferry cluster (``ferry.torch.init()``) if the program has not,
-and checks that torch.distributed's rank and world size are Ferry's.
+and checks that torch.distributed's rank and world size are Ferry's. Under a plain torchrun
+launch (torchrun's variables, no DMLC_*), it first starts what scripts/ferry-run would
+(torchrun.py: the scheduler beside RANK 0, a server beside each node's LOCAL_RANK 0).
 
 Operations (each returns at once; ``Work.wait()`` or its future waits):
   allreduce (SUM, AVG, MIN, MAX, PRODUCT), allreduce_coalesced, broadcast, allgather,
@@ -41,7 +43,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import ops
+from . import ops, torchrun
 
 try:  # torch 1.13 and 2.x
     from torch._C._distributed_c10d import _create_work_from_future
@@ -394,6 +396,8 @@ class ProcessGroupFerry(dist.ProcessGroup):
 
 def _create(store, rank, world_size, timeout):
     """torch.distributed's constructor of the backend (init_process_group, new_group)."""
+    if not ops.is_initialized():
+        torchrun.start_cluster()  # a plain torchrun launch: start what ferry-run would
     ops.init()
     if world_size != ops.size():
         raise RuntimeError(
