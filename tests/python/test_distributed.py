@@ -218,6 +218,34 @@ def test_ferry_run_two_nodes_on_one_machine(tmp_path):
     assert "the scheduler at" in outs[0] and "the scheduler at" not in outs[1]
 
 
+def test_ferry_run_with_a_cpu_only_server_host(tmp_path):
+    """--cpu-servers 1 on the node and --cpu-server on a second ferry-run (a CPU-only server
+    host): the job has 2 servers, and a sum over them is exact; both ferry-runs end cleanly."""
+    import subprocess
+    from conftest import FERRY_BIN, PYTHON, REPO, base_env
+    script = tmp_path / "sums.py"
+    script.write_text("import torch, torch.distributed as dist\n"
+                      "import ferry.torch as bps\n"
+                      "dist.init_process_group('ferry')\n"
+                      "t = torch.arange(100000, dtype=torch.float64) * (dist.get_rank() + 1)\n"
+                      "dist.all_reduce(t)\n"
+                      "ok = torch.equal(t, torch.arange(100000, dtype=torch.float64) * 3)\n"
+                      "print('servers', bps.num_servers(), 'exact', ok, flush=True)\n")
+    port = free_port()
+    common = ["--master-port", str(port), "--cpu-servers", "1"]
+    env = base_env({"FERRY_BIN": str(FERRY_BIN), "FERRY_PARTITION_BYTES": "65536"})
+    run = [PYTHON, str(REPO / "scripts" / "ferry-run")]
+    server = subprocess.Popen(run + ["--cpu-server"] + common, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    node = subprocess.Popen(run + ["--nproc-per-node", "2"] + common + [str(script)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = node.communicate(timeout=120)[0]
+    server_out = server.communicate(timeout=60)[0]
+    assert node.returncode == 0, out[-3000:]
+    assert out.count("servers 2 exact True") == 2, out[-3000:]
+    assert server.returncode == 0 and "the server finished cleanly" in server_out, server_out
+
+
 def test_ferry_run_stops_every_process_and_names_the_one_that_failed(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("import os, sys, time\n"
@@ -233,7 +261,8 @@ def test_ferry_run_refuses_bad_options():
     for args, words in [(["--nnodes", "two", "x.py"], "--nnodes: 'two' is not a valid value"),
                         (["--node-rank", "3", "--nnodes", "2", "x.py"], "is not a node of"),
                         (["--frobnicate", "x.py"], "unknown option --frobnicate"),
-                        (["--standalone"], "no script given")]:
+                        (["--standalone"], "no script given"),
+                        (["--cpu-server"], "--cpu-server: a CPU-only server host of a job with")]:
         r = ferry_run(args, timeout=30)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
 
