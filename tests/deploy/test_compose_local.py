@@ -84,7 +84,7 @@ def test_compose_local_trains_the_example(tmp_path):
     code, out = compose_local(COMPOSE, override(tmp_path, {"worker-0": argv, "worker-1": argv}),
                               timeout=170)
     assert code == 0, out[-8000:]
-    assert "training DigitsCNN on 2 workers, 2 servers" in out, out[-4000:]
+    assert "training DigitsCNN on 2 workers (cpu), 2 servers" in out, out[-4000:]
     assert "epoch  2" in out and "test accuracy" in out, out[-4000:]
     assert "every service exited with code 0" in out
     assert_cleaned_up(out)
