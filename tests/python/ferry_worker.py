@@ -442,6 +442,11 @@ def mode_dist(args, out):
     for t, w in reversed(works):
         w.wait()
     got["async"] = [to_cpu(t) for t, _ in works]
+    # Coalesced, two of the tensors of one shape and dtype (two Ferry tensors).
+    coalesced = [values((4,), torch.float32, rank), values((4,), torch.float32, rank + 5),
+                 values((2, 2), torch.float32, rank)]
+    dist.all_reduce_coalesced(coalesced)
+    got["coalesced"] = to_cpu(coalesced)
     dist.barrier()
 
     errors = {}

@@ -435,8 +435,11 @@ TEST(BucketPolicyTest, AQuietPushThatStartsTheTimerWakesTheSender) {
 }
 
 // The same through the sender's loop on a real clock: the part bucket goes on its timeout.
+// The timeout is long enough (300 ms) that the pusher's own tries below come before it even
+// on a loaded machine (at 2 ms a stalled pusher once took the batch itself, and the sender,
+// left with nothing, slept on); a failure closes the queue, so the sender never outlives it.
 TEST(BucketPolicyTest, TheSendersLoopSendsAPartBucketOnItsTimeout) {
-  ScheduledQueue q(Make("fifo-bucket", 0, 1 << 20, /*timeout_us=*/2000), 1);
+  ScheduledQueue q(Make("fifo-bucket", 0, 1 << 20, /*timeout_us=*/300000), 1);
   uint64_t version = 0;
   q.WaitForChange(&version, 0);
   auto sender = std::async(std::launch::async, [&q, version]() mutable {
@@ -447,6 +450,10 @@ TEST(BucketPolicyTest, TheSendersLoopSendsAPartBucketOnItsTimeout) {
     }
     return -2;
   });
+  struct CloseFirst {  // destroyed before `sender`, whose destructor waits for the thread
+    ScheduledQueue& q;
+    ~CloseFirst() { q.Close(); }
+  } close_first{q};
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it waits (as above)
   q.Push(Task(0, 10, 0), /*notify=*/false);
   Batch none;

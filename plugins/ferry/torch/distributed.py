@@ -61,6 +61,18 @@ _REDUCE = {
 }
 
 
+def _distinct(names):
+    """The names of one call's tensors, a repeated one suffixed with its occurrence (two
+    tensors of one shape in one coalesced call are two Ferry tensors)."""
+    seen = {}
+    out = []
+    for n in names:
+        k = seen.get(n, 0)
+        seen[n] = k + 1
+        out.append(n if k == 0 else "%s#%d" % (n, k))
+    return out
+
+
 def _unwrap(outcome):
     value, error = outcome.value()
     if error is not None:
@@ -198,7 +210,9 @@ class ProcessGroupFerry(dist.ProcessGroup):
     def _start(self, start, finish, names):
         """Takes every name of `names`, runs `start(priorities)` (returns ferry.torch
         handles), and has the completer synchronize them and call `finish(results)`."""
-        taken = [self._take(n) for n in names]
+        # Taken in one global order (no two calls on two threads can wait for each other).
+        taken = {n: self._take(n) for n in sorted(set(names))}
+        taken = [taken[n] for n in names]
         try:
             handles = start([p for _, p in taken])
         except BaseException:
@@ -247,7 +261,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
     def _allreduce_start(self, tensors, average, reduce, kind="allreduce"):
         for t in tensors:
             ops._check_tensor(t, "tensor of %s" % kind)
-        names = [self._name(kind, t) for t in tensors]
+        names = _distinct([self._name(kind, t) for t in tensors])
 
         def start(priorities):
             return [ops._push_pull_async(t, t, average, n, p, reduce=reduce)
@@ -267,7 +281,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        names = [self._name("broadcast", t) for t in tensors]
+        names = _distinct([self._name("broadcast", t) for t in tensors])
 
         def start(priorities):
             return [ops.broadcast_async_(t, root, n) for t, n in zip(tensors, names)]
