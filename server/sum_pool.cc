@@ -57,14 +57,14 @@ void SumPool::Copy(void* dst, const void* src, size_t bytes) {
   Run(true, dst, nullptr, src, bytes, DataType::kFloat32);
 }
 
-void SumPool::RunWhole(const Job& job, size_t first, size_t n) {
-  const size_t at = first * job.elem;
-  if (job.copy) {
-    std::memcpy(job.dst + at, job.src + at, n);
-  } else if (job.a) {
-    ferry::SumTo(job.dst + at, job.a + at, job.src + at, n, job.type);
+void SumPool::RunRange(bool copy, void* dst, const void* a, const void* src, size_t count,
+                       DataType type) {
+  if (copy) {
+    std::memcpy(dst, src, count);
+  } else if (a) {
+    ferry::SumTo(dst, a, src, count, type);
   } else {
-    ferry::SumInto(job.dst + at, job.src + at, n, job.type);
+    ferry::SumInto(dst, src, count, type);
   }
 }
 
@@ -73,14 +73,7 @@ void SumPool::Run(bool copy, void* dst, const void* a, const void* src, size_t c
   const size_t elem = copy ? 1 : DataTypeSize(type);
   const size_t bytes = count * elem;
   if (threads_.empty() || split_bytes_ <= 0 || bytes < static_cast<size_t>(split_bytes_)) {
-    Job whole;
-    whole.dst = static_cast<uint8_t*>(dst);
-    whole.a = static_cast<const uint8_t*>(a);
-    whole.src = static_cast<const uint8_t*>(src);
-    whole.elem = elem;
-    whole.type = type;
-    whole.copy = copy;
-    RunWhole(whole, 0, count);
+    RunRange(copy, dst, a, src, count, type);  // the caller alone, nothing to synchronise
     return;
   }
   // Slices of whole 64-byte blocks (a multiple of every element size), so every slice
@@ -123,7 +116,8 @@ bool SumPool::RunSlice(Job& job) {
   if (slice >= job.slices) return false;
   const size_t first = static_cast<size_t>(slice) * job.slice_count;
   const size_t n = std::min(job.slice_count, job.count - first);
-  RunWhole(job, first, n);
+  const size_t at = first * job.elem;
+  RunRange(job.copy, job.dst + at, job.a ? job.a + at : nullptr, job.src + at, n, job.type);
   MutexLock lock(job.mu);
   if (++job.done == job.slices) job.cv.NotifyAll();
   return true;

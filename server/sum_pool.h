@@ -57,8 +57,9 @@ class SumPool {
   // when large.
   void Run(bool copy, void* dst, const void* a, const void* src, size_t count, DataType type)
       EXCLUDES(mu_);
-  // Elements [first, first + n) of the job, on this thread.
-  static void RunWhole(const Job& job, size_t first, size_t n);
+  // dst = a + src (a null: dst += src), or with `copy` dst = src (count bytes), here.
+  static void RunRange(bool copy, void* dst, const void* a, const void* src, size_t count,
+                       DataType type);
   void HelperLoop() EXCLUDES(mu_);
   // Claims the job's next slice and sums it; false when every slice was claimed.
   static bool RunSlice(Job& job);

@@ -41,15 +41,10 @@ class CudaDevice : public DeviceApi {
   Stream Adopt(uintptr_t native) override {
     if (native == 0) return 0;
     cudaStream_t s = reinterpret_cast<cudaStream_t>(native);
-    {
-      MutexLock lock(mu_);
-      auto it = adopted_.find(s);
-      if (it != adopted_.end()) return it->second;
-    }
-    const Stream id = Add(streams_, s);
-    MutexLock lock(mu_);
-    adopted_[s] = id;
-    return id;
+    MutexLock lock(mu_);  // one look and one insertion: a stream is adopted once
+    auto [it, fresh] = adopted_.emplace(s, next_);
+    if (fresh) streams_[next_++] = s;
+    return it->second;
   }
   void DestroyStream(Stream id) override {
     cudaStream_t s = Take(streams_, id);

@@ -133,38 +133,23 @@ class _Notifier(object):
 _notifier = _Notifier()
 
 
-class _Completer(object):
-    """One thread completing the process groups' operations in call order."""
+class _Completion(object):
+    """One operation for the completer (ops._Runner): `wait()` returns its value or raises;
+    the notifier then completes `future` with (value, error)."""
 
-    def __init__(self):
-        self._queue = collections.deque()
-        self._cv = threading.Condition()
-        self._thread = None
+    def __init__(self, wait, future):
+        self.wait, self.future = wait, future
 
-    def submit(self, wait, future):
-        """`wait()` (on the completer's thread) returns the future's value or raises."""
-        with self._cv:
-            self._queue.append((wait, future))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ferry-dist", daemon=True)
-                self._thread.start()
-            self._cv.notify()
-
-    def _run(self):
-        while True:
-            with self._cv:
-                while not self._queue:
-                    self._cv.wait()
-                wait, future = self._queue.popleft()
-            try:
-                value = wait()
-            except BaseException as e:  # noqa: BLE001 - handed to the waiter
-                _notifier.complete(future, None, e)
-            else:
-                _notifier.complete(future, value, None)
+    def execute(self):
+        try:
+            value = self.wait()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiter
+            _notifier.complete(self.future, None, e)
+        else:
+            _notifier.complete(self.future, value, None)
 
 
-_completer = _Completer()
+_completer = ops._Runner("ferry-dist")  # waits for the operations in call order
 
 
 class ProcessGroupFerry(dist.ProcessGroup):
@@ -236,7 +221,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
             finally:
                 for done, _ in taken:
                     done.set()
-        _completer.submit(wait, outcome)
+        _completer.submit(_Completion(wait, outcome))
         if _caller_waits():
             value, error = outcome.wait()
             if error is not None:

@@ -180,10 +180,13 @@ class _Task(object):
 
 
 class _Runner(object):
-    """One daemon thread running background operations in call order (started at first
-    use, and again in a process forked after it)."""
+    """One daemon thread named `name` running tasks (objects with execute()) in call order
+    (started at first use, and again in a process forked after it). ferry.torch's
+    background operations run on one; the torch.distributed backend completes its
+    operations on another."""
 
-    def __init__(self):
+    def __init__(self, name="ferry-collectives"):
+        self._name = name
         self._queue = []
         self._cv = threading.Condition()
         self.thread = None
@@ -198,8 +201,7 @@ class _Runner(object):
     def submit(self, task):
         with self._cv:
             if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._loop, name="ferry-collectives",
-                                               daemon=True)
+                self.thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self.thread.start()
             self._queue.append(task)
             self._cv.notify()
