@@ -11,7 +11,7 @@
 // refused with the reason (Refusal), as are rounds of it already waiting for pushes.
 // Entries live only while a retirement is incomplete: normally the tensors being
 // re-declared. A worker that never retires a tensor (it was refused, or an operation of it
-// ended with requests still out, operation_kind.h) leaves its entry, and the tensor's keys,
+// ended with requests still out, sequencer.h) leaves its entry, and the tensor's keys,
 // until every worker joined.
 
 #include <cstdint>

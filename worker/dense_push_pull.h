@@ -45,7 +45,7 @@
 // with every frame's sum it has; sums that come twice are dropped as late).
 //
 // Threads: Start (callers, under mu), SendReady (above), resends (the Worker's "sender"
-// thread), replies (van-io), release hooks (ZeroMQ's IO thread). See operation_kind.h for the lock.
+// thread), replies (van-io), release hooks (ZeroMQ's IO thread). See worker_context.h for the lock.
 //
 // Release hooks take no lock of the Worker: ZeroMQ's IO thread moves every socket's bytes
 // and must never wait for a caller or a reply handler. A hook only notes its release in
@@ -62,6 +62,8 @@
 #include <vector>
 
 #include "worker/operation_kind.h"
+#include "worker/sequencer.h"
+#include "worker/worker_context.h"
 #include "worker/request_tracker.h"
 #include "worker/scheduling/scheduled_queue.h"
 
@@ -148,7 +150,8 @@ class DensePushPull : public OperationKind {
 
   WorkerContext& ctx_;
   ScheduledQueue& queue_;
-  Mutex send_mu_;  // held from a hand-out to its last Van::Send (see "Who sends")
+  // Held from a hand-out to its last Van::Send (see "Who sends"); taken before mu.
+  Mutex send_mu_ ACQUIRED_BEFORE(ctx_.mu);
   Mutex release_mu_;  // a leaf: guards releases_ only; nothing is taken inside it
   std::vector<Release> releases_ GUARDED_BY(release_mu_);
   RequestTracker<InFlight> in_flight_ GUARDED_BY(ctx_.mu);  // request id -> partition

@@ -32,7 +32,8 @@
 
 #include "common/transport/message.h"
 #include "common/util/mutex.h"
-#include "worker/operation_kind.h"
+#include "worker/sequencer.h"
+#include "worker/worker_context.h"
 #include "worker/tensor_catalog.h"
 
 namespace ferry {

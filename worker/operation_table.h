@@ -162,6 +162,8 @@ class OperationTable {
   const int64_t timeout_ms_;
   const TimeoutMessageFn timeout_message_;
 
+  // The lock order's checked declaration (WorkerContext::mu is taken before this) names it.
+  friend struct WorkerContext;
   mutable Mutex mu_;  // guards entries_, next_handle_, failure_, ready_ and the two flags
   CondVar cv_;        // signalled when an operation becomes visible as finished
   CondVar callbacks_cv_;  // signalled on a queued callback, a new deadline and on stop

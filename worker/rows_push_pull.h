@@ -11,7 +11,7 @@
 // output is written outside the lock, under a hold of the operation.
 //
 // Threads: Plan and Start (callers, under mu), replies (van-io), resends (the Worker's
-// "sender" thread). See operation_kind.h for the lock.
+// "sender" thread). See worker_context.h for the lock.
 
 #include <memory>
 #include <string>
@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "worker/operation_kind.h"
+#include "worker/sequencer.h"
+#include "worker/worker_context.h"
 #include "worker/request_tracker.h"
 
 namespace ferry {

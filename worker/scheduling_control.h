@@ -44,7 +44,8 @@
 #include <string>
 
 #include "common/util/mutex.h"
-#include "worker/operation_kind.h"
+#include "worker/sequencer.h"
+#include "worker/worker_context.h"
 #include "worker/scheduling/autotune.h"
 #include "worker/scheduling/scheduled_queue.h"
 #include "worker/tensor_catalog.h"

@@ -15,7 +15,8 @@
 #include <thread>
 
 #include "worker/dense_push_pull.h"
-#include "worker/operation_kind.h"
+#include "worker/sequencer.h"
+#include "worker/worker_context.h"
 #include "worker/rows_push_pull.h"
 #include "worker/scheduling/scheduled_queue.h"
 

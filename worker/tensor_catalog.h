@@ -60,7 +60,7 @@ struct TensorInfo {
   // An operation of it ended (a deadline, a refusal) with requests possibly still on their
   // way, or a server refused it (telling the servers of its retirement would mask the
   // refusal's reason for a worker whose push is still coming): its retirement is not told
-  // to the servers (operation_kind.h, Sequencer).
+  // to the servers (sequencer.h).
   bool requests_out = false;
 };
 

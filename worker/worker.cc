@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/metrics/series.h"
 #include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
 #include "worker/local/local_group.h"
 #include "worker/reserved_tensor_names.h"
+#include "worker/worker_reports.h"
 #include "worker/scheduling/policies.h"
 
 namespace ferry {
@@ -79,7 +79,7 @@ std::unique_ptr<Worker> Worker::Create(const Config& config) {
 Worker::Worker(const Config& config)
     : Collective(config.cluster.op_timeout_ms,
                  [this](Handle h) {
-                   MutexLock lock(mu_);
+                   MutexLock lock(ctx_.mu);
                    return StrCat("timed out after ", config_.cluster.op_timeout_ms,
                                  " ms (FERRY_OP_TIMEOUT_MS): ", sequencer_->Describe(h));
                  }),
@@ -94,21 +94,27 @@ void Worker::Start() {
   KeepLargeBuffersInHeap();
   counters_.servers.Resize(config_.cluster.num_servers);  // before any thread counts
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
-  cluster_.SetFailureCallback([this](const std::string& reason) { FailAll(reason); });
-  cluster_.SetMembershipCallback([this](const NodeTable& table) { OnMembership(table); });
+  cluster_.SetFailureCallback([this](const std::string& reason) {
+    if (MembershipEpochs* epochs = this->epochs()) epochs->FailForGood(reason);
+  });
+  cluster_.SetMembershipCallback([this](const NodeTable& table) {
+    if (MembershipEpochs* epochs = this->epochs()) epochs->OnMembership(table);
+  });
   cluster_.SetStallReporter([this](int64_t report_after_ms, const std::vector<std::string>& labels,
                                    proto::StallReport* report) {
-    ReportStalls(report_after_ms, labels, report);
+    ReportStalls(table_, report_after_ms, labels, report);
   });
-  cluster_.SetMetricsReporter([this](proto::MetricsSnapshot* out) { ReportMetrics(out); });
+  cluster_.SetMetricsReporter(
+      [this](proto::MetricsSnapshot* out) { ReportMetrics(counters_, queue_, out); });
   cluster_.Register();
   const NodeTable& table = cluster_.table();  // one membership for the whole start
-  my_id_ = cluster_.my_id();
-  rank_ = table.node(my_id_).rank();
-  num_workers_ = table.num_workers();
-  num_servers_ = table.num_servers();
-  SetLogNodeName(StrCat("worker ", rank_.load()));
-  std::vector<double> weights = ConnectServers(table);
+  ctx_.my_id = cluster_.my_id();
+  ctx_.num_servers = table.num_servers();
+  {
+    MutexLock lock(ctx_.mu);
+    MembershipEpochs::TakeMembership(ctx_, table);
+  }
+  std::vector<double> weights = MembershipEpochs::ConnectServers(ctx_, table);
   // The shared-memory lane to each server on this host, before the first push takes a
   // connection (a probe is a few messages on this host: milliseconds).
   if (!van_.WaitForLanes(kLaneProbeMs)) {
@@ -116,9 +122,10 @@ void Worker::Start() {
                  << " ms; tensor bytes go over TCP until it does";
   }
   if (!config_.diagnostics.trace_dir.empty())
-    trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, rank_);
+    trace_ = std::make_unique<Trace>(config_.diagnostics.trace_dir, ctx_.rank);
+  ctx_.trace = trace_.get();
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ctx_.mu);
     catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(),
                                                std::move(weights), config_.server.async);
     if (const proto::CatalogSnapshot* joined = cluster_.joined_catalog()) {
@@ -127,33 +134,37 @@ void Worker::Start() {
       LOG(INFO) << "joined a running job at membership epoch " << table.proto().epoch()
                 << " with rank 0's catalog of " << joined->tensors_size() << " tensors";
     }
-    ctx_.reset(new WorkerContext{config_, van_, cluster_, table_, counters_, trace_.get(), mu_});
-    sequencer_ = std::make_unique<Sequencer>(*ctx_, *catalog_,
+    sequencer_ = std::make_unique<Sequencer>(ctx_, *catalog_,
                                              [this](uint32_t id) { RetireOnServers(id); });
-    ctx_->sequencer = sequencer_.get();
-    ctx_->my_id = my_id_;
-    ctx_->num_workers = num_workers_.load();
-    ctx_->num_servers = num_servers_;
-    ctx_->mu.AssertHeld();  // the same lock as mu_
-    ctx_->live_servers = LiveSlots(table);
-    ctx_->epoch = table.proto().epoch();
-    dense_ = std::make_unique<DensePushPull>(*ctx_, queue_);
-    rows_ = std::make_unique<RowsPushPull>(*ctx_);
-    join_ = std::make_unique<JoinProtocol>(*ctx_, *catalog_);
+    ctx_.sequencer = sequencer_.get();
+    dense_ = std::make_unique<DensePushPull>(ctx_, queue_);
+    rows_ = std::make_unique<RowsPushPull>(ctx_);
+    join_ = std::make_unique<JoinProtocol>(ctx_, *catalog_);
+    epochs_ = std::make_unique<MembershipEpochs>(
+        ctx_, MembershipEpochs::Parts{*catalog_, *sequencer_, *dense_, *rows_, *join_},
+        [this](int32_t* value) {
+          Wait(StartPushPull(ReservedTensorName(reserved::kHostsUpdated), value, value,
+                             DataType::kInt32, 1, false, std::nullopt, nullptr));
+        });
   }
-  // The parts keep a reference; they take mu_ (as WorkerContext::mu) to use it.
+  // The parts keep a reference; they take ctx_.mu to use it.
   scheduling_ = std::make_unique<SchedulingControl>(
-      *ctx_, *catalog_.get(), queue_, [this](std::vector<double>& values) {
+      ctx_, *catalog_.get(), queue_, [this](std::vector<double>& values) {
         Wait(StartPushPull(ReservedTensorName(reserved::kAutotune), values.data(), values.data(),
                            DataType::kFloat64, values.size(), false, std::nullopt, nullptr));
       });
-  sender_ = std::make_unique<Sender>(*ctx_, queue_, *dense_, *rows_);
-  // An epoch that came while this worker started (its callback found no context yet).
-  if (cluster_.epoch() != ctx_->epoch.load()) OnMembership(cluster_.table());
-  LOG(INFO) << "worker " << rank_ << " of " << num_workers_ << " ready; " << num_servers_
-            << " servers; scheduling policy " << queue_.policy_name() << ", "
+  sender_ = std::make_unique<Sender>(ctx_, queue_, *dense_, *rows_);
+  // An epoch that came while this worker started (its callback found no part yet).
+  if (cluster_.epoch() != ctx_.epoch.load()) epochs_->OnMembership(cluster_.table());
+  LOG(INFO) << "worker " << ctx_.rank << " of " << ctx_.num_workers << " ready; "
+            << ctx_.num_servers << " servers; scheduling policy " << queue_.policy_name() << ", "
             << Describe(scheduling_->current()) << scheduling_->DescribePlan()
             << (trace_ ? "; trace " + trace_->path() : std::string());
+}
+
+MembershipEpochs* Worker::epochs() {
+  MutexLock lock(ctx_.mu);
+  return epochs_.get();
 }
 
 Worker::~Worker() {
@@ -161,7 +172,7 @@ Worker::~Worker() {
   // The shutdown order of local_nccl.h: no device round starts a push_pull after this.
   LocalNccl* nccl = nullptr;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ctx_.mu);
     nccl = nccl_.get();
   }
   if (nccl != nullptr) nccl->Stop();
@@ -169,30 +180,16 @@ Worker::~Worker() {
   // After Stop() ZeroMQ holds no payload: every release hook has run while the
   // members they touch are still alive.
   van_.Stop();
-  table_.Close();  // completion callbacks use mu_ and the sequencer
-  MutexLock lock(mu_);
+  table_.Close();  // completion callbacks use ctx_.mu and the sequencer
+  MutexLock lock(ctx_.mu);
   nccl_.reset();  // before the parts its push_pulls run through
-}
-
-void Worker::ReportMetrics(proto::MetricsSnapshot* out) const {
-  const WorkerCounters& c = counters_;
-  metrics::AddPeerBytes(out, c.servers, "server-");
-  metrics::AddValue(out, "ferry_operations_total", c.operations);
-  metrics::AddValue(out, "ferry_resends_total", c.resends);
-  metrics::AddValue(out, "ferry_partitions_in_flight", queue_.in_flight());
-  const auto [urgent, other] = queue_.QueuedBytes(c.urgency.threshold());
-  metrics::AddValue(out, "ferry_queued_bytes", urgent, {{"priority", "urgent"}});
-  metrics::AddValue(out, "ferry_queued_bytes", other, {{"priority", "other"}});
-  metrics::AddHistogram(out, "ferry_urgent_queue_delay_seconds", c.urgent_queue_delay_us);
-  metrics::AddHistogram(out, "ferry_partition_round_seconds", c.partition_round_us);
-  metrics::AddHistogram(out, "ferry_iteration_seconds", c.iteration_us);
 }
 
 int Worker::DeclareTensor(const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape, std::optional<int> priority) {
   CheckUserTensorName("declaration", name);
-  MutexLock lock(mu_);
-  ctx_->CheckRunning("declaration", name);
+  MutexLock lock(ctx_.mu);
+  ctx_.CheckRunning("declaration", name);
   return static_cast<int>(Declare(name, dtype, shape, priority)->id);
 }
 
@@ -208,48 +205,15 @@ std::shared_ptr<TensorInfo> Worker::Declare(const std::string& name, DataType dt
   return t;
 }
 
-std::vector<double> Worker::ConnectServers(const NodeTable& table) {
-  std::vector<double> weights(table.num_servers(), 0.0);  // an empty slot weighs 0
-  for (const auto& s : table.Servers()) {
-    weights[s.rank()] = s.weight();
-    // A no-op for a server already connected there; a promoted spare (the slot's id at a
-    // new address) replaces the dead server's connection.
-    van_.Connect(s.id(), StrCat("tcp://", s.host(), ":", s.port()), cluster_.routing_id(),
-                 config_.transport.control_lane);
-  }
-  return weights;
-}
-
-std::vector<bool> Worker::LiveSlots(const NodeTable& table) {
-  std::vector<bool> live(table.num_servers(), false);
-  for (const auto& s : table.Servers()) live[s.rank()] = true;
-  return live;
-}
 
 void Worker::RetireOnServers(uint32_t tensor_id) {
-  ctx_->mu.AssertHeld();  // the sequencer's caller holds it
-  for (int s = 0; s < num_servers_; ++s) {
-    if (!ctx_->live_servers[s]) continue;
-    Message m = ctx_->NewMessage(proto::RETIRE);
+  ctx_.mu.AssertHeld();  // the sequencer's caller holds it
+  for (int s = 0; s < ctx_.num_servers; ++s) {
+    if (!ctx_.live_servers[s]) continue;
+    Message m = ctx_.NewMessage(proto::RETIRE);
     m.envelope.set_key(MakeKey(tensor_id, 0));
     van_.Send(ServerId(s), std::move(m));
   }
-}
-
-void Worker::ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
-                          proto::StallReport* report) const {
-  for (const PendingOperation& p : table_.Unfinished(report_after_ms, ClusterClient::kMaxReported)) {
-    auto* out = report->add_pending();
-    out->set_label(p.label);
-    out->set_seq(p.seq);
-    out->set_age_ms(p.age_ms);
-  }
-  for (const std::string& label : labels) {
-    auto* count = report->add_counts();  // 0 too: "never submitted" is the point
-    count->set_label(label);
-    count->set_count(table_.Submitted(label));
-  }
-  report->set_idle_ms(table_.IdleMs());
 }
 
 std::shared_ptr<Operation> Worker::NewOperation(const std::shared_ptr<TensorInfo>& tensor,
@@ -270,7 +234,7 @@ std::shared_ptr<Operation> Worker::NewOperation(const std::shared_ptr<TensorInfo
     done = [this, weak, done = std::move(done)](Handle h, const Verdict& v) {
       if (!v.ok()) {
         {
-          MutexLock lock(mu_);
+          MutexLock lock(ctx_.mu);
           if (auto op = weak.lock()) sequencer_->Abandon(op);
         }
         dense_->SendReady();  // the tensor's next operation may have started
@@ -336,7 +300,7 @@ Handle Worker::PushPullStagedAsync(const std::string& name, const void* input, v
 
 void Worker::ReleasePartition(Handle handle, uint32_t part) {
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ctx_.mu);
     auto it = staged_.find(handle);
     FERRY_ENFORCE(it != staged_.end() && part < it->second->released.size() &&
                       !it->second->released[part],
@@ -344,7 +308,7 @@ void Worker::ReleasePartition(Handle handle, uint32_t part) {
                   handle, ": not a staged operation with that partition, or released already");
     const std::shared_ptr<Operation> op = it->second;
     dense_->ReleasePart(op, part);
-    ctx_->counters.partitions_staged.Add(1);
+    ctx_.counters.partitions_staged.Add(1);
     if (op->releases_pending == 0) staged_.erase(it);
   }
   dense_->SendReady();
@@ -355,8 +319,8 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
                               std::optional<int> priority, CompletionCallback done,
                               ReduceOp reduce, std::vector<PartitionSpec>* staged,
                               std::function<void(uint32_t)> part_summed) {
-  MutexLock lock(mu_);
-  ctx_->CheckRunning("push_pull", name);
+  MutexLock lock(ctx_.mu);
+  ctx_.CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
                 name,
                 "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
@@ -398,8 +362,8 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   CheckUserTensorName("push_pull_rows", name);
   FERRY_ENFORCE(num_rows == 0 || (rows && values && output), ErrorCode::kInvalidArgument,
                 "push_pull_rows of '", name, "': null buffer");
-  MutexLock lock(mu_);
-  ctx_->CheckRunning("push_pull_rows", name);
+  MutexLock lock(ctx_.mu);
+  ctx_.CheckRunning("push_pull_rows", name);
   FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
   std::shared_ptr<TensorInfo> found = catalog_->Find(name);
@@ -448,7 +412,7 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
     case proto::PUSH_RESULT:
     case proto::ROWS_RESULT:
     case proto::ERROR:
-      NoteReplyDelay(m);
+      NoteReplyDelay(counters_, m);
       // Every sum that arrived, late and duplicate ones too: what the server counts as sent.
       counters_.servers.AddReceived(cluster_.table().node(origin.peer).rank(), m.payload.size());
       // The rows kind knows its request ids; whatever it does not claim is dense.
@@ -463,106 +427,16 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
   }
 }
 
-void Worker::NoteReplyDelay(const Message& m) {
-  if (m.envelope.sent_us() == 0) return;
-  const int64_t delay = std::max<int64_t>(0, UnixUs() - static_cast<int64_t>(m.envelope.sent_us()));
-  const bool sum = m.type() == proto::PUSH_RESULT || m.type() == proto::ROWS_RESULT;
-  (sum ? counters_.sum_delay_us : counters_.ack_delay_us).Record(static_cast<uint64_t>(delay));
-}
 
-void Worker::FailAll(const std::string& reason) {
-  MutexLock lock(mu_);
-  if (!ctx_) return;      // not started: Create throws
-  ctx_->mu.AssertHeld();  // the same lock as mu_
-  // A failure for good replaces a membership change waiting for Reset().
-  if (!ctx_->failure.empty() && ctx_->failure_code != ErrorCode::kMembershipChanged) return;
-  ctx_->failure = reason;
-  ctx_->failure_code = ErrorCode::kPeerFailed;
-  sequencer_->FailAll();
-  table_.FailAll(reason);
-  join_->OnFailure();
-}
 
-void Worker::OnMembership(const NodeTable& table) {
-  MutexLock lock(mu_);
-  if (!ctx_) return;  // not started: Start() reads the newest table
-  ctx_->mu.AssertHeld();
-  if (!ctx_->failure.empty()) return;  // failed for good, or a change already pending
-  if (table.proto().epoch() <= ctx_->epoch.load()) return;  // the table it started with
-  const std::string reason =
-      StrCat("the job's membership changed (epoch ", table.proto().epoch(), ": ",
-             table.Servers().size(), " servers, ", table.num_workers(), " workers; this worker ",
-             "was rank ", rank_.load(), " of ", num_workers_.load(),
-             "): the operation was abandoned; restore the last committed state and call reset() "
-             "(ferry.torch.elastic does both)");
-  LOG(WARNING) << reason;
-  ctx_->failure = reason;
-  ctx_->failure_code = ErrorCode::kMembershipChanged;
-  sequencer_->FailAll();
-  dense_->AbandonInFlight();
-  rows_->AbandonInFlight();
-  table_.FailAll(reason, ErrorCode::kMembershipChanged);  // last: it wakes the waiters
-  join_->OnFailure();
-}
-
-bool Worker::HostsUpdated() {
-  if (!config_.cluster.elastic) return false;
-  int32_t waiting = cluster_.workers_waiting() > 0 ? 1 : 0;
-  Wait(StartPushPull(ReservedTensorName(reserved::kHostsUpdated), &waiting, &waiting,
-                     DataType::kInt32, 1, false, std::nullopt, nullptr));
-  MutexLock lock(mu_);
-  admitting_ = waiting > 0;
-  return admitting_;
-}
-
-void Worker::Reset() {
-  FERRY_ENFORCE(config_.cluster.elastic, ErrorCode::kInvalidArgument,
-                "reset(): only in elastic training (FERRY_ELASTIC=1)");
-  MutexLock lock(mu_);
-  ctx_->mu.AssertHeld();
-  if (ctx_->failure.empty() && admitting_) {
-    // The workers agreed to admit: rank 0 brings its catalog; the scheduler then starts
-    // the epoch with the joiners, whose table fails this worker's (idle) operations.
-    admitting_ = false;
-    const uint32_t epoch = ctx_->epoch.load();
-    const proto::CatalogSnapshot snapshot = catalog_->Snapshot();
-    cluster_.Admit(rank_ == 0 ? &snapshot : nullptr);
-    const int64_t deadline = NowMs() + config_.cluster.op_timeout_ms;
-    while (ctx_->failure.empty()) {
-      FERRY_ENFORCE(NowMs() < deadline, ErrorCode::kTimeout, "reset(): the epoch admitting the ",
-                    "workers waiting to join did not come within ", config_.cluster.op_timeout_ms,
-                    " ms (FERRY_OP_TIMEOUT_MS); this worker is in epoch ", epoch);
-      MutexUnlock unlock(mu_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-  if (ctx_->failure.empty()) return;  // nothing changed
-  FERRY_ENFORCE(ctx_->failure_code == ErrorCode::kMembershipChanged, ctx_->failure_code,
-                ctx_->failure);
-  const NodeTable& table = cluster_.table();  // the newest: changes since count too
-  rank_ = cluster_.my_rank();
-  num_workers_ = table.num_workers();
-  ctx_->num_workers = num_workers_.load();
-  ctx_->live_servers = LiveSlots(table);
-  const size_t moved = catalog_->SetServerWeights(ConnectServers(table));
-  catalog_->ResetRounds();
-  sequencer_->Reset();
-  table_.RestartCounts();
-  CHECK(table_.Reopen()) << "the operation table failed otherwise: " << ctx_->failure;
-  ctx_->failure.clear();
-  ctx_->failure_code = ErrorCode::kPeerFailed;
-  ctx_->epoch = table.proto().epoch();
-  SetLogNodeName(StrCat("worker ", rank_.load()));
-  LOG(INFO) << "reset to membership epoch " << table.proto().epoch() << ": worker " << rank_.load()
-            << " of " << num_workers_.load() << ", " << table.Servers().size() << " live servers"
-            << (moved > 0 ? StrCat("; ", moved, " partitions placed again") : std::string());
-}
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                        int root) {
   CheckUserTensorName("broadcast", name);
-  FERRY_ENFORCE(root >= 0 && root < num_workers_, ErrorCode::kInvalidArgument, "broadcast of '",
-                name, "': root rank ", root, " is not a worker rank (0..", num_workers_ - 1, ")");
+  const int workers = ctx_.num_workers;
+  const int rank = ctx_.rank;
+  FERRY_ENFORCE(root >= 0 && root < workers, ErrorCode::kInvalidArgument, "broadcast of '",
+                name, "': root rank ", root, " is not a worker rank (0..", workers - 1, ")");
   FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "broadcast of '", name,
                 "': not available in asynchronous training (FERRY_ENABLE_ASYNC=1); there the "
                 "servers hold the parameters, and every worker's first push_pull of a tensor "
@@ -572,17 +446,17 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
   // if they agree comes the data: a sum in which every worker but the root contributes
   // zeros, exact for every dtype. (Declaring the data tensor with disagreeing sizes would
   // also set the workers' placements apart for every later tensor.)
-  std::vector<int64_t> vote(3 * static_cast<size_t>(num_workers_), 0);
-  vote[3 * rank_] = root + 1;
-  vote[3 * rank_ + 1] = static_cast<int64_t>(dtype) + 1;
-  vote[3 * rank_ + 2] = static_cast<int64_t>(count) + 1;
+  std::vector<int64_t> vote(3 * static_cast<size_t>(workers), 0);
+  vote[3 * rank] = root + 1;
+  vote[3 * rank + 1] = static_cast<int64_t>(dtype) + 1;
+  vote[3 * rank + 2] = static_cast<int64_t>(count) + 1;
   Wait(StartPushPull(ReservedTensorName(reserved::kBroadcastVote, name), vote.data(), vote.data(),
                      DataType::kInt64, vote.size(), false, std::nullopt, nullptr));
-  const std::string disagreement = BroadcastDisagreement(name, vote, num_workers_);
+  const std::string disagreement = BroadcastDisagreement(name, vote, workers);
   FERRY_ENFORCE(disagreement.empty(), ErrorCode::kMismatch, disagreement);
   Buffer zeros;
   const void* input = data;
-  if (rank_ != root) {
+  if (rank != root) {
     zeros = Buffer::Allocate(count * DataTypeSize(dtype));
     std::memset(zeros.data(), 0, zeros.size());
     input = zeros.data();
@@ -593,10 +467,10 @@ void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint
 
 void Worker::Barrier() {
   {
-    MutexLock lock(mu_);
-    ctx_->ThrowIfFailed();
+    MutexLock lock(ctx_.mu);
+    ctx_.ThrowIfFailed();
   }
-  cluster_.Barrier(proto::GROUP_WORKERS, 0, nullptr, ctx_->epoch.load());
+  cluster_.Barrier(proto::GROUP_WORKERS, 0, nullptr, ctx_.epoch.load());
 }
 
 void Worker::PushPullDevice(const std::string& name, const void* input, void* output,
@@ -607,8 +481,8 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
   LocalNccl* nccl = nullptr;  // made once, never replaced while the Worker lives
   {
     // This process is its own root: the order of its calls is the order of GOs.
-    MutexLock lock(mu_);
-    ctx_->CheckRunning("push_pull", name);
+    MutexLock lock(ctx_.mu);
+    ctx_.CheckRunning("push_pull", name);
     if (!nccl_) {
       nccl_ = LocalNccl::Create(
           0, 1, config_.cluster.op_timeout_ms, 0,
@@ -625,60 +499,13 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
   nccl->Wait(ticket);
 }
 
-void Worker::Suspend() {
-  {
-    MutexLock lock(mu_);
-    ctx_->mu.AssertHeld();  // the same lock as mu_
-    if (ctx_->shut_down) return;
-    sequencer_->WaitUntilIdleOrThrow("shutdown");
-    ctx_->shut_down = true;
-    suspended_ = true;
-    // Every declaration goes: the next init() starts with an empty catalog whose ids go on,
-    // identically on every worker, and the servers free the keys.
-    for (const std::shared_ptr<TensorInfo>& t : catalog_->UndeclareAll()) {
-      sequencer_->Superseded(t);
-    }
-  }
-  cluster_.Suspend();
-  LOG(INFO) << "worker " << rank_ << " shut down; it may init() again";
-}
-
-void Worker::Resume() {
-  {
-    MutexLock lock(mu_);
-    if (!suspended_) return;
-  }
-  cluster_.Resume();  // throws if the job ended or failed meanwhile
-  MutexLock lock(mu_);
-  ctx_->mu.AssertHeld();  // the same lock as mu_
-  ctx_->ThrowIfFailed();
-  suspended_ = false;
-  ctx_->shut_down = false;
-  LOG(INFO) << "worker " << rank_ << " initialised again";
-}
 
 void Worker::Shutdown() {
-  {
-    MutexLock lock(mu_);
-    ctx_->mu.AssertHeld();  // the same lock as mu_
-    if (ctx_->shut_down && !suspended_) return;
-    ctx_->shut_down = true;
-    suspended_ = false;
-    sequencer_->WaitUntilIdle();
-  }
+  if (!epochs_->BeginShutdown()) return;
   cluster_.Finalize();
-  const WorkerCounters& c = counters_;
-  LOG(INFO) << "worker " << rank_ << " done: " << c.operations << " push_pulls, "
-            << c.partitions_pushed << " partitions, " << c.bytes_pushed << " bytes pushed, "
-            << c.resends << " pushes sent again, " << c.pulls << " pulls, " << c.late_replies
-            << " late replies dropped, " << van_.stats().injected_drops
-            << " messages dropped by fault injection, " << c.fused_messages << " fused messages of "
-            << c.partitions_fused << " partitions, " << c.rows_operations << " push_pull_rows of "
-            << c.rows_pushed << " rows; at most " << queue_.max_in_flight_bytes()
-            << " bytes in flight; " << (queue_.window_on() ? "" : "fixed credit, measured ")
-            << queue_.DescribeWindow();
+  LOG(INFO) << "worker " << ctx_.rank << " done: " << Summary(counters_, queue_, van_.stats());
   if (trace_) trace_->Close();
-  Status written = WriteStatsFile(config_.diagnostics.stats_file, "worker", rank_, Counters());
+  Status written = WriteStatsFile(config_.diagnostics.stats_file, "worker", ctx_.rank, Counters());
   if (!written.ok()) LOG(ERROR) << written.message();
 }
 
@@ -695,7 +522,7 @@ CounterValues Worker::Counters() const {
 }
 
 std::vector<uint64_t> Worker::PlacedBytes() const {
-  MutexLock lock(mu_);
+  MutexLock lock(ctx_.mu);
   return catalog_->PlacedBytes();
 }
 

@@ -3,10 +3,12 @@
 // Worker: the libferry side of a training process (one implementation of Collective,
 // collective.h; LocalGroup::Create picks it when FERRY_LOCAL_SIZE=1).
 //
-// Parts (each with its contract in its header): TensorCatalog (declarations, layouts,
+// Parts (each with its contract in its header), sharing WorkerContext (worker_context.h:
+// the transport, the counters and the one lock): TensorCatalog (declarations, layouts,
 // cuts, rounds), OperationTable (handles, deadlines, waits, completion callbacks),
-// Sequencer and the kinds of operation DensePushPull and RowsPushPull
-// (operation_kind.h), JoinProtocol, SchedulingControl (iterations, autotune,
+// Sequencer (one operation per tensor at a time) and the kinds of operation DensePushPull
+// and RowsPushPull (operation_kind.h), JoinProtocol, MembershipEpochs (elastic epochs,
+// suspension, the job's failure), SchedulingControl (iterations, autotune,
 // re-partitioning) and the Sender thread. The Worker validates calls and routes replies.
 //
 //   auto worker = ferry::Worker::Create(ferry::Config::FromEnvironment(...));
@@ -66,8 +68,10 @@
 #include "worker/collective.h"
 #include "worker/dense_push_pull.h"
 #include "worker/join_protocol.h"
+#include "worker/membership_epochs.h"
 #include "worker/local/local_nccl.h"
-#include "worker/operation_kind.h"
+#include "worker/sequencer.h"
+#include "worker/worker_context.h"
 #include "worker/operation_table.h"
 #include "worker/rows_push_pull.h"
 #include "worker/scheduling/autotune.h"
@@ -85,9 +89,9 @@ class Worker : public Collective {
   static std::unique_ptr<Worker> Create(const Config& config);
   ~Worker() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return num_workers_; }
-  int num_servers() const override { return num_servers_; }
+  int rank() const override { return ctx_.rank; }
+  int size() const override { return ctx_.num_workers; }
+  int num_servers() const override { return ctx_.num_servers; }
 
   // Declares a tensor; returns its id (the declaration index). Declaring the same
   // name again with the same dtype and element count returns the same id. Another dtype
@@ -140,12 +144,12 @@ class Worker : public Collective {
                              std::optional<int> priority = std::nullopt,
                              CompletionCallback done = nullptr,
                              std::function<void(uint32_t)> part_summed = nullptr,
-                             ReduceOp reduce = ReduceOp::kSum) EXCLUDES(mu_);
+                             ReduceOp reduce = ReduceOp::kSum) EXCLUDES(ctx_.mu);
   // Partition `part` of staged operation `handle` may go. Any thread (a device's host
   // callback included: it takes the Worker's lock briefly and sends what the queue lets
   // out). Ignored once the operation finished or failed. Throws FerryError
   // (kInvalidArgument) for a handle that is not a staged operation with that partition.
-  void ReleasePartition(Handle handle, uint32_t part) EXCLUDES(mu_);
+  void ReleasePartition(Handle handle, uint32_t part) EXCLUDES(ctx_.mu);
   // Sparse rows: sums rows of a tensor declared [R, ...] (R rows of shape[1] x ...
   // elements each) over all workers, moving only the rows listed. `rows`: num_rows row
   // ids in [0, R), in any order, duplicates allowed; `values`: num_rows rows, row j for
@@ -233,8 +237,8 @@ class Worker : public Collective {
   // Not in asynchronous training: the servers' parameters go with the keys, and a worker
   // still training there would be refused the retired tensors.
   bool CanSuspend() const override { return !config_.server.async; }
-  void Suspend() override;
-  void Resume() override;
+  void Suspend() override { epochs_->Suspend(); }
+  void Resume() override { epochs_->Resume(); }
   // Elastic training (FERRY_ELASTIC=1; docs/reliability.md, "Elastic training"). When the
   // job's membership changes (a server or worker died), every unfinished operation of this
   // worker fails with kMembershipChanged, what it had in flight is dropped, and every new
@@ -249,7 +253,7 @@ class Worker : public Collective {
   // kInvalidArgument without FERRY_ELASTIC=1. Buffers of the abandoned operations: as
   // after any failure (see the class comment), ZeroMQ may still read an input queued for a
   // dead server; keep input buffers alive (reusing them is fine).
-  void Reset() override EXCLUDES(mu_);
+  void Reset() override { epochs_->Reset(); }
   // Elastic joins: at a commit, every worker calls it at the same point of its sequence of
   // operations (a one-element push_pull: every worker learns whether any saw workers
   // waiting to join, so all agree). True: the application raises Horovod's
@@ -257,15 +261,15 @@ class Worker : public Collective {
   // which admits the waiting workers (rank 0 sends its tensor catalog, which they start
   // from: TensorCatalog::Load) and takes the epoch with them; then every worker takes rank
   // 0's state, as after a failure. Throws as an operation does (kMembershipChanged).
-  bool HostsUpdated() override EXCLUDES(mu_);
+  bool HostsUpdated() override { return epochs_->HostsUpdated(); }
   // The membership epoch this worker's operations belong to (0 until the first Reset()).
-  uint32_t epoch() const override { return ctx_->epoch.load(); }
+  uint32_t epoch() const override { return ctx_.epoch.load(); }
   // The scheduler ended the job (every worker shut down or suspended, one for good): a
   // suspended worker can no longer Resume().
   bool JobEnded() const { return cluster_.shut_down(); }
 
   // Every counter of this worker by name (its own, then the transport's "van.*"): what
-  // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (operation_kind.h).
+  // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (worker_counters.h).
   CounterValues Counters() const override;
   // For tests of the transport (e.g. Van::HoldDataReadsForTest).
   Van& van_for_test() { return van_; }
@@ -276,8 +280,6 @@ class Worker : public Collective {
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
-  // Records a server reply's delay since it left the server (the WorkerCounters histograms).
-  void NoteReplyDelay(const Message& m);
   // PushPullAsync without the reserved-name check: for Ferry's own tensors. Submits, then
   // sends what the queue lets out from this thread (DensePushPull::SendReady).
   // `staged`, `part_summed`: as SubmitPushPull's.
@@ -285,7 +287,7 @@ class Worker : public Collective {
                        uint64_t count, bool average, std::optional<int> priority,
                        CompletionCallback done, ReduceOp reduce = ReduceOp::kSum,
                        std::vector<PartitionSpec>* staged = nullptr,
-                       std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
+                       std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(ctx_.mu);
   // Throws FerryError(kInvalidArgument) unless `op` may combine `name`'s pushes here.
   void CheckReduceOp(const std::string& name, ReduceOp op, bool average) const;
   // The operation, checked and queued behind its tensor's earlier ones.
@@ -295,63 +297,43 @@ class Worker : public Collective {
                         uint64_t count, bool average, std::optional<int> priority,
                         CompletionCallback done, ReduceOp reduce,
                         std::vector<PartitionSpec>* staged = nullptr,
-                        std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(mu_);
+                        std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(ctx_.mu);
   // A new operation of tensor `t`, registered in the table.
   // `label`: the stall check's (operation_table.h, "Labels").
   std::shared_ptr<Operation> NewOperation(const std::shared_ptr<TensorInfo>& tensor, bool average,
                                           std::optional<int> priority, CompletionCallback done,
-                                          const std::string& label) REQUIRES(mu_);
+                                          const std::string& label) REQUIRES(ctx_.mu);
   // TensorCatalog::Declare, and a superseded declaration handed to the sequencer.
   std::shared_ptr<TensorInfo> Declare(const std::string& name, DataType dtype,
                                       const std::vector<int64_t>& shape,
-                                      std::optional<int> priority) REQUIRES(mu_);
-  // Connects every live server of `table` (Van::Connect: a moved one is reconnected);
-  // returns the placement weights by server slot (0 for an empty slot).
-  std::vector<double> ConnectServers(const NodeTable& table);
-  // By server slot: whether `table` has a live server there.
-  static std::vector<bool> LiveSlots(const NodeTable& table);
+                                      std::optional<int> priority) REQUIRES(ctx_.mu);
   // Tells every server that this worker is done with a retired declaration's keys (RETIRE).
   void RetireOnServers(uint32_t tensor_id);
-  // The heartbeat's metrics (ClusterClient::SetMetricsReporter): counters_ and queue_ only.
-  void ReportMetrics(proto::MetricsSnapshot* out) const;
-  // What heartbeats report for the stall check (ClusterClient::StallReporter).
-  void ReportStalls(int64_t report_after_ms, const std::vector<std::string>& labels,
-                    proto::StallReport* report) const;
-  void FailAll(const std::string& reason) EXCLUDES(mu_);
-  // IO thread, the membership callback: a new epoch fails every operation (see Reset()).
-  void OnMembership(const NodeTable& table) EXCLUDES(mu_);
+  // The membership part once Start() made it, else null (a callback before it ignores).
+  MembershipEpochs* epochs() EXCLUDES(ctx_.mu);
 
   Config config_;
   Van van_;
   ClusterClient cluster_;
-  std::atomic<int> rank_{-1};  // this epoch's (Reset() changes it)
-  int my_id_ = -1;
-  std::atomic<int> num_workers_{0};  // this epoch's
-  int num_servers_ = 0;
   ScheduledQueue queue_;
   std::unique_ptr<Trace> trace_;  // FERRY_TRACE_DIR; null when off
   WorkerCounters counters_;
-  // Collective::table_ holds every handle; its lock is taken inside mu_ (never around it).
-
-  // Guards the catalog, the kinds' requests in flight, the operations' progress (see
-  // operation_kind.h), the job's failure and shutdown (WorkerContext), the scheduling
-  // choice and the join state.
-  mutable Mutex mu_;
-  std::unique_ptr<TensorCatalog> catalog_ PT_GUARDED_BY(mu_);  // made once the servers are known
+  // The parts' shared state and their one lock (worker_context.h). Collective::table_
+  // holds every handle; its lock is taken inside the context's (never around it).
+  WorkerContext ctx_{config_, van_, cluster_, table_, counters_};
+  std::unique_ptr<TensorCatalog> catalog_ PT_GUARDED_BY(ctx_.mu);  // made once the servers are known
   // The parts, made in Start() in this order (each uses the ones above it).
-  std::unique_ptr<WorkerContext> ctx_;
   std::unique_ptr<Sequencer> sequencer_;  // one operation per tensor at a time
   std::unique_ptr<DensePushPull> dense_;
   std::unique_ptr<RowsPushPull> rows_;
   std::unique_ptr<JoinProtocol> join_;
+  // Set once in Start() under ctx_.mu; the membership callbacks (van-io) read it under
+  // ctx_.mu, since they may come before it exists (epochs()).
+  std::unique_ptr<MembershipEpochs> epochs_;
   std::unique_ptr<SchedulingControl> scheduling_;
-  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(mu_);  // made at the first device push_pull
+  std::unique_ptr<LocalNccl> nccl_ GUARDED_BY(ctx_.mu);  // made at the first device push_pull
   // Staged operations with partitions not yet released (PushPullStagedAsync).
-  std::unordered_map<Handle, std::shared_ptr<Operation>> staged_ GUARDED_BY(mu_);
-  // Suspend()ed: shut down (ctx_->shut_down) but may Resume().
-  bool suspended_ GUARDED_BY(mu_) = false;
-  // HostsUpdated() said yes: the next Reset() admits the waiting workers.
-  bool admitting_ GUARDED_BY(mu_) = false;
+  std::unordered_map<Handle, std::shared_ptr<Operation>> staged_ GUARDED_BY(ctx_.mu);
   std::unique_ptr<Sender> sender_;                   // the "sender" thread; destroyed first
 };
 

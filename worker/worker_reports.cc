@@ -1,0 +1,60 @@
+#include "worker/worker_reports.h"
+
+#include <algorithm>
+
+#include "common/cluster/cluster_client.h"
+#include "common/metrics/series.h"
+#include "common/util/clock.h"
+#include "common/util/strings.h"
+
+namespace ferry {
+
+void ReportMetrics(const WorkerCounters& c, const ScheduledQueue& queue,
+                   proto::MetricsSnapshot* out) {
+  metrics::AddPeerBytes(out, c.servers, "server-");
+  metrics::AddValue(out, "ferry_operations_total", c.operations);
+  metrics::AddValue(out, "ferry_resends_total", c.resends);
+  metrics::AddValue(out, "ferry_partitions_in_flight", queue.in_flight());
+  const auto [urgent, other] = queue.QueuedBytes(c.urgency.threshold());
+  metrics::AddValue(out, "ferry_queued_bytes", urgent, {{"priority", "urgent"}});
+  metrics::AddValue(out, "ferry_queued_bytes", other, {{"priority", "other"}});
+  metrics::AddHistogram(out, "ferry_urgent_queue_delay_seconds", c.urgent_queue_delay_us);
+  metrics::AddHistogram(out, "ferry_partition_round_seconds", c.partition_round_us);
+  metrics::AddHistogram(out, "ferry_iteration_seconds", c.iteration_us);
+}
+
+void ReportStalls(const OperationTable& table, int64_t report_after_ms,
+                  const std::vector<std::string>& labels, proto::StallReport* report) {
+  for (const PendingOperation& p : table.Unfinished(report_after_ms, ClusterClient::kMaxReported)) {
+    auto* out = report->add_pending();
+    out->set_label(p.label);
+    out->set_seq(p.seq);
+    out->set_age_ms(p.age_ms);
+  }
+  for (const std::string& label : labels) {
+    auto* count = report->add_counts();  // 0 too: "never submitted" is the point
+    count->set_label(label);
+    count->set_count(table.Submitted(label));
+  }
+  report->set_idle_ms(table.IdleMs());
+}
+
+void NoteReplyDelay(WorkerCounters& counters, const Message& m) {
+  if (m.envelope.sent_us() == 0) return;
+  const int64_t delay = std::max<int64_t>(0, UnixUs() - static_cast<int64_t>(m.envelope.sent_us()));
+  const bool sum = m.type() == proto::PUSH_RESULT || m.type() == proto::ROWS_RESULT;
+  (sum ? counters.sum_delay_us : counters.ack_delay_us).Record(static_cast<uint64_t>(delay));
+}
+
+std::string Summary(const WorkerCounters& c, const ScheduledQueue& queue, const VanStats& van) {
+  return StrCat(c.operations, " push_pulls, ", c.partitions_pushed, " partitions, ",
+                c.bytes_pushed, " bytes pushed, ", c.resends, " pushes sent again, ", c.pulls,
+                " pulls, ", c.late_replies, " late replies dropped, ", van.injected_drops,
+                " messages dropped by fault injection, ", c.fused_messages, " fused messages of ",
+                c.partitions_fused, " partitions, ", c.rows_operations, " push_pull_rows of ",
+                c.rows_pushed, " rows; at most ", queue.max_in_flight_bytes(),
+                " bytes in flight; ", queue.window_on() ? "" : "fixed credit, measured ",
+                queue.DescribeWindow());
+}
+
+}  // namespace ferry
