@@ -101,4 +101,11 @@ std::string MessageTypeName(int type);
 // One line for logs: type, sender, request, key, round, length.
 std::string Describe(const Message& m);
 
+// Where a received message came from.
+struct Origin {
+  bool inbound = false;  // arrived on the ROUTER (reply with Reply(identity, ...))
+  std::string identity;  // ROUTER routing id of the connection (inbound only)
+  int peer = -1;         // outbound peer id (outbound only)
+};
+
 }  // namespace ferry

@@ -11,43 +11,18 @@
 #include <cstring>
 #include <future>
 #include <limits>
-#include <map>
-#include <set>
 
+#include "common/transport/van_internal.h"
 #include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
 
 namespace ferry {
 
-struct Van::OwnedFrames {
-  Frames f;
-  OwnedFrames() {
-    zmq_msg_init(&f.envelope);
-    zmq_msg_init(&f.payload);
-  }
-  ~OwnedFrames() {  // closing a moved-from (empty) frame is a no-op
-    zmq_msg_close(&f.envelope);
-    zmq_msg_close(&f.payload);
-  }
-};
-
-struct Van::Destination {
-  std::string name;  // inbound: the node's data routing id; outbound: a name for the peer
-  int peer = -1;     // outbound: the peer's id; -1: inbound (reached through the ROUTER)
-  std::atomic<uint64_t> unreleased{0};  // payload bytes handed to ZeroMQ, not yet released
-  // Waiting messages, most urgent first: key (-priority, arrival).
-  std::map<std::pair<int64_t, uint64_t>, std::unique_ptr<OwnedFrames>> queue;
-  std::set<uint64_t> arrivals;  // the arrival numbers in `queue`: the oldest is begin()
-};
-
-struct Van::Connection {
-  int id = -1;
-  void* socket = nullptr;   // the data lane (every message without a control lane)
-  void* control = nullptr;  // the control lane, or null
-  void* monitor = nullptr;  // the data lane's connection events (tcp_notsent_lowat), or null
-  std::string endpoint;
-};
+using van_internal::ApplyLinkOptions;
+using van_internal::CloseFrames;
+using van_internal::SetInt;
+using van_internal::ThrowZmq;
 
 namespace {
 constexpr char kControlSuffix = '\x01';  // Ferry's routing ids are printable (NewRoutingId)
@@ -69,79 +44,12 @@ namespace {
 
 std::atomic<uint64_t> g_pipe_counter{0};
 
-[[noreturn]] void ThrowZmq(const std::string& what) {
-  throw FerryError(ErrorCode::kInternal, StrCat(what, ": ", zmq_strerror(zmq_errno())));
-}
-
-void SetInt(void* socket, int option, int value) {
-  if (zmq_setsockopt(socket, option, &value, sizeof value) != 0) ThrowZmq("zmq_setsockopt");
-}
-
-}  // namespace
-
-// What ZeroMQ holds for a payload it sends from the caller's memory.
-struct PayloadHold {
-  std::shared_ptr<void> owner;
-  const std::function<void(const void*)>* observer;  // the Van's; outlives every hold
-  std::atomic<uint64_t>* unreleased;                 // the Van's gauge; outlives every hold
-  uint64_t bytes;
-  int wake_fd;  // the Van's eventfd; outlives every hold
-  // Set by the IO thread just before a queued reply goes to ZeroMQ (Order in van.h): its
-  // destination's unreleased bytes.
-  std::atomic<std::atomic<uint64_t>*> destination{nullptr};
-  // Set once built. A hold travels to the IO thread through ZeroMQ's inproc pipe, whose
-  // lock-free hand-off ThreadSanitizer cannot see (libzmq is not instrumented); the IO
-  // thread reads this (acquire) before the other fields, which makes the order visible.
-  std::atomic<bool> built{false};
-};
-
-namespace {
-
-// ZeroMQ calls this (on its own IO thread) once a payload frame's bytes are no longer
-// needed; dropping the owner reference may free the bytes or tell their owner.
-void ReleasePayload(void* data, void* hint) {
-  auto* hold = static_cast<PayloadHold*>(hint);
-  hold->unreleased->fetch_sub(hold->bytes, std::memory_order_relaxed);
-  if (std::atomic<uint64_t>* d = hold->destination.load(std::memory_order_acquire)) {
-    d->fetch_sub(hold->bytes, std::memory_order_relaxed);
-    const uint64_t one = 1;  // wakes the IO thread: the destination may take the next reply
-    ssize_t written = write(hold->wake_fd, &one, sizeof one);
-    (void)written;  // cannot fail: the descriptor outlives every hold, the count cannot overflow
-  }
-  if (*hold->observer) (*hold->observer)(data);
-  delete hold;
-}
-
-void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
-  uint64_t seen = max.load(std::memory_order_relaxed);
-  while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
-}
-
-// A zmq_msg_t that owns a received frame; the payload Buffer's owner.
-struct FrameOwner {
-  zmq_msg_t msg;
-  ~FrameOwner() { zmq_msg_close(&msg); }
-};
-
-// Sends one frame; `more` sets ZMQ_SNDMORE. Returns false on failure (errno set).
-bool SendFrame(void* socket, zmq_msg_t* msg, bool more) {
-  return zmq_msg_send(msg, socket, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) >= 0;
-}
-
-bool SendBytes(void* socket, const void* data, size_t size, bool more) {
-  return zmq_send(socket, data, size, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) >= 0;
-}
-
-void CloseFrames(std::vector<zmq_msg_t>& frames) {
-  for (auto& f : frames) zmq_msg_close(&f);
-  frames.clear();
-}
-
 }  // namespace
 
 Van::Van(VanOptions options)
-    : options_(std::move(options)), drop_random_(std::random_device()()) {
+    : options_(std::move(options)),
+      order_(options_.watermark_bytes),
+      faults_(options_.drop_percent, options_.delay_ms) {
   context_ = zmq_ctx_new();
   if (!context_) ThrowZmq("zmq_ctx_new");
   zmq_ctx_set(context_, ZMQ_BLOCKY, 0);
@@ -186,7 +94,7 @@ int Van::Bind(const std::string& host, int port) {
   // A connection that does not complete the ZMTP (and CURVE) handshake in time is
   // closed: a flood of silent connections cannot hold descriptors for long.
   SetInt(router_, ZMQ_HANDSHAKE_IVL, options_.handshake_timeout_ms);
-  ApplyLinkOptions(router_);
+  ApplyLinkOptions(router_, options_.link_timeout_ms);
   SetInt(router_, ZMQ_LINGER, options_.linger_ms);
   int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
   zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
@@ -212,17 +120,6 @@ int Van::Bind(const std::string& host, int port) {
   const int bound_port = std::stoi(bound.substr(bound.rfind(':') + 1));
   if (lanes_) lanes_->Listen(bound_port);
   return bound_port;
-}
-
-void* Van::Monitor(void* socket, int events) {
-  std::string endpoint = StrCat(pipe_endpoint_, "-monitor-", monitors_made_++);
-  if (zmq_socket_monitor(socket, endpoint.c_str(), events) != 0) return nullptr;
-  void* pair = zmq_socket(context_, ZMQ_PAIR);
-  if (pair && zmq_connect(pair, endpoint.c_str()) != 0) {
-    zmq_close(pair);
-    pair = nullptr;
-  }
-  return pair;
 }
 
 void Van::Start(Handler handler) {
@@ -315,166 +212,6 @@ void Van::HoldDataQueuesForTest(bool hold) {
   Enqueue(Command::kHoldQueues, 0, hold, "", nullptr);
 }
 
-void Van::QueueData(const std::string& name, int peer, Frames* frames) {
-  std::unique_ptr<Destination>& d = destinations_[name];
-  if (!d) {
-    d = std::make_unique<Destination>();
-    d->name = name;
-    d->peer = peer;
-  }
-  auto owned = std::make_unique<OwnedFrames>();
-  zmq_msg_move(&owned->f.envelope, &frames->envelope);
-  zmq_msg_move(&owned->f.payload, &frames->payload);
-  owned->f.has_payload = true;
-  owned->f.hold = frames->hold;
-  zmq_msg_close(&frames->envelope);  // moved from: empty
-  zmq_msg_close(&frames->payload);
-  d->queue.emplace(std::make_pair(-static_cast<int64_t>(frames->priority), next_seq_),
-                   std::move(owned));
-  d->arrivals.insert(next_seq_++);
-  counters_.data_queued++;
-  Pump(*d);
-}
-
-void Van::Pump(Destination& d) {
-  while (!hold_data_queues_ && !d.queue.empty() &&
-         d.unreleased.load(std::memory_order_relaxed) < options_.watermark_bytes) {
-    auto first = d.queue.begin();
-    if (first->first.second != *d.arrivals.begin()) counters_.data_reordered++;
-    d.arrivals.erase(first->first.second);
-    Frames f;
-    zmq_msg_init(&f.envelope);
-    zmq_msg_init(&f.payload);
-    zmq_msg_move(&f.envelope, &first->second->f.envelope);
-    zmq_msg_move(&f.payload, &first->second->f.payload);
-    f.has_payload = true;
-    PayloadHold* hold = first->second->f.hold;
-    hold->built.load(std::memory_order_acquire);  // see PayloadHold::built
-    d.queue.erase(first);
-    // Counted before ZeroMQ can release it; the hook subtracts it and wakes us.
-    d.unreleased.fetch_add(hold->bytes, std::memory_order_relaxed);
-    hold->destination.store(&d.unreleased, std::memory_order_release);
-    if (d.peer >= 0) {
-      Connection* p = FindConnection(d.peer);
-      Transmit(p ? p->socket : nullptr, nullptr, &f, StrCat("node ", d.peer));
-    } else {
-      Transmit(router_, &d.name, &f, "an inbound peer");
-    }
-  }
-}
-
-void Van::PumpAll() {
-  for (auto& [name, d] : destinations_) Pump(*d);
-}
-
-void Van::TransmitToPeer(int peer, Frames* frames) {
-  if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
-    QueueData(StrCat("\x02node ", peer), peer, frames);  // no routing id starts with 0x02
-    return;
-  }
-  Connection* p = FindConnection(peer);
-  void* socket = !p ? nullptr : (frames->control && p->control) ? p->control : p->socket;
-  Transmit(socket, nullptr, frames, StrCat("node ", peer));
-}
-
-void Van::TransmitReply(const std::string& identity, Frames* frames) {
-  // Only where lanes exist: an identity ZeroMQ made up (a peer without a routing id) may
-  // end in the control byte by chance.
-  const std::string data_identity = options_.control_lane ? DataIdentity(identity) : identity;
-  if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
-    QueueData(data_identity, -1, frames);
-    return;
-  }
-  if (frames->control && options_.control_lane) {
-    // ROUTER_MANDATORY refuses an identity with no connection at its first frame, before
-    // anything of the message is taken: then the data connection carries it.
-    const std::string control = ControlIdentity(data_identity);
-    if (SendBytes(router_, control.data(), control.size(), true)) {
-      Transmit(router_, nullptr, frames, "an inbound peer's control connection");
-      return;
-    }
-    counters_.control_fallbacks++;
-  }
-  Transmit(router_, &data_identity, frames, "an inbound peer");
-}
-
-Van::Frames Van::BuildFrames(const Message& message) {
-  Frames f;
-  f.control = IsControlMessage(message.type());
-  f.priority = message.envelope.priority();
-  std::string envelope = message.envelope.SerializeAsString();
-  zmq_msg_init_size(&f.envelope, envelope.size());
-  std::memcpy(zmq_msg_data(&f.envelope), envelope.data(), envelope.size());
-  f.has_payload = !message.payload.empty();
-  if (f.has_payload) {
-    // Zero copy: ZeroMQ sends from the payload's own bytes and holds its owner until
-    // the release hook runs.
-    const uint64_t bytes = message.payload.size();
-    RaiseMax(counters_.unreleased_bytes_max,
-             counters_.unreleased_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
-    f.hold = new PayloadHold{message.payload.owner(), &options_.on_payload_released,
-                             &counters_.unreleased_bytes, bytes, wake_fd_};
-    f.hold->built.store(true, std::memory_order_release);
-    zmq_msg_init_data(&f.payload, message.payload.data(), bytes, ReleasePayload, f.hold);
-  }
-  return f;
-}
-
-void Van::Transmit(void* socket, const std::string* identity, Frames* f,
-                   const std::string& target) {
-  size_t bytes = zmq_msg_size(&f->envelope) + (f->has_payload ? zmq_msg_size(&f->payload) : 0);
-  bool ok = socket && (!identity || SendBytes(socket, identity->data(), identity->size(), true)) &&
-            SendFrame(socket, &f->envelope, f->has_payload) &&
-            (!f->has_payload || SendFrame(socket, &f->payload, false));
-  // Closing a frame that was sent is a no-op; closing an unsent one releases it.
-  zmq_msg_close(&f->envelope);
-  if (f->has_payload) zmq_msg_close(&f->payload);
-  if (!ok) {
-    counters_.send_failures++;
-    FERRY_LOG_EVERY_T(WARNING, 1) << options_.name << ": send to " << target << " failed: "
-                                  << (socket ? zmq_strerror(zmq_errno()) : "no connection");
-    return;
-  }
-  counters_.messages_sent++;
-  counters_.bytes_sent += bytes;
-  if (f->has_payload) counters_.payloads_sent_zero_copy++;
-}
-
-// Pipe frames: [command(1) + peer(4) + flag(1) + priority(4) + hold(8)] [text]
-// [extra or envelope] [payload?]. The flag is Frames::control for kSend/kReply, the control
-// lane for kConnect; priority and hold are the Frames' (the pipe is in-process).
-void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
-                  const Message* message, const std::string& extra) {
-  char header[kPipeHeaderBytes];
-  header[0] = static_cast<char>(command);
-  std::memcpy(header + 1, &peer, 4);
-  header[5] = flag ? 1 : 0;
-  Frames f;
-  if (message) {
-    f = BuildFrames(*message);
-    header[5] = f.control ? 1 : 0;
-  }
-  std::memcpy(header + 6, &f.priority, 4);
-  std::memcpy(header + 10, &f.hold, sizeof f.hold);
-  if (!message) {
-    zmq_msg_init_size(&f.envelope, extra.size());
-    std::memcpy(zmq_msg_data(&f.envelope), extra.data(), extra.size());
-  }
-  MutexLock lock(push_mutex_);
-  if (pipe_closed_) {  // stopped: late sends (a heartbeat, a reply) are dropped
-    zmq_msg_close(&f.envelope);
-    if (f.has_payload) zmq_msg_close(&f.payload);
-    return;
-  }
-  if (command == Command::kStop) pipe_closed_ = true;
-  // The inproc pipe has no high-water mark and its reader is always connected, so
-  // these sends cannot fail short of memory exhaustion.
-  CHECK_GE(zmq_send(command_push_, header, sizeof header, ZMQ_SNDMORE), 0);
-  CHECK_GE(zmq_send(command_push_, text.data(), text.size(), ZMQ_SNDMORE), 0);
-  CHECK_GE(zmq_msg_send(&f.envelope, command_push_, f.has_payload ? ZMQ_SNDMORE : 0), 0);
-  if (f.has_payload) CHECK_GE(zmq_msg_send(&f.payload, command_push_, 0), 0);
-}
-
 void Van::DrainCommands(int max) {
   // A bounded batch, so inbound traffic is not starved; nothing after a stop.
   for (int i = 0; i < max && !stop_; ++i) {
@@ -515,7 +252,7 @@ void Van::DrainCommands(int max) {
         data_reads_held_.store(flag);
         break;
       case Command::kHoldQueues:
-        hold_data_queues_ = flag;
+        order_.Hold(flag);
         if (!flag) PumpAll();
         break;
       case Command::kConnect:
@@ -576,7 +313,7 @@ void Van::IoLoop() {
     for (void* m : monitors) items.push_back({m, 0, ZMQ_POLLIN, 0});
     const std::vector<int> lane_fds = lanes_ ? lanes_->PollFds() : std::vector<int>();
     for (int fd : lane_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
+    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), faults_.PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       LOG(ERROR) << options_.name << ": zmq_poll failed: " << zmq_strerror(zmq_errno());
@@ -613,14 +350,11 @@ void Van::IoLoop() {
       }
     }
     SendLaneMessages(&lane_messages);
-    DeliverDelayed();
+    faults_.DeliverDue(handler_);
   }
   // Shutdown: messages still in the order queues are dropped (their payloads released);
   // sockets flush for up to linger_ms, then close.
-  for (auto& [identity, d] : destinations_) {
-    d->queue.clear();
-    d->arrivals.clear();
-  }
+  order_.Clear();
   for (auto& p : retired_) CloseConnection(*p);
   retired_.clear();
   for (auto& p : connections_) {
@@ -639,249 +373,6 @@ void Van::IoLoop() {
   if (zap_) zmq_close(zap_);
   zap_ = nullptr;
   zmq_close(command_pull_);
-}
-
-// Receives one multipart message into `frames` (at most kMaxFrames kept; the rest
-// are received and discarded, counted in `extra`). Returns false if none was waiting.
-// zmq_msg_t must not be copied, so the vector never grows past its reserved size.
-bool Van::ReceiveMultipart(void* socket, std::vector<zmq_msg_t>* frames, size_t* extra) {
-  constexpr size_t kMaxFrames = 4;
-  frames->reserve(kMaxFrames);
-  *extra = 0;
-  int more = 1;
-  bool first = true;
-  while (more) {
-    zmq_msg_t scratch;
-    bool keep = frames->size() < kMaxFrames;
-    zmq_msg_t* f = keep ? &frames->emplace_back() : &scratch;
-    zmq_msg_init(f);
-    // Only the first frame may be absent; ZeroMQ delivers a multipart message whole.
-    int flags = first ? ZMQ_DONTWAIT : 0;
-    first = false;
-    if (zmq_msg_recv(f, socket, flags) < 0) {
-      zmq_msg_close(f);
-      if (keep) frames->pop_back();
-      return false;
-    }
-    more = zmq_msg_more(f);
-    if (!keep) {
-      zmq_msg_close(f);
-      ++*extra;
-    }
-  }
-  return true;
-}
-
-void Van::ReceiveFrom(void* socket, bool inbound, int peer) {
-  for (int n = 0; n < 64; ++n) {
-    std::vector<zmq_msg_t> frames;
-    size_t extra = 0;
-    if (!ReceiveMultipart(socket, &frames, &extra)) return;
-    Origin origin;
-    origin.inbound = inbound;
-    origin.peer = peer;
-    size_t first = 0;
-    if (inbound) {
-      origin.identity.assign(static_cast<char*>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
-      first = 1;
-    }
-    size_t data_frames = frames.size() + extra - first;
-    uint64_t total = 0;
-    for (auto& f : frames) total += zmq_msg_size(&f);
-    counters_.bytes_received += total;
-    Status invalid = Status::Ok();
-    std::string error;
-    Message message;
-    bool parsed = false;
-    if (data_frames < 1 || data_frames > 2) {
-      error = StrCat(data_frames, " frames (a Ferry message has 1 or 2)");
-    } else if (ParseEnvelope(zmq_msg_data(&frames[first]), zmq_msg_size(&frames[first]),
-                             &message.envelope, &error)) {
-      parsed = true;
-      if (data_frames == 2) {
-        auto owner = std::make_shared<FrameOwner>();
-        zmq_msg_init(&owner->msg);
-        zmq_msg_move(&owner->msg, &frames[first + 1]);
-        message.payload = Buffer(zmq_msg_data(&owner->msg), zmq_msg_size(&owner->msg), owner);
-      }
-      if (message.envelope.has_shm_slot()) {
-        invalid = !message.payload.empty()
-                      ? BadMessageError("a shared-memory descriptor and a payload frame")
-                  : lanes_ ? lanes_->Resolve(LaneKey(origin), &message)
-                           : BadMessageError("a shared-memory descriptor, but FERRY_SHM is off");
-      }
-      if (invalid.ok()) invalid = ValidateMessage(message, options_.max_message_bytes);
-      error = invalid.message();
-    }
-    CloseFrames(frames);
-    if (!error.empty()) {
-      uint64_t count = ++counters_.bad_messages_dropped;
-      if (parsed && inbound && options_.on_version_mismatch && message.type() == proto::REGISTER &&
-          message.envelope.version() != kProtocolVersion) {
-        options_.on_version_mismatch(message, origin);  // it answers, and logs
-        continue;
-      }
-      if (count <= 20 || count % 1000 == 0) {
-        LOG(WARNING) << options_.name << ": dropped a bad message from "
-                     << (inbound ? "an inbound connection" : StrCat("node ", peer)) << ": "
-                     << error << " (" << count << " dropped so far)";
-      }
-      if (parsed && inbound && options_.on_invalid) options_.on_invalid(message, invalid, origin);
-      continue;
-    }
-    counters_.messages_received++;
-    if (message.type() == proto::SHM_READY) {  // the lane's own: never reaches the handler
-      std::vector<ShmLanes::Outgoing> answers;
-      if (lanes_) lanes_->OnReady(LaneKey(origin), message, &answers);
-      SendLaneMessages(&answers);
-      continue;
-    }
-    Deliver(std::move(message), origin);
-  }
-}
-
-std::string Van::LaneKey(const Origin& origin) const {
-  return origin.inbound ? DataIdentity(origin.identity) : ShmLanes::PeerKey(origin.peer);
-}
-
-void Van::SendLaneMessages(std::vector<ShmLanes::Outgoing>* out) {
-  for (ShmLanes::Outgoing& o : *out) {
-    if (o.peer >= 0) {
-      Send(o.peer, std::move(o.message));
-    } else {
-      Reply(o.identity, std::move(o.message));
-    }
-  }
-  out->clear();
-}
-
-void Van::Deliver(Message&& message, const Origin& origin) {
-  if (options_.drop_percent > 0) {
-    proto::MessageType t = message.type();
-    bool data = t == proto::PUSH || t == proto::PUSH_ACK || t == proto::PUSH_RESULT ||
-                t == proto::RESEND_SUM || t == proto::PUSH_FUSED;
-    if (data && std::uniform_real_distribution<double>(0, 100)(drop_random_) <
-                    options_.drop_percent) {
-      counters_.injected_drops++;
-      VLOG(1) << options_.name << ": fault injection dropped " << Describe(message);
-      return;
-    }
-  }
-  if (options_.delay_ms > 0) {
-    delayed_.push_back(Delayed{NowMs() + options_.delay_ms, std::move(message), origin});
-    return;
-  }
-  handler_(std::move(message), origin);
-}
-
-void Van::DeliverDelayed() {
-  int64_t now = NowMs();
-  while (!delayed_.empty() && delayed_.front().due_ms <= now) {
-    Delayed d = std::move(delayed_.front());
-    delayed_.pop_front();
-    handler_(std::move(d.message), d.origin);
-  }
-}
-
-int Van::PollTimeoutMs() const {
-  if (delayed_.empty()) return -1;
-  return static_cast<int>(std::max<int64_t>(0, delayed_.front().due_ms - NowMs()));
-}
-
-void Van::ApplyLinkOptions(void* socket) {
-  if (options_.link_timeout_ms <= 0) return;
-  SetInt(socket, ZMQ_HEARTBEAT_IVL, std::max(100, options_.link_timeout_ms / 4));
-  SetInt(socket, ZMQ_HEARTBEAT_TIMEOUT, options_.link_timeout_ms);
-  SetInt(socket, ZMQ_HEARTBEAT_TTL, options_.link_timeout_ms);
-}
-
-void Van::DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
-                    bool control_lane) {
-  bool connected = false;
-  // Connect counted a lane to open: Open settles it whatever happens here (with no
-  // endpoint: at once).
-  struct LaneOpen {
-    ShmLanes* lanes;
-    int peer;
-    const std::string& endpoint;
-    const std::string& routing_id;
-    const bool& connected;
-    ~LaneOpen() {
-      if (lanes) lanes->Open(peer, connected ? endpoint : std::string(), routing_id);
-    }
-  } lane_open{lanes_.get(), peer, endpoint, routing_id, connected};
-  if (Connection* old = FindConnection(peer)) {
-    if (old->endpoint == endpoint) return;
-    // Elastic training: a spare server took the slot (and id) of a dead one.
-    LOG(INFO) << options_.name << ": node " << peer << " moved from " << old->endpoint << " to "
-              << endpoint << "; reconnecting (what was queued for the old one is dropped)";
-    // Closed at the top of the next poll round, not here: a handler may be running inside
-    // a receive loop on its socket (a Send from a handler drains this command).
-    reads_changed_ = true;  // and the round reads nothing more from what it polled
-    auto it = std::find_if(connections_.begin(), connections_.end(),
-                           [old](const auto& c) { return c.get() == old; });
-    retired_.push_back(std::move(*it));
-    connections_.erase(it);
-  }
-  auto p = std::make_unique<Connection>();
-  p->id = peer;
-  p->endpoint = endpoint;
-  try {
-    p->socket = NewDealer(routing_id);
-    // Before connecting: ZeroMQ does not replay the first connection's event to a
-    // monitor attached later.
-    if (options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
-    if (control_lane && !routing_id.empty()) p->control = NewDealer(ControlIdentity(routing_id));
-    connected = zmq_connect(p->socket, endpoint.c_str()) == 0 &&
-                (!p->control || zmq_connect(p->control, endpoint.c_str()) == 0);
-  } catch (const FerryError&) {
-    CloseConnection(*p);
-    throw;
-  }
-  if (!connected) {
-    LOG(ERROR) << options_.name << ": cannot connect to node " << peer << " at " << endpoint
-               << ": " << zmq_strerror(zmq_errno());
-    CloseConnection(*p);
-    return;
-  }
-  VLOG(1) << options_.name << ": connected to node " << peer << " at " << endpoint
-          << (p->control ? " (data and control connections)" : "");
-  connections_.push_back(std::move(p));
-}
-
-void Van::CloseConnection(Connection& p) {
-  for (void* socket : {p.socket, p.control, p.monitor}) {
-    if (socket) zmq_close(socket);
-  }
-  p.socket = p.control = p.monitor = nullptr;
-}
-
-// A DEALER configured to connect as `routing_id` (not connected yet).
-void* Van::NewDealer(const std::string& routing_id) {
-  void* socket = zmq_socket(context_, ZMQ_DEALER);
-  if (!socket) ThrowZmq("zmq_socket(DEALER)");
-  SetInt(socket, ZMQ_SNDHWM, 0);
-  SetInt(socket, ZMQ_RCVHWM, 0);
-  SetInt(socket, ZMQ_LINGER, options_.linger_ms);
-  ApplyLinkOptions(socket);
-  int64_t max_size = static_cast<int64_t>(options_.max_message_bytes);
-  zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_size, sizeof max_size);
-  if (!routing_id.empty()) {
-    zmq_setsockopt(socket, ZMQ_ROUTING_ID, routing_id.data(), routing_id.size());
-  }
-  if (secure_) {
-    zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, keys_.server_public.data(), 32);
-    zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys_.client_public.data(), 32);
-    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, keys_.client_secret.data(), 32);
-  }
-  return socket;
-}
-
-Van::Connection* Van::FindConnection(int peer) {
-  for (auto& p : connections_) {
-    if (p->id == peer) return p.get();
-  }
-  return nullptr;
 }
 
 VanStats Van::stats() const {

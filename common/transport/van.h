@@ -28,8 +28,9 @@
 // their order; between lanes there is none (an ack may arrive after its sum).
 //
 // Order: with watermark_bytes > 0, messages that carry tensor bytes on a data connection
-// (a worker's pushes, a server's sums) wait in a priority queue per destination node, most
-// urgent first (Envelope.priority, then arrival), and the IO thread hands the next one to
+// (a worker's pushes, a server's sums) wait in a priority queue per destination node
+// (OrderQueues, order_queue.h), most urgent first (Envelope.priority, then arrival: the
+// order of the worker's scheduling too, common/types/urgency.h), and the IO thread hands the next one to
 // ZeroMQ only while less than the watermark of payload bytes to that destination is
 // handed over and not yet released (a release hook wakes the IO thread through an
 // eventfd). With tcp_notsent_lowat bounding the kernel's share, a newly ready urgent
@@ -61,21 +62,16 @@
 #include <vector>
 
 #include "common/util/counters.h"
+#include "common/transport/fault_injection.h"
 #include "common/transport/message.h"
+#include "common/transport/order_queue.h"
 #include "common/transport/security.h"
 #include "common/transport/shm_lane.h"
 #include "common/util/mutex.h"
 
 namespace ferry {
 
-struct PayloadHold;  // what ZeroMQ holds of a payload it sends without copying (van.cc)
-
-// Where a received message came from.
-struct Origin {
-  bool inbound = false;  // arrived on the ROUTER (reply with Reply(identity, ...))
-  std::string identity;  // ROUTER routing id of the connection (inbound only)
-  int peer = -1;         // outbound peer id (outbound only)
-};
+struct PayloadHold;  // what ZeroMQ holds of a payload it sends without copying (van_internal.h)
 
 struct VanOptions {
   std::string name = "van";                 // for log lines
@@ -265,7 +261,6 @@ class Van {
   // IO thread before they transmit, so that what other threads sent first goes first.
   void DrainCommands(int max);
   void ReceiveFrom(void* socket, bool inbound, int peer);
-  bool ReceiveMultipart(void* socket, std::vector<zmq_msg_t>* frames, size_t* extra);
   // The frames of one message, ready for a socket.
   struct Frames {
     zmq_msg_t envelope;
@@ -276,7 +271,7 @@ class Van {
     PayloadHold* hold = nullptr;  // the payload's, until ZeroMQ releases it
   };
   struct OwnedFrames;  // Frames on the heap, closed when destroyed
-  struct Destination;  // one node's order queue and unreleased bytes (Order above)
+  using OrderQueue = OrderQueues<std::unique_ptr<OwnedFrames>>;
   Frames BuildFrames(const Message& message);
   // Sends `frames` (prefixed by `identity` on the ROUTER), counts the outcome, and
   // always releases the frames. `target` names the destination in logs.
@@ -287,17 +282,11 @@ class Van {
   // IO thread: queues a message with tensor bytes (Order above) for the destination
   // `name`: an inbound node's data identity (peer -1), or outbound peer `peer`.
   void QueueData(const std::string& name, int peer, Frames* frames);
-  void Pump(Destination& d);  // hands over what fits under the watermark
-  void PumpAll();
+  void PumpAll();  // hands over what fits under each destination's watermark
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                  bool control_lane);
   void* NewDealer(const std::string& routing_id);
   void CloseConnection(Connection& p);  // closes what of it is open
-  // Hands a received message on, unless fault injection drops or delays it.
-  void Deliver(Message&& message, const Origin& origin);
-  void DeliverDelayed();         // IO thread: hands on the delayed messages now due
-  int PollTimeoutMs() const;     // IO thread: -1, or until the next delayed message
-  void ApplyLinkOptions(void* socket);
   void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
   // IO thread: an event of `monitor` (the ROUTER's: failed handshakes, closed and accepted
   // connections; a DEALER's: its connection made).
@@ -325,12 +314,10 @@ class Van {
   bool reads_changed_ = false;
   bool hold_data_reads_ = false;                          // IO thread only (tests)
   std::atomic<bool> data_reads_held_{false};              // hold_data_reads_, for the caller
-  bool hold_data_queues_ = false;                         // IO thread only (tests)
-  // Order: one Destination per node sent tensor bytes (a job's servers or workers), kept
-  // for the Van's life (release hooks point at them). IO thread only, but for the hooks'
-  // atomic counts.
-  std::unordered_map<std::string, std::unique_ptr<Destination>> destinations_;
-  uint64_t next_seq_ = 0;  // IO thread only
+  // Order: one queue per node sent tensor bytes (a job's servers or workers), kept for
+  // the Van's life (release hooks point at their counts). IO thread only, but for the
+  // hooks' atomic counts.
+  OrderQueue order_;
   int wake_fd_ = -1;             // eventfd: a release hook wakes the IO thread to Pump
   int monitors_made_ = 0;  // names monitor endpoints; Bind, then the IO thread
   bool secure_ = false;
@@ -343,13 +330,7 @@ class Van {
   std::atomic<bool> started_{false};
   std::atomic<bool> stopped_{false};
   std::string pipe_endpoint_;
-  struct Delayed {
-    int64_t due_ms;
-    Message message;
-    Origin origin;
-  };
-  std::deque<Delayed> delayed_;   // IO thread only; due times never decrease
-  std::mt19937_64 drop_random_;   // IO thread only
+  FaultInjection faults_;  // IO thread only
 
   struct Counters {
 #define FERRY_VAN_COUNTER(name) std::atomic<uint64_t> name{0};
@@ -362,8 +343,6 @@ class Van {
   std::unique_ptr<ShmLanes> lanes_;
   // IO thread: sends what the lane's probe answers.
   void SendLaneMessages(std::vector<ShmLanes::Outgoing>* out);
-  // The lane key of a message's origin.
-  std::string LaneKey(const Origin& origin) const;
 };
 
 }  // namespace ferry

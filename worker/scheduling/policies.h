@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/types/urgency.h"
 #include "worker/scheduling/policy.h"
 #include "worker/scheduling/ready_profile.h"
 
@@ -99,11 +100,11 @@ std::unique_ptr<Policy> MakePolicy(const PolicyOptions& options);
 // The options a worker with `config.scheduling` runs with.
 PolicyOptions PolicyOptionsOf(const Config::Scheduling& config);
 
-// Most urgent first; equal priorities in arrival order.
+// Most urgent first; equal priorities in arrival order: common/types/urgency.h, the order
+// the transport's queues use too.
 struct ByPriority {
   bool operator()(const PushTask& a, const PushTask& b) const {
-    if (a.priority != b.priority) return a.priority > b.priority;
-    return a.seq < b.seq;
+    return MoreUrgent(Urgency{a.priority, a.seq}, Urgency{b.priority, b.seq});
   }
 };
 
