@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "common/util/strings.h"
+
 namespace ferry {
 
 std::string ServerKind(const std::string& requested, const std::string& host,
@@ -172,6 +174,21 @@ const NodeTable& Membership::Publish(proto::NodeTable next) {
   for (auto& [rank, n] : servers) n->set_weight(weights[i++]);
   table_ = NodeTable(next);
   return table_;
+}
+
+// "WORKER at 10.0.0.2:0 (host node-b, pid 4242)": a registering node, for log lines and
+// refusals.
+std::string DescribeRegistration(const proto::RegisterRequest& r) {
+  return StrCat(proto::Role_Name(r.role()), " at ", r.host(), ":", r.port(), " (host ",
+                r.hostname(), ", pid ", r.pid(), ")");
+}
+
+// NODE_FAILED naming `node_id` (-1: none in particular) and `reason`.
+Message NodeFailedMessage(int node_id, const std::string& reason) {
+  Message m = MakeMessage(proto::NODE_FAILED, kSchedulerId);
+  m.envelope.mutable_failure()->set_node_id(node_id);
+  m.envelope.mutable_failure()->set_reason(reason);
+  return m;
 }
 
 }  // namespace ferry

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/cluster/node_table.h"
+#include "common/transport/message.h"
 
 namespace ferry {
 
@@ -88,5 +89,11 @@ class Membership {
   std::vector<Joiner> spares_;
   int next_id_ = 0;  // the next fresh id
 };
+
+// "WORKER at 10.0.0.2:0 (host node-b, pid 4242)": a registering node, for log lines and
+// refusals.
+std::string DescribeRegistration(const proto::RegisterRequest& r);
+// NODE_FAILED naming `node_id` (-1: none in particular) and `reason`.
+Message NodeFailedMessage(int node_id, const std::string& reason);
 
 }  // namespace ferry

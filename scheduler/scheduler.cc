@@ -17,34 +17,6 @@ namespace ferry {
 
 namespace {
 
-// Whether `older` is a catalog the worker of `newer` had at some earlier point (a worker
-// that joined early; join_protocol.h): each of older's tensors is in newer under the same
-// id, name, dtype and shape, or its name was declared anew in newer under a higher id; and
-// older has used no id newer has not.
-bool IsEarlierCatalog(const proto::CatalogSnapshot& older, const proto::CatalogSnapshot& newer) {
-  if (older.next_id() > newer.next_id()) return false;
-  std::map<uint32_t, const proto::CatalogSnapshot::Tensor*> by_id;
-  std::map<std::string, uint32_t> id_of_name;
-  for (const auto& t : newer.tensors()) {
-    by_id[t.id()] = &t;
-    id_of_name[t.name()] = t.id();
-  }
-  for (const auto& t : older.tensors()) {
-    auto it = by_id.find(t.id());
-    if (it != by_id.end()) {
-      const auto& n = *it->second;
-      if (n.name() != t.name() || n.dtype() != t.dtype() ||
-          !std::equal(n.shape().begin(), n.shape().end(), t.shape().begin(), t.shape().end())) {
-        return false;
-      }
-      continue;
-    }
-    auto named = id_of_name.find(t.name());
-    if (named == id_of_name.end() || named->second < t.id()) return false;
-  }
-  return true;
-}
-
 // The scheduler carries no tensor data: small frames, and no fault injection.
 VanOptions SchedulerVanOptions(const Config& config,
                                std::function<void(const Message&, const Origin&)> on_version) {
@@ -53,21 +25,6 @@ VanOptions SchedulerVanOptions(const Config& config,
   o.handshake_timeout_ms = static_cast<int>(config.transport.handshake_timeout_ms);
   o.on_version_mismatch = std::move(on_version);
   return o;
-}
-
-// "WORKER at 10.0.0.2:0 (host node-b, pid 4242)": a registering node, for log lines and
-// refusals.
-std::string Who(const proto::RegisterRequest& r) {
-  return StrCat(proto::Role_Name(r.role()), " at ", r.host(), ":", r.port(), " (host ",
-                r.hostname(), ", pid ", r.pid(), ")");
-}
-
-// NODE_FAILED naming `node_id` (-1: none in particular) and `reason`.
-Message FailureMessage(int node_id, const std::string& reason) {
-  Message m = MakeMessage(proto::NODE_FAILED, kSchedulerId);
-  m.envelope.mutable_failure()->set_node_id(node_id);
-  m.envelope.mutable_failure()->set_reason(reason);
-  return m;
 }
 
 }  // namespace
@@ -214,7 +171,7 @@ void Scheduler::RefuseVersion(const Message& m, const Origin& origin) {
   // FERRY_CONNECT_TIMEOUT_MS.
   const uint32_t version = m.envelope.version();
   Refuse(origin.identity,
-         StrCat(Who(m.envelope.register_request()), " speaks protocol version ", version,
+         StrCat(DescribeRegistration(m.envelope.register_request()), " speaks protocol version ", version,
                 " (this scheduler speaks ", kProtocolVersion,
                 "): run the same Ferry release on every node"),
          version);
@@ -237,7 +194,7 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
       return;
     }
   }
-  std::string who = Who(r);
+  std::string who = DescribeRegistration(r);
   if (phase_ != Phase::kRegistering) {
     Refuse(identity, StrCat(who, " arrived after registration closed; the job already has ",
                             config_.cluster.num_servers, " servers and ",
@@ -326,55 +283,6 @@ std::string Scheduler::MissingNodes() const {
   return s;
 }
 
-void Scheduler::OnSpare(const Message& m, const std::string& identity) {
-  const int64_t now = NowMs();
-  if (m.type() == proto::HEARTBEAT) {
-    auto it = spares_.find(identity);
-    if (it == spares_.end()) {
-      LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a registered spare";
-      return;
-    }
-    it->second = now;
-    van_.Reply(identity, MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId));
-    return;
-  }
-  const proto::RegisterRequest& r = m.envelope.register_request();
-  if (!config_.cluster.elastic || r.role() != proto::SERVER) {
-    Refuse(identity, StrCat(Who(r), " registers as a spare (FERRY_SPARE=1), but ",
-                            r.role() != proto::SERVER ? "only servers can be spares"
-                                                      : "this job is not elastic (FERRY_ELASTIC=1 "
-                                                        "on the scheduler)"));
-    return;
-  }
-  if (phase_ != Phase::kRegistering && phase_ != Phase::kRunning) return;  // ending anyway
-  if (!spares_.emplace(identity, now).second) return;  // a repeated REGISTER
-  membership_.AddSpare({identity, r});
-  Message wait = MakeMessage(proto::NODE_TABLE, kSchedulerId);
-  wait.envelope.mutable_node_table()->set_spare(true);
-  wait.envelope.mutable_node_table()->set_your_id(-1);
-  van_.Reply(identity, std::move(wait));
-  LOG(INFO) << "spare " << Who(r) << " registered; " << membership_.spares()
-            << " spare(s) wait for a dead server's slot";
-}
-
-void Scheduler::CheckSpares() {
-  const int64_t now = NowMs();
-  for (auto it = spares_.begin(); it != spares_.end();) {
-    if (now - it->second <= config_.cluster.heartbeat_timeout_ms) {
-      ++it;
-      continue;
-    }
-    const std::string why = StrCat("a spare server sent no heartbeat for ", now - it->second,
-                                   " ms (FERRY_HEARTBEAT_TIMEOUT_MS=",
-                                   config_.cluster.heartbeat_timeout_ms,
-                                   "); it no longer waits for a slot");
-    LOG(WARNING) << why;
-    van_.Reply(it->first, FailureMessage(-1, why));
-    membership_.RemoveSpare(it->first);
-    it = spares_.erase(it);
-  }
-}
-
 void Scheduler::PublishTable(const proto::CatalogSnapshot* catalog) {
   const proto::NodeTable& table = this->table().proto();
   const int64_t now = NowMs();
@@ -397,97 +305,6 @@ void Scheduler::PublishTable(const proto::CatalogSnapshot* catalog) {
     if (catalog && fresh.count(id)) *m.envelope.mutable_node_table()->mutable_catalog() = *catalog;
     SendTo(id, std::move(m));
   }
-}
-
-void Scheduler::OnJoiner(const Message& m, const std::string& identity) {
-  const proto::RegisterRequest& r = m.envelope.register_request();
-  for (const auto& j : joiners_) {
-    if (j.identity == identity) return;  // a repeated REGISTER
-  }
-  const int live = table().num_workers();
-  if (live + static_cast<int>(joiners_.size()) >= config_.cluster.max_workers) {
-    Refuse(identity, StrCat(Who(r), " wants to join, but the job has ", live, " workers and ",
-                            joiners_.size(), " waiting, FERRY_MAX_WORKERS=",
-                            config_.cluster.max_workers));
-    return;
-  }
-  joiners_.push_back({identity, r});
-  LOG(INFO) << Who(r) << " waits to join at the workers' next commit (" << joiners_.size()
-            << " waiting)";
-  if (below_min_since_ms_ > 0 &&
-      live + static_cast<int>(joiners_.size()) >= config_.cluster.min_workers) {
-    // Enough workers again: the survivors take the epoch without the dead (they are held
-    // in the old one), and admit the joiners at their next commit.
-    LOG(WARNING) << "membership epoch " << membership_.epoch() << ": " << live
-                 << " workers, with enough waiting to join to reach FERRY_MIN_WORKERS="
-                 << config_.cluster.min_workers;
-    below_min_since_ms_ = 0;
-    PublishTable();
-    MaybeEndJob();
-  }
-}
-
-void Scheduler::OnAdmit(const Message& m) {
-  // Rank 0's ADMIT of the current epoch carries the catalog the joiners start from; every
-  // worker sends one after the same commit, the others' change nothing.
-  if (joiners_.empty() || m.envelope.epoch() != membership_.epoch() ||
-      !table().IsWorker(m.sender()) || table().node(m.sender()).rank() != 0 ||
-      !m.envelope.has_catalog()) {
-    return;
-  }
-  const size_t added = joiners_.size();
-  membership_.WithWorkers(joiners_);
-  joiners_.clear();
-  barriers_.clear();  // their waiters throw kMembershipChanged at the new table
-  stalls_.Restart(table().num_workers());
-  LOG(INFO) << "membership epoch " << membership_.epoch() << ": " << added
-            << " worker(s) joined at the workers' commit (" << table().Servers().size()
-            << " servers, " << table().num_workers() << " workers)";
-  PublishTable(&m.envelope.catalog());
-}
-
-void Scheduler::DropMember(int id, const std::string& why) {
-  LOG(WARNING) << why;
-  metrics_.Died(id, why);
-  // Should it be alive after all (late heartbeats), it learns why it is out of the job.
-  SendTo(id, FailureMessage(id, StrCat(why, "; the job goes on without it")));
-  members_.erase(id);
-  barriers_.clear();  // their waiters throw kMembershipChanged at the new table
-  std::string change;
-  if (table().IsServer(id)) {
-    const size_t spares = membership_.spares();
-    const std::string dead = table().Describe(id);
-    membership_.WithoutServer(id);
-    if (table().Servers().empty()) {
-      FailJob(id, StrCat(why, "; no live server is left (FERRY_SPARE=1 servers replace dead ones)"));
-      return;
-    }
-    change = membership_.spares() < spares
-                 ? StrCat("a spare took the slot of ", dead, ": ", table().Describe(id))
-                 : StrCat(dead, "'s partitions move to the ", table().Servers().size(),
-                          " live servers");
-  } else {
-    finalized_.erase(id);
-    suspended_.erase(id);
-    membership_.WithoutWorker(id);
-    stalls_.Restart(table().num_workers());
-    change = StrCat(table().num_workers(), " workers remain, renumbered 0..",
-                    table().num_workers() - 1, " in their old order");
-    if (table().num_workers() < config_.cluster.min_workers && below_min_since_ms_ == 0) {
-      // No epoch below the minimum: the workers would only train on too few.
-      below_min_since_ms_ = NowMs();
-      below_min_why_ = StrCat("only ", table().num_workers(), " live workers, fewer than FERRY_MIN_WORKERS=",
-                              config_.cluster.min_workers, " (", why, ")");
-      LOG(WARNING) << below_min_why_ << "; waiting at most "
-                   << config_.cluster.min_workers_timeout_ms
-                   << " ms (FERRY_MIN_WORKERS_TIMEOUT_MS) for workers to join";
-    }
-  }
-  if (below_min_since_ms_ > 0) return;  // no epoch below the minimum (a server's death too)
-  LOG(WARNING) << "membership epoch " << membership_.epoch() << ": " << change << " ("
-               << table().Servers().size() << " servers, " << table().num_workers() << " workers)";
-  PublishTable();
-  MaybeEndJob();
 }
 
 int Scheduler::WorkerIdOf(int rank) const {
@@ -519,70 +336,7 @@ void Scheduler::OnBarrier(const Message& m) {
             << table().Describe(m.sender());
     return;
   }
-  int group = m.envelope.barrier().group();
-  auto& arrived = barriers_[group];
-  for (Arrival& a : arrived) {
-    if (a.node == m.sender()) {
-      // Its earlier wait ended (a deadline): this one replaces it, so the release reaches
-      // the request still waiting.
-      LOG(WARNING) << table().Describe(m.sender()) << " entered a "
-                   << proto::BarrierGroup_Name(m.envelope.barrier().group())
-                   << " barrier again; its new request replaces the earlier one";
-      a = Arrival{m.sender(), m.envelope.request_id(), m.envelope.barrier().join_position(),
-                  m.envelope.barrier().catalog_digest(), m.envelope.barrier()};
-      return;
-    }
-  }
-  arrived.push_back(Arrival{m.sender(), m.envelope.request_id(),
-                             m.envelope.barrier().join_position(),
-                             m.envelope.barrier().catalog_digest(), m.envelope.barrier()});
-  const int workers = table().num_workers();
-  const int servers = static_cast<int>(table().Servers().size());
-  const int expected = group == proto::GROUP_WORKERS || group == proto::GROUP_JOIN ? workers
-                       : group == proto::GROUP_SERVERS                             ? servers
-                                                                       : workers + servers;
-  VLOG(1) << "barrier " << proto::BarrierGroup_Name(m.envelope.barrier().group()) << ": "
-          << arrived.size() << " of " << expected;
-  if (static_cast<int>(arrived.size()) < expected) return;
-  // The last to arrive; in a join, the one with the highest join position (the last
-  // to join at the servers: worker/join_protocol.h), ties to the later arrival.
-  const Arrival* last = &arrived.back();
-  bool catalogs_differ = false;  // GROUP_JOIN
-  for (const Arrival& a : arrived) {
-    if (a.join_position >= last->join_position) last = &a;
-    catalogs_differ |= a.catalog_digest != arrived.front().catalog_digest;
-  }
-  // Declarations made while some workers had joined: those workers adopt the catalog of
-  // the worker that declared the most, if theirs is an earlier state of it.
-  const Arrival* richest = nullptr;
-  bool adoptable = catalogs_differ;
-  if (catalogs_differ) {
-    for (const Arrival& a : arrived) {
-      if (!richest || a.join.catalog_next_id() > richest->join.catalog_next_id()) richest = &a;
-    }
-    for (const Arrival& a : arrived) {
-      adoptable = adoptable && IsEarlierCatalog(a.join.catalog(), richest->join.catalog());
-    }
-    LOG(INFO) << "join: the workers' declarations differ; "
-              << (adoptable ? StrCat("those that joined early take those of ",
-                                     table().Describe(richest->node))
-                            : std::string("they are not earlier states of one another"));
-  }
-  const int last_rank = table().node(last->node).rank();
-  for (const Arrival& a : arrived) {
-    Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
-    release.envelope.set_request_id(a.request);
-    proto::Barrier* barrier = release.envelope.mutable_barrier();
-    barrier->set_group(m.envelope.barrier().group());
-    barrier->set_last_rank(last_rank);
-    if (catalogs_differ) {
-      const bool differs = !adoptable || a.catalog_digest != richest->catalog_digest;
-      barrier->set_catalogs_differ(differs);
-      if (differs && adoptable) *barrier->mutable_catalog() = richest->join.catalog();
-    }
-    SendTo(a.node, std::move(release));
-  }
-  arrived.clear();
+  for (auto& [node, release] : barriers_.Arrive(m, table())) SendTo(node, std::move(release));
 }
 
 void Scheduler::OnFinalize(const Message& m) {
@@ -629,7 +383,7 @@ void Scheduler::MaybeEndJob() {
     van_.Reply(identity, MakeMessage(proto::SHUTDOWN, kSchedulerId));
   }
   for (const auto& j : joiners_) {
-    Refuse(j.identity, StrCat(Who(j.request), " waited to join, but the job ended first"));
+    Refuse(j.identity, StrCat(DescribeRegistration(j.request), " waited to join, but the job ended first"));
   }
   joiners_.clear();
   metrics_.JobEnded("");
@@ -703,7 +457,7 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
   if (node_id > 0) metrics_.Died(node_id, reason);
   metrics_.JobEnded(reason);
   auto notify = [&](const std::string& identity) {
-    van_.Reply(identity, FailureMessage(node_id, reason));
+    van_.Reply(identity, NodeFailedMessage(node_id, reason));
   };
   for (const auto& p : pending_) notify(p.identity);
   for (const auto& j : joiners_) notify(j.identity);

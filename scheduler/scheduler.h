@@ -35,6 +35,7 @@
 #include "common/metrics/http_endpoint.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "scheduler/barriers.h"
 #include "scheduler/cluster_metrics.h"
 #include "scheduler/membership.h"
 #include "scheduler/stall_check.h"
@@ -117,15 +118,7 @@ class Scheduler {
   std::vector<Membership::Joiner> pending_ GUARDED_BY(mu_);  // registrations in arrival order
   Membership membership_ GUARDED_BY(mu_);  // the node table, epoch by epoch
   std::map<int, Member> members_ GUARDED_BY(mu_);  // node id -> connection and heartbeat
-  // A node in a barrier: its id, its BARRIER's request id, its join position (GROUP_JOIN).
-  struct Arrival {
-    int node = -1;
-    uint64_t request = 0;
-    int join_position = 0;
-    uint64_t catalog_digest = 0;
-    proto::Barrier join;  // GROUP_JOIN: the BARRIER's body (catalog, next id)
-  };
-  std::map<int, std::vector<Arrival>> barriers_ GUARDED_BY(mu_);  // by group, in arrival order
+  Barriers barriers_ GUARDED_BY(mu_);
   std::set<int> finalized_ GUARDED_BY(mu_);
   std::set<int> suspended_ GUARDED_BY(mu_);  // workers shut down that may init() again
   StallCheck stalls_ GUARDED_BY(mu_);

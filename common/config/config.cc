@@ -13,156 +13,18 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/config/env_reader.h"
 #include "common/util/error.h"
 #include "common/util/strings.h"
 
 namespace ferry {
 namespace {
 
-[[noreturn]] void Invalid(const std::string& variable, const std::string& value,
-                          const std::string& allowed) {
-  throw FerryError(ErrorCode::kInvalidConfig,
-                   StrCat("invalid configuration: ", variable, "='", value, "': ", allowed));
-}
-
-// Reads the environment, tracking FERRY_* names over their BYTEPS_* aliases.
-class EnvReader {
- public:
-  EnvReader(const EnvLookup& env, std::vector<std::string>* warnings)
-      : env_(env), warnings_(warnings) {}
-
-  // Returns the value of `name` or of `alias` (FERRY_* wins, with a warning if both
-  // are set and differ). `used` receives the name the value came from.
-  const char* Get(const char* name, const char* alias, std::string* used) const {
-    const char* value = env_(name);
-    const char* alias_value = alias ? env_(alias) : nullptr;
-    if (value && alias_value && std::strcmp(value, alias_value) != 0) {
-      warnings_->push_back(StrCat(name, "='", value, "' overrides ", alias, "='", alias_value,
-                                  "'"));
-    }
-    if (value) {
-      *used = name;
-      return value;
-    }
-    *used = alias ? alias : name;
-    return alias_value;
-  }
-
-  // Whether `name` or `alias` is set (no warning: the read of the value gives it).
-  bool Has(const char* name, const char* alias) const {
-    return env_(name) != nullptr || (alias && env_(alias) != nullptr);
-  }
-
-  int64_t Int(const char* name, const char* alias, int64_t def, int64_t min, int64_t max) const {
-    std::string used;
-    const char* text = Get(name, alias, &used);
-    if (!text) return def;
-    std::string s(text);
-    errno = 0;
-    char* end = nullptr;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    bool ok = !s.empty() && end && *end == '\0' && errno == 0 && !std::isspace(s[0]);
-    if (!ok || v < min || v > max) {
-      Invalid(used, s, StrCat("expected an integer from ", min, " to ", max));
-    }
-    return v;
-  }
-
-  double Double(const char* name, double def, double min, double max) const {
-    std::string used;
-    const char* text = Get(name, nullptr, &used);
-    if (!text) return def;
-    std::string s(text);
-    errno = 0;
-    char* end = nullptr;
-    double v = std::strtod(s.c_str(), &end);
-    bool ok = !s.empty() && end && *end == '\0' && errno == 0 && !std::isspace(s[0]) &&
-              std::isfinite(v);
-    if (!ok || v < min || v > max) {
-      Invalid(used, s, StrCat("expected a number from ", min, " to ", max));
-    }
-    return v;
-  }
-
-  bool Bool(const char* name, const char* alias, bool def) const {
-    std::string used;
-    const char* text = Get(name, alias, &used);
-    if (!text) return def;
-    const std::string s = AsciiToLower(text);
-    if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
-    if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) return false;
-    Invalid(used, text, "expected 0 or 1 (or true/false)");
-  }
-
-  std::string Str(const char* name, const char* alias, const std::string& def) const {
-    std::string used;
-    const char* text = Get(name, alias, &used);
-    return text ? std::string(text) : def;
-  }
-
-  bool Has(const char* name) const { return env_(name) != nullptr; }
-
-  // A comma-separated list of integers, each in [min, max]; empty when unset.
-  std::vector<int64_t> IntList(const char* name, int64_t min, int64_t max) const {
-    return List<int64_t>(name, min, max, "integers", [](const std::string& item, int64_t* v) {
-      char* end = nullptr;
-      *v = std::strtoll(item.c_str(), &end, 10);
-      return *end == '\0';
-    });
-  }
-
-  // A comma-separated list of numbers, each in [min, max]; empty when unset.
-  std::vector<double> DoubleList(const char* name, double min, double max) const {
-    return List<double>(name, min, max, "numbers", [](const std::string& item, double* v) {
-      char* end = nullptr;
-      *v = std::strtod(item.c_str(), &end);
-      return *end == '\0' && std::isfinite(*v);
-    });
-  }
-
- private:
-  // The values of a comma-separated list; `parse(item, &v)` says whether all of `item`
-  // is one value. Each must parse, in [min, max]; `what` names them in the error.
-  template <typename T, typename Parse>
-  std::vector<T> List(const char* name, T min, T max, const char* what, Parse parse) const {
-    std::string used;
-    const char* text = Get(name, nullptr, &used);
-    std::vector<T> out;
-    if (!text) return out;
-    for (const std::string& item : SplitList(text)) {
-      errno = 0;
-      T v{};
-      if (item.empty() || std::isspace(item[0]) || !parse(item, &v) || errno != 0 || v < min ||
-          v > max) {
-        Invalid(used, text, StrCat("expected comma-separated ", what, " from ", min, " to ", max));
-      }
-      out.push_back(v);
-    }
-    return out;
-  }
-
-  // "a,b,,c" -> {"a", "b", "", "c"}: an empty item stays (and is refused by List).
-  static std::vector<std::string> SplitList(const std::string& s) {
-    std::vector<std::string> items(1);
-    for (char ch : s) {
-      if (ch == ',') {
-        items.emplace_back();
-      } else {
-        items.back() += ch;
-      }
-    }
-    return items;
-  }
-
-  const EnvLookup& env_;
-  std::vector<std::string>* warnings_;
-};
-
 NodeRole ParseRole(const std::string& text) {
   if (text == "scheduler") return NodeRole::kScheduler;
   if (text == "server") return NodeRole::kServer;
   if (text == "worker") return NodeRole::kWorker;
-  Invalid("DMLC_ROLE", text, "expected scheduler, server or worker");
+  ThrowInvalidConfig("DMLC_ROLE", text, "expected scheduler, server or worker");
 }
 
 void ParseLogLevel(const std::string& variable, const std::string& text, Config* c) {
@@ -181,7 +43,7 @@ void ParseLogLevel(const std::string& variable, const std::string& text, Config*
   } else if (s == "ERROR" || s == "FATAL") {
     c->diagnostics.log_level = 2;
   } else {
-    Invalid(variable, text, "expected TRACE, DEBUG, INFO, WARNING or ERROR");
+    ThrowInvalidConfig(variable, text, "expected TRACE, DEBUG, INFO, WARNING or ERROR");
   }
 }
 
@@ -189,7 +51,7 @@ std::string ReadSecret(const EnvReader& r, std::vector<std::string>* warnings) {
   std::string secret = r.Str("FERRY_SECRET", nullptr, "");
   std::string file = r.Str("FERRY_SECRET_FILE", nullptr, "");
   if (r.Has("FERRY_SECRET") && secret.empty()) {
-    Invalid("FERRY_SECRET", "", "must not be empty when set (unset it to run without security)");
+    ThrowInvalidConfig("FERRY_SECRET", "", "must not be empty when set (unset it to run without security)");
   }
   if (!file.empty()) {
     if (!secret.empty()) {
@@ -197,10 +59,10 @@ std::string ReadSecret(const EnvReader& r, std::vector<std::string>* warnings) {
       return secret;
     }
     std::ifstream in(file);
-    if (!in) Invalid("FERRY_SECRET_FILE", file, StrCat("cannot read the file: ", std::strerror(errno)));
+    if (!in) ThrowInvalidConfig("FERRY_SECRET_FILE", file, StrCat("cannot read the file: ", std::strerror(errno)));
     std::getline(in, secret);
     while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
-    if (secret.empty()) Invalid("FERRY_SECRET_FILE", file, "the file's first line is empty");
+    if (secret.empty()) ThrowInvalidConfig("FERRY_SECRET_FILE", file, "the file's first line is empty");
   }
   if (!secret.empty() && secret.size() < 16) {
     warnings->push_back(StrCat("the cluster secret is only ", secret.size(),
@@ -217,7 +79,7 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
   c->server.inline_bytes =
       r.Int("FERRY_SERVER_INLINE_BYTES", nullptr, c->server.inline_bytes, 0, 1LL << 30);
   if (c->server.deterministic && c->server.async) {
-    Invalid("FERRY_DETERMINISTIC", "1",
+    ThrowInvalidConfig("FERRY_DETERMINISTIC", "1",
             "asynchronous training (FERRY_ENABLE_ASYNC=1) has no rounds to sum in rank order: "
             "every push is applied as it arrives; unset one of them");
   }
@@ -234,7 +96,7 @@ void ReadMetrics(const EnvReader& r, Config* c) {
   d.metrics_bind = r.Str("FERRY_METRICS_BIND", nullptr, d.metrics_bind);
   in_addr addr{};
   if (inet_pton(AF_INET, d.metrics_bind.c_str(), &addr) != 1) {
-    Invalid("FERRY_METRICS_BIND", d.metrics_bind,
+    ThrowInvalidConfig("FERRY_METRICS_BIND", d.metrics_bind,
             "expected an IPv4 address (127.0.0.1, 0.0.0.0 or this host's, e.g. a pod IP)");
   }
   d.metrics_linger_ms = r.Int("FERRY_METRICS_LINGER_MS", nullptr, 0, 0, 3600000);
@@ -244,24 +106,24 @@ void ReadMetrics(const EnvReader& r, Config* c) {
 void ReadWindow(const EnvReader& r, Config* c) {
   Config::Scheduling& s = c->scheduling;
   const std::string window = r.Str("FERRY_WINDOW", nullptr, s.window_bdp ? "bdp" : "fixed");
-  if (window != "bdp" && window != "fixed") Invalid("FERRY_WINDOW", window, "expected bdp or fixed");
+  if (window != "bdp" && window != "fixed") ThrowInvalidConfig("FERRY_WINDOW", window, "expected bdp or fixed");
   s.window_bdp = window == "bdp";
   s.window_gain = r.Double("FERRY_WINDOW_GAIN", s.window_gain, 0.25, 64.0);
   s.window_min_bytes = r.Int("FERRY_WINDOW_MIN_BYTES", nullptr, s.window_min_bytes, 4096, 1LL << 40);
   s.window_max_bytes = r.Int("FERRY_WINDOW_MAX_BYTES", nullptr, s.window_max_bytes, 4096, 1LL << 40);
   if (s.window_max_bytes < s.window_min_bytes) {
-    Invalid("FERRY_WINDOW_MAX_BYTES", std::to_string(s.window_max_bytes),
+    ThrowInvalidConfig("FERRY_WINDOW_MAX_BYTES", std::to_string(s.window_max_bytes),
             StrCat("is below FERRY_WINDOW_MIN_BYTES (", s.window_min_bytes, ")"));
   }
   s.autotune_window_gains = r.DoubleList("FERRY_AUTOTUNE_WINDOW_GAINS", 0.25, 64.0);
   if (!s.autotune_window_gains.empty() && !s.autotune_credits.empty()) {
-    Invalid("FERRY_AUTOTUNE_WINDOW_GAINS", r.Str("FERRY_AUTOTUNE_WINDOW_GAINS", nullptr, ""),
+    ThrowInvalidConfig("FERRY_AUTOTUNE_WINDOW_GAINS", r.Str("FERRY_AUTOTUNE_WINDOW_GAINS", nullptr, ""),
             "cannot be searched with FERRY_AUTOTUNE_CREDITS (fixed credits): set one of them");
   }
   s.autotune_frame_bytes = r.IntList("FERRY_AUTOTUNE_FRAME_BYTES", 0, 1LL << 30);
   for (int64_t f : s.autotune_frame_bytes) {
     if (!ValidFrameBytes(f)) {
-      Invalid("FERRY_AUTOTUNE_FRAME_BYTES", std::to_string(f),
+      ThrowInvalidConfig("FERRY_AUTOTUNE_FRAME_BYTES", std::to_string(f),
               "expected frame sizes that are 0 or multiples of 8 from 4096");
     }
   }
@@ -273,7 +135,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   const std::string policy =
       r.Str("FERRY_SCHEDULING_POLICY", nullptr, SchedulingPolicyName(c->scheduling.policy));
   if (!ParseSchedulingPolicy(policy, &c->scheduling.policy)) {
-    Invalid("FERRY_SCHEDULING_POLICY", policy, StrCat("expected ", kSchedulingPolicyNames));
+    ThrowInvalidConfig("FERRY_SCHEDULING_POLICY", policy, StrCat("expected ", kSchedulingPolicyNames));
   }
   c->scheduling.fusion_bytes =
       r.Int("FERRY_FUSION_BYTES", nullptr, c->scheduling.fusion_bytes, 0, 1LL << 30);
@@ -305,7 +167,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   const double default_ms = size_chosen ? 0.0 : Config::Scheduling::kDefaultPartitionMs;
   c->scheduling.partition_ms = r.Double("FERRY_PARTITION_MS", default_ms, 0.0, 60000.0);
   if (c->scheduling.partition_ms > 0 && sizes_listed) {
-    Invalid("FERRY_PARTITION_MS", r.Str("FERRY_PARTITION_MS", nullptr, ""),
+    ThrowInvalidConfig("FERRY_PARTITION_MS", r.Str("FERRY_PARTITION_MS", nullptr, ""),
             "cannot be used with FERRY_AUTOTUNE_PARTITION_BYTES, which lists the partition "
             "sizes to search: set one of them");
   }
@@ -327,7 +189,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   for (int64_t f : c->scheduling.autotune_frame_bytes) sizes.emplace_back("FERRY_AUTOTUNE_FRAME_BYTES", f);
   for (const auto& [name, bytes] : sizes) {
     if (c->transport.max_message_bytes < bytes + 4096) {
-      Invalid("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->transport.max_message_bytes),
+      ThrowInvalidConfig("FERRY_MAX_MESSAGE_BYTES", std::to_string(c->transport.max_message_bytes),
               StrCat("must exceed ", name, " (", bytes, ") by 4096"));
     }
   }
@@ -378,7 +240,7 @@ EnvLookup MapEnvironment(const std::map<std::string, std::string>& env) {
 }
 
 std::string ResolveHost(const std::string& variable, const std::string& host) {
-  if (host.empty()) Invalid(variable, host, "expected an IPv4 address or a host name");
+  if (host.empty()) ThrowInvalidConfig(variable, host, "expected an IPv4 address or a host name");
   in_addr addr{};
   if (inet_pton(AF_INET, host.c_str(), &addr) == 1) return host;
   addrinfo hints{};
@@ -387,7 +249,7 @@ std::string ResolveHost(const std::string& variable, const std::string& host) {
   addrinfo* result = nullptr;
   int rc = getaddrinfo(host.c_str(), nullptr, &hints, &result);
   if (rc != 0 || !result) {
-    Invalid(variable, host, StrCat("cannot resolve host name (", gai_strerror(rc), ")"));
+    ThrowInvalidConfig(variable, host, StrCat("cannot resolve host name (", gai_strerror(rc), ")"));
   }
   char buf[INET_ADDRSTRLEN] = {0};
   inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr, buf, sizeof buf);
@@ -434,7 +296,7 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
     c->server.device = ServerDevice::kGpu;
     c->server.gpu = std::stoi(text.substr(4));
   } else {
-    Invalid("FERRY_SERVER_DEVICE", text, kAllowed);
+    ThrowInvalidConfig("FERRY_SERVER_DEVICE", text, kAllowed);
   }
   c->server.gpu_streams =
       static_cast<int>(r.Int("FERRY_SERVER_GPU_STREAMS", nullptr, c->server.gpu_streams, 1, 64));
@@ -453,7 +315,7 @@ void ReadElastic(const EnvReader& r, Config* c) {
   k.min_workers_timeout_ms = r.Int("FERRY_MIN_WORKERS_TIMEOUT_MS", nullptr,
                                    k.min_workers_timeout_ms, 100, 30 * 86400000LL);
   if (k.spare && (!k.elastic || c->role != NodeRole::kServer)) {
-    Invalid("FERRY_SPARE", "1",
+    ThrowInvalidConfig("FERRY_SPARE", "1",
             c->role != NodeRole::kServer
                 ? "only a server can be a spare (ferry-server)"
                 : "a spare waits for a dead server's slot, which only an elastic job "
@@ -461,12 +323,12 @@ void ReadElastic(const EnvReader& r, Config* c) {
   }
   if (!k.elastic) return;
   if (c->server.async) {
-    Invalid("FERRY_ELASTIC", "1",
+    ThrowInvalidConfig("FERRY_ELASTIC", "1",
             "not with asynchronous training (FERRY_ENABLE_ASYNC=1): there the servers hold the "
             "parameters, and a dead server takes its share of them with it");
   }
   if (c->local.size > 1) {
-    Invalid("FERRY_ELASTIC", "1",
+    ThrowInvalidConfig("FERRY_ELASTIC", "1",
             StrCat("not with local groups (FERRY_LOCAL_SIZE=", c->local.size,
                    ") yet: a local root's death would take its local ranks with it"));
   }
@@ -486,7 +348,7 @@ void ReadLocalGroup(const EnvReader& r, Config* c) {
       static_cast<int>(r.Int("FERRY_LOCAL_RANK", "BYTEPS_LOCAL_RANK", 0, 0, c->local.size - 1));
   if (c->role == NodeRole::kWorker && c->local.size > 1 && !r.Has("FERRY_LOCAL_RANK") &&
       !r.Has("BYTEPS_LOCAL_RANK")) {
-    Invalid("FERRY_LOCAL_RANK", "",
+    ThrowInvalidConfig("FERRY_LOCAL_RANK", "",
             StrCat("must be set (0..", c->local.size - 1, ") in each of the FERRY_LOCAL_SIZE=",
                    c->local.size, " processes of a machine; ferry-launch --local-size sets it"));
   }
@@ -496,11 +358,11 @@ void ReadLocalGroup(const EnvReader& r, Config* c) {
                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                            "0123456789._:-") == std::string::npos;
   if (!socket_ok) {
-    Invalid("FERRY_LOCAL_SOCKET", c->local.socket,
+    ThrowInvalidConfig("FERRY_LOCAL_SOCKET", c->local.socket,
             "expected at most 100 characters from A-Z a-z 0-9 . _ : - (an abstract socket name)");
   }
   if (c->role == NodeRole::kWorker && c->local.size > 1 && c->server.async) {
-    Invalid("FERRY_ENABLE_ASYNC", "1",
+    ThrowInvalidConfig("FERRY_ENABLE_ASYNC", "1",
             StrCat("asynchronous training is not supported with FERRY_LOCAL_SIZE=", c->local.size,
                    " (the local reduction sums gradients, not parameters)"));
   }
@@ -516,16 +378,16 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   if (fixed_role) {
     c.role = *fixed_role;
     if (!role_text.empty() && ParseRole(role_text) != c.role) {
-      Invalid("DMLC_ROLE", role_text, StrCat("this program is the ", NodeRoleName(c.role)));
+      ThrowInvalidConfig("DMLC_ROLE", role_text, StrCat("this program is the ", NodeRoleName(c.role)));
     }
   } else {
-    if (role_text.empty()) Invalid("DMLC_ROLE", "", "must be set to scheduler, server or worker");
+    if (role_text.empty()) ThrowInvalidConfig("DMLC_ROLE", "", "must be set to scheduler, server or worker");
     c.role = ParseRole(role_text);
   }
 
   for (const char* required : {"DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI",
                                "DMLC_PS_ROOT_PORT"}) {
-    if (!r.Has(required)) Invalid(required, "", "must be set");
+    if (!r.Has(required)) ThrowInvalidConfig(required, "", "must be set");
   }
   c.cluster.num_workers = static_cast<int>(r.Int("DMLC_NUM_WORKER", nullptr, 0, 1, 65535));
   c.cluster.num_servers = static_cast<int>(r.Int("DMLC_NUM_SERVER", nullptr, 0, 1, 65535));
@@ -552,7 +414,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.cluster.node_kind = r.Str("FERRY_NODE_KIND", nullptr, "");
   if (!c.cluster.node_kind.empty() && c.cluster.node_kind != "colocated" &&
       c.cluster.node_kind != "cpu") {
-    Invalid("FERRY_NODE_KIND", c.cluster.node_kind,
+    ThrowInvalidConfig("FERRY_NODE_KIND", c.cluster.node_kind,
             "expected colocated or cpu (or unset: automatic)");
   }
 
@@ -569,7 +431,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   if (device_api == "fake") {
     c.device_api = DeviceApiKind::kFake;
   } else if (!device_api.empty() && device_api != "cuda") {
-    Invalid("FERRY_DEVICE_API", device_api,
+    ThrowInvalidConfig("FERRY_DEVICE_API", device_api,
             "expected cuda, or fake (tests of the device path without a GPU)");
   }
   c.server.async = r.Bool("FERRY_ENABLE_ASYNC", "BYTEPS_ENABLE_ASYNC", false);
@@ -584,7 +446,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.cluster.heartbeat_timeout_ms =
       r.Int("FERRY_HEARTBEAT_TIMEOUT_MS", nullptr, c.cluster.heartbeat_timeout_ms, 50, 86400000);
   if (c.cluster.heartbeat_timeout_ms < 2 * c.cluster.heartbeat_interval_ms) {
-    Invalid("FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(c.cluster.heartbeat_timeout_ms),
+    ThrowInvalidConfig("FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(c.cluster.heartbeat_timeout_ms),
             StrCat("must be at least twice FERRY_HEARTBEAT_INTERVAL_MS (",
                    c.cluster.heartbeat_interval_ms, ")"));
   }
@@ -597,11 +459,11 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.cluster.stall_shutdown_ms =
       r.Int("FERRY_STALL_SHUTDOWN_MS", nullptr, c.cluster.stall_shutdown_ms, 0, 30 * 86400000LL);
   if (c.cluster.stall_warning_ms > 0 && c.cluster.stall_warning_ms < 100) {
-    Invalid("FERRY_STALL_WARNING_MS", std::to_string(c.cluster.stall_warning_ms),
+    ThrowInvalidConfig("FERRY_STALL_WARNING_MS", std::to_string(c.cluster.stall_warning_ms),
             "must be 0 (off) or at least 100");
   }
   if (c.cluster.stall_shutdown_ms > 0 && c.cluster.stall_shutdown_ms < c.cluster.stall_warning_ms) {
-    Invalid("FERRY_STALL_SHUTDOWN_MS", std::to_string(c.cluster.stall_shutdown_ms),
+    ThrowInvalidConfig("FERRY_STALL_SHUTDOWN_MS", std::to_string(c.cluster.stall_shutdown_ms),
             StrCat("must be 0 (never) or at least FERRY_STALL_WARNING_MS (",
                    c.cluster.stall_warning_ms, "): the job ends after the warning"));
   }
@@ -610,7 +472,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.transport.link_timeout_ms =
       r.Int("FERRY_LINK_TIMEOUT_MS", nullptr, c.transport.link_timeout_ms, 0, 3600000);
   if (c.transport.link_timeout_ms > 0 && c.transport.link_timeout_ms < 300) {
-    Invalid("FERRY_LINK_TIMEOUT_MS", std::to_string(c.transport.link_timeout_ms),
+    ThrowInvalidConfig("FERRY_LINK_TIMEOUT_MS", std::to_string(c.transport.link_timeout_ms),
             "must be 0 (off) or at least 300");
   }
   c.transport.handshake_timeout_ms = r.Int("FERRY_HANDSHAKE_TIMEOUT_MS", nullptr,
@@ -624,13 +486,13 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.transport.shm_bytes =
       r.Int("FERRY_SHM_BYTES", nullptr, c.transport.shm_bytes, 4LL << 20, 1LL << 40);
   if (c.transport.tcp_notsent_lowat > 0 && c.transport.tcp_notsent_lowat < 4096) {
-    Invalid("FERRY_TCP_NOTSENT_LOWAT", std::to_string(c.transport.tcp_notsent_lowat),
+    ThrowInvalidConfig("FERRY_TCP_NOTSENT_LOWAT", std::to_string(c.transport.tcp_notsent_lowat),
             "must be 0 (the kernel's default) or at least 4096");
   }
   c.transport.test_drop_percent = r.Double("FERRY_TEST_DROP_PERCENT", 0.0, 0.0, 100.0);
   c.transport.test_delay_ms = r.Int("FERRY_TEST_DELAY_MS", nullptr, 0, 0, 60000);
   if (c.transport.test_drop_percent > 0 && c.transport.resend_timeout_ms == 0) {
-    Invalid("FERRY_TEST_DROP_PERCENT", StrCat(c.transport.test_drop_percent),
+    ThrowInvalidConfig("FERRY_TEST_DROP_PERCENT", StrCat(c.transport.test_drop_percent),
             "dropping messages needs resends: set FERRY_RESEND_TIMEOUT_MS above 0");
   }
   if (c.transport.test_drop_percent > 0 || c.transport.test_delay_ms > 0) {
@@ -641,7 +503,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.transport.max_message_bytes =
       r.Int("FERRY_MAX_MESSAGE_BYTES", nullptr, c.transport.max_message_bytes, 65536, (1LL << 40));
   if (c.transport.max_message_bytes < c.scheduling.partition_bytes + 4096) {
-    Invalid(
+    ThrowInvalidConfig(
         "FERRY_MAX_MESSAGE_BYTES", std::to_string(c.transport.max_message_bytes),
         StrCat("must exceed FERRY_PARTITION_BYTES (", c.scheduling.partition_bytes, ") by 4096"));
   }
@@ -649,7 +511,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   c.transport.frame_bytes = r.Int("FERRY_FRAME_BYTES", nullptr, c.transport.frame_bytes, 0,
                                   c.transport.max_message_bytes);
   if (!ValidFrameBytes(c.transport.frame_bytes)) {
-    Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
+    ThrowInvalidConfig("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
             "must be 0 (whole partitions) or a multiple of 8 of at least 4096 (whole elements of "
             "every dtype)");
   }
@@ -658,7 +520,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   ApplyMercuryDefaults(r, &c);
   if (c.transport.frame_bytes > 0 &&
       (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {
-    Invalid("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
+    ThrowInvalidConfig("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),
             StrCat("cuts a ", c.scheduling.partition_bytes,
                    "-byte partition (FERRY_PARTITION_BYTES) into more than 65536 frames"));
   }
