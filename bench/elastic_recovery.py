@@ -16,7 +16,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,13 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("FERRY_BIN", REPO / "build" / "bin"))
 PYPATH = Path(os.environ.get("FERRY_PYTHONPATH", REPO / "build" / "python"))
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, str(REPO / "bench"))
+from core_bench import free_port  # noqa: E402
 
 
 def one_run(timeout_ms, tmp):

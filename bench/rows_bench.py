@@ -20,7 +20,6 @@ Usage: FERRY_BIN=build/bin FERRY_PYTHONPATH=build/python /usr/bin/python3 bench/
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("FERRY_BIN", os.path.join(ROOT, "build", "bin"))
 PYTHONPATH = os.environ.get("FERRY_PYTHONPATH", os.path.join(ROOT, "build", "python"))
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from core_bench import free_port  # noqa: E402
 
 
 def worker(args):
@@ -78,14 +80,6 @@ def worker(args):
         with open(args.out, "w") as f:
             json.dump(results, f)
     bps.shutdown()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main():

@@ -37,6 +37,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when run by ferry-run
+from digits import distribute, pick_device  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -82,18 +85,6 @@ def synthetic_batch(args, device):
     return data.to(device), target.to(device)
 
 
-def pick_device(name, local_rank):
-    """The CPU, or cuda:local_rank % the GPUs seen (the workers of a machine spread)."""
-    if name == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        sys.exit("--device cuda: torch sees no CUDA GPU (torch %s, built with CUDA %s)"
-                 % (torch.__version__, torch.version.cuda))
-    device = torch.device("cuda", local_rank % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    return device
-
-
 def synchronize(device):
     """Waits for the device's queued work (a timed block ends with it)."""
     if device.type == "cuda":
@@ -115,13 +106,8 @@ def train(args):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if args.backend == "ferry":
         rank, size = bps.rank(), bps.size()
-        compression = bps.Compression.fp16 if args.fp16 else bps.Compression.none
-        optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             compression=compression)
-        bps.broadcast_parameters(model.state_dict(), root_rank=0)
-        bps.broadcast_optimizer_state(optimizer, root_rank=0)
+        optimizer = distribute(bps, model, optimizer, args.fp16, args.cross_barrier)
         if args.cross_barrier:
-            optimizer = bps.CrossBarrier(model, optimizer)
             label = "ferry+crossbarrier"
         finish = bps.shutdown
     elif args.backend == "ddp":

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A plain PyTorch DDP program: the digits CNN of train_digits.py under
+"""A plain PyTorch DDP program: the digits CNN of digits.py (train_digits.py's) under
 DistributedDataParallel, its backend chosen by --backend alone (gloo, or ferry: Ferry's
 servers with priority scheduling). Nothing else in it knows about Ferry.
 
@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_digits import DigitsCNN, epoch_batches, load_data, shard_indices  # noqa: E402
+from digits import DigitsCNN, epoch_batches, load_data, shard_indices  # noqa: E402
 
 
 def main():

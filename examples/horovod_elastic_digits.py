@@ -6,63 +6,33 @@ nothing else, and set FERRY_ELASTIC=1 on every node (the tests do exactly that,
 tests/python/test_examples.py):
 
     sed 's/^import horovod.torch as hvd$/import ferry.torch as hvd/' examples/horovod_elastic_digits.py > /tmp/h.py
-    FERRY_ELASTIC=1 PYTHONPATH=build/python scripts/local-cluster -s 2 -w 2 -- /usr/bin/python3 /tmp/h.py
+    FERRY_ELASTIC=1 PYTHONPATH=build/python:examples scripts/local-cluster -s 2 -w 2 -- /usr/bin/python3 /tmp/h.py
+
+The data and the model are examples/digits.py's (on PYTHONPATH for a copy elsewhere, as
+above).
 """
 
-import argparse
-
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 import torch.utils.data
-from sklearn.datasets import load_digits
 
+import digits
 import horovod.torch as hvd
 
-parser = argparse.ArgumentParser(description="Horovod-Elastic-style digits example")
-parser.add_argument("--batch-size", type=int, default=32)
-parser.add_argument("--epochs", type=int, default=8)
-parser.add_argument("--lr", type=float, default=0.05)
-parser.add_argument("--momentum", type=float, default=0.9)
-parser.add_argument("--seed", type=int, default=42)
+parser = digits.argument_parser("Horovod-Elastic-style digits example")
 parser.add_argument("--batches-per-commit", type=int, default=5)
 args = parser.parse_args()
 
 hvd.init()
-torch.manual_seed(args.seed)
-torch.set_num_threads(1)
-
-digits = load_digits()
-images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-labels = torch.tensor(digits.target, dtype=torch.int64)
-order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
-test_idx, train_idx = order[:360], order[360:]
-train_dataset = torch.utils.data.TensorDataset(images[train_idx], labels[train_idx])
-test_dataset = torch.utils.data.TensorDataset(images[test_idx], labels[test_idx])
+train_dataset, test_dataset = digits.load_datasets(args.seed)
 
 # Horovod: use an ElasticSampler to partition the data among the workers that remain.
 train_sampler = hvd.elastic.ElasticSampler(train_dataset, shuffle=True, seed=args.seed)
 train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=args.batch_size,
                                            sampler=train_sampler)
 
-
-class Net(nn.Module):
-    def __init__(self):
-        super(Net, self).__init__()
-        self.conv1 = nn.Conv2d(1, 16, kernel_size=3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
-        self.fc1 = nn.Linear(32 * 4 * 4, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
-model = Net()
+model = digits.DigitsCNN()
 # Horovod: scale the learning rate by the number of workers.
 lr_scaler = hvd.size()
 optimizer = optim.SGD(model.parameters(), lr=args.lr * lr_scaler, momentum=args.momentum)
@@ -78,7 +48,7 @@ def train(state):
             if state.batch >= steps_remaining:
                 break
             optimizer.zero_grad()
-            loss = F.nll_loss(model(data), target)
+            loss = F.cross_entropy(model(data), target)
             loss.backward()
             optimizer.step()
             state.train_sampler.record_batch(state.batch, args.batch_size)

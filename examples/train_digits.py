@@ -32,77 +32,11 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-class DigitsCNN(nn.Module):
-    """Two convolutions and two linear layers; no batch norm or dropout."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 4 * 4, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
-
-
-def load_data(seed=0, test_fraction=0.2):
-    """Returns (x_train, y_train, x_test, y_test): float32 images [N,1,8,8] in [0,1]."""
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.int64)
-    g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(y), generator=g)
-    n_test = int(len(y) * test_fraction)
-    test, train = order[:n_test], order[n_test:]
-    return x[train], y[train], x[test], y[test]
-
-
-def shard_indices(n, rank, size):
-    """This rank's sample indices: every size-th of the first n - n % size samples, so
-    every shard has the same length (and every worker the same number of steps)."""
-    usable = n - n % size
-    return torch.arange(rank, usable, size)
-
-
-def epoch_batches(shard, batch_size, epoch, seed):
-    """The shard shuffled for this epoch (same seed on every worker), cut into full
-    batches: a list of index tensors into the training set."""
-    g = torch.Generator().manual_seed(seed * 1000 + epoch)
-    perm = shard[torch.randperm(len(shard), generator=g)]
-    steps = len(perm) // batch_size
-    return [perm[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
-
-
-def pick_device(name, bps):
-    """The torch device to train on: the CPU, or this worker's GPU (cuda:LOCAL_RANK % the
-    number of GPUs seen, so the workers of a machine spread over its GPUs)."""
-    if name == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch sees no CUDA GPU (torch %s, built with CUDA %s)"
-                         % (torch.__version__, torch.version.cuda))
-    device = torch.device("cuda", bps.local_rank() % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    return device
-
-
-def make_optimizer(name, params, lr):
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    raise ValueError("unknown optimizer %r" % name)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when run by ferry-run
+from digits import (DigitsCNN, distribute, epoch_batches, load_data,  # noqa: E402
+                    make_optimizer, pick_device, shard_indices)
 
 
 def main(argv=None):
@@ -133,7 +67,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     bps.init()
-    device = pick_device(args.device, bps)
+    device = pick_device(args.device, bps.local_rank())
     x_train, y_train, x_test, y_test = (t.to(device) for t in load_data())
     if args.elastic:
         return train_elastic(args, bps, lr, x_train, y_train, x_test, y_test)
@@ -142,14 +76,8 @@ def main(argv=None):
 
     model = DigitsCNN().to(device)
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr * size)
-    compression = bps.Compression.fp16 if args.fp16 else bps.Compression.none
-    optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
     # Every worker starts from rank 0's weights and optimizer state.
-    bps.broadcast_parameters(model.state_dict(), root_rank=0)
-    bps.broadcast_optimizer_state(optimizer, root_rank=0)
-    if args.cross_barrier:
-        optimizer = bps.CrossBarrier(model, optimizer)
+    optimizer = distribute(bps, model, optimizer, args.fp16, args.cross_barrier)
 
     if rank == 0:
         print("training DigitsCNN on %d workers (%s), %d servers: %d training images, %d per "

@@ -56,15 +56,12 @@ def _load():
             % (path, e)) from None
     i32, i64, u64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
     text = ctypes.c_char_p
-    signatures = {
-        "ferry_init": (i32, []),
-        "ferry_is_initialized": (i32, []),
-        "ferry_rank": (i32, []),
-        "ferry_size": (i32, []),
-        "ferry_num_servers": (i32, []),
-        "ferry_local_rank": (i32, []),
-        "ferry_local_size": (i32, []),
-        "ferry_local_size_from_environment": (i32, []),
+    # The calls that take nothing and return an int (a value, or a negative error code).
+    signatures = {"ferry_" + name: (i32, []) for name in (
+        "init", "is_initialized", "rank", "size", "num_servers", "local_rank", "local_size",
+        "local_size_from_environment", "cuda_built", "barrier", "reset", "hosts_updated", "join",
+        "step_boundary", "shutdown", "suspend")}
+    signatures.update({
         "ferry_declare_tensor": (i32, [text, i32, ctypes.POINTER(i64), i32]),
         "ferry_push_pull_async": (i64, [text, ptr, ptr, i32, u64, i32, ctypes.c_int32]),
         "ferry_reduce_async": (i64, [text, ptr, ptr, i32, u64, i32, ctypes.c_int32]),
@@ -72,18 +69,12 @@ def _load():
                                              ctypes.c_int32]),
         "ferry_push_pull_device_async": (i64, [text, ptr, ptr, i32, u64, i32, i32,
                                                ctypes.c_int32, i32, ctypes.c_size_t]),
-        "ferry_cuda_built": (i32, []),
         "ferry_poll": (i32, [i64]),
         "ferry_wait": (i32, [i64]),
         "ferry_wait_for": (i32, [i64, i64]),
         "ferry_wait_any": (i64, [ctypes.POINTER(i64), i32, i64]),
         "ferry_broadcast": (i32, [text, ptr, i32, u64, i32]),
-        "ferry_barrier": (i32, []),
-        "ferry_reset": (i32, []),
         "ferry_epoch": (i64, []),
-        "ferry_hosts_updated": (i32, []),
-        "ferry_join": (i32, []),
-        "ferry_step_boundary": (i32, []),
         "ferry_trace_compute": (i32, [text, i32, i64, i64]),
         "ferry_now_us": (i64, []),
         "ferry_set_scheduling": (i32, [i64, i64]),
@@ -92,11 +83,9 @@ def _load():
                                    ctypes.c_char_p, u64]),
         "ferry_counters": (i64, [ctypes.c_char_p, u64]),
         "ferry_host_ids_tensor_name": (text, []),
-        "ferry_shutdown": (i32, []),
-        "ferry_suspend": (i32, []),
         "ferry_last_error": (text, []),
         "ferry_error_code_name": (text, [i32]),
-    }
+    })
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
         fn.restype = restype

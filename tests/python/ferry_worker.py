@@ -503,7 +503,7 @@ def mode_dist(args, out):
 
 def train_batches(shard, batch_size, steps, seed):
     sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
-    from train_digits import epoch_batches
+    from digits import epoch_batches
     batches, epoch = [], 0
     while len(batches) < steps:
         batches += epoch_batches(shard, batch_size, epoch, seed)
@@ -513,7 +513,7 @@ def train_batches(shard, batch_size, steps, seed):
 
 def mode_train(args, out):
     sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
-    from train_digits import DigitsCNN, load_data, make_optimizer, shard_indices
+    from digits import DigitsCNN, load_data, make_optimizer, shard_indices
     torch.set_num_threads(1)
     rank, size = bps.rank(), bps.size()
     x, y, _, _ = load_data()
@@ -610,7 +610,7 @@ def mode_join(args, out):
 
 def mode_kill(args, out):
     sys.path.insert(0, os.environ["FERRY_EXAMPLES"])
-    from train_digits import DigitsCNN, load_data
+    from digits import DigitsCNN, load_data
     torch.set_num_threads(1)
     x, y, _, _ = load_data()
     model = DigitsCNN()

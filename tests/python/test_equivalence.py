@@ -1,9 +1,9 @@
 """Training with ferry.torch equals training on one process with plain torch.
 
-2 workers train the digits CNN (examples/train_digits.py: convolutions and linear layers,
-no batch norm or dropout) for 50 steps, each on its own shard; one process trains the
-same model with plain torch on the global batches (the two workers' batches of each
-step, concatenated). The parameters must agree within rtol 1e-5, atol 1e-6 (float32),
+2 workers train the digits CNN (examples/digits.py, train_digits.py's: convolutions and
+linear layers, no batch norm or dropout) for 50 steps, each on its own shard; one process
+trains the same model with plain torch on the global batches (the two workers' batches of
+each step, concatenated). The parameters must agree within rtol 1e-5, atol 1e-6 (float32),
 for SGD, SGD with momentum and Adam, with DistributedOptimizer and with CrossBarrier,
 and with backward_passes_per_step=2. With fp16 compression, within 1e-2 / 1e-3.
 """
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train_digits import DigitsCNN, load_data, make_optimizer
+from digits import DigitsCNN, load_data, make_optimizer
 
 WORKERS = 2
 STEPS = 50

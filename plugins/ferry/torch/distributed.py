@@ -43,7 +43,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import ops, torchrun
+from . import _checks, _push_pull, _runtime, ops, torchrun
 
 try:  # torch 1.13 and 2.x
     from torch._C._distributed_c10d import _create_work_from_future
@@ -134,8 +134,8 @@ _notifier = _Notifier()
 
 
 class _Completion(object):
-    """One operation for the completer (ops._Runner): `wait()` returns its value or raises;
-    the notifier then completes `future` with (value, error)."""
+    """One operation for the completer (a _runtime._Runner): `wait()` returns its value or
+    raises; the notifier then completes `future` with (value, error)."""
 
     def __init__(self, wait, future):
         self.wait, self.future = wait, future
@@ -149,7 +149,7 @@ class _Completion(object):
             _notifier.complete(self.future, value, None)
 
 
-_completer = ops._Runner("ferry-dist")  # waits for the operations in call order
+_completer = _runtime._Runner("ferry-dist")  # waits for the operations in call order
 
 
 class ProcessGroupFerry(dist.ProcessGroup):
@@ -245,11 +245,11 @@ class ProcessGroupFerry(dist.ProcessGroup):
 
     def _allreduce_start(self, tensors, average, reduce, kind="allreduce"):
         for t in tensors:
-            ops._check_tensor(t, "tensor of %s" % kind)
+            _checks._check_tensor(t, "tensor of %s" % kind)
         names = _distinct([self._name(kind, t) for t in tensors])
 
         def start(priorities):
-            return [ops._push_pull_async(t, t, average, n, p, reduce=reduce)
+            return [_push_pull._push_pull_async(t, t, average, n, p, reduce=reduce)
                     for t, n, p in zip(tensors, names, priorities)]
         return start, names
 

@@ -126,56 +126,43 @@ class ObjectState(State):
             setattr(self, attr, copy.deepcopy(value))
 
 
-class _ModelHandler(object):
-    def __init__(self, model):
-        self.model = model
+class _StateDictHandler(object):
+    """Commits and restores one object's state_dict(); a subclass's sync() makes it rank 0's."""
+
+    def __init__(self, obj):
+        self.obj = obj
         self.save()
 
     def save(self):
-        self._saved = copy.deepcopy(self.model.state_dict())
+        self._saved = copy.deepcopy(self.obj.state_dict())
 
     def restore(self):
-        self.model.load_state_dict(self._saved)
+        self.obj.load_state_dict(self._saved)
 
+
+class _ModelHandler(_StateDictHandler):
     def sync(self):
-        broadcast_parameters(self.model.state_dict(), root_rank=0)
+        broadcast_parameters(self.obj.state_dict(), root_rank=0)
 
 
-class _OptimizerHandler(object):
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.optimizer.state_dict())
-
+class _OptimizerHandler(_StateDictHandler):
     def restore(self):
-        self.optimizer.load_state_dict(self._saved)
+        super().restore()
         self.reset()
 
     def sync(self):
-        broadcast_optimizer_state(self.optimizer, root_rank=0)
+        broadcast_optimizer_state(self.obj, root_rank=0)
 
     def reset(self):
         # A DistributedOptimizer forgets the push_pulls of the step that failed.
-        if hasattr(self.optimizer, "_reset_pending"):
-            self.optimizer._reset_pending()
+        if hasattr(self.obj, "_reset_pending"):
+            self.obj._reset_pending()
 
 
-class _SamplerHandler(object):
-    def __init__(self, sampler):
-        self.sampler = sampler
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.sampler.state_dict())
-
-    def restore(self):
-        self.sampler.load_state_dict(self._saved)
-
+class _SamplerHandler(_StateDictHandler):
     def sync(self):
-        self.sampler.load_state_dict(broadcast_object(self.sampler.state_dict(), root_rank=0,
-                                                      name="ferry.elastic.sampler"))
+        self.obj.load_state_dict(broadcast_object(self.obj.state_dict(), root_rank=0,
+                                                  name="ferry.elastic.sampler"))
 
 
 class TorchState(ObjectState):
@@ -201,19 +188,20 @@ class TorchState(ObjectState):
         super().__init__(**plain)
 
     def save(self):
-        for handler in self._handlers:
-            handler.save()
+        self._each("save")
         super().save()
 
     def restore(self):
-        for handler in self._handlers:
-            handler.restore()
+        self._each("restore")
         super().restore()
 
     def sync(self):
-        for handler in self._handlers:
-            handler.sync()
+        self._each("sync")
         super().sync()
+
+    def _each(self, method):
+        for handler in self._handlers:
+            getattr(handler, method)()
 
     def reset(self):
         for handler in self._handlers:
@@ -221,7 +209,7 @@ class TorchState(ObjectState):
                 handler.reset()
         for handler in self._handlers:
             if isinstance(handler, _SamplerHandler):
-                handler.sampler.reset()  # the new rank() and size() split the data
+                handler.obj.reset()  # the new rank() and size() split the data
 
 
 def _log(message):

@@ -7,8 +7,10 @@ import pickle
 
 import torch
 
-from ferry.torch.ops import (_allgather, _bucket, _check_process_set, _check_root, broadcast_,
-                             broadcast_async_, rank, synchronize)
+from ferry.torch._broadcast_allgather import _allgather, _bucket, broadcast_, broadcast_async_
+from ferry.torch._checks import _check_root
+from ferry.torch._horovod import _check_process_set
+from ferry.torch.ops import rank, synchronize
 
 
 def broadcast_parameters(params, root_rank):

@@ -23,7 +23,7 @@ import torch
 
 from ferry.torch.compression import Compression
 from ferry.torch.compute_trace import ComputeTracer
-from ferry.torch import ops
+from ferry.torch import _checks, _horovod, _push_pull, _runtime, ops
 
 
 class _SparseContext(object):
@@ -39,7 +39,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, original,
                  op=ops.Average, gradient_predivide_factor=1.0):
         super(self.__class__, self).__init__(params)
-        self._average = ops._average(None, op)
+        self._average = _horovod._average(None, op)
         if gradient_predivide_factor != 1.0 and op != ops.Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         # Horovod's: each gradient is divided by the factor before the sum, and the sum
@@ -82,7 +82,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._push_pull_delay = {p: self.backward_passes_per_step for p in self._ordered_params}
         self._sparse_dims = {}  # parameter -> sparse_dim of its sparse gradients, once seen
         self._handles = {}
-        ops._optimizers.add(self)  # elastic: reset() calls _reset_pending
+        _runtime._optimizers.add(self)  # elastic: reset() calls _reset_pending
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -104,16 +104,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return "Gradient." + self._parameter_names[p]
 
     def _declare_gradient(self, p):
-        ops._check_tensor(p, "parameter '%s'" % self._parameter_names[p])
+        _checks._check_tensor(p, "parameter '%s'" % self._parameter_names[p])
         dtype = p.dtype
         if self._compression is Compression.fp16 and dtype.is_floating_point:
             dtype = torch.float16
-        code = ops._DTYPES.get(dtype)
+        code = _checks._DTYPES.get(dtype)
         if code is None:
             raise TypeError("ferry.torch: parameter '%s' has dtype %s; gradients must be float32, "
                             "float16, bfloat16, float64, int32 or int64"
                             % (self._parameter_names[p], p.dtype))
-        ops._declare(self._gradient_name(p), code, p.shape)
+        _checks._declare(self._gradient_name(p), code, p.shape)
 
     def _register_hooks(self):
         for p in self._ordered_params:
@@ -140,8 +140,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse_dims[p] = sparse_dim
         rows = torch.zeros(p.shape[:sparse_dim], dtype=torch.float32, device=p.device)
         rows[tuple(grad.indices())] = 1.0
-        rows_handle = ops._push_pull_async(rows, rows, False, self._gradient_name(p) + ".rows",
-                                           None)
+        rows_handle = _push_pull._push_pull_async(rows, rows, False,
+                                                  self._gradient_name(p) + ".rows", None)
         handle, ctx = self._push_pull_dense(p, grad.to_dense())
         return handle, _SparseContext(ctx, rows_handle)
 
@@ -156,10 +156,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _push_pull_dense(self, p, grad):
         compressed, ctx = self._compression.compress(grad)
-        ops._check_tensor(compressed, "gradient '%s'" % self._gradient_name(p))
-        handle = ops._push_pull_async(compressed, compressed, self._average,
-                                      self._gradient_name(p), None, self._prescale,
-                                      self._postscale)
+        _checks._check_tensor(compressed, "gradient '%s'" % self._gradient_name(p))
+        handle = _push_pull._push_pull_async(compressed, compressed, self._average,
+                                             self._gradient_name(p), None, self._prescale,
+                                             self._postscale)
         return handle, ctx
 
     def _make_hook(self, p):
@@ -308,7 +308,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     The result is an instance of the optimizer's own class with synchronize() and
     skip_synchronize() added (as horovod.torch / byteps.torch)."""
-    ops._check_process_set(process_set)
+    _horovod._check_process_set(process_set)
     _check_groups(groups, num_groups)
     base = optimizer.__class__
     if getattr(base, "_ferry_distributed", False):
