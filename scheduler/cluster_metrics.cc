@@ -167,18 +167,28 @@ void ClusterMetrics::Collect(std::vector<proto::MetricsSnapshot>* merged_out,
   std::vector<proto::MetricsSnapshot>& merged = *merged_out;
   std::vector<metrics::NodeSamples>& samples = *samples_out;
   merged.reserve(nodes_.size() + 1);  // NodeSamples point into it: no reallocation
-  proto::MetricsSnapshot scheduler = own_;
-  metrics::AddValue(&scheduler, "ferry_node_up", 1, {{"node", "0"}});
-  metrics::AddValue(&scheduler, "ferry_membership_epoch", epoch_);
+  static const metrics::Series kUp{
+      "ferry_node_up", metrics::Kind::kGauge,
+      "1 while the node is a live member of the job, 0 once it died or left (label reason: "
+      "what the scheduler said; label node: its id)"};
+  static const metrics::Series kHeartbeatAge{
+      "ferry_heartbeat_age_seconds", metrics::Kind::kGauge,
+      "seconds since the scheduler last heard the node's heartbeat"};
+  static const metrics::Series kEpoch{"ferry_membership_epoch", metrics::Kind::kGauge,
+                                      "the job's membership epoch (elastic training)"};
+  proto::MetricsSnapshot scheduler;
+  metrics::AddValue(&scheduler, kUp, 1, {{"node", "0"}});
+  metrics::AddValue(&scheduler, kEpoch, epoch_);
+  scheduler.MergeFrom(own_);
   merged.push_back(std::move(scheduler));
   samples.push_back({"scheduler", 0, &merged.back()});
   for (const auto& [id, n] : nodes_) {
     proto::MetricsSnapshot s;
     metrics::Labels up{{"node", std::to_string(id)}};
     if (!n.alive) up["reason"] = n.reason;
-    metrics::AddValue(&s, "ferry_node_up", n.alive ? 1 : 0, up);
+    metrics::AddValue(&s, kUp, n.alive ? 1 : 0, up);
     if (n.alive) {
-      metrics::AddValue(&s, "ferry_heartbeat_age_seconds",
+      metrics::AddValue(&s, kHeartbeatAge,
                         static_cast<double>(now - n.last_heartbeat_ms) / 1000.0);
     }
     if (n.alive || n.ended) s.MergeFrom(n.last);  // the job's final numbers stay

@@ -77,17 +77,8 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
 }
 
 void Server::ReportMetrics(proto::MetricsSnapshot* out) const {
-  const ServerCounters& c = counters_;
-  metrics::AddPeerBytes(out, c.workers, "worker-");
-  metrics::AddValue(out, "ferry_summed_bytes_total", c.bytes_summed);
-  metrics::AddValue(out, "ferry_rounds_completed_total", c.rounds);
-  metrics::AddValue(out, "ferry_duplicates_dropped_total", c.duplicates);
-  for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
-    metrics::AddValue(out, "ferry_refused_messages_total", *c.refused[r],
-                      {{"reason", RefusalName(static_cast<Refusal>(r))}});
-  }
-  metrics::AddValue(out, "ferry_refused_messages_total", c.stale_epoch,
-                    {{"reason", "stale_epoch"}});
+  metrics::AddRegistry(out, counters_.registry);
+  metrics::AddPeerBytes(out, counters_.workers, "worker-");
 }
 
 void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {

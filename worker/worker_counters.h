@@ -33,13 +33,15 @@ namespace ferry {
 //   rows_bytes_received ROWS_RESULT payload bytes
 struct WorkerCounters {
   CounterRegistry registry;
-  Counter& operations = registry.Register("operations");
+  Counter& operations = registry.Register(
+      "operations", {"ferry_operations_total", "push_pull and broadcast operations started"});
   Counter& partitions_pushed = registry.Register("partitions_pushed");
   Counter& bytes_pushed = registry.Register("bytes_pushed");
   Counter& bytes_received = registry.Register("bytes_received");
   Counter& send_releases = registry.Register("send_releases");
   Counter& payloads_lent = registry.Register("payloads_lent");
-  Counter& resends = registry.Register("resends");
+  Counter& resends =
+      registry.Register("resends", {"ferry_resends_total", "pushes sent again after a timeout"});
   Counter& pulls = registry.Register("pulls");
   Counter& late_replies = registry.Register("late_replies");
   Counter& late_acks = registry.Register("late_acks");
@@ -61,9 +63,16 @@ struct WorkerCounters {
   // Live metrics (common/metrics/series.h), in microseconds: how long an urgent partition
   // (`urgency`) waited in the send queue (ready to sent), each partition's round (its push
   // sent to its sum received), and the iterations between step boundaries.
-  Histogram& urgent_queue_delay_us = registry.RegisterHistogram("urgent_queue_delay_us");
-  Histogram& partition_round_us = registry.RegisterHistogram("partition_round_us");
-  Histogram& iteration_us = registry.RegisterHistogram("iteration_us");
+  Histogram& urgent_queue_delay_us = registry.RegisterHistogram(
+      "urgent_queue_delay_us",
+      {"ferry_urgent_queue_delay_seconds",
+       "how long an urgent partition waited in the send queue (from ready to sent)"});
+  Histogram& partition_round_us = registry.RegisterHistogram(
+      "partition_round_us", {"ferry_partition_round_seconds",
+                             "a partition's round: from its push sent to its sum received"});
+  Histogram& iteration_us = registry.RegisterHistogram(
+      "iteration_us", {"ferry_iteration_seconds",
+                       "training iteration time, between the program's step boundaries"});
   UrgencyThreshold urgency;  // learns from every partition started
   // By server slot: push bytes handed to the Van (first sends and resends) and reply bytes
   // that arrived (late and duplicate sums too), dense and rows: what the servers count as

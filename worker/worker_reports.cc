@@ -11,16 +11,19 @@ namespace ferry {
 
 void ReportMetrics(const WorkerCounters& c, const ScheduledQueue& queue,
                    proto::MetricsSnapshot* out) {
+  static const metrics::Series kInFlight{
+      "ferry_partitions_in_flight", metrics::Kind::kGauge,
+      "partitions handed to the transport and not yet acknowledged (within the credit)"};
+  static const metrics::Series kQueued{
+      "ferry_queued_bytes", metrics::Kind::kGauge,
+      "bytes of partitions waiting in the send queue, by priority class (label priority: "
+      "urgent = the most urgent 10% of the worker's partitions, other)"};
+  metrics::AddRegistry(out, c.registry);
   metrics::AddPeerBytes(out, c.servers, "server-");
-  metrics::AddValue(out, "ferry_operations_total", c.operations);
-  metrics::AddValue(out, "ferry_resends_total", c.resends);
-  metrics::AddValue(out, "ferry_partitions_in_flight", queue.in_flight());
+  metrics::AddValue(out, kInFlight, queue.in_flight());
   const auto [urgent, other] = queue.QueuedBytes(c.urgency.threshold());
-  metrics::AddValue(out, "ferry_queued_bytes", urgent, {{"priority", "urgent"}});
-  metrics::AddValue(out, "ferry_queued_bytes", other, {{"priority", "other"}});
-  metrics::AddHistogram(out, "ferry_urgent_queue_delay_seconds", c.urgent_queue_delay_us);
-  metrics::AddHistogram(out, "ferry_partition_round_seconds", c.partition_round_us);
-  metrics::AddHistogram(out, "ferry_iteration_seconds", c.iteration_us);
+  metrics::AddValue(out, kQueued, urgent, {{"priority", "urgent"}});
+  metrics::AddValue(out, kQueued, other, {{"priority", "other"}});
 }
 
 void ReportStalls(const OperationTable& table, int64_t report_after_ms,

@@ -1,5 +1,7 @@
 #include "common/metrics/series.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <map>
@@ -9,52 +11,6 @@
 #include "common/util/strings.h"
 
 namespace ferry::metrics {
-
-const std::vector<Series>& Catalog() {
-  static const std::vector<Series> catalog = {
-      // Every node (the scheduler computes the first two from what it sees).
-      {"ferry_node_up", Kind::kGauge,
-       "1 while the node is a live member of the job, 0 once it died or left (label reason: "
-       "what the scheduler said; label node: its id)"},
-      {"ferry_heartbeat_age_seconds", Kind::kGauge,
-       "seconds since the scheduler last heard the node's heartbeat"},
-      {"ferry_membership_epoch", Kind::kGauge, "the job's membership epoch (elastic training)"},
-      {"ferry_bytes_sent_total", Kind::kCounter,
-       "tensor bytes sent to a peer (workers: pushes to a server; servers: sums to a worker)"},
-      {"ferry_bytes_received_total", Kind::kCounter,
-       "tensor bytes received from a peer (workers: sums; servers: pushes)"},
-      {"ferry_refused_messages_total", Kind::kCounter,
-       "messages refused or dropped, by reason (label reason)"},
-      // Workers.
-      {"ferry_operations_total", Kind::kCounter, "push_pull and broadcast operations started"},
-      {"ferry_partitions_in_flight", Kind::kGauge,
-       "partitions handed to the transport and not yet acknowledged (within the credit)"},
-      {"ferry_queued_bytes", Kind::kGauge,
-       "bytes of partitions waiting in the send queue, by priority class (label priority: "
-       "urgent = the most urgent 10% of the worker's partitions, other)"},
-      {"ferry_urgent_queue_delay_seconds", Kind::kHistogram,
-       "how long an urgent partition waited in the send queue (from ready to sent)"},
-      {"ferry_partition_round_seconds", Kind::kHistogram,
-       "a partition's round: from its push sent to its sum received"},
-      {"ferry_resends_total", Kind::kCounter, "pushes sent again after a timeout"},
-      {"ferry_iteration_seconds", Kind::kHistogram,
-       "training iteration time, between the program's step boundaries"},
-      // Servers.
-      {"ferry_summed_bytes_total", Kind::kCounter,
-       "bytes summed (its rate is the summation throughput)"},
-      {"ferry_rounds_completed_total", Kind::kCounter, "partition rounds whose sum was complete"},
-      {"ferry_duplicates_dropped_total", Kind::kCounter,
-       "pushes dropped as duplicates of one already counted"},
-  };
-  return catalog;
-}
-
-const Series* Find(const std::string& name) {
-  for (const Series& s : Catalog()) {
-    if (name == s.name) return &s;
-  }
-  return nullptr;
-}
 
 const std::vector<uint64_t>& HistogramBoundsUs() {
   static const std::vector<uint64_t> bounds = [] {
@@ -67,12 +23,49 @@ const std::vector<uint64_t>& HistogramBoundsUs() {
 
 namespace {
 
-proto::Metric* NewSample(proto::MetricsSnapshot* out, const char* name, Kind kind) {
-  const Series* s = Find(name);
-  FERRY_ENFORCE(s != nullptr && s->kind == kind, ErrorCode::kInternal, "metric ", name,
-                " is not a series of this kind in common/metrics/series.cc's catalog");
+bool IsSeriesName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+  });
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+proto::MetricKind ProtoKind(Kind kind) {
+  switch (kind) {
+    case Kind::kCounter:
+      return proto::METRIC_COUNTER;
+    case Kind::kHistogram:
+      return proto::METRIC_HISTOGRAM;
+    case Kind::kGauge:
+      break;
+  }
+  return proto::METRIC_GAUGE;
+}
+
+Kind KindOf(proto::MetricKind kind) {
+  return kind == proto::METRIC_COUNTER     ? Kind::kCounter
+         : kind == proto::METRIC_HISTOGRAM ? Kind::kHistogram
+                                           : Kind::kGauge;
+}
+
+// A sample of `s`, checked: `histogram` says which Add* was called.
+proto::Metric* NewSample(proto::MetricsSnapshot* out, const Series& s, bool histogram,
+                         const Labels& labels) {
+  FERRY_ENFORCE(IsSeriesName(s.name) && !s.help.empty(), ErrorCode::kInternal, "metric '", s.name,
+                "': a series needs a Prometheus name and a help line");
+  FERRY_ENFORCE(s.kind != Kind::kCounter || EndsWith(s.name, "_total"), ErrorCode::kInternal,
+                "metric '", s.name, "': a counter's name ends in _total");
+  FERRY_ENFORCE((s.kind == Kind::kHistogram) == histogram, ErrorCode::kInternal, "metric '",
+                s.name, "' is ", histogram ? "not " : "", "a histogram");
   proto::Metric* m = out->add_metrics();
-  m->set_name(name);
+  m->set_name(s.name);
+  m->set_help(s.help);
+  m->set_kind(ProtoKind(s.kind));
+  for (const auto& [k, v] : labels) (*m->mutable_labels())[k] = v;
   return m;
 }
 
@@ -92,22 +85,22 @@ std::string LabelText(const NodeSamples& node, const proto::Metric& m, const std
   return out + "}";
 }
 
-void WriteSample(const Series& s, const NodeSamples& node, const proto::Metric& m,
-                 std::string* out) {
-  if (s.kind != Kind::kHistogram) {
-    *out += StrCat(s.name, LabelText(node, m, ""), " ", Number(m.value()), "\n");
+void WriteSample(const proto::Metric& m, const NodeSamples& node, std::string* out) {
+  const std::string& name = m.name();
+  if (m.kind() != proto::METRIC_HISTOGRAM) {
+    *out += StrCat(name, LabelText(node, m, ""), " ", Number(m.value()), "\n");
     return;
   }
   const auto& bounds = HistogramBoundsUs();
   for (size_t i = 0; i < bounds.size(); ++i) {
     const uint64_t n = i < static_cast<size_t>(m.buckets_size()) ? m.buckets(static_cast<int>(i))
                                                                  : m.count();
-    *out += StrCat(s.name, "_bucket", LabelText(node, m, SecondsText(bounds[i])),
+    *out += StrCat(name, "_bucket", LabelText(node, m, SecondsText(bounds[i])),
                    " ", n, "\n");
   }
-  *out += StrCat(s.name, "_bucket", LabelText(node, m, "+Inf"), " ", m.count(), "\n");
-  *out += StrCat(s.name, "_sum", LabelText(node, m, ""), " ", Number(m.sum()), "\n");
-  *out += StrCat(s.name, "_count", LabelText(node, m, ""), " ", m.count(), "\n");
+  *out += StrCat(name, "_bucket", LabelText(node, m, "+Inf"), " ", m.count(), "\n");
+  *out += StrCat(name, "_sum", LabelText(node, m, ""), " ", Number(m.sum()), "\n");
+  *out += StrCat(name, "_count", LabelText(node, m, ""), " ", m.count(), "\n");
 }
 
 // A bound of 2^k - 1 microseconds in seconds, exactly ("0.000127", "1.048575").
@@ -131,16 +124,14 @@ const char* TypeName(Kind k) {
 
 }  // namespace
 
-void AddValue(proto::MetricsSnapshot* out, const char* name, double value, const Labels& labels) {
-  const Series* s = Find(name);
-  proto::Metric* m =
-      NewSample(out, name, s != nullptr && s->kind == Kind::kCounter ? Kind::kCounter : Kind::kGauge);
-  m->set_value(value);
-  for (const auto& [k, v] : labels) (*m->mutable_labels())[k] = v;
+void AddValue(proto::MetricsSnapshot* out, const Series& series, double value,
+              const Labels& labels) {
+  NewSample(out, series, false, labels)->set_value(value);
 }
 
-void AddHistogram(proto::MetricsSnapshot* out, const char* name, const Histogram& h) {
-  proto::Metric* m = NewSample(out, name, Kind::kHistogram);
+void AddHistogram(proto::MetricsSnapshot* out, const Series& series, const Histogram& h,
+                  const Labels& labels) {
+  proto::Metric* m = NewSample(out, series, true, labels);
   for (uint64_t n : h.CountsAtMost(HistogramBoundsUs())) m->add_buckets(n);
   // count last, and at least the last bucket: Record adds to its bucket before the count,
   // so a racing Record can be in a bucket and not yet in count; the +Inf bucket (count)
@@ -149,12 +140,32 @@ void AddHistogram(proto::MetricsSnapshot* out, const char* name, const Histogram
   m->set_count(std::max<uint64_t>(h.count(), m->buckets(m->buckets_size() - 1)));
 }
 
+void AddRegistry(proto::MetricsSnapshot* out, const CounterRegistry& registry) {
+  for (const CounterRegistry::Exported& e : registry.ExportedSeries()) {
+    const SeriesDeclaration& d = *e.series;
+    Labels labels;
+    if (!d.label.empty()) labels[d.label] = d.label_value;
+    if (e.histogram != nullptr) {
+      AddHistogram(out, Series{d.name, Kind::kHistogram, d.help}, *e.histogram, labels);
+    } else {
+      AddValue(out, Series{d.name, Kind::kCounter, d.help}, static_cast<double>(e.counter->value()),
+               labels);
+    }
+  }
+}
+
 void AddPeerBytes(proto::MetricsSnapshot* out, const PeerBytes& peers, const std::string& prefix) {
+  static const Series kSent{"ferry_bytes_sent_total", Kind::kCounter,
+                            "tensor bytes sent to a peer (workers: pushes to a server; servers: "
+                            "sums to a worker)"};
+  static const Series kReceived{"ferry_bytes_received_total", Kind::kCounter,
+                                "tensor bytes received from a peer (workers: sums; servers: "
+                                "pushes)"};
   for (int i = 0; i < peers.size(); ++i) {
     if (peers.sent(i) == 0 && peers.received(i) == 0) continue;
     const Labels peer{{"peer", StrCat(prefix, i)}};
-    AddValue(out, "ferry_bytes_sent_total", static_cast<double>(peers.sent(i)), peer);
-    AddValue(out, "ferry_bytes_received_total", static_cast<double>(peers.received(i)), peer);
+    AddValue(out, kSent, static_cast<double>(peers.sent(i)), peer);
+    AddValue(out, kReceived, static_cast<double>(peers.received(i)), peer);
   }
 }
 
@@ -174,10 +185,16 @@ size_t Utf8Length(const std::string& s, size_t i) {
 
 }  // namespace
 
+const Series& RefusedMessages() {
+  static const Series series{"ferry_refused_messages_total", Kind::kCounter,
+                             "messages refused or dropped, by reason (label reason)"};
+  return series;
+}
+
 void AddVanRefusals(proto::MetricsSnapshot* out, const VanStats& van) {
-  AddValue(out, "ferry_refused_messages_total", static_cast<double>(van.bad_messages_dropped),
+  AddValue(out, RefusedMessages(), static_cast<double>(van.bad_messages_dropped),
            {{"reason", "malformed"}});
-  AddValue(out, "ferry_refused_messages_total", static_cast<double>(van.connections_refused),
+  AddValue(out, RefusedMessages(), static_cast<double>(van.connections_refused),
            {{"reason", "handshake"}});
 }
 
@@ -206,18 +223,26 @@ std::string EscapeLabel(const std::string& raw) {
 }
 
 std::string Exposition(const std::vector<NodeSamples>& nodes) {
-  std::string out;
-  for (const Series& s : Catalog()) {
+  struct Seen {
+    proto::MetricKind kind;
+    std::string help;
     std::string samples;
-    for (const NodeSamples& node : nodes) {
-      if (node.snapshot == nullptr) continue;
-      for (const proto::Metric& m : node.snapshot->metrics()) {
-        if (m.name() == s.name) WriteSample(s, node, m, &samples);
-      }
+  };
+  std::vector<std::string> order;     // series names, as they first appear
+  std::map<std::string, Seen> series;
+  for (const NodeSamples& node : nodes) {
+    if (node.snapshot == nullptr) continue;
+    for (const proto::Metric& m : node.snapshot->metrics()) {
+      auto [it, first] = series.try_emplace(m.name(), Seen{m.kind(), m.help(), ""});
+      if (first) order.push_back(m.name());
+      if (it->second.kind == m.kind()) WriteSample(m, node, &it->second.samples);
     }
-    if (samples.empty()) continue;
-    out += StrCat("# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " ", TypeName(s.kind), "\n");
-    out += samples;
+  }
+  std::string out;
+  for (const std::string& name : order) {
+    const Seen& s = series.at(name);
+    out += StrCat("# HELP ", name, " ", s.help, "\n# TYPE ", name, " ", TypeName(KindOf(s.kind)),
+                  "\n", s.samples);
   }
   return out;
 }

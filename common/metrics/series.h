@@ -1,9 +1,12 @@
 #pragma once
 
-// Ferry's Prometheus series: one catalog for the nodes that report them with
-// their heartbeats and for the scheduler that serves the whole cluster's (FERRY_METRICS_PORT,
-// scheduler/cluster_metrics.h). A node reports samples by name (proto::Metric); the catalog
-// gives each name its type and help, and the scheduler adds the labels role and rank.
+// Ferry's Prometheus series: how nodes report their metrics with their heartbeats and how
+// the scheduler serves the whole cluster's (FERRY_METRICS_PORT, scheduler/cluster_metrics.h).
+// A series is declared once, where its value lives: a counter or histogram with its
+// registration (CounterRegistry::Register's SeriesDeclaration, exported by AddRegistry), a
+// gauge by the code that reads it (a Series constant beside the AddValue call). Each sample
+// carries its series' type and help, so the scheduler's exposition needs no list of its
+// own; it adds the labels role and rank.
 //
 // Histograms are recorded in microseconds (common/util/counters.h's Histogram, 4 buckets
 // per power of two) and exported in seconds at the bounds 2^k - 1 us, k = 7..25 (127 us to
@@ -26,31 +29,36 @@ namespace ferry::metrics {
 
 enum class Kind { kCounter, kGauge, kHistogram };
 
+// A series' declaration. `name`: Prometheus' [a-zA-Z_:][a-zA-Z0-9_:]*, a counter's ending
+// in _total; `help`: one line saying what a sample counts.
 struct Series {
-  const char* name;
+  std::string name;
   Kind kind;
-  const char* help;
+  std::string help;
 };
-
-// Every series Ferry exports, in the order the exposition lists them.
-const std::vector<Series>& Catalog();
-// The catalog's entry for `name`; null if there is none.
-const Series* Find(const std::string& name);
 
 // The histograms' bucket bounds, in microseconds (2^k - 1) and as exported (seconds).
 const std::vector<uint64_t>& HistogramBoundsUs();
 
 using Labels = std::map<std::string, std::string>;
 
-// Appends samples to `out`. `name` must be in the catalog (checked: a FerryError names it).
-void AddValue(proto::MetricsSnapshot* out, const char* name, double value,
+// Appends samples to `out`. A declaration that breaks the rules above, or a histogram
+// given to AddValue (or the other way round), throws FerryError(kInternal) naming it.
+void AddValue(proto::MetricsSnapshot* out, const Series& series, double value,
               const Labels& labels = {});
 // `h` holds microseconds.
-void AddHistogram(proto::MetricsSnapshot* out, const char* name, const Histogram& h);
+void AddHistogram(proto::MetricsSnapshot* out, const Series& series, const Histogram& h,
+                  const Labels& labels = {});
+// Every counter and histogram of `registry` registered with a series.
+void AddRegistry(proto::MetricsSnapshot* out, const CounterRegistry& registry);
 
 // ferry_bytes_sent_total and ferry_bytes_received_total of every peer that exchanged
 // bytes, labelled peer="<prefix><index>" ("server-0", "worker-3").
 void AddPeerBytes(proto::MetricsSnapshot* out, const PeerBytes& peers, const std::string& prefix);
+
+// ferry_refused_messages_total: what every node refused or dropped, by reason (label
+// reason). The Van's reasons below; a server registers its own with this declaration.
+const Series& RefusedMessages();
 
 // A Van's refusals: ferry_refused_messages_total with reasons malformed (messages that
 // failed validation) and handshake (connections refused). Every node reports them.
@@ -63,9 +71,11 @@ struct NodeSamples {
   const proto::MetricsSnapshot* snapshot = nullptr;
 };
 
-// The Prometheus text exposition (format 0.0.4) of `nodes`: each series' # HELP and # TYPE
-// once, then every node's samples with labels role, rank and the sample's own (sorted).
-// Samples of names not in the catalog are left out (a newer node's: logged by the caller).
+// The Prometheus text exposition (format 0.0.4) of `nodes`: the series in the order they
+// first appear (the nodes in order, each node's samples in order), each with its # HELP
+// and # TYPE once (from its first sample), then every node's samples of it with labels
+// role, rank and the sample's own (sorted). A sample whose type differs from its series'
+// first is left out.
 std::string Exposition(const std::vector<NodeSamples>& nodes);
 
 // A label value escaped for the exposition (backslash, double quote, newline).

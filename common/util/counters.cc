@@ -13,39 +13,53 @@ namespace ferry {
 
 namespace {
 
-// The entry named `name` of `entries`, made (default-constructed) on first use.
-template <typename T>
-T& FindOrAdd(std::deque<std::pair<std::string, T>>& entries, const std::string& name) {
-  for (auto& [n, value] : entries) {
-    if (n == name) return value;
+// The entry named `name` of `entries`, made on first use (with `series`).
+template <typename Entries>
+auto& FindOrAdd(Entries& entries, const std::string& name, SeriesDeclaration series) {
+  for (auto& e : entries) {
+    if (e.name == name) return e.value;
   }
-  entries.emplace_back(std::piecewise_construct, std::forward_as_tuple(name),
-                       std::forward_as_tuple());
-  return entries.back().second;
+  auto& e = entries.emplace_back();
+  e.name = name;
+  e.series = std::move(series);
+  return e.value;
 }
 
 }  // namespace
 
-Counter& CounterRegistry::Register(const std::string& name) {
+Counter& CounterRegistry::Register(const std::string& name, SeriesDeclaration series) {
   MutexLock lock(mu_);
-  return FindOrAdd(counters_, name);
+  return FindOrAdd(counters_, name, std::move(series));
 }
 
-Histogram& CounterRegistry::RegisterHistogram(const std::string& name) {
+Histogram& CounterRegistry::RegisterHistogram(const std::string& name, SeriesDeclaration series) {
   MutexLock lock(mu_);
-  return FindOrAdd(histograms_, name);
+  return FindOrAdd(histograms_, name, std::move(series));
+}
+
+std::vector<CounterRegistry::Exported> CounterRegistry::ExportedSeries() const {
+  MutexLock lock(mu_);
+  std::vector<Exported> out;
+  for (const auto& e : counters_) {
+    if (!e.series.name.empty()) out.push_back(Exported{&e.series, &e.value, nullptr});
+  }
+  for (const auto& e : histograms_) {
+    if (!e.series.name.empty()) out.push_back(Exported{&e.series, nullptr, &e.value});
+  }
+  return out;
 }
 
 CounterValues CounterRegistry::Snapshot() const {
   MutexLock lock(mu_);
   CounterValues out;
   out.reserve(counters_.size() + 4 * histograms_.size());
-  for (const auto& [n, c] : counters_) out.emplace_back(n, c.value());
-  for (const auto& [n, h] : histograms_) {
-    out.emplace_back(n + "_count", h.count());
-    out.emplace_back(n + "_p50", h.Percentile(0.50));
-    out.emplace_back(n + "_p99", h.Percentile(0.99));
-    out.emplace_back(n + "_max", h.max());
+  for (const auto& e : counters_) out.emplace_back(e.name, e.value.value());
+  for (const auto& e : histograms_) {
+    const Histogram& h = e.value;
+    out.emplace_back(e.name + "_count", h.count());
+    out.emplace_back(e.name + "_p50", h.Percentile(0.50));
+    out.emplace_back(e.name + "_p99", h.Percentile(0.99));
+    out.emplace_back(e.name + "_max", h.max());
   }
   return out;
 }

@@ -95,20 +95,55 @@ class PeerBytes {
 // counted reads as 0 either way).
 uint64_t CounterValue(const CounterValues& values, const std::string& name);
 
+// The Prometheus series a registered counter or histogram is exported as, beside its name
+// in the stats file: declared where the counter is registered, so the live metrics
+// (common/metrics/series.h, AddRegistry) need no hand-made map from counters to series.
+// `name` empty: the counter is not exported. Counters of one series (told apart by a
+// label, e.g. reason="mismatch") must give the same help.
+struct SeriesDeclaration {
+  SeriesDeclaration() = default;
+  SeriesDeclaration(std::string name, std::string help, std::string label = {},
+                    std::string label_value = {})
+      : name(std::move(name)), help(std::move(help)), label(std::move(label)),
+        label_value(std::move(label_value)) {}
+  std::string name;  // e.g. "ferry_rounds_completed_total" (a counter), "..._seconds"
+  std::string help;
+  std::string label;        // optional: a label this counter's sample carries ...
+  std::string label_value;  // ... and its value
+};
+
 class CounterRegistry {
  public:
-  // The counter named `name` (created at 0 on first use). The reference stays valid for
-  // the registry's life.
-  Counter& Register(const std::string& name) EXCLUDES(mu_);
+  // The counter named `name` (created at 0 on first use), exported as `series` if that
+  // is named. The reference stays valid for the registry's life.
+  Counter& Register(const std::string& name, SeriesDeclaration series = {}) EXCLUDES(mu_);
   // The histogram named `name` (created empty on first use); stable like a counter.
-  Histogram& RegisterHistogram(const std::string& name) EXCLUDES(mu_);
+  // Recorded in microseconds, exported in seconds.
+  Histogram& RegisterHistogram(const std::string& name, SeriesDeclaration series = {})
+      EXCLUDES(mu_);
   // Every counter's value, in registration order, then every histogram's four values.
   CounterValues Snapshot() const EXCLUDES(mu_);
 
+  // A counter or histogram registered with a series (exactly one of the two pointers set;
+  // both stay valid for the registry's life).
+  struct Exported {
+    const SeriesDeclaration* series;
+    const Counter* counter;
+    const Histogram* histogram;
+  };
+  // Every exported one, counters first, in registration order.
+  std::vector<Exported> ExportedSeries() const EXCLUDES(mu_);
+
  private:
+  template <typename T>
+  struct Entry {
+    std::string name;
+    SeriesDeclaration series;
+    T value;
+  };
   mutable Mutex mu_;  // guards counters_ (the counters themselves are atomic)
-  std::deque<std::pair<std::string, Counter>> counters_ GUARDED_BY(mu_);
-  std::deque<std::pair<std::string, Histogram>> histograms_ GUARDED_BY(mu_);
+  std::deque<Entry<Counter>> counters_ GUARDED_BY(mu_);
+  std::deque<Entry<Histogram>> histograms_ GUARDED_BY(mu_);
 };
 
 // `{"role": ..., "rank": ..., "counters": {"name": value, ...}}`.

@@ -40,8 +40,11 @@ NodeTable Table(uint32_t epoch, bool with_worker_1 = true) {
 
 proto::MetricsSnapshot WorkerSnapshot(double sent_to_server_0, const Histogram& urgent) {
   proto::MetricsSnapshot s;
-  metrics::AddValue(&s, "ferry_bytes_sent_total", sent_to_server_0, {{"peer", "server-0"}});
-  metrics::AddHistogram(&s, "ferry_urgent_queue_delay_seconds", urgent);
+  static const metrics::Series kSent{"ferry_bytes_sent_total", metrics::Kind::kCounter, "sent"};
+  static const metrics::Series kUrgent{"ferry_urgent_queue_delay_seconds",
+                                       metrics::Kind::kHistogram, "urgent delays"};
+  metrics::AddValue(&s, kSent, sent_to_server_0, {{"peer", "server-0"}});
+  metrics::AddHistogram(&s, kUrgent, urgent);
   return s;
 }
 
