@@ -1,6 +1,8 @@
 // LocalNccl with CUDA and NCCL (FERRY_HAVE_NCCL): see local_nccl.h. The engine is
 // NcclGroup (nccl_group.h: the book of rounds in nccl_group.cc, the GPU steps in
-// nccl_steps.cc, the stateless calls in nccl_calls.cc).
+// nccl_steps.cc, the stateless calls in nccl_calls.cc). The same sources compile
+// against the CUDA/NCCL stub of tests/stubs/cuda_nccl in the stub builds
+// (FERRY_NCCL_STUB=ON), so the thread-safety analysis and the sanitizers see them.
 
 #include "worker/local/local_nccl.h"
 
