@@ -269,10 +269,13 @@ void NcclGroup::Loop() {
       w = TakeWorkLocked();
     }
     std::string error = RunWork(w);
+    // Before the round ends (its Wait returns and the caller may reuse its buffers), the
+    // step's CUDA work must be over: a failed step may have left a kernel waiting for
+    // another rank and copies queued behind it.
+    if (!error.empty()) AbortAndDrain();
     const bool first = FinishWork(w, &error);
     if (error.empty()) continue;
-    if (comm_ != nullptr) ncclCommAbort(comm_);  // frees the other ranks' kernels
-    comm_ = nullptr;
+    AbortAndDrain();  // a step that ran into the failure: the communicator goes too
     if (first) {
       LOG(ERROR) << error;
       on_failure_(error);

@@ -101,6 +101,7 @@ class NcclGroup : public LocalNccl {
   void InitComm(const std::string& id) EXCLUDES(mu_);
   void WaitComm(const std::string& what) EXCLUDES(mu_);
   void WaitStream(const std::string& what) EXCLUDES(mu_);
+  void AbortAndDrain();
 
   const int local_rank_, local_size_;
   const int64_t op_timeout_ms_;

@@ -206,4 +206,22 @@ void NcclGroup::WaitStream(const std::string& what) {
   }
 }
 
+// After a failed step: ends this rank's NCCL kernels (ncclCommAbort; the other ranks'
+// end when their own steps fail) and waits until the stream ran the work queued behind
+// them, for at most FERRY_OP_TIMEOUT_MS (then it says so and goes on).
+void NcclGroup::AbortAndDrain() {
+  if (comm_ != nullptr) ncclCommAbort(comm_);
+  comm_ = nullptr;
+  if (stream_ == nullptr) return;
+  const int64_t deadline = NowMs() + op_timeout_ms_;
+  while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
+    if (NowMs() >= deadline) {
+      LOG(ERROR) << Me() << ": the stream still runs work of the failed step after "
+                 << op_timeout_ms_ << " ms (FERRY_OP_TIMEOUT_MS)";
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 }  // namespace ferry
