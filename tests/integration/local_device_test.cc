@@ -1,15 +1,18 @@
 // The local group's NCCL backend (worker/local/local_nccl.h) on a real GPU: device tensors
 // push_pulled through LocalGroup::PushPullDevice in a real cluster on loopback (scheduler,
-// one CPU server, ferry-local-device-test-worker processes). Built only with NCCL; every
+// one CPU server, ferry-local-device-test-worker processes). Built with NCCL, where every
 // case is skipped with the reason where no GPU is present (FERRY_REQUIRE_GPU=1, set by
-// scripts/gpu-checks, makes that a failure).
+// scripts/gpu-checks, makes that a failure), and in the stub builds (FERRY_NCCL_STUB=ON:
+// CUDA and NCCL on host memory, tests/stubs/cuda_nccl), where every case runs: the local
+// root's and peers' messages, sockets and processes around the backend, under the
+// sanitizers.
 //
 // - L = 1 on two "machines": each process is its own root (an NCCL communicator of one
 //   rank): the device -> host -> servers -> host -> device path, exact sums and averages.
 // - L = 2 on one machine: two local ranks, on GPUs 0 and 1 where there are two. On a
 //   single GPU both ranks share it, which NCCL may refuse ("Duplicate GPU"): then the
 //   test accepts that refusal as long as it is the clear error of the communicator's
-//   set-up on both ranks, and says so in its output.
+//   set-up on both ranks, and says so in its output. The stub never refuses it.
 
 #include <gtest/gtest.h>
 
@@ -18,6 +21,14 @@
 
 #include "tests/server/gpu/gpu_test_support.h"
 #include "tests/support/test_cluster.h"
+
+#ifdef FERRY_NCCL_STUB
+#define FERRY_SKIP_WITHOUT_NCCL_DEVICE() \
+  do {                                   \
+  } while (0)
+#else
+#define FERRY_SKIP_WITHOUT_NCCL_DEVICE() FERRY_SKIP_WITHOUT_GPU()
+#endif
 
 namespace ferry::testing {
 namespace {
@@ -34,7 +45,7 @@ ClusterSpec DeviceSpec(int machines, int local) {
 }
 
 TEST(LocalDeviceTest, TwoMachinesOfOneProcessSumAndAverageDeviceTensorsExactly) {
-  FERRY_SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_NCCL_DEVICE();
   TestCluster c(DeviceSpec(2, 1));
   c.Start();
   for (int w : c.workers()) {
@@ -46,7 +57,7 @@ TEST(LocalDeviceTest, TwoMachinesOfOneProcessSumAndAverageDeviceTensorsExactly) 
 }
 
 TEST(LocalDeviceTest, OneMachineOfTwoLocalRanksReducesWithNccl) {
-  FERRY_SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_NCCL_DEVICE();
   const int gpus = CudaDeviceCount(nullptr);
   TestCluster c(DeviceSpec(1, 2));
   c.Start();

@@ -1,6 +1,7 @@
 // ferry-local-device-test-worker: one process of a local group that push_pulls CUDA device
 // tensors (LocalGroup::PushPullDevice, worker/local/local_nccl.h), for
-// tests/integration/local_device_test.cc. Built only with NCCL (FERRY_HAVE_NCCL).
+// tests/integration/local_device_test.cc. Built only with NCCL (FERRY_HAVE_NCCL), real
+// or the stub's (FERRY_NCCL_STUB=ON: "GPUs" of host memory, tests/stubs/cuda_nccl).
 //
 // On GPU FERRY_LOCAL_RANK % (visible GPUs): --tensors float32 tensors of 1 .. --max_elems
 // elements and one int32 tensor, --rounds rounds each, every tensor on its own thread,

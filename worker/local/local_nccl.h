@@ -3,8 +3,10 @@
 // LocalNccl: the NCCL backend of the local group (local_group.h), for tensors in CUDA
 // device memory. One per process, made at its first device push_pull (a job that never
 // passes a device pointer never touches CUDA). This header needs no CUDA headers: it is
-// compiled in every build; the engine (local_nccl.cc) only where CMake found CUDA and
-// NCCL (FERRY_HAVE_NCCL), and otherwise no_nccl.cc, whose Create throws.
+// compiled in every build; the engine (local_nccl.cc and NcclGroup, nccl_group.h) only
+// where CMake found CUDA and NCCL (FERRY_HAVE_NCCL), and otherwise no_nccl.cc, whose
+// Create throws. The stub builds (FERRY_NCCL_STUB=ON, the sanitizer stages) compile the
+// engine against a stub of CUDA and NCCL on host memory (tests/stubs/cuda_nccl).
 //
 // A device push_pull of tensor T, on every local rank:
 //   1. Submit (the caller's thread): the tensor is checked (device memory, this
@@ -41,8 +43,10 @@
 // naming the call and the local rank; a failed machine push_pull fails its round. After a
 // failure the communicator is aborted, the owner's group fails (OnFailure), and every
 // later call fails with it. The round whose step the thread runs at a failure ends only
-// when the thread is done with it (its Wait waits for that, bounded by the step's polls),
-// so no CUDA work on a caller's buffers or event is queued after its Wait returned.
+// when the thread is done with it (its Wait waits for that, bounded by the step's polls):
+// after the abort and once the stream ran the work the step queued (at most
+// FERRY_OP_TIMEOUT_MS more), so no CUDA work on a caller's buffers or event is queued or
+// runs after its Wait returned.
 //
 // Buffers: the pinned host buffer of a round is the engine's from REDUCE until its
 // BROADCAST; the machine's push_pull writes it until its `done`. Shutdown order (the
