@@ -216,14 +216,18 @@ class Run:
             argv += ["--change_at", str(at), "--change_compute_scale", str(scale)]
         return argv + (["--check"] if self.args.check else [])
 
-    def execute(self):
-        """Runs the job; returns the record of the run."""
-        self.up()
-        bin_ = self.args.bin
+    def start_scheduler_and_servers(self, bin_):
+        """The job's scheduler and servers, each on its host, from the programs in `bin_`."""
         self.start("scheduler", "scheduler", [os.path.join(bin_, "ferry-scheduler")], "scheduler",
                    self.hosts["scheduler"])
         for i, host in enumerate(self.server_hosts()):
             self.start("server%d" % i, host, [os.path.join(bin_, "ferry-server")], "server", self.hosts[host])
+
+    def execute(self):
+        """Runs the job; returns the record of the run."""
+        self.up()
+        bin_ = self.args.bin
+        self.start_scheduler_and_servers(bin_)
         self.change_unix_ms = None
         timer = None
         with CpuSampler() as cpu:

@@ -74,10 +74,7 @@ class PerfRun(Run):
         """Seconds per push_pull (median over the timed iterations, worker 0) and CPU use."""
         self.up()
         bin_ = self.bench.bin
-        self.start("scheduler", "scheduler", [os.path.join(bin_, "ferry-scheduler")], "scheduler",
-                   self.hosts["scheduler"])
-        for i, host in enumerate(self.server_hosts()):
-            self.start("server%d" % i, host, [os.path.join(bin_, "ferry-server")], "server", self.hosts[host])
+        self.start_scheduler_and_servers(bin_)
         ports = [h for h in self.hosts if h != "scheduler"]
         self.probe = LinkProbe(self.name + "-bridge", ports) if self.bench.probe_links else None
         with CpuSampler() as cpu, (self.probe or contextlib.nullcontext()):

@@ -231,8 +231,8 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
         stall_watch_ = e.stall_watch();
       }
       return true;
-    case proto::STALL:
-      OnStall(e.stall());
+    case proto::STALL:  // the scheduler's warning that operations wait (stall_check.h)
+      LOG(WARNING) << e.stall().message();
       return true;
     case proto::ERROR:
       // The scheduler refuses us (job full, rank taken, ...): nothing to wait for.
@@ -295,7 +295,6 @@ void ClusterClient::SetStallReporter(StallReporter reporter) {
   stall_reporter_ = std::move(reporter);
 }
 
-void ClusterClient::OnStall(const proto::Stall& stall) { LOG(WARNING) << stall.message(); }
 
 namespace {
 
@@ -320,15 +319,13 @@ void ClusterClient::SetMetricsReporter(MetricsReporter reporter) {
   metrics_reporter_ = std::move(reporter);
 }
 
-void ClusterClient::AddMetrics(proto::MetricsSnapshot* out) {
-  metrics::AddVanRefusals(out, van_->stats());
-  MutexLock lock(reporter_mu_);
-  if (metrics_reporter_) metrics_reporter_(out);
-}
-
 Message ClusterClient::MakeHeartbeat() {
   Message m = MakeMessage(proto::HEARTBEAT, my_id());
-  if (metrics_wanted_) AddMetrics(m.envelope.mutable_metrics());
+  if (metrics_wanted_) {
+    metrics::AddVanRefusals(m.envelope.mutable_metrics(), van_->stats());
+    MutexLock lock(reporter_mu_);
+    if (metrics_reporter_) metrics_reporter_(m.envelope.mutable_metrics());
+  }
   StallReporter reporter;
   int64_t report_after_ms;
   std::vector<std::string> labels;  // the reporter's; this client's own are its barriers'

@@ -157,8 +157,6 @@ class ClusterClient {
   // The next HEARTBEAT, with the StallReport the last StallWatch asked for and the
   // metrics, if the scheduler wants them.
   Message MakeHeartbeat() EXCLUDES(mu_, reporter_mu_);
-  void AddMetrics(proto::MetricsSnapshot* out) EXCLUDES(reporter_mu_);
-  void OnStall(const proto::Stall& stall);
   // NODE_TABLE: the first, or (elastic) a newer epoch's; see the file comment.
   void OnNodeTable(const proto::NodeTable& table) EXCLUDES(mu_);
   // A spare's wait for a slot (see the file comment).

@@ -20,6 +20,7 @@
 namespace ferry {
 
 using van_internal::ApplyLinkOptions;
+using van_internal::MonitorSocket;
 using van_internal::CloseFrames;
 using van_internal::SetInt;
 using van_internal::ThrowZmq;
@@ -105,7 +106,8 @@ int Van::Bind(const std::string& host, int port) {
   }
   // Failed handshakes (garbage, wrong secret) are logged from the IO thread; accepted
   // connections get tcp_notsent_lowat there.
-  monitor_ = Monitor(router_, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+  monitor_ = MonitorSocket(context_, router_, StrCat(pipe_endpoint_, "-monitor-", monitors_made_++),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED |
                                   (options_.tcp_notsent_lowat > 0 ? ZMQ_EVENT_ACCEPTED : 0));
   std::string endpoint = StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));

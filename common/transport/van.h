@@ -291,8 +291,6 @@ class Van {
   // IO thread: an event of `monitor` (the ROUTER's: failed handshakes, closed and accepted
   // connections; a DEALER's: its connection made).
   void HandleMonitorEvent(void* monitor);
-  // A PAIR socket receiving `events` of `socket`, or null if ZeroMQ cannot monitor it.
-  void* Monitor(void* socket, int events);
   void TuneConnection(int fd);   // IO thread: applies tcp_notsent_lowat to a new connection
   Connection* FindConnection(int peer);
 

@@ -22,6 +22,7 @@
 namespace ferry {
 
 using van_internal::ApplyLinkOptions;
+using van_internal::MonitorSocket;
 using van_internal::SetInt;
 using van_internal::ThrowZmq;
 
@@ -69,7 +70,9 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     p->socket = NewDealer(routing_id);
     // Before connecting: ZeroMQ does not replay the first connection's event to a
     // monitor attached later.
-    if (options_.tcp_notsent_lowat > 0) p->monitor = Monitor(p->socket, ZMQ_EVENT_CONNECTED);
+    if (options_.tcp_notsent_lowat > 0) p->monitor = MonitorSocket(context_, p->socket,
+                                 StrCat(pipe_endpoint_, "-monitor-", monitors_made_++),
+                                 ZMQ_EVENT_CONNECTED);
     if (control_lane && !routing_id.empty()) p->control = NewDealer(ControlIdentity(routing_id));
     connected = zmq_connect(p->socket, endpoint.c_str()) == 0 &&
                 (!p->control || zmq_connect(p->control, endpoint.c_str()) == 0);
@@ -121,17 +124,6 @@ Van::Connection* Van::FindConnection(int peer) {
     if (p->id == peer) return p.get();
   }
   return nullptr;
-}
-
-void* Van::Monitor(void* socket, int events) {
-  std::string endpoint = StrCat(pipe_endpoint_, "-monitor-", monitors_made_++);
-  if (zmq_socket_monitor(socket, endpoint.c_str(), events) != 0) return nullptr;
-  void* pair = zmq_socket(context_, ZMQ_PAIR);
-  if (pair && zmq_connect(pair, endpoint.c_str()) != 0) {
-    zmq_close(pair);
-    pair = nullptr;
-  }
-  return pair;
 }
 
 void Van::HandleZapRequest() {

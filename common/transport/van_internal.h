@@ -84,5 +84,17 @@ inline void ApplyLinkOptions(void* socket, int link_timeout_ms) {
   SetInt(socket, ZMQ_HEARTBEAT_TTL, link_timeout_ms);
 }
 
+// A PAIR socket of `context` receiving `events` of `socket` through the inproc
+// `endpoint` (unique per monitor), or null if ZeroMQ cannot monitor it.
+inline void* MonitorSocket(void* context, void* socket, const std::string& endpoint, int events) {
+  if (zmq_socket_monitor(socket, endpoint.c_str(), events) != 0) return nullptr;
+  void* pair = zmq_socket(context, ZMQ_PAIR);
+  if (pair && zmq_connect(pair, endpoint.c_str()) != 0) {
+    zmq_close(pair);
+    pair = nullptr;
+  }
+  return pair;
+}
+
 }  // namespace van_internal
 }  // namespace ferry
