@@ -4,7 +4,7 @@
 // answers each pusher with the sum (no pull request: the sum is the push's reply).
 // A push that does not complete its round is acknowledged at once (PUSH_ACK), so the
 // worker's scheduling credit covers only its own bytes in flight and never waits on
-// another worker (see worker/scheduling/scheduled_queue.h for why that matters).
+// another worker (see worker/partition_scheduling/scheduled_queue.h for why that matters).
 //
 // Threads: the Van's IO thread validates each PUSH and hands it to the engine thread
 // that owns the key (EngineForKey: a mixed hash of the key modulo

@@ -3,7 +3,7 @@
 #include "common/transport/message.h"
 #include "sim/sim_worker.h"
 #include "worker/placement.h"
-#include "worker/scheduling/autotune.h"
+#include "worker/partition_scheduling/autotune.h"
 
 namespace ferry::sim {
 

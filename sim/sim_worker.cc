@@ -7,8 +7,8 @@
 
 #include "common/transport/fused_push.h"
 #include "common/util/strings.h"
-#include "worker/scheduling/autotune.h"
-#include "worker/scheduling/policies.h"
+#include "worker/partition_scheduling/autotune.h"
+#include "worker/partition_scheduling/policies.h"
 
 namespace ferry::sim {
 namespace {

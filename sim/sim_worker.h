@@ -1,7 +1,7 @@
 #pragma once
 
 // SimWorker: one Ferry worker replaying a training workload, as ferry-train-sim does
-// (bench/train_sim/train_sim.h), in simulated time:
+// (bench/training_emulator/train_sim.h), in simulated time:
 //   forward:  for l = 0..L-1: wait for layer l's sum of the previous iteration, then
 //             compute fwd_ms;
 //   boundary: StepBoundary (FERRY_PARTITION_MS sizes partitions at the third);
@@ -25,7 +25,7 @@
 
 #include "sim/job.h"
 #include "sim/sim_server.h"
-#include "worker/scheduling/scheduling_core.h"
+#include "worker/partition_scheduling/scheduling_core.h"
 
 namespace ferry::sim {
 

@@ -33,7 +33,7 @@
 #include "common/util/error.h"
 #include "common/util/counters.h"
 #include "worker/operation_table.h"
-#include "worker/scheduling/autotune.h"
+#include "worker/partition_scheduling/autotune.h"
 
 namespace ferry {
 

@@ -65,7 +65,7 @@
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
 #include "worker/request_tracker.h"
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 
 namespace ferry {
 

@@ -46,8 +46,8 @@
 #include "common/util/mutex.h"
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
-#include "worker/scheduling/autotune.h"
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/autotune.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 #include "worker/tensor_catalog.h"
 
 namespace ferry {

@@ -18,7 +18,7 @@
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
 #include "worker/rows_push_pull.h"
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 
 namespace ferry {
 

@@ -11,7 +11,7 @@
 #include "worker/local/local_group.h"
 #include "worker/reserved_tensor_names.h"
 #include "worker/worker_reports.h"
-#include "worker/scheduling/policies.h"
+#include "worker/partition_scheduling/policies.h"
 
 namespace ferry {
 

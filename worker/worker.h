@@ -22,7 +22,7 @@
 // layers near the input go first. A tensor first seen in PushPullAsync is declared
 // then. Each tensor is cut into partitions placed on servers by bytes (placement.h);
 // the partitions go out through the scheduled queue in the order the scheduling policy
-// (FERRY_SCHEDULING_POLICY, worker/scheduling/policies.h) decides.
+// (FERRY_SCHEDULING_POLICY, worker/partition_scheduling/policies.h) decides.
 //
 // Iterations: call StepBoundary() once per training iteration, at a point where this
 // worker has no push_pull in flight (after the optimizer step; ferry.torch's
@@ -74,8 +74,8 @@
 #include "worker/worker_context.h"
 #include "worker/operation_table.h"
 #include "worker/rows_push_pull.h"
-#include "worker/scheduling/autotune.h"
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/autotune.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 #include "worker/scheduling_control.h"
 #include "worker/sender.h"
 #include "worker/tensor_catalog.h"

@@ -12,7 +12,7 @@
 #include "common/transport/van.h"
 #include "proto/ferry.pb.h"
 #include "worker/operation_table.h"
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 #include "worker/worker_counters.h"
 
 namespace ferry {

@@ -126,7 +126,7 @@ struct Config {
   };
   Transport transport;
 
-  // How a worker cuts and paces its tensors (worker/scheduling/policies.h;
+  // How a worker cuts and paces its tensors (worker/partition_scheduling/policies.h;
   // docs/configuration.md).
   struct Scheduling {
     SchedulingPolicy policy = SchedulingPolicy::kCredit;
@@ -134,7 +134,7 @@ struct Config {
     int credit = 4;                   // partitions in flight per worker
     int64_t credit_bytes = 0;         // if > 0, the credit in bytes instead
     // FERRY_WINDOW=bdp: the `credit` policy's credit follows the measured bandwidth-delay
-    // product (worker/scheduling/window_estimator.h), starting from the credit above;
+    // product (worker/partition_scheduling/window_estimator.h), starting from the credit above;
     // false (`fixed`, the default): the credit stays. Not the default: measured against the fixed 4 x 1 MiB, it is 2-6%
     // slower on the train-sim models and ~5% faster on the unified cluster
     // (docs/benchmarks.md, "The BDP window").

@@ -2,7 +2,7 @@
 
 // The worker's scheduling policies (FERRY_SCHEDULING_POLICY), as an enum: the name is
 // parsed and checked once, in Config, and everything after compares enum values. What
-// each policy guarantees is described in worker/scheduling/policies.h.
+// each policy guarantees is described in worker/partition_scheduling/policies.h.
 //
 // Here, below the worker, because Config holds the choice.
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // Urgency: the one definition of which of two pieces of tensor data goes first, shared by
-// the worker's scheduling policies (worker/scheduling/policies.h, ByPriority) and the
+// the worker's scheduling policies (worker/partition_scheduling/policies.h, ByPriority) and the
 // transport's order queues (common/transport/order_queue.h), so the partitions a worker
 // lets out and the frames the Van hands to ZeroMQ follow the same order.
 //

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/scheduling/policies.h"
+#include "worker/partition_scheduling/policies.h"
 
 namespace ferry {
 namespace {

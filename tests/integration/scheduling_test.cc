@@ -1,4 +1,4 @@
-// Integration tests of the workers' scheduling (worker/scheduling/): real
+// Integration tests of the workers' scheduling (worker/partition_scheduling/): real
 // scheduler, servers and workers on loopback.
 //   - ferry-train-sim replays a tiny workload under every policy and checks every sum;
 //     under `credit` it also writes the FERRY_TRACE_DIR timeline, checked here;

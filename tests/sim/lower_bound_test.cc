@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/train_sim/train_sim.h"
+#include "bench/training_emulator/train_sim.h"
 #include "sim/workload.h"
 #include "common/util/error.h"
 

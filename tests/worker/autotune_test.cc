@@ -1,8 +1,8 @@
-// Tests of the Autotuner (worker/scheduling/autotune.h): the grid, the state machine
+// Tests of the Autotuner (worker/partition_scheduling/autotune.h): the grid, the state machine
 // that every worker runs in step, the scoring (warm-up iteration not scored) and the
 // decision from summed scores.
 
-#include "worker/scheduling/autotune.h"
+#include "worker/partition_scheduling/autotune.h"
 
 #include <gtest/gtest.h>
 

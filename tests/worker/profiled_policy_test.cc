@@ -1,16 +1,16 @@
-// Tests of ReadyProfile (worker/scheduling/ready_profile.h) and the two policies that
+// Tests of ReadyProfile (worker/partition_scheduling/ready_profile.h) and the two policies that
 // schedule by it, usbyte and prophet (policies.h): the phases, the predictions, drift and
 // re-profiling, and each policy's limit on a hand-made profile, with time as an argument.
 
-#include "worker/scheduling/ready_profile.h"
+#include "worker/partition_scheduling/ready_profile.h"
 
 #include <gtest/gtest.h>
 
 #include <utility>
 #include <vector>
 
-#include "worker/scheduling/policies.h"
-#include "worker/scheduling/scheduling_core.h"
+#include "worker/partition_scheduling/policies.h"
+#include "worker/partition_scheduling/scheduling_core.h"
 
 namespace ferry {
 namespace {

@@ -1,10 +1,10 @@
-// Tests of the worker's ScheduledQueue and its policies (worker/scheduling/): the order
+// Tests of the worker's ScheduledQueue and its policies (worker/partition_scheduling/): the order
 // each policy promises, the credit the queue enforces, fusion, p3's per-server window,
 // fifo-bucket's size and timer (a fake clock), blocking, Close and SetCredit; and a
 // many-threaded run per policy whose every event is recorded under the queue's lock and
 // replayed against the invariants in scheduled_queue.h and policies.h.
 
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/util/error.h"
-#include "worker/scheduling/policies.h"
+#include "worker/partition_scheduling/policies.h"
 
 namespace ferry {
 namespace {

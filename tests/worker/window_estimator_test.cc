@@ -1,10 +1,10 @@
-// Tests of the BDP window (worker/scheduling/window_estimator.h) alone and inside the
+// Tests of the BDP window (worker/partition_scheduling/window_estimator.h) alone and inside the
 // ScheduledQueue under the `credit` policy, on a simulated link with a fake clock: the
 // window converges to gain x rate x least round trip + two tasks, app-limited samples cannot lower
 // the rate, the round trip ages out, tasks in flight together count together, bounds hold, and
 // SetCredit / SetWindowGain / Done(acked = false) do what scheduled_queue.h says.
 
-#include "worker/scheduling/window_estimator.h"
+#include "worker/partition_scheduling/window_estimator.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <map>
 #include <vector>
 
-#include "worker/scheduling/policies.h"
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/policies.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 
 namespace ferry {
 namespace {

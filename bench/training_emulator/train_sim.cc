@@ -1,4 +1,4 @@
-#include "bench/train_sim/train_sim.h"
+#include "bench/training_emulator/train_sim.h"
 
 #include <glog/logging.h>
 

@@ -1,4 +1,4 @@
-#include "worker/scheduling/ready_profile.h"
+#include "worker/partition_scheduling/ready_profile.h"
 
 #include <glog/logging.h>
 

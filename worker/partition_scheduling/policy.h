@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "common/config/scheduling_policy.h"
-#include "worker/scheduling/window_estimator.h"
+#include "worker/partition_scheduling/window_estimator.h"
 
 namespace ferry {
 

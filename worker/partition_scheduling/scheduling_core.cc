@@ -1,4 +1,4 @@
-#include "worker/scheduling/scheduling_core.h"
+#include "worker/partition_scheduling/scheduling_core.h"
 
 #include <glog/logging.h>
 

@@ -1,7 +1,7 @@
 // ferry-train-sim: replays a model's training step (bench/workloads/<model>_layers.csv)
 // on a Ferry cluster, as one worker (DMLC_* environment), and compares each iteration
 // with LB1, the lower bound of an iteration for the same scaled inputs and link rate
-// (sim/lower_bound.h). See bench/train_sim/train_sim.h for what one
+// (sim/lower_bound.h). See bench/training_emulator/train_sim.h for what one
 // iteration does, and docs/benchmarks.md for the emulated cluster it is meant for.
 //
 // Output (rank 0 in text, every rank with --json, one JSON object on one line): the
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "sim/lower_bound.h"
-#include "bench/train_sim/train_sim.h"
+#include "bench/training_emulator/train_sim.h"
 #include "sim/workload.h"
 #include "common/cluster/role_main.h"
 #include "common/util/error.h"

@@ -83,8 +83,8 @@
 
 #include "common/config/config.h"
 #include "common/types/urgency.h"
-#include "worker/scheduling/policy.h"
-#include "worker/scheduling/ready_profile.h"
+#include "worker/partition_scheduling/policy.h"
+#include "worker/partition_scheduling/ready_profile.h"
 
 namespace ferry {
 

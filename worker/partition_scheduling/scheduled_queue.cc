@@ -1,4 +1,4 @@
-#include "worker/scheduling/scheduled_queue.h"
+#include "worker/partition_scheduling/scheduled_queue.h"
 
 #include <glog/logging.h>
 

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "common/util/mutex.h"
-#include "worker/scheduling/scheduling_core.h"
+#include "worker/partition_scheduling/scheduling_core.h"
 
 namespace ferry {
 

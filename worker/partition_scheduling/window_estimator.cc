@@ -1,4 +1,4 @@
-#include "worker/scheduling/window_estimator.h"
+#include "worker/partition_scheduling/window_estimator.h"
 
 #include <glog/logging.h>
 

@@ -40,7 +40,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/scheduling/policy.h"
+#include "worker/partition_scheduling/policy.h"
 
 namespace ferry {
 

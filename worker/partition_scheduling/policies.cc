@@ -1,4 +1,4 @@
-#include "worker/scheduling/policies.h"
+#include "worker/partition_scheduling/policies.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "worker/scheduling/autotune.h"
+#include "worker/partition_scheduling/autotune.h"
 
 #include <glog/logging.h>
 
