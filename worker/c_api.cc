@@ -242,7 +242,7 @@ int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes) {
   });
 }
 
-int ferry_partition_scheduling(int64_t* partition_bytes, int64_t* credit_bytes, double* window_gain,
+int ferry_scheduling(int64_t* partition_bytes, int64_t* credit_bytes, double* window_gain,
                      int64_t* frame_bytes, char* policy, uint64_t policy_size) {
   return Guard([&] {
     auto group = Get();

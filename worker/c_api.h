@@ -101,7 +101,7 @@ int ferry_set_scheduling(int64_t partition_bytes, int64_t credit_bytes);
 /* The scheduling in force: partition and credit bytes, the window's gain (0: a fixed
  * credit), the frame size (0: whole partitions) and the policy's name (written into
  * `policy`, `policy_size` bytes with its terminating 0, cut if longer). */
-int ferry_partition_scheduling(int64_t* partition_bytes, int64_t* credit_bytes, double* window_gain,
+int ferry_scheduling(int64_t* partition_bytes, int64_t* credit_bytes, double* window_gain,
                      int64_t* frame_bytes, char* policy, uint64_t policy_size);
 /* Every counter of the worker's registry as lines "name value\n" into `text` (`size`
  * bytes with the terminating 0). Returns the bytes the whole text needs (without the 0):

@@ -78,7 +78,7 @@ def _load():
         "ferry_trace_compute": (i32, [text, i32, i64, i64]),
         "ferry_now_us": (i64, []),
         "ferry_set_scheduling": (i32, [i64, i64]),
-        "ferry_partition_scheduling": (i32, [ctypes.POINTER(i64), ctypes.POINTER(i64),
+        "ferry_scheduling": (i32, [ctypes.POINTER(i64), ctypes.POINTER(i64),
                                    ctypes.POINTER(ctypes.c_double), ctypes.POINTER(i64),
                                    ctypes.c_char_p, u64]),
         "ferry_counters": (i64, [ctypes.c_char_p, u64]),
@@ -300,7 +300,7 @@ def scheduling():
     partition, credit, frame = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
     gain = ctypes.c_double()
     policy = ctypes.create_string_buffer(64)
-    _check(_lib.ferry_partition_scheduling(ctypes.byref(partition), ctypes.byref(credit),
+    _check(_lib.ferry_scheduling(ctypes.byref(partition), ctypes.byref(credit),
                                  ctypes.byref(gain), ctypes.byref(frame), policy,
                                  len(policy)))
     return {"policy": policy.value.decode(), "partition_bytes": partition.value,
