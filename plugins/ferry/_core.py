@@ -2,7 +2,8 @@
 
 libferry's C API (worker/c_api.h) through ctypes: one ``libferry.so``, found next to this
 file (or at ``FERRY_LIBRARY``), serves every Python version and every torch, since
-nothing here is compiled against either. Tensors cross as raw addresses
+nothing here is compiled against either. Every call's signature is read from the header
+(``c_api.h``, next to the library or to this file), the C API's one declaration. Tensors cross as raw addresses
 (``tensor.data_ptr()``) plus a dtype code and an element count; ferry/torch/*.py keeps the
 tensors alive while the core uses their memory.
 
@@ -15,6 +16,7 @@ lets other Python threads, and the autograd engine's hooks, run.
 
 import ctypes
 import os
+import re
 
 # Dtype codes (worker/c_api.h): ferry.torch maps torch dtypes to these.
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32, INT64 = range(6)
@@ -45,6 +47,56 @@ def _library_path():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libferry.so")
 
 
+# The C types of worker/c_api.h's declarations (without const), as ctypes types.
+_C_TYPES = {
+    "void": None, "int": ctypes.c_int, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
+    "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "uintptr_t": ctypes.c_size_t,
+    "double": ctypes.c_double, "char*": ctypes.c_char_p, "void*": ctypes.c_void_p,
+    "int64_t*": ctypes.POINTER(ctypes.c_int64), "double*": ctypes.POINTER(ctypes.c_double),
+}
+
+
+def _c_type(declaration, header):
+    """The ctypes type of a C type such as "const int64_t*" (a parameter's name removed)."""
+    words = declaration.replace("const", " ").replace("*", " * ").split()
+    name = "".join(words)
+    if name not in _C_TYPES:
+        raise ImportError("ferry._core: %s declares a type ctypes is not told about here: %r"
+                          % (header, declaration.strip()))
+    return _C_TYPES[name]
+
+
+def signatures(header):
+    """{function: (restype, argtypes)} of every ferry_* function declared in the C API
+    header `header` (worker/c_api.h, copied next to libferry.so): the header is the one
+    declaration of the C API, so a call's signature here cannot drift from it."""
+    with open(header) as f:
+        text = f.read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*|^\s*#[^\n]*", " ", text, flags=re.M)
+    found = {}
+    for m in re.finditer(r"([A-Za-z_][\w\s\*]*?)\s*\b(ferry_\w+)\s*\(([^)]*)\)\s*;", text):
+        restype, name, params = m.group(1), m.group(2), m.group(3).strip()
+        argtypes = []
+        for param in ([] if params in ("", "void") else params.split(",")):
+            words = param.replace("*", " * ").split()
+            argtypes.append(_c_type(" ".join(words[:-1]), header))  # the last word: its name
+        found[name] = (_c_type(restype, header), argtypes)
+    if not found:
+        raise ImportError("ferry._core: no ferry_* function declared in %s" % header)
+    return found
+
+
+def _header_path(library):
+    for folder in (os.path.dirname(os.path.abspath(library)),
+                   os.path.dirname(os.path.abspath(__file__))):
+        path = os.path.join(folder, "c_api.h")
+        if os.path.exists(path):
+            return path
+    raise ImportError("ferry._core: the C API's header c_api.h is neither next to %s nor "
+                      "next to %s (the build copies worker/c_api.h there)" % (library, __file__))
+
+
 def _load():
     path = _library_path()
     try:
@@ -54,40 +106,13 @@ def _load():
             "ferry._core: cannot load libferry (%s): %s. It is built by CMake into "
             "build/python/ferry/ (scripts/build); FERRY_LIBRARY may name it elsewhere"
             % (path, e)) from None
-    i32, i64, u64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
-    text = ctypes.c_char_p
-    # The calls that take nothing and return an int (a value, or a negative error code).
-    signatures = {"ferry_" + name: (i32, []) for name in (
-        "init", "is_initialized", "rank", "size", "num_servers", "local_rank", "local_size",
-        "local_size_from_environment", "cuda_built", "barrier", "reset", "hosts_updated", "join",
-        "step_boundary", "shutdown", "suspend")}
-    signatures.update({
-        "ferry_declare_tensor": (i32, [text, i32, ctypes.POINTER(i64), i32]),
-        "ferry_push_pull_async": (i64, [text, ptr, ptr, i32, u64, i32, ctypes.c_int32]),
-        "ferry_reduce_async": (i64, [text, ptr, ptr, i32, u64, i32, ctypes.c_int32]),
-        "ferry_push_pull_rows_async": (i64, [text, ptr, u64, ptr, ptr, i32, i32,
-                                             ctypes.c_int32]),
-        "ferry_push_pull_device_async": (i64, [text, ptr, ptr, i32, u64, i32, i32,
-                                               ctypes.c_int32, i32, ctypes.c_size_t]),
-        "ferry_poll": (i32, [i64]),
-        "ferry_wait": (i32, [i64]),
-        "ferry_wait_for": (i32, [i64, i64]),
-        "ferry_wait_any": (i64, [ctypes.POINTER(i64), i32, i64]),
-        "ferry_broadcast": (i32, [text, ptr, i32, u64, i32]),
-        "ferry_epoch": (i64, []),
-        "ferry_trace_compute": (i32, [text, i32, i64, i64]),
-        "ferry_now_us": (i64, []),
-        "ferry_set_scheduling": (i32, [i64, i64]),
-        "ferry_scheduling": (i32, [ctypes.POINTER(i64), ctypes.POINTER(i64),
-                                   ctypes.POINTER(ctypes.c_double), ctypes.POINTER(i64),
-                                   ctypes.c_char_p, u64]),
-        "ferry_counters": (i64, [ctypes.c_char_p, u64]),
-        "ferry_host_ids_tensor_name": (text, []),
-        "ferry_last_error": (text, []),
-        "ferry_error_code_name": (text, [i32]),
-    })
-    for name, (restype, argtypes) in signatures.items():
-        fn = getattr(lib, name)
+    header = _header_path(path)
+    for name, (restype, argtypes) in signatures(header).items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise ImportError("ferry._core: %s declares %s, which %s does not have (a header "
+                              "and a library of different builds?)" % (header, name, path)) from None
         fn.restype = restype
         fn.argtypes = argtypes
     return lib
@@ -213,6 +238,7 @@ def push_pull_device_async(name, input, output, dtype, count, average, op, prior
 def push_pull_rows_async(name, rows, num_rows, values, output, dtype, average, priority=None):
     """Starts a sparse-rows push_pull (Worker::PushPullRowsAsync): `num_rows` int64 row ids
     at address `rows`, their rows at `values`; the sums go to `output`. Returns a handle."""
+    rows = ctypes.cast(rows, ctypes.POINTER(ctypes.c_int64))  # an address, as the others
     return _check(_lib.ferry_push_pull_rows_async(_name(name), rows, num_rows, values, output,
                                                   dtype, int(bool(average)),
                                                   _priority(priority)))
