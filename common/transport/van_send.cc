@@ -54,6 +54,7 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
   owned->f.hold = frames->hold;
   zmq_msg_close(&frames->envelope);  // moved from: empty
   zmq_msg_close(&frames->payload);
+  frames->hold->built.load(std::memory_order_acquire);  // before its fields: PayloadHold::built
   order_.Push(order_.At(name, peer), frames->priority, frames->hold->bytes, std::move(owned));
   counters_.data_queued++;
   PumpAll();
@@ -68,8 +69,7 @@ void Van::PumpAll() {
     zmq_msg_move(&f.envelope, &owned->f.envelope);
     zmq_msg_move(&f.payload, &owned->f.payload);
     f.has_payload = true;
-    PayloadHold* hold = owned->f.hold;
-    hold->built.load(std::memory_order_acquire);  // see PayloadHold::built
+    PayloadHold* hold = owned->f.hold;  // read in order after QueueData's acquire of `built`
     // Its bytes are counted (OrderQueues::Pump) before ZeroMQ can release them; the hook
     // subtracts them and wakes the IO thread.
     hold->destination.store(&d.unreleased(), std::memory_order_release);
