@@ -30,10 +30,6 @@ bool IsSeriesName(const std::string& name) {
   });
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 proto::MetricKind ProtoKind(Kind kind) {
   switch (kind) {
     case Kind::kCounter:

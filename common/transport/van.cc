@@ -255,7 +255,7 @@ void Van::DrainCommands(int max) {
         break;
       case Command::kHoldQueues:
         order_.Hold(flag);
-        if (!flag) PumpAll();
+        if (!flag) Pump();
         break;
       case Command::kConnect:
         DoConnect(peer, text,
@@ -332,7 +332,7 @@ void Van::IoLoop() {
       uint64_t count;
       ssize_t got = read(wake_fd_, &count, sizeof count);
       (void)got;  // nonblocking; nothing to do on EAGAIN
-      PumpAll();
+      Pump();
     }
     if (items[index++].revents & ZMQ_POLLIN) HandleZapRequest();
     if (items[index++].revents & ZMQ_POLLIN) HandleMonitorEvent(monitor_);

@@ -282,7 +282,8 @@ class Van {
   // IO thread: queues a message with tensor bytes (Order above) for the destination
   // `name`: an inbound node's data identity (peer -1), or outbound peer `peer`.
   void QueueData(const std::string& name, int peer, Frames* frames);
-  void PumpAll();  // hands over what fits under each destination's watermark
+  // Hands over what fits under the watermark: of `only`, or of every destination.
+  void Pump(OrderQueue::Destination* only = nullptr);
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                  bool control_lane);
   void* NewDealer(const std::string& routing_id);

@@ -55,14 +55,14 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
   zmq_msg_close(&frames->envelope);  // moved from: empty
   zmq_msg_close(&frames->payload);
   frames->hold->built.load(std::memory_order_acquire);  // before its fields: PayloadHold::built
-  order_.Push(order_.At(name, peer), frames->priority, frames->hold->bytes, std::move(owned));
+  OrderQueue::Destination& d = order_.At(name, peer);
+  order_.Push(d, frames->priority, frames->hold->bytes, std::move(owned));
   counters_.data_queued++;
-  PumpAll();
+  Pump(&d);  // only its queue changed
 }
 
-void Van::PumpAll() {
-  counters_.data_reordered += order_.PumpAll([this](OrderQueue::Destination& d,
-                                                    std::unique_ptr<OwnedFrames> owned) {
+void Van::Pump(OrderQueue::Destination* only) {
+  auto hand_over = [this](OrderQueue::Destination& d, std::unique_ptr<OwnedFrames> owned) {
     Frames f;
     zmq_msg_init(&f.envelope);
     zmq_msg_init(&f.payload);
@@ -79,7 +79,8 @@ void Van::PumpAll() {
     } else {
       Transmit(router_, &d.name(), &f, "an inbound peer");
     }
-  });
+  };
+  counters_.data_reordered += only ? order_.Pump(*only, hand_over) : order_.PumpAll(hand_over);
 }
 
 void Van::TransmitToPeer(int peer, Frames* frames) {

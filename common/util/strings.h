@@ -28,6 +28,11 @@ inline bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+// True if `s` ends with `suffix`.
+inline bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // ASCII case conversion (environment values are ASCII; no locale is consulted).
 inline std::string AsciiToLower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
