@@ -37,10 +37,7 @@ void MembershipEpochs::FailOperations(const std::string& reason, ErrorCode code)
   ctx_.failure = reason;
   ctx_.failure_code = code;
   parts_.sequencer.FailAll();
-  if (code == ErrorCode::kMembershipChanged) {
-    parts_.dense.AbandonInFlight();
-    parts_.rows.AbandonInFlight();
-  }
+  if (code == ErrorCode::kMembershipChanged) parts_.kinds.AbandonInFlight();
   ctx_.table.FailAll(reason, code);  // after the kinds: it wakes the waiters
   parts_.join.OnFailure();
 }

@@ -32,9 +32,8 @@
 
 #include "common/cluster/node_table.h"
 #include "common/util/mutex.h"
-#include "worker/dense_push_pull.h"
 #include "worker/join_protocol.h"
-#include "worker/rows_push_pull.h"
+#include "worker/operation_kind.h"
 #include "worker/sequencer.h"
 #include "worker/tensor_catalog.h"
 #include "worker/worker_context.h"
@@ -47,8 +46,7 @@ class MembershipEpochs {
   struct Parts {
     TensorCatalog& catalog;  // PT_GUARDED_BY(ctx.mu)
     Sequencer& sequencer;
-    DensePushPull& dense;
-    RowsPushPull& rows;
+    OperationKinds& kinds;
     JoinProtocol& join;
   };
   // Sums `value` over every worker (a push_pull of Ferry's own) and waits for it.

@@ -9,4 +9,23 @@ bool OperationKind::OnReply(Message& m, proto::MessageType result_type) {
   return false;
 }
 
+void OperationKinds::Add(OperationKind* kind, proto::MessageType result_type) {
+  kinds_.emplace_back(kind, result_type);
+}
+
+bool OperationKinds::OnReply(Message& m) {
+  for (const auto& [kind, result_type] : kinds_) {
+    if (kind->OnReply(m, result_type)) return true;
+  }
+  return false;
+}
+
+void OperationKinds::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out) {
+  for (const auto& entry : kinds_) entry.first->ResendOverdue(now_ms, out);
+}
+
+void OperationKinds::AbandonInFlight() {
+  for (const auto& entry : kinds_) entry.first->AbandonInFlight();
+}
+
 }  // namespace ferry

@@ -11,6 +11,11 @@
 //        +-------------- replies (van-io), releases (ZeroMQ), resends (sender)
 //
 // Locking: WorkerContext::mu (worker_context.h).
+//
+// OperationKinds: the Worker's kinds in one list. What concerns every kind (routing a
+// server's reply, resending overdue requests, abandoning them at a new membership epoch)
+// goes through the list, so a new kind is its own class plus one Add where the Worker
+// builds its parts (docs/architecture.md, "Adding an operation").
 
 #include <memory>
 #include <string>
@@ -47,6 +52,25 @@ class OperationKind {
   virtual bool OnAck(const Message& m) = 0;
   virtual bool OnResult(Message&& m) = 0;
   virtual bool OnError(const Message& m) = 0;
+};
+
+class OperationKinds {
+ public:
+  // `result_type`: the reply type carrying the kind's results (PUSH_RESULT, ROWS_RESULT).
+  // A reply is offered to the kinds in the order added; the first that claims it takes it
+  // (a kind that knows its request ids goes before one that claims by key). Every Add
+  // happens before the list is shared with another thread.
+  void Add(OperationKind* kind, proto::MessageType result_type);
+  // A reply to a request (van-io thread; each kind takes mu): false if no kind claimed it.
+  bool OnReply(Message& m);
+  // Every kind's overdue requests, as (server rank, message). REQUIRES: mu held.
+  void ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Message>>* out);
+  // Every kind forgets its requests in flight (OperationKind::AbandonInFlight).
+  // REQUIRES: mu held.
+  void AbandonInFlight();
+
+ private:
+  std::vector<std::pair<OperationKind*, proto::MessageType>> kinds_;
 };
 
 }  // namespace ferry

@@ -10,8 +10,9 @@
 
 namespace ferry {
 
-Sender::Sender(WorkerContext& ctx, ScheduledQueue& queue, DensePushPull& dense, RowsPushPull& rows)
-    : ctx_(ctx), queue_(queue), dense_(dense), rows_(rows), thread_([this] {
+Sender::Sender(WorkerContext& ctx, ScheduledQueue& queue, DensePushPull& dense,
+               OperationKinds& kinds)
+    : ctx_(ctx), queue_(queue), dense_(dense), kinds_(kinds), thread_([this] {
         pthread_setname_np(pthread_self(), "sender");
         Loop();
       }) {}
@@ -44,9 +45,7 @@ void Sender::ResendOverdue() {
   std::vector<std::pair<int, Message>> out;  // (server rank, message)
   {
     MutexLock lock(ctx_.mu);
-    const int64_t now = NowMs();
-    dense_.ResendOverdue(now, &out);
-    rows_.ResendOverdue(now, &out);
+    kinds_.ResendOverdue(NowMs(), &out);
   }
   for (auto& [server, m] : out) {
     ctx_.counters.servers.AddSent(server, m.payload.size());  // resent bytes are sent bytes

@@ -17,14 +17,14 @@
 #include "worker/dense_push_pull.h"
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
-#include "worker/rows_push_pull.h"
+#include "worker/operation_kind.h"
 #include "worker/partition_scheduling/scheduled_queue.h"
 
 namespace ferry {
 
 class Sender {
  public:
-  Sender(WorkerContext& ctx, ScheduledQueue& queue, DensePushPull& dense, RowsPushPull& rows);
+  Sender(WorkerContext& ctx, ScheduledQueue& queue, DensePushPull& dense, OperationKinds& kinds);
   ~Sender();
   Sender(const Sender&) = delete;
   Sender& operator=(const Sender&) = delete;
@@ -36,7 +36,7 @@ class Sender {
   WorkerContext& ctx_;
   ScheduledQueue& queue_;
   DensePushPull& dense_;
-  RowsPushPull& rows_;
+  OperationKinds& kinds_;
   std::thread thread_;  // last: starts once the members above are set
 };
 

@@ -139,9 +139,12 @@ void Worker::Start() {
     ctx_.sequencer = sequencer_.get();
     dense_ = std::make_unique<DensePushPull>(ctx_, queue_);
     rows_ = std::make_unique<RowsPushPull>(ctx_);
+    kinds_ = std::make_unique<OperationKinds>();
+    kinds_->Add(rows_.get(), proto::ROWS_RESULT);  // knows its request ids: asked first
+    kinds_->Add(dense_.get(), proto::PUSH_RESULT);
     join_ = std::make_unique<JoinProtocol>(ctx_, *catalog_);
     epochs_ = std::make_unique<MembershipEpochs>(
-        ctx_, MembershipEpochs::Parts{*catalog_, *sequencer_, *dense_, *rows_, *join_},
+        ctx_, MembershipEpochs::Parts{*catalog_, *sequencer_, *kinds_, *join_},
         [this](int32_t* value) {
           Wait(StartPushPull(ReservedTensorName(reserved::kHostsUpdated), value, value,
                              DataType::kInt32, 1, false, std::nullopt, nullptr));
@@ -153,7 +156,7 @@ void Worker::Start() {
         Wait(StartPushPull(ReservedTensorName(reserved::kAutotune), values.data(), values.data(),
                            DataType::kFloat64, values.size(), false, std::nullopt, nullptr));
       });
-  sender_ = std::make_unique<Sender>(ctx_, queue_, *dense_, *rows_);
+  sender_ = std::make_unique<Sender>(ctx_, queue_, *dense_, *kinds_);
   // An epoch that came while this worker started (its callback found no part yet).
   if (cluster_.epoch() != ctx_.epoch.load()) epochs_->OnMembership(cluster_.table());
   LOG(INFO) << "worker " << ctx_.rank << " of " << ctx_.num_workers << " ready; "
@@ -165,6 +168,11 @@ void Worker::Start() {
 MembershipEpochs* Worker::epochs() {
   MutexLock lock(ctx_.mu);
   return epochs_.get();
+}
+
+OperationKinds* Worker::kinds() {
+  MutexLock lock(ctx_.mu);
+  return kinds_.get();
 }
 
 Worker::~Worker() {
@@ -261,14 +269,6 @@ void Worker::CheckReduceOp(const std::string& name, ReduceOp op, bool average) c
   FERRY_ENFORCE(op == ReduceOp::kSum || !config_.server.async, ErrorCode::kInvalidArgument,
                 "reduce of '", name, "' by ", ReduceOpName(op),
                 ": not available in asynchronous training (FERRY_ENABLE_ASYNC=1)");
-}
-
-Handle Worker::ReduceAsync(const std::string& name, const void* input, void* output,
-                           DataType dtype, uint64_t count, ReduceOp op,
-                           std::optional<int> priority, CompletionCallback done) {
-  CheckUserTensorName("reduce", name);
-  CheckReduceOp(name, op, false);
-  return StartPushPull(name, input, output, dtype, count, false, priority, std::move(done), op);
 }
 
 Handle Worker::StartPushPull(const std::string& name, const void* input, void* output,
@@ -415,12 +415,16 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
       NoteReplyDelay(counters_, m);
       // Every sum that arrived, late and duplicate ones too: what the server counts as sent.
       counters_.servers.AddReceived(cluster_.table().node(origin.peer).rank(), m.payload.size());
-      // The rows kind knows its request ids; whatever it does not claim is dense.
-      if (!rows_->OnReply(m, proto::ROWS_RESULT) && !dense_->OnReply(m, proto::PUSH_RESULT)) {
-        LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+      if (OperationKinds* kinds = this->kinds(); kinds == nullptr) {
+        LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": before the worker started";
+      } else {
+        if (!kinds->OnReply(m)) {
+          LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);
+        }
+        // What the reply let out (its credit, the tensor's next operation, releases the
+        // handler drained) goes from here, claimed or not.
+        dense_->SendReady();
       }
-      // What the reply let out (its credit, the tensor's next operation) goes from here.
-      dense_->SendReady();
       break;
     default:
       LOG_EVERY_N(WARNING, 100) << "dropped unexpected " << Describe(m);

@@ -76,6 +76,7 @@
 #include "worker/rows_push_pull.h"
 #include "worker/partition_scheduling/autotune.h"
 #include "worker/partition_scheduling/scheduled_queue.h"
+#include "worker/reserved_tensor_names.h"
 #include "worker/scheduling_control.h"
 #include "worker/sender.h"
 #include "worker/tensor_catalog.h"
@@ -127,7 +128,11 @@ class Worker : public Collective {
   // Workers that joined take no part (as in a sum). Not in asynchronous training.
   Handle ReduceAsync(const std::string& name, const void* input, void* output, DataType dtype,
                      uint64_t count, ReduceOp op, std::optional<int> priority = std::nullopt,
-                     CompletionCallback done = nullptr) override;
+                     CompletionCallback done = nullptr) override {
+    CheckUserTensorName("reduce", name);
+    CheckReduceOp(name, op, false);
+    return StartPushPull(name, input, output, dtype, count, false, priority, std::move(done), op);
+  }
   // Staged input (the device path, worker/device/device_staging.h): as PushPullAsync, but
   // partition i of `input` is sent only once ReleasePartition(handle, i) says its bytes
   // are there, so a caller filling `input` piece by piece (device-to-host copies, in
@@ -311,6 +316,8 @@ class Worker : public Collective {
   void RetireOnServers(uint32_t tensor_id);
   // The membership part once Start() made it, else null (a callback before it ignores).
   MembershipEpochs* epochs() EXCLUDES(ctx_.mu);
+  // The list of kinds once Start() made it, else null (a reply before it is dropped).
+  OperationKinds* kinds() EXCLUDES(ctx_.mu);
 
   Config config_;
   Van van_;
@@ -327,6 +334,9 @@ class Worker : public Collective {
   std::unique_ptr<DensePushPull> dense_;
   std::unique_ptr<RowsPushPull> rows_;
   std::unique_ptr<JoinProtocol> join_;
+  // Every kind above in one list (operation_kind.h). Set once in Start() under ctx_.mu;
+  // van-io reads it under ctx_.mu (kinds()), since a reply may come before it exists.
+  std::unique_ptr<OperationKinds> kinds_;
   // Set once in Start() under ctx_.mu; the membership callbacks (van-io) read it under
   // ctx_.mu, since they may come before it exists (epochs()).
   std::unique_ptr<MembershipEpochs> epochs_;

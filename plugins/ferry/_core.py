@@ -145,10 +145,6 @@ def _name(name):
     return name.encode()
 
 
-def _priority(priority):
-    return _NO_PRIORITY if priority is None else int(priority)
-
-
 def fail(code, message):
     """Raises FerryError(message) with `code`: errors the Python side finds itself."""
     raise _error(int(code), message)
@@ -210,38 +206,26 @@ def declare(name, dtype, shape):
     return _check(_lib.ferry_declare_tensor(_name(name), int(dtype), dims, len(shape)))
 
 
-def push_pull_async(name, input, output, dtype, count, average, priority=None):
-    """Starts a push_pull of `count` elements at address `input` into `output`; returns a
-    handle. Both buffers must stay alive (and input unchanged) until the wait returned."""
-    return _check(_lib.ferry_push_pull_async(_name(name), input, output, dtype, count,
-                                             int(bool(average)), _priority(priority)))
-
-
-def reduce_async(name, input, output, dtype, count, op, priority=None):
-    """As push_pull_async, the pushes combined by `op` (REDUCE_MIN, REDUCE_MAX,
-    REDUCE_PRODUCT) instead of summed; returns a handle."""
-    return _check(_lib.ferry_reduce_async(_name(name), input, output, dtype, count, int(op),
-                                          _priority(priority)))
-
-
-def push_pull_device_async(name, input, output, dtype, count, average, op, priority, device,
-                           stream):
-    """A push_pull of `count` elements in the memory of device `device` (a CUDA index),
-    written and read by the work queued on `stream` (a cudaStream_t as an integer; 0: the
-    default stream) before and after the call (worker/device/device_binding.h). `op`:
-    REDUCE_SUM (averaged if `average`) or another REDUCE_*. Returns a handle."""
-    return _check(_lib.ferry_push_pull_device_async(
-        _name(name), input, output, dtype, count, int(bool(average)), int(op),
-        _priority(priority), int(device), int(stream)))
-
-
-def push_pull_rows_async(name, rows, num_rows, values, output, dtype, average, priority=None):
-    """Starts a sparse-rows push_pull (Worker::PushPullRowsAsync): `num_rows` int64 row ids
-    at address `rows`, their rows at `values`; the sums go to `output`. Returns a handle."""
-    rows = ctypes.cast(rows, ctypes.POINTER(ctypes.c_int64))  # an address, as the others
-    return _check(_lib.ferry_push_pull_rows_async(_name(name), rows, num_rows, values, output,
-                                                  dtype, int(bool(average)),
-                                                  _priority(priority)))
+def call(function, *args):
+    """Calls the C API's ``ferry_<function>`` (an operation: push_pull_async, reduce_async,
+    push_pull_rows_async, push_pull_device_async, broadcast...) with `args` in the header's
+    order, and returns its result, or raises its FerryError. The arguments convert by the
+    header's types: a str for a ``const char*`` (a tensor's name) is encoded, None for an
+    ``int32_t`` is the C API's "not given" (INT32_MIN: a priority left to the core), an
+    int for a pointer is an address (``tensor.data_ptr()``). An operation added to the C
+    API is reachable from here with no code of its own (docs/architecture.md, "Adding an
+    operation")."""
+    fn = getattr(_lib, "ferry_" + function)
+    converted = []
+    for arg, argtype in zip(args, fn.argtypes):
+        if isinstance(arg, str) and argtype is ctypes.c_char_p:
+            arg = arg.encode()
+        elif arg is None and argtype is ctypes.c_int32:
+            arg = _NO_PRIORITY
+        elif isinstance(arg, int) and hasattr(argtype, "contents"):
+            arg = ctypes.cast(arg, argtype)
+        converted.append(arg)
+    return _check(fn(*converted))
 
 
 def poll(handle):
@@ -264,10 +248,6 @@ def wait_any(handles, timeout_ms):
     (wait on it next: it raises its error), or 0 if none finished in time."""
     array = (ctypes.c_int64 * max(1, len(handles)))(*handles)
     return _check(_lib.ferry_wait_any(array, len(handles), int(timeout_ms)))
-
-
-def broadcast(name, data, dtype, count, root):
-    _check(_lib.ferry_broadcast(_name(name), data, dtype, count, int(root)))
 
 
 def barrier():

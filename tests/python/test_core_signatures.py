@@ -3,6 +3,9 @@ one declaration: every declared function is found with the types the header give
 type the reader does not know is refused by name instead of guessed."""
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -42,3 +45,36 @@ def test_an_unknown_type_is_refused_by_name(tmp_path):
     header.write_text("// nothing declared\n")
     with pytest.raises(ImportError, match="no ferry_"):
         core.signatures(str(header))
+
+
+CALL_BEFORE_INIT = r"""
+import ferry._core as core
+results = []
+for args in [("push_pull_async", "t", 8, 16, core.FLOAT32, 1, True, None),
+             ("push_pull_rows_async", "t", 8, 1, 16, 24, core.FLOAT32, False, 3),
+             ("reduce_async", "t", 8, 16, core.FLOAT32, 1, core.REDUCE_MAX, None)]:
+    try:
+        core.call(*args)
+        results.append("ran")
+    except core.FerryError as e:
+        results.append((e.code_name, str(e)))
+try:
+    core.call("push_pull_async", "t", 8, 16, core.FLOAT32, 1, True, "high")
+except Exception as e:  # ctypes refuses what it cannot convert, before the core runs
+    results.append(type(e).__name__)
+print(results)
+"""
+
+
+def test_call_converts_by_the_headers_types():
+    # Through the generic call: a name as str, None for "no priority", an int address for
+    # an int64_t* (the rows): each reaches the core, which answers "not initialised"
+    # (a conversion ctypes refused would raise ArgumentError instead).
+    env = dict(os.environ, PYTHONPATH=str(FERRY_PYTHONPATH))
+    out = subprocess.run([sys.executable, "-c", CALL_BEFORE_INIT], env=env, check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    results = eval(out)  # noqa: S307 - the child's repr of a list of tuples and strings
+    assert len(results) == 4, results
+    for code_name, message in results[:3]:
+        assert code_name == "invalid argument" and "not initialised" in message, results
+    assert results[3] == "ArgumentError", results

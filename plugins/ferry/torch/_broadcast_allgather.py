@@ -14,6 +14,14 @@ from ferry.torch._horovod import _check_process_set
 from ferry.torch._push_pull import _submit, _sync_push_pull
 from ferry.torch._runtime import _background, _claim, _name_or_free, synchronize
 
+# What ops.py (and so ferry.torch) exports of this module: an operation added here is
+# public once named here.
+__all__ = [
+    "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_",
+]
+
+
 # ----------------------------------------------------------------------------- broadcast
 
 def _broadcast_into(tensor, root_rank, name):
@@ -27,7 +35,7 @@ def _broadcast_into(tensor, root_rank, name):
         buf = _on_host(tensor)
         buf = buf if buf.is_contiguous() else buf.contiguous()
     code = _dtype_code(buf, "tensor '%s'" % name)
-    _core.broadcast(name, buf.data_ptr(), code, buf.numel(), root_rank)
+    _core.call("broadcast", name, buf.data_ptr(), code, buf.numel(), root_rank)
     if buf is not tensor:
         tensor.copy_(buf)
 

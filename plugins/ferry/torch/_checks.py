@@ -9,6 +9,13 @@ import torch
 from ferry import _core
 from ferry.torch._runtime import _declared, _order
 
+# What ops.py (and so ferry.torch) exports of this module: an operation added here is
+# public once named here.
+__all__ = [
+    "declare",
+]
+
+
 # torch dtype -> the core's dtype code (worker/c_api.h).
 _DTYPES = {
     torch.float32: _core.FLOAT32,

@@ -5,6 +5,20 @@ NCCL and other build predicates)."""
 
 from ferry import _core
 
+# What ops.py (and so ferry.torch) exports of this module: an operation added here is
+# public once named here.
+__all__ = [
+    "Average", "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
+    "grouped_allreduce_async_", "grouped_allgather", "grouped_allgather_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async",
+    "start_timeline", "stop_timeline", "mpi_threads_supported", "mpi_enabled", "mpi_built",
+    "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built",
+]
+
+
 # Reduction operations (Horovod's names). Average and Sum are summed by the servers, Min,
 # Max and Product combined by them (allreduce family only); Adasum is refused.
 Average = "average"

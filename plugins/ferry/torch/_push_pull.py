@@ -21,6 +21,15 @@ from ferry.torch._horovod import _check_process_set, _factors, _reduction
 from ferry.torch._runtime import (_Pending, _claim, _declared, _lock, _name_or_free, _pending,
                                   _release, synchronize)
 
+# What ops.py (and so ferry.torch) exports of this module: an operation added here is
+# public once named here.
+__all__ = [
+    "push_pull", "push_pull_async", "push_pull_inplace", "push_pull_async_inplace",
+    "push_pull_rows", "push_pull_rows_async", "allreduce", "allreduce_async", "allreduce_",
+    "allreduce_async_",
+]
+
+
 # ----------------------------------------------------------------------------- push_pull
 
 def _start(tensor, output, average, name, priority, claim, result=None, finish=None, keep=(),
@@ -33,15 +42,16 @@ def _start(tensor, output, average, name, priority, claim, result=None, finish=N
     _declare(name, code, tensor.shape)
     device = _device_path(tensor)
     if device is not None:
-        handle = _core.push_pull_device_async(
-            name, tensor.data_ptr(), output.data_ptr(), code, tensor.numel(), bool(average),
-            _core.REDUCE_SUM if reduce is None else reduce, priority, device[0], device[1])
+        handle = _core.call("push_pull_device_async", name, tensor.data_ptr(),
+                            output.data_ptr(), code, tensor.numel(), bool(average),
+                            _core.REDUCE_SUM if reduce is None else reduce, priority, device[0],
+                            device[1])
     elif reduce is None:
-        handle = _core.push_pull_async(name, tensor.data_ptr(), output.data_ptr(), code,
-                                       tensor.numel(), bool(average), priority)
+        handle = _core.call("push_pull_async", name, tensor.data_ptr(), output.data_ptr(), code,
+                            tensor.numel(), bool(average), priority)
     else:
-        handle = _core.reduce_async(name, tensor.data_ptr(), output.data_ptr(), code,
-                                    tensor.numel(), reduce, priority)
+        handle = _core.call("reduce_async", name, tensor.data_ptr(), output.data_ptr(), code,
+                            tensor.numel(), reduce, priority)
     with _lock:
         _pending[handle] = _Pending(name, (tensor, output) + tuple(keep),
                                     output if result is None else result, finish, claim)
@@ -202,8 +212,8 @@ def push_pull_rows_async(values, row_ids, name, average=False, num_rows=None, pr
         finish = lambda: result.copy_(output)  # noqa: E731
     claim = _claim("push_pull_rows", name)
     try:
-        handle = _core.push_pull_rows_async(name, ids.data_ptr(), ids.numel(), vals.data_ptr(),
-                                            output.data_ptr(), code, bool(average), priority)
+        handle = _core.call("push_pull_rows_async", name, ids.data_ptr(), ids.numel(),
+                            vals.data_ptr(), output.data_ptr(), code, bool(average), priority)
     except BaseException:
         _release(claim)
         raise

@@ -30,6 +30,13 @@ import weakref
 
 from ferry import _core
 
+# What ops.py (and so ferry.torch) exports of this module: an operation added here is
+# public once named here.
+__all__ = [
+    "poll", "wait_any", "synchronize",
+]
+
+
 FerryError = _core.FerryError
 
 _lock = threading.Lock()   # guards the module state below

@@ -1,7 +1,7 @@
 """The operations of ferry.torch. This module holds the cluster calls (init, shutdown,
-reset, rank, size, local and cross ranks, barrier, join, scheduling) and names every
-operation of the package's other modules, so that ``ferry.torch.ops.<name>`` is each
-public one:
+reset, rank, size, local and cross ranks, barrier, join, scheduling) and exports every
+public operation of the package's other modules (each module's ``__all__``), so that
+``ferry.torch.ops.<name>`` is each public one:
 
   _runtime.py              what is in flight, the background runner (allgather, broadcast),
                            the handles: poll, wait_any, synchronize
@@ -26,44 +26,25 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "<build>/python/ferry (scripts/build); put <build>/python on PYTHONPATH. "
         "Import error: %s" % e) from e
 
-from ferry.torch._broadcast_allgather import (allgather, allgather_async, broadcast, broadcast_,
-                                              broadcast_async, broadcast_async_)
-from ferry.torch._checks import declare
-from ferry.torch._horovod import (
-    Adasum, Average, Max, Min, Product, ProcessSet, Sum, _check_process_set, add_process_set,
-    alltoall, alltoall_async, ccl_built, cuda_built, ddl_built, global_process_set, gloo_built,
-    gloo_enabled, grouped_allgather, grouped_allgather_async, grouped_allreduce,
-    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
-    grouped_reducescatter_async, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
-    reducescatter, reducescatter_async, remove_process_set, rocm_built, sparse_allreduce_async,
-    start_timeline, stop_timeline)
-from ferry.torch._push_pull import (allreduce, allreduce_, allreduce_async, allreduce_async_,
-                                    push_pull, push_pull_async, push_pull_async_inplace,
-                                    push_pull_inplace, push_pull_rows, push_pull_rows_async)
+from ferry.torch import _broadcast_allgather, _checks, _horovod, _push_pull, _runtime
+from ferry.torch._broadcast_allgather import *  # noqa: F401,F403 - their __all__
+from ferry.torch._checks import *  # noqa: F401,F403
+from ferry.torch._horovod import *  # noqa: F401,F403
+from ferry.torch._horovod import _check_process_set
+from ferry.torch._push_pull import *  # noqa: F401,F403
+from ferry.torch._runtime import *  # noqa: F401,F403
 from ferry.torch._runtime import (_declared, _in_flight, _keepalive, _lock, _optimizers,
-                                  _pending, _runner, poll, synchronize, wait_any)
+                                  _pending, _runner)
 
+# This module's own calls, then every public name of the modules above (each module's
+# __all__: an operation is added in one module, and named there).
 __all__ = [
     "FerryError", "MembershipChangedError", "reset",
-    "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous",
-    "num_servers", "barrier", "join", "step_boundary", "set_scheduling", "scheduling", "declare",
-    "push_pull", "push_pull_async", "push_pull_inplace", "push_pull_async_inplace",
-    "push_pull_rows", "push_pull_rows_async",
-    "poll", "wait_any", "synchronize",
-    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
-    "allgather", "allgather_async",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
-    "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
-    "grouped_allreduce_async_", "grouped_allgather", "grouped_allgather_async",
-    "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async",
-    "start_timeline", "stop_timeline",
-    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
-]
+    "num_servers", "barrier", "join", "step_boundary", "set_scheduling", "scheduling",
+] + (_runtime.__all__ + _checks.__all__ + _push_pull.__all__ + _broadcast_allgather.__all__ +
+     _horovod.__all__)
 
 FerryError = _core.FerryError
 FerryError.__doc__ = ("An operation failed in the Ferry core (a dead node, a mismatched tensor, "
