@@ -50,6 +50,8 @@ struct ProtocolContext {
   Summation* summation = nullptr;  // the engine's (dense protocols add through it)
   ServerCounters* counters = nullptr;
   std::function<void(const Reply&)> reply;  // sends one reply (the server: through the Van)
+  // The largest message (FERRY_MAX_MESSAGE_BYTES): what a compressed push may stand for.
+  uint64_t max_message_bytes = 1ull << 32;
 };
 
 class KeyProtocol {

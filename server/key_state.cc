@@ -102,6 +102,7 @@ void KeyState::NextRound(int num_workers) {
   last_sums.clear();
   for (FrameSum& f : frames) last_sums.push_back(std::move(f.sum));
   last_frame_bytes = frame_bytes;
+  last_compression = compression;
   frames.clear();
   frames_sent = 0;
   has_last = true;

@@ -129,6 +129,11 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   // frame of a round has its own sum; a whole-key round is one frame of `length` bytes.
   uint64_t frame_bytes = 0;
   ReduceOp reduce_op = ReduceOp::kSum;  // how the open round combines, fixed by its first frame
+  // The open round's compression (canonical text; empty: raw), fixed by its first push,
+  // and the previous round's (of last_sums). A compressed round's frame sums are
+  // replaced by their compressed bytes when they are sent (SumCompression).
+  std::string compression;
+  std::string last_compression;
   std::vector<FrameSum> frames;
   uint32_t frames_sent = 0;           // frames whose sum went out; all: the round is over
   std::vector<bool> pushed;           // by worker rank: pushed a frame of this round

@@ -11,7 +11,9 @@
 namespace ferry {
 
 RoundProtocol::RoundProtocol(ProtocolContext context, bool deterministic)
-    : KeyProtocolOf(std::move(context)), deterministic_(deterministic) {}
+    : KeyProtocolOf(std::move(context)),
+      deterministic_(deterministic),
+      compression_(context_.max_message_bytes) {}
 
 namespace {
 
@@ -37,27 +39,51 @@ void RoundProtocol::Push(Request& request) {
                   " after joining; a worker may push again only once every worker has joined"));
     return;
   }
+  if (!e.compression().empty()) {
+    if (std::string why = compression_.DecodePush(request); !why.empty()) {
+      if (state.failure.empty()) FailKey(key, state, why);
+      Reject(request, ErrorCode::kBadMessage, why);
+      return;
+    }
+  }
   const FrameRef frame = FrameOf(e);
   PushVerdict verdict =
       state.Classify(rank, e.round(), frame, FrameKeyLength(e), static_cast<DataType>(e.dtype()),
                      e.tensor_hash(), *context_.num_workers);
-  if (verdict == PushVerdict::kAccumulate) {
-    const ReduceOp op = static_cast<ReduceOp>(e.reduce_op());
-    if (state.frames.empty()) {
-      state.reduce_op = op;  // the round's first frame
-    } else if (op != state.reduce_op) {
-      FailKey(key, state,
-              StrCat("workers disagree on how to combine ", KeyName(key), " round ", e.round(),
-                     ": worker ", rank, " asks for the ", ReduceOpName(op),
-                     ", an earlier push of the round for the ", ReduceOpName(state.reduce_op),
-                     "; every worker must reduce a tensor with the same op"));
-      Refuse(request, state, PushVerdict::kFailed, frame);
-      return;
-    }
-    Accumulate(request, state, frame);
-  } else {
+  if (verdict != PushVerdict::kAccumulate) {
     Refuse(request, state, verdict, frame);
+  } else if (!RefuseDisagreement(request, state, frame)) {
+    Accumulate(request, state, frame);
   }
+}
+
+bool RoundProtocol::RefuseDisagreement(Request& request, KeyState& state, const FrameRef& frame) {
+  const proto::Envelope& e = request.envelope();
+  const ReduceOp op = static_cast<ReduceOp>(e.reduce_op());
+  if (state.frames.empty()) {  // the round's first frame
+    state.reduce_op = op;
+    state.compression = e.compression();
+    return false;
+  }
+  auto name = [](const std::string& c) { return c.empty() ? std::string("none") : c; };
+  std::string why;
+  if (op != state.reduce_op) {
+    why = StrCat("workers disagree on how to combine ", KeyName(e.key()), " round ", e.round(),
+                 ": worker ", request.rank, " asks for the ", ReduceOpName(op),
+                 ", an earlier push of the round for the ", ReduceOpName(state.reduce_op),
+                 "; every worker must reduce a tensor with the same op");
+  } else if (e.compression() != state.compression) {
+    why = StrCat("workers disagree on the compression of ", KeyName(e.key()), " round ",
+                 e.round(), ": worker ", request.rank, " compresses it with ",
+                 name(e.compression()), ", an earlier push of the round with ",
+                 name(state.compression), "; set FERRY_COMPRESSION (and each tensor's "
+                 "compression) alike on every worker");
+  } else {
+    return false;
+  }
+  FailKey(e.key(), state, why);
+  Refuse(request, state, PushVerdict::kFailed, frame);
+  return true;
 }
 
 void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdict,
@@ -204,6 +230,7 @@ void RoundProtocol::Restart(RestartCause cause) {
     ResetSums(key, state);                 // no open round may carry over into round 0
     state.Restart(*context_.num_workers);  // new generation: a sum still on its way is dropped
   }
+  if (cause == RestartCause::kNewEpoch) compression_.Clear();  // residuals of the old workers
 }
 
 void RoundProtocol::FailAll(const std::string& why) {
@@ -228,6 +255,7 @@ void RoundProtocol::Retire(uint32_t tensor, const std::string& reason) {
   RefuseOpenRounds(tensor, reason);
   EraseTensor(tensor, [this](uint64_t key, KeyState& state) {
     ResetSums(key, state);  // a sum on its way is dropped when it arrives
+    compression_.Forget(key);
     // The device keeps nothing of it: the whole-key sum and every frame's sum.
     context_.summation->Forget(key);
     auto first = sum_ids_.lower_bound({key, 0, 0});
@@ -303,9 +331,13 @@ void RoundProtocol::OnSumReady(uint64_t id, uint64_t generation, Buffer sum) {
 
 void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
   FrameSum& frame = state.frames[f];
+  if (!state.compression.empty()) {  // one compressed sum for every pusher, and resends
+    frame.sum = compression_.CompressSum(key, state.round, state.compression, state.dtype,
+                                         frame.sum);
+  }
   for (const PendingReply& p : state.waiting) {
     context_.reply(Result(p, key, state, state.round, state.frame_bytes, state.frames.size(), f,
-                          frame.sum, frame.count));
+                          frame.sum, frame.count, state.compression));
   }
   frame.sent = true;
   context_.counters->frames_completed++;
@@ -316,8 +348,13 @@ void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
 
 Reply RoundProtocol::Result(const PendingReply& to, uint64_t key, const KeyState& state,
                             uint32_t round, uint64_t frame_bytes, size_t frames, uint32_t f,
-                            const Buffer& sum, uint32_t contributors) const {
+                            const Buffer& sum, uint32_t contributors,
+                            const std::string& compression) const {
   Reply::Sum header{round, state.dtype, sum.size(), state.tensor_hash, contributors};
+  if (!compression.empty()) {  // a compressed key: whole, never cut in frames
+    header.compression = compression;
+    header.raw_length = state.length;
+  }
   if (frames > 1) {  // a frame: the wire's frame fields (a whole key leaves them 0)
     header.key_length = state.length;
     header.frame_bytes = frame_bytes;
@@ -338,7 +375,7 @@ void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState&
     VLOG(1) << "sending the sum of " << KeyName(key) << " round " << state.round - 1
             << " frame " << f << " again for request " << to.request_id;
     context_.reply(Result(to, key, state, state.round - 1, cut, frames, f, state.last_sums[f],
-                          state.last_contributors));
+                          state.last_contributors, state.last_compression));
   }
 }
 
@@ -348,7 +385,7 @@ void RoundProtocol::ResendSent(const PendingReply& to, uint64_t key, const KeySt
     if (!frame.sent) continue;
     context_.counters->results_resent++;
     context_.reply(Result(to, key, state, state.round, state.frame_bytes, state.frames.size(), f,
-                          frame.sum, frame.count));
+                          frame.sum, frame.count, state.compression));
   }
 }
 

@@ -29,6 +29,7 @@
 
 #include "server/key_protocol.h"
 #include "server/key_state.h"
+#include "server/sum_compression.h"
 
 namespace ferry {
 
@@ -62,9 +63,10 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   void SendFrame(uint64_t key, KeyState& state, uint32_t f);
   // A PUSH_RESULT of `sum`: frame `f` of the round `round` of `key`, cut in `frame_bytes`
   // (`frames` frames: one is a whole-key sum).
+  // `compression`: the round's (empty: `sum` is raw).
   Reply Result(const PendingReply& to, uint64_t key, const KeyState& state, uint32_t round,
                uint64_t frame_bytes, size_t frames, uint32_t f, const Buffer& sum,
-               uint32_t contributors) const;
+               uint32_t contributors, const std::string& compression) const;
   // Answers a resend with the previous round's sum (last_sums): only the frame at
   // `offset` when `frame_bytes` is the previous round's cut, else every frame.
   void Resend(const PendingReply& to, uint64_t key, const KeyState& state, uint64_t offset,
@@ -80,7 +82,12 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   // FailKey without the log line; the pushers waiting get `code`.
   void DropKey(uint64_t key, KeyState& state, ErrorCode code, const std::string& reason);
 
+  // Refuses a push whose round disagrees with the key's open round on the reduce op or
+  // the compression: the key fails on every worker, naming both. True if refused.
+  bool RefuseDisagreement(Request& request, KeyState& state, const FrameRef& frame);
+
   const bool deterministic_;
+  SumCompression compression_;  // compressed pushes decoded, compressed sums (per key)
   int sums_in_flight_ = 0;  // GPU: Finishes whose sum has not arrived
   // Frames' Summation ids: (key, cut, frame) -> id, and back. Ids have the top bit set, so
   // they never equal a key (a whole-key round's id).

@@ -115,6 +115,7 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
   context.summation = engine->summation.get();
   context.counters = &counters_;
   context.reply = [this](const Reply& reply) { SendReply(reply); };
+  context.max_message_bytes = static_cast<uint64_t>(config_.transport.max_message_bytes);
   if (config_.server.async) {
     engine->dense = std::make_unique<ParamProtocol>(context);
   } else {

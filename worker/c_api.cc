@@ -188,6 +188,13 @@ int64_t ferry_wait_any(const int64_t* handles, int count, int64_t timeout_ms) {
   });
 }
 
+int ferry_set_compression(const char* name, const char* compression) {
+  return Guard([&] {
+    Get()->SetCompression(name, compression);
+    return 0;
+  });
+}
+
 int ferry_broadcast(const char* name, void* data, int dtype, uint64_t count, int root) {
   return Guard([&] {
     Get()->Broadcast(name, data, Type(dtype), count, root);

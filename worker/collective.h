@@ -79,6 +79,15 @@ class Collective {
                                    const void* values, void* output, DataType dtype, bool average,
                                    std::optional<int> priority = std::nullopt,
                                    CompletionCallback done = nullptr) = 0;
+  // The compression of declared tensor `name`'s push_pulls from now on ("onebit+ef", "none";
+  // common/compress/compression_spec.h), over FERRY_COMPRESSION. Every rank sets the
+  // same. Only a Worker: a local group's ranks follow FERRY_COMPRESSION alone.
+  virtual void SetCompression(const std::string& name, const std::string& compression) {
+    (void)compression;
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     StrCat("compression of tensor '", name, "': a local group "
+                            "(FERRY_LOCAL_SIZE > 1) follows FERRY_COMPRESSION alone"));
+  }
   // A push_pull of a tensor in CUDA device memory through the NCCL backend
   // (local/local_nccl.h). `stream`: the cudaStream_t the input was written on (null: the
   // default stream). Blocks until `output` holds the result.

@@ -24,7 +24,10 @@ struct Pack {
 }  // namespace
 
 DensePushPull::DensePushPull(WorkerContext& ctx, ScheduledQueue& queue)
-    : ctx_(ctx), queue_(queue), in_flight_(ctx.config.transport.resend_timeout_ms) {}
+    : ctx_(ctx),
+      queue_(queue),
+      in_flight_(ctx.config.transport.resend_timeout_ms),
+      compression_(ctx.counters) {}
 
 void DensePushPull::Start(const std::shared_ptr<Operation>& op) {
   ctx_.mu.AssertHeld();
@@ -42,7 +45,8 @@ void DensePushPull::Enqueue(const std::shared_ptr<Operation>& op, uint32_t part,
   InFlight f;
   f.op = op;
   f.part = part;
-  f.task = PushTask{op->priority, 0, p.bytes, p.server, next_cookie_++, {}};
+  f.task = PushTask{op->priority, 0, PushCompression::WireBytes(*op, p), p.server, next_cookie_++,
+                    {}};
   f.ready_us = now_us;
   queued_[f.task.cookie] = f;
   queue_.Push(f.task, /*notify=*/false);  // the thread that queued it sends (SendReady)
@@ -98,6 +102,15 @@ void DensePushPull::SendBatch(const Batch& batch) {
     CutFrames(f);
     const bool borrowed = PartOf(f).bytes > 0;
     ctx_.counters.partitions_pushed++;
+    if (PushCompression::Compressed(*f.op, PartOf(f))) {  // alone, as its compressed bytes
+      f.wire = compression_.Compress(*f.op, PartOf(f), KeyOf(f), f.round, ctx_.rank);
+      Message push = BuildPush(f, request);
+      packs.push_back(Pack{task.server, push.payload.size(), {}});
+      packs.back().pushes.push_back(std::move(push));
+      f.unreleased = 1;
+      in_flight_.Add(request, std::move(f), borrowed);
+      continue;
+    }
     if (f.frames > 1) {
       ctx_.counters.frames_pushed += f.frames;  // frames go alone, each its own message
       for (uint32_t i = 0; i < f.frames; ++i) {
@@ -167,7 +180,8 @@ void DensePushPull::SendBatch(const Batch& batch) {
 void DensePushPull::CutFrames(InFlight& f) const {
   const uint64_t bytes = PartOf(f).bytes;
   const uint64_t frame = ctx_.frame_bytes;
-  const bool cut = frame > 0 && !ctx_.config.server.async && bytes > frame;
+  const bool cut = frame > 0 && !ctx_.config.server.async && bytes > frame &&
+                   !PushCompression::Compressed(*f.op, PartOf(f));
   f.frame_bytes = cut ? frame : 0;
   f.frames = FrameCount(bytes, f.frame_bytes);
   f.frame_acked.assign(f.frames, false);
@@ -198,7 +212,17 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   if (f.frames > 1) {
     SetFrame(&m.envelope, offset, p.bytes, f.frame_bytes);
   }
-  if (length > 0) {
+  if (!f.wire.empty()) {  // compressed: the round's bytes, the same for every resend
+    PushCompression::Label(*f.op, p, &m);
+    m.envelope.set_length(f.wire.size());
+    std::shared_ptr<Operation> op = f.op;
+    op->releases_left++;
+    ctx_.counters.payloads_lent++;
+    m.payload = Buffer::Borrow(f.wire.data(), f.wire.size(), [this, op, request, wire = f.wire] {
+      ctx_.counters.send_releases++;
+      NoteRelease(Release{op, request, {}});
+    });
+  } else if (length > 0) {
     std::shared_ptr<Operation> op = f.op;
     op->releases_left++;
     ctx_.counters.payloads_lent++;
@@ -299,6 +323,7 @@ void DensePushPull::ResendOverdue(int64_t now_ms, std::vector<std::pair<int, Mes
 
 void DensePushPull::AbandonInFlight() {
   ctx_.mu.AssertHeld();
+  compression_.Clear();  // the residuals of the old membership (the servers clear theirs)
   for (InFlight& f : in_flight_.TakeAll()) ReturnCredit(f, /*acked=*/false);
   // Partitions still queued belong to failed operations: SendBatch drops them (and
   // their credit) when the queue hands them out.
@@ -349,10 +374,18 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
   if (f.acked_us == 0) f.acked_us = NowUs();
 }
 
-void DensePushPull::Deliver(const Operation& op, const PartitionSpec& p, const Message& m) {
+std::string DensePushPull::Deliver(const Operation& op, const PartitionSpec& p,
+                                   const Message& m) {
   const TensorInfo& t = *op.tensor;
   // The output slice belongs to this frame alone until the operation completes.
   uint8_t* out = op.output + p.offset + m.envelope.offset();
+  ctx_.counters.bytes_received += m.payload.size();
+  if (!m.envelope.compression().empty()) {
+    std::string why;
+    if (PushCompression::Deliver(op, p, m, ctx_.num_workers, out, &why)) return "";
+    return StrCat(ctx_.cluster.table().Describe(m.sender()), " sent a corrupt compressed sum of ",
+                  KeyName(m.envelope.key()), ": ", why);
+  }
   if (op.average) {
     // Over every worker, as Horovod: a worker that joined counts as zeros. One pass.
     CopyScaled(out, m.payload.data(), 1.0 / ctx_.num_workers,
@@ -360,7 +393,7 @@ void DensePushPull::Deliver(const Operation& op, const PartitionSpec& p, const M
   } else {
     std::memcpy(out, m.payload.data(), m.payload.size());
   }
-  ctx_.counters.bytes_received += m.payload.size();
+  return "";
 }
 
 std::string DensePushPull::CheckResult(const InFlight& f, const Message& m) const {
@@ -373,13 +406,18 @@ std::string DensePushPull::CheckResult(const InFlight& f, const Message& m) cons
                         (f.frames > 1 ? e.key_length() == p.bytes && e.offset() % cut == 0 &&
                                             e.offset() < p.bytes
                                       : e.offset() == 0);
-  if (e.key() == KeyOf(f) && frame_ok && e.length() == frame_length &&
+  const bool compressed = !f.wire.empty();
+  const std::string compression = compressed ? PushCompression::CheckSum(*f.op, p, m) : "";
+  const bool length_ok = compressed ? compression.empty()
+                                    : e.length() == frame_length && e.compression().empty();
+  if (e.key() == KeyOf(f) && frame_ok && length_ok &&
       e.dtype() == static_cast<int>(f.op->tensor->dtype) && m.sender() == ServerId(p.server)) {
     return std::string();
   }
   return StrCat(ctx_.cluster.table().Describe(m.sender()), " answered the push of ",
                 KeyName(KeyOf(f)), " with ", ::ferry::Describe(m),
-                ", which does not match the request");
+                ", which does not match the request", compression.empty() ? "" : ": ",
+                compression);
 }
 
 bool DensePushPull::OnResult(Message&& m) {
@@ -423,8 +461,8 @@ bool DensePushPull::OnResult(Message&& m) {
   std::shared_ptr<Operation> op = f.op;
   lock.Unlock();
   if (deliver) {
-    Deliver(*op, p, m);
-    if (last && op->part_summed) op->part_summed(f.part);  // under the hold
+    error = Deliver(*op, p, m);
+    if (last && error.empty() && op->part_summed) op->part_summed(f.part);  // under the hold
     ctx_.table.Unhold(op->handle);
   }
   if (!last) return true;

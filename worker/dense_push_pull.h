@@ -26,6 +26,10 @@
 // was released (Operation::releases_left). Copies into outputs and into fused pushes run
 // outside the lock under a hold of their operation (OperationTable::Hold).
 //
+// Compression (push_compression.h): a compressed partition counts its wire bytes in the
+// queue, goes whole and alone, and is compressed once per round when it is first sent
+// (under mu), its bytes kept in InFlight::wire for resends.
+//
 // Frames (FERRY_FRAME_BYTES, wire protocol 3): a partition larger than the frame size goes
 // as frames, each its own PUSH with the partition's request id and priority, so the Van's
 // order queue can put an urgent partition's frames before the rest of a big one, and the
@@ -62,6 +66,7 @@
 #include <vector>
 
 #include "worker/operation_kind.h"
+#include "worker/push_compression.h"
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
 #include "worker/request_tracker.h"
@@ -105,6 +110,7 @@ class DensePushPull : public OperationKind {
     std::vector<bool> frame_summed;  // by frame: its sum was delivered
     uint32_t frames_acked = 0, frames_summed = 0;
     uint32_t unreleased = 0;       // frames of the latest send ZeroMQ holds; 0: timer runs
+    Buffer wire;                   // compressed: the bytes sent (and resent); empty: raw
     int64_t ready_us = 0, sent_us = 0, acked_us = 0;  // for the trace
   };
 
@@ -133,8 +139,8 @@ class DensePushPull : public OperationKind {
   // `acked`: by the server's ack or sum (a window sample), not by an error.
   void ReturnCredit(InFlight& f, bool acked = true) REQUIRES(ctx_.mu);
   // Copies a sum (a frame of it) into op's output, averaged if asked (outside the lock,
-  // under a hold of the operation).
-  void Deliver(const Operation& op, const PartitionSpec& p, const Message& m);
+  // under a hold of the operation). Returns why not if a compressed sum is corrupt.
+  std::string Deliver(const Operation& op, const PartitionSpec& p, const Message& m);
 
   // A payload ZeroMQ let go of: a partition's borrowed input (`op` set: it counts in
   // releases_left) or a fused copy (`requests`: the parts it carried).
@@ -157,6 +163,7 @@ class DensePushPull : public OperationKind {
   RequestTracker<InFlight> in_flight_ GUARDED_BY(ctx_.mu);  // request id -> partition
   std::unordered_map<uint64_t, InFlight> queued_ GUARDED_BY(ctx_.mu);  // task cookie -> partition
   uint64_t next_cookie_ GUARDED_BY(ctx_.mu) = 1;
+  PushCompression compression_ GUARDED_BY(ctx_.mu);
 };
 
 }  // namespace ferry

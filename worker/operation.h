@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/compress/compression_spec.h"
 #include "common/reduce/reduce.h"
 #include "common/transport/message.h"
 #include "worker/operation_table.h"
@@ -34,6 +35,8 @@ struct Operation {
   uint8_t* output = nullptr;
   bool average = false;
   ReduceOp reduce = ReduceOp::kSum;  // dense push_pull: how the servers combine the pushes
+  // Dense push_pull: how its partitions are compressed (push_compression.h); none: raw.
+  CompressionSpec compression;
   int priority = 0;
   uint32_t layout = 0;    // the layout generation its partitions use
   int replies_left = 0;   // partitions (rows: servers) whose answer has not arrived

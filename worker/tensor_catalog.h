@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compress/compression_spec.h"
 #include "common/reduce/reduce.h"
 #include "worker/placement.h"
 #include "ferry.pb.h"
@@ -62,6 +63,9 @@ struct TensorInfo {
   // refusal's reason for a worker whose push is still coming): its retirement is not told
   // to the servers (sequencer.h).
   bool requests_out = false;
+  // Compression chosen for this tensor by a binding (Worker::SetCompression), which wins
+  // over FERRY_COMPRESSION; unset: FERRY_COMPRESSION decides (push_compression.h).
+  std::optional<CompressionSpec> compression;
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape);

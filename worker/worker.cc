@@ -342,6 +342,7 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
   std::shared_ptr<Operation> op =
       NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull", name));
   op->reduce = reduce;
+  op->compression = CompressionOf(*t, reduce);
   op->input = static_cast<const uint8_t*>(input);
   op->output = static_cast<uint8_t*>(output);
   op->part_summed = std::move(part_summed);
@@ -354,6 +355,38 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
   sequencer_->Submit(op, *dense_);
   counters_.operations++;
   return op->handle;
+}
+
+CompressionSpec Worker::CompressionOf(const TensorInfo& t, ReduceOp reduce) const {
+  // Ferry's own tensors (a broadcast's, the control values) and other reductions than
+  // the sum travel raw.
+  if (reduce != ReduceOp::kSum || IsReservedTensorName(t.name)) return CompressionSpec();
+  if (t.compression) return *t.compression;
+  if (!IsFloatingPoint(t.dtype) ||
+      t.bytes < static_cast<uint64_t>(config_.compression.min_bytes)) {
+    return CompressionSpec();
+  }
+  return config_.compression.spec;
+}
+
+void Worker::SetCompression(const std::string& name, const std::string& text) {
+  CheckUserTensorName("compression", name);
+  CompressionSpec spec;
+  Status parsed = CompressionSpec::Parse(text, &spec);
+  FERRY_ENFORCE(parsed.ok(), ErrorCode::kInvalidArgument, "compression of tensor '", name,
+                "': ", parsed.message());
+  FERRY_ENFORCE(spec.none() || !config_.server.async, ErrorCode::kInvalidArgument,
+                "compression of tensor '", name, "': not in asynchronous training "
+                "(FERRY_ENABLE_ASYNC=1)");
+  MutexLock lock(ctx_.mu);
+  ctx_.CheckRunning("compression", name);
+  std::shared_ptr<TensorInfo> t = catalog_->Find(name);
+  FERRY_ENFORCE(t, ErrorCode::kInvalidArgument, "compression of tensor '", name,
+                "': declare the tensor first");
+  FERRY_ENFORCE(spec.none() || IsFloatingPoint(t->dtype), ErrorCode::kInvalidArgument,
+                "compression of tensor '", name, "' (", DataTypeName(t->dtype),
+                "): only floating-point tensors are compressed");
+  t->compression = spec;
 }
 
 Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,

@@ -276,6 +276,10 @@ class Worker : public Collective {
   // Every counter of this worker by name (its own, then the transport's "van.*"): what
   // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (worker_counters.h).
   CounterValues Counters() const override;
+  // A binding's compression of tensor `name` (collective.h): wins over FERRY_COMPRESSION
+  // for its later push_pulls. Throws kInvalidArgument for a bad spec, an undeclared or
+  // non-float tensor, or asynchronous training.
+  void SetCompression(const std::string& name, const std::string& compression) override;
   // For tests of the transport (e.g. Van::HoldDataReadsForTest).
   Van& van_for_test() { return van_; }
   // Bytes placed on each server so far (by rank), from this worker's placement.
@@ -293,6 +297,8 @@ class Worker : public Collective {
                        CompletionCallback done, ReduceOp reduce = ReduceOp::kSum,
                        std::vector<PartitionSpec>* staged = nullptr,
                        std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(ctx_.mu);
+  // How an operation of `t` combined by `reduce` is compressed (push_compression.h).
+  CompressionSpec CompressionOf(const TensorInfo& t, ReduceOp reduce) const REQUIRES(ctx_.mu);
   // Throws FerryError(kInvalidArgument) unless `op` may combine `name`'s pushes here.
   void CheckReduceOp(const std::string& name, ReduceOp op, bool average) const;
   // The operation, checked and queued behind its tensor's earlier ones.

@@ -55,6 +55,14 @@ struct WorkerCounters {
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");
   Counter& rows_bytes_received = registry.Register("rows_bytes_received");
+  // Gradient compression (push_compression.h): the raw bytes of the partitions compressed,
+  // and the bytes they took on the wire.
+  Counter& compression_raw_bytes = registry.Register(
+      "compression.raw_bytes",
+      {"ferry_compression_raw_bytes_total", "bytes of the partitions this worker compressed"});
+  Counter& compression_wire_bytes = registry.Register(
+      "compression.wire_bytes",
+      {"ferry_compression_wire_bytes_total", "bytes those partitions took compressed"});
   // From a server's hand-off of a reply (Envelope.sent_us, its wall clock) to its arrival
   // here, in microseconds: acks and errors, and sums. Exact where the nodes share a clock
   // (one host, the emulated clusters); across hosts only as good as their clock sync.

@@ -517,6 +517,17 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   }
 
   ReadScheduling(r, &c);
+  const std::string compression = r.Str("FERRY_COMPRESSION", nullptr, "none");
+  if (Status s = CompressionSpec::Parse(compression, &c.compression.spec); !s.ok()) {
+    ThrowInvalidConfig("FERRY_COMPRESSION", compression, s.message());
+  }
+  c.compression.min_bytes = r.Int("FERRY_COMPRESSION_MIN_BYTES", nullptr,
+                                  c.compression.min_bytes, 0, 1LL << 40);
+  if (!c.compression.spec.none() && c.server.async) {
+    ThrowInvalidConfig("FERRY_COMPRESSION", compression,
+                       "asynchronous training (FERRY_ENABLE_ASYNC=1) pushes parameters' "
+                       "updates, which are not compressed; unset one of the two");
+  }
   ApplyMercuryDefaults(r, &c);
   if (c.transport.frame_bytes > 0 &&
       (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compress/compression_spec.h"
 #include "common/config/scheduling_policy.h"
 
 namespace ferry {
@@ -191,6 +192,17 @@ struct Config {
     int gpu_streams = 2;
   };
   Server server;
+
+  // Gradient compression (common/compress/; docs/compression.md): the compressor of every
+  // floating-point push_pull of at least min_bytes (FERRY_COMPRESSION,
+  // FERRY_COMPRESSION_MIN_BYTES), unless a binding chose one for the tensor. Never
+  // integers, broadcasts, allgathers, sparse rows, other reductions than the sum, nor
+  // asynchronous training.
+  struct Compression {
+    CompressionSpec spec;
+    int64_t min_bytes = 65536;
+  };
+  Compression compression;
 
   // Intra-machine reduction (worker/local/local_group.h). `size` processes on one
   // machine share its DMLC_WORKER_ID; only local rank 0 registers with the scheduler.

@@ -180,6 +180,17 @@ Status ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
   }
   if (Status bad = CheckPayloadFrame(m, max_payload_bytes); !bad.ok()) return bad;
   size_t element = DataTypeSize(static_cast<DataType>(e.dtype()));
+  if (!e.compression().empty()) {  // compressed bytes: the values they stand for are whole
+    if (e.raw_length() % element != 0 || e.raw_length() > max_payload_bytes ||
+        e.frame_bytes() != 0 || e.offset() != 0) {
+      return BadMessageError(StrCat("compressed ", MessageTypeName(e.type()), " of ",
+                                    KeyName(e.key()), " standing for ", e.raw_length(),
+                                    " bytes: not a whole key of whole ",
+                                    DataTypeName(static_cast<DataType>(e.dtype())),
+                                    " elements within the limit of ", max_payload_bytes));
+    }
+    return Status::Ok();
+  }
   if (m.payload.size() % element != 0) {
     return BadMessageError(StrCat("payload of ", m.payload.size(),
                                   " bytes is not a whole number of ",

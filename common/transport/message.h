@@ -22,8 +22,9 @@ namespace ferry {
 // position, SUSPEND and RESUME (re-initialisation); 6: the shared-memory lane (SHM_READY,
 // Envelope.shm_slot); 7: membership epochs (Envelope.epoch, NodeTable.epoch,
 // RegisterRequest.spare: elastic training); 8: live metrics (counters with the heartbeats);
-// 9: the join barrier carries catalogs (Barrier.catalog_next_id and Barrier.catalog).
-constexpr uint32_t kProtocolVersion = 9;
+// 9: the join barrier carries catalogs (Barrier.catalog_next_id and Barrier.catalog); 10:
+// compressed pushes and sums (Envelope.compression, Envelope.raw_length).
+constexpr uint32_t kProtocolVersion = 10;
 
 struct Message {
   proto::Envelope envelope;

@@ -50,4 +50,9 @@ bool ParseDataType(const std::string& name, DataType* out) {
   return false;
 }
 
+bool IsFloatingPoint(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBFloat16 ||
+         t == DataType::kFloat64;
+}
+
 }  // namespace ferry

@@ -29,6 +29,8 @@ size_t DataTypeSize(DataType t);
 // "float32", "float16", ... ; "unknown(N)" for a value outside the enum.
 std::string DataTypeName(DataType t);
 bool IsValidDataType(int32_t value);
+// float32, float16, bfloat16, float64.
+bool IsFloatingPoint(DataType t);
 // Parses "float32", "fp32", "float", "float16", "fp16", "half", "bfloat16", "bf16",
 // "float64", "fp64", "double", "int32", "int64". Returns false if unknown.
 bool ParseDataType(const std::string& name, DataType* out);

@@ -121,6 +121,25 @@ TEST(ConfigTest, ExplicitValuesAreRead) {
   EXPECT_TRUE(c.warnings.empty());
 }
 
+TEST(ConfigTest, CompressionIsReadAndValidated) {
+  Config c = Read(BaseEnv());
+  EXPECT_TRUE(c.compression.spec.none());
+  EXPECT_EQ(c.compression.min_bytes, 65536);
+  c = Read(With(
+      BaseEnv(), {{"FERRY_COMPRESSION", "TopK:0.010+ef"}, {"FERRY_COMPRESSION_MIN_BYTES", "0"}}));
+  EXPECT_EQ(c.compression.spec.ToString(), "topk:0.01+ef");
+  EXPECT_EQ(c.compression.min_bytes, 0);
+  for (const char* bad : {"zip", "dither:200", "randomk:0", "onebit+momentum:1.5"}) {
+    try {
+      Read(With(BaseEnv(), {{"FERRY_COMPRESSION", bad}}));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const FerryError& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+      EXPECT_NE(std::string(e.what()).find("FERRY_COMPRESSION"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ConfigTest, RoleParsing) {
   EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "worker"}})).role, NodeRole::kWorker);
   EXPECT_EQ(Read(With(BaseEnv(), {{"DMLC_ROLE", "server"}})).role, NodeRole::kServer);

@@ -150,7 +150,7 @@ TEST(MessageTest, FramesFollowTheirCut) {
 }
 
 TEST(MessageTest, RejectsWrongVersion) {
-  for (uint32_t version : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, kProtocolVersion + 1, 1000u}) {
+  for (uint32_t version : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, kProtocolVersion + 1, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
     std::string error = ValidateMessage(m, kLimit).message();
@@ -160,8 +160,24 @@ TEST(MessageTest, RejectsWrongVersion) {
   Message v2 = GoodPush();
   v2.envelope.set_version(2);
   EXPECT_TRUE(
-      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 9)"))
+      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 10)"))
       << ValidateMessage(v2, kLimit).message();
+}
+
+TEST(MessageTest, ACompressedPayloadStandsForWholeElements) {
+  Message m = GoodPush();  // float32
+  m.envelope.set_compression("onebit");
+  m.envelope.set_raw_length(4000);
+  m.payload = Buffer::Allocate(4 + 125);  // not a multiple of 4: compressed bytes
+  m.envelope.set_length(m.payload.size());
+  EXPECT_TRUE(ValidateMessage(m, kLimit).ok()) << ValidateMessage(m, kLimit).message();
+  m.envelope.set_raw_length(4001);
+  EXPECT_TRUE(StrContains(ValidateMessage(m, kLimit).message(), "standing for 4001 bytes"));
+  m.envelope.set_raw_length(kLimit + 4);
+  EXPECT_TRUE(StrContains(ValidateMessage(m, kLimit).message(), "within the limit"));
+  m.envelope.set_raw_length(4000);
+  SetFrame(&m.envelope, 0, 8000, 4000);  // compressed keys are never cut in frames
+  EXPECT_FALSE(ValidateMessage(m, kLimit).ok());
 }
 
 TEST(MessageTest, RejectsUnknownReduceOp) {

@@ -76,7 +76,16 @@ INSTANTIATE_TEST_SUITE_P(
                "FERRY_TEST_DROP_PERCENT='150': expected a number from 0 to 100"},
         BadEnv{"ferry-perf", {{"FERRY_TEST_DROP_PERCENT", "1"}, {"FERRY_RESEND_TIMEOUT_MS", "0"}},
                "dropping messages needs resends"},
-        BadEnv{"ferry-server", {{"FERRY_TEST_DELAY_MS", "soon"}}, "FERRY_TEST_DELAY_MS='soon'"}));
+        BadEnv{"ferry-server", {{"FERRY_TEST_DELAY_MS", "soon"}}, "FERRY_TEST_DELAY_MS='soon'"},
+        BadEnv{"ferry-server", {{"FERRY_COMPRESSION", "zip"}},
+               "FERRY_COMPRESSION='zip': compression 'zip': unknown compressor 'zip'"},
+        BadEnv{"ferry-scheduler", {{"FERRY_COMPRESSION", "topk:2"}},
+               "FERRY_COMPRESSION='topk:2': compression 'topk:2': topk needs a ratio in (0, 1]"},
+        BadEnv{"ferry-perf", {{"FERRY_COMPRESSION", "onebit+ef+ef"}}, "FERRY_COMPRESSION='onebit+ef+ef'"},
+        BadEnv{"ferry-server", {{"FERRY_COMPRESSION", "onebit"}, {"FERRY_ENABLE_ASYNC", "1"}},
+               "FERRY_COMPRESSION='onebit': asynchronous training"},
+        BadEnv{"ferry-perf", {{"FERRY_COMPRESSION_MIN_BYTES", "-1"}},
+               "FERRY_COMPRESSION_MIN_BYTES='-1'"}));
 
 // --help shows a program's own flags, not glog's and gflags' (--helpfull lists those too),
 // and the role programs, which take no flags, say where their settings are.

@@ -85,8 +85,9 @@
 #include "worker/worker.h"
 
 DEFINE_string(mode, "sums",
-              "sums, mismatch, refused, join, loop, deterministic, async, order, rows or "
-              "rows_bytes");
+              "sums, mismatch, refused, join, loop, deterministic, async, order, rows, "
+              "rows_bytes, compression or compression_mismatch (and more: see Run)");
+DEFINE_string(compression, "", "compression mode: FERRY_COMPRESSION of every worker");
 DEFINE_string(expect_error, "", "refused mode: words the push_pull's error must contain");
 DEFINE_int32(tensors, 40, "tensors (sums mode)");
 DEFINE_int64(max_bytes, 64ll << 20, "largest tensor in bytes (sums mode)");
@@ -102,9 +103,35 @@ DEFINE_int32(commit_every, 3, "elastic mode: steps between commits");
 DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
-namespace {
 
 constexpr int kExitWrong = 3;
+
+// Also for test_worker_compression.cc.
+int ExpectRefusedThenServed(Worker& w, const char* name, uint64_t count, const std::string& words) {
+  std::vector<float> data(count, 1.0f);
+  try {
+    w.PushPull(name, data.data(), data.data(), DataType::kFloat32, count, false);
+    std::fprintf(stderr, "no error for tensor '%s'\n", name);
+    return kExitWrong;
+  } catch (const FerryError& e) {
+    std::printf("error as expected: %s\n", e.what());
+    if (std::string(e.what()).find(words) == std::string::npos) return kExitWrong;
+  }
+  std::vector<float> after(1000, static_cast<float>(w.rank() + 1));
+  w.PushPull("after", after.data(), after.data(), DataType::kFloat32, after.size(), false);
+  float expected = w.size() * (w.size() + 1) / 2.0f;
+  for (float v : after) {
+    if (v != expected) return kExitWrong;
+  }
+  std::printf("OK other keys still served\n");
+  return 0;
+}
+
+// test_worker_compression.cc
+int RunCompression(Worker& w, const std::string& spec, int rounds);
+int RunCompressionMismatch(Worker& w);
+
+namespace {
 
 float Value(int rank, int round, int tensor, uint64_t i) {
   return static_cast<float>((i * 3 + tensor * 5 + rank * 7 + round * 11) % 16 + 1);
@@ -212,25 +239,6 @@ int RunSums(Worker& w) {
 
 // A push_pull of tensor `name` with `count` floats must fail with an error containing
 // `words`, then another tensor must still be summed exactly.
-int ExpectRefusedThenServed(Worker& w, const char* name, uint64_t count, const std::string& words) {
-  std::vector<float> data(count, 1.0f);
-  try {
-    w.PushPull(name, data.data(), data.data(), DataType::kFloat32, count, false);
-    std::fprintf(stderr, "no error for tensor '%s'\n", name);
-    return kExitWrong;
-  } catch (const FerryError& e) {
-    std::printf("error as expected: %s\n", e.what());
-    if (std::string(e.what()).find(words) == std::string::npos) return kExitWrong;
-  }
-  std::vector<float> after(1000, static_cast<float>(w.rank() + 1));
-  w.PushPull("after", after.data(), after.data(), DataType::kFloat32, after.size(), false);
-  float expected = w.size() * (w.size() + 1) / 2.0f;
-  for (float v : after) {
-    if (v != expected) return kExitWrong;
-  }
-  std::printf("OK other keys still served\n");
-  return 0;
-}
 
 int RunMismatch(Worker& w) {
   return ExpectRefusedThenServed(w, "mismatched", w.rank() == 0 ? 100 : 200, "'mismatched'");
@@ -837,6 +845,10 @@ int Run(const Config& config) {
     code = RunSums(*w);
   } else if (FLAGS_mode == "mismatch") {
     code = RunMismatch(*w);
+  } else if (FLAGS_mode == "compression") {
+    code = RunCompression(*w, FLAGS_compression, FLAGS_rounds);
+  } else if (FLAGS_mode == "compression_mismatch") {
+    code = RunCompressionMismatch(*w);
   } else if (FLAGS_mode == "refused") {
     code = RunRefused(*w);
   } else if (FLAGS_mode == "join") {
