@@ -155,11 +155,15 @@ def pick_device(name, local_rank):
     return device
 
 
-def distribute(bps, model, optimizer, fp16=False, cross_barrier=False):
+def distribute(bps, model, optimizer, fp16=False, cross_barrier=False, compression=None):
     """`optimizer` wrapped for data-parallel training by ferry.torch (`bps`): a
-    DistributedOptimizer (fp16: gradients pushed as float16), every worker starting from
-    rank 0's weights and optimizer state, and with cross_barrier a CrossBarrier over it."""
-    compression = bps.Compression.fp16 if fp16 else bps.Compression.none
+    DistributedOptimizer (fp16: gradients pushed as float16; `compression`: the core's
+    compressor text, as FERRY_COMPRESSION's), every worker starting from rank 0's weights
+    and optimizer state, and with cross_barrier a CrossBarrier over it."""
+    if compression and compression != "none":
+        compression = bps.Compression.custom(compression)
+    else:
+        compression = bps.Compression.fp16 if fp16 else bps.Compression.none
     optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
     bps.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -47,6 +47,11 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=None, help="default: 0.05 (sgd/momentum), 0.002 (adam)")
     p.add_argument("--cross-barrier", action="store_true", help="use ferry.torch.CrossBarrier")
     p.add_argument("--fp16", action="store_true", help="push gradients as float16")
+    p.add_argument("--compression", default=None, metavar="NAME",
+                   help="the core's gradient compression, as FERRY_COMPRESSION: onebit+ef, "
+                        "topk:0.01+ef, randomk:0.01+ef, dither:32+ef, fp16, ... "
+                        "(docs/compression.md); gradients of at least "
+                        "FERRY_COMPRESSION_MIN_BYTES (64 KiB; 0: every one)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to train (cuda: cuda:LOCAL_RANK %% the GPUs seen; default cpu)")
@@ -77,14 +82,16 @@ def main(argv=None):
     model = DigitsCNN().to(device)
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr * size)
     # Every worker starts from rank 0's weights and optimizer state.
-    optimizer = distribute(bps, model, optimizer, args.fp16, args.cross_barrier)
+    optimizer = distribute(bps, model, optimizer, args.fp16, args.cross_barrier,
+                           args.compression)
 
     if rank == 0:
         print("training DigitsCNN on %d workers (%s), %d servers: %d training images, %d per "
-              "worker, batch %d per worker, %s lr %.3g%s%s"
+              "worker, batch %d per worker, %s lr %.3g%s%s%s"
               % (size, device, bps.num_servers(), len(y_train), len(shard), args.batch_size,
                  args.optimizer, lr * size, ", cross-barrier" if args.cross_barrier else "",
-                 ", fp16 gradients" if args.fp16 else ""), flush=True)
+                 ", fp16 gradients" if args.fp16 else "",
+                 ", compression " + args.compression if args.compression else ""), flush=True)
     start = time.time()
     for epoch in range(args.epochs):
         model.train()

@@ -51,7 +51,8 @@ int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64
 int64_t ferry_reduce_async(const char* name, const void* input, void* output, int dtype,
                            uint64_t count, int op, int32_t priority);
 /* The compression of declared tensor `name`'s later push_pulls ("onebit+ef", "topk:0.01",
- * "none"...; docs/compression.md), over FERRY_COMPRESSION. Every worker sets the same. */
+ * "none"...; docs/compression.md), over FERRY_COMPRESSION ("": FERRY_COMPRESSION decides
+ * again). Every worker sets the same. */
 int ferry_set_compression(const char* name, const char* compression);
 /* A push_pull of a tensor in device memory (worker/device/device_binding.h): `input` and
  * `output` on device `device` (a CUDA index), written and read by the work queued on the

@@ -359,14 +359,13 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
 
 CompressionSpec Worker::CompressionOf(const TensorInfo& t, ReduceOp reduce) const {
   // Ferry's own tensors (a broadcast's, the control values) and other reductions than
-  // the sum travel raw.
-  if (reduce != ReduceOp::kSum || IsReservedTensorName(t.name)) return CompressionSpec();
-  if (t.compression) return *t.compression;
-  if (!IsFloatingPoint(t.dtype) ||
+  // the sum travel raw, and so do integer tensors and those under the minimum size,
+  // whoever chose the compressor.
+  if (reduce != ReduceOp::kSum || IsReservedTensorName(t.name) || !IsFloatingPoint(t.dtype) ||
       t.bytes < static_cast<uint64_t>(config_.compression.min_bytes)) {
     return CompressionSpec();
   }
-  return config_.compression.spec;
+  return t.compression ? *t.compression : config_.compression.spec;
 }
 
 void Worker::SetCompression(const std::string& name, const std::string& text) {
@@ -386,7 +385,11 @@ void Worker::SetCompression(const std::string& name, const std::string& text) {
   FERRY_ENFORCE(spec.none() || IsFloatingPoint(t->dtype), ErrorCode::kInvalidArgument,
                 "compression of tensor '", name, "' (", DataTypeName(t->dtype),
                 "): only floating-point tensors are compressed");
-  t->compression = spec;
+  if (text.find_first_not_of(" \t") == std::string::npos) {
+    t->compression.reset();  // "": FERRY_COMPRESSION decides again
+  } else {
+    t->compression = spec;
+  }
 }
 
 Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, uint64_t num_rows,

@@ -277,7 +277,7 @@ class Worker : public Collective {
   // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (worker_counters.h).
   CounterValues Counters() const override;
   // A binding's compression of tensor `name` (collective.h): wins over FERRY_COMPRESSION
-  // for its later push_pulls. Throws kInvalidArgument for a bad spec, an undeclared or
+  // for its later push_pulls ("" gives the choice back to FERRY_COMPRESSION). Throws kInvalidArgument for a bad spec, an undeclared or
   // non-float tensor, or asynchronous training.
   void SetCompression(const std::string& name, const std::string& compression) override;
   // For tests of the transport (e.g. Van::HoldDataReadsForTest).

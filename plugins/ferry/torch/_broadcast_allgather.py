@@ -83,7 +83,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         name = ctx.name + ".grad" if ctx.name else None
-        grad = _sync_push_pull(grad_output.contiguous(), True, name, None)
+        grad = _sync_push_pull(grad_output.contiguous(), True, name, None, compression="none")
         if rank() != ctx.root_rank:
             grad = torch.zeros_like(grad)
         return grad, None, None
@@ -131,7 +131,7 @@ def _gather_shapes(tensor, name):
     meta[rank(), 0] = tensor.dim() + 1
     meta[rank(), 1] = _GATHER_DTYPES.index(tensor.dtype)
     meta[rank(), 2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-    meta = _sync_push_pull(meta, False, "allgather.%s.shapes" % name, None)
+    meta = _sync_push_pull(meta, False, "allgather.%s.shapes" % name, None, compression="none")
     joined = [r for r in range(size()) if int(meta[r, 0]) == 0]
     if joined:
         _core.fail(_core.MISMATCH,
@@ -173,7 +173,8 @@ def _allgather(tensor, name, task=None):
     # A few sizes per name only: one core tensor per power of two.
     flat = torch.zeros(_bucket(elements), dtype=wide, device=tensor.device)
     flat[offset:offset + tensor.numel()] = tensor.reshape(-1).to(wide)
-    handle = _submit(flat, True, False, "allgather.%s.%d" % (name, flat.numel()), None)
+    handle = _submit(flat, True, False, "allgather.%s.%d" % (name, flat.numel()), None,
+                     compression="none")  # gathered values travel exact
     if task is not None:
         task.declared()
     flat = synchronize(handle)
@@ -207,10 +208,11 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         name = ctx.name + ".grad" if ctx.name else None
-        grad = _sync_push_pull(grad_output.contiguous(), True, name, None)
+        grad = _sync_push_pull(grad_output.contiguous(), True, name, None, compression="none")
         firsts = torch.zeros(size(), dtype=torch.int64)
         firsts[rank()] = ctx.first
-        firsts = _sync_push_pull(firsts, False, (ctx.name or "allgather") + ".grad.firsts", None)
+        firsts = _sync_push_pull(firsts, False, (ctx.name or "allgather") + ".grad.firsts", None,
+                                 compression="none")
         offset = int(firsts[:rank()].sum())
         return grad.narrow(0, offset, ctx.first), None
 

@@ -7,7 +7,7 @@ import os
 import torch
 
 from ferry import _core
-from ferry.torch._runtime import _declared, _order
+from ferry.torch._runtime import _compressions, _declared, _order
 
 # What ops.py (and so ferry.torch) exports of this module: an operation added here is
 # public once named here.
@@ -89,13 +89,19 @@ def _on_host(tensor):
     return tensor if tensor.device.type == "cpu" else tensor.cpu()
 
 
-def _declare(name, code, shape):
+def _declare(name, code, shape, compression=""):
+    """Declares `name` unless it is declared alike, and sets its core compression
+    (Compressor.core: "onebit+ef", "none"...; "": FERRY_COMPRESSION decides) where it
+    differs from what the core has."""
     shape = tuple(int(d) for d in shape)
-    if _declared.get(name) == (code, shape):
-        return
-    _order.wait_turn()  # background operations started earlier declare first
-    _core.declare(name, code, list(shape))  # raises FerryError on a conflicting redeclaration
-    _declared[name] = (code, shape)
+    if _declared.get(name) != (code, shape):
+        _order.wait_turn()  # background operations started earlier declare first
+        _core.declare(name, code, list(shape))  # raises FerryError on a conflicting redeclaration
+        _declared[name] = (code, shape)
+        _compressions.pop(name, None)  # a new declaration follows FERRY_COMPRESSION
+    if _compressions.get(name, "") != compression:
+        _core.call("set_compression", name, compression)
+        _compressions[name] = compression
 
 
 def declare(name, tensor):

@@ -33,13 +33,14 @@ __all__ = [
 # ----------------------------------------------------------------------------- push_pull
 
 def _start(tensor, output, average, name, priority, claim, result=None, finish=None, keep=(),
-           reduce=None):
+           reduce=None, compression=""):
     """Starts a push_pull of contiguous `tensor` into contiguous `output` (with `reduce`, a
-    core REDUCE_* code: combined by min, max or product instead)."""
+    core REDUCE_* code: combined by min, max or product instead; `compression`: the core's
+    compressor for it, "" for FERRY_COMPRESSION's)."""
     code = _dtype_code(tensor, "tensor '%s'" % name)
     if priority is not None:
         priority = int(priority)
-    _declare(name, code, tensor.shape)
+    _declare(name, code, tensor.shape, compression)
     device = _device_path(tensor)
     if device is not None:
         handle = _core.call("push_pull_device_async", name, tensor.data_ptr(),
@@ -77,7 +78,7 @@ def _scale_(tensor, factor):
 
 
 def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, postscale=1.0,
-                     reduce=None):
+                     reduce=None, compression=""):
     """push_pull of `tensor` times `prescale` into `output` (which may be `tensor`), the
     result times `postscale`. A non-contiguous or prescaled input travels as a copy (in
     place: copied back into `tensor` at synchronize()). An average with a postscale
@@ -91,12 +92,13 @@ def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, post
         scale_output = (lambda: _scale_(output, postscale)) if postscale != 1.0 else None
         if output is not tensor:
             return _start(inp, output, average, name, priority, claim, finish=scale_output,
-                          reduce=reduce)
+                          reduce=reduce, compression=compression)
         if inp is tensor:
             return _start(inp, inp, average, name, priority, claim, finish=scale_output,
-                          reduce=reduce)
+                          reduce=reduce, compression=compression)
         return _start(inp, inp, average, name, priority, claim, result=tensor,
-                      finish=lambda: tensor.copy_(_scale(inp, postscale)), reduce=reduce)
+                      finish=lambda: tensor.copy_(_scale(inp, postscale)), reduce=reduce,
+                      compression=compression)
     except BaseException:
         _release(claim)
         raise
@@ -119,14 +121,16 @@ def push_pull_async_inplace(tensor, average=True, name=None, priority=None):
     return _submit(tensor, True, average, name, priority)
 
 
-def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1.0, reduce=None):
+def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1.0, reduce=None,
+            compression=""):
     """Checks `tensor`, names the call (_name_or_free) and starts its push_pull into
     `tensor` itself or into a new tensor."""
     _check_tensor(tensor, "tensor '%s'" % name)
     name = _name_or_free("push_pull", name, tensor)
     output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype,
                                                  device=tensor.device)
-    return _push_pull_async(tensor, output, average, name, priority, prescale, postscale, reduce)
+    return _push_pull_async(tensor, output, average, name, priority, prescale, postscale, reduce,
+                            compression)
 
 
 class _PushPull(torch.autograd.Function):
@@ -134,21 +138,25 @@ class _PushPull(torch.autograd.Function):
     with the same average and scale factors (as Horovod's allreduce)."""
 
     @staticmethod
-    def forward(ctx, tensor, average, name, priority, prescale, postscale, reduce):
+    def forward(ctx, tensor, average, name, priority, prescale, postscale, reduce, compression):
         ctx.average, ctx.name, ctx.priority = average, name, priority
         ctx.prescale, ctx.postscale, ctx.reduce = prescale, postscale, reduce
-        return _sync_push_pull(tensor, average, name, priority, prescale, postscale, reduce)
+        ctx.compression = compression
+        return _sync_push_pull(tensor, average, name, priority, prescale, postscale, reduce,
+                               compression)
 
     @staticmethod
     def backward(ctx, grad_output):
         name = ctx.name + ".grad" if ctx.name else None
         grad = _sync_push_pull(grad_output, ctx.average, name, ctx.priority, ctx.prescale,
-                               ctx.postscale, ctx.reduce)
-        return grad, None, None, None, None, None, None
+                               ctx.postscale, ctx.reduce, ctx.compression)
+        return grad, None, None, None, None, None, None, None
 
 
-def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0, reduce=None):
-    return synchronize(_submit(tensor, False, average, name, priority, prescale, postscale, reduce))
+def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0, reduce=None,
+                    compression=""):
+    return synchronize(_submit(tensor, False, average, name, priority, prescale, postscale, reduce,
+                               compression))
 
 
 def push_pull(tensor, average=True, name=None, priority=None, compression=None):
@@ -159,12 +167,16 @@ def push_pull(tensor, average=True, name=None, priority=None, compression=None):
 
 def _compressed_push_pull(tensor, average, name, priority, compression, prescale=1.0,
                           postscale=1.0, reduce=None):
-    if compression is not None:
+    """A compressor with a `core` text goes to the core (compression.py); another one runs
+    here around the push_pull; None or Compression.none: FERRY_COMPRESSION decides."""
+    core = getattr(compression, "core", None)
+    if compression is not None and core is None:
         compressed, ctx = compression.compress(tensor)
         return compression.decompress(
-            _PushPull.apply(compressed, average, name, priority, prescale, postscale, reduce),
-            ctx)
-    return _PushPull.apply(tensor, average, name, priority, prescale, postscale, reduce)
+            _PushPull.apply(compressed, average, name, priority, prescale, postscale, reduce,
+                            ""), ctx)
+    return _PushPull.apply(tensor, average, name, priority, prescale, postscale, reduce,
+                           core or "")
 
 
 def push_pull_inplace(tensor, average=True, name=None, priority=None):

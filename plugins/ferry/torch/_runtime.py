@@ -43,6 +43,7 @@ _lock = threading.Lock()   # guards the module state below
 _pending = {}              # handle -> _Pending: tensors the core uses until wait()
 _keepalive = []            # tensors of failed operations: ZeroMQ may still read them
 _declared = {}             # name -> (dtype code, shape) declared to the core
+_compressions = {}         # name -> the core compression set for it ("" or absent: FERRY_COMPRESSION)
 _in_flight = set()         # (kind, name) of operations started and not yet synchronized
 _optimizers = weakref.WeakSet()  # DistributedOptimizers: reset() forgets their failed step
 _task_handles = itertools.count(-1, -1)  # handles of background operations (_Task)

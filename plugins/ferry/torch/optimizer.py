@@ -48,7 +48,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._postscale = float(gradient_predivide_factor)
         # Keep whatever state the wrapped optimizer already had (Horovod drops it).
         self.state = original.state
-        self._compression = compression or Compression.none
+        compression = compression or Compression.none
+        # A core compressor (compression.py) is the core's to run; another runs here.
+        self._core_compression = getattr(compression, "core", None) or ""
+        self._compression = Compression.none if self._core_compression else compression
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1, got %r" % (backward_passes_per_step,))
         self.backward_passes_per_step = int(backward_passes_per_step)
@@ -106,14 +109,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _declare_gradient(self, p):
         _checks._check_tensor(p, "parameter '%s'" % self._parameter_names[p])
         dtype = p.dtype
-        if self._compression is Compression.fp16 and dtype.is_floating_point:
+        if self._compression is Compression.fp16 and dtype.is_floating_point:  # Python-side
             dtype = torch.float16
         code = _checks._DTYPES.get(dtype)
         if code is None:
             raise TypeError("ferry.torch: parameter '%s' has dtype %s; gradients must be float32, "
                             "float16, bfloat16, float64, int32 or int64"
                             % (self._parameter_names[p], p.dtype))
-        _checks._declare(self._gradient_name(p), code, p.shape)
+        _checks._declare(self._gradient_name(p), code, p.shape, self._core_compression)
 
     def _register_hooks(self):
         for p in self._ordered_params:
@@ -141,7 +144,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         rows = torch.zeros(p.shape[:sparse_dim], dtype=torch.float32, device=p.device)
         rows[tuple(grad.indices())] = 1.0
         rows_handle = _push_pull._push_pull_async(rows, rows, False,
-                                                  self._gradient_name(p) + ".rows", None)
+                                                  self._gradient_name(p) + ".rows", None,
+                                                  compression="none")  # the mask stays exact
         handle, ctx = self._push_pull_dense(p, grad.to_dense())
         return handle, _SparseContext(ctx, rows_handle)
 
@@ -159,7 +163,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         _checks._check_tensor(compressed, "gradient '%s'" % self._gradient_name(p))
         handle = _push_pull._push_pull_async(compressed, compressed, self._average,
                                              self._gradient_name(p), None, self._prescale,
-                                             self._postscale)
+                                             self._postscale,
+                                             compression=self._core_compression)
         return handle, ctx
 
     def _make_hook(self, p):
@@ -293,8 +298,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     optimizer: any torch.optim.Optimizer. named_parameters: model.named_parameters()
     (forward order decides the push priority; without it parameters are named
-    param.<index> in the optimizer's order). compression: Compression.none or
-    Compression.fp16. backward_passes_per_step: local gradient accumulation steps
+    param.<index> in the optimizer's order). compression: Compression.none (the default:
+    FERRY_COMPRESSION decides), fp16, bf16, onebit, topk(r), randomk(r), dither(s) or
+    custom(text) (docs/compression.md). backward_passes_per_step: local gradient accumulation steps
     before each push. Call ferry.torch.init() first, and create the optimizer in the
     same order on every worker.
 
