@@ -83,9 +83,9 @@ Message ToMessage(const Reply& reply, int sender) {
       e.set_tensor_hash(reply.sum.tensor_hash);
       e.set_contributors(reply.sum.contributors);
       SetFrame(&e, reply.offset, reply.sum.key_length, reply.sum.frame_bytes);
-      if (!reply.sum.compression.empty()) {
-        e.set_compression(reply.sum.compression);
-        e.set_raw_length(reply.sum.raw_length);
+      if (!reply.compression.empty()) {
+        e.set_compression(reply.compression);
+        e.set_raw_length(reply.raw_length);
       }
       if (reply.kind == Reply::Kind::kRowsSum) {
         proto::RowsHeader* h = e.mutable_rows();

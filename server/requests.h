@@ -50,11 +50,12 @@ struct Reply {
     // A frame of a key cut in frames (kSum): the key's bytes and the cut; 0 for whole keys.
     uint64_t key_length = 0;
     uint64_t frame_bytes = 0;
-    // A compressed sum: the compressor's text and the raw bytes the payload stands for.
-    std::string compression = "";
-    uint64_t raw_length = 0;
   };
   Sum sum;
+  // kSum of a compressed key: the compressor's text and the raw bytes the payload stands
+  // for (empty: the payload is raw).
+  std::string compression;
+  uint64_t raw_length = 0;
   uint64_t row_elements = 0;  // kRowsSum: elements per row
   Buffer payload;             // shared with the key's state (and other replies), no copy
   // kError:

@@ -351,16 +351,16 @@ Reply RoundProtocol::Result(const PendingReply& to, uint64_t key, const KeyState
                             const Buffer& sum, uint32_t contributors,
                             const std::string& compression) const {
   Reply::Sum header{round, state.dtype, sum.size(), state.tensor_hash, contributors};
-  if (!compression.empty()) {  // a compressed key: whole, never cut in frames
-    header.compression = compression;
-    header.raw_length = state.length;
-  }
   if (frames > 1) {  // a frame: the wire's frame fields (a whole key leaves them 0)
     header.key_length = state.length;
     header.frame_bytes = frame_bytes;
   }
   Reply r = SumReply(Reply::Kind::kSum, to, key, header, sum);
   r.offset = frames > 1 ? f * frame_bytes : 0;
+  if (!compression.empty()) {  // a compressed key: whole, never cut in frames
+    r.compression = compression;
+    r.raw_length = state.length;
+  }
   return r;
 }
 

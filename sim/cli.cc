@@ -169,6 +169,23 @@ const std::vector<Flag>& Flags() {
        "search the policy, partition size and credit by simulating each candidate; prints "
        "the ranking and the best settings as FERRY_* lines (docs/simulation.md, \"Tuning\")",
        [](CliOptions& o, const std::string&) { o.tune = true; }},
+      {"--tune-compression", "LIST",
+       "--tune's FERRY_COMPRESSION candidates, comma-separated, tried with the best settings "
+       "(default none,onebit+ef,topk:0.01+ef,randomk:0.01+ef; empty: not searched)",
+       [](CliOptions& o, const std::string& v) {
+         o.tune_options.compressions.clear();
+         std::string list = v + ",";
+         for (size_t from = 0, comma; (comma = list.find(',', from)) != std::string::npos;
+              from = comma + 1) {
+           const std::string text = list.substr(from, comma - from);
+           if (text.empty()) continue;
+           CompressionSpec spec;
+           if (Status s = CompressionSpec::Parse(text, &spec); !s.ok()) {
+             throw FerryError(ErrorCode::kInvalidArgument, "--tune-compression: " + s.message());
+           }
+           o.tune_options.compressions.push_back(text);
+         }
+       }},
       {"--tune-seeds", "N", "seeds per --tune candidate, each with 2% compute jitter (default 3)",
        [](CliOptions& o, const std::string& v) {
          o.tune_options.seeds = Integer("--tune-seeds", v, 1, 100);
@@ -404,6 +421,20 @@ std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wa
                     "shares each worker's link unevenly, which this model does not reproduce "
                     "(docs/simulation.md, \"The cells that miss, explained\"): check it against "
                     "the default on the real cluster before a long run\n");
+    }
+    const auto compression = r.ranked.front().env.find("FERRY_COMPRESSION");
+    if (compression != r.ranked.front().env.end() && compression->second != "none") {
+      // Compression changes what is summed: name the fastest settings without it too.
+      for (const Candidate& c : r.ranked) {
+        const auto it = c.env.find("FERRY_COMPRESSION");
+        if (it != c.env.end() && it->second != "none") continue;
+        out += StrCat("best settings without compression (", c.median_ms / r.ranked.front().median_ms,
+                      "x the best's step; compression trades accuracy, docs/compression.md):\n");
+        for (const auto& [name, value] : c.env) {
+          if (name != "FERRY_COMPRESSION") out += StrCat(name, "=", value, "\n");
+        }
+        break;
+      }
     }
     out += "best settings:\n";
     for (const auto& [name, value] : r.ranked.front().env) out += StrCat(name, "=", value, "\n");

@@ -109,6 +109,7 @@ SimResult Simulate(const SimOptions& o) {
   job.num_servers = S;
   job.weights = placing.weights;
   job.sum_bytes_per_us = o.model.sum_bytes_per_s / 1e6;
+  job.codec = CodecRatesOf(job.config.compression.spec);
   NetworkParams net;
   net.link_bytes_per_us = c.rate_bits_per_s / 8 / 1e6 * o.model.tcp_efficiency;
   net.latency_us = c.latency_us;

@@ -1,11 +1,37 @@
 #include "sim/job.h"
 
+#include "common/compress/codec.h"
+
 #include "common/transport/message.h"
 #include "sim/sim_worker.h"
 #include "worker/placement.h"
 #include "worker/partition_scheduling/autotune.h"
 
 namespace ferry::sim {
+
+CodecRates CodecRatesOf(const CompressionSpec& spec) {
+  // GB/s of raw float32 bytes on one core (ferry-compression-bench, 1 MiB partitions,
+  // medians on the project's 2-vCPU VM): compression (without, with error feedback), then
+  // decompression. Momentum costs about what error feedback does.
+  struct Row {
+    CompressionSpec::Kind kind;
+    double compress, compress_ef, decompress;
+  };
+  static const Row kRows[] = {
+      {CompressionSpec::Kind::kFp16, 1.66, 1.2, 2.04},
+      {CompressionSpec::Kind::kBf16, 3.08, 1.8, 3.28},
+      {CompressionSpec::Kind::kOnebit, 10.5, 2.88, 6.8},
+      {CompressionSpec::Kind::kTopk, 0.51, 0.29, 135},
+      {CompressionSpec::Kind::kRandomk, 300, 10.7, 117},
+      {CompressionSpec::Kind::kDither, 0.49, 0.22, 0.64},
+  };
+  for (const Row& r : kRows) {
+    if (r.kind != spec.kind) continue;
+    const bool state = spec.error_feedback || spec.momentum > 0;
+    return CodecRates{(state ? r.compress_ef : r.compress) * 1e3, r.decompress * 1e3};
+  }
+  return CodecRates{};
+}
 
 const Layout& SimJob::LayoutFor(uint64_t partition_bytes) {
   std::unique_ptr<Layout>& layout = layouts[partition_bytes];
@@ -16,9 +42,16 @@ const Layout& SimJob::LayoutFor(uint64_t partition_bytes) {
   Placement placement(weights);
   for (size_t l = 0; l < workload.layers.size(); ++l) {
     std::vector<SimPart> parts;
+    // The worker's choice (Worker::CompressionOf, PushCompression): float32 layers of at
+    // least FERRY_COMPRESSION_MIN_BYTES, partitions the compressor makes smaller.
+    const CompressionSpec& spec = config.compression.spec;
+    const bool compress =
+        workload.layers[l].bytes >= static_cast<uint64_t>(config.compression.min_bytes);
     for (const PartitionSpec& p : SplitTensor(workload.layers[l].bytes, 4, partition_bytes)) {
+      const bool smaller = compress && CompressesTo(spec, DataType::kFloat32, p.bytes);
       parts.push_back(SimPart{MakeLayoutKey(static_cast<uint32_t>(l), layout->number, p.index),
-                              p.bytes, placement.Assign(p.bytes)});
+                              p.bytes, placement.Assign(p.bytes),
+                              smaller ? CompressedBytes(spec, p.bytes / 4) : p.bytes});
     }
     layout->parts.push_back(std::move(parts));
   }

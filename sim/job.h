@@ -24,7 +24,17 @@ struct SimPart {
   uint64_t key = 0;  // MakeLayoutKey(layer, layout, index): the real key
   uint64_t bytes = 0;
   int server = 0;  // server rank
+  uint64_t wire_bytes = 0;  // compressed (FERRY_COMPRESSION): its bytes on the wire; else `bytes`
+  bool compressed() const { return wire_bytes != bytes; }
 };
+
+// The compression codecs' speed on one core, raw bytes per us (CodecRatesOf: measured by
+// ferry-compression-bench on the project's VM, docs/benchmarks.md).
+struct CodecRates {
+  double compress = 0;
+  double decompress = 0;
+};
+CodecRates CodecRatesOf(const CompressionSpec& spec);
 
 // One partition of worker 0, for comparing the model's timeline with a measured trace
 // (FERRY_TRACE_DIR's partition slices: ready, sent, acked, result). Times: simulated us.
@@ -55,6 +65,7 @@ struct SimJob {
   int num_servers = 0;
   std::vector<double> weights;  // by server rank
   double sum_bytes_per_us = 8000;  // one engine thread's summation rate
+  CodecRates codec;                // FERRY_COMPRESSION's (unused without compression)
   std::map<uint64_t, std::unique_ptr<Layout>> layouts;  // by partition size
   std::vector<SimWorker*> workers;                      // by rank
   uint64_t timed_partition_bytes = 0;                   // FERRY_PARTITION_MS's choice, once made

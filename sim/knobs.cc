@@ -19,6 +19,10 @@ const std::vector<Knob>& Knobs() {
       {"FERRY_P3_SLICE_BYTES", KnobUse::kModelled, "p3's partition size"},
       {"FERRY_BUCKET_BYTES", KnobUse::kModelled, "fifo-bucket's policy"},
       {"FERRY_BUCKET_TIMEOUT_MS", KnobUse::kModelled, "fifo-bucket's timer"},
+      {"FERRY_COMPRESSION", KnobUse::kModelled,
+       "compressed bytes on the wire, and each codec's measured time on workers and servers "
+       "(CodecRatesOf)"},
+      {"FERRY_COMPRESSION_MIN_BYTES", KnobUse::kModelled, "layers under it travel raw"},
       // The transport.
       {"FERRY_FRAME_BYTES", KnobUse::kModelled,
        "frames: each its own message, acknowledged and summed on its own"},

@@ -37,12 +37,20 @@ void SimServer::Work(int engine) {
     e.queue.pop();
     Round& round = RoundOf(item.push);
     if (round.summed == 0) round.pushers.reserve(job_.num_workers);  // one from each
-    const double work_us =
-        round.summed == 0 ? 0.0 : static_cast<double>(item.push.bytes) / job_.sum_bytes_per_us;
+    // A compressed push is decompressed, then added; the round's last one compresses the
+    // sum too (SumCompression).
+    const uint64_t values = item.push.raw_bytes > 0 ? item.push.raw_bytes : item.push.bytes;
+    double work_us = round.summed == 0 ? 0.0 : static_cast<double>(values) / job_.sum_bytes_per_us;
+    if (item.push.raw_bytes > 0) {
+      work_us += static_cast<double>(values) / job_.codec.decompress;
+      if (round.summed + 1 == job_.num_workers) {
+        work_us += static_cast<double>(values) / job_.codec.compress;
+      }
+    }
     e.busy_until = job_.events.now() + work_us;
     round.summed++;
     round.pushers.emplace_back(item.from, item.push.cookie);
-    bytes_summed_ += item.push.bytes;
+    bytes_summed_ += values;
     if (round.summed == job_.num_workers) {
       job_.events.At(e.busy_until, [this, item] { SendSums(item); });
     }
@@ -70,11 +78,20 @@ void SimServer::SendSums(const Item& item) {
   Round& round = open_[id];
   const int node = job_.ServerNode(rank_);
   const uint32_t frame = item.push.frame;
+  // A compressed sum is decompressed by each worker before its partition is done.
+  const double decompress_us =
+      item.push.raw_bytes > 0 ? static_cast<double>(item.push.raw_bytes) / job_.codec.decompress
+                              : 0.0;
   for (const auto& [worker, cookie] : round.pushers) {
     SimWorker* w = worker;
     const uint64_t c = cookie;
+    SimJob* job = &job_;
     job_.fabric->SendData(node, w->node(), item.push.bytes, item.push.priority, DataKind::kSum,
-                          [w, c, frame] { w->OnSum(c, frame); });
+                          [job, w, c, frame, decompress_us] {
+                            if (decompress_us <= 0) return w->OnSum(c, frame);
+                            job->events.At(job->events.now() + decompress_us,
+                                           [w, c, frame] { w->OnSum(c, frame); });
+                          });
   }
   if (last_round_ == &round) last_round_ = nullptr;
   open_.erase(id);

@@ -27,6 +27,7 @@ struct SubPush {
   uint32_t frames = 1;
   uint64_t bytes = 0;  // this frame's
   int priority = 0;
+  uint64_t raw_bytes = 0;  // compressed: the bytes it stands for; 0: raw
 };
 
 class SimServer {

@@ -120,7 +120,7 @@ void SimWorker::PushLayer(size_t layer) {
     t.layer = static_cast<uint32_t>(layer);
     t.part = &p;
     t.task.priority = -static_cast<int>(layer);  // declaration order: the input side first
-    t.task.bytes = p.bytes;
+    t.task.bytes = p.wire_bytes;  // the credit counts wire bytes
     t.task.server = p.server;
     t.record.iteration = iteration_;
     t.record.layer = static_cast<int>(layer);
@@ -168,6 +168,10 @@ void SimWorker::SendBatch(const Batch& batch) {
     t.task = handed;
     t.record.sent_us = job_.events.now();
     const uint64_t bytes = t.part->bytes;
+    if (t.part->compressed()) {  // whole and alone, once this worker compressed it
+      Compressed(t, handed);
+      continue;
+    }
     const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
     t.frame_bytes = cut ? frame_bytes_ : 0;
     t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
@@ -202,6 +206,22 @@ void SimWorker::SendBatch(const Batch& batch) {
                             server->OnPushes(*this, pushes);
                           });
   }
+}
+
+void SimWorker::Compressed(const Task& t, const PushTask& handed) {
+  // One thread compresses (under the worker's lock): a partition waits for the ones
+  // before it.
+  const SimTime now = job_.events.now();
+  compress_until_ = std::max(compress_until_, now) +
+                    static_cast<double>(t.part->bytes) / job_.codec.compress;
+  SimServer* server = servers_.at(handed.server);
+  std::vector<SubPush> push = {SubPush{handed.cookie, t.part->key, 0, 1, t.part->wire_bytes,
+                                       handed.priority, t.part->bytes}};
+  job_.events.At(compress_until_, [this, server, handed, push = std::move(push)] {
+    job_.fabric->SendData(node(), job_.ServerNode(handed.server), push.front().bytes,
+                          handed.priority, DataKind::kPush,
+                          [this, server, push] { server->OnPushes(*this, push); });
+  });
 }
 
 void SimWorker::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {

@@ -75,6 +75,8 @@ class SimWorker {
   void PushLayer(size_t layer);
   void Pump();
   void SendBatch(const Batch& batch);
+  // A compressed partition (FERRY_COMPRESSION): sent whole once compressed.
+  void Compressed(const Task& t, const PushTask& handed);
   void Acked(Task& t, uint32_t frame);
   double Compute(double ms);  // us, with jitter
 
@@ -104,6 +106,7 @@ class SimWorker {
   long waiting_layer_ = -1;  // the layer whose forward waits for its sums, or -1
   std::vector<SimTime> starts_;  // by iteration: when its first forward layer started
   SimTime timer_at_ = -1;        // the policy's timer event scheduled, or -1
+  SimTime compress_until_ = 0;   // the compressing thread is busy until then
   bool finished_ = false;
   std::vector<double> ack_delays_us_;
   bool record_parts_ = false;

@@ -75,7 +75,8 @@ TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
   // leaves one unset (FERRY_PARTITION_BYTES 0: sized by the link) means Ferry's default.
   SimOptions base = options;
   for (const char* knob : {"FERRY_SCHEDULING_POLICY", "FERRY_PARTITION_BYTES",
-                           "FERRY_P3_SLICE_BYTES", "FERRY_SCHEDULING_CREDIT"}) {
+                           "FERRY_P3_SLICE_BYTES", "FERRY_SCHEDULING_CREDIT",
+                           "FERRY_COMPRESSION"}) {
     base.env.erase(knob);
   }
   std::set<std::map<std::string, std::string>> seen;
@@ -93,9 +94,17 @@ TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
   for (int i = 0; i < tune.finalists && i < static_cast<int>(stage1.size()); ++i) {
     for (const auto& env : Grid(stage1[i].env.at("FERRY_SCHEDULING_POLICY"), tune)) run(env);
   }
+  auto faster = [](const Candidate& a, const Candidate& b) { return a.median_ms < b.median_ms; };
+  if (!tune.compressions.empty() && !all.empty()) {
+    const Candidate best = *std::min_element(all.begin(), all.end(), faster);
+    for (const std::string& compression : tune.compressions) {
+      auto env = best.env;
+      env["FERRY_COMPRESSION"] = compression;
+      run(env);
+    }
+  }
   r.ranked = all;
-  std::stable_sort(r.ranked.begin(), r.ranked.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.median_ms < b.median_ms; });
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), faster);
   return r;
 }
 

@@ -16,7 +16,8 @@
 //      `partition_bytes`, where 0 leaves it unset: partitions sized by the link,
 //      FERRY_PARTITION_MS; FERRY_P3_SLICE_BYTES from `p3_slice_bytes` for p3) and, for the
 //      policies with a credit (credit, usbyte, prophet), every FERRY_SCHEDULING_CREDIT in
-//      `credits`.
+//      `credits`;
+//   3. the best of them with every FERRY_COMPRESSION in `compressions`.
 // Every candidate keeps the options' own env (--env) except the knobs it sets. The
 // baseline is the options' env as given (Ferry's defaults unless --env says otherwise).
 // Deterministic, as Simulate is.
@@ -39,6 +40,11 @@ struct TuneOptions {
   int seeds = 3;
   double jitter = 0.02;
   int finalists = 2;
+  // Stage 3: the best settings of stages 1-2 with each of these FERRY_COMPRESSION values
+  // ("none" among them); empty: compression is not searched. Compression changes what the
+  // servers sum (docs/compression.md): --tune prints the best settings without it too.
+  std::vector<std::string> compressions = {"none", "onebit+ef", "topk:0.01+ef",
+                                           "randomk:0.01+ef"};
 };
 
 struct Candidate {

@@ -138,6 +138,23 @@ void CompressOnebit(const float* v, uint64_t n, uint8_t* out) {
   }
 }
 
+// Element i is the scale with bit i of `bits` as its sign bit: no branch, 8 at a time.
+void DecodeOnebit(float scale, const uint8_t* bits, uint64_t n, float* out) {
+  uint32_t magnitude;
+  std::memcpy(&magnitude, &scale, 4);
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint32_t byte = bits[i / 8];
+    uint32_t words[8];
+    for (int j = 0; j < 8; ++j) words[j] = magnitude | (((byte >> j) & 1u) << 31);
+    std::memcpy(out + i, words, sizeof(words));
+  }
+  for (; i < n; ++i) {
+    const uint32_t word = magnitude | (((bits[i / 8] >> (i % 8)) & 1u) << 31);
+    std::memcpy(out + i, &word, 4);
+  }
+}
+
 // The magnitude top-k orders by: NaN above everything (a NaN gradient is sent, not hidden).
 float Magnitude(float x) { return std::isnan(x) ? INFINITY : std::fabs(x); }
 
@@ -223,8 +240,7 @@ Status DecodeFloats(const CompressionSpec& spec, const uint8_t* wire, uint64_t n
       if (!(scale >= 0) || !std::isfinite(scale)) {
         return BadMessageError(StrCat("onebit scale ", scale, " is not a finite magnitude"));
       }
-      const uint8_t* bits = wire + 4;
-      for (uint64_t i = 0; i < n; ++i) out[i] = (bits[i / 8] >> (i % 8)) & 1 ? -scale : scale;
+      DecodeOnebit(scale, wire + 4, n, out);
       return Status::Ok();
     }
     case Kind::kTopk: {
@@ -366,7 +382,12 @@ void PartitionCompressor::Compress(const void* input, uint64_t seed, uint8_t* ou
     return;
   }
   work_.resize(n_);
-  ToFloats(input, dtype_, n_, work_.data());
+  if (dtype_ == DataType::kFloat32 && momentum_.empty()) {  // one pass: input + residual
+    const float* in = static_cast<const float*>(input);
+    for (uint64_t i = 0; i < n_; ++i) work_[i] = in[i] + residual_[i];
+  } else {
+    ToFloats(input, dtype_, n_, work_.data());
+  }
   if (!momentum_.empty()) {  // Nesterov: m = mu m + g; g' = g + mu m
     const float mu = static_cast<float>(spec_.momentum);
     for (uint64_t i = 0; i < n_; ++i) {
@@ -374,7 +395,7 @@ void PartitionCompressor::Compress(const void* input, uint64_t seed, uint8_t* ou
       work_[i] += mu * momentum_[i];
     }
   }
-  if (!residual_.empty()) {
+  if (!residual_.empty() && !(dtype_ == DataType::kFloat32 && momentum_.empty())) {
     for (uint64_t i = 0; i < n_; ++i) work_[i] += residual_[i];
   }
   CompressFloats(spec_, work_.data(), n_, seed, out);

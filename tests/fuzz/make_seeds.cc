@@ -3,12 +3,14 @@
 // again after a change to the wire, a new protocol version above all). Exits 1 when a seed
 // is not as valid as it should be.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "common/compress/codec.h"
 #include "common/transport/fused_push.h"
 #include "common/transport/message.h"
 #include "common/transport/rows_message.h"
@@ -172,6 +174,28 @@ int main(int argc, char** argv) {
     const std::string bytes(std::min<uint64_t>(64, 200 - offset), '\x06');
     frame.envelope.set_length(bytes.size());
     Write(dir, offset == 64 ? "push_frame" : "push_frame_last", frame, bytes);
+  }
+  // Compressed pushes (protocol 10): 37 float32 values in every compressor's format.
+  for (const char* text : {"onebit+ef", "topk:0.25", "randomk:0.25", "dither:8", "fp16"}) {
+    ferry::CompressionSpec spec;
+    ferry::CompressionSpec::Parse(text, &spec).ThrowIfError();
+    std::vector<float> values(37);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 7) - 3.0f;
+    std::string bytes(ferry::CompressedBytes(spec, values.size()), '\0');
+    ferry::CompressFloats(spec, values.data(), values.size(),
+                          ferry::PushSeed(spec, ferry::MakeKey(4, 0), 2, 0),
+                          reinterpret_cast<uint8_t*>(bytes.data()));
+    auto push = MakeMessage(proto::PUSH, 3);
+    push.envelope.set_request_id(21);
+    push.envelope.set_key(ferry::MakeKey(4, 0));
+    push.envelope.set_round(2);
+    push.envelope.set_dtype(proto::FLOAT32);
+    push.envelope.set_compression(spec.ToString());
+    push.envelope.set_raw_length(values.size() * 4);
+    push.envelope.set_length(bytes.size());
+    std::string name = std::string("push_compressed_") + text;
+    for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    Write(dir, name, push, bytes);
   }
   auto result = MakeMessage(proto::PUSH_RESULT, 1);
   result.envelope.set_length(16);

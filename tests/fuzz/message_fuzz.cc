@@ -1,7 +1,8 @@
 // libFuzzer target for everything that parses bytes from the wire: envelope decoding,
 // message validation (a valid frame lies inside its key, on its cut), the splitting of a fused push
 // (PUSH_FUSED) into its pushes, a server key's classification of a push, and a sparse-rows push
-// (ROWS_PUSH) checked and summed as a server's rows key would.
+// (ROWS_PUSH) checked and summed as a server's rows key would, and a compressed push
+// decoded and its sum compressed again as a server's SumCompression does.
 //
 // Input layout (so the fuzzer can shape frames): byte 0 = number of frames (1..3, mod 4),
 // then per frame a little-endian u16 length and that many bytes (truncated at the end
@@ -22,6 +23,7 @@
 #include "common/transport/rows_message.h"
 #include "server/key_state.h"
 #include "server/row_key_state.h"
+#include "server/sum_compression.h"
 
 namespace {
 
@@ -94,6 +96,29 @@ void ServeRows(const ferry::Message& m) {
   }
 }
 
+// A valid compressed push is decoded as the server decodes it (refused with a reason, or
+// the raw values it stands for), summed, and its sum compressed to the spec's size.
+void ServeCompressedPush(const ferry::Message& m) {
+  ferry::Request request;
+  request.message = m;
+  request.rank = static_cast<int>(static_cast<uint32_t>(m.sender()) % 4);
+  ferry::SumCompression codec(1 << 20);
+  if (!codec.DecodePush(request).empty()) return;
+  const ferry::proto::Envelope& e = request.message.envelope;
+  if (request.message.payload.size() != e.raw_length() || e.length() != e.raw_length()) {
+    __builtin_trap();
+  }
+  ServePush(request.message);
+  ferry::CompressionSpec spec;
+  if (!ferry::CompressionSpec::Parse(e.compression(), &spec).ok()) __builtin_trap();
+  const auto dtype = static_cast<ferry::DataType>(e.dtype());
+  const ferry::Buffer wire =
+      codec.CompressSum(e.key(), e.round(), e.compression(), dtype, request.message.payload);
+  if (wire.size() != ferry::CompressedBytes(spec, e.raw_length() / ferry::DataTypeSize(dtype))) {
+    __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -113,7 +138,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (m.type() == ferry::proto::PUSH || m.type() == ferry::proto::PUSH_RESULT) {
     CheckFrameInvariants(m.envelope);
   }
-  if (m.type() == ferry::proto::PUSH) {
+  if (m.type() == ferry::proto::PUSH && !m.envelope.compression().empty()) {
+    ServeCompressedPush(m);
+  } else if (m.type() == ferry::proto::PUSH) {
     ServePush(m);
   } else if (m.type() == ferry::proto::ROWS_PUSH) {
     ServeRows(m);

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/compress/codec.h"
 #include "server/param_protocol.h"
 #include "server/round_protocol.h"
 #include "server/rows_protocol.h"
@@ -237,6 +238,91 @@ TEST(RoundProtocolTest, AMismatchFailsTheKeyForEveryPusher) {
   ASSERT_EQ(r.size(), 1u);
   ExpectError(r[0], 2, 0, ErrorCode::kMismatch, reason);
   EXPECT_EQ(h.counters.rejected, 2u);
+}
+
+// A push of `values` compressed with `spec` (as a worker's PushCompression sends it).
+Request CompressedPush(int rank, uint32_t round, const std::vector<float>& values,
+                       const std::string& spec_text) {
+  CompressionSpec spec;
+  CompressionSpec::Parse(spec_text, &spec).ThrowIfError();
+  std::vector<uint8_t> wire(CompressedBytes(spec, values.size()));
+  CompressFloats(spec, values.data(), values.size(), PushSeed(spec, kKey, round, rank),
+                 wire.data());
+  Request r = DenseRequest(proto::PUSH, rank, round, {}, false, wire.size());
+  r.message.payload = Buffer::CopyOf(wire.data(), wire.size());
+  r.message.envelope.set_compression(spec.ToString());
+  r.message.envelope.set_raw_length(values.size() * 4);
+  return r;
+}
+
+TEST(RoundProtocolTest, CompressedPushesAreSummedAndTheSumCompressedOnceForEveryPusher) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = CompressedPush(0, 0, {1, -2, 3, -4, 5, -6, 7, -8, 9}, "onebit");
+  Request b = CompressedPush(1, 0, {1, 2, 3, 4, 5, 6, 7, 8, 9}, "onebit");
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 4u);
+  // Decoded: worker 0 +-5 by sign, worker 1 +5: sums 10 or 0; the sum's onebit: scale 50/9.
+  const CompressionSpec spec = [] {
+    CompressionSpec s;
+    CompressionSpec::Parse("onebit", &s).ThrowIfError();
+    return s;
+  }();
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(r[i].kind, Reply::Kind::kSum);
+    EXPECT_EQ(r[i].compression, "onebit");
+    EXPECT_EQ(r[i].raw_length, 36u);
+    EXPECT_EQ(r[i].payload.size(), CompressedBytes(spec, 9));
+    std::vector<float> sum(9);
+    ASSERT_TRUE(Decompress(spec, DataType::kFloat32, r[i].payload.bytes(), r[i].payload.size(),
+                           9, CompressionSeed(kKey, 0), sum.data())
+                    .ok());
+    const float scale = 50.0f / 9;
+    EXPECT_EQ(sum, std::vector<float>(9, scale));  // every sum is >= 0: positive signs
+  }
+  EXPECT_EQ(r[2].payload.data(), r[3].payload.data()) << "one compressed sum for every pusher";
+  EXPECT_EQ(ToMessage(r[2], 1).envelope.compression(), "onebit");
+}
+
+TEST(RoundProtocolTest, ACorruptCompressedPushFailsTheKeyForEveryPusherSayingWhy) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = CompressedPush(0, 0, std::vector<float>(64, 1.0f), "topk:0.25");
+  p.Push(a);
+  Request b = CompressedPush(1, 0, std::vector<float>(64, 1.0f), "topk:0.25");
+  const uint32_t out_of_range = 999;
+  std::memcpy(b.message.payload.bytes(), &out_of_range, 4);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  ExpectAck(r[0], 0, 0);
+  ExpectError(r[1], 0, 0, ErrorCode::kMismatch, "top-k index 999 at position 0 is out of range");
+  ExpectError(r[2], 1, 0, ErrorCode::kBadMessage, "worker 1's compressed push");
+  for (const char* spec : {"zip", "none"}) {  // refused, and the server goes on
+    Request c = CompressedPush(1, 0, std::vector<float>(64, 1.0f), "onebit");
+    c.message.envelope.set_compression(spec);
+    p.Push(c);
+    r = h.Take();
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].kind, Reply::Kind::kError);
+  }
+}
+
+TEST(RoundProtocolTest, WorkersThatCompressARoundDifferentlyFailItNamingBoth) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  Request a = CompressedPush(0, 0, std::vector<float>(64, 1.0f), "onebit+ef");
+  Request b = Push(1, 0, std::vector<float>(64, 1.0f));  // raw
+  p.Push(a);
+  p.Push(b);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  const std::string reason = "worker 1 compresses it with none, an earlier push of the round "
+                             "with onebit+ef";
+  ExpectError(r[1], 0, 0, ErrorCode::kMismatch, reason);
+  ExpectError(r[2], 1, 0, ErrorCode::kMismatch, reason);
 }
 
 TEST(RoundProtocolTest, AJoinCompletesTheRoundWithoutTheWorkerThenEveryoneRestarts) {

@@ -69,7 +69,9 @@ TEST(TuneTest, TriesEveryPolicyThenTheFinalistsGridsRankedFastestFirst) {
   const std::string first = stage1[0].env.at("FERRY_SCHEDULING_POLICY");
   const std::string second = stage1[1].env.at("FERRY_SCHEDULING_POLICY");
   // A non-credit policy's grid holds its stage-1 candidate (partition 0: unset) once.
-  size_t expected = t.policies.size() + GridSize(first, t) + GridSize(second, t);
+  // Stage 3: the best with each compression.
+  size_t expected = t.policies.size() + GridSize(first, t) + GridSize(second, t) +
+                    t.compressions.size();
   for (const std::string& p : {first, second}) {
     if (p == "fifo") expected -= 1;
   }
@@ -79,6 +81,11 @@ TEST(TuneTest, TriesEveryPolicyThenTheFinalistsGridsRankedFastestFirst) {
     const std::string policy = c.env.at("FERRY_SCHEDULING_POLICY");
     if (c.env.size() > 1) {
       EXPECT_TRUE(policy == first || policy == second) << DescribeEnv(c.env);
+    }
+    if (c.env.count("FERRY_COMPRESSION")) {  // the best of stages 1-2, compressed
+      auto without = c.env;
+      without.erase("FERRY_COMPRESSION");
+      EXPECT_TRUE(envs.count(without)) << DescribeEnv(c.env);
     }
   }
 }
