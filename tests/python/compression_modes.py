@@ -54,3 +54,34 @@ def mode_compression(args, out):
     out["bad"] = _outcome(lambda: bps.push_pull(_values(N, rank), name="bad",
                                                 compression=bps.Compression.custom("zip")))
     out["stats"] = _core.stats()
+
+
+def mode_compression_ddp(args, out):
+    """Plain DDP over the ferry backend with compression_hook(topk(0.25)): the replicas stay
+    equal, the loss falls, and the buckets went compressed (FERRY_COMPRESSION_MIN_BYTES=0)."""
+    import os
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from ferry.torch.distributed import compression_hook
+    rank, size = bps.rank(), bps.size()
+    dist.init_process_group("ferry", init_method="tcp://127.0.0.1:%s"
+                            % os.environ["FERRY_TEST_DDP_PORT"], rank=rank, world_size=size)
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(None, compression_hook(bps.Compression.topk(0.25)))
+    out["bad_hook"] = _outcome(lambda: compression_hook(bps.Compression.none))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(64, 32, generator=g)
+    y = (x[:, :4].argmax(1))
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    out["losses"] = losses
+    out["params"] = [p.detach().clone() for p in model.parameters()]
+    out["stats"] = _core.stats()

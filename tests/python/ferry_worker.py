@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import ferry.torch as bps
 from ferry import _core
-from compression_modes import mode_compression  # noqa: F401
+from compression_modes import mode_compression, mode_compression_ddp  # noqa: F401
 from parity_modes import (mode_hvd_api, mode_hvd_laggard, mode_hvd_programs,  # noqa: F401
                           mode_hvd_reinit, mode_hvd_stall)  # (run by name)
 

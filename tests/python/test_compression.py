@@ -84,3 +84,20 @@ def test_train_digits_reaches_096_compressed(compression):
                        env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "compression " + compression in r.stdout, r.stdout[-2000:]
+
+
+def test_ddp_with_the_ferry_backends_compression_hook(cluster):
+    from conftest import free_port
+    c = cluster(workers=WORKERS, servers=1,
+                env={"FERRY_TEST_DDP_PORT": str(free_port()), "FERRY_COMPRESSION_MIN_BYTES": "0"})
+    c.start("compression_ddp")
+    res = sorted(c.wait_workers(timeout=120), key=lambda r: r["rank"])
+    for r in res:
+        assert "traceback" not in r, r.get("traceback")
+        kind, message = r["bad_hook"]
+        assert kind == "ValueError" and "not a compressor the core runs" in message, message
+        for mine, first in zip(r["params"], res[0]["params"]):
+            assert torch.equal(mine, first), "the replicas differ"
+        assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]
+        raw, wire = r["stats"]["compression_raw_bytes"], r["stats"]["compression_wire_bytes"]
+        assert raw > 0 and wire < raw, (raw, wire)

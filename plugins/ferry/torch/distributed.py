@@ -13,6 +13,9 @@ and checks that torch.distributed's rank and world size are Ferry's. Under a pla
 launch (torchrun's variables, no DMLC_*), it first starts what scripts/ferry-run would
 (torchrun.py: the scheduler beside RANK 0, a server beside each node's LOCAL_RANK 0).
 
+Gradient compression: ``compression_hook(ferry.torch.Compression.topk(0.01))`` is a DDP
+communication hook; the backend's allreduces follow FERRY_COMPRESSION otherwise.
+
 Operations (each returns at once; ``Work.wait()`` or its future waits):
   allreduce (SUM, AVG, MIN, MAX, PRODUCT), allreduce_coalesced, broadcast, allgather,
   _allgather_base, reduce_scatter, _reduce_scatter_base, reduce, gather, scatter, barrier.
@@ -243,15 +246,22 @@ class ProcessGroupFerry(dist.ProcessGroup):
         self._refuse("%s with ReduceOp.%s" % (call, _op_name(op)),
                      "Ferry reduces by SUM, AVG, MIN, MAX and PRODUCT")
 
-    def _allreduce_start(self, tensors, average, reduce, kind="allreduce"):
+    def _allreduce_start(self, tensors, average, reduce, kind="allreduce", compression=""):
         for t in tensors:
             _checks._check_tensor(t, "tensor of %s" % kind)
         names = _distinct([self._name(kind, t) for t in tensors])
 
         def start(priorities):
-            return [_push_pull._push_pull_async(t, t, average, n, p, reduce=reduce)
+            return [_push_pull._push_pull_async(t, t, average, n, p, reduce=reduce,
+                                                compression=compression)
                     for t, n, p in zip(tensors, names, priorities)]
         return start, names
+
+    def compressed_allreduce(self, tensor, compression):
+        """The average of `tensor` over the group, compressed by the core with
+        `compression` (its text): compression_hook's work."""
+        start, names = self._allreduce_start([tensor], True, None, "compressed", compression)
+        return self._start(start, lambda results: [tensor], names)
 
     # ----------------------------------------------------------------- collectives
 
@@ -412,6 +422,36 @@ def _create(store, rank, world_size, timeout):
     group_id = ProcessGroupFerry._created
     ProcessGroupFerry._created += 1
     return ProcessGroupFerry(rank, world_size, group_id)
+
+
+def compression_hook(compression):
+    """A DDP communication hook that averages each gradient bucket over the ``ferry``
+    backend with the core's gradient compression (docs/compression.md):
+
+        ddp.register_comm_hook(None, ferry.torch.distributed.compression_hook(
+            ferry.torch.Compression.topk(0.01)))
+
+    `compression`: a ferry.torch Compression (fp16, bf16, onebit, topk(r), randomk(r),
+    dither(s), custom(text)) or its text. Error feedback's residual is kept per bucket by
+    the core. DDP's process group must be the ``ferry`` backend's."""
+    text = compression if isinstance(compression, str) else getattr(compression, "core", None)
+    if not text:
+        raise ValueError("ferry compression_hook: %r is not a compressor the core runs; use "
+                         "ferry.torch.Compression.onebit, topk(r), randomk(r), dither(s), fp16, "
+                         "bf16 or custom(text)" % (compression,))
+
+    def hook(state, bucket):
+        group = state if isinstance(state, ProcessGroupFerry) else None
+        if group is None:
+            from torch.distributed.distributed_c10d import _get_default_group
+            group = _get_default_group()
+        if not isinstance(group, ProcessGroupFerry):
+            raise RuntimeError("ferry compression_hook: DDP's process group is %r, not the "
+                               "ferry backend's" % (group,))
+        tensor = bucket.buffer()
+        return group.compressed_allreduce(tensor, text).get_future().then(
+            lambda fut: fut.value()[0])
+    return hook
 
 
 def register():
