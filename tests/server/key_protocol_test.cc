@@ -310,6 +310,28 @@ TEST(RoundProtocolTest, ACorruptCompressedPushFailsTheKeyForEveryPusherSayingWhy
   }
 }
 
+TEST(RoundProtocolTest, ANewMembershipEpochForgetsTheSumsResiduals) {
+  // onebit+ef: the server keeps what the sum's compression lost, so the same round pushed
+  // again carries it over; after a new epoch the same pushes give the first round's bytes.
+  auto round = [](RoundProtocol& p, Harness& h) {
+    Request a = CompressedPush(0, 0, {1, -2, 3, 0.5}, "onebit+ef");
+    Request b = CompressedPush(1, 0, {2, 1, -3, 0.25}, "onebit+ef");
+    p.Push(a);
+    p.Push(b);
+    std::vector<Reply> r = h.Take();
+    EXPECT_EQ(r.size(), 4u);
+    const Buffer& sum = r.back().payload;
+    return std::vector<uint8_t>(sum.bytes(), sum.bytes() + sum.size());
+  };
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  const std::vector<uint8_t> first = round(p, h);
+  p.Restart(KeyProtocol::RestartCause::kAllJoined);  // rounds start over, residuals stay
+  EXPECT_NE(round(p, h), first);
+  p.Restart(KeyProtocol::RestartCause::kNewEpoch);  // a new membership: residuals go
+  EXPECT_EQ(round(p, h), first);
+}
+
 TEST(RoundProtocolTest, WorkersThatCompressARoundDifferentlyFailItNamingBoth) {
   Harness h(2);
   RoundProtocol p(h.Context(), false);
