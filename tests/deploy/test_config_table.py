@@ -83,6 +83,8 @@ INVALID = {
     "FERRY_METRICS_PORT": "70000",
     "FERRY_METRICS_BIND": "localhost",  # an IPv4 address, not a name
     "FERRY_METRICS_LINGER_MS": "-1",
+    "FERRY_COMPRESSION": "topk:1.5",
+    "FERRY_COMPRESSION_MIN_BYTES": "-1",
 }
 
 # Documented variables the programs do not read, or that accept any value.

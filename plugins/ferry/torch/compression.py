@@ -48,12 +48,13 @@ class FP16Compressor(Compressor):
     directly) cast as Horovod's does."""
 
     core = "fp16"
+    wire_dtype = torch.float16
 
-    @staticmethod
-    def compress(tensor):
+    @classmethod
+    def compress(cls, tensor):
         dtype = tensor.dtype
-        if dtype.is_floating_point and dtype != torch.float16:
-            return tensor.to(torch.float16), dtype
+        if dtype.is_floating_point and dtype != cls.wire_dtype:
+            return tensor.to(cls.wire_dtype), dtype
         return tensor, dtype
 
     @staticmethod
@@ -67,13 +68,7 @@ class BF16Compressor(FP16Compressor):
     """Floating-point tensors travel as bfloat16 (halves the bytes, float32's range)."""
 
     core = "bf16"
-
-    @staticmethod
-    def compress(tensor):
-        dtype = tensor.dtype
-        if dtype.is_floating_point and dtype != torch.bfloat16:
-            return tensor.to(torch.bfloat16), dtype
-        return tensor, dtype
+    wire_dtype = torch.bfloat16
 
 
 class CoreCompressor(Compressor):
