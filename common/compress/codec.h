@@ -44,8 +44,10 @@ uint64_t CompressionSeed(uint64_t key, uint32_t round, uint64_t salt = 0);
 uint64_t PushSeed(const CompressionSpec& spec, uint64_t key, uint32_t round, int rank);
 
 // Writes the n values `wire` stands for into `out` (n elements of `dtype`). A wire of the
-// wrong size, an index out of order or range, a level above S or a scale that is negative
-// or not finite is refused (kBadMessage, saying which) and `out` is left unspecified.
+// wrong size, an index out of order or range, a level above S, a negative scale or a
+// dithering scale that is not finite is refused (kBadMessage, saying which) and `out` is
+// left unspecified. What an encoder wrote is never refused: non-finite gradients travel as
+// onebit's non-finite scale (as raw pushes would carry them) and as dithering's zeros.
 Status Decompress(const CompressionSpec& spec, DataType dtype, const uint8_t* wire,
                   uint64_t wire_bytes, uint64_t n, uint64_t seed, void* out);
 

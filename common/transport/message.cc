@@ -189,7 +189,7 @@ Status ValidateMessage(const Message& m, uint64_t max_payload_bytes) {
                                     DataTypeName(static_cast<DataType>(e.dtype())),
                                     " elements within the limit of ", max_payload_bytes));
     }
-    return Status::Ok();
+    return CheckFrame(e, max_payload_bytes);  // a whole key: offset 0, no other key length
   }
   if (m.payload.size() % element != 0) {
     return BadMessageError(StrCat("payload of ", m.payload.size(),

@@ -282,6 +282,26 @@ TEST(CompressionTest, NesterovMomentumBeforeCompression) {
   EXPECT_EQ(wire, Compress(spec, g, 0));
 }
 
+TEST(CompressionTest, NonFiniteGradientsCompressWithoutARefusal) {
+  // What an encoder wrote always decodes (a server compressing an overflowing sum must not
+  // fail): onebit carries the infinite scale, dithering sends zeros.
+  std::vector<float> v = {1.0f, -3e38f, 3e38f, INFINITY, 2.0f, -1.0f, 0.5f, NAN, 7.0f};
+  for (const char* name : {"onebit+ef", "dither:8+ef", "topk:0.5+ef", "randomk:0.5+ef",
+                           "fp16+ef", "bf16+ef"}) {
+    const CompressionSpec spec = Spec(name);
+    PartitionCompressor c(spec, DataType::kFloat32, v.size(), false);
+    std::vector<uint8_t> wire(CompressedBytes(spec, v.size()));
+    for (int round = 0; round < 3; ++round) {
+      EXPECT_NO_THROW(c.Compress(v.data(), round, wire.data())) << name;
+      std::vector<float> out(v.size());
+      EXPECT_TRUE(::ferry::Decompress(spec, DataType::kFloat32, wire.data(), wire.size(),
+                                      v.size(), round, out.data())
+                      .ok())
+          << name;
+    }
+  }
+}
+
 TEST(CompressionTest, TheSameInputsGiveTheSameBytes) {
   for (const char* name : {"onebit+ef", "topk:0.01+ef", "randomk:0.01+ef", "dither:32+ef",
                            "fp16+ef+momentum:0.9"}) {
@@ -310,9 +330,9 @@ TEST(CompressionTest, CorruptInputIsRefusedWithTheReason) {
   const std::vector<float> v = Values(n, 60);
   std::vector<uint8_t> onebit = Compress(Spec("onebit"), v);
   refuse("onebit", std::vector<uint8_t>(onebit.begin(), onebit.end() - 1), "compressed bytes");
-  const float nan = NAN;
-  std::memcpy(onebit.data(), &nan, 4);
-  refuse("onebit", onebit, "scale");
+  const float negative = -1.0f;
+  std::memcpy(onebit.data(), &negative, 4);
+  refuse("onebit", onebit, "scale -1 is negative");
   std::vector<uint8_t> topk = Compress(Spec("topk:0.1"), v);
   std::swap_ranges(topk.begin(), topk.begin() + 4, topk.begin() + 8);  // indices out of order
   refuse("topk:0.1", topk, "out of order");

@@ -178,6 +178,9 @@ TEST(MessageTest, ACompressedPayloadStandsForWholeElements) {
   m.envelope.set_raw_length(4000);
   SetFrame(&m.envelope, 0, 8000, 4000);  // compressed keys are never cut in frames
   EXPECT_FALSE(ValidateMessage(m, kLimit).ok());
+  SetFrame(&m.envelope, 0, 64, 0);  // a whole key that says it has other bytes (fuzzer)
+  EXPECT_TRUE(StrContains(ValidateMessage(m, kLimit).message(), "says the key has 64"))
+      << ValidateMessage(m, kLimit).message();
 }
 
 TEST(MessageTest, RejectsUnknownReduceOp) {
