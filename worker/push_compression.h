@@ -44,7 +44,8 @@ class PushCompression {
   // REQUIRES: Compressed(op, p).
   Buffer Compress(const Operation& op, const PartitionSpec& p, uint64_t key, uint32_t round,
                   int rank);
-  // Marks push `m` (of partition `p` of `op`, payload `wire`) as compressed.
+  // Marks push `m` of partition `p` of `op` as compressed (its compressor's text and the
+  // raw bytes its payload stands for).
   static void Label(const Operation& op, const PartitionSpec& p, Message* m);
   // Why the sum `m` does not answer compressed partition `p` of `op` (empty if it does).
   static std::string CheckSum(const Operation& op, const PartitionSpec& p, const Message& m);

@@ -80,7 +80,6 @@ class Reference {
   }
 
   std::vector<uint8_t> Round(size_t index, int round, int workers) {
-    const uint64_t bytes = t_.n * DataTypeSize(t_.dtype);
     std::vector<uint8_t> sum;
     for (int r = 0; r < workers; ++r) {
       std::vector<uint8_t> x = Input(t_, index, r, round);
@@ -105,7 +104,6 @@ class Reference {
           .ThrowIfError();
     }
     if (t_.average) Scale(sum.data(), 1.0 / workers, t_.n, t_.dtype);
-    (void)bytes;
     return sum;
   }
 

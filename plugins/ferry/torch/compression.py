@@ -71,17 +71,10 @@ class BF16Compressor(FP16Compressor):
     wire_dtype = torch.bfloat16
 
 
-class CoreCompressor(Compressor):
+class CoreCompressor(NoneCompressor):
     """A compressor the core runs (onebit, top-k, random-k, dithering): push_pull hands the
-    tensor to the core unchanged, so compress() and decompress() are identities here."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+    tensor to the core unchanged, so compress() and decompress() are NoneCompressor's
+    identities here."""
 
 
 def _core(text, doc):
