@@ -28,11 +28,13 @@
 #include <vector>
 
 #include "common/util/error.h"
+#include "tests/support/process_group.h"
 
 namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::FreePort;
 constexpr auto kDeadline = std::chrono::seconds(5);
 
 // Polls `pred` until it holds or 5 s passed; returns its last value.
@@ -48,20 +50,6 @@ bool WaitUntil(const std::function<bool()>& pred) {
 std::string Endpoint(int port) { return StrCat("tcp://127.0.0.1:", port); }
 
 // A port nobody listens on (the kernel's choice, released again).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 struct Received {
   Message message;
   Origin origin;

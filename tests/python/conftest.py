@@ -10,6 +10,7 @@ in the fixture's teardown whatever happened; every wait has a deadline.
 """
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,6 +34,22 @@ sys.path.insert(0, str(EXAMPLES))
 
 
 def free_port():
+    """A free port below the kernel's ephemeral range, so that no process binding port 0
+    (servers and workers do) can take it between this check and the scheduler's bind."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        high = 0
+    rng = random.Random()
+    for _ in range(200 if high - 10000 >= 1000 else 0):
+        port = rng.randint(10000, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
