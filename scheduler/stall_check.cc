@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/cluster/point_to_point_label.h"
 #include "common/util/strings.h"
 
 namespace ferry {
@@ -97,8 +98,11 @@ std::vector<StallCheck::Stall> StallCheck::Check(int64_t now_ms) {
   for (auto& [key, s] : ops) {
     if (s.waited_ms < threshold) continue;
     bool unknown = false;
+    int src = -1, dst = -1;  // a point-to-point operation involves only its two ranks
+    const bool pair = ParsePointToPointLabel(s.label, &src, &dst);
     for (int rank = 0; rank < num_workers_ && !unknown; ++rank) {
       if (std::binary_search(s.waiting.begin(), s.waiting.end(), rank)) continue;
+      if (pair && rank != src && rank != dst) continue;
       const Report& r = reports_[static_cast<size_t>(rank)];
       auto count = r.counts.find(s.label);
       if (!r.known || count == r.counts.end()) {
@@ -123,6 +127,17 @@ std::vector<StallCheck::Stall> StallCheck::Check(int64_t now_ms) {
 }
 
 std::string StallCheck::Message(const Stall& s) const {
+  int src = -1, dst = -1;
+  if (ParsePointToPointLabel(s.label, &src, &dst)) {
+    const bool sender_missing = !s.missing.empty() && s.missing.front() == src;
+    std::string m = StrCat("stall: ", s.label, " (message ", s.seq, " under this name) has waited ",
+                           Seconds(s.waited_ms), " on rank ", Ranks(s.waiting), " for rank ",
+                           Ranks(s.missing), ", which has not ",
+                           sender_missing ? "sent it (no matching send)"
+                                          : "received it (no matching receive)");
+    if (s.shutdown) return StrCat(m, "; ending the job (FERRY_STALL_SHUTDOWN_MS=", shutdown_ms_, ")");
+    return StrCat(m, " (FERRY_STALL_WARNING_MS=", warning_ms_, ")");
+  }
   std::string m = StrCat(
       "stall: ", s.label, " (operation ", s.seq, " under this name) has waited ",
       Seconds(s.waited_ms), " on rank", s.waiting.size() > 1 ? "s " : " ", Ranks(s.waiting),

@@ -119,6 +119,18 @@ int64_t ferry_reduce_async(const char* name, const void* input, void* output, in
   });
 }
 
+int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag) {
+  return Guard([&]() -> int64_t {
+    return static_cast<int64_t>(Get()->SendAsync(data, count, Type(dtype), dst, tag));
+  });
+}
+
+int64_t ferry_recv_async(void* data, uint64_t count, int dtype, int src, int tag) {
+  return Guard([&]() -> int64_t {
+    return static_cast<int64_t>(Get()->RecvAsync(data, count, Type(dtype), src, tag));
+  });
+}
+
 int64_t ferry_push_pull_device_async(const char* name, const void* input, void* output,
                                      int dtype, uint64_t count, int average, int op,
                                      int32_t priority, int device, uintptr_t stream) {

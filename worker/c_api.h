@@ -50,6 +50,12 @@ int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64
  * common/reduce/reduce.h's ReduceOp) instead of summed. */
 int64_t ferry_reduce_async(const char* name, const void* input, void* output, int dtype,
                            uint64_t count, int op, int32_t priority);
+/* Point-to-point (worker/point_to_point.h): `count` elements of `dtype` at `data` to worker
+ * rank `dst` under `tag`, for its matching ferry_recv_async; the handle finishes once that
+ * receive took them. Delivery keeps the call order per (source, destination, tag). */
+int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag);
+/* The next send from rank `src` under `tag` into `data` (`count` elements of `dtype`). */
+int64_t ferry_recv_async(void* data, uint64_t count, int dtype, int src, int tag);
 /* The compression of declared tensor `name`'s later push_pulls ("onebit+ef", "topk:0.01",
  * "none"...; docs/compression.md), over FERRY_COMPRESSION ("": FERRY_COMPRESSION decides
  * again). Every worker sets the same. */

@@ -88,6 +88,26 @@ class Collective {
                      StrCat("compression of tensor '", name, "': a local group "
                             "(FERRY_LOCAL_SIZE > 1) follows FERRY_COMPRESSION alone"));
   }
+  // Point-to-point (worker/point_to_point.h): sends `count` elements of `dtype` at `data` to
+  // rank `dst` under `tag`, for its matching RecvAsync; finished once that receive took
+  // them (then `data` may be reused). Delivery keeps the call order per (source,
+  // destination, tag). Only a Worker: a local group's ranks share one worker process.
+  virtual Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
+                           CompletionCallback done = nullptr) {
+    (void)data, (void)count, (void)dtype, (void)tag, (void)done;
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     StrCat("send to rank ", dst, ": point-to-point needs one worker process per "
+                            "Ferry worker (FERRY_LOCAL_SIZE=1)"));
+  }
+  // Receives the next send from rank `src` under `tag` into `data` (`count` elements of
+  // `dtype`: the sender's must agree, or both fail naming the other's).
+  virtual Handle RecvAsync(void* data, uint64_t count, DataType dtype, int src, int tag,
+                           CompletionCallback done = nullptr) {
+    (void)data, (void)count, (void)dtype, (void)tag, (void)done;
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     StrCat("recv from rank ", src, ": point-to-point needs one worker process "
+                            "per Ferry worker (FERRY_LOCAL_SIZE=1)"));
+  }
   // A push_pull of a tensor in CUDA device memory through the NCCL backend
   // (local/local_nccl.h). `stream`: the cudaStream_t the input was written on (null: the
   // default stream). Blocks until `output` holds the result.

@@ -80,12 +80,15 @@ Worker::Worker(const Config& config)
     : Collective(config.cluster.op_timeout_ms,
                  [this](Handle h) {
                    MutexLock lock(ctx_.mu);
+                   std::string what = p2p_ ? p2p_->DescribeHandle(h) : "";
+                   if (what.empty()) what = sequencer_->Describe(h);
                    return StrCat("timed out after ", config_.cluster.op_timeout_ms,
-                                 " ms (FERRY_OP_TIMEOUT_MS): ", sequencer_->Describe(h));
+                                 " ms (FERRY_OP_TIMEOUT_MS): ", what);
                  }),
       config_(config),
       van_(VanOptionsFor("worker", config)),
-      cluster_(config_, &van_, 0),
+      // Workers listen too, for other workers' point-to-point sends (point_to_point.h).
+      cluster_(config_, &van_, van_.Bind(config_.transport.bind_host, config_.transport.node_port)),
       queue_(MakePolicy(PolicyOptionsOf(config.scheduling)),
              static_cast<uint64_t>(
                  config.scheduling.CreditBytesFor(config.scheduling.InitialPartitionBytes()))) {}
@@ -139,7 +142,9 @@ void Worker::Start() {
     ctx_.sequencer = sequencer_.get();
     dense_ = std::make_unique<DensePushPull>(ctx_, queue_);
     rows_ = std::make_unique<RowsPushPull>(ctx_);
+    p2p_ = std::make_unique<PointToPoint>(ctx_);
     kinds_ = std::make_unique<OperationKinds>();
+    kinds_->Add(p2p_.get(), proto::P2P_ACK);  // knows its request ids: asked first
     kinds_->Add(rows_.get(), proto::ROWS_RESULT);  // knows its request ids: asked first
     kinds_->Add(dense_.get(), proto::PUSH_RESULT);
     join_ = std::make_unique<JoinProtocol>(ctx_, *catalog_);
@@ -436,6 +441,10 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
 
 void Worker::OnMessage(Message&& m, const Origin& origin) {
   if (cluster_.HandleMessage(m, origin)) return;
+  if (m.type() == proto::P2P_SEND || m.type() == proto::P2P_ACK) {
+    OnPointToPoint(std::move(m), origin);
+    return;
+  }
   if (origin.inbound || !cluster_.table().IsServer(origin.peer) || m.sender() != origin.peer) {
     LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a server connection";
     return;
@@ -469,6 +478,20 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
 
 
 
+
+void Worker::OnPointToPoint(Message&& m, const Origin& origin) {
+  OperationKinds* kinds = this->kinds();
+  if (kinds == nullptr) {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": before the worker started";
+  } else if (m.type() == proto::P2P_SEND && origin.inbound) {
+    p2p_->OnSend(std::move(m), origin);
+  } else if (m.type() == proto::P2P_ACK && !origin.inbound && m.sender() == origin.peer &&
+             cluster_.table().IsWorker(origin.peer)) {
+    kinds->OnReply(m);
+  } else {
+    LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not on a worker's connection";
+  }
+}
 
 void Worker::Broadcast(const std::string& name, void* data, DataType dtype, uint64_t count,
                        int root) {

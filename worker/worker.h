@@ -73,6 +73,7 @@
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
 #include "worker/operation_table.h"
+#include "worker/point_to_point.h"
 #include "worker/rows_push_pull.h"
 #include "worker/partition_scheduling/autotune.h"
 #include "worker/partition_scheduling/scheduled_queue.h"
@@ -176,6 +177,15 @@ class Worker : public Collective {
                            const void* values, void* output, DataType dtype, bool average,
                            std::optional<int> priority = std::nullopt,
                            CompletionCallback done = nullptr) override;
+  // Point-to-point (point_to_point.h; Collective's comments).
+  Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
+                   CompletionCallback done = nullptr) override {
+    return p2p_->Send(data, count, dtype, dst, tag, std::move(done));
+  }
+  Handle RecvAsync(void* data, uint64_t count, DataType dtype, int src, int tag,
+                   CompletionCallback done = nullptr) override {
+    return p2p_->Recv(data, count, dtype, src, tag, std::move(done));
+  }
   // A tensor in CUDA device memory: the NCCL backend (local/local_nccl.h) of this one
   // rank copies it to pinned host memory, push_pulls it (asynchronously: other threads'
   // device push_pulls overlap, in the scheduling queue's order), copies the result back.
@@ -289,6 +299,8 @@ class Worker : public Collective {
   explicit Worker(const Config& config);
   void Start();
   void OnMessage(Message&& m, const Origin& origin);  // IO thread
+  // A point-to-point send or its acknowledgement, from another worker (IO thread).
+  void OnPointToPoint(Message&& m, const Origin& origin);
   // PushPullAsync without the reserved-name check: for Ferry's own tensors. Submits, then
   // sends what the queue lets out from this thread (DensePushPull::SendReady).
   // `staged`, `part_summed`: as SubmitPushPull's.
@@ -340,6 +352,8 @@ class Worker : public Collective {
   std::unique_ptr<DensePushPull> dense_;
   std::unique_ptr<RowsPushPull> rows_;
   std::unique_ptr<JoinProtocol> join_;
+  // Set once in Start() before kinds_ (under ctx_.mu); used once kinds() is non-null.
+  std::unique_ptr<PointToPoint> p2p_;
   // Every kind above in one list (operation_kind.h). Set once in Start() under ctx_.mu;
   // van-io reads it under ctx_.mu (kinds()), since a reply may come before it exists.
   std::unique_ptr<OperationKinds> kinds_;

@@ -55,6 +55,16 @@ struct WorkerCounters {
   Counter& rows_pushed = registry.Register("rows_pushed");
   Counter& rows_bytes_pushed = registry.Register("rows_bytes_pushed");
   Counter& rows_bytes_received = registry.Register("rows_bytes_received");
+  // Point-to-point (point_to_point.h): sends and receives made, their bytes, and sends
+  // (or probes) sent again after a timeout.
+  Counter& p2p_sends = registry.Register("p2p.sends");
+  Counter& p2p_receives = registry.Register("p2p.receives");
+  Counter& p2p_bytes_sent = registry.Register(
+      "p2p.bytes_sent", {"ferry_p2p_bytes_sent_total", "bytes this worker sent to other workers"});
+  Counter& p2p_bytes_received = registry.Register(
+      "p2p.bytes_received",
+      {"ferry_p2p_bytes_received_total", "bytes this worker received from other workers"});
+  Counter& p2p_resends = registry.Register("p2p.resends");
   // Gradient compression (push_compression.h): the raw bytes of the partitions compressed,
   // and the bytes they took on the wire.
   Counter& compression_raw_bytes = registry.Register(

@@ -13,7 +13,8 @@ bool FaultInjection::Deliver(Message&& message, const Origin& origin, const Hand
   if (drop_percent_ > 0) {
     const proto::MessageType t = message.type();
     const bool data = t == proto::PUSH || t == proto::PUSH_ACK || t == proto::PUSH_RESULT ||
-                      t == proto::RESEND_SUM || t == proto::PUSH_FUSED;
+                      t == proto::RESEND_SUM || t == proto::PUSH_FUSED ||
+                      t == proto::P2P_SEND || t == proto::P2P_ACK;
     if (data && std::uniform_real_distribution<double>(0, 100)(random_) < drop_percent_) {
       return false;
     }

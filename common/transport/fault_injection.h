@@ -2,7 +2,7 @@
 
 // FaultInjection: what a Van does to received messages in tests of lossy or slow links
 // (VanOptions::drop_percent, delay_ms): drops that share of data messages (pushes, acks,
-// sums, resend requests), or hands every message on only `delay_ms` after it arrived (a
+// sums, resend requests, point-to-point sends and their acks), or hands every message on only `delay_ms` after it arrived (a
 // fixed delay keeps each connection's order). Without either, Deliver hands a message
 // on at once. One thread (the Van's IO thread) calls everything.
 

@@ -26,7 +26,7 @@ Message MakeMessage(proto::MessageType type, int sender) {
 
 bool IsControlMessage(proto::MessageType type) {
   return type == proto::PUSH_ACK || type == proto::ERROR || type == proto::JOIN_ACK ||
-         type == proto::RESEND_SUM;
+         type == proto::RESEND_SUM || type == proto::P2P_ACK;
 }
 
 std::string MessageTypeName(int type) {
@@ -51,7 +51,7 @@ bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::str
 namespace {
 
 bool IsDataMessage(proto::MessageType t) {
-  return t == proto::PUSH || t == proto::PUSH_RESULT;
+  return t == proto::PUSH || t == proto::PUSH_RESULT || t == proto::P2P_SEND;
 }
 
 // The body each control type must carry (or NOT_SET when it needs none).
@@ -207,6 +207,7 @@ std::string Describe(const Message& m) {
     s += StrCat(" ", KeyName(e.key()), " round ", e.round(), " ", e.length(), " bytes");
     if (e.frame_bytes() != 0) s += StrCat(" at offset ", e.offset(), " of ", e.key_length());
   }
+  if (e.type() == proto::P2P_SEND) s += StrCat(" tag ", e.tag(), " #", e.round(), " ", e.length(), " bytes");
   if (e.type() == proto::PUSH_FUSED) {
     s += StrCat(" of ", e.fused_push().pushes_size(), " pushes, ", e.length(), " bytes");
   }

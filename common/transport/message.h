@@ -23,8 +23,9 @@ namespace ferry {
 // Envelope.shm_slot); 7: membership epochs (Envelope.epoch, NodeTable.epoch,
 // RegisterRequest.spare: elastic training); 8: live metrics (counters with the heartbeats);
 // 9: the join barrier carries catalogs (Barrier.catalog_next_id and Barrier.catalog); 10:
-// compressed pushes and sums (Envelope.compression, Envelope.raw_length).
-constexpr uint32_t kProtocolVersion = 10;
+// compressed pushes and sums (Envelope.compression, Envelope.raw_length); 11: point-to-point
+// (P2P_SEND, P2P_ACK, Envelope.tag) and process sets (Envelope.members).
+constexpr uint32_t kProtocolVersion = 11;
 
 struct Message {
   proto::Envelope envelope;
@@ -94,7 +95,7 @@ bool ParseEnvelope(const void* data, size_t size, proto::Envelope* out, std::str
 
 // Control messages: small, and nothing may make them wait behind tensor bytes. They take
 // the control lane where a connection has one (see van.h): PUSH_ACK, ERROR, JOIN_ACK
-// (server -> worker) and RESEND_SUM (worker -> server).
+// (server -> worker), RESEND_SUM (worker -> server) and P2P_ACK (worker -> worker).
 bool IsControlMessage(proto::MessageType type);
 
 // "PUSH", "REGISTER", ... ; "type N" when unknown.

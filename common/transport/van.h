@@ -101,8 +101,9 @@ struct VanOptions {
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
   // Fault injection for tests: drop this percentage of received data messages
-  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, RESEND_SUM), and hold every received message this
-  // long before handing it on (a fixed delay keeps each connection's order).
+  // (PUSH, PUSH_FUSED, PUSH_ACK, PUSH_RESULT, RESEND_SUM, P2P_SEND, P2P_ACK), and hold every
+  // received message this long before handing it on (a fixed delay keeps each connection's
+  // order).
   double drop_percent = 0.0;
   int delay_ms = 0;
   // Called (on the IO thread) for a REGISTER of another protocol version that arrived on

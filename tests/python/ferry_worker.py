@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import ferry.torch as bps
 from ferry import _core
 from compression_modes import mode_compression, mode_compression_ddp  # noqa: F401
+from point_to_point_modes import mode_p2p, mode_p2p_errors, mode_p2p_missing  # noqa: F401
 from parity_modes import (mode_hvd_api, mode_hvd_laggard, mode_hvd_programs,  # noqa: F401
                           mode_hvd_reinit, mode_hvd_stall)  # (run by name)
 
@@ -738,6 +739,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
     p.add_argument("out")
+    p.add_argument("rest", nargs="*", help="the mode's own arguments")
     p.add_argument("--configs", default="sgd")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=16)

@@ -26,11 +26,13 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "<build>/python/ferry (scripts/build); put <build>/python on PYTHONPATH. "
         "Import error: %s" % e) from e
 
-from ferry.torch import _broadcast_allgather, _checks, _horovod, _push_pull, _runtime
+from ferry.torch import (_broadcast_allgather, _checks, _horovod, _point_to_point, _push_pull,
+                         _runtime)
 from ferry.torch._broadcast_allgather import *  # noqa: F401,F403 - their __all__
 from ferry.torch._checks import *  # noqa: F401,F403
 from ferry.torch._horovod import *  # noqa: F401,F403
 from ferry.torch._horovod import _check_process_set
+from ferry.torch._point_to_point import *  # noqa: F401,F403
 from ferry.torch._push_pull import *  # noqa: F401,F403
 from ferry.torch._runtime import *  # noqa: F401,F403
 from ferry.torch._runtime import (_declared, _in_flight, _keepalive, _lock, _optimizers,
@@ -44,7 +46,7 @@ __all__ = [
     "cross_rank", "cross_size", "is_homogeneous",
     "num_servers", "barrier", "join", "step_boundary", "set_scheduling", "scheduling",
 ] + (_runtime.__all__ + _checks.__all__ + _push_pull.__all__ + _broadcast_allgather.__all__ +
-     _horovod.__all__)
+     _horovod.__all__ + _point_to_point.__all__)
 
 FerryError = _core.FerryError
 FerryError.__doc__ = ("An operation failed in the Ferry core (a dead node, a mismatched tensor, "

@@ -1,0 +1,103 @@
+"""Worker modes for test_point_to_point.py, run by ferry_worker.py (`ferry_worker.py MODE OUT`):
+point-to-point sends and receives between workers, and process sets, from Python. Each
+result goes into `out`; the test asserts."""
+
+import torch
+
+import ferry.torch as bps
+from ferry import _core
+
+# Element counts from 1 to 64 MiB of float32 (16 Mi elements).
+SIZES = [1, 3, 1000, 65536 + 7, 1 << 22, 1 << 24]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
+          torch.uint8, torch.int8, torch.int16, torch.bool]
+
+
+def values(n, src, tag, dtype):
+    """What rank `src` sends under `tag`: distinct per (n, src, tag), exact in every dtype."""
+    v = (torch.arange(n, dtype=torch.int64) * 31 + src * 7 + tag * 3) % 97
+    return (v % 2).to(torch.bool) if dtype == torch.bool else v.to(dtype)
+
+
+def _outcome(fn):
+    try:
+        fn()
+        return None
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        return (type(e).__name__, str(e))
+
+
+def mode_p2p(args, out):
+    """Ring: every rank sends to the next and receives from the previous, every dtype and
+    size up to args[0] elements, several messages per tag in flight at once (order), then
+    blocking calls."""
+    rank, size = bps.rank(), bps.size()
+    largest = int(args.rest[0])
+    nxt, prev = (rank + 1) % size, (rank - 1) % size
+    received = {}
+    for dtype in DTYPES:
+        for n in [s for s in SIZES if s <= largest] if dtype == torch.float32 else SIZES[:4]:
+            sends = [bps.isend(values(n, rank, tag, dtype), nxt, tag=tag) for tag in (0, 1)]
+            # Three messages under one tag, received in order.
+            more = [bps.isend(values(n, rank, 10 + k, dtype), nxt, tag=2) for k in range(3)]
+            bufs = {tag: torch.empty(n, dtype=dtype) for tag in (1, 0)}
+            recvs = [bps.irecv(bufs[tag], prev, tag=tag) for tag in (1, 0)]  # other order
+            ordered = [bps.irecv(torch.empty(n, dtype=dtype), prev, tag=2) for _ in range(3)]
+            for h in sends + more + recvs:
+                bps.synchronize(h)
+            got = [bps.synchronize(h) for h in ordered]
+            key = (str(dtype), n)
+            received[key] = {"ok": all(torch.equal(bufs[t], values(n, prev, t, dtype)) for t in (0, 1))
+                             and all(torch.equal(got[k], values(n, prev, 10 + k, dtype))
+                                     for k in range(3))}
+    out["received"] = received
+    # Blocking calls: even ranks send first, odd ranks receive first.
+    x = torch.full((5, 4), float(rank))
+    y = torch.empty(5, 4)
+    if rank % 2 == 0:
+        bps.send(x, nxt, tag=7)
+        bps.recv(y, prev, tag=7)
+    else:
+        bps.recv(y, prev, tag=7)
+        bps.send(x, nxt, tag=7)
+    out["blocking"] = y
+    # A non-contiguous tensor and a view.
+    z = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() + rank
+    zr = torch.empty(4, 3)
+    h = bps.isend(z, nxt, tag=8)
+    bps.recv(zr, prev, tag=8)
+    bps.synchronize(h)
+    out["transposed"] = zr
+    out["stats"] = _core.stats()
+
+
+def mode_p2p_errors(args, out):
+    """Bad input: a rank that does not exist, this rank itself, and a dtype and a size that
+    differ between sender and receiver: both ends raise, naming rank, tag and tensor."""
+    rank, size = bps.rank(), bps.size()
+    out["no_such_rank"] = _outcome(lambda: bps.send(torch.ones(3), size + 5))
+    out["self"] = _outcome(lambda: bps.send(torch.ones(3), rank))
+    peer = 1 - rank
+    if rank == 0:
+        out["dtype"] = _outcome(lambda: bps.send(torch.ones(4), peer, tag=3))
+        out["size"] = _outcome(lambda: bps.send(torch.ones(4), peer, tag=4))
+    else:
+        out["dtype"] = _outcome(lambda: bps.recv(torch.empty(4, dtype=torch.int32), peer, tag=3))
+        out["size"] = _outcome(lambda: bps.recv(torch.empty(5), peer, tag=4))
+    # After the errors the pair still works.
+    if rank == 0:
+        bps.send(torch.full((3,), 42.0), peer, tag=5)
+    else:
+        out["after"] = bps.recv(torch.empty(3), peer, tag=5)
+    bps.barrier()
+
+
+def mode_p2p_missing(args, out):
+    """Rank 1 waits for a send rank 0 never makes: its receive fails at the deadline, naming
+    rank 0; the stall check names rank 0 in the logs before."""
+    if bps.rank() == 1:
+        out["missing"] = _outcome(lambda: bps.recv(torch.empty(3), 0, tag=9))
+    else:
+        import time
+        time.sleep(float(args.rest[0]))
+    bps.barrier()
