@@ -145,6 +145,10 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   uint64_t last_frame_bytes = 0;   // their cut
   uint32_t last_contributors = 0;  // how many pushes last_sums hold
 
+  // A process set's key: its members (Envelope.members, fixed by the first push); empty:
+  // every worker. `absent`: scratch for RoundProtocol::Absent.
+  std::string members;
+  std::vector<bool> absent;
   std::string failure;  // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
   uint64_t bytes_pushed = 0;

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/types/process_set.h"
 #include "server/summation.h"
 
 namespace ferry {
@@ -46,6 +47,7 @@ void RoundProtocol::Push(Request& request) {
       return;
     }
   }
+  if (RefuseOutsider(request, state)) return;
   const FrameRef frame = FrameOf(e);
   PushVerdict verdict =
       state.Classify(rank, e.round(), frame, FrameKeyLength(e), static_cast<DataType>(e.dtype()),
@@ -157,10 +159,41 @@ void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef
   }
   context_.counters->bytes_summed += frame.length;
   if (deterministic_) {
-    state.TakeInRankOrder(*context_.joined, add, f);
+    state.TakeInRankOrder(Absent(state), add, f);
     if (state.frames[f].next_rank <= rank) context_.counters->pushes_held++;  // waits
   }
-  if (state.FrameComplete(f, *context_.joined)) CompleteFrame(key, state, f);
+  if (state.FrameComplete(f, Absent(state))) CompleteFrame(key, state, f);
+}
+
+const std::vector<bool>& RoundProtocol::Absent(KeyState& state) const {
+  const std::vector<bool>& joined = *context_.joined;
+  if (state.members.empty()) return joined;
+  state.absent.assign(joined.size(), false);
+  for (size_t r = 0; r < joined.size(); ++r) {
+    state.absent[r] = joined[r] || !IsProcessSetMember(state.members, static_cast<int>(r));
+  }
+  return state.absent;
+}
+
+bool RoundProtocol::RefuseOutsider(Request& request, KeyState& state) {
+  const proto::Envelope& e = request.envelope();
+  if (!state.defined) {
+    state.members = e.members();  // the first push defines the key's process set
+  } else if (e.members() != state.members) {
+    Reject(request, ErrorCode::kMismatch,
+           StrCat("worker ", request.rank, " pushed ", KeyName(e.key()), " as a tensor of process "
+                  "set {", ProcessSetRanks(e.members()), "}, but the key belongs to {",
+                  ProcessSetRanks(state.members), "} (every member must add the same sets in "
+                  "the same order)"));
+    return true;
+  }
+  if (!e.members().empty() && !IsProcessSetMember(e.members(), request.rank)) {
+    Reject(request, ErrorCode::kBadMessage,
+           StrCat("worker ", request.rank, " pushed ", KeyName(e.key()), " of process set {",
+                  ProcessSetRanks(e.members()), "}, which it is not a member of"));
+    return true;
+  }
+  return false;
 }
 
 void RoundProtocol::Pull(const Request& request) {
@@ -190,8 +223,8 @@ void RoundProtocol::Pull(const Request& request) {
 }
 
 void RoundProtocol::Join() {
-  const std::vector<bool>& joined = *context_.joined;
   for (auto& [key, state] : keys_) {
+    const std::vector<bool>& joined = Absent(state);
     if (deterministic_ && state.defined && state.failure.empty()) {
       // A frame held for this rank's turn may go now. (A failed key holds nothing.)
       for (uint32_t f = 0; f < state.frames.size(); ++f) {
@@ -215,7 +248,7 @@ void RoundProtocol::CompleteFrames(uint64_t key, KeyState& state) {
   // SendFrame of the round's last frame moves the key on (frames empty): the loop ends.
   const uint32_t round = state.round;
   for (uint32_t f = 0; f < state.frames.size() && state.round == round; ++f) {
-    if (state.FrameComplete(f, *context_.joined)) CompleteFrame(key, state, f);
+    if (state.FrameComplete(f, Absent(state))) CompleteFrame(key, state, f);
   }
 }
 

@@ -85,6 +85,12 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   // Refuses a push whose round disagrees with the key's open round on the reduce op or
   // the compression: the key fails on every worker, naming both. True if refused.
   bool RefuseDisagreement(Request& request, KeyState& state, const FrameRef& frame);
+  // Process sets (common/types/process_set.h): the first push fixes the key's members; a
+  // push naming other members, or from a rank outside them, is refused. True: refused.
+  bool RefuseOutsider(Request& request, KeyState& state);
+  // The ranks a round of `state` does not wait for: the joined ones, and for a process
+  // set's key every rank outside it.
+  const std::vector<bool>& Absent(KeyState& state) const;
 
   const bool deterministic_;
   SumCompression compression_;  // compressed pushes decoded, compressed sums (per key)

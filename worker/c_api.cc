@@ -100,6 +100,25 @@ int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int 
   });
 }
 
+int ferry_add_process_set(const int32_t* ranks, int n) {
+  return Guard([&] { return Get()->AddProcessSet(std::vector<int>(ranks, ranks + n)); });
+}
+
+int ferry_remove_process_set(int set) {
+  return Guard([&] {
+    Get()->RemoveProcessSet(set);
+    return 0;
+  });
+}
+
+int ferry_declare_tensor_in_set(int set, const char* name, int dtype, const int64_t* shape,
+                                int ndim) {
+  return Guard([&] {
+    std::vector<int64_t> dims(shape, shape + ndim);
+    return Get()->DeclareInProcessSet(set, name, Type(dtype), dims);
+  });
+}
+
 int64_t ferry_push_pull_async(const char* name, const void* input, void* output, int dtype,
                               uint64_t count, int average, int32_t priority) {
   return Guard([&]() -> int64_t {

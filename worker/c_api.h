@@ -37,6 +37,13 @@ int ferry_size(void);                       /* machines x FERRY_LOCAL_SIZE */
 int ferry_local_rank(void);                 /* FERRY_LOCAL_RANK (0 without a local group) */
 int ferry_local_size(void);                 /* FERRY_LOCAL_SIZE (1 without a local group) */
 int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int ndim);
+/* Process sets (worker/process_sets.h): registers worker ranks `ranks[0..n)` as a set and
+ * returns its id (> 0); every worker adds the same sets in the same order. A tensor declared
+ * in a set (on its members) is summed over them by every operation on its name. */
+int ferry_add_process_set(const int32_t* ranks, int n);
+int ferry_remove_process_set(int set);
+int ferry_declare_tensor_in_set(int set, const char* name, int dtype, const int64_t* shape,
+                                int ndim);
 /* priority: INT32_MIN for the default (-(declaration index)). Returns a handle > 0. */
 int64_t ferry_push_pull_async(const char* name, const void* input, void* output, int dtype,
                               uint64_t count, int average, int32_t priority);

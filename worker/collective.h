@@ -88,6 +88,25 @@ class Collective {
                      StrCat("compression of tensor '", name, "': a local group "
                             "(FERRY_LOCAL_SIZE > 1) follows FERRY_COMPRESSION alone"));
   }
+  // Process sets (worker/process_sets.h; Horovod's): AddProcessSet registers worker ranks
+  // `ranks` as a set and returns its id (every rank adds the same sets in the same order,
+  // members or not); a tensor declared in a set (DeclareInProcessSet, on its members only)
+  // is then summed over its members, and averaged over their number, by every operation
+  // on its name. Only a Worker.
+  virtual int AddProcessSet(const std::vector<int>& ranks) {
+    (void)ranks;
+    throw FerryError(ErrorCode::kInvalidArgument, "process sets need one worker process per "
+                     "Ferry worker (FERRY_LOCAL_SIZE=1)");
+  }
+  virtual void RemoveProcessSet(int set) { (void)set; }
+  virtual int DeclareInProcessSet(int set, const std::string& name, DataType dtype,
+                                  const std::vector<int64_t>& shape,
+                                  std::optional<int> priority = std::nullopt) {
+    (void)dtype, (void)shape, (void)priority;
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     StrCat("tensor '", name, "' in process set ", set, ": process sets need "
+                            "one worker process per Ferry worker (FERRY_LOCAL_SIZE=1)"));
+  }
   // Point-to-point (worker/point_to_point.h): sends `count` elements of `dtype` at `data` to
   // rank `dst` under `tag`, for its matching RecvAsync; finished once that receive took
   // them (then `data` may be reused). Delivery keeps the call order per (source,

@@ -208,6 +208,7 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   m.envelope.set_priority(f.op->priority);
   m.envelope.set_tensor_hash(t.hash);
   m.envelope.set_reduce_op(static_cast<proto::ReduceOpProto>(f.op->reduce));
+  if (!t.members.empty()) m.envelope.set_members(t.members);
   m.envelope.set_async_mode(ctx_.config.server.async);
   if (f.frames > 1) {
     SetFrame(&m.envelope, offset, p.bytes, f.frame_bytes);
@@ -374,6 +375,10 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
   if (f.acked_us == 0) f.acked_us = NowUs();
 }
 
+int DensePushPull::Divisor(const TensorInfo& t) const {
+  return t.set_size > 0 ? t.set_size : ctx_.num_workers.load();
+}
+
 std::string DensePushPull::Deliver(const Operation& op, const PartitionSpec& p,
                                    const Message& m) {
   const TensorInfo& t = *op.tensor;
@@ -382,13 +387,13 @@ std::string DensePushPull::Deliver(const Operation& op, const PartitionSpec& p,
   ctx_.counters.bytes_received += m.payload.size();
   if (!m.envelope.compression().empty()) {
     std::string why;
-    if (PushCompression::Deliver(op, p, m, ctx_.num_workers, out, &why)) return "";
+    if (PushCompression::Deliver(op, p, m, Divisor(t), out, &why)) return "";
     return StrCat(ctx_.cluster.table().Describe(m.sender()), " sent a corrupt compressed sum of ",
                   KeyName(m.envelope.key()), ": ", why);
   }
   if (op.average) {
     // Over every worker, as Horovod: a worker that joined counts as zeros. One pass.
-    CopyScaled(out, m.payload.data(), 1.0 / ctx_.num_workers,
+    CopyScaled(out, m.payload.data(), 1.0 / Divisor(t),
                m.payload.size() / DataTypeSize(t.dtype), t.dtype);
   } else {
     std::memcpy(out, m.payload.data(), m.payload.size());

@@ -141,6 +141,8 @@ class DensePushPull : public OperationKind {
   // Copies a sum (a frame of it) into op's output, averaged if asked (outside the lock,
   // under a hold of the operation). Returns why not if a compressed sum is corrupt.
   std::string Deliver(const Operation& op, const PartitionSpec& p, const Message& m);
+  // What an average of `t` divides by: its process set's size, or every worker.
+  int Divisor(const TensorInfo& t) const;
 
   // A payload ZeroMQ let go of: a partition's borrowed input (`op` set: it counts in
   // releases_left) or a fused copy (`requests`: the parts it carried).

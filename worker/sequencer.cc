@@ -42,7 +42,7 @@ void Sequencer::FinishPartition(const std::shared_ptr<Operation>& op, const std:
     op->done = true;
     ctx_.table.Finish(op->handle, Verdict{ErrorCode::kMismatch, error});
     op->tensor->requests_out = true;  // refused: its keys failed there (sequencer.h)
-    catalog_.Undeclare(*op->tensor);
+    catalog_of_(op->tensor->id).Undeclare(*op->tensor);
     Pop(op);
     return;
   }
@@ -77,7 +77,7 @@ void Sequencer::Retire(const TensorInfo& t) {
   const uint32_t id = t.id;
   VLOG(1) << "tensor '" << t.name << "' id " << id << " retired"
           << (quiet ? "" : " (a request of it is still out: the servers keep its keys)");
-  catalog_.Retire(id);  // `t` may be gone now
+  catalog_of_(id).Retire(id);  // `t` may be gone now
   if (quiet) tell_servers_(id);
 }
 

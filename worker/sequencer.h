@@ -34,9 +34,11 @@ namespace ferry {
 // declares another tensor, as a program that sees the error does.
 class Sequencer {
  public:
-  Sequencer(WorkerContext& ctx, TensorCatalog& catalog,
+  // `catalog_of(id)`: the catalog holding declaration `id` (the global set's, or a process
+  // set's: Worker::CatalogOfId).
+  Sequencer(WorkerContext& ctx, std::function<TensorCatalog&(uint32_t id)> catalog_of,
             std::function<void(uint32_t tensor_id)> tell_servers)
-      : ctx_(ctx), catalog_(catalog), tell_servers_(std::move(tell_servers)) {}
+      : ctx_(ctx), catalog_of_(std::move(catalog_of)), tell_servers_(std::move(tell_servers)) {}
   // `t` was superseded (TensorCatalog::Declare): retires it now if no operation of it is
   // queued, else its last operation will. REQUIRES: mu.
   void Superseded(const std::shared_ptr<TensorInfo>& t);
@@ -79,7 +81,7 @@ class Sequencer {
   // t.requests_out (see above).
   void Retire(const TensorInfo& t) REQUIRES(ctx_.mu);
   WorkerContext& ctx_;
-  TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
+  std::function<TensorCatalog&(uint32_t id)> catalog_of_;  // PT_GUARDED_BY(ctx_.mu)
   const std::function<void(uint32_t)> tell_servers_;
   // By tensor id, only ids with operations queued; front is the running one.
   std::map<uint32_t, std::deque<Queued>> pending_ GUARDED_BY(ctx_.mu);

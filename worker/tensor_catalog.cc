@@ -32,8 +32,9 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 TensorCatalog::TensorCatalog(uint64_t partition_bytes, std::vector<double> server_weights,
-                             bool fixed_layouts)
-    : server_weights_(std::move(server_weights)), fixed_layouts_(fixed_layouts) {
+                             bool fixed_layouts, uint32_t first_id)
+    : server_weights_(std::move(server_weights)), fixed_layouts_(fixed_layouts),
+      next_id_(first_id), id_limit_(first_id == 0 ? kIdsPerProcessSet : first_id + kIdsPerProcessSet) {
   layouts_.push_back(std::make_unique<Layout>(partition_bytes, server_weights_));
 }
 
@@ -60,8 +61,8 @@ std::shared_ptr<TensorInfo> TensorCatalog::Declare(const std::string& name, Data
                   ": in asynchronous training (FERRY_ENABLE_ASYNC=1) the servers keep its "
                   "parameters, so its dtype and size are fixed");
   }
-  FERRY_ENFORCE(next_id_ < UINT32_MAX, ErrorCode::kInvalidArgument, "tensor '", name,
-                "': every tensor id was used (", UINT32_MAX, " declarations)");
+  FERRY_ENFORCE(next_id_ < id_limit_, ErrorCode::kInvalidArgument, "tensor '", name,
+                "': every tensor id was used (", kIdsPerProcessSet, " declarations per process set)");
   auto t = std::make_shared<TensorInfo>();
   t->id = next_id_;
   t->name = name;

@@ -63,6 +63,11 @@ struct TensorInfo {
   // refusal's reason for a worker whose push is still coming): its retirement is not told
   // to the servers (sequencer.h).
   bool requests_out = false;
+  // A process set's tensor (Worker::DeclareInProcessSet): its members' mask
+  // (common/types/process_set.h) and their number, which averages divide by. Empty and 0:
+  // the global set (every worker).
+  std::string members;
+  int set_size = 0;
   // Compression chosen for this tensor by a binding (Worker::SetCompression), which wins
   // over FERRY_COMPRESSION; unset: FERRY_COMPRESSION decides (push_compression.h).
   std::optional<CompressionSpec> compression;
@@ -70,13 +75,21 @@ struct TensorInfo {
 
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// Process sets: set `s` (1..255) declares ids from s << 24, so that its keys never meet the
+// global set's (ids below 1 << 24) nor another set's, whatever each worker declared.
+constexpr int kMaxProcessSets = 255;
+constexpr uint32_t kIdsPerProcessSet = 1u << 24;
+inline uint32_t ProcessSetFirstId(int set) { return static_cast<uint32_t>(set) << 24; }
+inline int ProcessSetOfId(uint32_t id) { return static_cast<int>(id >> 24); }
+
 class TensorCatalog {
  public:
   // `partition_bytes`: the first layout's; `server_weights`: placement weights by rank.
   // `fixed_layouts`: refuse re-declarations (asynchronous training: the servers keep the
   // keys' parameters).
+  // `first_id`: the first declaration's id (a process set's catalog: ProcessSetFirstId).
   TensorCatalog(uint64_t partition_bytes, std::vector<double> server_weights,
-                bool fixed_layouts = false);
+                bool fixed_layouts = false, uint32_t first_id = 0);
 
   // Declares a tensor (see Worker::DeclareTensor): a new name gets the next id and is
   // cut in the current layout; a known one with the same dtype and element count is
@@ -159,6 +172,7 @@ class TensorCatalog {
   std::map<uint32_t, std::shared_ptr<TensorInfo>> tensors_;  // by id; current and superseded
   std::map<std::string, uint32_t> ids_;                      // name -> current declaration
   uint32_t next_id_ = 0;
+  const uint32_t id_limit_;  // ids stay below it (ProcessSetFirstId of the next set)
   std::vector<std::unique_ptr<Layout>> layouts_;      // by generation
   uint32_t layout_ = 0;
 };

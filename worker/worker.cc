@@ -130,14 +130,19 @@ void Worker::Start() {
   {
     MutexLock lock(ctx_.mu);
     catalog_ = std::make_unique<TensorCatalog>(config_.scheduling.InitialPartitionBytes(),
-                                               std::move(weights), config_.server.async);
+                                               weights, config_.server.async);
     if (const proto::CatalogSnapshot* joined = cluster_.joined_catalog()) {
       // A worker joining a running job: rank 0's declarations, cuts and placements.
       catalog_->Load(*joined);
       LOG(INFO) << "joined a running job at membership epoch " << table.proto().epoch()
                 << " with rank 0's catalog of " << joined->tensors_size() << " tensors";
     }
-    sequencer_ = std::make_unique<Sequencer>(ctx_, *catalog_,
+    sets_ = std::make_unique<ProcessSets>(config_.scheduling.InitialPartitionBytes(), weights);
+    sequencer_ = std::make_unique<Sequencer>(
+        ctx_, [this](uint32_t id) -> TensorCatalog& {
+          ctx_.mu.AssertHeld();  // the sequencer's callers hold it
+          return CatalogOfId(id);
+        },
                                              [this](uint32_t id) { RetireOnServers(id); });
     ctx_.sequencer = sequencer_.get();
     dense_ = std::make_unique<DensePushPull>(ctx_, queue_);
@@ -210,7 +215,10 @@ std::shared_ptr<TensorInfo> Worker::Declare(const std::string& name, DataType dt
                                             const std::vector<int64_t>& shape,
                                             std::optional<int> priority) {
   std::shared_ptr<TensorInfo> superseded;
-  std::shared_ptr<TensorInfo> t = catalog_->Declare(name, dtype, shape, priority, &superseded);
+  const int set = sets_->SetOf(name);
+  std::shared_ptr<TensorInfo> t =
+      set ? sets_->Declare(set, ctx_.rank, name, dtype, shape, priority, &superseded)
+          : catalog_->Declare(name, dtype, shape, priority, &superseded);
   if (superseded) {
     counters_.redeclarations++;
     sequencer_->Superseded(superseded);
@@ -239,7 +247,7 @@ std::shared_ptr<Operation> Worker::NewOperation(const std::shared_ptr<TensorInfo
   op->tensor = tensor;
   op->average = average;
   op->priority = priority ? *priority : t.priority;
-  op->layout = catalog_->layout();  // constant while any operation is unfinished
+  op->layout = CatalogOfId(t.id).layout();  // constant while any operation is unfinished
   if (done) {
     // A deadline the table enforced ends the operation here too (its tensor's next
     // operation may start); the caller hears of it through `done`.
@@ -330,12 +338,12 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
                 name,
                 "' with average: in asynchronous training (FERRY_ENABLE_ASYNC=1) the reply "
                 "is the parameters, not a sum, so there is nothing to average");
-  if (!catalog_->Find(name)) {
+  if (!CatalogOf(name).Find(name)) {
     // Ferry's own tensors (a broadcast's vote and data) are declared at first use by
     // design: only a user's tensor is worth a line at INFO.
     const std::string line =
         StrCat("tensor '", name, "' was not declared; declaring it now as id ",
-               catalog_->next_id(), " (declare tensors up front, in forward order, on every worker)");
+               CatalogOf(name).next_id(), " (declare tensors up front, in forward order, on every worker)");
     if (IsReservedTensorName(name)) {
       VLOG(1) << line;
     } else {
@@ -384,7 +392,7 @@ void Worker::SetCompression(const std::string& name, const std::string& text) {
                 "(FERRY_ENABLE_ASYNC=1)");
   MutexLock lock(ctx_.mu);
   ctx_.CheckRunning("compression", name);
-  std::shared_ptr<TensorInfo> t = catalog_->Find(name);
+  std::shared_ptr<TensorInfo> t = CatalogOf(name).Find(name);
   FERRY_ENFORCE(t, ErrorCode::kInvalidArgument, "compression of tensor '", name,
                 "': declare the tensor first");
   FERRY_ENFORCE(spec.none() || IsFloatingPoint(t->dtype), ErrorCode::kInvalidArgument,
@@ -407,6 +415,8 @@ Handle Worker::PushPullRowsAsync(const std::string& name, const int64_t* rows, u
   ctx_.CheckRunning("push_pull_rows", name);
   FERRY_ENFORCE(!config_.server.async, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': sparse rows need synchronous training (FERRY_ENABLE_ASYNC=0)");
+  FERRY_ENFORCE(!sets_->SetOf(name), ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
+                "': sparse rows are summed over every worker, not within a process set");
   std::shared_ptr<TensorInfo> found = catalog_->Find(name);
   FERRY_ENFORCE(found, ErrorCode::kInvalidArgument, "push_pull_rows of '", name,
                 "': declare the tensor first (DeclareTensor) with its shape [rows, ...]");
@@ -478,6 +488,53 @@ void Worker::OnMessage(Message&& m, const Origin& origin) {
 
 
 
+
+TensorCatalog& Worker::CatalogOf(const std::string& name) {
+  TensorCatalog* set = sets_->OfName(name);
+  return set ? *set : *catalog_;
+}
+
+TensorCatalog& Worker::CatalogOfId(uint32_t id) {
+  TensorCatalog* set = sets_->OfId(id);
+  return set ? *set : *catalog_;
+}
+
+void Worker::RefuseWithProcessSets(const char* what) {
+  MutexLock lock(ctx_.mu);
+  FERRY_ENFORCE(sets_->empty(), ErrorCode::kInvalidArgument, what, ": not while process sets "
+                "are registered (remove_process_set every set first)");
+}
+
+int Worker::AddProcessSet(const std::vector<int>& ranks) {
+  FERRY_ENFORCE(!config_.cluster.elastic && !config_.server.async, ErrorCode::kInvalidArgument,
+                "process sets: not with elastic training (FERRY_ELASTIC=1) nor asynchronous "
+                "training (FERRY_ENABLE_ASYNC=1)");
+  MutexLock lock(ctx_.mu);
+  ctx_.CheckRunning("add_process_set", "");
+  return sets_->Add(ranks, ctx_.num_workers);
+}
+
+void Worker::RemoveProcessSet(int set) {
+  MutexLock lock(ctx_.mu);
+  sets_->Remove(set);
+}
+
+int Worker::DeclareInProcessSet(int set, const std::string& name, DataType dtype,
+                                const std::vector<int64_t>& shape, std::optional<int> priority) {
+  CheckUserTensorName("declaration", name);
+  MutexLock lock(ctx_.mu);
+  ctx_.CheckRunning("declaration", name);
+  FERRY_ENFORCE(sets_->SetOf(name) == set || !catalog_->Find(name), ErrorCode::kInvalidArgument,
+                "tensor '", name, "' was declared in the global set, not in process set ", set);
+  std::shared_ptr<TensorInfo> superseded;
+  std::shared_ptr<TensorInfo> t =
+      sets_->Declare(set, ctx_.rank, name, dtype, shape, priority, &superseded);
+  if (superseded) {
+    counters_.redeclarations++;
+    sequencer_->Superseded(superseded);
+  }
+  return static_cast<int>(t->id);
+}
 
 void Worker::OnPointToPoint(Message&& m, const Origin& origin) {
   OperationKinds* kinds = this->kinds();

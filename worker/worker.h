@@ -74,6 +74,7 @@
 #include "worker/worker_context.h"
 #include "worker/operation_table.h"
 #include "worker/point_to_point.h"
+#include "worker/process_sets.h"
 #include "worker/rows_push_pull.h"
 #include "worker/partition_scheduling/autotune.h"
 #include "worker/partition_scheduling/scheduled_queue.h"
@@ -177,6 +178,12 @@ class Worker : public Collective {
                            const void* values, void* output, DataType dtype, bool average,
                            std::optional<int> priority = std::nullopt,
                            CompletionCallback done = nullptr) override;
+  // Process sets (process_sets.h; Collective's comments).
+  int AddProcessSet(const std::vector<int>& ranks) override EXCLUDES(ctx_.mu);
+  void RemoveProcessSet(int set) override EXCLUDES(ctx_.mu);
+  int DeclareInProcessSet(int set, const std::string& name, DataType dtype,
+                          const std::vector<int64_t>& shape,
+                          std::optional<int> priority = std::nullopt) override EXCLUDES(ctx_.mu);
   // Point-to-point (point_to_point.h; Collective's comments).
   Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
                    CompletionCallback done = nullptr) override {
@@ -238,7 +245,10 @@ class Worker : public Collective {
   // fails meanwhile, as Horovod's), and the call blocks until every worker has joined
   // (deadline FERRY_JOIN_TIMEOUT_MS); it returns the rank that joined last. Then every
   // worker may push again (the next epoch), all starting over at round 0.
-  int Join() override { return join_->Join(); }
+  int Join() override {
+    RefuseWithProcessSets("join()");
+    return join_->Join();
+  }
   // Waits for this worker's operations, tells the scheduler this worker is done, and
   // waits until every worker is (then the servers and scheduler exit). Idempotent; ends a
   // suspension too.
@@ -252,7 +262,10 @@ class Worker : public Collective {
   // Not in asynchronous training: the servers' parameters go with the keys, and a worker
   // still training there would be refused the retired tensors.
   bool CanSuspend() const override { return !config_.server.async; }
-  void Suspend() override { epochs_->Suspend(); }
+  void Suspend() override {
+    RefuseWithProcessSets("shutdown() before init() again");
+    epochs_->Suspend();
+  }
   void Resume() override { epochs_->Resume(); }
   // Elastic training (FERRY_ELASTIC=1; docs/reliability.md, "Elastic training"). When the
   // job's membership changes (a server or worker died), every unfinished operation of this
@@ -330,6 +343,12 @@ class Worker : public Collective {
   std::shared_ptr<TensorInfo> Declare(const std::string& name, DataType dtype,
                                       const std::vector<int64_t>& shape,
                                       std::optional<int> priority) REQUIRES(ctx_.mu);
+  // The catalog of tensor `name`'s set (declared in a process set or not), or of
+  // declaration `id`.
+  TensorCatalog& CatalogOf(const std::string& name) REQUIRES(ctx_.mu);
+  // Throws FerryError (kInvalidArgument) naming `what` while a process set is registered.
+  void RefuseWithProcessSets(const char* what) EXCLUDES(ctx_.mu);
+  TensorCatalog& CatalogOfId(uint32_t id) REQUIRES(ctx_.mu);
   // Tells every server that this worker is done with a retired declaration's keys (RETIRE).
   void RetireOnServers(uint32_t tensor_id);
   // The membership part once Start() made it, else null (a callback before it ignores).
@@ -347,6 +366,7 @@ class Worker : public Collective {
   // holds every handle; its lock is taken inside the context's (never around it).
   WorkerContext ctx_{config_, van_, cluster_, table_, counters_};
   std::unique_ptr<TensorCatalog> catalog_ PT_GUARDED_BY(ctx_.mu);  // made once the servers are known
+  std::unique_ptr<ProcessSets> sets_ PT_GUARDED_BY(ctx_.mu);  // made with the catalog
   // The parts, made in Start() in this order (each uses the ones above it).
   std::unique_ptr<Sequencer> sequencer_;  // one operation per tensor at a time
   std::unique_ptr<DensePushPull> dense_;

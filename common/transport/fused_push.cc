@@ -18,6 +18,7 @@ proto::SubPush SubPushOf(const proto::Envelope& push) {
   s.set_priority(push.priority());
   s.set_tensor_hash(push.tensor_hash());
   s.set_reduce_op(push.reduce_op());
+  s.set_members(push.members());
   return s;
 }
 
@@ -102,6 +103,7 @@ Status SplitFusedPush(const Message& fused, std::vector<Message>* out) {
     p.envelope.set_priority(s.priority());
     p.envelope.set_tensor_hash(s.tensor_hash());
     p.envelope.set_reduce_op(s.reduce_op());
+    p.envelope.set_members(s.members());
     p.envelope.set_async_mode(fused.envelope.async_mode());
     p.envelope.set_epoch(fused.envelope.epoch());
     if (s.length() > 0) p.payload = fused.payload.Slice(at, s.length());  // zero copy

@@ -52,7 +52,8 @@ _C_TYPES = {
     "void": None, "int": ctypes.c_int, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
     "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "uintptr_t": ctypes.c_size_t,
     "double": ctypes.c_double, "char*": ctypes.c_char_p, "void*": ctypes.c_void_p,
-    "int64_t*": ctypes.POINTER(ctypes.c_int64), "double*": ctypes.POINTER(ctypes.c_double),
+    "int64_t*": ctypes.POINTER(ctypes.c_int64), "int32_t*": ctypes.POINTER(ctypes.c_int32),
+    "double*": ctypes.POINTER(ctypes.c_double),
 }
 
 

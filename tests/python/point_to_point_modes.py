@@ -101,3 +101,41 @@ def mode_p2p_missing(args, out):
         import time
         time.sleep(float(args.rest[0]))
     bps.barrier()
+
+
+SETS = [[0, 1], [2, 3], [0, 1, 2], [1, 2, 3], [3]]
+
+
+def mode_process_sets(args, out):
+    """Sets of every shape (disjoint, overlapping, one rank) added on every rank in one order;
+    each member sums, averages and broadcasts within its sets; a rank outside a set that calls
+    its collective is told."""
+    rank = bps.rank()
+    sets = [bps.add_process_set(ranks) for ranks in SETS]
+    out["ids"] = [ps.process_set_id for ps in sets]
+    out["sums"], out["averages"], out["broadcasts"] = {}, {}, {}
+    for ps in sets:
+        if not ps.included():
+            continue
+        key = tuple(ps.ranks)
+        x = torch.arange(1000, dtype=torch.float32) + 1000 * rank
+        out["sums"][key] = bps.allreduce(x, op=bps.Sum, name="x", process_set=ps)
+        out["averages"][key] = bps.synchronize(
+            bps.allreduce_async(torch.full((7,), float(rank)), name="avg", process_set=ps))
+        b = torch.full((3,), float(rank), dtype=torch.float64)
+        bps.broadcast_(b, root_rank=ps.ranks[-1], name="b", process_set=ps)
+        out["broadcasts"][key] = b
+    # Every set's name "x" is its own tensor; the global set's too.
+    out["global"] = bps.allreduce(torch.ones(3), op=bps.Sum, name="x")
+    outsider = next(ps for ps in sets if not ps.included())
+    out["outsider"] = _outcome(lambda: bps.allreduce(torch.ones(3), name="y", process_set=outsider))
+    # DistributedOptimizer within a set: the gradient is averaged over its members.
+    mine = sets[0] if rank in (0, 1) else sets[1]
+    w = torch.nn.Parameter(torch.zeros(4))
+    opt = bps.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("w", w)],
+                                   process_set=mine)
+    (w * (rank + 1)).sum().backward()
+    opt.step()
+    out["weight"] = w.detach().clone()
+    for ps in sets:
+        bps.remove_process_set(ps)

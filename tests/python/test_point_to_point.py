@@ -81,3 +81,25 @@ def test_a_missing_send_is_named_by_the_stall_check_and_the_deadline(cluster):
     assert ("stall: point-to-point from rank 0 to rank 1, tag 9 (message 1 under this name) "
             "has waited") in log, log
     assert "for rank 0, which has not sent it" in log, log
+
+
+def test_process_sets_of_every_shape_sum_over_their_members(cluster):
+    from point_to_point_modes import SETS
+    c, res = run(cluster, "process_sets", 4, timeout=120)
+    for r in res:
+        assert r["ids"] == [1, 2, 3, 4, 5]
+        for ranks in SETS:
+            if r["rank"] not in ranks:
+                assert tuple(ranks) not in r["sums"]
+                continue
+            key = tuple(ranks)
+            expect = sum(torch.arange(1000, dtype=torch.float32) + 1000 * m for m in ranks)
+            assert torch.equal(r["sums"][key], expect), (r["rank"], ranks)
+            assert torch.equal(r["averages"][key], torch.full((7,), sum(ranks) / len(ranks)))
+            assert torch.equal(r["broadcasts"][key],
+                               torch.full((3,), float(ranks[-1]), dtype=torch.float64))
+        assert torch.equal(r["global"], torch.full((3,), 4.0))
+        assert raised(r["outsider"], "ValueError", "rank %d is not a member" % r["rank"])
+        # SGD with lr 1: -(the average of the members' (rank + 1)).
+        members = [0, 1] if r["rank"] in (0, 1) else [2, 3]
+        assert torch.equal(r["weight"], torch.full((4,), -sum(m + 1 for m in members) / 2.0))

@@ -8,11 +8,13 @@ import torch
 
 from ferry import _core
 from ferry._core import rank, size  # this worker's rank, the number of workers (ops')
-from ferry.torch._checks import (_WIDENED_FOR_BROADCAST, _check_root, _check_tensor, _dtype_code,
-                                 _on_host)
-from ferry.torch._horovod import _check_process_set
+from ferry.torch import _push_pull
+from ferry.torch._checks import (_DTYPES, _WIDENED_FOR_BROADCAST, _check_root, _check_tensor,
+                                 _dtype_code, _on_host)
+from ferry.torch._horovod import _check_process_set, _is_global
 from ferry.torch._push_pull import _submit, _sync_push_pull
-from ferry.torch._runtime import _background, _claim, _name_or_free, synchronize
+from ferry.torch._runtime import (_background, _claim, _lock, _name_or_free, _pending,
+                                  synchronize)
 
 # What ops.py (and so ferry.torch) exports of this module: an operation added here is
 # public once named here.
@@ -47,17 +49,36 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     Runs in the background (ferry.torch._runtime): poll() is False until every worker
     has called it. bool and 8/16-bit integer tensors travel widened to int32. Workers that
     disagree on the root, dtype or shape, or all of them while a worker has joined, raise
-    FerryError at synchronize(), naming why."""
-    _check_process_set(process_set)
+    FerryError at synchronize(), naming why. With a process_set (root_rank: a global rank in
+    it): a sum over its members to which all but the root contribute zeros."""
     _check_tensor(tensor, "tensor '%s'" % name)
     name = _name_or_free("broadcast", name, tensor)
     _check_root(root_rank)
+    if not _is_global(process_set):
+        return _broadcast_in_set(tensor, root_rank, name, process_set)
     claim = _claim("broadcast", name)
 
     def run(task):
         _broadcast_into(tensor, root_rank, name)
         return tensor
     return _background(name, claim, run, (tensor,))
+
+
+def _broadcast_in_set(tensor, root_rank, name, process_set):
+    if root_rank not in process_set.ranks:
+        raise ValueError("ferry.torch: broadcast of '%s': root rank %d is not a member of %r"
+                         % (name, root_rank, process_set))
+    wide = tensor.dtype in _WIDENED_FOR_BROADCAST or tensor.dtype not in _DTYPES
+    buf = _on_host(tensor).to(torch.int32 if wide else tensor.dtype).contiguous().clone()
+    if rank() != root_rank:
+        buf.zero_()
+    handle = _push_pull._push_pull_async(buf, buf, False, "broadcast." + name, None,
+                                         process_set=process_set)
+    with _lock:
+        entry = _pending[handle]
+        entry.result, entry.tensors = tensor, entry.tensors + (tensor,)
+        entry.finish = lambda: tensor.copy_(buf.view(tensor.shape))
+    return handle
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -90,10 +111,12 @@ class _Broadcast(torch.autograd.Function):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    """Returns root_rank's `tensor` on every worker, as a new tensor. Differentiable."""
-    _check_process_set(process_set)
+    """Returns root_rank's `tensor` on every worker, as a new tensor. Differentiable (over
+    every worker; with a process_set not differentiable)."""
     _check_tensor(tensor, "tensor '%s'" % name)
     _check_root(root_rank)
+    if not _is_global(process_set):
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
     return _Broadcast.apply(tensor, root_rank, name)
 
 
@@ -187,7 +210,7 @@ def allgather_async(tensor, name=None, process_set=None):
     other dimensions and the dtype must agree, or every worker raises FerryError at
     synchronize()). Runs in the background (ferry.torch._runtime): poll() is False until
     every worker has called it."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "allgather")
     _check_tensor(tensor, "tensor '%s'" % name)
     _check_gather_input(tensor, name)
     name = _name_or_free("allgather", name, tensor)
@@ -220,6 +243,6 @@ class _Allgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=None):
     """horovod.torch.allgather: every worker's `tensor` concatenated along dim 0, in rank
     order, as a new tensor. Differentiable."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "allgather")
     _check_tensor(tensor, "tensor '%s'" % name)
     return _Allgather.apply(tensor, name)

@@ -1,5 +1,5 @@
 """Horovod's names in ferry.torch: the reduction ops and how the allreduce family's
-`average` / `op` arguments map to the core's, process sets (only the global one), and the
+`average` / `op` arguments map to the core's, process sets, and the
 horovod.torch calls Ferry does not offer or answers with a constant (timeline, MPI, gloo,
 NCCL and other build predicates)."""
 
@@ -29,46 +29,97 @@ Max = "max"
 Product = "product"
 
 
-class _ProcessSet(object):
-    """Horovod's process sets: Ferry has only the global one (every worker)."""
+class ProcessSet(object):
+    """Horovod's process set: worker ranks whose collectives run among themselves (their
+    tensors summed over them, averages divided by their number). Register it with
+    add_process_set() on every worker, in the same order; only its members call its
+    collectives."""
 
     def __init__(self, ranks=None):
-        self.ranks = ranks
-        self.process_set_id = 0
+        self.ranks = sorted(int(r) for r in ranks) if ranks is not None else None
+        self.process_set_id = 0 if ranks is None else None  # set by add_process_set
 
     def size(self):
-        return _core.size()
+        return _core.size() if self.ranks is None else len(self.ranks)
 
     def rank(self):
-        return _core.rank()
+        """This worker's rank within the set; -1 if not a member."""
+        if self.ranks is None:
+            return _core.rank()
+        return self.ranks.index(_core.rank()) if self.included() else -1
 
     def included(self):
-        return True
+        return self.ranks is None or _core.rank() in self.ranks
 
     def __repr__(self):
-        return "ProcessSet(global)"
+        if self.ranks is None:
+            return "ProcessSet(global)"
+        return "ProcessSet(%s, id=%s)" % (self.ranks, self.process_set_id)
 
 
-global_process_set = _ProcessSet()
-
-
-def ProcessSet(ranks_or_comm):  # noqa: N802 - Horovod's name
-    raise NotImplementedError(
-        "ferry.torch: process sets (horovod.torch.ProcessSet) are not supported; every "
-        "collective runs over all workers (global_process_set)")
+global_process_set = ProcessSet()
+_process_sets = {}  # id -> registered ProcessSet
 
 
 def add_process_set(process_set):
-    ProcessSet(process_set)
+    """Registers a ProcessSet (or a list of ranks) and returns it. Every worker adds the same
+    sets in the same order, members or not."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.ranks is None or ps.process_set_id:
+        raise ValueError("ferry.torch: %r is already registered" % (ps,))
+    ranks = (_core.ctypes.c_int32 * len(ps.ranks))(*ps.ranks)
+    ps.process_set_id = _core.call("add_process_set", _core.ctypes.addressof(ranks), len(ps.ranks))
+    _process_sets[ps.process_set_id] = ps
+    return ps
 
 
 def remove_process_set(process_set):
-    ProcessSet(process_set)
+    """Forgets a registered set (its operations must be synchronized). True if it was."""
+    if not isinstance(process_set, ProcessSet) or process_set.process_set_id not in _process_sets:
+        return False
+    _core.call("remove_process_set", process_set.process_set_id)
+    del _process_sets[process_set.process_set_id]
+    process_set.process_set_id = None
+    return True
 
 
-def _check_process_set(process_set):
-    if process_set is not None and process_set is not global_process_set:
-        ProcessSet(process_set)
+def _remove_all_process_sets():
+    for ps in list(_process_sets.values()):
+        remove_process_set(ps)
+
+
+def _is_global(process_set):
+    return process_set is None or process_set is global_process_set or process_set.ranks is None
+
+
+def _check_process_set(process_set, what="this operation"):
+    """Raises unless `process_set` is the global set (None included): for the operations
+    that run over every worker only."""
+    if not _is_global(process_set):
+        raise NotImplementedError("ferry.torch: %s runs over every worker; process_set= is "
+                                  "supported by allreduce, push_pull, broadcast and "
+                                  "DistributedOptimizer" % what)
+
+
+def _set_name(process_set, name, code, shape):
+    """The core's name of tensor `name` in `process_set` (declared there, on a member), or
+    `name` itself for the global set."""
+    if _is_global(process_set):
+        return name
+    if process_set.process_set_id not in _process_sets:
+        raise ValueError("ferry.torch: %r is not registered (add_process_set)" % (process_set,))
+    if not process_set.included():
+        raise ValueError("ferry.torch: tensor '%s': rank %d is not a member of %r; only its "
+                         "members call its collectives" % (name, _core.rank(), process_set))
+    from ferry.torch._runtime import _declared
+    core_name = "ps%d/%s" % (process_set.process_set_id, name)
+    shape = tuple(int(d) for d in shape)
+    if _declared.get(core_name) != (code, shape):
+        dims = (_core.ctypes.c_int64 * max(1, len(shape)))(*shape)
+        _core.call("declare_tensor_in_set", process_set.process_set_id, core_name, code,
+                   _core.ctypes.addressof(dims), len(shape))
+        _declared[core_name] = (code, shape)
+    return core_name
 
 
 # ----------------------------------------------------------------------------- op arguments

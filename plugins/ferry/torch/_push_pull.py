@@ -17,7 +17,8 @@ from ferry import _core
 from ferry._core import size  # the number of workers (ops.size())
 from ferry.torch._checks import (_check_same_device, _check_tensor, _declare, _device_path,
                                  _dtype_code, _on_host)
-from ferry.torch._horovod import _check_process_set, _factors, _reduction
+from ferry.torch._horovod import (_factors, _is_global, _reduction, _set_name,
+                                  global_process_set)
 from ferry.torch._runtime import (_Pending, _claim, _declared, _lock, _name_or_free, _pending,
                                   _release, synchronize)
 
@@ -78,14 +79,15 @@ def _scale_(tensor, factor):
 
 
 def _push_pull_async(tensor, output, average, name, priority, prescale=1.0, postscale=1.0,
-                     reduce=None, compression=""):
+                     reduce=None, compression="", process_set=None):
     """push_pull of `tensor` times `prescale` into `output` (which may be `tensor`), the
     result times `postscale`. A non-contiguous or prescaled input travels as a copy (in
     place: copied back into `tensor` at synchronize()). An average with a postscale
     factor is a sum scaled once by postscale / size() (floating dtypes; as Horovod folds
     them), so float16 rounds once."""
+    name = _set_name(process_set, name, _dtype_code(tensor, "tensor '%s'" % name), tensor.shape)
     if average and postscale != 1.0 and reduce is None and tensor.dtype.is_floating_point:
-        average, postscale = False, postscale / size()
+        average, postscale = False, postscale / (process_set or global_process_set).size()
     claim = _claim("push_pull", name)
     try:
         inp = _scale(tensor if tensor.is_contiguous() else tensor.contiguous(), prescale)
@@ -122,7 +124,7 @@ def push_pull_async_inplace(tensor, average=True, name=None, priority=None):
 
 
 def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1.0, reduce=None,
-            compression=""):
+            compression="", process_set=None):
     """Checks `tensor`, names the call (_name_or_free) and starts its push_pull into
     `tensor` itself or into a new tensor."""
     _check_tensor(tensor, "tensor '%s'" % name)
@@ -130,7 +132,7 @@ def _submit(tensor, in_place, average, name, priority, prescale=1.0, postscale=1
     output = tensor if in_place else torch.empty(tensor.shape, dtype=tensor.dtype,
                                                  device=tensor.device)
     return _push_pull_async(tensor, output, average, name, priority, prescale, postscale, reduce,
-                            compression)
+                            compression, process_set)
 
 
 class _PushPull(torch.autograd.Function):
@@ -245,8 +247,10 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
               postscale_factor=1.0, process_set=None):
     """horovod.torch.allreduce: a new tensor, postscale * reduce(prescale * tensor) (Average
     divides by size() too). Differentiable: the gradient is the allreduce of the gradient
-    with the same op and factors."""
-    _check_process_set(process_set)
+    with the same op and factors (over every worker; with a process_set not differentiable)."""
+    if not _is_global(process_set):
+        return synchronize(_allreduce_async(tensor, False, average, name, op, prescale_factor,
+                                            postscale_factor, process_set))
     pre, post = _factors(prescale_factor, postscale_factor)
     avg, reduce = _reduction(average, op)
     return _compressed_push_pull(tensor, avg, name, None, compression, pre, post, reduce)
@@ -254,10 +258,9 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set):
-    _check_process_set(process_set)
     pre, post = _factors(prescale_factor, postscale_factor)
     avg, reduce = _reduction(average, op)
-    return _submit(tensor, in_place, avg, name, None, pre, post, reduce)
+    return _submit(tensor, in_place, avg, name, None, pre, post, reduce, process_set=process_set)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

@@ -13,11 +13,12 @@ from ferry.torch._horovod import _check_process_set
 from ferry.torch.ops import rank, synchronize
 
 
-def broadcast_parameters(params, root_rank):
+def broadcast_parameters(params, root_rank, process_set=None):
     """Makes every worker's parameters equal to root_rank's, in place.
 
     params: a dict (model.state_dict()) or a list of (name, tensor) pairs
-    (model.named_parameters()). Call on every worker with the same names."""
+    (model.named_parameters()). Call on every worker with the same names (with a
+    process_set: on its members, root_rank a member)."""
     if isinstance(params, dict):
         params = sorted(params.items())
     elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
@@ -36,7 +37,8 @@ def broadcast_parameters(params, root_rank):
             if not isinstance(p, torch.Tensor):
                 raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor"
                                  % (name, type(p).__name__))
-            handles.append(broadcast_async_(p.data, root_rank, "parameters." + name))
+            handles.append(broadcast_async_(p.data, root_rank, "parameters." + name,
+                                            process_set))
         for h in handles:
             synchronize(h)
 
@@ -47,7 +49,7 @@ def _bucket_bytes(n):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Returns root_rank's `obj` (pickled) on every worker. On the root, `obj` itself."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "broadcast_object")
     _check_root(root_rank)
     tag = "object." + (name or "default")
     root = rank() == root_rank

@@ -113,6 +113,8 @@ def _shutdown(final):
     global _local
     _runner.abandon_queued()
     try:
+        if _core.is_initialized():
+            _horovod._remove_all_process_sets()  # a re-initialised job adds them again
         _core.shutdown(final)
     finally:
         # Once it left (even failing), ZeroMQ holds no tensor memory any more; if it failed

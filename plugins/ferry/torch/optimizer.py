@@ -164,7 +164,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         handle = _push_pull._push_pull_async(compressed, compressed, self._average,
                                              self._gradient_name(p), None, self._prescale,
                                              self._postscale,
-                                             compression=self._core_compression)
+                                             compression=self._core_compression,
+                                             process_set=self._ferry_process_set)
         return handle, ctx
 
     def _make_hook(self, p):
@@ -310,11 +311,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     Horovod checks them and otherwise change nothing (Ferry fuses small tensors itself);
     sparse gradients always travel dense and come back sparse, over the rows any worker
     touched (with sparse_as_dense False or True; the values equal those of Horovod's sparse
-    path), so torch.optim.SparseAdam trains; process_set: only the global one.
+    path), so torch.optim.SparseAdam trains; process_set: the gradients are averaged over its
+    members only (registered with add_process_set; dense gradients).
 
     The result is an instance of the optimizer's own class with synchronize() and
     skip_synchronize() added (as horovod.torch / byteps.torch)."""
-    _horovod._check_process_set(process_set)
     _check_groups(groups, num_groups)
     base = optimizer.__class__
     if getattr(base, "_ferry_distributed", False):
@@ -323,6 +324,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                if k not in ("__dict__", "__weakref__")}
     members["_ferry_distributed"] = True
     members["_ferry_base_class"] = base
+    members["_ferry_process_set"] = None if _horovod._is_global(process_set) else process_set
     cls = type(base.__name__, (base,), members)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                optimizer, op, gradient_predivide_factor)

@@ -1,0 +1,40 @@
+#pragma once
+
+// Process sets on the wire (Envelope.members): the member ranks of a process set's tensor
+// as a bit mask, bit r of byte r / 8 for worker rank r. Empty: every worker (the global set).
+
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+// The mask of `ranks` (each in [0, 65535]).
+inline std::string ProcessSetMask(const std::vector<int>& ranks) {
+  std::string mask;
+  for (int r : ranks) {
+    const size_t byte = static_cast<size_t>(r) / 8;
+    if (mask.size() <= byte) mask.resize(byte + 1, '\0');
+    mask[byte] = static_cast<char>(static_cast<unsigned char>(mask[byte]) | (1u << (r % 8)));
+  }
+  return mask;
+}
+
+// Whether rank `rank` is in non-empty `mask`.
+inline bool IsProcessSetMember(const std::string& mask, int rank) {
+  const size_t byte = static_cast<size_t>(rank) / 8;
+  return rank >= 0 && byte < mask.size() &&
+         (static_cast<unsigned char>(mask[byte]) >> (rank % 8) & 1u) != 0;
+}
+
+// "0, 2, 3": the ranks of `mask`, for messages.
+inline std::string ProcessSetRanks(const std::string& mask) {
+  std::string s;
+  for (size_t r = 0; r < mask.size() * 8; ++r) {
+    if (IsProcessSetMember(mask, static_cast<int>(r))) {
+      s += (s.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  return s;
+}
+
+}  // namespace ferry
