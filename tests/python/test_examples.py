@@ -6,9 +6,10 @@ import subprocess
 from conftest import EXAMPLES, FERRY_BIN, PYTHON, REPO, base_env
 
 
-def local_cluster(args, timeout, env=None):
+def local_cluster(args, timeout, env=None, workers=2):
     env = base_env(dict({"FERRY_BIN": str(FERRY_BIN)}, **(env or {})))
-    return subprocess.run([str(REPO / "scripts" / "local-cluster"), "-s", "2", "-w", "2", "--", PYTHON]
+    return subprocess.run([str(REPO / "scripts" / "local-cluster"), "-s", "2", "-w", str(workers),
+                           "--", PYTHON]
                           + args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -21,6 +22,16 @@ def test_train_digits_reaches_95_percent():
     assert m, r.stdout
     assert float(m.group(1)) >= 0.95
     assert "epoch  1" in r.stdout
+
+
+def test_pipeline_digits_reaches_90_percent_on_every_worker():
+    """2 stages x 2 replicas: activations and their gradients by send/recv, each stage's
+    gradients averaged within its process set."""
+    r = local_cluster([str(EXAMPLES / "pipeline_digits.py")], timeout=240, workers=4)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    accuracies = [float(a) for a in re.findall(r"test accuracy ([0-9.]+)", r.stdout)]
+    assert len(accuracies) == 4, r.stdout
+    assert min(accuracies) >= 0.9 and len(set(accuracies)) == 1, accuracies
 
 
 def test_benchmark_runs():

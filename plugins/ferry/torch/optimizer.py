@@ -116,7 +116,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise TypeError("ferry.torch: parameter '%s' has dtype %s; gradients must be float32, "
                             "float16, bfloat16, float64, int32 or int64"
                             % (self._parameter_names[p], p.dtype))
-        _checks._declare(self._gradient_name(p), code, p.shape, self._core_compression)
+        # In a process set: declared there (on its members), so the global set's placement
+        # stays the same on every worker.
+        name = _horovod._set_name(self._ferry_process_set, self._gradient_name(p), code, p.shape)
+        _checks._declare(name, code, p.shape, self._core_compression)
 
     def _register_hooks(self):
         for p in self._ordered_params:
