@@ -89,7 +89,10 @@ def _remove_all_process_sets():
 
 
 def _is_global(process_set):
-    return process_set is None or process_set is global_process_set or process_set.ranks is None
+    if process_set is not None and not isinstance(process_set, ProcessSet):
+        raise TypeError("ferry.torch: process_set must be a ProcessSet, got %s"
+                        % type(process_set).__name__)
+    return process_set is None or process_set.ranks is None
 
 
 def _check_process_set(process_set, what="this operation"):
