@@ -100,8 +100,8 @@ int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int 
   });
 }
 
-int ferry_add_process_set(const int32_t* ranks, int n) {
-  return Guard([&] { return Get()->AddProcessSet(std::vector<int>(ranks, ranks + n)); });
+int ferry_add_process_set(const int32_t* ranks, int n, int id) {
+  return Guard([&] { return Get()->AddProcessSet(std::vector<int>(ranks, ranks + n), id); });
 }
 
 int ferry_remove_process_set(int set) {
@@ -115,7 +115,8 @@ int ferry_declare_tensor_in_set(int set, const char* name, int dtype, const int6
                                 int ndim) {
   return Guard([&] {
     std::vector<int64_t> dims(shape, shape + ndim);
-    return Get()->DeclareInProcessSet(set, name, Type(dtype), dims);
+    Get()->DeclareInProcessSet(set, name, Type(dtype), dims);  // its id may exceed an int
+    return 0;
   });
 }
 

@@ -38,10 +38,12 @@ int ferry_local_rank(void);                 /* FERRY_LOCAL_RANK (0 without a loc
 int ferry_local_size(void);                 /* FERRY_LOCAL_SIZE (1 without a local group) */
 int ferry_declare_tensor(const char* name, int dtype, const int64_t* shape, int ndim);
 /* Process sets (worker/process_sets.h): registers worker ranks `ranks[0..n)` as a set and
- * returns its id (> 0); every worker adds the same sets in the same order. A tensor declared
+ * returns its id (> 0); every worker adds the same sets in the same order (`id` 0), or every
+ * member adds it under the same `id` (128..255: a torch.distributed group). A tensor declared
  * in a set (on its members) is summed over them by every operation on its name. */
-int ferry_add_process_set(const int32_t* ranks, int n);
+int ferry_add_process_set(const int32_t* ranks, int n, int id);
 int ferry_remove_process_set(int set);
+/* Declares tensor `name` in set `set` (on a member); returns 0. */
 int ferry_declare_tensor_in_set(int set, const char* name, int dtype, const int64_t* shape,
                                 int ndim);
 /* priority: INT32_MIN for the default (-(declaration index)). Returns a handle > 0. */

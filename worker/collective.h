@@ -93,13 +93,14 @@ class Collective {
   // members or not); a tensor declared in a set (DeclareInProcessSet, on its members only)
   // is then summed over its members, and averaged over their number, by every operation
   // on its name. Only a Worker.
-  virtual int AddProcessSet(const std::vector<int>& ranks) {
-    (void)ranks;
+  // `id`: 0 (the next in order) or a named id (ProcessSets::Add).
+  virtual int AddProcessSet(const std::vector<int>& ranks, int id = 0) {
+    (void)ranks, (void)id;
     throw FerryError(ErrorCode::kInvalidArgument, "process sets need one worker process per "
                      "Ferry worker (FERRY_LOCAL_SIZE=1)");
   }
   virtual void RemoveProcessSet(int set) { (void)set; }
-  virtual int DeclareInProcessSet(int set, const std::string& name, DataType dtype,
+  virtual uint32_t DeclareInProcessSet(int set, const std::string& name, DataType dtype,
                                   const std::vector<int64_t>& shape,
                                   std::optional<int> priority = std::nullopt) {
     (void)dtype, (void)shape, (void)priority;

@@ -8,7 +8,7 @@
 
 namespace ferry {
 
-int ProcessSets::Add(std::vector<int> ranks, int workers) {
+int ProcessSets::Add(std::vector<int> ranks, int workers, int named) {
   std::sort(ranks.begin(), ranks.end());
   FERRY_ENFORCE(!ranks.empty(), ErrorCode::kInvalidArgument, "a process set needs a rank");
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -18,10 +18,16 @@ int ProcessSets::Add(std::vector<int> ranks, int workers) {
     FERRY_ENFORCE(i == 0 || ranks[i] != ranks[i - 1], ErrorCode::kInvalidArgument,
                   "process set: rank ", ranks[i], " is named twice");
   }
-  FERRY_ENFORCE(next_id_ <= kMaxProcessSets, ErrorCode::kInvalidArgument, "process set {",
-                ProcessSetRanks(ProcessSetMask(ranks)), "}: at most ", kMaxProcessSets,
-                " process sets per job (ids are not reused)");
-  const int id = next_id_++;
+  const std::string label = StrCat("process set {", ProcessSetRanks(ProcessSetMask(ranks)), "}");
+  if (named != 0) {
+    FERRY_ENFORCE(named >= kFirstNamedSet && named <= kMaxProcessSets && !sets_.count(named),
+                  ErrorCode::kInvalidArgument, label, ": id ", named, " is taken or outside ",
+                  kFirstNamedSet, "..", kMaxProcessSets);
+  } else {
+    FERRY_ENFORCE(next_id_ < kFirstNamedSet, ErrorCode::kInvalidArgument, label, ": at most ",
+                  kFirstNamedSet - 1, " process sets per job (ids are not reused)");
+  }
+  const int id = named != 0 ? named : next_id_++;
   Set& s = sets_[id];
   s.mask = ProcessSetMask(ranks);
   s.ranks = std::move(ranks);

@@ -8,7 +8,7 @@
 // sums it over them (server/round_protocol.h, Absent) and averages divide by their number.
 //
 // Contract: every worker adds the same sets in the same order (the id is the order of
-// Add, from 1), members or not; a tensor name belongs to one set (ferry.torch keeps the
+// Add, from 1), members or not, or every member adds a set under the same named id; a tensor name belongs to one set (ferry.torch keeps the
 // names of different sets apart). Ids are never reused. Not with elastic training or
 // asynchronous training (the Worker refuses); Join refuses while a set exists; a set's
 // catalog keeps its first partition size (SetScheduling and autotune re-cut the global
@@ -33,9 +33,13 @@ class ProcessSets {
   ProcessSets(uint64_t partition_bytes, std::vector<double> server_weights)
       : partition_bytes_(partition_bytes), server_weights_(std::move(server_weights)) {}
 
-  // A new set of worker ranks `ranks` (of `workers`); returns its id. Throws FerryError
-  // (kInvalidArgument) for an empty set, a rank out of range or twice, or too many sets.
-  int Add(std::vector<int> ranks, int workers);
+  // A new set of worker ranks `ranks` (of `workers`); returns its id: `id` when given
+  // (kFirstNamedSet..kMaxProcessSets, unused: a set that only its members register, such as
+  // a torch.distributed group, whose id every rank computes alike), else the next in order
+  // (below kFirstNamedSet). Throws FerryError (kInvalidArgument) for an empty set, a rank out
+  // of range or twice, an id taken or out of range, or too many sets.
+  static constexpr int kFirstNamedSet = 128;
+  int Add(std::vector<int> ranks, int workers, int id = 0);
   // Forgets set `id` and its declarations (their keys stay on the servers). Throws for an
   // unknown id. REQUIRES: no operation of its tensors unfinished.
   void Remove(int id);

@@ -179,9 +179,9 @@ class Worker : public Collective {
                            std::optional<int> priority = std::nullopt,
                            CompletionCallback done = nullptr) override;
   // Process sets (process_sets.h; Collective's comments).
-  int AddProcessSet(const std::vector<int>& ranks) override EXCLUDES(ctx_.mu);
+  int AddProcessSet(const std::vector<int>& ranks, int id = 0) override EXCLUDES(ctx_.mu);
   void RemoveProcessSet(int set) override EXCLUDES(ctx_.mu);
-  int DeclareInProcessSet(int set, const std::string& name, DataType dtype,
+  uint32_t DeclareInProcessSet(int set, const std::string& name, DataType dtype,
                           const std::vector<int64_t>& shape,
                           std::optional<int> priority = std::nullopt) override EXCLUDES(ctx_.mu);
   // Point-to-point (point_to_point.h; Collective's comments).

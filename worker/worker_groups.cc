@@ -24,13 +24,13 @@ void Worker::RefuseWithProcessSets(const char* what) {
                 "are registered (remove_process_set every set first)");
 }
 
-int Worker::AddProcessSet(const std::vector<int>& ranks) {
+int Worker::AddProcessSet(const std::vector<int>& ranks, int id) {
   FERRY_ENFORCE(!config_.cluster.elastic && !config_.server.async, ErrorCode::kInvalidArgument,
                 "process sets: not with elastic training (FERRY_ELASTIC=1) nor asynchronous "
                 "training (FERRY_ENABLE_ASYNC=1)");
   MutexLock lock(ctx_.mu);
   ctx_.CheckRunning("add_process_set", "");
-  return sets_->Add(ranks, ctx_.num_workers);
+  return sets_->Add(ranks, ctx_.num_workers, id);
 }
 
 void Worker::RemoveProcessSet(int set) {
@@ -38,7 +38,7 @@ void Worker::RemoveProcessSet(int set) {
   sets_->Remove(set);
 }
 
-int Worker::DeclareInProcessSet(int set, const std::string& name, DataType dtype,
+uint32_t Worker::DeclareInProcessSet(int set, const std::string& name, DataType dtype,
                                 const std::vector<int64_t>& shape, std::optional<int> priority) {
   CheckUserTensorName("declaration", name);
   MutexLock lock(ctx_.mu);
@@ -52,7 +52,7 @@ int Worker::DeclareInProcessSet(int set, const std::string& name, DataType dtype
     counters_.redeclarations++;
     sequencer_->Superseded(superseded);
   }
-  return static_cast<int>(t->id);
+  return t->id;
 }
 
 void Worker::OnPointToPoint(Message&& m, const Origin& origin) {

@@ -328,6 +328,33 @@ def opt_state(opt, model):
     return model.state_dict()
 
 
+def dist_point_to_point(rank):
+    """send/recv through the backend, and a group over a subset of the ranks (new_group: a
+    Ferry process set)."""
+    import torch.distributed as dist
+    got = {}
+    if rank == 0:
+        dist.send(torch.arange(6.0).reshape(2, 3), dst=1, tag=4)
+        dist.isend(torch.full((5,), 7, dtype=torch.int64), dst=1).wait()
+    else:
+        a = torch.empty(2, 3)
+        dist.recv(a, src=0, tag=4)
+        b = torch.empty(5, dtype=torch.int64)
+        dist.irecv(b, src=0).wait()
+        got["recv"], got["irecv"] = a, b
+    sub = dist.new_group([1], backend="ferry")  # every rank calls it; only rank 1 is in it
+    if rank == 1:
+        t = torch.full((3,), 5.0)
+        dist.all_reduce(t, group=sub)
+        dist.broadcast(t, src=1, group=sub)
+        dist.barrier(group=sub)
+        got["subgroup_sum"] = t
+        got["subgroup_gather"] = outcome_of(
+            lambda: dist.all_gather([torch.zeros(1)], torch.zeros(1), group=sub))
+    dist.barrier()
+    return got
+
+
 def mode_dist_mismatch(args, out):
     """Over the ferry backend, rank 0 allreduces 4 elements where rank 1 allreduces 3 (then
     6 and 5, asynchronously): the servers refuse both, every rank raises; then an agreeing
@@ -455,17 +482,16 @@ def mode_dist(args, out):
     errors = {}
     for what, fn in [
         ("alltoall", lambda: dist.all_to_all([torch.zeros(1)] * size, [torch.zeros(1)] * size)),
-        ("send", lambda: dist.send(torch.zeros(1), dst=(rank + 1) % size)),
+        ("recv_anysource", lambda: dist.recv(torch.zeros(1))),
         ("band", lambda: dist.all_reduce(torch.zeros(1, dtype=torch.int32), op=dist.ReduceOp.BAND)),
-        # What init_process_group and new_group hand the backend (a group over a subset
-        # of the ranks; a rank other than Ferry's), called directly: through new_group the
-        # other ranks would wait in torch's store barrier for the refusing one.
-        ("subset", lambda: bps.distributed._create(None, 0, 1, None)),
+        # What init_process_group hands the backend (a rank other than Ferry's), called
+        # directly.
         ("wrong_rank", lambda: bps.distributed._create(None, (rank + 1) % size, size, None)),
     ]:
         errors[what] = outcome_of(fn)
     out["errors"] = errors
     out["collectives"] = got
+    out["p2p"] = dist_point_to_point(rank)
 
     # DDP over ferry and over gloo: the same model, data and steps.
     runs = {}

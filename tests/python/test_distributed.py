@@ -109,10 +109,17 @@ def test_refusals_name_the_call(results):
     for r in results:
         e = r["errors"]
         assert e["alltoall"][0] == "RuntimeError" and "alltoall" in e["alltoall"][1], e["alltoall"]
-        assert "send is not supported" in e["send"][1] and "point-to-point" in e["send"][1]
+        assert "recv_anysource is not supported" in e["recv_anysource"][1], e["recv_anysource"]
         assert "BAND" in e["band"][1] and "SUM, AVG, MIN, MAX and PRODUCT" in e["band"][1]
-        assert "a group of 1 ranks, but the Ferry job has 2 workers" in e["subset"][1]
         assert "to torch.distributed but worker %d to Ferry" % r["rank"] in e["wrong_rank"][1]
+
+
+def test_send_recv_and_a_subgroup_run_on_ferry(results):
+    got = results[1]["p2p"]
+    assert torch.equal(got["recv"], torch.arange(6.0).reshape(2, 3))
+    assert torch.equal(got["irecv"], torch.full((5,), 7, dtype=torch.int64))
+    assert torch.equal(got["subgroup_sum"], torch.full((3,), 5.0))  # a set of one rank
+    assert "all_gather" in got["subgroup_gather"][1] or "allgather" in got["subgroup_gather"][1]
 
 
 def test_ddp_over_ferry_equals_ddp_over_gloo_bit_for_bit(results):

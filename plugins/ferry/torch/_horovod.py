@@ -68,7 +68,19 @@ def add_process_set(process_set):
     if ps.ranks is None or ps.process_set_id:
         raise ValueError("ferry.torch: %r is already registered" % (ps,))
     ranks = (_core.ctypes.c_int32 * len(ps.ranks))(*ps.ranks)
-    ps.process_set_id = _core.call("add_process_set", _core.ctypes.addressof(ranks), len(ps.ranks))
+    ps.process_set_id = _core.call("add_process_set", _core.ctypes.addressof(ranks), len(ps.ranks),
+                                   0)
+    _process_sets[ps.process_set_id] = ps
+    return ps
+
+
+def _add_named_process_set(ranks, set_id):
+    """Registers `ranks` under `set_id` (128..255) on this member only: a torch.distributed
+    group, whose id every member computes alike (distributed.py)."""
+    ps = ProcessSet(ranks)
+    array = (_core.ctypes.c_int32 * len(ps.ranks))(*ps.ranks)
+    ps.process_set_id = _core.call("add_process_set", _core.ctypes.addressof(array),
+                                   len(ps.ranks), set_id)
     _process_sets[ps.process_set_id] = ps
     return ps
 

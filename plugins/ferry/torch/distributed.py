@@ -18,9 +18,12 @@ communication hook; the backend's allreduces follow FERRY_COMPRESSION otherwise.
 
 Operations (each returns at once; ``Work.wait()`` or its future waits):
   allreduce (SUM, AVG, MIN, MAX, PRODUCT), allreduce_coalesced, broadcast, allgather,
-  _allgather_base, reduce_scatter, _reduce_scatter_base, reduce, gather, scatter, barrier.
-Refused with an error naming the call: alltoall, send and recv (Ferry has no point-to-point
-yet), bitwise reductions, and groups over a subset of the ranks.
+  _allgather_base, reduce_scatter, _reduce_scatter_base, reduce, gather, scatter, barrier,
+  send, recv (ferry.torch's point-to-point: in order per source, destination and tag).
+Groups over a subset of the ranks (``dist.new_group(ranks)``) are Ferry process sets: their
+allreduce, broadcast, barrier, send and recv run among their members. Refused with an error
+naming the call: alltoall, recv from any source, bitwise reductions, and a subgroup's
+gathers and scatters.
 
 Names: Ferry needs every worker to name an operation alike. The n-th call of a kind, dtype
 and shape in a process group is named ``dist.<group>.<kind>.<dtype>.<shape>``: one name per
@@ -160,9 +163,11 @@ class ProcessGroupFerry(dist.ProcessGroup):
 
     _created = 0
 
-    def __init__(self, rank, size, group_id):
+    def __init__(self, rank, size, group_id, ranks=None, process_set=None):
         super().__init__(rank, size)
         self._id = group_id
+        self._ranks = ranks or list(range(size))  # global worker rank of each group rank
+        self._set = process_set  # a subgroup's ferry.torch ProcessSet; None: every worker
         self._busy = {}        # name -> Event set once its operation completed
         self._first_use = {}   # name -> order of first use (its priority)
         self._lock = threading.Lock()
@@ -253,9 +258,14 @@ class ProcessGroupFerry(dist.ProcessGroup):
 
         def start(priorities):
             return [_push_pull._push_pull_async(t, t, average, n, p, reduce=reduce,
-                                                compression=compression)
+                                                compression=compression, process_set=self._set)
                     for t, n, p in zip(tensors, names, priorities)]
         return start, names
+
+    def _subgroup_refuses(self, call):
+        if self._set is not None:
+            self._refuse("%s in a group over a subset of the ranks" % call,
+                         "a subgroup runs allreduce, broadcast, barrier, send and recv")
 
     def compressed_allreduce(self, tensor, compression):
         """The average of `tensor` over the group, compressed by the core with
@@ -279,11 +289,13 @@ class ProcessGroupFerry(dist.ProcessGroup):
         names = _distinct([self._name("broadcast", t) for t in tensors])
 
         def start(priorities):
-            return [ops.broadcast_async_(t, root, n) for t, n in zip(tensors, names)]
+            return [ops.broadcast_async_(t, self._ranks[root], n, self._set)
+                    for t, n in zip(tensors, names)]
         return self._start(start, lambda results: list(tensors), names)
 
     def _gathered(self, tensor, kind):
         """Starts an allgather of `tensor` (every rank's, stacked on a new dim 0)."""
+        self._subgroup_refuses(kind)
         row = tensor.reshape((1,) + tuple(tensor.shape))
         name = self._name(kind, tensor)
         return (lambda priorities: [ops.allgather_async(row, name)]), [name]
@@ -322,6 +334,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
         return self._start(start, finish, names)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
+        self._subgroup_refuses("scatter")
         root = opts.rootRank if opts is not None else 0
         out = output_tensors[0]
         if self.rank() == root:
@@ -340,6 +353,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
         return self._start(start, finish, [name])
 
     def reduce(self, tensors, opts=None):
+        self._subgroup_refuses("reduce")
         root = opts.rootRank if opts is not None else 0
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         average, reduce = self._reduce_op("reduce", op)
@@ -354,6 +368,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
         return self._start(start, finish, names)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        self._subgroup_refuses("reduce_scatter")
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         average, reduce = self._reduce_op("reduce_scatter", op)
         out = output_tensors[0]
@@ -366,6 +381,7 @@ class ProcessGroupFerry(dist.ProcessGroup):
         return self._start(start, finish, names)
 
     def _reduce_scatter_base(self, output, input, opts=None):
+        self._subgroup_refuses("_reduce_scatter_base")
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         average, reduce = self._reduce_op("_reduce_scatter_base", op)
         flat = input.clone()
@@ -393,14 +409,18 @@ class ProcessGroupFerry(dist.ProcessGroup):
     def alltoall_base(self, *args, **kwargs):
         self._refuse("alltoall_base", "every collective of Ferry goes through its servers")
 
-    def send(self, *args, **kwargs):
-        self._refuse("send", "Ferry has no point-to-point transfers yet")
+    def send(self, tensors, dst, tag=0):
+        peer = self._ranks[dst]
+        return self._start(lambda priorities: [ops.isend(t, peer, tag) for t in tensors],
+                           lambda results: list(tensors), [])
 
-    def recv(self, *args, **kwargs):
-        self._refuse("recv", "Ferry has no point-to-point transfers yet")
+    def recv(self, tensors, src, tag=0):
+        peer = self._ranks[src]
+        return self._start(lambda priorities: [ops.irecv(t, peer, tag) for t in tensors],
+                           lambda results: list(tensors), [])
 
     def recv_anysource(self, *args, **kwargs):
-        self._refuse("recv_anysource", "Ferry has no point-to-point transfers yet")
+        self._refuse("recv_anysource", "a receive names its source rank")
 
 
 def _create(store, rank, world_size, timeout):
@@ -408,20 +428,44 @@ def _create(store, rank, world_size, timeout):
     if not ops.is_initialized():
         torchrun.start_cluster()  # a plain torchrun launch: start what ferry-run would
     ops.init()
+    group_id = ProcessGroupFerry._created
+    ProcessGroupFerry._created += 1
+    if world_size < ops.size() and _c10d_group_count() > 1:  # dist.new_group(ranks)
+        return _subgroup(store, rank, world_size, group_id)
     if world_size != ops.size():
         raise RuntimeError(
             "ferry backend of torch.distributed: a group of %d ranks, but the Ferry job has %d "
-            "workers: groups over a subset of the ranks are not supported, and "
-            "init_process_group's world_size must be the number of Ferry workers"
+            "workers: init_process_group's world_size must be the number of Ferry workers"
             % (world_size, ops.size()))
     if rank != ops.rank():
         raise RuntimeError(
             "ferry backend of torch.distributed: this process is rank %d to torch.distributed "
             "but worker %d to Ferry: launch with ferry-launch or scripts/local-cluster, or pass "
             "rank=ferry.torch.rank() to init_process_group" % (rank, ops.rank()))
-    group_id = ProcessGroupFerry._created
-    ProcessGroupFerry._created += 1
     return ProcessGroupFerry(rank, world_size, group_id)
+
+
+def _c10d_group_count():
+    """torch.distributed's count of groups made so far (every rank counts every new_group
+    call, members or not)."""
+    c10d = dist.distributed_c10d
+    world = getattr(c10d, "_world", None)
+    return getattr(world, "group_count", None) if world is not None else c10d._group_count
+
+
+def _subgroup(store, rank, size, group_id):
+    """A group over a subset of the ranks: a Ferry process set under a named id that every
+    member computes alike (torch's group count), its global ranks learned through the
+    group's store."""
+    store.set("ferry.rank.%d" % rank, str(ops.rank()))
+    ranks = [int(store.get("ferry.rank.%d" % r)) for r in range(size)]
+    set_id = 127 + _c10d_group_count()
+    if set_id > 255:
+        raise RuntimeError("ferry backend of torch.distributed: at most 128 groups over a subset "
+                           "of the ranks per job")
+    from ferry.torch import _horovod
+    return ProcessGroupFerry(rank, size, group_id, ranks,
+                             _horovod._add_named_process_set(ranks, set_id))
 
 
 def compression_hook(compression):
