@@ -181,9 +181,12 @@ void PointToPoint::OnSend(Message&& m, const Origin& origin) {
       return;
     }
     Arrival a;
-    // Shared-memory slots go back to the sender once handled: keep a copy of them.
-    a.bytes = m.payload.lent() ? Buffer::CopyOf(m.payload.data(), m.payload.size())
-                               : std::move(m.payload);
+    // Shared-memory slots go back to the sender once handled: a send whose receive waits is
+    // copied from the slot during this handler (Deliver below); one that must wait for its
+    // receive keeps a copy.
+    const bool waits = !in.posted.count(number);
+    a.bytes = m.payload.lent() && waits ? Buffer::CopyOf(m.payload.data(), m.payload.size())
+                                        : std::move(m.payload);
     a.dtype = static_cast<DataType>(e.dtype());
     a.request = e.request_id();
     a.identity = origin.identity;

@@ -28,8 +28,9 @@
 // numbers it matched and why it refused any.
 //
 // Buffers: an arrived send's bytes wait at the receiver until its receive comes (copied
-// off the shared-memory lane, whose slots must not be kept); what bounds them is the
-// sender's calls, as with any eager send.
+// off the shared-memory lane, whose slots must not be kept, unless its receive already
+// waits: then the one copy is from the slot into the receive's buffer, in the handler);
+// what bounds them is the sender's calls, as with any eager send.
 //
 // Membership epochs (elastic training): a new epoch fails every operation; everything
 // here is forgotten (AbandonInFlight), and numbering starts over.

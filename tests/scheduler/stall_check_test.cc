@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/cluster/point_to_point_label.h"
+
 namespace ferry {
 namespace {
 
@@ -69,6 +71,39 @@ TEST(StallCheckTest, NamesTheRanksThatNeverSubmitted) {
   EXPECT_TRUE(Contains(s.message, "push_pull of 'x' (operation 3 under this name) has waited "
                                    "1.2 s on ranks 0, 2 for rank 1, which has not submitted it"));
   EXPECT_TRUE(Contains(s.message, "FERRY_STALL_WARNING_MS=1000"));
+}
+
+TEST(StallCheckTest, APointToPointMessageNamesOnlyItsPeer) {
+  // Rank 2 waits for its receive of rank 1's first message under tag 7; rank 1 sent none, and
+  // ranks 0 and 3 never take part in that pair (no count under the label), so only rank 1 is
+  // named. Then rank 1 waits on its send of a second message that rank 2 never receives.
+  const std::string pair = PointToPointLabel(1, 2, 7);
+  StallCheck check(4, 1000, 0);
+  check.Update(0, Report({}, {}), 0);
+  check.Update(1, Report({}, {{pair, 0}}), 0);
+  check.Update(2, Report({{pair, 1, 1500}}, {{pair, 1}}), 0);
+  check.Update(3, Report({}, {}), 0);
+  std::vector<StallCheck::Stall> stalls = check.Check(0);
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].missing, (Ranks{1}));
+  EXPECT_TRUE(Contains(stalls[0].message, "point-to-point from rank 1 to rank 2, tag 7 (message 1 "
+                                          "under this name) has waited 1.5 s on rank 2 for rank "
+                                          "1, which has not sent it (no matching send)"));
+  StallCheck later(4, 1000, 0);
+  later.Update(1, Report({{pair, 2, 1500}}, {{pair, 2}}), 0);
+  later.Update(2, Report({}, {{pair, 1}}), 0);
+  later.Update(0, Report({}, {}), 0);
+  later.Update(3, Report({}, {}), 0);
+  stalls = later.Check(0);
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].missing, (Ranks{2}));
+  EXPECT_TRUE(Contains(stalls[0].message, "for rank 2, which has not received it"));
+  int src = 0, dst = 0;
+  EXPECT_TRUE(ParsePointToPointLabel(pair, &src, &dst));
+  EXPECT_EQ(src, 1);
+  EXPECT_EQ(dst, 2);
+  EXPECT_FALSE(ParsePointToPointLabel(pair + "x", &src, &dst));
+  EXPECT_FALSE(ParsePointToPointLabel(kX, &src, &dst));
 }
 
 TEST(StallCheckTest, AgesGrowOnTheSchedulersClockAndWarningsRepeatEachPeriod) {
