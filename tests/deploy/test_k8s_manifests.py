@@ -117,14 +117,15 @@ def test_every_role_gets_what_it_needs(docs):
     assert "DMLC_PORT" in " ".join(c["readinessProbe"]["exec"]["command"])
 
     # Workers: as many pods as DMLC_NUM_WORKER (machines, whatever FERRY_LOCAL_SIZE), ranks
-    # from the pod ordinal, the training example with the package on PYTHONPATH; no port.
+    # from the pod ordinal, the training example with the package on PYTHONPATH; the port
+    # other workers' point-to-point sends arrive on.
     c, env = container_env(docs, workers)
     assert workers["spec"]["replicas"] == int(num_worker)
     assert env["DMLC_WORKER_ID"] == ("field", "metadata.labels['apps.kubernetes.io/pod-index']")
     assert env["PYTHONPATH"] == "/usr/local/lib/ferry/python"
     assert c["args"] == ["ferry-launch", "python3", "/usr/local/share/ferry/examples/train_digits.py"]
     assert c["image"] == "ferry-example"
-    assert "ports" not in c
+    assert [p["containerPort"] for p in c["ports"]] == [int(env["DMLC_PORT"])] == [9200]
 
 
 def test_an_elastic_job_gets_a_dead_server_back(docs):
