@@ -151,7 +151,7 @@ def ferry_worker(size, count, pings, window):
 
 
 def run_ferry(size, count, pings, window, shm):
-    from conftest import FERRY_BIN, FERRY_PYTHONPATH, base_env
+    from conftest import FERRY_BIN, base_env
     env = base_env({"DMLC_NUM_WORKER": "2", "DMLC_NUM_SERVER": "1",
                     "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(free_port()),
                     "DMLC_NODE_HOST": "127.0.0.1", "FERRY_SHM": "1" if shm else "0"})

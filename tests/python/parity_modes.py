@@ -123,8 +123,8 @@ def _refusals(rank, out):
         ("op_min_push_pull", lambda: hvd.DistributedOptimizer(
             torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0), op=hvd.Min)),
         ("op_adasum", lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum)),
-        ("allgather_process_set",
-         lambda: hvd.allgather(torch.ones(3), process_set=hvd.ProcessSet([0]))),
+        ("broadcast_object_process_set",
+         lambda: hvd.broadcast_object(1, process_set=hvd.ProcessSet([0]))),
         ("sync_batch_norm", lambda: hvd.SyncBatchNorm(4)),
         ("start_timeline", lambda: hvd.start_timeline("/tmp/x.json")),
         ("mpi_threads_supported", lambda: hvd.mpi_threads_supported()),

@@ -125,6 +125,9 @@ def mode_process_sets(args, out):
         b = torch.full((3,), float(rank), dtype=torch.float64)
         bps.broadcast_(b, root_rank=ps.ranks[-1], name="b", process_set=ps)
         out["broadcasts"][key] = b
+        bps.barrier(process_set=ps)
+        out.setdefault("gathers", {})[key] = bps.allgather(
+            torch.full((rank + 1, 2), rank, dtype=torch.int16), name="g", process_set=ps)
     # Every set's name "x" is its own tensor; the global set's too.
     out["global"] = bps.allreduce(torch.ones(3), op=bps.Sum, name="x")
     outsider = next(ps for ps in sets if not ps.included())

@@ -6,7 +6,7 @@ and its deadline."""
 import pytest
 import torch
 
-from point_to_point_modes import DTYPES, SIZES, values
+from point_to_point_modes import DTYPES, SIZES
 
 HEARTBEAT = {"FERRY_HEARTBEAT_INTERVAL_MS": "200", "FERRY_HEARTBEAT_TIMEOUT_MS": "5000"}
 
@@ -98,6 +98,8 @@ def test_process_sets_of_every_shape_sum_over_their_members(cluster):
             assert torch.equal(r["averages"][key], torch.full((7,), sum(ranks) / len(ranks)))
             assert torch.equal(r["broadcasts"][key],
                                torch.full((3,), float(ranks[-1]), dtype=torch.float64))
+            assert torch.equal(r["gathers"][key], torch.cat(
+                [torch.full((m + 1, 2), m, dtype=torch.int16) for m in ranks]))
         assert torch.equal(r["global"], torch.full((3,), 4.0))
         assert raised(r["outsider"], "ValueError", "rank %d is not a member" % r["rank"])
         # SGD with lr 1: -(the average of the members' (rank + 1)).

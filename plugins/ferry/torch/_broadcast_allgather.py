@@ -11,7 +11,7 @@ from ferry._core import rank, size  # this worker's rank, the number of workers 
 from ferry.torch import _push_pull
 from ferry.torch._checks import (_DTYPES, _WIDENED_FOR_BROADCAST, _check_root, _check_tensor,
                                  _dtype_code, _on_host)
-from ferry.torch._horovod import _check_process_set, _is_global
+from ferry.torch._horovod import _is_global
 from ferry.torch._push_pull import _submit, _sync_push_pull
 from ferry.torch._runtime import (_background, _claim, _lock, _name_or_free, _pending,
                                   synchronize)
@@ -144,35 +144,50 @@ def _check_gather_input(tensor, name):
                         % (name, tensor.dtype))
 
 
-def _gather_shapes(tensor, name):
+def _members(process_set):
+    """(the gathering ranks' global ranks in order, this worker's index among them)."""
+    if _is_global(process_set):
+        return list(range(size())), rank()
+    if process_set.process_set_id is None or not process_set.included():
+        raise ValueError("ferry.torch: allgather: rank %d is not a member of %r (or it is not "
+                         "registered); only its members call its collectives"
+                         % (rank(), process_set))
+    return process_set.ranks, process_set.rank()
+
+
+def _gather_shapes(tensor, name, process_set=None):
     """Every worker's (ndim, dtype, shape) of its allgather input, exchanged and checked
     to agree but for dim 0; otherwise every worker raises the same FerryError (as Horovod's
     coordinator fails the operation on every rank). A worker's row is ndim + 1 first, so
     a row of zeros is a worker that took no part: it has joined. Returns the first dims in
-    rank order."""
-    meta = torch.zeros(size(), 2 + _MAX_GATHER_DIMS, dtype=torch.int64)
-    meta[rank(), 0] = tensor.dim() + 1
-    meta[rank(), 1] = _GATHER_DTYPES.index(tensor.dtype)
-    meta[rank(), 2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-    meta = _sync_push_pull(meta, False, "allgather.%s.shapes" % name, None, compression="none")
-    joined = [r for r in range(size()) if int(meta[r, 0]) == 0]
+    rank order (of the process set's members, with one)."""
+    ranks, me = _members(process_set)
+    meta = torch.zeros(len(ranks), 2 + _MAX_GATHER_DIMS, dtype=torch.int64)
+    meta[me, 0] = tensor.dim() + 1
+    meta[me, 1] = _GATHER_DTYPES.index(tensor.dtype)
+    meta[me, 2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+    meta = _sync_push_pull(meta, False, "allgather.%s.shapes" % name, None, compression="none",
+                           process_set=process_set)
+    joined = [r for r in range(len(ranks)) if int(meta[r, 0]) == 0]
     if joined:
         _core.fail(_core.MISMATCH,
                    "allgather of '%s': rank(s) %s have joined (join()); allgather is not "
                    "supported while a worker has joined (as in Horovod): every worker must "
                    "take part" % (name, ", ".join(str(r) for r in joined)))
-    for r in range(size()):
+    for r in range(len(ranks)):
         if int(meta[r, 0]) == 1:
             _core.fail(_core.MISMATCH,
                        "allgather of '%s': rank %d sent a rank-zero tensor, which has no "
-                       "dimension 0 to concatenate along (Horovod refuses it too)" % (name, r))
-    for r in range(1, size()):
+                       "dimension 0 to concatenate along (Horovod refuses it too)"
+                       % (name, ranks[r]))
+    for r in range(1, len(ranks)):
         a, b = meta[0], meta[r]
         if a[0] != b[0] or a[1] != b[1] or not torch.equal(a[3:], b[3:]):
             _core.fail(_core.MISMATCH,
-                       "allgather of '%s': the workers disagree: rank 0 sent %s, rank %d sent "
+                       "allgather of '%s': the workers disagree: rank %d sent %s, rank %d sent "
                        "%s; every worker must send the same dtype and the same dimensions but "
-                       "the first" % (name, _describe_meta(a), r, _describe_meta(b)))
+                       "the first" % (name, ranks[0], _describe_meta(a), ranks[r],
+                                      _describe_meta(b)))
     return [int(d) for d in meta[:, 2]]
 
 
@@ -180,24 +195,24 @@ def _bucket(n):
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _allgather(tensor, name, task=None):
+def _allgather(tensor, name, task=None, process_set=None):
     """The gathered tensor: every worker's `tensor` concatenated along dim 0, in rank order
     (a sum in which each worker fills its own rows: exact for every dtype). `task`: the
     background operation running it, told once the data tensor is declared."""
-    firsts = _gather_shapes(tensor, name)
+    firsts = _gather_shapes(tensor, name, process_set)
     rest = tuple(tensor.shape[1:])
     row = 1
     for d in rest:
         row *= d
     total = sum(firsts)
-    offset = sum(firsts[:rank()]) * row
+    offset = sum(firsts[:_members(process_set)[1]]) * row
     wide = torch.int32 if tensor.dtype in _WIDENED_FOR_BROADCAST else tensor.dtype
     elements = total * row
     # A few sizes per name only: one core tensor per power of two.
     flat = torch.zeros(_bucket(elements), dtype=wide, device=tensor.device)
     flat[offset:offset + tensor.numel()] = tensor.reshape(-1).to(wide)
     handle = _submit(flat, True, False, "allgather.%s.%d" % (name, flat.numel()), None,
-                     compression="none")  # gathered values travel exact
+                     compression="none", process_set=process_set)  # values travel exact
     if task is not None:
         task.declared()
     flat = synchronize(handle)
@@ -209,14 +224,15 @@ def allgather_async(tensor, name=None, process_set=None):
     `tensor` concatenated along dim 0 in rank order (dim 0 may differ between workers; the
     other dimensions and the dtype must agree, or every worker raises FerryError at
     synchronize()). Runs in the background (ferry.torch._runtime): poll() is False until
-    every worker has called it."""
-    _check_process_set(process_set, "allgather")
+    every worker has called it. With a process_set: its members' tensors, in their order."""
     _check_tensor(tensor, "tensor '%s'" % name)
     _check_gather_input(tensor, name)
+    _members(process_set)  # a member of a registered set, or the global one
     name = _name_or_free("allgather", name, tensor)
     claim = _claim("allgather", name)
     source = tensor.detach()
-    return _background(name, claim, lambda task: _allgather(source, name, task), (source,))
+    return _background(name, claim, lambda task: _allgather(source, name, task, process_set),
+                       (source,))
 
 
 class _Allgather(torch.autograd.Function):
@@ -242,7 +258,9 @@ class _Allgather(torch.autograd.Function):
 
 def allgather(tensor, name=None, process_set=None):
     """horovod.torch.allgather: every worker's `tensor` concatenated along dim 0, in rank
-    order, as a new tensor. Differentiable."""
-    _check_process_set(process_set, "allgather")
+    order, as a new tensor. Differentiable (over every worker; with a process_set not
+    differentiable)."""
     _check_tensor(tensor, "tensor '%s'" % name)
+    if not _is_global(process_set):
+        return synchronize(allgather_async(tensor, name, process_set))
     return _Allgather.apply(tensor, name)

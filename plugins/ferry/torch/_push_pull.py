@@ -14,7 +14,6 @@ a GPU.
 import torch
 
 from ferry import _core
-from ferry._core import size  # the number of workers (ops.size())
 from ferry.torch._checks import (_check_same_device, _check_tensor, _declare, _device_path,
                                  _dtype_code, _on_host)
 from ferry.torch._horovod import (_factors, _is_global, _reduction, _set_name,
@@ -156,9 +155,9 @@ class _PushPull(torch.autograd.Function):
 
 
 def _sync_push_pull(tensor, average, name, priority, prescale=1.0, postscale=1.0, reduce=None,
-                    compression=""):
+                    compression="", process_set=None):
     return synchronize(_submit(tensor, False, average, name, priority, prescale, postscale, reduce,
-                               compression))
+                               compression, process_set))
 
 
 def push_pull(tensor, average=True, name=None, priority=None, compression=None):

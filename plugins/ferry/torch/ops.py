@@ -31,7 +31,6 @@ from ferry.torch import (_broadcast_allgather, _checks, _horovod, _point_to_poin
 from ferry.torch._broadcast_allgather import *  # noqa: F401,F403 - their __all__
 from ferry.torch._checks import *  # noqa: F401,F403
 from ferry.torch._horovod import *  # noqa: F401,F403
-from ferry.torch._horovod import _check_process_set
 from ferry.torch._point_to_point import *  # noqa: F401,F403
 from ferry.torch._push_pull import *  # noqa: F401,F403
 from ferry.torch._runtime import *  # noqa: F401,F403
@@ -203,9 +202,13 @@ def num_servers():
 
 
 def barrier(process_set=None):
-    """Blocks until every worker called barrier()."""
-    _check_process_set(process_set)
-    _core.barrier()
+    """Blocks until every worker (with a process_set: every member) called barrier()."""
+    if _horovod._is_global(process_set):
+        _core.barrier()
+        return
+    token = torch.ones(1, dtype=torch.int32)
+    _push_pull._sync_push_pull(token, False, "barrier", None, compression="none",
+                               process_set=process_set)
 
 
 def join(device=-1):
