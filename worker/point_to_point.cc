@@ -272,6 +272,7 @@ void PointToPoint::AbandonInFlight() {
 }
 
 std::string PointToPoint::DescribeHandle(Handle h) const {
+  ctx_.mu.AssertHeld();
   for (const auto& [request, s] : sends_.requests()) {
     if (s.handle != h) continue;
     const std::string what = StrCat("send to rank ", s.to.first, " (tag ", s.to.second,

@@ -68,8 +68,9 @@ class PointToPoint : public OperationKind {
               CompletionCallback done) EXCLUDES(ctx_.mu);
   // A P2P_SEND that arrived on this worker's inbound socket (van-io thread).
   void OnSend(Message&& m, const Origin& origin) EXCLUDES(ctx_.mu);
-  // What operation `h` waits for, if it is one of this kind's; else empty.
-  std::string DescribeHandle(Handle h) const REQUIRES(ctx_.mu);
+  // What operation `h` waits for, if it is one of this kind's; else empty. REQUIRES:
+  // ctx_.mu held (asserted: the caller names the lock through its own context).
+  std::string DescribeHandle(Handle h) const;
 
   // Point-to-point operations are not sequenced per tensor: the Sequencer never starts
   // one, and none is an Operation record. Start and Describe(Operation) are not used.
