@@ -5,8 +5,8 @@ the same host, interleaved, medians with min-max (docs/benchmarks.md, "Point-to-
     FERRY_BIN=build/bin FERRY_PYTHONPATH=build/python bench/p2p_bench.py [--repeats 5]
 
 Each repeat runs, in turn:
-  zmq      a DEALER streams the messages to a ROUTER (libzmq through ctypes; no acks), and a
-           4 KiB DEALER/ROUTER ping-pong: the reference
+  zmq      ferry-zmq-stream: a DEALER streams the messages to a ROUTER (no acks), and a
+           4 KiB ping-pong: the reference (as in bench/core_bench.py)
   tcp      Ferry's send/recv between two workers with FERRY_SHM=0 (loopback TCP), the sender
            keeping `--window` sends in flight, and a 4 KiB send/recv ping-pong
   shm      the same over the shared-memory lane (FERRY_SHM=1)
@@ -15,8 +15,6 @@ each repeat and the ratios: tcp / zmq and shm / tcp bandwidth, tcp / zmq 4 KiB r
 """
 
 import argparse
-import ctypes
-import ctypes.util
 import json
 import os
 import socket
@@ -39,66 +37,18 @@ def free_port():
 
 # ----------------------------------------------------------------------------- raw ZeroMQ
 
-def _zmq():
-    lib = ctypes.CDLL(ctypes.util.find_library("zmq"))
-    lib.zmq_ctx_new.restype = ctypes.c_void_p
-    lib.zmq_socket.restype = ctypes.c_void_p
-    lib.zmq_socket.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    for f in ("zmq_bind", "zmq_connect"):
-        getattr(lib, f).argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.zmq_send.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    lib.zmq_recv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return lib
-
-
-ZMQ_ROUTER, ZMQ_DEALER, ZMQ_SNDMORE = 6, 5, 2
-
-
-def zmq_peer(role, port, size, count, pings):
-    """One end of the reference: `receiver` (ROUTER) or `sender` (DEALER)."""
-    lib = _zmq()
-    ctx = lib.zmq_ctx_new()
-    buf = ctypes.create_string_buffer(max(size, 4096))
-    ident = ctypes.create_string_buffer(256)
-    if role == "receiver":
-        s = lib.zmq_socket(ctx, ZMQ_ROUTER)
-        lib.zmq_bind(s, b"tcp://127.0.0.1:%d" % port)
-        for _ in range(count):
-            n = lib.zmq_recv(s, ident, 256, 0)
-            lib.zmq_recv(s, buf, len(buf), 0)
-        lib.zmq_send(s, ident, n, ZMQ_SNDMORE)
-        lib.zmq_send(s, buf, 1, 0)  # done
-        for _ in range(pings):  # echo
-            n = lib.zmq_recv(s, ident, 256, 0)
-            m = lib.zmq_recv(s, buf, len(buf), 0)
-            lib.zmq_send(s, ident, n, ZMQ_SNDMORE)
-            lib.zmq_send(s, buf, m, 0)
-        return None
-    s = lib.zmq_socket(ctx, ZMQ_DEALER)
-    lib.zmq_connect(s, b"tcp://127.0.0.1:%d" % port)
-    lib.zmq_send(s, buf, size, 0)  # the first message waits for the connection
-    start = time.perf_counter()
-    for _ in range(count - 1):
-        lib.zmq_send(s, buf, size, 0)
-    lib.zmq_recv(s, buf, len(buf), 0)
-    seconds = time.perf_counter() - start
-    rtts = []
-    for _ in range(pings):
-        t = time.perf_counter()
-        lib.zmq_send(s, buf, 4096, 0)
-        lib.zmq_recv(s, buf, len(buf), 0)
-        rtts.append(time.perf_counter() - t)
-    return {"gbps": size * (count - 1) / seconds / 1e9, "rtt_us": statistics.median(rtts) * 1e6}
-
-
 def run_zmq(size, count, pings):
-    port = free_port()
-    recv = subprocess.Popen([PY, __file__, "--zmq-peer", "receiver", str(port), str(size),
-                             str(count), str(pings)])
-    out = subprocess.run([PY, __file__, "--zmq-peer", "sender", str(port), str(size), str(count),
-                          str(pings)], capture_output=True, text=True, timeout=300)
-    recv.wait(60)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """The reference: ferry-zmq-stream's raw stream of `count` messages (one DEALER to a
+    ROUTER, malloc tuned as Ferry's processes) and its 4 KiB ping-pong (median round trip)."""
+    from conftest import FERRY_BIN
+    tool = str(FERRY_BIN / "ferry-zmq-stream")
+    stream = subprocess.run([tool, "--sizes=%d" % size, "--messages=%d" % count, "--tune_malloc",
+                             "--format=csv", "--port=%d" % free_port()], capture_output=True,
+                            text=True, timeout=600, check=True).stdout.strip().splitlines()
+    pong = subprocess.run([tool, "--pingpong", "--message_bytes=4096", "--messages=%d" % pings,
+                           "--format=csv", "--port=%d" % free_port()], capture_output=True,
+                          text=True, timeout=600, check=True).stdout.strip().splitlines()
+    return {"gbps": float(stream[-1].split(",")[3]), "rtt_us": float(pong[-1].split(",")[2])}
 
 
 # ----------------------------------------------------------------------------- Ferry
@@ -179,12 +129,6 @@ def summary(values):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--zmq-peer":
-        r = zmq_peer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-                     int(sys.argv[6]))
-        if r:
-            print(json.dumps(r), flush=True)
-        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--ferry-worker":
         ferry_worker(*(int(a) for a in sys.argv[2:6]))
         return 0
