@@ -13,8 +13,7 @@ int ProcessSets::Add(std::vector<int> ranks, int workers, int named) {
   FERRY_ENFORCE(!ranks.empty(), ErrorCode::kInvalidArgument, "a process set needs a rank");
   for (size_t i = 0; i < ranks.size(); ++i) {
     FERRY_ENFORCE(ranks[i] >= 0 && ranks[i] < workers, ErrorCode::kInvalidArgument,
-                  "process set {", ProcessSetRanks(ProcessSetMask({ranks[i]})), "...}: rank ",
-                  ranks[i], " is not a worker rank (0..", workers - 1, ")");
+                  "process set: rank ", ranks[i], " is not a worker rank (0..", workers - 1, ")");
     FERRY_ENFORCE(i == 0 || ranks[i] != ranks[i - 1], ErrorCode::kInvalidArgument,
                   "process set: rank ", ranks[i], " is named twice");
   }

@@ -6,6 +6,7 @@ import torch
 
 import ferry.torch as bps
 from ferry import _core
+from compression_modes import _outcome  # a call's error, recorded for the test
 
 # Element counts from 1 to 64 MiB of float32 (16 Mi elements).
 SIZES = [1, 3, 1000, 65536 + 7, 1 << 22, 1 << 24]
@@ -17,14 +18,6 @@ def values(n, src, tag, dtype):
     """What rank `src` sends under `tag`: distinct per (n, src, tag), exact in every dtype."""
     v = (torch.arange(n, dtype=torch.int64) * 31 + src * 7 + tag * 3) % 97
     return (v % 2).to(torch.bool) if dtype == torch.bool else v.to(dtype)
-
-
-def _outcome(fn):
-    try:
-        fn()
-        return None
-    except Exception as e:  # noqa: BLE001 - recorded for the test
-        return (type(e).__name__, str(e))
 
 
 def mode_p2p(args, out):
