@@ -159,7 +159,8 @@ def train_stage0(hvd, stash, optimizer, x_train, micro, m, it0, peer):
     def forward(k):
         t, j = it0 + k // m, k % m
         act = stage0_forward(stash.version(t), x_train[micro[k]])
-        sent = hvd.isend(act.detach(), peer, tag=j)
+        # priority: the earlier micro-batch goes first (a dependency the program declares)
+        sent = hvd.isend(act.detach(), peer, tag=j, priority=-j)
         grad = hvd.irecv(torch.empty(act.shape), peer, tag=m + j)
         flight[k] = (act, sent, grad)
 
@@ -195,7 +196,7 @@ def train_stage1(hvd, stash, optimizer, y_train, micro, m, it0, peer):
         total += loss.item() * len(micro[k])
         if sent is not None:
             hvd.synchronize(sent)
-        sent = hvd.isend(h.grad, peer, tag=m + j)
+        sent = hvd.isend(h.grad, peer, tag=m + j, priority=-j)
         if j == m - 1:
             stash.update(t, optimizer)
     hvd.synchronize(sent)

@@ -116,6 +116,7 @@ bool PolicyModelled(SchedulingPolicy policy) {
     case SchedulingPolicy::kMercury:
     case SchedulingPolicy::kUsbyte:
     case SchedulingPolicy::kProphet:
+    case SchedulingPolicy::kTrirace:
       return true;
   }
   return false;

@@ -37,7 +37,7 @@ SimWorker::SimWorker(SimJob& job, int rank, std::vector<SimServer*> servers, dou
   core_->UseWindow(WindowOptions{c.window_gain, static_cast<uint64_t>(c.window_min_bytes),
                                  static_cast<uint64_t>(c.window_max_bytes),
                                  static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_))});
-  if (!(c.window_bdp && c.policy == SchedulingPolicy::kCredit)) {
+  if (!(c.window_bdp && CreditLike(c.policy))) {
     core_->SetCredit(static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_)));
   }
   layout_ = &job_.LayoutFor(partition_bytes_);

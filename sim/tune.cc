@@ -9,7 +9,7 @@ namespace ferry::sim {
 namespace {
 
 bool HasCredit(const std::string& policy) {
-  return policy == "credit" || policy == "usbyte" || policy == "prophet";
+  return policy == "credit" || policy == "usbyte" || policy == "prophet" || policy == "trirace";
 }
 
 // Runs `env` (over the options' own env) over the seeds.

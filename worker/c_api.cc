@@ -139,9 +139,10 @@ int64_t ferry_reduce_async(const char* name, const void* input, void* output, in
   });
 }
 
-int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag) {
+int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag,
+                         int32_t priority) {
   return Guard([&]() -> int64_t {
-    return static_cast<int64_t>(Get()->SendAsync(data, count, Type(dtype), dst, tag));
+    return static_cast<int64_t>(Get()->SendAsync(data, count, Type(dtype), dst, tag, priority));
   });
 }
 

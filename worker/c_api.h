@@ -61,8 +61,10 @@ int64_t ferry_reduce_async(const char* name, const void* input, void* output, in
                            uint64_t count, int op, int32_t priority);
 /* Point-to-point (worker/point_to_point.h): `count` elements of `dtype` at `data` to worker
  * rank `dst` under `tag`, for its matching ferry_recv_async; the handle finishes once that
- * receive took them. Delivery keeps the call order per (source, destination, tag). */
-int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag);
+ * receive took them. Delivery keeps the call order per (source, destination, tag).
+ * `priority` orders this worker's sends among themselves, larger first. */
+int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag,
+                         int32_t priority);
 /* The next send from rank `src` under `tag` into `data` (`count` elements of `dtype`). */
 int64_t ferry_recv_async(void* data, uint64_t count, int dtype, int src, int tag);
 /* The compression of declared tensor `name`'s later push_pulls ("onebit+ef", "topk:0.01",

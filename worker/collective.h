@@ -111,10 +111,12 @@ class Collective {
   // Point-to-point (worker/point_to_point.h): sends `count` elements of `dtype` at `data` to
   // rank `dst` under `tag`, for its matching RecvAsync; finished once that receive took
   // them (then `data` may be reused). Delivery keeps the call order per (source,
-  // destination, tag). Only a Worker: a local group's ranks share one worker process.
+  // destination, tag). `priority` orders this worker's sends among themselves (larger
+  // first; they all go before its tensors' bytes on the links they share: van.h, Links).
+  // Only a Worker: a local group's ranks share one worker process.
   virtual Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
-                           CompletionCallback done = nullptr) {
-    (void)data, (void)count, (void)dtype, (void)tag, (void)done;
+                           int32_t priority = 0, CompletionCallback done = nullptr) {
+    (void)data, (void)count, (void)dtype, (void)tag, (void)priority, (void)done;
     throw FerryError(ErrorCode::kInvalidArgument,
                      StrCat("send to rank ", dst, ": point-to-point needs one worker process per "
                             "Ferry worker (FERRY_LOCAL_SIZE=1)"));

@@ -13,9 +13,6 @@ namespace ferry {
 
 namespace {
 
-// Point-to-point messages go before tensor bytes in the order queues (van.h, "Order").
-constexpr int32_t kPointToPointPriority = std::numeric_limits<int32_t>::max();
-
 std::string Shape(DataType dtype, uint64_t count) {
   return StrCat(DataTypeName(dtype), "[", count, "]");
 }
@@ -39,7 +36,7 @@ int PointToPoint::ConnectTo(int rank) {
 }
 
 Handle PointToPoint::Send(const void* data, uint64_t count, DataType dtype, int dst, int tag,
-                          CompletionCallback done) {
+                          int32_t priority, CompletionCallback done) {
   const int me = ctx_.rank, workers = ctx_.num_workers;
   FERRY_ENFORCE(dst >= 0 && dst < workers && dst != me, ErrorCode::kInvalidArgument,
                 "send to rank ", dst, " (tag ", tag, ", ", Shape(dtype, count), "): not another "
@@ -57,6 +54,7 @@ Handle PointToPoint::Send(const void* data, uint64_t count, DataType dtype, int 
   s.data = static_cast<const uint8_t*>(data);
   s.bytes = count * DataTypeSize(dtype);
   s.dtype = dtype;
+  s.priority = priority;
   const uint64_t request = ctx_.next_request++;
   OutboundSend& tracked = sends_.Add(request, std::move(s), /*on_wire_later=*/true);
   ctx_.counters.p2p_sends++;
@@ -71,7 +69,7 @@ Message PointToPoint::BuildSend(uint64_t request, OutboundSend& s, bool probe) {
   m.envelope.set_tag(s.to.second);
   m.envelope.set_round(s.number);
   m.envelope.set_dtype(static_cast<proto::DataTypeProto>(s.dtype));
-  m.envelope.set_priority(kPointToPointPriority);
+  m.envelope.set_priority(s.priority);
   if (probe) {
     m.envelope.set_probe(true);
     return m;

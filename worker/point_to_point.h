@@ -57,11 +57,13 @@ class PointToPoint : public OperationKind {
  public:
   explicit PointToPoint(WorkerContext& ctx);
 
-  // Sends `count` elements of `dtype` at `data` to worker rank `dst` under `tag`. Returns
-  // at once; `data` must stay unchanged until the operation finished. Throws FerryError
+  // Sends `count` elements of `dtype` at `data` to worker rank `dst` under `tag`, ordered
+  // by `priority` among this worker's sends (Envelope.priority; the Van's order queues put
+  // every send before tensor bytes on the links they share: van.h, Links). Returns at
+  // once; `data` must stay unchanged until the operation finished. Throws FerryError
   // (kInvalidArgument) for a rank that is not another worker's.
   Handle Send(const void* data, uint64_t count, DataType dtype, int dst, int tag,
-              CompletionCallback done) EXCLUDES(ctx_.mu);
+              int32_t priority, CompletionCallback done) EXCLUDES(ctx_.mu);
   // Receives the next send from worker rank `src` under `tag` into `data` (`count`
   // elements of `dtype`). Returns at once; `data` must live until the operation finished.
   Handle Recv(void* data, uint64_t count, DataType dtype, int src, int tag,
@@ -90,6 +92,7 @@ class PointToPoint : public OperationKind {
     const uint8_t* data = nullptr;
     uint64_t bytes = 0;
     DataType dtype = DataType::kFloat32;
+    int32_t priority = 0;
     int releases_left = 0;  // payloads ZeroMQ holds
     bool received = false;  // the receive took it (or refused it: `error`)
     std::string error;

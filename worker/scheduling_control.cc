@@ -16,7 +16,7 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
     : ctx_(ctx), catalog_(catalog), queue_(queue), sum_over_workers_(std::move(sum_over_workers)) {
   const Config::Scheduling& c = ctx_.config.scheduling;
   const int64_t partition = c.InitialPartitionBytes();
-  const bool window = c.window_bdp && queue_.policy() == SchedulingPolicy::kCredit;
+  const bool window = c.window_bdp && CreditLike(queue_.policy());
   const SchedulingChoice initial{partition, c.CreditBytesFor(partition),
                                  window ? c.window_gain : 0.0, ctx_.config.transport.frame_bytes};
   // The estimator samples under every policy (the exit log says what it measured); the
@@ -42,7 +42,7 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
 std::vector<SchedulingChoice> SchedulingControl::AutotuneGrid(const SchedulingChoice& initial) const {
   const Config::Scheduling& c = ctx_.config.scheduling;
   const int64_t max_bytes = ctx_.config.transport.max_message_bytes - 4096;
-  const bool credit = queue_.policy() == SchedulingPolicy::kCredit;
+  const bool credit = CreditLike(queue_.policy());
   // Under `credit` the search is over window gains when the window is on, unless
   // FERRY_AUTOTUNE_CREDITS asks for fixed credits (Config refuses both lists at once).
   const bool window = initial.window_gain > 0 && c.autotune_credits.empty();

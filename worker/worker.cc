@@ -17,6 +17,18 @@ namespace ferry {
 
 namespace {
 
+// A worker's Van: the role's options, and point-to-point sends scheduled on their links
+// (van.h, Links) under the policies that schedule them (scheduling_policy.h).
+VanOptions WorkerVanOptions(const Config& config) {
+  VanOptions o = VanOptionsFor("worker", config);
+  o.link_scheduling = SchedulesLinks(config.scheduling.policy);
+  return o;
+}
+
+}  // namespace
+
+namespace {
+
 // How long a worker waits at start for its shared-memory lanes' probes (Van::WaitForLanes).
 constexpr int kLaneProbeMs = 2000;
 
@@ -86,7 +98,7 @@ Worker::Worker(const Config& config)
                                  " ms (FERRY_OP_TIMEOUT_MS): ", what);
                  }),
       config_(config),
-      van_(VanOptionsFor("worker", config)),
+      van_(WorkerVanOptions(config)),
       // Workers listen too, for other workers' point-to-point sends (point_to_point.h).
       cluster_(config_, &van_, van_.Bind(config_.transport.bind_host, config_.transport.node_port)),
       queue_(MakePolicy(PolicyOptionsOf(config.scheduling)),

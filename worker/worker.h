@@ -186,8 +186,8 @@ class Worker : public Collective {
                           std::optional<int> priority = std::nullopt) override EXCLUDES(ctx_.mu);
   // Point-to-point (point_to_point.h; Collective's comments).
   Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
-                   CompletionCallback done = nullptr) override {
-    return p2p_->Send(data, count, dtype, dst, tag, std::move(done));
+                   int32_t priority = 0, CompletionCallback done = nullptr) override {
+    return p2p_->Send(data, count, dtype, dst, tag, priority, std::move(done));
   }
   Handle RecvAsync(void* data, uint64_t count, DataType dtype, int src, int tag,
                    CompletionCallback done = nullptr) override {

@@ -175,7 +175,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   std::vector<std::pair<const char*, int64_t>> sizes = {
       {"FERRY_P3_SLICE_BYTES",
        c->scheduling.policy == SchedulingPolicy::kP3 ? c->scheduling.p3_slice_bytes : 0},
-      {"FERRY_FUSION_BYTES", c->scheduling.policy == SchedulingPolicy::kCredit ||
+      {"FERRY_FUSION_BYTES", CreditLike(c->scheduling.policy) ||
                                      c->scheduling.policy == SchedulingPolicy::kMercury ||
                                      c->scheduling.policy == SchedulingPolicy::kUsbyte ||
                                      c->scheduling.policy == SchedulingPolicy::kProphet
@@ -195,12 +195,16 @@ void ReadScheduling(const EnvReader& r, Config* c) {
   }
 }
 
-// FERRY_SCHEDULING_POLICY=mercury schedules frames at the transport: frames, a watermark
-// and a small kernel send queue, each unless set (the kernel's unsent share small too, so
-// the order is the order on the wire; measured: docs/benchmarks.md, "Frames, streaming
-// aggregation and mercury"). Other policies: nothing.
+// FERRY_SCHEDULING_POLICY=mercury and trirace schedule frames at the transport: frames, a
+// watermark and a small kernel send queue, each unless set (the kernel's unsent share small
+// too, so the order is the order on the wire; measured: docs/benchmarks.md, "Frames,
+// streaming aggregation and mercury"); trirace so that a point-to-point send overtakes a
+// gradient at a frame's granularity. Other policies: nothing.
 void ApplyMercuryDefaults(const EnvReader& r, Config* c) {
-  if (c->scheduling.policy != SchedulingPolicy::kMercury) return;
+  if (c->scheduling.policy != SchedulingPolicy::kMercury &&
+      c->scheduling.policy != SchedulingPolicy::kTrirace) {
+    return;
+  }
   std::string unused;
   if (!r.Get("FERRY_FRAME_BYTES", nullptr, &unused)) c->transport.frame_bytes = 262144;
   if (!r.Get("FERRY_TRANSPORT_WATERMARK_BYTES", nullptr, &unused)) {

@@ -12,6 +12,7 @@ const char* SchedulingPolicyName(SchedulingPolicy policy) {
     case SchedulingPolicy::kMercury: return "mercury";
     case SchedulingPolicy::kUsbyte: return "usbyte";
     case SchedulingPolicy::kProphet: return "prophet";
+    case SchedulingPolicy::kTrirace: return "trirace";
   }
   return "unknown";
 }
@@ -20,7 +21,8 @@ bool ParseSchedulingPolicy(const std::string& name, SchedulingPolicy* out) {
   for (SchedulingPolicy p : {SchedulingPolicy::kFifo, SchedulingPolicy::kPriority,
                              SchedulingPolicy::kCredit, SchedulingPolicy::kP3,
                              SchedulingPolicy::kFifoBucket, SchedulingPolicy::kMercury,
-                             SchedulingPolicy::kUsbyte, SchedulingPolicy::kProphet}) {
+                             SchedulingPolicy::kUsbyte, SchedulingPolicy::kProphet,
+                             SchedulingPolicy::kTrirace}) {
     if (name == SchedulingPolicyName(p)) {
       *out = p;
       return true;

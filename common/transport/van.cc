@@ -227,7 +227,8 @@ void Van::DrainCommands(int max) {
     Command command = static_cast<Command>(head[0]);
     int peer;
     std::memcpy(&peer, head + 1, 4);
-    const bool flag = head[5] != 0;
+    const bool flag = (head[5] & 1) != 0;
+    const bool critical = (head[5] & 2) != 0;
     int32_t priority;
     std::memcpy(&priority, head + 6, 4);
     PayloadHold* hold;
@@ -266,6 +267,7 @@ void Van::DrainCommands(int max) {
       case Command::kReply: {
         Frames f;
         f.control = flag;
+        f.critical = critical;
         f.priority = priority;
         f.hold = hold;
         zmq_msg_init(&f.envelope);
@@ -290,7 +292,7 @@ void Van::DrainCommands(int max) {
 void Van::IoLoop() {
   std::vector<zmq_pollitem_t> items;
   std::vector<std::pair<void*, int>> polled;  // outbound sockets polled, and their peers
-  std::vector<void*> monitors;                // their monitors, polled after them
+  std::vector<std::pair<void*, int>> monitors;  // their monitors and peers, polled after them
   while (!stop_) {  // a kStop read by a handler's Send (DrainCommands) ends the loop too
     for (auto& p : retired_) CloseConnection(*p);  // no receive loop runs on them now
     retired_.clear();
@@ -310,12 +312,12 @@ void Van::IoLoop() {
     for (auto& [socket, peer] : polled) items.push_back({socket, 0, ZMQ_POLLIN, 0});
     monitors.clear();
     for (auto& p : connections_) {
-      if (p->monitor) monitors.push_back(p->monitor);
+      if (p->monitor) monitors.emplace_back(p->monitor, p->id);
     }
-    for (void* m : monitors) items.push_back({m, 0, ZMQ_POLLIN, 0});
+    for (auto& [m, peer] : monitors) items.push_back({m, 0, ZMQ_POLLIN, 0});
     const std::vector<int> lane_fds = lanes_ ? lanes_->PollFds() : std::vector<int>();
     for (int fd : lane_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), faults_.PollTimeoutMs());
+    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       LOG(ERROR) << options_.name << ": zmq_poll failed: " << zmq_strerror(zmq_errno());
@@ -342,7 +344,10 @@ void Van::IoLoop() {
     }
     index += polled.size();
     for (size_t i = 0; i < monitors.size() && !reads_changed_; ++i) {  // as above
-      if (items[index + i].revents & ZMQ_POLLIN) HandleMonitorEvent(monitors[i]);
+      if (items[index + i].revents & ZMQ_POLLIN) {
+        Connection* c = FindConnection(monitors[i].second);
+        HandleMonitorEvent(monitors[i].first, c && c->monitor == monitors[i].first ? c : nullptr);
+      }
     }
     index += monitors.size();
     std::vector<ShmLanes::Outgoing> lane_messages;
@@ -353,6 +358,7 @@ void Van::IoLoop() {
     }
     SendLaneMessages(&lane_messages);
     faults_.DeliverDue(handler_);
+    if (order_.open_flows() > 0) CheckFlows();
   }
   // Shutdown: messages still in the order queues are dropped (their payloads released);
   // sockets flush for up to linger_ms, then close.

@@ -40,6 +40,20 @@
 // flight. A destination never stalls for good: a connection that dies drops what ZeroMQ
 // held, which runs the release hooks.
 //
+// Links (link_scheduling; a worker's Van, for point-to-point scheduling): every outbound
+// data connection's path is classified when ZeroMQ reports it, from the socket's own
+// addresses: a peer on this host (the same address, or loopback) crosses no network link;
+// any other crosses this host's uplink and the peer host's downlink. A point-to-point send
+// (P2P_SEND) is a critical flow: it goes before everything queued for its destination, and
+// while it runs no other tensor bytes to a destination that shares a link with it are
+// handed to ZeroMQ (they wait in the order queues: held back, counted in link_held). The
+// flow ends when it is measured gone: nothing of it queued or unreleased, and the kernel
+// holds no byte of its connection unsent or unacknowledged (SIOCOUTQ: the peer host holds
+// every byte); the IO thread checks every millisecond while a flow runs and then releases
+// what was held at once. A connection whose descriptor is unknown ends its flow at release.
+// Only messages with tensor bytes are held; acks, control messages and the peer's own flow
+// never are.
+//
 // Order across threads: messages to one destination and lane leave in the order of the Send
 // (or Reply) calls, whichever threads make them: other threads' messages travel through the
 // pipe, and a Send on the IO thread (a handler's, transmitted at once) first carries out
@@ -54,6 +68,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -95,8 +110,13 @@ struct VanOptions {
   // unsent bytes per connection, and what waits beyond them waits in ZeroMQ, where the
   // Van sees it (unreleased_bytes), instead of in a socket buffer of up to megabytes.
   int tcp_notsent_lowat = 0;
-  // > 0: the order above; 0: messages go to ZeroMQ at once, in order.
+  // > 0: the order above; 0: messages go to ZeroMQ at once, in order (but for Links).
   uint64_t watermark_bytes = 0;
+  // Links above: point-to-point sends are critical flows that hold back other tensor bytes
+  // on the links they cross (a worker's Van under FERRY_SCHEDULING_POLICY other than fifo
+  // and fifo-bucket). Messages with tensor bytes then go through the order queues even with
+  // watermark_bytes 0.
+  bool link_scheduling = false;
   // > 0: ZeroMQ heartbeats on every connection; one silent this long is closed and
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
@@ -157,6 +177,9 @@ struct VanOptions {
 //                                ZeroMQ) whose release hook has not run yet, i.e. not yet in
 //                                the kernel (with CURVE: not yet encrypted into a copy)
 //   unreleased_bytes_max         the largest value unreleased_bytes ever had
+//   link_flows                   point-to-point flows that held their links (Links above)
+//   link_held                    messages with tensor bytes queued while such a flow held
+//                                a link of their path
 // and the shared-memory lane's (FERRY_SHM_COUNTERS, shm_lane.h).
 #define FERRY_VAN_OWN_COUNTERS(X)                                                    \
   X(messages_sent)                                                                   \
@@ -164,7 +187,7 @@ struct VanOptions {
   X(bytes_sent) X(bytes_received) X(payloads_sent_zero_copy) X(bad_messages_dropped) \
       X(send_failures) X(connections_refused) X(injected_drops) X(connections_closed) \
           X(control_fallbacks) X(sockets_tuned) X(data_queued) X(data_reordered) \
-              X(unreleased_bytes) X(unreleased_bytes_max)
+              X(unreleased_bytes) X(unreleased_bytes_max) X(link_flows) X(link_held)
 #define FERRY_VAN_COUNTERS(X) FERRY_VAN_OWN_COUNTERS(X) FERRY_SHM_COUNTERS(X)
 
 struct VanStats {
@@ -268,6 +291,7 @@ class Van {
     zmq_msg_t payload;  // initialised only when has_payload
     bool has_payload = false;
     bool control = false;  // IsControlMessage: takes the control lane where there is one
+    bool critical = false;  // a point-to-point send under link_scheduling (Links above)
     int32_t priority = 0;  // Envelope.priority, for the reply order
     PayloadHold* hold = nullptr;  // the payload's, until ZeroMQ releases it
   };
@@ -280,6 +304,10 @@ class Van {
                 const std::string& target);
   void TransmitToPeer(int peer, Frames* frames);                     // Send, on the IO thread
   void TransmitReply(const std::string& identity, Frames* frames);  // Reply, on the IO thread
+  // Messages with tensor bytes go through the order queues (Order, Links above).
+  bool Queued() const { return options_.watermark_bytes > 0 || options_.link_scheduling; }
+  // The order queue's name of outbound peer `peer` (no routing id starts with 0x02).
+  static std::string PeerQueueName(int peer) { return "\x02node " + std::to_string(peer); }
   // IO thread: queues a message with tensor bytes (Order above) for the destination
   // `name`: an inbound node's data identity (peer -1), or outbound peer `peer`.
   void QueueData(const std::string& name, int peer, Frames* frames);
@@ -292,7 +320,17 @@ class Van {
   void HandleZapRequest();       // IO thread: admit or refuse a CURVE client
   // IO thread: an event of `monitor` (the ROUTER's: failed handshakes, closed and accepted
   // connections; a DEALER's: its connection made).
-  void HandleMonitorEvent(void* monitor);
+  // `connection`: the outbound connection whose data lane `monitor` watches, or null.
+  void HandleMonitorEvent(void* monitor, Connection* connection = nullptr);
+  // Links: the links of a new data connection `fd` to `peer`, given to its order queue.
+  void PlaceConnection(int peer, int fd);
+  // Links: ends every flow measured gone and pumps what it held. IO thread.
+  void CheckFlows();
+  // Links: the kernel holds no byte of connection `fd` unsent or unacknowledged (true when
+  // it cannot tell).
+  static bool KernelDrained(int fd);
+  // How long the IO loop may sleep in its poll (-1: until something happens).
+  int PollTimeoutMs() const;
   void TuneConnection(int fd);   // IO thread: applies tcp_notsent_lowat to a new connection
   Connection* FindConnection(int peer);
 
@@ -318,6 +356,7 @@ class Van {
   // the Van's life (release hooks point at their counts). IO thread only, but for the
   // hooks' atomic counts.
   OrderQueue order_;
+  std::map<std::string, int> host_links_;  // Links: a peer host's address -> its downlink's id
   int wake_fd_ = -1;             // eventfd: a release hook wakes the IO thread to Pump
   int monitors_made_ = 0;  // names monitor endpoints; Bind, then the IO thread
   bool secure_ = false;

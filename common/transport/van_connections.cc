@@ -7,13 +7,19 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "common/transport/van.h"
 #include "common/transport/van_internal.h"
@@ -70,9 +76,11 @@ void Van::DoConnect(int peer, const std::string& endpoint, const std::string& ro
     p->socket = NewDealer(routing_id);
     // Before connecting: ZeroMQ does not replay the first connection's event to a
     // monitor attached later.
-    if (options_.tcp_notsent_lowat > 0) p->monitor = MonitorSocket(context_, p->socket,
+    if (options_.tcp_notsent_lowat > 0 || options_.link_scheduling) {
+      p->monitor = MonitorSocket(context_, p->socket,
                                  StrCat(pipe_endpoint_, "-monitor-", monitors_made_++),
-                                 ZMQ_EVENT_CONNECTED);
+                                 ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
+    }
     if (control_lane && !routing_id.empty()) p->control = NewDealer(ControlIdentity(routing_id));
     connected = zmq_connect(p->socket, endpoint.c_str()) == 0 &&
                 (!p->control || zmq_connect(p->control, endpoint.c_str()) == 0);
@@ -171,7 +179,73 @@ void Van::TuneConnection(int fd) {
   }
 }
 
-void Van::HandleMonitorEvent(void* monitor) {
+namespace {
+
+// The host part of a socket address, or "" if it is not IPv4/IPv6.
+std::string HostOf(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (a.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof text);
+  } else if (a.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text, sizeof text);
+  }
+  return text;
+}
+
+// The links the connection `fd` crosses (van.h, Links): none for a peer on this host; else
+// this host's uplink (0) and the peer host's downlink (a number per peer address).
+std::vector<int> LinksOf(int fd, std::map<std::string, int>* host_links) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t mine_len = sizeof mine, theirs_len = sizeof theirs;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0) {
+    return {};
+  }
+  const std::string me = HostOf(mine), peer = HostOf(theirs);
+  if (peer.empty() || peer == me || StartsWith(peer, "127.") || peer == "::1") return {};
+  auto [it, added] = host_links->emplace(peer, static_cast<int>(host_links->size()) + 1);
+  return {0, it->second};
+}
+
+}  // namespace
+
+void Van::PlaceConnection(int peer, int fd) {
+  OrderQueue::Destination& d = order_.At(PeerQueueName(peer), peer);
+  // While the destination's own flow runs its links stay; the next connection event
+  // (a reconnect) places it again.
+  order_.SetLinks(d, LinksOf(fd, &host_links_));
+}
+
+bool Van::KernelDrained(int fd) {
+  if (fd < 0) return true;
+  // SIOCOUTQ: the bytes of the send queue not yet acknowledged by the peer (unsent ones
+  // included).
+  int queued = 0;
+  if (ioctl(fd, SIOCOUTQ, &queued) != 0) return true;
+  return queued == 0;
+}
+
+void Van::CheckFlows() {
+  bool closed = false;
+  for (OrderQueue::Destination* d : order_.OpenFlows()) {
+    if (d->critical_queued() > 0 || d->critical_unreleased().load(std::memory_order_relaxed) > 0) {
+      continue;
+    }
+    Connection* c = d->peer() >= 0 ? FindConnection(d->peer()) : nullptr;
+    if (!KernelDrained(c ? c->data_fd : -1)) continue;
+    order_.CloseFlow(*d);
+    closed = true;
+  }
+  if (closed) Pump();
+}
+
+int Van::PollTimeoutMs() const {
+  const int faults = faults_.PollTimeoutMs();
+  if (order_.open_flows() == 0) return faults;
+  return faults < 0 ? 1 : std::min(faults, 1);
+}
+
+void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
   // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
   zmq_msg_t event, address;
   zmq_msg_init(&event);
@@ -187,12 +261,22 @@ void Van::HandleMonitorEvent(void* monitor) {
   if (id == ZMQ_EVENT_ACCEPTED || id == ZMQ_EVENT_CONNECTED) {
     int32_t fd = -1;  // the event's value: the new connection's descriptor
     if (zmq_msg_size(&event) >= 6) std::memcpy(&fd, static_cast<char*>(zmq_msg_data(&event)) + 2, 4);
-    if (fd >= 0) TuneConnection(fd);
+    if (fd >= 0 && options_.tcp_notsent_lowat > 0) TuneConnection(fd);
+    if (fd >= 0 && connection) {
+      connection->data_fd = fd;
+      if (options_.link_scheduling) PlaceConnection(connection->id, fd);
+    }
     zmq_msg_close(&event);
     zmq_msg_close(&address);
     return;
   }
   if (id == ZMQ_EVENT_MONITOR_STOPPED) {
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return;
+  }
+  if (id == ZMQ_EVENT_DISCONNECTED && connection) {  // an outbound data lane's
+    connection->data_fd = -1;
     zmq_msg_close(&event);
     zmq_msg_close(&address);
     return;

@@ -36,7 +36,9 @@ struct Van::Connection {
   int id = -1;
   void* socket = nullptr;   // the data lane (every message without a control lane)
   void* control = nullptr;  // the control lane, or null
-  void* monitor = nullptr;  // the data lane's connection events (tcp_notsent_lowat), or null
+  // The data lane's connection events (tcp_notsent_lowat, link_scheduling), or null.
+  void* monitor = nullptr;
+  int data_fd = -1;  // the data lane's TCP descriptor, once its monitor reported it
   std::string endpoint;
 };
 
@@ -50,6 +52,9 @@ struct PayloadHold {
   // Set by the IO thread just before a queued reply goes to ZeroMQ (Order in van.h): its
   // destination's unreleased bytes.
   std::atomic<std::atomic<uint64_t>*> destination{nullptr};
+  // Set with `destination` for a critical item (van.h, Links): its destination's critical
+  // unreleased bytes.
+  std::atomic<std::atomic<uint64_t>*> critical{nullptr};
   // Set once built. A hold travels to the IO thread through ZeroMQ's inproc pipe, whose
   // lock-free hand-off ThreadSanitizer cannot see (libzmq is not instrumented); the IO
   // thread reads this (acquire) before the other fields, which makes the order visible.

@@ -25,6 +25,9 @@ void ReleasePayload(void* data, void* hint) {
   hold->unreleased->fetch_sub(hold->bytes, std::memory_order_relaxed);
   if (std::atomic<uint64_t>* d = hold->destination.load(std::memory_order_acquire)) {
     d->fetch_sub(hold->bytes, std::memory_order_relaxed);
+    if (std::atomic<uint64_t>* c = hold->critical.load(std::memory_order_acquire)) {
+      c->fetch_sub(hold->bytes, std::memory_order_relaxed);
+    }
     const uint64_t one = 1;  // wakes the IO thread: the destination may take the next reply
     ssize_t written = write(hold->wake_fd, &one, sizeof one);
     (void)written;  // cannot fail: the descriptor outlives every hold, the count cannot overflow
@@ -56,13 +59,16 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
   zmq_msg_close(&frames->payload);
   frames->hold->built.load(std::memory_order_acquire);  // before its fields: PayloadHold::built
   OrderQueue::Destination& d = order_.At(name, peer);
-  order_.Push(d, frames->priority, frames->hold->bytes, std::move(owned));
+  order_.Push(d, frames->priority, frames->hold->bytes, std::move(owned), frames->critical);
   counters_.data_queued++;
+  counters_.link_flows.store(order_.flows_opened(), std::memory_order_relaxed);
+  counters_.link_held.store(order_.held_items(), std::memory_order_relaxed);
   Pump(&d);  // only its queue changed
 }
 
 void Van::Pump(OrderQueue::Destination* only) {
-  auto hand_over = [this](OrderQueue::Destination& d, std::unique_ptr<OwnedFrames> owned) {
+  auto hand_over = [this](OrderQueue::Destination& d, std::unique_ptr<OwnedFrames> owned,
+                          bool critical) {
     Frames f;
     zmq_msg_init(&f.envelope);
     zmq_msg_init(&f.payload);
@@ -72,6 +78,7 @@ void Van::Pump(OrderQueue::Destination* only) {
     PayloadHold* hold = owned->f.hold;  // read in order after QueueData's acquire of `built`
     // Its bytes are counted (OrderQueues::Pump) before ZeroMQ can release them; the hook
     // subtracts them and wakes the IO thread.
+    if (critical) hold->critical.store(&d.critical_unreleased(), std::memory_order_release);
     hold->destination.store(&d.unreleased(), std::memory_order_release);
     if (d.peer() >= 0) {
       Connection* p = FindConnection(d.peer());
@@ -84,8 +91,8 @@ void Van::Pump(OrderQueue::Destination* only) {
 }
 
 void Van::TransmitToPeer(int peer, Frames* frames) {
-  if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
-    QueueData(StrCat("\x02node ", peer), peer, frames);  // no routing id starts with 0x02
+  if (!frames->control && frames->has_payload && Queued()) {
+    QueueData(PeerQueueName(peer), peer, frames);
     return;
   }
   Connection* p = FindConnection(peer);
@@ -97,7 +104,7 @@ void Van::TransmitReply(const std::string& identity, Frames* frames) {
   // Only where lanes exist: an identity ZeroMQ made up (a peer without a routing id) may
   // end in the control byte by chance.
   const std::string data_identity = options_.control_lane ? DataIdentity(identity) : identity;
-  if (!frames->control && frames->has_payload && options_.watermark_bytes > 0) {
+  if (!frames->control && frames->has_payload && Queued()) {
     QueueData(data_identity, -1, frames);
     return;
   }
@@ -118,6 +125,8 @@ Van::Frames Van::BuildFrames(const Message& message) {
   Frames f;
   f.control = IsControlMessage(message.type());
   f.priority = message.envelope.priority();
+  f.critical = options_.link_scheduling && message.type() == proto::P2P_SEND &&
+               !message.payload.empty();
   std::string envelope = message.envelope.SerializeAsString();
   zmq_msg_init_size(&f.envelope, envelope.size());
   std::memcpy(zmq_msg_data(&f.envelope), envelope.data(), envelope.size());
@@ -157,8 +166,8 @@ void Van::Transmit(void* socket, const std::string* identity, Frames* f,
 }
 
 // Pipe frames: [command(1) + peer(4) + flag(1) + priority(4) + hold(8)] [text]
-// [extra or envelope] [payload?]. The flag is Frames::control for kSend/kReply, the control
-// lane for kConnect; priority and hold are the Frames' (the pipe is in-process).
+// [extra or envelope] [payload?]. The flag is Frames::control (bit 0) and Frames::critical
+// (bit 1) for kSend/kReply, the control lane for kConnect; priority and hold are the Frames' (the pipe is in-process).
 void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
                   const Message* message, const std::string& extra) {
   char header[kPipeHeaderBytes];
@@ -168,7 +177,7 @@ void Van::Enqueue(Command command, int peer, bool flag, const std::string& text,
   Frames f;
   if (message) {
     f = BuildFrames(*message);
-    header[5] = f.control ? 1 : 0;
+    header[5] = static_cast<char>((f.control ? 1 : 0) | (f.critical ? 2 : 0));
   }
   std::memcpy(header + 6, &f.priority, 4);
   std::memcpy(header + 10, &f.hold, sizeof f.hold);

@@ -1,6 +1,6 @@
 // OrderQueues (common/transport/order_queue.h) without sockets: the order items are handed
-// over in, the watermark, holds, and the one definition of urgency it shares with the
-// worker's scheduling policies.
+// over in, the watermark, holds, critical flows holding back what shares their links, and
+// the one definition of urgency it shares with the worker's scheduling policies.
 
 #include "common/transport/order_queue.h"
 
@@ -27,7 +27,7 @@ struct Handed {
 
 // Hands over into `out`, releasing nothing (the bytes stay unreleased).
 auto Collect(std::vector<Handed>* out) {
-  return [out](Queues::Destination& d, std::unique_ptr<int> item) {
+  return [out](Queues::Destination& d, std::unique_ptr<int> item, bool) {
     out->push_back(Handed{d.name(), *item});
   };
 }
@@ -119,6 +119,99 @@ TEST(OrderQueuesTest, FollowsTheSameUrgencyAsTheSchedulingPolicies) {
       EXPECT_EQ(out[i].item, static_cast<int>(tasks[i].seq)) << "position " << i;
     }
   }
+}
+
+// Links: 0 is this host's uplink, 1 and 2 the downlinks of hosts 1 and 2; "local" is a
+// destination on this host (no link).
+struct LinkedQueues {
+  Queues queues{/*watermark_bytes=*/0};
+  Queues::Destination& peer = queues.At("worker on host 1", 1);
+  Queues::Destination& server1 = queues.At("server on host 1", 2);
+  Queues::Destination& server2 = queues.At("server on host 2", 3);
+  Queues::Destination& local = queues.At("server on this host", 4);
+  LinkedQueues() {
+    queues.SetLinks(peer, {0, 1});
+    queues.SetLinks(server1, {0, 1});
+    queues.SetLinks(server2, {0, 2});
+  }
+};
+
+TEST(OrderQueuesTest, ACriticalFlowHoldsBackWhatSharesItsLinksUntilItCloses) {
+  LinkedQueues q;
+  std::vector<Handed> out;
+  q.queues.Push(q.server1, -1, 10, std::make_unique<int>(1));
+  q.queues.Push(q.server2, -1, 10, std::make_unique<int>(2));
+  q.queues.Push(q.local, -1, 10, std::make_unique<int>(3));
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 3u);  // no flow: everything goes (watermark 0: no limit)
+  out.clear();
+
+  q.queues.Push(q.peer, 0, 100, std::make_unique<int>(10), /*critical=*/true);
+  EXPECT_TRUE(q.peer.flow_open());
+  q.queues.Push(q.server1, -1, 10, std::make_unique<int>(11));
+  q.queues.Push(q.server2, 5, 10, std::make_unique<int>(12));
+  q.queues.Push(q.local, -1, 10, std::make_unique<int>(13));
+  EXPECT_EQ(q.queues.held_items(), 2u);  // the two remote servers'
+  q.queues.PumpAll(Collect(&out));
+  // The flow and what crosses no link of it go; both remote servers share the uplink.
+  ASSERT_EQ(out.size(), 2u);
+  std::vector<int> items = {out[0].item, out[1].item};
+  std::sort(items.begin(), items.end());
+  EXPECT_EQ(items, (std::vector<int>{10, 13}));
+  EXPECT_EQ(q.peer.critical_unreleased().load(), 100u);
+  EXPECT_EQ(q.peer.critical_queued(), 0u);
+  EXPECT_EQ(q.server1.queued(), 1u);
+  EXPECT_EQ(q.server2.queued(), 1u);
+
+  // Links change only while no flow is open.
+  EXPECT_FALSE(q.queues.SetLinks(q.peer, {}));
+  q.queues.CloseFlow(q.peer);
+  EXPECT_EQ(q.queues.open_flows(), 0u);
+  out.clear();
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 2u);  // released at once
+  EXPECT_EQ(q.queues.flows_opened(), 1u);
+}
+
+TEST(OrderQueuesTest, CriticalItemsGoFirstAndAreNeverHeld) {
+  LinkedQueues q;
+  q.queues.Hold(true);
+  q.queues.Push(q.peer, 100, 10, std::make_unique<int>(1));  // not critical, more urgent
+  q.queues.Push(q.peer, -5, 10, std::make_unique<int>(2), /*critical=*/true);
+  q.queues.Push(q.peer, -1, 10, std::make_unique<int>(3), /*critical=*/true);
+  EXPECT_EQ(q.queues.held_items(), 1u);  // queued before the flow opened, held since
+  q.queues.Hold(false);
+  std::vector<Handed> out;
+  q.queues.Pump(q.peer, Collect(&out));
+  // Critical first (by their priority); the non-critical one waits for its own flow.
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].item, 3);
+  EXPECT_EQ(out[1].item, 2);
+  q.queues.CloseFlow(q.peer);
+  q.queues.Pump(q.peer, Collect(&out));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].item, 1);
+}
+
+TEST(OrderQueuesTest, FlowsOnTwoLinksCloseIndependently) {
+  LinkedQueues q;
+  q.queues.SetLinks(q.server2, {2});  // a path that does not cross the uplink
+  q.queues.Push(q.peer, 0, 10, std::make_unique<int>(1), true);
+  q.queues.Push(q.server2, 0, 10, std::make_unique<int>(2), true);
+  q.queues.Push(q.server1, 0, 10, std::make_unique<int>(3));
+  EXPECT_EQ(q.queues.OpenFlows().size(), 2u);
+  std::vector<Handed> out;
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 2u);
+  q.queues.CloseFlow(q.server2);  // the other flow still holds link 0
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 2u);
+  q.queues.CloseFlow(q.peer);
+  q.queues.PumpAll(Collect(&out));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].item, 3);
+  q.queues.Clear();
+  EXPECT_EQ(q.queues.open_flows(), 0u);
 }
 
 TEST(UrgencyTest, LargerPriorityFirstThenEarlierArrival) {

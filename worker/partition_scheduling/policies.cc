@@ -23,6 +23,7 @@ std::unique_ptr<Policy> MakePolicy(const PolicyOptions& o) {
     case SchedulingPolicy::kPriority:
       return std::make_unique<PriorityPolicy>(o.policy, false, 0);
     case SchedulingPolicy::kCredit:
+    case SchedulingPolicy::kTrirace:
       return std::make_unique<PriorityPolicy>(o.policy, true, o.fusion_bytes);
     case SchedulingPolicy::kMercury:
       return std::make_unique<PriorityPolicy>(o.policy, false, o.fusion_bytes);

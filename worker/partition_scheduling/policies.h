@@ -36,6 +36,14 @@
 //                unless they are set. Order: at the policy,
 //                priority then arrival; on each link, a newly ready frame waits behind at
 //                most the watermark plus one frame. No credit.
+//   trirace      TriRace's three traffic classes (hybrid parallel training): the
+//                partitions as `credit`, cut in frames into the transport's priority queue
+//                as `mercury` (Config's same defaults); a worker's point-to-point sends go
+//                before every frame on the links they share, and hold back the frames to
+//                destinations on those links while they cross (common/transport/van.h,
+//                "Links": every policy but fifo and fifo-bucket does that much; trirace
+//                adds the frames, so a send overtakes a gradient at a frame's
+//                granularity). Sends among themselves: their declared priority.
 //   fifo-bucket  DDP / Horovod tensor fusion: ready partitions collect in a bucket in
 //                arrival order; the bucket goes, whole, once it holds `bucket_bytes`
 //                or once no partition became ready for `bucket_timeout_us` (the end of

@@ -6,6 +6,12 @@ A send is matched with the receiver's receive of the same (source, tag), in call
 naming the other's. Tensors of the core's six dtypes travel as they are; any other dtype
 (bool, uint8, int8, int16, complex...) travels as its bytes, so there only the byte count is
 checked. CUDA tensors go through host copies.
+
+Scheduling: under every scheduling policy but fifo and fifo-bucket, a send is the most urgent
+traffic of its worker: it goes before the worker's gradients on every link it shares with
+them (they are held back while it crosses), and `priority` orders a worker's sends among
+themselves (larger first: pass the micro-batch's urgency, e.g. -micro_batch so the oldest
+goes first).
 """
 
 import torch
@@ -39,18 +45,21 @@ def _check(tensor, peer, tag, what):
         raise TypeError("ferry.torch: %s: the tag must be a 32-bit int, got %r" % (what, tag))
 
 
-def isend(tensor, dst, tag=0):
+def isend(tensor, dst, tag=0, priority=0):
     """Starts sending `tensor` to rank `dst` for its matching irecv/recv(src=this rank, tag).
     Returns a handle; synchronize(handle) returns `tensor` once the receiver took it, and
-    until then `tensor` must not change."""
+    until then `tensor` must not change. `priority` (a 32-bit int, larger first) orders this
+    worker's sends among themselves."""
     _check(tensor, dst, tag, "send")
+    if not isinstance(priority, int) or isinstance(priority, bool) or not -2**31 <= priority < 2**31:
+        raise TypeError("ferry.torch: send: the priority must be a 32-bit int, got %r" % (priority,))
     if _direct(tensor):
         wire, code = tensor, _DTYPES[tensor.dtype]
     elif tensor.dtype in _DTYPES:
         wire, code = tensor.detach().cpu().contiguous(), _DTYPES[tensor.dtype]
     else:
         wire, code = _as_words(tensor), _core.INT32
-    handle = _core.call("send_async", wire.data_ptr(), wire.numel(), code, dst, tag)
+    handle = _core.call("send_async", wire.data_ptr(), wire.numel(), code, dst, tag, priority)
     with _lock:
         _pending[handle] = _Pending("send to rank %d" % dst, (tensor, wire), tensor)
     return handle
@@ -82,10 +91,10 @@ def irecv(tensor, src, tag=0):
     return handle
 
 
-def send(tensor, dst, tag=0):
+def send(tensor, dst, tag=0, priority=0):
     """Sends `tensor` to rank `dst` (isend + synchronize): returns once the receiver took it
     and `tensor` may be changed again."""
-    return synchronize(isend(tensor, dst, tag))
+    return synchronize(isend(tensor, dst, tag, priority))
 
 
 def recv(tensor, src, tag=0):
