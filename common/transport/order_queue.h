@@ -28,9 +28,8 @@
 // bytes left the links (no critical item queued, none unreleased, the kernel drained), then
 // pumps every destination again.
 //  - A flow is open exactly while flow_open(); open_links_ counts, per link, the open
-//    flows whose destination crosses it.
-//  - A destination's links change only while it has no open flow (SetLinks closes nothing:
-//    it is refused then, and the owner sets them again later).
+//    flows whose destination crosses it (SetLinks on a destination with an open flow moves
+//    its counts to the new links: a connection is often placed just after its first send).
 //
 // Threads: one owner thread (the Van's IO thread) calls everything; only `unreleased` and
 // `critical_unreleased` are touched from other threads (atomic). No sockets: tests drive
@@ -114,20 +113,18 @@ class OrderQueues {
     }
   }
 
-  // The links `d`'s path crosses. Returns false (nothing changes) while d's flow is open.
-  bool SetLinks(Destination& d, std::vector<int> links) {
-    if (d.flow_open_) return false;
+  // The links `d`'s path crosses (an open flow of d holds the new ones from now on).
+  void SetLinks(Destination& d, std::vector<int> links) {
+    if (d.flow_open_) Count(d, -1);
     d.links_ = std::move(links);
-    return true;
+    if (d.flow_open_) Count(d, +1);
   }
 
   // Ends d's flow (the owner measured its bytes gone); the caller pumps every destination.
   void CloseFlow(Destination& d) {
     if (!d.flow_open_) return;
     d.flow_open_ = false;
-    for (int link : d.links_) {
-      if (--open_links_[link] == 0) open_links_.erase(link);
-    }
+    Count(d, -1);
     open_flows_--;
   }
 
@@ -201,7 +198,7 @@ class OrderQueues {
   // Opens d's flow; counts the non-critical items it now holds back.
   void OpenFlow(Destination& d) {
     d.flow_open_ = true;
-    for (int link : d.links_) open_links_[link]++;
+    Count(d, +1);
     open_flows_++;
     flows_opened_++;
     if (d.links_.empty()) return;
@@ -209,6 +206,12 @@ class OrderQueues {
       if (other->queue_.size() > other->critical_queued_ && HeldBack(*other)) {
         held_items_ += other->queue_.size() - other->critical_queued_;
       }
+    }
+  }
+  // Adds `delta` to the open flows of each of d's links.
+  void Count(const Destination& d, int delta) {
+    for (int link : d.links_) {
+      if ((open_links_[link] += delta) == 0) open_links_.erase(link);
     }
   }
   // True when d shares a link with an open flow (its own included).

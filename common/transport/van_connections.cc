@@ -210,10 +210,7 @@ std::vector<int> LinksOf(int fd, std::map<std::string, int>* host_links) {
 }  // namespace
 
 void Van::PlaceConnection(int peer, int fd) {
-  OrderQueue::Destination& d = order_.At(PeerQueueName(peer), peer);
-  // While the destination's own flow runs its links stay; the next connection event
-  // (a reconnect) places it again.
-  order_.SetLinks(d, LinksOf(fd, &host_links_));
+  order_.SetLinks(order_.At(PeerQueueName(peer), peer), LinksOf(fd, &host_links_));
 }
 
 bool Van::KernelDrained(int fd) {

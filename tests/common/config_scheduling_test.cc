@@ -74,9 +74,29 @@ TEST(ConfigSchedulingTest, Values) {
   EXPECT_EQ(c.scheduling.autotune_credits, (std::vector<int64_t>{1, 16}));
   EXPECT_EQ(c.scheduling.CreditBytesFor(65536),
             100000);  // given in bytes: independent of partitions
-  for (const char* p : {"fifo", "priority", "credit", "fifo-bucket", "mercury"}) {
+  for (const char* p : {"fifo", "priority", "credit", "fifo-bucket", "mercury", "trirace"}) {
     EXPECT_STREQ(SchedulingPolicyName(Read({{"FERRY_SCHEDULING_POLICY", p}}).scheduling.policy), p);
   }
+}
+
+// trirace: credit for the partitions (the window, fusion), mercury's frames below them, and
+// the sends' link scheduling, which every policy but the two readiness-order ones has.
+TEST(ConfigSchedulingTest, TriraceIsCreditWithFramesAndLinkScheduling) {
+  Config c = Read({{"FERRY_SCHEDULING_POLICY", "trirace"}});
+  EXPECT_EQ(c.transport.frame_bytes, 262144);
+  EXPECT_EQ(c.transport.watermark_bytes, 524288);
+  EXPECT_EQ(c.transport.tcp_notsent_lowat, 131072);
+  EXPECT_TRUE(CreditLike(c.scheduling.policy));
+  EXPECT_FALSE(CreditLike(SchedulingPolicy::kMercury));
+  for (SchedulingPolicy p : {SchedulingPolicy::kTrirace, SchedulingPolicy::kCredit,
+                             SchedulingPolicy::kPriority, SchedulingPolicy::kMercury,
+                             SchedulingPolicy::kP3, SchedulingPolicy::kUsbyte,
+                             SchedulingPolicy::kProphet}) {
+    EXPECT_TRUE(SchedulesLinks(p)) << SchedulingPolicyName(p);
+  }
+  EXPECT_FALSE(SchedulesLinks(SchedulingPolicy::kFifo));
+  EXPECT_FALSE(SchedulesLinks(SchedulingPolicy::kFifoBucket));
+  ExpectInvalid({{"FERRY_SCHEDULING_POLICY", "tri-race"}}, "FERRY_SCHEDULING_POLICY");
 }
 
 TEST(ConfigSchedulingTest, MercuryTurnsOnFramesAndTheWatermarkUnlessSet) {

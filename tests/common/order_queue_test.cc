@@ -163,8 +163,6 @@ TEST(OrderQueuesTest, ACriticalFlowHoldsBackWhatSharesItsLinksUntilItCloses) {
   EXPECT_EQ(q.server1.queued(), 1u);
   EXPECT_EQ(q.server2.queued(), 1u);
 
-  // Links change only while no flow is open.
-  EXPECT_FALSE(q.queues.SetLinks(q.peer, {}));
   q.queues.CloseFlow(q.peer);
   EXPECT_EQ(q.queues.open_flows(), 0u);
   out.clear();
@@ -191,6 +189,30 @@ TEST(OrderQueuesTest, CriticalItemsGoFirstAndAreNeverHeld) {
   q.queues.Pump(q.peer, Collect(&out));
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[2].item, 1);
+}
+
+// A connection is often placed just after its first send opened a flow: the flow then
+// holds the links it turns out to cross.
+TEST(OrderQueuesTest, LinksSetWhileAFlowIsOpenAreHeldFromThen) {
+  LinkedQueues q;
+  q.queues.SetLinks(q.peer, {});  // not placed yet
+  q.queues.Push(q.peer, 0, 10, std::make_unique<int>(1), true);
+  q.queues.Push(q.server1, 0, 10, std::make_unique<int>(2));
+  std::vector<Handed> out;
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 2u);  // nothing shared yet
+  q.queues.SetLinks(q.peer, {0, 1});
+  q.queues.Push(q.server2, 0, 10, std::make_unique<int>(3));
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 2u);  // held: it shares the uplink
+  q.queues.SetLinks(q.peer, {5});  // a later reconnect elsewhere moves the counts
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 3u);
+  q.queues.CloseFlow(q.peer);
+  EXPECT_EQ(q.queues.open_flows(), 0u);
+  q.queues.Push(q.server2, 0, 10, std::make_unique<int>(4));
+  q.queues.PumpAll(Collect(&out));
+  EXPECT_EQ(out.size(), 4u);  // no count left behind
 }
 
 TEST(OrderQueuesTest, FlowsOnTwoLinksCloseIndependently) {

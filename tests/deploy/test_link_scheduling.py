@@ -12,16 +12,22 @@ kernel already held arrive before it), the held frames go once it arrived, and t
 is whole. Without it, TCP shares the link, and gradient frames the Van still held when the
 send was made arrive before it.
 
+A second test runs real Ferry workers (scripts/ferry-run on both hosts, a server colocated
+on each) under trirace: worker 0 sends activations to worker 1 while both average a
+gradient whose partitions go to both servers; every sum is exact and worker 0's counters show
+that its sends held the gradient's frames back on its uplink.
+
 Needs root and `ip netns`; skips with a message otherwise. The cluster is removed at the end.
 """
 
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
-from deploy_support import FERRY_BIN, SCRIPTS, Procs, need_binaries, need_netns, run
+from deploy_support import FERRY_BIN, REPO, SCRIPTS, Procs, need_binaries, need_netns, run
 
 NETNS_CLUSTER = SCRIPTS / "netns-cluster"
 RECEIVER = "198.18.1.2"  # worker1's address (netns-cluster's layout)
@@ -90,3 +96,50 @@ def test_a_send_overtakes_the_gradient_frames_its_worker_still_held(cluster, tmp
     assert off_sent["link_flows"] == 0 and off_sent["link_held"] == 0, off_sent
     off_before = off_received["frames_before"][0] - off_sent["released_before"][0]
     assert off_before > before - released, (off_sent, off_received, on_sent, on_received)
+
+
+WORKER = r"""
+import json, sys, torch
+import ferry.torch as hvd
+hvd.init()
+rank = hvd.rank()
+grad = torch.full((16 << 20,), float(rank + 1))  # 64 MiB
+activation = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB
+for step in range(3):
+    handle = hvd.allreduce_async(grad, average=False, name="grad")
+    for k in range(4):  # each rank sends to the other (one of them pushes to the other host)
+        sent = hvd.isend(activation + k + 10 * rank, 1 - rank, tag=k)
+        got = hvd.recv(torch.empty(1 << 20), 1 - rank, tag=k)
+        assert torch.equal(got, activation + k + 10 * (1 - rank)), (step, k)
+        hvd.synchronize(sent)
+    total = hvd.synchronize(handle)
+    assert torch.equal(total, torch.full((16 << 20,), 3.0)), (step, total[:4])
+stats = hvd.ops._stats()
+print("STATS " + json.dumps({k: stats[k] for k in ("van_link_flows", "van_link_held")}), flush=True)
+hvd.shutdown()
+"""
+
+
+def test_real_workers_sums_stay_exact_while_sends_hold_the_gradient_back(cluster, tmp_path):
+    """Both ranks send to each other while they average; whichever pushes partitions to the
+    other host's server holds them back while its sends cross (the counters), and every sum
+    and every send arrives exact (the script asserts)."""
+    need_binaries("ferry-scheduler", "ferry-server")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    common = ["--nnodes", "2", "--servers-per-node", "1", "--master-addr", "198.18.1.1",
+              "--master-port", "29400"]
+    with Procs(tmp_path) as procs:
+        for node in range(2):
+            env = dict(os.environ, FERRY_SCHEDULING_POLICY="trirace", FERRY_LOG_LEVEL="WARNING",
+                       DMLC_NODE_HOST="198.18.1.%d" % (node + 1), FERRY_BIN=str(FERRY_BIN))
+            procs.start("node%d" % node, [NETNS_CLUSTER, "exec", "--name", cluster,
+                                          "worker%d" % node, "--", sys.executable,
+                                          REPO / "scripts" / "ferry-run"] + common +
+                        ["--node-rank", str(node), script], env)
+        assert procs.wait_all(240) == {"node0": 0, "node1": 0}, procs.dump()
+        outputs = procs.output("node0") + procs.output("node1")
+    stats = [json.loads(l.split("STATS ", 1)[1]) for l in outputs.splitlines() if "STATS " in l]
+    assert len(stats) == 2, outputs
+    assert all(s["van_link_flows"] >= 4 for s in stats), stats
+    assert sum(s["van_link_held"] for s in stats) >= 1, stats
