@@ -13,6 +13,8 @@
 
 #include "common/util/error.h"
 #include "sim/lower_bound.h"
+#include "sim/pipeline_report.h"
+#include "sim/pipeline_spec.h"
 #include "sim/trace_workload.h"
 
 namespace ferry::sim {
@@ -67,9 +69,22 @@ const std::vector<Flag>& Flags() {
        "FERRY_TRACE_DIR (its traces' compute spans and bytes), or "
        "pushpull:BYTES (one tensor, no compute: ferry-perf's loop; 50M, 4K)",
        [](CliOptions& o, const std::string& v) { o.workload = v; }},
-      {"--byte-scale", "X", "multiplies every layer's gradient bytes (default 1)",
+      {"--pipeline", "NAME|FILE",
+       "a hybrid pipeline + data-parallel job instead of --workload: a pipeline JSON file "
+       "(docs/simulation.md, \"Pipeline and hybrid jobs\"), or NAME for "
+       "bench/workloads/NAME.json; --workers a multiple of its stages",
+       [](CliOptions& o, const std::string& v) { o.pipeline = v; }},
+      {"--step-boundary", nullptr,
+       "--pipeline: each iteration ends with StepBoundary, as a program stepping "
+       "DistributedOptimizer does (hybrid_bench.py does not): FERRY_PARTITION_MS then sizes "
+       "the credit at the third",
+       [](CliOptions& o, const std::string&) { o.sim.pipeline_step_boundary = true; }},
+      {"--byte-scale", "X",
+       "multiplies every layer's gradient bytes (a pipeline's tensors and activations too; "
+       "default 1)",
        [](CliOptions& o, const std::string& v) { o.byte_scale = Number("--byte-scale", v, 1e-9, 1e6); }},
-      {"--compute-scale", "X", "multiplies every forward and backward time (default 1)",
+      {"--compute-scale", "X",
+       "multiplies every forward and backward time (a pipeline stage's too; default 1)",
        [](CliOptions& o, const std::string& v) {
          o.compute_scale = Number("--compute-scale", v, 1e-9, 1e6);
        }},
@@ -220,6 +235,13 @@ Workload ReadWorkload(const std::string& name, const std::string& dir) {
   return LoadWorkload(StrCat(dir, "/", name, "_layers.csv"));
 }
 
+// A pipeline file, or NAME for `dir`/NAME.json.
+PipelineSpec ReadPipeline(const std::string& name, const std::string& dir) {
+  const bool path = name.find('/') != std::string::npos ||
+                    (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0);
+  return LoadPipeline(path ? name : StrCat(dir, "/", name, ".json"));
+}
+
 }  // namespace
 
 double ParseRate(const std::string& text) {
@@ -258,6 +280,7 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
                             const std::string& workloads_dir) {
   CliOptions o;
   bool servers_given = false;
+  bool workload_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
     std::string value;
@@ -275,6 +298,7 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
       value = args[++i];
     }
     if (name == "--servers") servers_given = true;
+    if (name == "--workload") workload_given = true;
     flag->set(o, value);
   }
   if (o.help) return o;
@@ -285,8 +309,21 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
     }
     o.sim.cluster.servers = 0;
   }
-  o.sim.workload = ScaleWorkload(ReadWorkload(o.workload, workloads_dir), o.compute_scale,
-                                 o.byte_scale);
+  if (!o.pipeline.empty()) {
+    if (workload_given) Refuse("--pipeline", "not with --workload: the file names its own tensors");
+    if (o.tune) Refuse("--tune", "not with --pipeline (compare policies with --env instead)");
+    o.sim.pipeline = ScalePipeline(ReadPipeline(o.pipeline, workloads_dir), o.compute_scale,
+                                   o.byte_scale);
+    const int stages = o.sim.pipeline->num_stages();
+    if (o.sim.cluster.workers % stages != 0) {
+      Refuse("--workers", StrCat(o.sim.cluster.workers, " is not a multiple of the ", stages,
+                                 " stages of --pipeline ", o.pipeline));
+    }
+  } else {
+    if (o.sim.pipeline_step_boundary) Refuse("--step-boundary", "only with --pipeline");
+    o.sim.workload = ScaleWorkload(ReadWorkload(o.workload, workloads_dir), o.compute_scale,
+                                   o.byte_scale);
+  }
   o.sim.model.network = o.network == "fair"   ? NetworkModel::kFair
                         : o.network == "fifo" ? NetworkModel::kFifo
                                               : NetworkModel::kQueued;
@@ -307,6 +344,7 @@ std::string Usage() {
 }
 
 std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s) {
+  if (r.pipeline) return FormatPipelineJson(cli, r, wall_s);
   const SimOptions& o = cli.sim;
   std::string env = "{";
   for (const auto& [name, value] : o.env) {
@@ -458,6 +496,7 @@ std::string FormatPartsJson(const SimResult& r) {
 }
 
 std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
+  if (r.pipeline) return FormatPipelineText(cli, r, wall_s);
   const SimOptions& o = cli.sim;
   const ClusterSpec& c = o.cluster;
   std::string out = StrCat("ferry-sim: ", DescribeJob(o), "; policy ", r.policy,

@@ -23,6 +23,7 @@ std::pair<std::string, std::string> ParseAssignment(const std::string& text);
 struct CliOptions {
   SimOptions sim;
   std::string workload = "resnet50";  // a name in bench/workloads or a file
+  std::string pipeline;               // --pipeline: a name in bench/workloads or a file, or ""
   double byte_scale = 1;
   double compute_scale = 1;
   std::string network = "fq";  // fq or fair
@@ -40,7 +41,8 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args, const std::str
 // The --help text.
 std::string Usage();
 
-// The result as one JSON object (one line), or as text.
+// The result as one JSON object (one line), or as text (a pipeline job's:
+// sim/pipeline_report.h).
 std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s);
 std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s);
 // --parts-out's file: {"parts": [{"iteration", "layer", "server", "bytes", "ready_us",

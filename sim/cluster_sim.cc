@@ -5,13 +5,18 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include "common/util/error.h"
+#include "common/config/scheduling_policy.h"
 #include "scheduler/scheduler.h"
 #include "sim/bounds.h"
 #include "sim/job.h"
 #include "sim/knobs.h"
 #include "sim/lower_bound.h"
+#include "sim/pipeline_bound.h"
+#include "sim/pipeline_worker.h"
 #include "sim/sim_server.h"
 #include "sim/sim_worker.h"
 
@@ -37,7 +42,16 @@ void Validate(const SimOptions& o) {
                 "need a rate > 0 and a latency >= 0");
   FERRY_ENFORCE(o.warmup >= 0 && o.iterations >= 1, ErrorCode::kInvalidConfig,
                 "need --iterations >= 1 and a warm-up >= 0");
-  FERRY_ENFORCE(!o.workload.layers.empty(), ErrorCode::kInvalidConfig, "the workload is empty");
+  if (o.pipeline) {
+    const int stages = o.pipeline->num_stages();
+    FERRY_ENFORCE(stages >= 1 && o.pipeline->micro_batches >= 1, ErrorCode::kInvalidConfig,
+                  "the pipeline ", o.pipeline->name, " needs a stage and a micro-batch");
+    FERRY_ENFORCE(c.workers % stages == 0, ErrorCode::kInvalidConfig, "--workers ", c.workers,
+                  " is not a multiple of the ", stages, " stages of the pipeline ",
+                  o.pipeline->name);
+  } else {
+    FERRY_ENFORCE(!o.workload.layers.empty(), ErrorCode::kInvalidConfig, "the workload is empty");
+  }
   const ModelParams& m = o.model;
   FERRY_ENFORCE(m.tcp_efficiency > 0 && m.tcp_efficiency <= 1 && m.message_us >= 0 &&
                     m.sum_bytes_per_s > 0 && m.local_bytes_per_s > 0 && m.loopback_cost >= 0 &&
@@ -70,21 +84,25 @@ std::map<std::string, std::string> WorkerEnvironment(const SimOptions& o) {
   return env;
 }
 
-SimResult Simulate(const SimOptions& o) {
-  Validate(o);
-  const ClusterSpec& c = o.cluster;
-  const NodeRole worker_role = NodeRole::kWorker;
-  Config config = Config::FromEnvironment(MapEnvironment(WorkerEnvironment(o)), &worker_role);
-  FERRY_ENFORCE(PolicyModelled(config.scheduling.policy), ErrorCode::kInvalidConfig,
-                "policy ", SchedulingPolicyName(config.scheduling.policy), " is not modelled");
+namespace {
 
+// What both kinds of job run on: the hosts, the network, the fabric and the servers.
+struct Cluster {
+  Placing placing;
+  std::vector<std::string> host_names;
+  NetworkParams net;
+  std::vector<std::unique_ptr<SimServer>> servers;
+  std::vector<SimServer*> server_ptrs;
+};
+
+void SetUpHosts(const ClusterSpec& c, Cluster& cluster) {
   // Hosts: workers' first; then servers of their own; then CPU-only servers.
   const int W = c.workers;
   const int own = c.colocate ? 0 : c.servers;
   const int S = (c.colocate ? W : c.servers) + c.cpu_servers;
-  Placing placing;
+  Placing& placing = cluster.placing;
   std::vector<bool> colocated;
-  std::vector<std::string> host_names;
+  std::vector<std::string>& host_names = cluster.host_names;
   for (int w = 0; w < W; ++w) {
     placing.host_of_worker.push_back(w);
     host_names.push_back(c.colocate ? StrCat("worker ", w, " + server ", w) : StrCat("worker ", w));
@@ -100,9 +118,15 @@ SimResult Simulate(const SimOptions& o) {
     host_names.push_back(StrCat("server ", s, s >= (c.colocate ? W : own) ? " (cpu)" : ""));
   }
   placing.weights = ServerWeights(colocated);
-  const int hosts = static_cast<int>(host_names.size());
+}
 
-  SimJob job;
+// The job's config, network, fabric and servers; `cluster` gets the hosts and servers.
+void SetUp(const SimOptions& o, const Config& config, SimJob& job, Cluster& cluster) {
+  const ClusterSpec& c = o.cluster;
+  SetUpHosts(c, cluster);
+  const Placing& placing = cluster.placing;
+  const int W = c.workers;
+  const int S = static_cast<int>(placing.host_of_server.size());
   job.config = config;
   job.workload = o.workload;
   job.num_workers = W;
@@ -110,7 +134,7 @@ SimResult Simulate(const SimOptions& o) {
   job.weights = placing.weights;
   job.sum_bytes_per_us = o.model.sum_bytes_per_s / 1e6;
   job.codec = CodecRatesOf(job.config.compression.spec);
-  NetworkParams net;
+  NetworkParams& net = cluster.net;
   net.link_bytes_per_us = c.rate_bits_per_s / 8 / 1e6 * o.model.tcp_efficiency;
   net.latency_us = c.latency_us;
   net.message_us = o.model.message_us;
@@ -119,7 +143,8 @@ SimResult Simulate(const SimOptions& o) {
   net.window_bytes = o.model.window_bytes;
   net.interleave_bytes = o.model.interleave_bytes;
   net.segment_bytes = o.model.segment_bytes;
-  job.network = MakeNetwork(o.model.network, job.events, net, hosts);
+  job.network = MakeNetwork(o.model.network, job.events, net,
+                            static_cast<int>(cluster.host_names.size()));
   std::vector<int> host_of_node = placing.host_of_server;
   host_of_node.insert(host_of_node.end(), placing.host_of_worker.begin(),
                       placing.host_of_worker.end());
@@ -128,37 +153,33 @@ SimResult Simulate(const SimOptions& o) {
   fabric.watermark_bytes = static_cast<uint64_t>(config.transport.watermark_bytes);
   fabric.shm = config.transport.shm;
   fabric.loopback_cost = o.model.loopback_cost;
-  job.fabric = std::make_unique<Fabric>(*job.network, host_of_node, fabric);
-
-  std::vector<std::unique_ptr<SimServer>> servers;
-  std::vector<SimServer*> server_ptrs;
-  for (int s = 0; s < S; ++s) {
-    servers.push_back(std::make_unique<SimServer>(job, s));
-    server_ptrs.push_back(servers.back().get());
-  }
-  std::vector<std::unique_ptr<SimWorker>> workers;
+  // The workers' Vans schedule links (the servers' never do): nodes S.. are workers.
+  fabric.link_scheduling.assign(host_of_node.size(), false);
   for (int w = 0; w < W; ++w) {
-    workers.push_back(
-        std::make_unique<SimWorker>(job, w, server_ptrs, o.model.compute_jitter, o.seed));
-    job.workers.push_back(workers.back().get());
+    fabric.link_scheduling[job.WorkerNode(w)] = SchedulesLinks(config.scheduling.policy);
   }
-  if (o.record_parts) workers.front()->RecordParts();
-  for (auto& w : workers) w->Start(o.warmup, o.iterations);
-  job.events.Run();
-  for (const auto& w : workers) {
-    FERRY_ENFORCE(w->finished(), ErrorCode::kInternal,
-                  "the simulated job stopped with nothing left to happen (a deadlock): ",
-                  w->Describe());
+  job.fabric = std::make_unique<Fabric>(*job.network, host_of_node, fabric);
+  for (int s = 0; s < S; ++s) {
+    cluster.servers.push_back(std::make_unique<SimServer>(job, s));
+    cluster.server_ptrs.push_back(cluster.servers.back().get());
   }
+}
 
-  SimResult r;
-  for (const auto& w : workers) {
-    std::vector<double> ms = w->IterationMs();
-    r.iteration_ms.insert(r.iteration_ms.end(), ms.begin(), ms.end());
-  }
+Config WorkerConfig(const SimOptions& o) {
+  const NodeRole worker_role = NodeRole::kWorker;
+  Config config = Config::FromEnvironment(MapEnvironment(WorkerEnvironment(o)), &worker_role);
+  FERRY_ENFORCE(PolicyModelled(config.scheduling.policy), ErrorCode::kInvalidConfig,
+                "policy ", SchedulingPolicyName(config.scheduling.policy), " is not modelled");
+  return config;
+}
+
+// What every job reports alike: the iterations, the ack delays, the counts and the links.
+void Report(const SimJob& job, const Cluster& cluster, const std::vector<const SimSender*>& senders,
+            std::vector<double> iteration_ms, SimResult& r) {
+  r.iteration_ms = std::move(iteration_ms);
   std::vector<double> acks;
-  for (const auto& w : workers) {
-    acks.insert(acks.end(), w->ack_delays_us().begin(), w->ack_delays_us().end());
+  for (const SimSender* s : senders) {
+    acks.insert(acks.end(), s->ack_delays_us().begin(), s->ack_delays_us().end());
   }
   if (!acks.empty()) {
     r.ack_delay_p50_us = Percentile(acks, 0.5);
@@ -167,31 +188,162 @@ SimResult Simulate(const SimOptions& o) {
   const IterationSummary summary = Summarize(r.iteration_ms);
   r.median_ms = summary.median_ms;
   r.p90_ms = summary.p90_ms;
+  r.policy = SchedulingPolicyName(job.config.scheduling.policy);
+  r.events = job.events.events_run();
+  r.messages = job.fabric->messages();
+  for (const auto& s : cluster.servers) r.rounds += s->rounds();
+  r.run_ms = job.events.now() / 1000;
+  r.parts = senders.front()->parts();
+  const LinkBytes carried = job.network->link_bytes();
+  const double capacity = cluster.net.link_bytes_per_us * job.events.now();
+  for (size_t h = 0; h < cluster.host_names.size(); ++h) {
+    r.hosts.push_back(HostUse{cluster.host_names[h], capacity > 0 ? carried.up[h] / capacity : 0,
+                              capacity > 0 ? carried.down[h] / capacity : 0});
+  }
+}
+
+SimResult SimulateDataParallel(const SimOptions& o) {
+  const ClusterSpec& c = o.cluster;
+  const Config config = WorkerConfig(o);
+  SimJob job;
+  Cluster cluster;
+  SetUp(o, config, job, cluster);
+  std::vector<std::unique_ptr<SimWorker>> workers;
+  std::vector<const SimSender*> senders;
+  for (int w = 0; w < c.workers; ++w) {
+    workers.push_back(std::make_unique<SimWorker>(job, w, cluster.server_ptrs,
+                                                  o.model.compute_jitter, o.seed));
+    job.senders.push_back(&workers.back()->sender());
+    senders.push_back(&workers.back()->sender());
+  }
+  if (o.record_parts) workers.front()->sender().RecordParts();
+  for (auto& w : workers) w->Start(o.warmup, o.iterations);
+  job.events.Run();
+  std::vector<double> iteration_ms;
+  for (const auto& w : workers) {
+    FERRY_ENFORCE(w->finished(), ErrorCode::kInternal,
+                  "the simulated job stopped with nothing left to happen (a deadlock): ",
+                  w->Describe());
+    std::vector<double> ms = w->IterationMs();
+    iteration_ms.insert(iteration_ms.end(), ms.begin(), ms.end());
+  }
+
+  SimResult r;
+  Report(job, cluster, senders, std::move(iteration_ms), r);
   uint64_t model_bytes = 0;
   for (const Layer& l : o.workload.layers) model_bytes += l.bytes;
-  const double t_opt_us = TOptUs(placing, model_bytes, net.link_bytes_per_us);
+  const double t_opt_us = TOptUs(cluster.placing, model_bytes, cluster.net.link_bytes_per_us);
   r.t_opt_ms = t_opt_us / 1000;
   // LB1 with B_eff = M / T_opt (the PS's min(B, S B / N) on servers of their own).
   const double b_eff = t_opt_us > 0 ? static_cast<double>(model_bytes) / t_opt_us * 1e6
                                     : std::numeric_limits<double>::max();
   r.lb1_ms = ComputeLowerBound(o.workload.layers, b_eff).lb1_ms;
-  r.ring_ms = RingIterationMs(o.workload, W, net.link_bytes_per_us,
+  r.ring_ms = RingIterationMs(o.workload, c.workers, cluster.net.link_bytes_per_us,
                               c.latency_us + o.model.message_us,
                               static_cast<uint64_t>(config.scheduling.bucket_bytes));
-  r.policy = SchedulingPolicyName(config.scheduling.policy);
   r.partition_bytes = workers.front()->partition_bytes();
-  r.events = job.events.events_run();
-  r.messages = job.fabric->messages();
-  for (const auto& s : servers) r.rounds += s->rounds();
-  r.run_ms = job.events.now() / 1000;
-  r.parts = workers.front()->parts();
-  const LinkBytes carried = job.network->link_bytes();
-  const double capacity = net.link_bytes_per_us * job.events.now();
-  for (int h = 0; h < hosts; ++h) {
-    r.hosts.push_back(HostUse{host_names[h], capacity > 0 ? carried.up[h] / capacity : 0,
-                              capacity > 0 ? carried.down[h] / capacity : 0});
-  }
   return r;
+}
+
+// What the pipeline's bound needs of this cluster: the hosts and the stages' layouts (set
+// s + 1 is stage s's; its tensors' two versions one after the other).
+PipelineCluster BoundInputs(const SimOptions& o, const SimJob& job, const Cluster& cluster) {
+  PipelineCluster pc;
+  pc.host_of_worker = cluster.placing.host_of_worker;
+  pc.host_of_server = cluster.placing.host_of_server;
+  pc.hosts = static_cast<int>(cluster.host_names.size());
+  for (int s = 0; s < o.pipeline->num_stages(); ++s) {
+    const Layout& layout = *job.set_layouts[static_cast<size_t>(s) + 1];
+    const size_t tensors = layout.parts.size() / 2;
+    std::vector<PipelineCluster::Parts> versions(2);
+    for (size_t t = 0; t < layout.parts.size(); ++t) {
+      for (const SimPart& p : layout.parts[t]) {
+        versions[t / std::max<size_t>(tensors, 1)].emplace_back(p.server, p.wire_bytes);
+      }
+    }
+    pc.stage_parts.push_back(std::move(versions));
+  }
+  return pc;
+}
+
+// A finished pipeline job's own results (but the bound): what each worker did.
+PipelineOutcome PipelineResults(const SimJob& job,
+                                const std::vector<std::unique_ptr<PipelineWorker>>& workers,
+                                std::vector<double>* iteration_ms) {
+  PipelineOutcome p;
+  for (const auto& w : workers) {
+    FERRY_ENFORCE(w->finished(), ErrorCode::kInternal,
+                  "the simulated job stopped with nothing left to happen (a deadlock): ",
+                  w->Describe());
+    std::vector<double> ms = w->IterationMs();
+    iteration_ms->insert(iteration_ms->end(), ms.begin(), ms.end());
+    p.sends.insert(p.sends.end(), w->sends().begin(), w->sends().end());
+    std::vector<double> starts;
+    for (SimTime us : w->starts()) starts.push_back(us / 1000);
+    p.starts_ms.push_back(std::move(starts));
+  }
+  p.credit_bytes = workers.front()->sender().core().credit_bytes();
+  p.link_flows = job.fabric->flows_opened();
+  p.link_held = job.fabric->held_messages();
+  std::vector<double> delays;
+  for (const SendRecord& s : p.sends) delays.push_back(s.arrived_us - s.sent_us);
+  if (!delays.empty()) {
+    p.send_ms_p50 = Percentile(delays, 0.5) / 1000;
+    p.send_ms_p99 = Percentile(delays, 0.99) / 1000;
+  }
+  return p;
+}
+
+SimResult SimulatePipeline(const SimOptions& o) {
+  const PipelineSpec& spec = *o.pipeline;
+  const int W = o.cluster.workers;
+  const int replicas = W / spec.num_stages();
+  const Config config = WorkerConfig(o);
+  SimJob job;
+  Cluster cluster;
+  SetUp(o, config, job, cluster);
+  // A set's catalog keeps its first partition size (worker/process_sets.h).
+  const auto partition = static_cast<uint64_t>(config.scheduling.InitialPartitionBytes());
+  // Each stage's set holds two versions of its tensors, declared one after the other.
+  std::vector<int> sets;
+  for (const PipelineStage& stage : spec.stages) {
+    std::vector<uint64_t> versions = stage.tensors;
+    versions.insert(versions.end(), stage.tensors.begin(), stage.tensors.end());
+    sets.push_back(job.AddProcessSet(replicas, versions, partition));
+  }
+  std::vector<std::unique_ptr<PipelineWorker>> workers;
+  std::vector<PipelineWorker*> peers;
+  std::vector<const SimSender*> senders;
+  for (int w = 0; w < W; ++w) {
+    workers.push_back(std::make_unique<PipelineWorker>(
+        job, spec, w, sets[static_cast<size_t>(w / replicas)], cluster.server_ptrs, peers,
+        o.model.compute_jitter, o.seed, o.pipeline_step_boundary));
+    peers.push_back(workers.back().get());
+    job.senders.push_back(&workers.back()->sender());
+    senders.push_back(&workers.back()->sender());
+  }
+  if (o.record_parts) workers.front()->sender().RecordParts();
+  for (auto& w : workers) w->Start(o.warmup, o.iterations);
+  job.events.Run();
+  std::vector<double> iteration_ms;
+  PipelineOutcome p = PipelineResults(job, workers, &iteration_ms);
+  SimResult r;
+  Report(job, cluster, senders, std::move(iteration_ms), r);
+  r.partition_bytes = partition;
+  p.stages = spec.num_stages();
+  p.replicas = replicas;
+  p.mean_ms = Summarize(r.iteration_ms).mean_ms;
+  p.cluster = BoundInputs(o, job, cluster);
+  p.bound = ComputePipelineBound(spec, p.cluster, o.cluster.rate_bits_per_s, o.cluster.latency_us);
+  r.pipeline = std::move(p);
+  return r;
+}
+
+}  // namespace
+
+SimResult Simulate(const SimOptions& o) {
+  Validate(o);
+  return o.pipeline ? SimulatePipeline(o) : SimulateDataParallel(o);
 }
 
 }  // namespace ferry::sim

@@ -15,11 +15,15 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sim/job.h"
 #include "sim/network.h"
+#include "sim/pipeline_bound.h"
+#include "sim/pipeline_spec.h"
+#include "sim/pipeline_worker.h"
 #include "sim/workload.h"
 
 namespace ferry::sim {
@@ -49,7 +53,13 @@ struct ModelParams {
 };
 
 struct SimOptions {
-  Workload workload;  // scaled already
+  Workload workload;  // scaled already (unused with a pipeline)
+  // A hybrid pipeline + data-parallel job instead of `workload` (scaled already):
+  // cluster.workers must be a multiple of its stages.
+  std::optional<PipelineSpec> pipeline;
+  // A pipeline job's workers end each iteration with StepBoundary (as DistributedOptimizer
+  // .step does; hybrid_bench.py does not).
+  bool pipeline_step_boundary = false;
   ClusterSpec cluster;
   ModelParams model;
   std::map<std::string, std::string> env;  // FERRY_* variables, as a real worker reads them
@@ -64,6 +74,24 @@ struct HostUse {
   std::string name;  // "worker 0", "worker 0 + server 0", "server 2 (cpu)"
   double up = 0;     // link utilisation over the whole run, 0..1
   double down = 0;
+};
+
+// A pipeline job's own results (SimOptions::pipeline).
+struct PipelineOutcome {
+  int stages = 0;
+  int replicas = 0;
+  PipelineBound bound;
+  PipelineCluster cluster;  // what the bound was computed from
+  // The mean of the timed iterations (a long run's time per iteration, which the bound
+  // bounds; with stash a median can fall on either side of it: pipeline_bound.h).
+  double mean_ms = 0;
+  std::vector<std::vector<double>> starts_ms;  // by worker: every iteration's start, and the end
+  std::vector<SendRecord> sends;  // every worker's, by worker
+  uint64_t credit_bytes = 0;  // worker 0's credit at the end (FERRY_PARTITION_MS sizes it)
+  uint64_t link_flows = 0;  // the fabric's flows and held messages (the Van's counters)
+  uint64_t link_held = 0;
+  double send_ms_p50 = 0;  // a send from handed over to arrival
+  double send_ms_p99 = 0;
 };
 
 struct SimResult {
@@ -83,6 +111,8 @@ struct SimResult {
   double ack_delay_p50_us = 0;  // acknowledgements from the server's send to arrival
   double ack_delay_p99_us = 0;
   std::vector<PartRecord> parts;  // worker 0's, with SimOptions::record_parts
+  // Pipeline jobs only (lb1_ms, t_opt_ms and ring_ms are then 0: data parallel's).
+  std::optional<PipelineOutcome> pipeline;
 };
 
 // The environment a simulated worker reads: `env` (FERRY_* only, each known to knobs.h

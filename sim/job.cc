@@ -1,10 +1,13 @@
 #include "sim/job.h"
 
+#include <glog/logging.h>
+
 #include "common/compress/codec.h"
 
 #include "common/transport/message.h"
-#include "sim/sim_worker.h"
+#include "sim/sim_sender.h"
 #include "worker/placement.h"
+#include "worker/tensor_catalog.h"
 #include "worker/partition_scheduling/autotune.h"
 
 namespace ferry::sim {
@@ -33,36 +36,67 @@ CodecRates CodecRatesOf(const CompressionSpec& spec) {
   return CodecRates{};
 }
 
-const Layout& SimJob::LayoutFor(uint64_t partition_bytes) {
-  std::unique_ptr<Layout>& layout = layouts[partition_bytes];
-  if (layout) return *layout;
-  layout = std::make_unique<Layout>();
-  layout->number = static_cast<uint32_t>(layouts.size() - 1);
+std::unique_ptr<Layout> SimJob::MakeLayout(const std::vector<uint64_t>& bytes,
+                                           uint32_t first_id, uint32_t number,
+                                           uint64_t partition_bytes) const {
+  auto layout = std::make_unique<Layout>();
+  layout->number = number;
   layout->partition_bytes = partition_bytes;
   Placement placement(weights);
-  for (size_t l = 0; l < workload.layers.size(); ++l) {
+  // The worker's choice (Worker::CompressionOf, PushCompression): float32 tensors of at
+  // least FERRY_COMPRESSION_MIN_BYTES, partitions the compressor makes smaller.
+  const CompressionSpec& spec = config.compression.spec;
+  for (size_t l = 0; l < bytes.size(); ++l) {
     std::vector<SimPart> parts;
-    // The worker's choice (Worker::CompressionOf, PushCompression): float32 layers of at
-    // least FERRY_COMPRESSION_MIN_BYTES, partitions the compressor makes smaller.
-    const CompressionSpec& spec = config.compression.spec;
-    const bool compress =
-        workload.layers[l].bytes >= static_cast<uint64_t>(config.compression.min_bytes);
-    for (const PartitionSpec& p : SplitTensor(workload.layers[l].bytes, 4, partition_bytes)) {
+    const bool compress = bytes[l] >= static_cast<uint64_t>(config.compression.min_bytes);
+    for (const PartitionSpec& p : SplitTensor(bytes[l], 4, partition_bytes)) {
       const bool smaller = compress && CompressesTo(spec, DataType::kFloat32, p.bytes);
-      parts.push_back(SimPart{MakeLayoutKey(static_cast<uint32_t>(l), layout->number, p.index),
+      parts.push_back(SimPart{MakeLayoutKey(first_id + static_cast<uint32_t>(l), number, p.index),
                               p.bytes, placement.Assign(p.bytes),
                               smaller ? CompressedBytes(spec, p.bytes / 4) : p.bytes});
     }
     layout->parts.push_back(std::move(parts));
   }
+  return layout;
+}
+
+const Layout& SimJob::LayoutFor(uint64_t partition_bytes) {
+  std::unique_ptr<Layout>& layout = layouts[partition_bytes];
+  if (layout) return *layout;
+  std::vector<uint64_t> bytes;
+  for (const Layer& l : workload.layers) bytes.push_back(l.bytes);
+  layout = MakeLayout(bytes, 0, static_cast<uint32_t>(layouts.size() - 1), partition_bytes);
   return *layout;
+}
+
+int SimJob::AddProcessSet(int members, const std::vector<uint64_t>& bytes,
+                          uint64_t partition_bytes) {
+  if (set_members.empty()) {
+    set_members.push_back(0);  // the global set's place
+    set_layouts.emplace_back();
+  }
+  const int id = static_cast<int>(set_members.size());
+  CHECK_LE(id, kMaxProcessSets) << "too many process sets";
+  set_members.push_back(members);
+  set_layouts.push_back(MakeLayout(bytes, ProcessSetFirstId(id), 0, partition_bytes));
+  return id;
+}
+
+int SimJob::Members(uint64_t key) const {
+  const int set = ProcessSetOfId(KeyTensor(key));
+  return set == 0 ? num_workers : set_members[static_cast<size_t>(set)];
+}
+
+bool SimJob::SizesPartitionsByTime() const {
+  const Config::Scheduling& c = config.scheduling;
+  return c.partition_ms > 0 && !c.autotune && c.policy != SchedulingPolicy::kP3;
 }
 
 uint64_t SimJob::TimedPartitionBytes(uint64_t current) {
   if (timed_partition_bytes == 0) {
     double sum = 0;
     int measured = 0;
-    for (const SimWorker* w : workers) {
+    for (const SimSender* w : senders) {
       const double rate = w->core().measured_rate_bytes_per_s();
       if (rate > 0) {
         sum += rate;

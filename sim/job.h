@@ -3,7 +3,8 @@
 // SimJob: what the simulated workers and servers share: the clock, the fabric, the
 // worker Config (read from the same FERRY_* variables a real worker reads), the workload,
 // the server weights and the layouts (each partition size cuts and places the model once,
-// with the worker's own SplitTensor and Placement, identically for every worker).
+// with the worker's own SplitTensor and Placement, identically for every worker; each
+// process set's tensors with a Placement of their own, as a set's TensorCatalog places them).
 
 #include <cstdint>
 #include <map>
@@ -17,7 +18,7 @@
 
 namespace ferry::sim {
 
-class SimWorker;
+class SimSender;
 
 // One partition of one layer in one layout.
 struct SimPart {
@@ -67,19 +68,39 @@ struct SimJob {
   double sum_bytes_per_us = 8000;  // one engine thread's summation rate
   CodecRates codec;                // FERRY_COMPRESSION's (unused without compression)
   std::map<uint64_t, std::unique_ptr<Layout>> layouts;  // by partition size
-  std::vector<SimWorker*> workers;                      // by rank
+  std::vector<SimSender*> senders;                      // by rank
   uint64_t timed_partition_bytes = 0;                   // FERRY_PARTITION_MS's choice, once made
+  // Process sets (worker/process_sets.h), by id from 1: each set's members (set_members[0]
+  // unused: the global set is every worker) and its tensors' layout (in the set's first
+  // partition size, which a set keeps).
+  std::vector<int> set_members;
+  std::vector<std::unique_ptr<Layout>> set_layouts;
 
   // Nodes: servers 0..S-1, then workers.
   int ServerNode(int rank) const { return rank; }
   int WorkerNode(int rank) const { return num_servers + rank; }
+  // The workers whose pushes make a round of `key`: its process set's members.
+  int Members(uint64_t key) const;
   // The layout for `partition_bytes`, made on first use.
   const Layout& LayoutFor(uint64_t partition_bytes);
+  // Adds a process set of `members` workers whose tensors (forward order) have `bytes`;
+  // returns its id. Its tensors are cut in `partition_bytes` and placed by a Placement of
+  // their own over every server.
+  int AddProcessSet(int members, const std::vector<uint64_t>& bytes, uint64_t partition_bytes);
+  // The StepBoundary (counted from 1) at which FERRY_PARTITION_MS sizes partitions, as
+  // SchedulingControl does, and whether it does (not under p3 nor with FERRY_AUTOTUNE).
+  static constexpr int kTimedBoundary = 3;
+  bool SizesPartitionsByTime() const;
   // FERRY_PARTITION_MS's partition size (SchedulingControl::SizePartitionsByTime): from
   // the mean of the rates the workers' estimators measured, taken when the first worker
   // asks, so every worker switches to the same size (the real workers agree on it with a
   // push_pull at the boundary; its time is not modelled). `current`: the size in use.
   uint64_t TimedPartitionBytes(uint64_t current);
+
+ private:
+  // Tensors of `bytes` (forward order) cut and placed as one catalog: ids from `first_id`.
+  std::unique_ptr<Layout> MakeLayout(const std::vector<uint64_t>& bytes, uint32_t first_id,
+                                     uint32_t number, uint64_t partition_bytes) const;
 };
 
 }  // namespace ferry::sim

@@ -3,17 +3,17 @@
 #include <glog/logging.h>
 
 #include "server/key_state.h"
-#include "sim/sim_worker.h"
+#include "sim/sim_sender.h"
 
 namespace ferry::sim {
 
 SimServer::SimServer(SimJob& job, int rank)
     : job_(job), rank_(rank), engines_(std::max(1, job.config.server.engine_threads)) {}
 
-void SimServer::OnPushes(SimWorker& from, const std::vector<SubPush>& pushes) {
+void SimServer::OnPushes(SimSender& from, const std::vector<SubPush>& pushes) {
   const int node = job_.ServerNode(rank_);
   for (const SubPush& p : pushes) {
-    SimWorker* worker = &from;
+    SimSender* worker = &from;
     const uint64_t cookie = p.cookie;
     const uint32_t frame = p.frame;
     const SimTime sent = job_.events.now();
@@ -36,14 +36,15 @@ void SimServer::Work(int engine) {
     Item item = e.queue.top();
     e.queue.pop();
     Round& round = RoundOf(item.push);
-    if (round.summed == 0) round.pushers.reserve(job_.num_workers);  // one from each
+    const int members = job_.Members(item.push.key);
+    if (round.summed == 0) round.pushers.reserve(members);  // one from each
     // A compressed push is decompressed, then added; the round's last one compresses the
     // sum too (SumCompression).
     const uint64_t values = item.push.raw_bytes > 0 ? item.push.raw_bytes : item.push.bytes;
     double work_us = round.summed == 0 ? 0.0 : static_cast<double>(values) / job_.sum_bytes_per_us;
     if (item.push.raw_bytes > 0) {
       work_us += static_cast<double>(values) / job_.codec.decompress;
-      if (round.summed + 1 == job_.num_workers) {
+      if (round.summed + 1 == members) {
         work_us += static_cast<double>(values) / job_.codec.compress;
       }
     }
@@ -51,7 +52,7 @@ void SimServer::Work(int engine) {
     round.summed++;
     round.pushers.emplace_back(item.from, item.push.cookie);
     bytes_summed_ += values;
-    if (round.summed == job_.num_workers) {
+    if (round.summed == members) {
       job_.events.At(e.busy_until, [this, item] { SendSums(item); });
     }
   }
@@ -83,7 +84,7 @@ void SimServer::SendSums(const Item& item) {
       item.push.raw_bytes > 0 ? static_cast<double>(item.push.raw_bytes) / job_.codec.decompress
                               : 0.0;
   for (const auto& [worker, cookie] : round.pushers) {
-    SimWorker* w = worker;
+    SimSender* w = worker;
     const uint64_t c = cookie;
     SimJob* job = &job_;
     job_.fabric->SendData(node, w->node(), item.push.bytes, item.push.priority, DataKind::kSum,

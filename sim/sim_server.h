@@ -17,7 +17,7 @@
 
 namespace ferry::sim {
 
-class SimWorker;
+class SimSender;
 
 // One partition (or one frame of it) in a push.
 struct SubPush {
@@ -35,7 +35,7 @@ class SimServer {
   SimServer(SimJob& job, int rank);
 
   // A message from `from` arrived: one push, a fused pack of several, or one frame.
-  void OnPushes(SimWorker& from, const std::vector<SubPush>& pushes);
+  void OnPushes(SimSender& from, const std::vector<SubPush>& pushes);
 
   int rank() const { return rank_; }
   uint64_t bytes_summed() const { return bytes_summed_; }
@@ -45,7 +45,7 @@ class SimServer {
   struct Item {
     int priority;
     uint64_t seq;
-    SimWorker* from;
+    SimSender* from;
     SubPush push;
   };
   struct LessUrgent {
@@ -60,7 +60,7 @@ class SimServer {
   };
   struct Round {
     int summed = 0;
-    std::vector<std::pair<SimWorker*, uint64_t>> pushers;  // (worker, its cookie)
+    std::vector<std::pair<SimSender*, uint64_t>> pushers;  // (worker, its cookie)
   };
   void Work(int engine);
   // The round of `item` (its last push) is summed: the sums go to every pusher.

@@ -3,43 +3,19 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <limits>
 
-#include "common/transport/fused_push.h"
 #include "common/util/strings.h"
-#include "worker/partition_scheduling/autotune.h"
-#include "worker/partition_scheduling/policies.h"
 
 namespace ferry::sim {
-namespace {
-
-constexpr int64_t kNoTimer = std::numeric_limits<int64_t>::max();
-
-// The boundary at which FERRY_PARTITION_MS sizes partitions (SchedulingControl's).
-constexpr int kTimedBoundary = 3;
-
-}  // namespace
-
 SimWorker::SimWorker(SimJob& job, int rank, std::vector<SimServer*> servers, double jitter,
                      uint64_t seed)
     : job_(job),
       rank_(rank),
-      servers_(std::move(servers)),
       jitter_(jitter),
-      rng_(seed * 1000003 + static_cast<uint64_t>(rank)) {
-  const Config::Scheduling& c = job_.config.scheduling;
-  partition_bytes_ = static_cast<uint64_t>(c.InitialPartitionBytes());
-  frame_bytes_ = static_cast<uint64_t>(job_.config.transport.frame_bytes);
-  core_ = std::make_unique<SchedulingCore>(
-      MakePolicy(PolicyOptionsOf(c)), static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_)));
-  // As SchedulingControl: the estimator samples under every policy; the credit follows it
-  // only under `credit` with FERRY_WINDOW=bdp.
-  core_->UseWindow(WindowOptions{c.window_gain, static_cast<uint64_t>(c.window_min_bytes),
-                                 static_cast<uint64_t>(c.window_max_bytes),
-                                 static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_))});
-  if (!(c.window_bdp && CreditLike(c.policy))) {
-    core_->SetCredit(static_cast<uint64_t>(c.CreditBytesFor(partition_bytes_)));
-  }
+      rng_(seed * 1000003 + static_cast<uint64_t>(rank)),
+      sender_(job, rank, std::move(servers)),
+      partition_bytes_(static_cast<uint64_t>(job.config.scheduling.InitialPartitionBytes())) {
+  sender_.SetPartSummed([this](uint32_t layer) { PartSummed(layer); });
   layout_ = &job_.LayoutFor(partition_bytes_);
   parts_left_.assign(job_.workload.layers.size(), 0);
 }
@@ -76,17 +52,15 @@ void SimWorker::ForwardLayer(size_t layer) {
 void SimWorker::Boundary() {
   // Every sum of the last iteration was waited for: nothing is in flight.
   boundaries_++;
-  core_->Step(job_.events.now());
+  sender_.core().Step(job_.events.now());
   const Config::Scheduling& c = job_.config.scheduling;
-  const bool size_by_time =
-      c.partition_ms > 0 && !c.autotune && c.policy != SchedulingPolicy::kP3;
-  if (size_by_time && boundaries_ == kTimedBoundary) {
+  if (job_.SizesPartitionsByTime() && boundaries_ == SimJob::kTimedBoundary) {
     uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
     if (bytes != partition_bytes_) {
       partition_bytes_ = bytes;
       layout_ = &job_.LayoutFor(bytes);
-      if (!core_->window_on()) {
-        core_->SetCredit(static_cast<uint64_t>(c.CreditBytesFor(static_cast<int64_t>(bytes))));
+      if (!sender_.core().window_on()) {
+        sender_.core().SetCredit(static_cast<uint64_t>(c.CreditBytesFor(static_cast<int64_t>(bytes))));
       }
     }
   }
@@ -111,192 +85,18 @@ void SimWorker::BackwardLayer(size_t layer) {
 }
 
 void SimWorker::PushLayer(size_t layer) {
-  const SimTime now = job_.events.now();
   const std::vector<SimPart>& parts = layout_->parts[layer];
   CHECK_EQ(parts_left_[layer], 0) << "layer " << layer << " pushed with its last push_pull open";
   parts_left_[layer] = static_cast<int>(parts.size());
-  for (const SimPart& p : parts) {
-    Task t;
-    t.layer = static_cast<uint32_t>(layer);
-    t.part = &p;
-    t.task.priority = -static_cast<int>(layer);  // declaration order: the input side first
-    t.task.bytes = p.wire_bytes;  // the credit counts wire bytes
-    t.task.server = p.server;
-    t.record.iteration = iteration_;
-    t.record.layer = static_cast<int>(layer);
-    t.record.server = p.server;
-    t.record.bytes = p.bytes;
-    t.record.ready_us = now;
-    const uint64_t cookie = AddTask(std::move(t));
-    core_->Push(FindTask(cookie)->task, static_cast<int64_t>(now));
-  }
-  Pump();
+  // Declaration order: the input side first.
+  sender_.Push(static_cast<uint32_t>(layer), parts, -static_cast<int>(layer), iteration_);
 }
 
-void SimWorker::Pump() {
-  const SimTime now = job_.events.now();
-  Batch batch;
-  while (core_->TryNext(static_cast<int64_t>(now), &batch)) {
-    SendBatch(batch);
-    batch = Batch();
-  }
-  const int64_t wake = core_->WakeAtUs();
-  if (wake != kNoTimer) {
-    const SimTime at = std::max(now, static_cast<SimTime>(wake));
-    if (timer_at_ < now || at < timer_at_) {
-      timer_at_ = at;
-      job_.events.At(at, [this, at] {
-        if (timer_at_ == at) timer_at_ = -1;
-        Pump();
-      });
-    }
-  }
-}
-
-void SimWorker::SendBatch(const Batch& batch) {
-  // Packs per server, in batch order (DensePushPull::SendBatch): a pack is full at
-  // fuse_bytes or kMaxFusedPushes; frames go alone.
-  struct Pack {
-    int server;
-    uint64_t bytes = 0;
-    std::vector<SubPush> pushes;
-  };
-  std::vector<Pack> packs;
-  std::vector<size_t>& open = open_packs_;  // by server: index + 1 of its open pack
-  for (const PushTask& handed : batch.tasks) {
-    Task& t = *FindTask(handed.cookie);
-    t.task = handed;
-    t.record.sent_us = job_.events.now();
-    const uint64_t bytes = t.part->bytes;
-    if (t.part->compressed()) {  // whole and alone, once this worker compressed it
-      Compressed(t, handed);
-      continue;
-    }
-    const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
-    t.frame_bytes = cut ? frame_bytes_ : 0;
-    t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
-    if (cut) t.acked.assign(t.frames, false);  // a whole one needs none (frames_acked)
-    if (cut) {
-      for (uint32_t i = 0; i < t.frames; ++i) {
-        const uint64_t length = std::min(frame_bytes_, bytes - i * frame_bytes_);
-        packs.push_back(Pack{handed.server, length, {}});
-        packs.back().pushes.push_back(
-            SubPush{handed.cookie, t.part->key, i, t.frames, length, handed.priority});
-      }
-      continue;
-    }
-    if (open.size() <= static_cast<size_t>(handed.server)) open.resize(handed.server + 1, 0);
-    size_t& slot = open[handed.server];
-    if (slot == 0 || batch.fuse_bytes == 0 || packs[slot - 1].bytes + bytes > batch.fuse_bytes ||
-        packs[slot - 1].pushes.size() >= kMaxFusedPushes) {
-      packs.push_back(Pack{handed.server, 0, {}});
-      slot = packs.size();
-    }
-    packs[slot - 1].bytes += bytes;
-    packs[slot - 1].pushes.push_back(
-        SubPush{handed.cookie, t.part->key, 0, 1, bytes, handed.priority});
-  }
-  for (Pack& pack : packs) {
-    if (static_cast<size_t>(pack.server) < open.size()) open[pack.server] = 0;  // all 0 again
-    SimServer* server = servers_.at(pack.server);
-    const int priority = pack.pushes.front().priority;
-    job_.fabric->SendData(node(), job_.ServerNode(pack.server), pack.bytes, priority,
-                          DataKind::kPush,
-                          [this, server, pushes = std::move(pack.pushes)] {
-                            server->OnPushes(*this, pushes);
-                          });
-  }
-}
-
-void SimWorker::Compressed(const Task& t, const PushTask& handed) {
-  // One thread compresses (under the worker's lock): a partition waits for the ones
-  // before it.
-  const SimTime now = job_.events.now();
-  compress_until_ = std::max(compress_until_, now) +
-                    static_cast<double>(t.part->bytes) / job_.codec.compress;
-  SimServer* server = servers_.at(handed.server);
-  std::vector<SubPush> push = {SubPush{handed.cookie, t.part->key, 0, 1, t.part->wire_bytes,
-                                       handed.priority, t.part->bytes}};
-  job_.events.At(compress_until_, [this, server, handed, push = std::move(push)] {
-    job_.fabric->SendData(node(), job_.ServerNode(handed.server), push.front().bytes,
-                          handed.priority, DataKind::kPush,
-                          [this, server, push] { server->OnPushes(*this, push); });
-  });
-}
-
-void SimWorker::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {
-  ack_delays_us_.push_back(job_.events.now() - sent);
-  Task* t = FindTask(cookie);
-  if (!t) return;  // its sum came first and finished it
-  Acked(*t, frame);
-  Pump();
-}
-
-void SimWorker::Acked(Task& t, uint32_t frame) {
-  if (t.frames == 1 ? t.frames_acked > 0 : t.acked[frame]) return;
-  if (t.frames > 1) t.acked[frame] = true;
-  t.frames_acked++;
-  const int64_t now = static_cast<int64_t>(job_.events.now());
-  if (t.frames_acked < t.frames) {
-    core_->ReturnPart(t.task, std::min(t.frame_bytes, t.part->bytes - frame * t.frame_bytes), now);
-  } else {
-    t.record.acked_us = job_.events.now();
-    core_->Done(t.task, /*acked=*/true, now);
-  }
-}
-
-void SimWorker::OnSum(uint64_t cookie, uint32_t frame) {
-  Task* found = FindTask(cookie);
-  CHECK(found) << "worker " << rank_ << ": a sum for no task";
-  Task& t = *found;
-  Acked(t, frame);  // a frame's sum counts as its acknowledgement
-  if (++t.frames_summed < t.frames) {
-    Pump();
-    return;
-  }
-  const uint32_t layer = t.layer;
-  if (record_parts_) {
-    t.record.result_us = job_.events.now();
-    parts_log_.push_back(t.record);
-  }
-  EraseTask(cookie);
-  Pump();
+void SimWorker::PartSummed(uint32_t layer) {
   if (--parts_left_[layer] == 0 && waiting_layer_ == static_cast<long>(layer)) {
     waiting_layer_ = -1;
     ForwardLayer(layer);
   }
-}
-
-uint64_t SimWorker::AddTask(Task t) {
-  uint32_t slot;
-  if (free_slots_.empty()) {
-    slot = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-    generation_.push_back(0);
-  } else {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  }
-  const uint64_t cookie = (static_cast<uint64_t>(++generation_[slot]) << 32) | slot;
-  t.task.cookie = cookie;
-  slots_[slot] = std::move(t);
-  live_tasks_++;
-  return cookie;
-}
-
-SimWorker::Task* SimWorker::FindTask(uint64_t cookie) {
-  const uint32_t slot = static_cast<uint32_t>(cookie);
-  if (slot >= slots_.size() || generation_[slot] != static_cast<uint32_t>(cookie >> 32)) {
-    return nullptr;
-  }
-  return &slots_[slot];
-}
-
-void SimWorker::EraseTask(uint64_t cookie) {
-  const uint32_t slot = static_cast<uint32_t>(cookie);
-  generation_[slot]++;  // odd generations are live, even ones free
-  free_slots_.push_back(slot);
-  live_tasks_--;
 }
 
 std::vector<double> SimWorker::IterationMs() const {
@@ -310,8 +110,7 @@ std::vector<double> SimWorker::IterationMs() const {
 std::string SimWorker::Describe() const {
   return StrCat("worker ", rank_, ": iteration ", iteration_, " of ", total_,
                 waiting_layer_ >= 0 ? StrCat(", forward waits for layer ", waiting_layer_) : "",
-                ", ", live_tasks_, " partitions without a sum, ", core_->queued(),
-                " queued, ", core_->in_flight(), " in flight");
+                ", ", sender_.Describe());
 }
 
 }  // namespace ferry::sim

@@ -317,7 +317,12 @@ void Van::IoLoop() {
     for (auto& [m, peer] : monitors) items.push_back({m, 0, ZMQ_POLLIN, 0});
     const std::vector<int> lane_fds = lanes_ ? lanes_->PollFds() : std::vector<int>();
     for (int fd : lane_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), PollTimeoutMs());
+    // While a flow is open (Links), its end is measured every millisecond.
+    const int faults_ms = faults_.PollTimeoutMs();
+    const int timeout_ms = order_.open_flows() == 0 ? faults_ms
+                           : faults_ms < 0           ? 1
+                                                     : std::min(faults_ms, 1);
+    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       LOG(ERROR) << options_.name << ": zmq_poll failed: " << zmq_strerror(zmq_errno());
@@ -358,7 +363,7 @@ void Van::IoLoop() {
     }
     SendLaneMessages(&lane_messages);
     faults_.DeliverDue(handler_);
-    if (order_.open_flows() > 0) CheckFlows();
+    if (order_.open_flows() > 0) Pump();  // measures the flows' ends
   }
   // Shutdown: messages still in the order queues are dropped (their payloads released);
   // sockets flush for up to linger_ms, then close.

@@ -68,7 +68,6 @@
 #include <atomic>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -78,6 +77,7 @@
 
 #include "common/util/counters.h"
 #include "common/transport/fault_injection.h"
+#include "common/transport/link_paths.h"
 #include "common/transport/message.h"
 #include "common/transport/order_queue.h"
 #include "common/transport/security.h"
@@ -304,14 +304,11 @@ class Van {
                 const std::string& target);
   void TransmitToPeer(int peer, Frames* frames);                     // Send, on the IO thread
   void TransmitReply(const std::string& identity, Frames* frames);  // Reply, on the IO thread
-  // Messages with tensor bytes go through the order queues (Order, Links above).
-  bool Queued() const { return options_.watermark_bytes > 0 || options_.link_scheduling; }
-  // The order queue's name of outbound peer `peer` (no routing id starts with 0x02).
-  static std::string PeerQueueName(int peer) { return "\x02node " + std::to_string(peer); }
   // IO thread: queues a message with tensor bytes (Order above) for the destination
   // `name`: an inbound node's data identity (peer -1), or outbound peer `peer`.
   void QueueData(const std::string& name, int peer, Frames* frames);
-  // Hands over what fits under the watermark: of `only`, or of every destination.
+  // Hands over what fits under the watermark and the links: of `only`, or of every
+  // destination after closing the flows measured gone (Links above).
   void Pump(OrderQueue::Destination* only = nullptr);
   void DoConnect(int peer, const std::string& endpoint, const std::string& routing_id,
                  bool control_lane);
@@ -322,15 +319,6 @@ class Van {
   // connections; a DEALER's: its connection made).
   // `connection`: the outbound connection whose data lane `monitor` watches, or null.
   void HandleMonitorEvent(void* monitor, Connection* connection = nullptr);
-  // Links: the links of a new data connection `fd` to `peer`, given to its order queue.
-  void PlaceConnection(int peer, int fd);
-  // Links: ends every flow measured gone and pumps what it held. IO thread.
-  void CheckFlows();
-  // Links: the kernel holds no byte of connection `fd` unsent or unacknowledged (true when
-  // it cannot tell).
-  static bool KernelDrained(int fd);
-  // How long the IO loop may sleep in its poll (-1: until something happens).
-  int PollTimeoutMs() const;
   void TuneConnection(int fd);   // IO thread: applies tcp_notsent_lowat to a new connection
   Connection* FindConnection(int peer);
 
@@ -356,7 +344,9 @@ class Van {
   // the Van's life (release hooks point at their counts). IO thread only, but for the
   // hooks' atomic counts.
   OrderQueue order_;
-  std::map<std::string, int> host_links_;  // Links: a peer host's address -> its downlink's id
+  LinkPaths link_paths_;  // Links: IO thread only
+  // Messages with tensor bytes go through the order queues (Order, Links above).
+  const bool queue_data_ = options_.watermark_bytes > 0 || options_.link_scheduling;
   int wake_fd_ = -1;             // eventfd: a release hook wakes the IO thread to Pump
   int monitors_made_ = 0;  // names monitor endpoints; Bind, then the IO thread
   bool secure_ = false;

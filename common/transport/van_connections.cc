@@ -7,11 +7,8 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
-#include <arpa/inet.h>
-#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -179,69 +176,6 @@ void Van::TuneConnection(int fd) {
   }
 }
 
-namespace {
-
-// The host part of a socket address, or "" if it is not IPv4/IPv6.
-std::string HostOf(const sockaddr_storage& a) {
-  char text[INET6_ADDRSTRLEN] = {0};
-  if (a.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof text);
-  } else if (a.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text, sizeof text);
-  }
-  return text;
-}
-
-// The links the connection `fd` crosses (van.h, Links): none for a peer on this host; else
-// this host's uplink (0) and the peer host's downlink (a number per peer address).
-std::vector<int> LinksOf(int fd, std::map<std::string, int>* host_links) {
-  sockaddr_storage mine{}, theirs{};
-  socklen_t mine_len = sizeof mine, theirs_len = sizeof theirs;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
-      getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0) {
-    return {};
-  }
-  const std::string me = HostOf(mine), peer = HostOf(theirs);
-  if (peer.empty() || peer == me || StartsWith(peer, "127.") || peer == "::1") return {};
-  auto [it, added] = host_links->emplace(peer, static_cast<int>(host_links->size()) + 1);
-  return {0, it->second};
-}
-
-}  // namespace
-
-void Van::PlaceConnection(int peer, int fd) {
-  order_.SetLinks(order_.At(PeerQueueName(peer), peer), LinksOf(fd, &host_links_));
-}
-
-bool Van::KernelDrained(int fd) {
-  if (fd < 0) return true;
-  // SIOCOUTQ: the bytes of the send queue not yet acknowledged by the peer (unsent ones
-  // included).
-  int queued = 0;
-  if (ioctl(fd, SIOCOUTQ, &queued) != 0) return true;
-  return queued == 0;
-}
-
-void Van::CheckFlows() {
-  bool closed = false;
-  for (OrderQueue::Destination* d : order_.OpenFlows()) {
-    if (d->critical_queued() > 0 || d->critical_unreleased().load(std::memory_order_relaxed) > 0) {
-      continue;
-    }
-    Connection* c = d->peer() >= 0 ? FindConnection(d->peer()) : nullptr;
-    if (!KernelDrained(c ? c->data_fd : -1)) continue;
-    order_.CloseFlow(*d);
-    closed = true;
-  }
-  if (closed) Pump();
-}
-
-int Van::PollTimeoutMs() const {
-  const int faults = faults_.PollTimeoutMs();
-  if (order_.open_flows() == 0) return faults;
-  return faults < 0 ? 1 : std::min(faults, 1);
-}
-
 void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
   // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
   zmq_msg_t event, address;
@@ -261,7 +195,10 @@ void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
     if (fd >= 0 && options_.tcp_notsent_lowat > 0) TuneConnection(fd);
     if (fd >= 0 && connection) {
       connection->data_fd = fd;
-      if (options_.link_scheduling) PlaceConnection(connection->id, fd);
+      if (options_.link_scheduling) {
+        order_.SetLinks(order_.At(van_internal::PeerQueueName(connection->id), connection->id),
+                        link_paths_.Of(fd));
+      }
     }
     zmq_msg_close(&event);
     zmq_msg_close(&address);

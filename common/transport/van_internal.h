@@ -63,6 +63,9 @@ struct PayloadHold {
 
 namespace van_internal {
 
+// The order queue's name of outbound peer `peer` (no routing id starts with 0x02).
+inline std::string PeerQueueName(int peer) { return "\x02node " + std::to_string(peer); }
+
 [[noreturn]] inline void ThrowZmq(const std::string& what) {
   throw FerryError(ErrorCode::kInternal, StrCat(what, ": ", zmq_strerror(zmq_errno())));
 }

@@ -67,6 +67,15 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
 }
 
 void Van::Pump(OrderQueue::Destination* only) {
+  if (!only) {  // a flow ends once nothing of it is queued, unreleased or in the kernel
+    for (OrderQueue::Destination* d : order_.OpenFlows()) {
+      if (d->critical_queued() > 0 || d->critical_unreleased().load(std::memory_order_relaxed) > 0) {
+        continue;
+      }
+      Connection* c = d->peer() >= 0 ? FindConnection(d->peer()) : nullptr;
+      if (LinkPaths::Drained(c ? c->data_fd : -1)) order_.CloseFlow(*d);
+    }
+  }
   auto hand_over = [this](OrderQueue::Destination& d, std::unique_ptr<OwnedFrames> owned,
                           bool critical) {
     Frames f;
@@ -91,8 +100,8 @@ void Van::Pump(OrderQueue::Destination* only) {
 }
 
 void Van::TransmitToPeer(int peer, Frames* frames) {
-  if (!frames->control && frames->has_payload && Queued()) {
-    QueueData(PeerQueueName(peer), peer, frames);
+  if (!frames->control && frames->has_payload && queue_data_) {
+    QueueData(van_internal::PeerQueueName(peer), peer, frames);
     return;
   }
   Connection* p = FindConnection(peer);
@@ -104,7 +113,7 @@ void Van::TransmitReply(const std::string& identity, Frames* frames) {
   // Only where lanes exist: an identity ZeroMQ made up (a peer without a routing id) may
   // end in the control byte by chance.
   const std::string data_identity = options_.control_lane ? DataIdentity(identity) : identity;
-  if (!frames->control && frames->has_payload && Queued()) {
+  if (!frames->control && frames->has_payload && queue_data_) {
     QueueData(data_identity, -1, frames);
     return;
   }

@@ -86,6 +86,11 @@ TEST(ConfigSchedulingTest, TriraceIsCreditWithFramesAndLinkScheduling) {
   EXPECT_EQ(c.transport.frame_bytes, 262144);
   EXPECT_EQ(c.transport.watermark_bytes, 524288);
   EXPECT_EQ(c.transport.tcp_notsent_lowat, 131072);
+  EXPECT_TRUE(c.transport.control_lane);
+  EXPECT_FALSE(Read({{"FERRY_SCHEDULING_POLICY", "trirace"}, {"FERRY_CONTROL_LANE", "0"}})
+                   .transport.control_lane)
+      << "a value set is kept";
+  EXPECT_FALSE(Read({{"FERRY_SCHEDULING_POLICY", "mercury"}}).transport.control_lane);
   EXPECT_TRUE(CreditLike(c.scheduling.policy));
   EXPECT_FALSE(CreditLike(SchedulingPolicy::kMercury));
   for (SchedulingPolicy p : {SchedulingPolicy::kTrirace, SchedulingPolicy::kCredit,

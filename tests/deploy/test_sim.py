@@ -66,3 +66,27 @@ def test_errors_name_the_flag_or_the_line(tmp_path):
     assert code == 2 and "mine_layers.csv:3: bytes 6 is not a positive multiple of 4" in out
     code, out = sim("--help")
     assert code == 0 and "--workload" in out and "--env NAME=VALUE" in out
+
+
+def test_a_pipeline_job_reports_its_shape_and_bound(tmp_path):
+    # The hybrid job of docs/simulation.md ("Pipeline and hybrid jobs"), scaled down in bytes.
+    pipeline = REPO / "bench" / "workloads" / "vgg16_pipeline.json"
+    j = sim_json("--pipeline", pipeline, "--workers", "4", "--colocate", "--rate", "1gbit",
+                 "--byte-scale", "0.05", "--iterations", "3",
+                 "--env", "FERRY_SCHEDULING_POLICY=trirace")
+    assert j["pipeline"] == "vgg16_pipeline" and j["policy"] == "trirace"
+    assert (j["stages"], j["replicas"], j["micro_batches"], j["stash"]) == (2, 2, 8, True)
+    assert j["activation_bytes"] == 80280  # 1605632 x 0.05, whole float32 elements
+    assert j["bound_ms"] >= j["t_pipe_ms"] > 0 and j["t_link_ms"] > 0
+    assert j["mean_ms"] >= j["bound_ms"] and j["over_bound"] >= 1
+    assert len(j["iterations_ms"]) == 3 * 4 and j["sends"] == 5 * 8 * 4
+    assert j["link_flows"] > 0
+    code, out = sim("--pipeline", pipeline, "--workers", "3")
+    assert code == 2 and "--workers: 3 is not a multiple of the 2 stages" in out
+    bad = tmp_path / "mine.json"
+    bad.write_text('{"micro_batches": 2, "activation_bytes": 8, "stash": true, '
+                   '"stages": [{"forward_ms": 1, "backward_ms": 1, "tensors": [5]}]}')
+    code, out = sim("--pipeline", bad)
+    assert code == 2 and "mine.json: stages[0].tensors[0]: 5 is not a positive multiple of 4" in out
+    code, out = sim("--pipeline", pipeline, "--workload", "vgg16")
+    assert code == 2 and "not with --workload" in out

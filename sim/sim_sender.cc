@@ -1,0 +1,232 @@
+#include "sim/sim_sender.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/transport/fused_push.h"
+#include "common/util/strings.h"
+#include "worker/partition_scheduling/policies.h"
+
+namespace ferry::sim {
+namespace {
+
+constexpr int64_t kNoTimer = std::numeric_limits<int64_t>::max();
+// ScheduledQueue's least wait on the policy's timer, which bounds a spin on a passed one.
+constexpr SimTime kPassedTimerUs = 100;
+
+}  // namespace
+
+SimSender::SimSender(SimJob& job, int rank, std::vector<SimServer*> servers)
+    : job_(job),
+      rank_(rank),
+      servers_(std::move(servers)),
+      frame_bytes_(static_cast<uint64_t>(job.config.transport.frame_bytes)) {
+  const Config::Scheduling& c = job_.config.scheduling;
+  const int64_t partition = c.InitialPartitionBytes();
+  core_ = std::make_unique<SchedulingCore>(MakePolicy(PolicyOptionsOf(c)),
+                                           static_cast<uint64_t>(c.CreditBytesFor(partition)));
+  // As SchedulingControl: the estimator samples under every policy; the credit follows it
+  // only under `credit` with FERRY_WINDOW=bdp.
+  core_->UseWindow(WindowOptions{c.window_gain, static_cast<uint64_t>(c.window_min_bytes),
+                                 static_cast<uint64_t>(c.window_max_bytes),
+                                 static_cast<uint64_t>(c.CreditBytesFor(partition))});
+  if (!(c.window_bdp && CreditLike(c.policy))) {
+    core_->SetCredit(static_cast<uint64_t>(c.CreditBytesFor(partition)));
+  }
+}
+
+void SimSender::Push(uint32_t layer, const std::vector<SimPart>& parts, int priority,
+                     int iteration) {
+  const SimTime now = job_.events.now();
+  for (const SimPart& p : parts) {
+    Task t;
+    t.layer = layer;
+    t.part = &p;
+    t.task.priority = priority;
+    t.task.bytes = p.wire_bytes;  // the credit counts wire bytes
+    t.task.server = p.server;
+    t.record.iteration = iteration;
+    t.record.layer = static_cast<int>(layer);
+    t.record.server = p.server;
+    t.record.bytes = p.bytes;
+    t.record.ready_us = now;
+    const uint64_t cookie = AddTask(std::move(t));
+    core_->Push(FindTask(cookie)->task, static_cast<int64_t>(now));
+  }
+  Pump();
+}
+
+void SimSender::Pump() {
+  const SimTime now = job_.events.now();
+  Batch batch;
+  while (core_->TryNext(static_cast<int64_t>(now), &batch)) {
+    SendBatch(batch);
+    batch = Batch();
+  }
+  const int64_t wake = core_->WakeAtUs();
+  if (wake != kNoTimer) {
+    // A timer that has passed handed nothing out now (the loop above ran): as the worker's
+    // ScheduledQueue, try again kPassedTimerUs on instead of spinning at this instant (a
+    // profiled policy's prediction can end in the past and stay there until a partition is
+    // ready: a pipeline stage's push_pulls between its iterations).
+    const SimTime at =
+        static_cast<SimTime>(wake) > now ? static_cast<SimTime>(wake) : now + kPassedTimerUs;
+    if (timer_at_ < now || at < timer_at_) {
+      timer_at_ = at;
+      job_.events.At(at, [this, at] {
+        if (timer_at_ == at) timer_at_ = -1;
+        Pump();
+      });
+    }
+  }
+}
+
+void SimSender::SendBatch(const Batch& batch) {
+  // Packs per server, in batch order (DensePushPull::SendBatch): a pack is full at
+  // fuse_bytes or kMaxFusedPushes; frames go alone.
+  struct Pack {
+    int server;
+    uint64_t bytes = 0;
+    std::vector<SubPush> pushes;
+  };
+  std::vector<Pack> packs;
+  std::vector<size_t>& open = open_packs_;  // by server: index + 1 of its open pack
+  for (const PushTask& handed : batch.tasks) {
+    Task& t = *FindTask(handed.cookie);
+    t.task = handed;
+    t.record.sent_us = job_.events.now();
+    const uint64_t bytes = t.part->bytes;
+    if (t.part->compressed()) {  // whole and alone, once this worker compressed it
+      Compressed(t, handed);
+      continue;
+    }
+    const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
+    t.frame_bytes = cut ? frame_bytes_ : 0;
+    t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
+    if (cut) t.acked.assign(t.frames, false);  // a whole one needs none (frames_acked)
+    if (cut) {
+      for (uint32_t i = 0; i < t.frames; ++i) {
+        const uint64_t length = std::min(frame_bytes_, bytes - i * frame_bytes_);
+        packs.push_back(Pack{handed.server, length, {}});
+        packs.back().pushes.push_back(
+            SubPush{handed.cookie, t.part->key, i, t.frames, length, handed.priority});
+      }
+      continue;
+    }
+    if (open.size() <= static_cast<size_t>(handed.server)) open.resize(handed.server + 1, 0);
+    size_t& slot = open[handed.server];
+    if (slot == 0 || batch.fuse_bytes == 0 || packs[slot - 1].bytes + bytes > batch.fuse_bytes ||
+        packs[slot - 1].pushes.size() >= kMaxFusedPushes) {
+      packs.push_back(Pack{handed.server, 0, {}});
+      slot = packs.size();
+    }
+    packs[slot - 1].bytes += bytes;
+    packs[slot - 1].pushes.push_back(
+        SubPush{handed.cookie, t.part->key, 0, 1, bytes, handed.priority});
+  }
+  for (Pack& pack : packs) {
+    if (static_cast<size_t>(pack.server) < open.size()) open[pack.server] = 0;  // all 0 again
+    SimServer* server = servers_.at(pack.server);
+    const int priority = pack.pushes.front().priority;
+    job_.fabric->SendData(
+        node(), job_.ServerNode(pack.server), pack.bytes, priority, DataKind::kPush,
+        [this, server, pushes = std::move(pack.pushes)] { server->OnPushes(*this, pushes); });
+  }
+}
+
+void SimSender::Compressed(const Task& t, const PushTask& handed) {
+  // One thread compresses (under the worker's lock): a partition waits for the ones
+  // before it.
+  const SimTime now = job_.events.now();
+  compress_until_ =
+      std::max(compress_until_, now) + static_cast<double>(t.part->bytes) / job_.codec.compress;
+  SimServer* server = servers_.at(handed.server);
+  std::vector<SubPush> push = {SubPush{handed.cookie, t.part->key, 0, 1, t.part->wire_bytes,
+                                       handed.priority, t.part->bytes}};
+  job_.events.At(compress_until_, [this, server, handed, push = std::move(push)] {
+    job_.fabric->SendData(node(), job_.ServerNode(handed.server), push.front().bytes,
+                          handed.priority, DataKind::kPush,
+                          [this, server, push] { server->OnPushes(*this, push); });
+  });
+}
+
+void SimSender::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {
+  ack_delays_us_.push_back(job_.events.now() - sent);
+  Task* t = FindTask(cookie);
+  if (!t) return;  // its sum came first and finished it
+  Acked(*t, frame);
+  Pump();
+}
+
+void SimSender::Acked(Task& t, uint32_t frame) {
+  if (t.frames == 1 ? t.frames_acked > 0 : t.acked[frame]) return;
+  if (t.frames > 1) t.acked[frame] = true;
+  t.frames_acked++;
+  const int64_t now = static_cast<int64_t>(job_.events.now());
+  if (t.frames_acked < t.frames) {
+    core_->ReturnPart(t.task, std::min(t.frame_bytes, t.part->bytes - frame * t.frame_bytes), now);
+  } else {
+    t.record.acked_us = job_.events.now();
+    core_->Done(t.task, /*acked=*/true, now);
+  }
+}
+
+void SimSender::OnSum(uint64_t cookie, uint32_t frame) {
+  Task* found = FindTask(cookie);
+  CHECK(found) << "worker " << rank_ << ": a sum for no task";
+  Task& t = *found;
+  Acked(t, frame);  // a frame's sum counts as its acknowledgement
+  if (++t.frames_summed < t.frames) {
+    Pump();
+    return;
+  }
+  const uint32_t layer = t.layer;
+  if (record_parts_) {
+    t.record.result_us = job_.events.now();
+    parts_log_.push_back(t.record);
+  }
+  EraseTask(cookie);
+  Pump();
+  if (part_summed_) part_summed_(layer);
+}
+
+uint64_t SimSender::AddTask(Task t) {
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    generation_.push_back(0);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  const uint64_t cookie = (static_cast<uint64_t>(++generation_[slot]) << 32) | slot;
+  t.task.cookie = cookie;
+  slots_[slot] = std::move(t);
+  live_tasks_++;
+  return cookie;
+}
+
+SimSender::Task* SimSender::FindTask(uint64_t cookie) {
+  const uint32_t slot = static_cast<uint32_t>(cookie);
+  if (slot >= slots_.size() || generation_[slot] != static_cast<uint32_t>(cookie >> 32)) {
+    return nullptr;
+  }
+  return &slots_[slot];
+}
+
+void SimSender::EraseTask(uint64_t cookie) {
+  const uint32_t slot = static_cast<uint32_t>(cookie);
+  generation_[slot]++;  // odd generations are live, even ones free
+  free_slots_.push_back(slot);
+  live_tasks_--;
+}
+
+std::string SimSender::Describe() const {
+  return StrCat(live_tasks_, " partitions without a sum, ", core_->queued(), " queued, ",
+                core_->in_flight(), " in flight");
+}
+
+}  // namespace ferry::sim
