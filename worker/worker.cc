@@ -25,10 +25,6 @@ VanOptions WorkerVanOptions(const Config& config) {
   return o;
 }
 
-}  // namespace
-
-namespace {
-
 // How long a worker waits at start for its shared-memory lanes' probes (Van::WaitForLanes).
 constexpr int kLaneProbeMs = 2000;
 

@@ -8,12 +8,15 @@
 //
 // Invariants:
 //  - A destination hands an item over only while its unreleased bytes are below the
-//    watermark (so at most one item's bytes beyond it are ever out), and only while the
-//    queues are not held (Hold: tests).
+//    watermark (so at most one item's bytes beyond it are ever out; watermark 0: no
+//    limit), only while the queues are not held (Hold: tests), and, unless the item is
+//    critical, only while no open flow shares a link with the destination.
 //  - Pump adds an item's bytes to its destination's `unreleased` before hand_over sees
 //    it; whoever releases the bytes (ZeroMQ's release hook, any thread) subtracts them and
 //    wakes the owner, which pumps again. A destination never stalls for good as long as
-//    every handed-over item is released once (a dead connection releases what it held).
+//    every handed-over item is released once (a dead connection releases what it held) and
+//    the owner closes every flow that shares its links (van.h, Links: measured gone, or
+//    its connection down).
 //  - Destinations are made at first use and kept for the object's life: release hooks
 //    hold a pointer to their `unreleased`.
 //
@@ -116,6 +119,7 @@ class OrderQueues {
   // The links `d`'s path crosses (an open flow of d holds the new ones from now on).
   void SetLinks(Destination& d, std::vector<int> links) {
     if (d.flow_open_) Count(d, -1);
+    if (d.flow_open_ && d.links_.empty() && !links.empty()) flows_opened_++;
     d.links_ = std::move(links);
     if (d.flow_open_) Count(d, +1);
   }
@@ -138,8 +142,9 @@ class OrderQueues {
     return open;
   }
   size_t open_flows() const { return open_flows_; }
-  // Flows opened so far, and non-critical items a flow held back (those queued when it
-  // opened, and those queued while it ran; an item held by two flows counts twice).
+  // Flows that held links so far (a flow to a destination crossing none holds nothing and
+  // is not counted), and non-critical items a flow held back (those queued when it opened,
+  // and those queued while it ran; an item held by two flows counts twice).
   uint64_t flows_opened() const { return flows_opened_; }
   uint64_t held_items() const { return held_items_; }
 
@@ -200,8 +205,8 @@ class OrderQueues {
     d.flow_open_ = true;
     Count(d, +1);
     open_flows_++;
+    if (d.links_.empty()) return;  // holds nothing (yet: SetLinks counts it then)
     flows_opened_++;
-    if (d.links_.empty()) return;
     for (auto& [name, other] : destinations_) {
       if (other->queue_.size() > other->critical_queued_ && HeldBack(*other)) {
         held_items_ += other->queue_.size() - other->critical_queued_;

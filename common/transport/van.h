@@ -50,7 +50,8 @@
 // flow ends when it is measured gone: nothing of it queued or unreleased, and the kernel
 // holds no byte of its connection unsent or unacknowledged (SIOCOUTQ: the peer host holds
 // every byte); the IO thread checks every millisecond while a flow runs and then releases
-// what was held at once. A connection whose descriptor is unknown ends its flow at release.
+// what was held at once. A flow whose connection is not up (not yet reported, or down:
+// ZeroMQ keeps its bytes until a reconnect) ends at once: none of its bytes is on a link.
 // Only messages with tensor bytes are held; acks, control messages and the peer's own flow
 // never are.
 //

@@ -67,13 +67,16 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
 }
 
 void Van::Pump(OrderQueue::Destination* only) {
-  if (!only) {  // a flow ends once nothing of it is queued, unreleased or in the kernel
+  if (!only) {
+    // A flow ends once nothing of it is queued, unreleased or in the kernel, or at once
+    // while its connection is down (ZeroMQ keeps its bytes until a reconnect: none is on a
+    // link, and a dead peer must not hold this worker's other traffic for good).
     for (OrderQueue::Destination* d : order_.OpenFlows()) {
-      if (d->critical_queued() > 0 || d->critical_unreleased().load(std::memory_order_relaxed) > 0) {
-        continue;
-      }
       Connection* c = d->peer() >= 0 ? FindConnection(d->peer()) : nullptr;
-      if (LinkPaths::Drained(c ? c->data_fd : -1)) order_.CloseFlow(*d);
+      const bool down = !c || c->data_fd < 0;
+      const bool sent = d->critical_queued() == 0 &&
+                        d->critical_unreleased().load(std::memory_order_relaxed) == 0;
+      if (down || (sent && LinkPaths::Drained(c->data_fd))) order_.CloseFlow(*d);
     }
   }
   auto hand_over = [this](OrderQueue::Destination& d, std::unique_ptr<OwnedFrames> owned,

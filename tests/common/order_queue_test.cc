@@ -201,7 +201,9 @@ TEST(OrderQueuesTest, LinksSetWhileAFlowIsOpenAreHeldFromThen) {
   std::vector<Handed> out;
   q.queues.PumpAll(Collect(&out));
   EXPECT_EQ(out.size(), 2u);  // nothing shared yet
+  EXPECT_EQ(q.queues.flows_opened(), 0u);  // it holds nothing yet
   q.queues.SetLinks(q.peer, {0, 1});
+  EXPECT_EQ(q.queues.flows_opened(), 1u);
   q.queues.Push(q.server2, 0, 10, std::make_unique<int>(3));
   q.queues.PumpAll(Collect(&out));
   EXPECT_EQ(out.size(), 2u);  // held: it shares the uplink
@@ -232,8 +234,23 @@ TEST(OrderQueuesTest, FlowsOnTwoLinksCloseIndependently) {
   q.queues.PumpAll(Collect(&out));
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[2].item, 3);
+}
+
+// Shutdown drops what is queued and every flow with it: nothing stays held.
+TEST(OrderQueuesTest, ClearClosesTheOpenFlows) {
+  LinkedQueues q;
+  q.queues.Hold(true);
+  q.queues.Push(q.peer, 0, 10, std::make_unique<int>(1), true);
+  q.queues.Push(q.server1, 0, 10, std::make_unique<int>(2));
   q.queues.Clear();
   EXPECT_EQ(q.queues.open_flows(), 0u);
+  EXPECT_EQ(q.peer.critical_queued(), 0u);
+  q.queues.Hold(false);
+  std::vector<Handed> out;
+  q.queues.Push(q.server2, 0, 10, std::make_unique<int>(3));
+  q.queues.PumpAll(Collect(&out));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].item, 3);
 }
 
 TEST(UrgencyTest, LargerPriorityFirstThenEarlierArrival) {

@@ -43,7 +43,8 @@
 //                destinations on those links while they cross (common/transport/van.h,
 //                "Links": every policy but fifo and fifo-bucket does that much; trirace
 //                adds the frames, so a send overtakes a gradient at a frame's
-//                granularity). Sends among themselves: their declared priority.
+//                granularity, and the control lane, so a frame's acknowledgement never
+//                waits behind sums). Sends among themselves: their declared priority.
 //   fifo-bucket  DDP / Horovod tensor fusion: ready partitions collect in a bucket in
 //                arrival order; the bucket goes, whole, once it holds `bucket_bytes`
 //                or once no partition became ready for `bucket_timeout_us` (the end of

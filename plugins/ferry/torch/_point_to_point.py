@@ -9,9 +9,9 @@ checked. CUDA tensors go through host copies.
 
 Scheduling: under every scheduling policy but fifo and fifo-bucket, a send is the most urgent
 traffic of its worker: it goes before the worker's gradients on every link it shares with
-them (they are held back while it crosses), and `priority` orders a worker's sends among
-themselves (larger first: pass the micro-batch's urgency, e.g. -micro_batch so the oldest
-goes first).
+them (they are held back while it crosses), and `priority` orders a worker's sends to one
+peer that wait in the transport's queue together (under trirace or mercury; larger first:
+pass the micro-batch's urgency, e.g. -micro_batch so the oldest goes first).
 """
 
 import torch
