@@ -346,8 +346,7 @@ class Van {
   // hooks' atomic counts.
   OrderQueue order_;
   LinkPaths link_paths_;  // Links: IO thread only
-  // Messages with tensor bytes go through the order queues (Order, Links above).
-  const bool queue_data_ = options_.watermark_bytes > 0 || options_.link_scheduling;
+
   int wake_fd_ = -1;             // eventfd: a release hook wakes the IO thread to Pump
   int monitors_made_ = 0;  // names monitor endpoints; Bind, then the IO thread
   bool secure_ = false;

@@ -36,6 +36,13 @@ void ReleasePayload(void* data, void* hint) {
   delete hold;
 }
 
+// Whether a message with tensor bytes goes through the order queues (van.h, Order and
+// Links): with a watermark, always; under link scheduling, a send, and anything while a flow
+// is open (when none is, every queue is empty: the last flow's end pumped them all).
+bool Queued(const VanOptions& options, size_t open_flows, bool critical) {
+  return options.watermark_bytes > 0 || (options.link_scheduling && (critical || open_flows > 0));
+}
+
 void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
   uint64_t seen = max.load(std::memory_order_relaxed);
   while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
@@ -103,7 +110,7 @@ void Van::Pump(OrderQueue::Destination* only) {
 }
 
 void Van::TransmitToPeer(int peer, Frames* frames) {
-  if (!frames->control && frames->has_payload && queue_data_) {
+  if (!frames->control && frames->has_payload && Queued(options_, order_.open_flows(), frames->critical)) {
     QueueData(van_internal::PeerQueueName(peer), peer, frames);
     return;
   }
@@ -116,7 +123,7 @@ void Van::TransmitReply(const std::string& identity, Frames* frames) {
   // Only where lanes exist: an identity ZeroMQ made up (a peer without a routing id) may
   // end in the control byte by chance.
   const std::string data_identity = options_.control_lane ? DataIdentity(identity) : identity;
-  if (!frames->control && frames->has_payload && queue_data_) {
+  if (!frames->control && frames->has_payload && Queued(options_, order_.open_flows(), frames->critical)) {
     QueueData(data_identity, -1, frames);
     return;
   }
