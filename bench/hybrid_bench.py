@@ -14,18 +14,21 @@ each with a colocated server (scripts/ferry-run). Rank r is stage r // R, replic
 (R = hosts / S). Every iteration each stage runs 1F1B: F(k) waits for activation k from the
 stage before, computes (sleeps) and sends its activation on (ferry.torch.isend, priority -k);
 B(k) waits for gradient k from the stage after, computes and sends it back. After its last
-backward the stage averages every tensor in its process set (allreduce_async_, process_set).
-An iteration ends when its sends were received and, with stashing (PipeDream-2BW), the
-previous iteration's averages are back (otherwise its own). No real model runs: the compute
-is a sleep, the tensors are zeros, so the figures are the network's and Ferry's.
+backward every worker pushes the rows of each stage's embedding table ("sparse_rows": K
+random row ids, values zeros, push_pull_rows_async; a global operation, so the workers of
+other stages call it with no rows; as urgent as the table's stage's first tensor), then the
+stage averages every tensor in its process set (allreduce_async_, process_set). An
+iteration ends when its sends were received and, with stashing (PipeDream-2BW), the
+previous iteration's averages and rows are back (otherwise its own). No real model runs:
+the compute is a sleep, the tensors are zeros, so the figures are the network's and Ferry's.
 
 Each repeat runs one job per policy, the policies' order rotating per repeat (interleaved),
 --warmup untimed and --iterations timed iterations each; a job's figure is worker 0's median
 iteration. Printed: every job, then per policy the median [min - max] over repeats, the ratio
 to fifo, and the lower bound (the critical path with each link busy only for its own bytes:
 the 1F1B schedule with every send at the link's rate and nothing else on it, and the busiest
-link's bytes per iteration, partitions spread evenly over the servers); with --sim, ferry-sim's
-prediction of each policy and its own bound beside them.
+link's bytes per iteration, partitions and rows spread evenly over the servers); with --sim,
+ferry-sim's prediction of each policy and its own bound beside them.
 
 Needs root and `ip netns` (netns-cluster exits 2 otherwise). The hosts share this machine's
 CPUs: keep the links slow enough that the network, not the CPU, decides.
@@ -55,6 +58,16 @@ def load(path):
 
 # ----------------------------------------------------------------------------- a worker
 
+def row_words(table, byte_scale):
+    """Float32 values per row of a table after --byte-scale (as ferry-sim scales them)."""
+    return max(1, int(table["row_bytes"] * byte_scale) // 4)
+
+
+def tables_of(spec):
+    """(stage, sparse_rows) of every stage with an embedding table, in stage order."""
+    return [(t, st["sparse_rows"]) for t, st in enumerate(spec["stages"]) if "sparse_rows" in st]
+
+
 def worker(args):
     """One rank of the job (under ferry-run): prints its iteration times as JSON."""
     import torch
@@ -77,6 +90,21 @@ def worker(args):
     # while the next one's start.
     versions = [[torch.zeros(max(1, int(b * args.byte_scale) // 4)) for b in stage["tensors"]]
                 for _ in range(2)]
+    # Every table, on every worker (push_pull_rows has no process sets): this stage's with
+    # its rows, the others' with none; each as urgent as its stage's first tensor, whose
+    # priority is the catalog's default, -id, with ids from ProcessSetFirstId(set) = set << 24
+    # (worker/tensor_catalog.h).
+    rng = torch.Generator().manual_seed(rank)
+    tables = [("stage%d.rows" % t, table["table_rows"],
+               torch.zeros(table["rows"] if t == s else 0, row_words(table, args.byte_scale)),
+               -(sets[t].process_set_id << 24)) for t, table in tables_of(spec)]
+
+    def push_rows():
+        return [hvd.push_pull_rows_async(
+                    values, torch.randint(table_rows, (values.shape[0],), generator=rng),
+                    name, num_rows=table_rows, priority=priority)
+                for name, table_rows, values, priority in tables]
+
     forward_s = stage["forward_ms"] * args.compute_scale / 1000.0
     backward_s = stage["backward_ms"] * args.compute_scale / 1000.0
     prev, nxt = rank - replicas, rank + replicas
@@ -108,10 +136,11 @@ def worker(args):
             backward(k - warm)
         for k in range(m - warm, m):
             backward(k)
-        # tensors declared in forward order: the first most urgent (each version in turn)
-        handles = [hvd.allreduce_async_(t, name="stage%d.t%d.v%d" % (s, i, it % 2),
-                                        process_set=sets[s])
-                   for i, t in enumerate(versions[it % 2])]
+        # the tables' rows first; tensors declared in forward order: the first most urgent
+        # (each version in turn)
+        handles = push_rows() + [
+            hvd.allreduce_async_(t, name="stage%d.t%d.v%d" % (s, i, it % 2), process_set=sets[s])
+            for i, t in enumerate(versions[it % 2])]
         for h in sends:
             hvd.synchronize(h)
         waited = pending if spec["stash"] else handles
@@ -123,14 +152,16 @@ def worker(args):
     for it in range(args.warmup + args.iterations):
         start = time.perf_counter()
         pending = iteration(it, pending)
+        if args.step_boundary:
+            hvd.step_boundary()  # as DistributedOptimizer.step does
         if it >= args.warmup:
             times.append((time.perf_counter() - start) * 1000.0)
     for h in pending:
         hvd.synchronize(h)
     stats = hvd.ops._stats()
     counters = {k: stats.get(k, 0) for k in ("van_link_flows", "van_link_held", "sender_thread_batches")}
-    print("HYBRID " + json.dumps({"rank": rank, "iterations_ms": times, "counters": counters}),
-          flush=True)
+    print("HYBRID " + json.dumps({"rank": rank, "iterations_ms": times, "counters": counters,
+                                  "scheduling": hvd.scheduling()}), flush=True)
     hvd.shutdown()
 
 
@@ -180,10 +211,28 @@ def pipe_time(spec, rate_bps, byte_scale, compute_scale, latency_s=0.0):
     return last
 
 
+def rows_bytes(spec, hosts, byte_scale, h):
+    """Host h's (up, down) bytes per iteration of the tables' push_pull_rows: its worker's
+    rows (ids and values) to the other hosts' servers and their sums back, its server's
+    sums to and rows from the other hosts' workers of each table's stage; the rows spread
+    evenly over the `hosts` colocated servers."""
+    replicas = hosts // len(spec["stages"])
+    up = down = 0.0
+    for t, table in tables_of(spec):
+        width = row_words(table, byte_scale) * 4
+        push, answer = table["rows"] * (8 + width), table["rows"] * width
+        own = h // replicas == t
+        others = replicas - 1 if own else replicas  # the stage's workers on other hosts
+        up += (push * (hosts - 1) / hosts if own else 0) + answer / hosts * others
+        down += (answer * (hosts - 1) / hosts if own else 0) + push / hosts * others
+    return up, down
+
+
 def link_seconds(spec, hosts, rate_bps, byte_scale):
     """The busiest link's bytes per iteration over its rate (each direction; sends plus
     pushes to and sums from the other hosts' servers, every set's bytes spread evenly over
-    the `hosts` colocated servers), and the push_pulls' alone."""
+    the `hosts` colocated servers, plus the tables' rows), and the push_pulls' and rows'
+    alone."""
     stages, m = spec["stages"], spec["micro_batches"]
     n, act = len(stages), spec["activation_bytes"] * byte_scale
     replicas = hosts // n
@@ -197,8 +246,9 @@ def link_seconds(spec, hosts, rate_bps, byte_scale):
         share = [b / hosts for b in set_bytes]
         gradient = own * (hosts - 1) / hosts + share[s] * (replicas - 1) + sum(
             share[t] * replicas for t in range(n) if t != s)
-        busiest = max(busiest, sends_out + gradient)
-        grads = max(grads, gradient)
+        rows = max(rows_bytes(spec, hosts, byte_scale, h))
+        busiest = max(busiest, sends_out + gradient + rows)
+        grads = max(grads, gradient + rows)
     return busiest * 8 / rate_bps, grads * 8 / rate_bps
 
 
@@ -230,9 +280,12 @@ def job(args, policy):
             "--node-rank", str(node), "--nproc-per-node", "1", os.path.abspath(__file__),
             "--worker", "--pipeline", args.pipeline, "--iterations", str(args.iterations),
             "--warmup", str(args.warmup), "--byte-scale", str(args.byte_scale),
-            "--compute-scale", str(args.compute_scale)]
-        env = dict(os.environ, FERRY_LOG_LEVEL="WARNING", FERRY_SCHEDULING_POLICY=policy,
-                   DMLC_NODE_HOST="198.18.1.%d" % (node + 1))
+            "--compute-scale", str(args.compute_scale)] + (
+            ["--step-boundary"] if args.step_boundary else [])
+        env = dict(os.environ, FERRY_LOG_LEVEL="WARNING", DMLC_NODE_HOST="198.18.1.%d" % (node + 1))
+        env.pop("FERRY_SCHEDULING_POLICY", None)
+        if policy != "default":
+            env["FERRY_SCHEDULING_POLICY"] = policy
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=args.job_timeout)[0] for p in procs]
@@ -246,7 +299,8 @@ def job(args, policy):
         raise SystemExit("hybrid_bench: a job under %s failed (exit codes %s)" % (policy, codes))
     for line in outputs[0].splitlines():
         if "HYBRID " in line:
-            return json.loads(line.split("HYBRID ", 1)[1])["iterations_ms"]
+            result = json.loads(line.split("HYBRID ", 1)[1])
+            return result["iterations_ms"], result["scheduling"]
     raise SystemExit("hybrid_bench: worker 0 printed no result:\n" + outputs[0][-3000:])
 
 
@@ -256,7 +310,9 @@ def simulate(args, policy):
     cmd = [sim, "--pipeline", args.pipeline, "--workers", str(args.hosts), "--colocate",
            "--rate", args.rate, "--format", "json", "--byte-scale", str(args.byte_scale),
            "--compute-scale", str(args.compute_scale), "--iterations", str(args.iterations),
-           "--warmup", str(args.warmup), "--env", "FERRY_SCHEDULING_POLICY=" + policy]
+           "--warmup", str(args.warmup)] + (["--step-boundary"] if args.step_boundary else [])
+    if policy != "default":
+        cmd += ["--env", "FERRY_SCHEDULING_POLICY=" + policy]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         return None
@@ -269,10 +325,11 @@ def inner(args):
     for repeat in range(args.repeats):
         order = policies[repeat % len(policies):] + policies[:repeat % len(policies)]
         for policy in order:
-            times = job(args, policy)
+            times, scheduling = job(args, policy)
             runs[policy].append(statistics.median(times))
-            print("repeat %d %-8s median %.1f ms  (%s)" % (repeat, policy, runs[policy][-1],
-                  ", ".join("%.0f" % t for t in times)), flush=True)
+            print("repeat %d %-8s median %.1f ms  (%s)  ran as %s, frames %d" % (
+                repeat, policy, runs[policy][-1], ", ".join("%.0f" % t for t in times),
+                scheduling["policy"], scheduling["frame_bytes"]), flush=True)
     spec = load(args.pipeline)
     bound = lower_bound(spec, args.hosts, rate_bps(args.rate), args.byte_scale, args.compute_scale) * 1000
     print("\nlower bound: %.1f ms (1F1B at the link's rate: %.1f ms; busiest link: %.1f ms)"
@@ -301,12 +358,18 @@ def main():
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--rate", default="1gbit", help="every host's link, tc syntax")
     p.add_argument("--policies", default="fifo,credit,trirace",
-                   help="FERRY_SCHEDULING_POLICY values, comma-separated; the first is the reference")
+                   help="FERRY_SCHEDULING_POLICY values, comma-separated, the first the "
+                        "reference; 'default': the variable unset")
+    p.add_argument("--step-boundary", action="store_true",
+                   help="every worker calls step_boundary after each iteration, as "
+                        "DistributedOptimizer.step does (partitions sized by the link at the "
+                        "third; the default policy takes trirace's frames there)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--byte-scale", type=float, default=0.125,
-                   help="every tensor's and the activation's bytes times this")
+                   help="every tensor's and the activation's bytes, and a table's rows' width, "
+                        "times this")
     p.add_argument("--compute-scale", type=float, default=1.0)
     p.add_argument("--tcp-limit-output-bytes", type=int, default=0,
                    help="net.ipv4.tcp_limit_output_bytes on every host (netns-cluster's; 0: the "

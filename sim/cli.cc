@@ -80,8 +80,8 @@ const std::vector<Flag>& Flags() {
        "the credit at the third",
        [](CliOptions& o, const std::string&) { o.sim.pipeline_step_boundary = true; }},
       {"--byte-scale", "X",
-       "multiplies every layer's gradient bytes (a pipeline's tensors and activations too; "
-       "default 1)",
+       "multiplies every layer's gradient bytes (a pipeline's tensors, activations and table "
+       "rows too; default 1)",
        [](CliOptions& o, const std::string& v) { o.byte_scale = Number("--byte-scale", v, 1e-9, 1e6); }},
       {"--compute-scale", "X",
        "multiplies every forward and backward time (a pipeline stage's too; default 1)",
@@ -495,20 +495,9 @@ std::string FormatPartsJson(const SimResult& r) {
   return nlohmann::json{{"parts", parts}}.dump() + "\n";
 }
 
-std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
-  if (r.pipeline) return FormatPipelineText(cli, r, wall_s);
-  const SimOptions& o = cli.sim;
-  const ClusterSpec& c = o.cluster;
-  std::string out = StrCat("ferry-sim: ", DescribeJob(o), "; policy ", r.policy,
-                           ", partitions ", r.partition_bytes, " bytes\n");
+std::string FormatTextTail(const SimOptions& o, const SimResult& r, double wall_s) {
+  std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line),
-                "iteration  median %.2f ms, p90 %.2f ms (%zu iterations over %d workers)\n"
-                "bounds     LB1 %.2f ms (median / LB1 %.3f); T_opt of one push_pull %.2f ms\n"
-                "ring       all-reduce model %.2f ms (ring / Ferry %.3f)\n",
-                r.median_ms, r.p90_ms, r.iteration_ms.size(), c.workers, r.lb1_ms,
-                r.median_ms / r.lb1_ms, r.t_opt_ms, r.ring_ms, r.ring_ms / r.median_ms);
-  out += line;
   const HostUse* busiest = nullptr;
   for (const HostUse& h : r.hosts) {
     if (!busiest || std::max(h.up, h.down) > std::max(busiest->up, busiest->down)) busiest = &h;
@@ -522,8 +511,23 @@ std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s)
                 "simulated  %.1f ms of the job in %.2f s (%llu events, %s network model)\n",
                 r.run_ms, wall_s, static_cast<unsigned long long>(r.events),
                 NetworkModelName(o.model.network));
-  out += line;
-  return out;
+  return out + line;
+}
+
+std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
+  if (r.pipeline) return FormatPipelineText(cli, r, wall_s);
+  const SimOptions& o = cli.sim;
+  const ClusterSpec& c = o.cluster;
+  std::string out = StrCat("ferry-sim: ", DescribeJob(o), "; policy ", r.policy,
+                           ", partitions ", r.partition_bytes, " bytes\n");
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "iteration  median %.2f ms, p90 %.2f ms (%zu iterations over %d workers)\n"
+                "bounds     LB1 %.2f ms (median / LB1 %.3f); T_opt of one push_pull %.2f ms\n"
+                "ring       all-reduce model %.2f ms (ring / Ferry %.3f)\n",
+                r.median_ms, r.p90_ms, r.iteration_ms.size(), c.workers, r.lb1_ms,
+                r.median_ms / r.lb1_ms, r.t_opt_ms, r.ring_ms, r.ring_ms / r.median_ms);
+  return out + line + FormatTextTail(o, r, wall_s);
 }
 
 }  // namespace ferry::sim

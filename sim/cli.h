@@ -45,6 +45,9 @@ std::string Usage();
 // sim/pipeline_report.h).
 std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s);
 std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s);
+// The text's last lines for either kind of job: the busiest host link ("links ...") and what
+// the run cost ("simulated ...").
+std::string FormatTextTail(const SimOptions& o, const SimResult& r, double wall_s);
 // --parts-out's file: {"parts": [{"iteration", "layer", "server", "bytes", "ready_us",
 // "sent_us", "acked_us", "result_us"}, ...]} for worker 0.
 std::string FormatPartsJson(const SimResult& r);

@@ -16,9 +16,11 @@
 #include "sim/knobs.h"
 #include "sim/lower_bound.h"
 #include "sim/pipeline_bound.h"
+#include "sim/pipeline_rows.h"
 #include "sim/pipeline_worker.h"
 #include "sim/sim_server.h"
 #include "sim/sim_worker.h"
+#include "worker/tensor_catalog.h"
 
 namespace ferry::sim {
 namespace {
@@ -49,6 +51,13 @@ void Validate(const SimOptions& o) {
     FERRY_ENFORCE(c.workers % stages == 0, ErrorCode::kInvalidConfig, "--workers ", c.workers,
                   " is not a multiple of the ", stages, " stages of the pipeline ",
                   o.pipeline->name);
+    for (int s = 0; s < stages; ++s) {
+      const std::optional<SparseRows>& t = o.pipeline->stages[static_cast<size_t>(s)].sparse_rows;
+      FERRY_ENFORCE(
+          !t || (t->table_rows >= 1 && t->rows >= 1 && t->row_bytes >= 4 && t->row_bytes % 4 == 0),
+          ErrorCode::kInvalidConfig, "the pipeline ", o.pipeline->name, ": stages[", s,
+          "].sparse_rows needs table_rows and rows >= 1 and row_bytes a positive multiple of 4");
+    }
   } else {
     FERRY_ENFORCE(!o.workload.layers.empty(), ErrorCode::kInvalidConfig, "the workload is empty");
   }
@@ -120,14 +129,29 @@ void SetUpHosts(const ClusterSpec& c, Cluster& cluster) {
   placing.weights = ServerWeights(colocated);
 }
 
+// The config a job runs under: `given`, but with the default policy a pipeline (whose
+// stages send to each other) runs under trirace's frames and watermark, which a worker takes
+// once sends are seen (config.h, trirace_on_sends): here from the start, where a real job
+// switches at its third iteration (the warm-up's).
+Config RunningConfig(const SimOptions& o, const Config& given) {
+  Config c = given;
+  const Config::Scheduling::SendsTransport& t = c.scheduling.trirace_on_sends;
+  if (!o.pipeline || o.pipeline->stages.size() < 2 || !t.any()) return c;
+  if (t.frame_bytes > 0) c.transport.frame_bytes = t.frame_bytes;
+  if (t.watermark_bytes > 0) c.transport.watermark_bytes = t.watermark_bytes;
+  if (t.tcp_notsent_lowat > 0) c.transport.tcp_notsent_lowat = t.tcp_notsent_lowat;
+  return c;
+}
+
 // The job's config, network, fabric and servers; `cluster` gets the hosts and servers.
-void SetUp(const SimOptions& o, const Config& config, SimJob& job, Cluster& cluster) {
+void SetUp(const SimOptions& o, const Config& given, SimJob& job, Cluster& cluster) {
   const ClusterSpec& c = o.cluster;
   SetUpHosts(c, cluster);
   const Placing& placing = cluster.placing;
   const int W = c.workers;
   const int S = static_cast<int>(placing.host_of_server.size());
-  job.config = config;
+  job.config = RunningConfig(o, given);
+  const Config& config = job.config;
   job.workload = o.workload;
   job.num_workers = W;
   job.num_servers = S;
@@ -171,6 +195,21 @@ Config WorkerConfig(const SimOptions& o) {
   FERRY_ENFORCE(PolicyModelled(config.scheduling.policy), ErrorCode::kInvalidConfig,
                 "policy ", SchedulingPolicyName(config.scheduling.policy), " is not modelled");
   return config;
+}
+
+// Every worker's timed iterations, in rank order, once the event queue ran dry. Throws
+// FerryError(kInternal) naming the first worker that did not finish (a deadlock).
+template <typename Worker>
+std::vector<double> FinishedIterationsMs(const std::vector<std::unique_ptr<Worker>>& workers) {
+  std::vector<double> iteration_ms;
+  for (const auto& w : workers) {
+    FERRY_ENFORCE(w->finished(), ErrorCode::kInternal,
+                  "the simulated job stopped with nothing left to happen (a deadlock): ",
+                  w->Describe());
+    std::vector<double> ms = w->IterationMs();
+    iteration_ms.insert(iteration_ms.end(), ms.begin(), ms.end());
+  }
+  return iteration_ms;
 }
 
 // What every job reports alike: the iterations, the ack delays, the counts and the links.
@@ -219,17 +258,8 @@ SimResult SimulateDataParallel(const SimOptions& o) {
   if (o.record_parts) workers.front()->sender().RecordParts();
   for (auto& w : workers) w->Start(o.warmup, o.iterations);
   job.events.Run();
-  std::vector<double> iteration_ms;
-  for (const auto& w : workers) {
-    FERRY_ENFORCE(w->finished(), ErrorCode::kInternal,
-                  "the simulated job stopped with nothing left to happen (a deadlock): ",
-                  w->Describe());
-    std::vector<double> ms = w->IterationMs();
-    iteration_ms.insert(iteration_ms.end(), ms.begin(), ms.end());
-  }
-
   SimResult r;
-  Report(job, cluster, senders, std::move(iteration_ms), r);
+  Report(job, cluster, senders, FinishedIterationsMs(workers), r);
   uint64_t model_bytes = 0;
   for (const Layer& l : o.workload.layers) model_bytes += l.bytes;
   const double t_opt_us = TOptUs(cluster.placing, model_bytes, cluster.net.link_bytes_per_us);
@@ -243,6 +273,44 @@ SimResult SimulateDataParallel(const SimOptions& o) {
                               static_cast<uint64_t>(config.scheduling.bucket_bytes));
   r.partition_bytes = workers.front()->partition_bytes();
   return r;
+}
+
+// The job's tables (PipelineRows), in stage order, each as urgent as the first tensor of
+// its stage's set (the catalog's default priority, -id). They are the global set's
+// tensors: `job`'s workload becomes them.
+std::vector<RowsTable> Tables(const PipelineSpec& spec, const std::vector<int>& sets, SimJob& job) {
+  std::vector<RowsTable> tables;
+  job.workload = Workload{spec.name, {}};
+  for (int s = 0; s < spec.num_stages(); ++s) {
+    const std::optional<SparseRows>& rows = spec.stages[static_cast<size_t>(s)].sparse_rows;
+    if (!rows) continue;
+    const uint64_t id = ProcessSetFirstId(sets[static_cast<size_t>(s)]);
+    tables.push_back(RowsTable{s, *rows, -static_cast<int>(std::min<uint64_t>(id, INT32_MAX))});
+    job.workload.layers.push_back(
+        Layer{StrCat("stage ", s, " table"), rows->table_rows * rows->row_bytes, 0, 0});
+  }
+  return tables;
+}
+
+// One replica's push_pull_rows of each stage's table in one iteration, for every cut of the
+// global set the run used (PipelineCluster::rows_by_cut).
+std::vector<std::vector<PipelineCluster::Rows>> RowsByCut(const SimJob& job, PipelineRows& rows,
+                                                          int stages) {
+  std::vector<std::vector<PipelineCluster::Rows>> cuts;
+  for (const auto& cut : job.layouts) {
+    std::vector<PipelineCluster::Rows> by_stage(static_cast<size_t>(stages));
+    for (size_t t = 0; t < rows.tables(); ++t) {
+      const SparseRows& table = rows.table(t).rows;
+      const std::vector<uint64_t>& to = rows.RowsPerServer(t, cut.first);
+      for (size_t server = 0; server < to.size(); ++server) {
+        by_stage[static_cast<size_t>(rows.table(t).stage)].push_back(PipelineCluster::RowsShare{
+            static_cast<int>(server), to[server] * (kRowIdBytes + table.row_bytes),
+            to[server] * table.row_bytes});
+      }
+    }
+    cuts.push_back(std::move(by_stage));
+  }
+  return cuts;
 }
 
 // What the pipeline's bound needs of this cluster: the hosts and the stages' layouts (set
@@ -270,13 +338,9 @@ PipelineCluster BoundInputs(const SimOptions& o, const SimJob& job, const Cluste
 PipelineOutcome PipelineResults(const SimJob& job,
                                 const std::vector<std::unique_ptr<PipelineWorker>>& workers,
                                 std::vector<double>* iteration_ms) {
+  *iteration_ms = FinishedIterationsMs(workers);
   PipelineOutcome p;
   for (const auto& w : workers) {
-    FERRY_ENFORCE(w->finished(), ErrorCode::kInternal,
-                  "the simulated job stopped with nothing left to happen (a deadlock): ",
-                  w->Describe());
-    std::vector<double> ms = w->IterationMs();
-    iteration_ms->insert(iteration_ms->end(), ms.begin(), ms.end());
     p.sends.insert(p.sends.end(), w->sends().begin(), w->sends().end());
     std::vector<double> starts;
     for (SimTime us : w->starts()) starts.push_back(us / 1000);
@@ -292,6 +356,16 @@ PipelineOutcome PipelineResults(const SimJob& job,
     p.send_ms_p99 = Percentile(delays, 0.99) / 1000;
   }
   return p;
+}
+
+// The tables' calls (push_pull_rows) of a finished pipeline job.
+void AddRowsResults(const PipelineRows& rows, PipelineOutcome& p) {
+  p.rows_calls = rows.call_us().size();
+  p.rows_pushed_bytes = rows.pushed_bytes();
+  p.rows_answered_bytes = rows.answered_bytes();
+  if (rows.call_us().empty()) return;
+  p.rows_ms_p50 = Percentile(rows.call_us(), 0.5) / 1000;
+  p.rows_ms_p99 = Percentile(rows.call_us(), 0.99) / 1000;
 }
 
 SimResult SimulatePipeline(const SimOptions& o) {
@@ -311,12 +385,14 @@ SimResult SimulatePipeline(const SimOptions& o) {
     versions.insert(versions.end(), stage.tensors.begin(), stage.tensors.end());
     sets.push_back(job.AddProcessSet(replicas, versions, partition));
   }
+  PipelineRows rows(job, Tables(spec, sets, job), cluster.server_ptrs, replicas);
+  for (size_t t = 0; t < rows.tables(); ++t) rows.RowsPerServer(t, partition);  // refusals first
   std::vector<std::unique_ptr<PipelineWorker>> workers;
   std::vector<PipelineWorker*> peers;
   std::vector<const SimSender*> senders;
   for (int w = 0; w < W; ++w) {
     workers.push_back(std::make_unique<PipelineWorker>(
-        job, spec, w, sets[static_cast<size_t>(w / replicas)], cluster.server_ptrs, peers,
+        job, spec, w, sets[static_cast<size_t>(w / replicas)], cluster.server_ptrs, peers, rows,
         o.model.compute_jitter, o.seed, o.pipeline_step_boundary));
     peers.push_back(workers.back().get());
     job.senders.push_back(&workers.back()->sender());
@@ -333,7 +409,9 @@ SimResult SimulatePipeline(const SimOptions& o) {
   p.stages = spec.num_stages();
   p.replicas = replicas;
   p.mean_ms = Summarize(r.iteration_ms).mean_ms;
+  AddRowsResults(rows, p);
   p.cluster = BoundInputs(o, job, cluster);
+  p.cluster.rows_by_cut = RowsByCut(job, rows, spec.num_stages());
   p.bound = ComputePipelineBound(spec, p.cluster, o.cluster.rate_bits_per_s, o.cluster.latency_us);
   r.pipeline = std::move(p);
   return r;

@@ -92,6 +92,13 @@ struct PipelineOutcome {
   uint64_t link_held = 0;
   double send_ms_p50 = 0;  // a send from handed over to arrival
   double send_ms_p99 = 0;
+  // The tables' push_pull_rows (PipelineRows): calls made, a call from its start to its
+  // last answer, and the payload bytes of every ROWS_PUSH and ROWS_RESULT.
+  uint64_t rows_calls = 0;
+  double rows_ms_p50 = 0;
+  double rows_ms_p99 = 0;
+  uint64_t rows_pushed_bytes = 0;
+  uint64_t rows_answered_bytes = 0;
 };
 
 struct SimResult {

@@ -139,4 +139,9 @@ void Fabric::SendControl(int from, int to, Action delivered) {
   network_.Send(connection, 0, nullptr, std::move(delivered));
 }
 
+void Fabric::SendEmpty(int from, int to, Action delivered) {
+  ++messages_;
+  network_.Send(DataConnection(from, to), 0, nullptr, std::move(delivered));
+}
+
 }  // namespace ferry::sim

@@ -68,6 +68,9 @@ class Fabric {
   void SendPointToPoint(int from, int to, uint64_t bytes, int priority, Action delivered);
   // A header-only control message.
   void SendControl(int from, int to, Action delivered);
+  // A header-only message that is no control message (an empty ROWS_PUSH or ROWS_RESULT):
+  // on the pair's data connection at once (only tensor bytes wait or are held).
+  void SendEmpty(int from, int to, Action delivered);
 
   bool same_host(int a, int b) const { return host_of_node_[a] == host_of_node_[b]; }
   int host(int node) const { return host_of_node_[node]; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace ferry::sim {
 namespace {
@@ -96,8 +97,44 @@ void AddPushPulls(const PipelineCluster& c, int rank, const PipelineCluster::Par
   }
 }
 
+// Adds the tables' rows of one iteration to the links: every worker's ROWS_PUSHes to
+// servers on other hosts and the answers back, the least over the cuts on each link.
+void AddLeastRows(const PipelineCluster& c, int replicas, std::vector<double>& up,
+                  std::vector<double>& down) {
+  std::vector<double> least_up, least_down;
+  for (const std::vector<PipelineCluster::Rows>& cut : c.rows_by_cut) {
+    std::vector<double> u(c.hosts, 0.0), d(c.hosts, 0.0);
+    for (size_t s = 0; s < cut.size(); ++s) {
+      for (int r = static_cast<int>(s) * replicas; r < static_cast<int>(s + 1) * replicas; ++r) {
+        const int h = c.host_of_worker[r];
+        for (const PipelineCluster::RowsShare& share : cut[s]) {
+          const int sh = c.host_of_server[share.server];
+          if (sh == h) continue;
+          u[h] += static_cast<double>(share.push_bytes);
+          d[sh] += static_cast<double>(share.push_bytes);
+          u[sh] += static_cast<double>(share.answer_bytes);
+          d[h] += static_cast<double>(share.answer_bytes);
+        }
+      }
+    }
+    if (least_up.empty()) {
+      least_up = std::move(u);
+      least_down = std::move(d);
+      continue;
+    }
+    for (int h = 0; h < c.hosts; ++h) {
+      least_up[h] = std::min(least_up[h], u[h]);
+      least_down[h] = std::min(least_down[h], d[h]);
+    }
+  }
+  for (size_t h = 0; h < least_up.size(); ++h) {
+    up[h] += least_up[h];
+    down[h] += least_down[h];
+  }
+}
+
 // T_link's bytes: the busiest host link direction in one iteration (on average over the
-// versions).
+// versions; the tables' rows).
 double BusiestLinkBytes(const PipelineSpec& spec, const PipelineCluster& c) {
   const int S = spec.num_stages();
   const int W = static_cast<int>(c.host_of_worker.size());
@@ -116,6 +153,7 @@ double BusiestLinkBytes(const PipelineSpec& spec, const PipelineCluster& c) {
       AddPushPulls(c, r, parts, 1.0 / static_cast<double>(versions.size()), up, down);
     }
   }
+  AddLeastRows(c, R, up, down);
   return std::max(*std::max_element(up.begin(), up.end()),
                   *std::max_element(down.begin(), down.end()));
 }

@@ -20,8 +20,10 @@
 //   T_link     every host link and direction: the bytes it carries in one iteration, on
 //              average over the versions (its worker's sends and receives between stages,
 //              its worker's pushes to servers on other hosts and the sums back, its
-//              servers' sums to and pushes from workers on other hosts) over the rate; the
-//              busiest.
+//              servers' sums to and pushes from workers on other hosts), plus the tables'
+//              rows (its worker's ROWS_PUSHes to servers on other hosts and the answers back,
+//              its servers' answers to and pushes from workers on other hosts; the least
+//              over the cuts of the tables the run used), over the rate; the busiest.
 //   bound      max(T_schedule, T_link).
 //
 // Every term only drops work (queueing, headers, TCP's overhead, summation, the message
@@ -49,6 +51,17 @@ struct PipelineCluster {
   using Parts = std::vector<std::pair<int, uint64_t>>;
   // By stage, by version of its tensors (one or more; iterations take them in turn).
   std::vector<std::vector<Parts>> stage_parts;
+  // One replica's push_pull_rows of its stage's table in one iteration (sim/pipeline_rows.h),
+  // by server: ROWS_PUSH and ROWS_RESULT payload bytes (a worker of another stage moves
+  // none). By cut of the global set the run used (a table cut again may change servers),
+  // then by stage (a stage without a table: none); empty: no tables.
+  struct RowsShare {
+    int server = 0;
+    uint64_t push_bytes = 0;
+    uint64_t answer_bytes = 0;
+  };
+  using Rows = std::vector<RowsShare>;
+  std::vector<std::vector<Rows>> rows_by_cut;
 };
 
 struct PipelineBound {

@@ -2,7 +2,6 @@
 
 #include <glog/logging.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -26,8 +25,40 @@ json Stages(const PipelineSpec& spec) {
                       {"backward_ms", s.backward_ms},
                       {"tensors", s.tensors.size()},
                       {"bytes", bytes}});
+    if (!s.sparse_rows) continue;
+    stages.back()["sparse_rows"] = {{"table_rows", s.sparse_rows->table_rows},
+                                    {"row_bytes", s.sparse_rows->row_bytes},
+                                    {"rows", s.sparse_rows->rows}};
   }
   return stages;
+}
+
+bool HasTables(const PipelineSpec& spec) {
+  for (const PipelineStage& s : spec.stages) {
+    if (s.sparse_rows) return true;
+  }
+  return false;
+}
+
+// The tables' fields (jobs without one have none).
+void AddRows(const PipelineOutcome& p, json& j) {
+  j["rows_calls"] = p.rows_calls;
+  j["rows_ms_p50"] = p.rows_ms_p50;
+  j["rows_ms_p99"] = p.rows_ms_p99;
+  j["rows_pushed_bytes"] = p.rows_pushed_bytes;
+  j["rows_answered_bytes"] = p.rows_answered_bytes;
+}
+
+// "rows       ..." (jobs without a table have no such line).
+std::string RowsLine(const PipelineOutcome& p) {
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "rows       %llu push_pull_rows calls: %.2f ms p50, %.2f ms p99 from the call to "
+                "every server's answer; %llu bytes of rows pushed, %llu answered\n",
+                static_cast<unsigned long long>(p.rows_calls), p.rows_ms_p50, p.rows_ms_p99,
+                static_cast<unsigned long long>(p.rows_pushed_bytes),
+                static_cast<unsigned long long>(p.rows_answered_bytes));
+  return line;
 }
 
 json Hosts(const SimResult& r) {
@@ -99,6 +130,7 @@ std::string FormatPipelineJson(const CliOptions& cli, const SimResult& r, double
   j["sends"] = p.sends.size();
   j["link_flows"] = p.link_flows;
   j["link_held"] = p.link_held;
+  if (HasTables(spec)) AddRows(p, j);
   j["iterations_ms"] = r.iteration_ms;
   j["hosts"] = Hosts(r);
   j["events"] = r.events;
@@ -134,20 +166,8 @@ std::string FormatPipelineText(const CliOptions& cli, const SimResult& r, double
                 static_cast<unsigned long long>(p.link_flows),
                 static_cast<unsigned long long>(p.link_held));
   out += line;
-  const HostUse* busiest = nullptr;
-  for (const HostUse& h : r.hosts) {
-    if (!busiest || std::max(h.up, h.down) > std::max(busiest->up, busiest->down)) busiest = &h;
-  }
-  if (busiest) {
-    std::snprintf(line, sizeof(line), "links      busiest: %s, up %.0f%%, down %.0f%%\n",
-                  busiest->name.c_str(), 100 * busiest->up, 100 * busiest->down);
-    out += line;
-  }
-  std::snprintf(line, sizeof(line),
-                "simulated  %.1f ms of the job in %.2f s (%llu events, %s network model)\n",
-                r.run_ms, wall_s, static_cast<unsigned long long>(r.events),
-                NetworkModelName(o.model.network));
-  return out + line;
+  if (HasTables(*o.pipeline)) out += RowsLine(p);
+  return out + FormatTextTail(o, r, wall_s);
 }
 
 }  // namespace ferry::sim

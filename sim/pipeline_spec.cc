@@ -14,6 +14,12 @@ namespace {
 
 using nlohmann::json;
 
+// A table's limits: K x R and R x W stay far inside 64 bits (PipelineRows spreads K rows
+// over the servers by the rows each owns).
+constexpr uint64_t kMostTableRows = 10000000000ull;
+constexpr uint64_t kMostRows = 1000000000ull;
+constexpr uint64_t kMostTableBytes = 1ull << 40;
+
 // Reading one file: every refusal names it and the field.
 class Reader {
  public:
@@ -56,9 +62,30 @@ class Reader {
     return v.get<double>();
   }
 
+  uint64_t Count(const json& v, const std::string& field, uint64_t most) const {
+    if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > most) {
+      Refuse(field, StrCat(v.dump(), " is not a whole number from 1 to ", most));
+    }
+    return v.get<uint64_t>();
+  }
+
+  SparseRows Rows(const json& v, const std::string& where) const {
+    if (!v.is_object()) Refuse(where, "not an object");
+    OnlyKnown(v, where, {"table_rows", "row_bytes", "rows"});
+    SparseRows r;
+    r.table_rows = Count(Field(v, where, "table_rows"), where + ".table_rows", kMostTableRows);
+    r.row_bytes = Bytes(Field(v, where, "row_bytes"), where + ".row_bytes");
+    r.rows = Count(Field(v, where, "rows"), where + ".rows", kMostRows);
+    if (r.row_bytes > kMostTableBytes / r.table_rows) {
+      Refuse(where, StrCat("a table of ", r.table_rows, " rows of ", r.row_bytes,
+                           " bytes is more than 2^40 bytes"));
+    }
+    return r;
+  }
+
   PipelineStage Stage(const json& v, const std::string& where) const {
     if (!v.is_object()) Refuse(where, "not an object");
-    OnlyKnown(v, where, {"forward_ms", "backward_ms", "tensors"});
+    OnlyKnown(v, where, {"forward_ms", "backward_ms", "tensors", "sparse_rows"});
     PipelineStage s;
     s.forward_ms = Ms(Field(v, where, "forward_ms"), where + ".forward_ms");
     s.backward_ms = Ms(Field(v, where, "backward_ms"), where + ".backward_ms");
@@ -67,6 +94,7 @@ class Reader {
     for (size_t i = 0; i < tensors.size(); ++i) {
       s.tensors.push_back(Bytes(tensors[i], StrCat(where, ".tensors[", i, "]")));
     }
+    if (v.contains("sparse_rows")) s.sparse_rows = Rows(v["sparse_rows"], where + ".sparse_rows");
     return s;
   }
 
@@ -128,6 +156,7 @@ PipelineSpec ScalePipeline(const PipelineSpec& spec, double compute_scale, doubl
     s.forward_ms *= compute_scale;
     s.backward_ms *= compute_scale;
     for (uint64_t& t : s.tensors) t = ScaleBytes(t, byte_scale);
+    if (s.sparse_rows) s.sparse_rows->row_bytes = ScaleBytes(s.sparse_rows->row_bytes, byte_scale);
   }
   return p;
 }

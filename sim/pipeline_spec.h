@@ -10,21 +10,33 @@
 //
 // The file (one JSON object; these fields only):
 //   {"micro_batches": M, "activation_bytes": A, "stash": true|false,
-//    "stages": [{"forward_ms": f, "backward_ms": b, "tensors": [bytes, ...]}, ...],
-//    "comment": "..."}                                   (comment optional)
-// M >= 1; A and every tensor's bytes positive multiples of 4 (float32); at least one
-// stage; times >= 0 per micro-batch; a stage's tensors in forward order (input first).
+//    "stages": [{"forward_ms": f, "backward_ms": b, "tensors": [bytes, ...],
+//                "sparse_rows": {"table_rows": R, "row_bytes": W, "rows": K}}, ...],
+//    "comment": "..."}                           (sparse_rows and comment optional)
+// M >= 1; A, W and every tensor's bytes positive multiples of 4 (float32); at least one
+// stage; times >= 0 per micro-batch; a stage's tensors in forward order (input first);
+// 1 <= R <= 10^10, R x W at most 2^40 bytes, 1 <= K <= 10^9.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace ferry::sim {
 
+// An embedding table a stage owns: each replica of the stage pushes `rows` of its rows
+// per iteration with push_pull_rows (sim/pipeline_rows.h).
+struct SparseRows {
+  uint64_t table_rows = 1;
+  uint64_t row_bytes = 4;  // one row's float32 values
+  uint64_t rows = 1;       // pushed by each replica, every iteration
+};
+
 struct PipelineStage {
   double forward_ms = 0;          // one micro-batch's forward
   double backward_ms = 0;         // ... and backward
   std::vector<uint64_t> tensors;  // gradient bytes, forward order
+  std::optional<SparseRows> sparse_rows;
 };
 
 struct PipelineSpec {
@@ -41,8 +53,9 @@ struct PipelineSpec {
 // ("stages[1].tensors[2]") for anything it cannot read or any field it does not know.
 PipelineSpec LoadPipeline(const std::string& path);
 
-// Times multiplied by compute_scale; bytes (tensors and activations) by byte_scale, down
-// to whole float32 elements, at least one (as hybrid_bench.py sizes its tensors).
+// Times multiplied by compute_scale; bytes (tensors, activations and a table's row) by
+// byte_scale, down to whole float32 elements, at least one (as hybrid_bench.py sizes its
+// tensors).
 // REQUIRES: both scales > 0.
 PipelineSpec ScalePipeline(const PipelineSpec& spec, double compute_scale, double byte_scale);
 

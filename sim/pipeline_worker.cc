@@ -12,38 +12,28 @@ namespace ferry::sim {
 
 PipelineWorker::PipelineWorker(SimJob& job, const PipelineSpec& spec, int rank, int set,
                                std::vector<SimServer*> servers,
-                               const std::vector<PipelineWorker*>& peers, double jitter,
-                               uint64_t seed, bool step_boundary)
-    : job_(job),
+                               const std::vector<PipelineWorker*>& peers, PipelineRows& rows,
+                               double jitter, uint64_t seed, bool step_boundary)
+    : SimWorkerBase(job, rank, std::move(servers), jitter, seed),
       spec_(spec),
-      rank_(rank),
       stage_(rank / (job.num_workers / spec.num_stages())),
       replicas_(job.num_workers / spec.num_stages()),
       set_(set),
       layout_(*job.set_layouts.at(static_cast<size_t>(set))),
       step_boundary_(step_boundary),
       peers_(peers),
-      jitter_(jitter),
-      rng_(seed * 1000003 + static_cast<uint64_t>(rank)),
-      sender_(job, rank, std::move(servers)),
-      ops_(Schedule1F1B(stage_, spec.num_stages(), spec.micro_batches)),
-      partition_bytes_(static_cast<uint64_t>(job.config.scheduling.InitialPartitionBytes())) {
+      rows_(rows),
+      ops_(Schedule1F1B(stage_, spec.num_stages(), spec.micro_batches)) {
   CHECK_EQ(job.num_workers % spec.num_stages(), 0);
   CHECK_EQ(layout_.parts.size(), 2 * spec.stages[stage_].tensors.size()) << "two versions";
   sender_.SetPartSummed([this](uint32_t tensor) { PartSummed(tensor); });
   const size_t tensors = layout_.parts.size();
-  parts_left_.assign(tensors, 0);
-  pushing_iteration_.assign(tensors, -1);
-  deferred_.assign(tensors, -1);
-}
-
-double PipelineWorker::Compute(double ms) {
-  double us = ms * 1000.0;
-  if (jitter_ > 0) {
-    std::normal_distribution<double> noise(1.0, jitter_);
-    us *= std::max(0.0, noise(rng_));
-  }
-  return us;
+  rows_.SetAnswered(
+      rank, [this, tensors](size_t table) { PartSummed(static_cast<uint32_t>(tensors + table)); });
+  const size_t collectives = tensors + rows_.tables();
+  parts_left_.assign(collectives, 0);
+  pushing_iteration_.assign(collectives, -1);
+  deferred_.assign(collectives, -1);
 }
 
 void PipelineWorker::Start(int warmup, int iterations) {
@@ -113,11 +103,7 @@ bool PipelineWorker::SizeCreditByTime() {
   const uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
   if (bytes == partition_bytes_) return true;
   if (!open_push_pulls_.empty()) return false;  // WaitUntilIdleOrThrow; a sum calls again
-  partition_bytes_ = bytes;
-  if (!sender_.core().window_on()) {
-    sender_.core().SetCredit(
-        static_cast<uint64_t>(job_.config.scheduling.CreditBytesFor(static_cast<int64_t>(bytes))));
-  }
+  SetPartitionBytes(bytes);
   return true;
 }
 
@@ -126,10 +112,10 @@ void PipelineWorker::Send(bool activation, int micro_batch) {
       peers_.at(static_cast<size_t>(rank_ + (activation ? replicas_ : -replicas_)));
   const SimTime now = job_.events.now();
   const size_t record = sends_.size();
-  sends_.push_back(SendRecord{rank_, peer->rank_, iteration_, micro_batch, activation, now, 0, 0});
+  sends_.push_back(SendRecord{rank_, peer->rank(), iteration_, micro_batch, activation, now, 0, 0});
   unacked_++;
   const int from = job_.WorkerNode(rank_);
-  const int to = job_.WorkerNode(peer->rank_);
+  const int to = job_.WorkerNode(peer->rank());
   job_.fabric->SendPointToPoint(from, to, spec_.activation_bytes, -micro_batch,
                                 [this, peer, record, activation, from, to] {
                                   sends_[record].arrived_us = job_.events.now();
@@ -151,49 +137,52 @@ void PipelineWorker::OnArrival(bool activation) {
 void PipelineWorker::PushStage() {
   pushed_ = true;
   const size_t tensors = layout_.parts.size() / 2;
-  if (tensors == 0) return;
-  open_push_pulls_[iteration_] = static_cast<int>(tensors);
+  const size_t tables = rows_.tables();
+  if (tensors + tables == 0) return;
+  open_push_pulls_[iteration_] = static_cast<int>(tensors + tables);
+  // The tables' rows first, as hybrid_bench.py calls them; each as urgent as its stage's
+  // first tensor.
+  for (size_t t = 0; t < tables; ++t) StartOrDefer(2 * tensors + t);
   const size_t first = static_cast<size_t>(iteration_ % 2) * tensors;  // this version's
-  for (size_t i = first; i < first + tensors; ++i) {
-    if (pushing_iteration_[i] < 0) {
-      PushTensor(i, iteration_);
-      continue;
-    }
-    // Its previous push_pull is still out: the Sequencer starts this one after it.
-    CHECK_EQ(deferred_[i], -1) << "worker " << rank_ << ": tensor " << i << " three deep";
-    deferred_[i] = iteration_;
+  for (size_t i = first; i < first + tensors; ++i) StartOrDefer(i);
+}
+
+void PipelineWorker::StartOrDefer(size_t index) {
+  if (pushing_iteration_[index] < 0) {
+    Push(index, iteration_);
+    return;
   }
+  // Its previous one is still out: the Sequencer starts this one after it.
+  CHECK_EQ(deferred_[index], -1) << "worker " << rank_ << ": collective " << index << " three deep";
+  deferred_[index] = iteration_;
 }
 
-void PipelineWorker::PushTensor(size_t tensor, int iteration) {
-  const std::vector<SimPart>& parts = layout_.parts[tensor];
-  parts_left_[tensor] = static_cast<int>(parts.size());
-  pushing_iteration_[tensor] = iteration;
+void PipelineWorker::Push(size_t index, int iteration) {
+  pushing_iteration_[index] = iteration;
+  if (index >= layout_.parts.size()) {  // a table's rows: an answer from every server
+    parts_left_[index] = job_.num_servers;
+    rows_.Push(rank_, index - layout_.parts.size(), partition_bytes_);
+    return;
+  }
+  const std::vector<SimPart>& parts = layout_.parts[index];
+  parts_left_[index] = static_cast<int>(parts.size());
   // The catalog's default priority: -id (declaration order), ids from the set's first.
-  const uint64_t id = ProcessSetFirstId(set_) + tensor;
+  const uint64_t id = ProcessSetFirstId(set_) + index;
   const int priority = -static_cast<int>(std::min<uint64_t>(id, INT32_MAX));
-  sender_.Push(static_cast<uint32_t>(tensor), parts, priority, iteration);
+  sender_.Push(static_cast<uint32_t>(index), parts, priority, iteration);
 }
 
-void PipelineWorker::PartSummed(uint32_t tensor) {
-  if (--parts_left_[tensor] > 0) return;
-  const int iteration = pushing_iteration_[tensor];
-  pushing_iteration_[tensor] = -1;
+void PipelineWorker::PartSummed(uint32_t index) {
+  if (--parts_left_[index] > 0) return;
+  const int iteration = pushing_iteration_[index];
+  pushing_iteration_[index] = -1;
   if (--open_push_pulls_[iteration] == 0) open_push_pulls_.erase(iteration);
-  if (deferred_[tensor] >= 0) {
-    const int next = deferred_[tensor];
-    deferred_[tensor] = -1;
-    PushTensor(tensor, next);
+  if (deferred_[index] >= 0) {
+    const int next = deferred_[index];
+    deferred_[index] = -1;
+    Push(index, next);
   }
   Advance();
-}
-
-std::vector<double> PipelineWorker::IterationMs() const {
-  std::vector<double> ms;
-  for (int it = warmup_; it < total_ && it + 1 < static_cast<int>(starts_.size()); ++it) {
-    ms.push_back((starts_[it + 1] - starts_[it]) / 1000.0);
-  }
-  return ms;
 }
 
 std::string PipelineWorker::Describe() const {

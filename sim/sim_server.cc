@@ -21,9 +21,19 @@ void SimServer::OnPushes(SimSender& from, const std::vector<SubPush>& pushes) {
       worker->OnAck(cookie, frame, sent);
     });
     const int engine = EngineForKey(p.key, static_cast<int>(engines_.size()));
-    engines_[engine].queue.push(Item{p.priority, next_seq_++, &from, p});
+    engines_[engine].queue.push(Item{p.priority, next_seq_++, &from, p, nullptr});
     Work(engine);
   }
+}
+
+void SimServer::Enqueue(uint64_t key, int priority, EngineWork& work, uint64_t tag) {
+  SubPush push;
+  push.cookie = tag;
+  push.key = key;
+  push.priority = priority;
+  const int engine = EngineForKey(key, static_cast<int>(engines_.size()));
+  engines_[engine].queue.push(Item{priority, next_seq_++, nullptr, push, &work});
+  Work(engine);
 }
 
 void SimServer::Work(int engine) {
@@ -35,6 +45,10 @@ void SimServer::Work(int engine) {
   while (!e.queue.empty() && e.busy_until <= job_.events.now()) {
     Item item = e.queue.top();
     e.queue.pop();
+    if (item.work != nullptr) {
+      e.busy_until = job_.events.now() + item.work->Take(rank_, item.push.cookie);
+      continue;
+    }
     Round& round = RoundOf(item.push);
     const int members = job_.Members(item.push.key);
     if (round.summed == 0) round.pushers.reserve(members);  // one from each

@@ -30,12 +30,25 @@ struct SubPush {
   uint64_t raw_bytes = 0;  // compressed: the bytes it stands for; 0: raw
 };
 
+// Work for a server's engine thread other than adding a push (a rows push:
+// sim/pipeline_rows.h), queued with the pushes by priority.
+class EngineWork {
+ public:
+  virtual ~EngineWork() = default;
+  // The engine of server `server` takes the work queued with `tag` now; returns how long
+  // it keeps the engine, us.
+  virtual double Take(int server, uint64_t tag) = 0;
+};
+
 class SimServer {
  public:
   SimServer(SimJob& job, int rank);
 
   // A message from `from` arrived: one push, a fused pack of several, or one frame.
   void OnPushes(SimSender& from, const std::vector<SubPush>& pushes);
+  // Queues `work` (its `tag`) on the engine that owns `key`, at `priority`, behind the
+  // more urgent pushes and work there. REQUIRES: `work` outlives the run.
+  void Enqueue(uint64_t key, int priority, EngineWork& work, uint64_t tag);
 
   int rank() const { return rank_; }
   uint64_t bytes_summed() const { return bytes_summed_; }
@@ -46,7 +59,8 @@ class SimServer {
     int priority;
     uint64_t seq;
     SimSender* from;
-    SubPush push;
+    SubPush push;                // with `work`: its key, and the tag as the cookie
+    EngineWork* work = nullptr;  // null: a push
   };
   struct LessUrgent {
     bool operator()(const Item& a, const Item& b) const {

@@ -2,31 +2,18 @@
 
 #include <glog/logging.h>
 
-#include <algorithm>
+#include <utility>
 
 #include "common/util/strings.h"
 
 namespace ferry::sim {
+
 SimWorker::SimWorker(SimJob& job, int rank, std::vector<SimServer*> servers, double jitter,
                      uint64_t seed)
-    : job_(job),
-      rank_(rank),
-      jitter_(jitter),
-      rng_(seed * 1000003 + static_cast<uint64_t>(rank)),
-      sender_(job, rank, std::move(servers)),
-      partition_bytes_(static_cast<uint64_t>(job.config.scheduling.InitialPartitionBytes())) {
+    : SimWorkerBase(job, rank, std::move(servers), jitter, seed) {
   sender_.SetPartSummed([this](uint32_t layer) { PartSummed(layer); });
   layout_ = &job_.LayoutFor(partition_bytes_);
   parts_left_.assign(job_.workload.layers.size(), 0);
-}
-
-double SimWorker::Compute(double ms) {
-  double us = ms * 1000.0;
-  if (jitter_ > 0) {
-    std::normal_distribution<double> noise(1.0, jitter_);
-    us *= std::max(0.0, noise(rng_));
-  }
-  return us;
 }
 
 void SimWorker::Start(int warmup, int iterations) {
@@ -53,15 +40,11 @@ void SimWorker::Boundary() {
   // Every sum of the last iteration was waited for: nothing is in flight.
   boundaries_++;
   sender_.core().Step(job_.events.now());
-  const Config::Scheduling& c = job_.config.scheduling;
   if (job_.SizesPartitionsByTime() && boundaries_ == SimJob::kTimedBoundary) {
-    uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
+    const uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
     if (bytes != partition_bytes_) {
-      partition_bytes_ = bytes;
+      SetPartitionBytes(bytes);
       layout_ = &job_.LayoutFor(bytes);
-      if (!sender_.core().window_on()) {
-        sender_.core().SetCredit(static_cast<uint64_t>(c.CreditBytesFor(static_cast<int64_t>(bytes))));
-      }
     }
   }
   if (iteration_ == total_) {
@@ -97,14 +80,6 @@ void SimWorker::PartSummed(uint32_t layer) {
     waiting_layer_ = -1;
     ForwardLayer(layer);
   }
-}
-
-std::vector<double> SimWorker::IterationMs() const {
-  std::vector<double> ms;
-  for (int it = warmup_; it < total_ && it + 1 < static_cast<int>(starts_.size()); ++it) {
-    ms.push_back((starts_[it + 1] - starts_[it]) / 1000.0);
-  }
-  return ms;
 }
 
 std::string SimWorker::Describe() const {

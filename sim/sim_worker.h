@@ -12,35 +12,26 @@
 // The send path is the worker's own scheduling code (SimSender).
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "sim/job.h"
-#include "sim/sim_sender.h"
 #include "sim/sim_server.h"
+#include "sim/sim_worker_base.h"
 
 namespace ferry::sim {
 
-class SimWorker {
+class SimWorker : public SimWorkerBase {
  public:
-  // `servers`: by rank. `jitter`: the coefficient of variation of every compute time
-  // (normal, clipped at 0), drawn from `seed`.
+  // `servers`: by rank. `jitter`, `seed`: SimWorkerBase's.
   SimWorker(SimJob& job, int rank, std::vector<SimServer*> servers, double jitter, uint64_t seed);
 
   // Schedules the first iteration; runs `warmup + iterations` iterations.
   void Start(int warmup, int iterations);
 
-  int rank() const { return rank_; }
   int node() const { return job_.WorkerNode(rank_); }
-  bool finished() const { return finished_; }
-  // The timed iterations' durations, ms.
-  std::vector<double> IterationMs() const;
   // Where the worker is, for a deadlock's message.
   std::string Describe() const;
-  uint64_t partition_bytes() const { return partition_bytes_; }
-  SimSender& sender() { return sender_; }
-  const SimSender& sender() const { return sender_; }
 
  private:
   void ForwardLayer(size_t layer);
@@ -49,23 +40,13 @@ class SimWorker {
   void PushLayer(size_t layer);
   // One partition of `layer` has its sums back: the forward pass may go on.
   void PartSummed(uint32_t layer);
-  double Compute(double ms);  // us, with jitter
 
-  SimJob& job_;
-  const int rank_;
-  const double jitter_;
-  std::mt19937_64 rng_;
-  SimSender sender_;
-  uint64_t partition_bytes_;
   const Layout* layout_ = nullptr;
   std::vector<int> parts_left_;    // by layer: partitions of its push_pull still without a sum
   int iteration_ = 0;
-  int total_ = 0;
-  int warmup_ = 0;
   int boundaries_ = 0;
   long waiting_layer_ = -1;  // the layer whose forward waits for its sums, or -1
-  std::vector<SimTime> starts_;  // by iteration: when its first forward layer started
-  bool finished_ = false;
+  // starts_ (SimWorkerBase): when each iteration's first forward layer started.
 };
 
 }  // namespace ferry::sim

@@ -62,7 +62,8 @@ int64_t ferry_reduce_async(const char* name, const void* input, void* output, in
 /* Point-to-point (worker/point_to_point.h): `count` elements of `dtype` at `data` to worker
  * rank `dst` under `tag`, for its matching ferry_recv_async; the handle finishes once that
  * receive took them. Delivery keeps the call order per (source, destination, tag).
- * `priority` orders this worker's sends among themselves, larger first. */
+ * `priority` orders this worker's sends among themselves, larger first; INT32_MIN: the order
+ * in which the receiver first asked for each tag, learned from its earlier receives. */
 int64_t ferry_send_async(const void* data, uint64_t count, int dtype, int dst, int tag,
                          int32_t priority);
 /* The next send from rank `src` under `tag` into `data` (`count` elements of `dtype`). */

@@ -23,6 +23,7 @@
 // Thread-safe: any thread may call any method. Errors throw FerryError.
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -112,10 +113,12 @@ class Collective {
   // rank `dst` under `tag`, for its matching RecvAsync; finished once that receive took
   // them (then `data` may be reused). Delivery keeps the call order per (source,
   // destination, tag). `priority` orders this worker's sends among themselves (larger
-  // first; they all go before its tensors' bytes on the links they share: van.h, Links).
+  // first; they all go before its tensors' bytes on the links they share: van.h, Links);
+  // INT32_MIN: the order the receiver's receives taught (point_to_point.h, "Learned order").
   // Only a Worker: a local group's ranks share one worker process.
   virtual Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
-                           int32_t priority = 0, CompletionCallback done = nullptr) {
+                           int32_t priority = std::numeric_limits<int32_t>::min(),
+                           CompletionCallback done = nullptr) {
     (void)data, (void)count, (void)dtype, (void)tag, (void)priority, (void)done;
     throw FerryError(ErrorCode::kInvalidArgument,
                      StrCat("send to rank ", dst, ": point-to-point needs one worker process per "

@@ -54,6 +54,10 @@ Handle PointToPoint::Send(const void* data, uint64_t count, DataType dtype, int 
   s.data = static_cast<const uint8_t*>(data);
   s.bytes = count * DataTypeSize(dtype);
   s.dtype = dtype;
+  if (priority == kLearnedPriority) {
+    auto learned = learned_.find(s.to);
+    priority = learned == learned_.end() ? 0 : learned->second;
+  }
   s.priority = priority;
   const uint64_t request = ctx_.next_request++;
   OutboundSend& tracked = sends_.Add(request, std::move(s), /*on_wire_later=*/true);
@@ -117,6 +121,7 @@ bool PointToPoint::OnResult(Message&& m) {
     return true;
   }
   s->received = true;
+  learned_[s->to] = m.envelope.priority();
   sends_.Ack(m.envelope.request_id());
   if (m.envelope.has_error()) {
     s->error = StrCat("send to rank ", s->to.first, " (tag ", s->to.second, ", message ",
@@ -140,6 +145,7 @@ Handle PointToPoint::Recv(void* data, uint64_t count, DataType dtype, int src, i
     ctx_.CheckRunning("recv", PointToPointLabel(src, me, tag));
     h = ctx_.table.Add(std::move(done), PointToPointLabel(src, me, tag));
     Inbound& in = inbound_[{src, tag}];
+    if (in.need > 0) in.need = next_need_[src]--;  // 0, -1, ...: its first receive's order
     in.posted[in.next_recv++] = PostedRecv{h, static_cast<uint8_t*>(data), count, dtype};
     ctx_.counters.p2p_receives++;
     matches = TakeMatches({src, tag}, in);
@@ -171,7 +177,8 @@ void PointToPoint::OnSend(Message&& m, const Origin& origin) {
     const uint32_t number = e.round();
     if (Matched(in, number)) {  // a duplicate of a send a receive took: answer again
       auto refused = in.refused.find(number);
-      Ack(origin.identity, e.request_id(), true, refused == in.refused.end() ? "" : refused->second);
+      Ack(origin.identity, e.request_id(), true, refused == in.refused.end() ? "" : refused->second,
+          in.need);
       return;
     }
     if (e.probe() || in.arrived.count(number)) {  // held, its receive still to come
@@ -204,7 +211,7 @@ std::vector<PointToPoint::Match> PointToPoint::TakeMatches(const Channel& from, 
       ++it;
       continue;
     }
-    Match match{it->second, std::move(arrival->second), ""};
+    Match match{it->second, std::move(arrival->second), "", in.need};
     const uint64_t count = match.arrival.bytes.size() / DataTypeSize(match.arrival.dtype);
     if (match.arrival.dtype != match.recv.dtype || count != match.recv.count) {
       match.error = StrCat("rank ", ctx_.rank.load(), "'s recv from rank ", from.first, " (tag ",
@@ -228,7 +235,7 @@ void PointToPoint::Deliver(std::vector<Match> matches) {
     if (m.error.empty() && !m.arrival.bytes.empty()) {
       std::memcpy(m.recv.data, m.arrival.bytes.data(), m.arrival.bytes.size());
     }
-    Ack(m.arrival.identity, m.arrival.request, true, m.error);
+    Ack(m.arrival.identity, m.arrival.request, true, m.error, m.need);
     ctx_.table.Finish(m.recv.handle, m.error.empty() ? Verdict{}
                                                      : Verdict{ErrorCode::kInvalidArgument, m.error});
     ctx_.table.Unhold(m.recv.handle);
@@ -236,10 +243,11 @@ void PointToPoint::Deliver(std::vector<Match> matches) {
 }
 
 void PointToPoint::Ack(const std::string& identity, uint64_t request, bool received,
-                       const std::string& error) {
+                       const std::string& error, int32_t need) {
   Message ack = ctx_.NewMessage(proto::P2P_ACK);
   ack.envelope.set_request_id(request);
   ack.envelope.set_received(received);
+  if (received) ack.envelope.set_priority(need);
   if (!error.empty()) {
     ack.envelope.mutable_error()->set_code(static_cast<int>(ErrorCode::kInvalidArgument));
     ack.envelope.mutable_error()->set_reason(error);
@@ -266,6 +274,8 @@ void PointToPoint::AbandonInFlight() {
   sends_.TakeAll();
   next_send_.clear();
   inbound_.clear();
+  next_need_.clear();
+  learned_.clear();
   epoch_++;
 }
 

@@ -32,6 +32,14 @@
 // waits: then the one copy is from the slot into the receive's buffer, in the handler);
 // what bounds them is the sender's calls, as with any eager send.
 //
+// Learned order: a send without a declared priority (kLearnedPriority) takes the one its
+// receiver taught: each receiver numbers the tags of each source in the order its first
+// receive of each was made (its need order: the first tag it asked for is 0, the next -1,
+// ...), and its `received` P2P_ACK carries that number (Envelope.priority). The sender
+// keeps the last number per (destination, tag), so from the second send on a channel its
+// sends to one peer that wait together go in the order the receiver asked for them; before
+// that, priority 0.
+//
 // Membership epochs (elastic training): a new epoch fails every operation; everything
 // here is forgotten (AbandonInFlight), and numbering starts over.
 //
@@ -39,6 +47,7 @@
 // outside it, under a hold of the receive's handle (OperationTable::Hold).
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -55,11 +64,15 @@ namespace ferry {
 
 class PointToPoint : public OperationKind {
  public:
+  // Send's `priority` for "the order the receiver taught" (above).
+  static constexpr int32_t kLearnedPriority = std::numeric_limits<int32_t>::min();
+
   explicit PointToPoint(WorkerContext& ctx);
 
   // Sends `count` elements of `dtype` at `data` to worker rank `dst` under `tag`, ordered
   // by `priority` among this worker's sends (Envelope.priority; the Van's order queues put
-  // every send before tensor bytes on the links they share: van.h, Links). Returns at
+  // every send before tensor bytes on the links they share: van.h, Links), or by the
+  // learned order with kLearnedPriority. Returns at
   // once; `data` must stay unchanged until the operation finished. Throws FerryError
   // (kInvalidArgument) for a rank that is not another worker's.
   Handle Send(const void* data, uint64_t count, DataType dtype, int dst, int tag,
@@ -117,12 +130,14 @@ class PointToPoint : public OperationKind {
     uint32_t matched_below = 0;               // every number below it was matched
     std::set<uint32_t> matched;               // numbers matched at or above matched_below
     std::map<uint32_t, std::string> refused;  // matched numbers a receive refused, and why
+    int32_t need = 1;                         // the learned order's number; 1: no receive yet
   };
   // A send and its receive, matched under the lock, carried out outside it.
   struct Match {
     PostedRecv recv;
     Arrival arrival;
     std::string error;  // non-empty: they disagree
+    int32_t need = 0;   // the channel's number in the learned order
   };
   bool OnAck(const Message& m) override { (void)m; return false; }
   bool OnResult(Message&& m) override;  // P2P_ACK
@@ -138,13 +153,17 @@ class PointToPoint : public OperationKind {
   std::vector<Match> TakeMatches(const Channel& from, Inbound& in) REQUIRES(ctx_.mu);
   // Copies (outside the lock), answers the senders and finishes the receives.
   void Deliver(std::vector<Match> matches) EXCLUDES(ctx_.mu);
-  void Ack(const std::string& identity, uint64_t request, bool received, const std::string& error);
+  // `need`: the channel's number in the learned order (received acks only).
+  void Ack(const std::string& identity, uint64_t request, bool received, const std::string& error,
+           int32_t need = 0);
   bool Matched(const Inbound& in, uint32_t number) const;
 
   WorkerContext& ctx_;
   RequestTracker<OutboundSend> sends_ GUARDED_BY(ctx_.mu);
   std::map<Channel, uint32_t> next_send_ GUARDED_BY(ctx_.mu);  // by (destination, tag)
   std::map<Channel, Inbound> inbound_ GUARDED_BY(ctx_.mu);     // by (source, tag)
+  std::map<int, int32_t> next_need_ GUARDED_BY(ctx_.mu);       // by source: the next number
+  std::map<Channel, int32_t> learned_ GUARDED_BY(ctx_.mu);     // by (destination, tag)
   std::set<int> connected_ GUARDED_BY(ctx_.mu);                // node ids
   uint64_t epoch_ GUARDED_BY(ctx_.mu) = 0;  // AbandonInFlight count: stale releases ignored
 };

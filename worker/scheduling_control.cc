@@ -34,6 +34,10 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
       sizes && !c.partition_ms_set && ctx_.cluster.table().ServersOnLoopback();
   size_by_time_ = sizes && !loopback_keeps_size_;
   tune_after_sizing_ = c.autotune && size_by_time_;
+  // Only where partitions are sized by the link: in that decision's push_pull, which every
+  // worker makes at the same boundary (not under elastic training, where a worker that
+  // joins counts its boundaries from its join).
+  frames_on_sends_ = size_by_time_ && !ctx_.config.cluster.elastic ? c.trirace_on_sends.frame_bytes : 0;
   if (c.autotune && !tune_after_sizing_) {
     tuner_ = std::make_unique<Autotuner>(AutotuneGrid(initial), c.autotune_steps);
   }
@@ -140,15 +144,14 @@ void SchedulingControl::StepBoundary() {
     }
   }
   if (action.kind == Autotuner::Action::kDecide) FinishAutotune();
-  if (size_now && tune_after_sizing_) {
+  if (size_now) {
     std::string why;
-    const int64_t bytes = TimedPartitionBytes(&why);
-    SchedulingChoice centre = current();
-    centre.partition_bytes = bytes;
-    centre.credit_bytes = ctx_.config.scheduling.CreditBytesFor(bytes);
-    StartAutotune(centre, why);
-  } else if (size_now) {
-    SizePartitionsByTime();
+    const SchedulingChoice decided = DecideAtSizingStep(&why);
+    if (tune_after_sizing_) {
+      StartAutotune(decided, why);
+    } else {
+      ApplySizingStep(decided, why);
+    }
   }
   // After the decisions' push_pulls: the policy's iteration (usbyte's and prophet's profile)
   // ends here.
@@ -191,34 +194,41 @@ void SchedulingControl::StartAutotune(const SchedulingChoice& centre, const std:
   Apply(first.choice, StrCat("autotune candidate at iteration ", steps_));
 }
 
-int64_t SchedulingControl::TimedPartitionBytes(std::string* why) {
+SchedulingChoice SchedulingControl::DecideAtSizingStep(std::string* why) {
   size_by_time_ = false;
-  // Every worker sums every worker's rate (and how many measured one), so every worker
-  // picks the same size.
-  std::vector<double> rates{queue_.measured_rate_bytes_per_s(), 0.0};
-  rates[1] = rates[0] > 0 ? 1.0 : 0.0;
-  sum_over_workers_(rates);
-  const double mean = rates[1] > 0 ? rates[0] / rates[1] : 0.0;
+  // Every worker sums every worker's rate, how many measured one and how many sent to
+  // another worker, so every worker makes the same choice.
+  std::vector<double> sums{queue_.measured_rate_bytes_per_s(), 0.0,
+                           ctx_.counters.p2p_sends.value() > 0 ? 1.0 : 0.0};
+  sums[1] = sums[0] > 0 ? 1.0 : 0.0;
+  sum_over_workers_(sums);
+  SchedulingChoice choice = current();
+  const double mean = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   const double ms = ctx_.config.scheduling.partition_ms;
-  const int64_t ceiling = current().partition_bytes;
+  const int64_t ceiling = choice.partition_bytes;
+  choice.partition_bytes =
+      PartitionBytesForRate(mean, ms, std::min(kMinTimedPartitionBytes, ceiling), ceiling);
+  choice.credit_bytes = ctx_.config.scheduling.CreditBytesFor(choice.partition_bytes);
   *why = StrCat("FERRY_PARTITION_MS: ", static_cast<int64_t>(mean / 1e3), " KB/s per worker over ",
-                rates[1], " workers x ", ms, " ms");
-  return PartitionBytesForRate(mean, ms, std::min(kMinTimedPartitionBytes, ceiling), ceiling);
+                sums[1], " workers x ", ms, " ms");
+  if (frames_on_sends_ > 0 && sums[2] > 0 && choice.frame_bytes == 0) {
+    choice.frame_bytes = frames_on_sends_;
+    *why += StrCat("; point-to-point sends on ", sums[2], " workers: trirace's frames");
+    trirace_.store(true, std::memory_order_relaxed);
+  }
+  frames_on_sends_ = 0;
+  return choice;
 }
 
-void SchedulingControl::SizePartitionsByTime() {
-  std::string why;
-  const int64_t bytes = TimedPartitionBytes(&why);
+void SchedulingControl::ApplySizingStep(const SchedulingChoice& decided, const std::string& why) {
   MutexLock lock(ctx_.mu);
-  if (bytes == current_.partition_bytes) {
-    LOG(INFO) << "scheduling (" << why << "): partitions stay " << bytes << " bytes";
+  if (decided == current_) {
+    LOG(INFO) << "scheduling (" << why << "): partitions stay " << current_.partition_bytes
+              << " bytes";
     return;
   }
   ctx_.sequencer->WaitUntilIdleOrThrow("StepBoundary");
-  SchedulingChoice choice = current_;
-  choice.partition_bytes = bytes;
-  choice.credit_bytes = ctx_.config.scheduling.CreditBytesFor(bytes);
-  Apply(choice, why);
+  Apply(decided, why);
 }
 
 void SchedulingControl::Apply(const SchedulingChoice& choice, const std::string& why, bool log) {

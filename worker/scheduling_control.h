@@ -26,6 +26,14 @@
 // others would wait in the decision's push_pull for the one that cancelled (until the
 // operation's deadline).
 //
+// Trirace's frames on sends (FERRY_SCHEDULING_POLICY unset: Config::Scheduling::
+// trirace_on_sends; where partitions are sized by the link, and not under elastic
+// training): the same sum at the same boundary counts the workers that sent to another
+// worker (p2p.sends); if any did, every worker switches to trirace's frames there, in one
+// switch with the size, and reports the policy as trirace. A key's frame cut changes only
+// between its rounds, and on every worker at the same point, so the servers see one cut
+// per round. No push_pull is added for it.
+//
 // FERRY_AUTOTUNE: its grid is centred on the partition size in force when it starts. With
 // partitions sized by the link (and no FERRY_AUTOTUNE_PARTITION_BYTES) the search starts at
 // the sizing boundary, around the time-sized partition, which is not applied by itself
@@ -38,6 +46,7 @@
 // step_mu_ (never around it). The autotune decision sums the scores over the workers (the
 // Worker's push_pull of a reserved tensor) with no lock of the Worker held but step_mu_.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +75,8 @@ class SchedulingControl {
   void Set(int64_t partition_bytes, int64_t credit_bytes) EXCLUDES(step_mu_, ctx_.mu);
   // As Worker::StepBoundary.
   void StepBoundary() EXCLUDES(step_mu_, ctx_.mu);
+  // Whether the default policy took trirace's transport at the sizing boundary (above).
+  bool trirace() const { return trirace_.load(std::memory_order_relaxed); }
   // For the start log: "; autotune over N candidates, K iterations each", "; partitions
   // sized by the link at iteration 3 (...)", why they are not, or "" when neither applies.
   std::string DescribePlan() const EXCLUDES(step_mu_);
@@ -79,10 +90,13 @@ class SchedulingControl {
   // The autotune candidates around `initial` (FERRY_AUTOTUNE_*; docs/configuration.md).
   std::vector<SchedulingChoice> AutotuneGrid(const SchedulingChoice& initial) const;
   void FinishAutotune() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
-  // FERRY_PARTITION_MS's decision (above): the size every worker agrees on, with why in
-  // `why`; blocks in a push_pull.
-  int64_t TimedPartitionBytes(std::string* why) REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
-  void SizePartitionsByTime() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+  // The decision at the sizing boundary (above): FERRY_PARTITION_MS's size and trirace's
+  // frames on sends, as every worker agrees on them, with why in `why`; blocks in a
+  // push_pull.
+  SchedulingChoice DecideAtSizingStep(std::string* why) REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+  // Switches to `decided` (waiting for the worker's operations) unless it is current.
+  void ApplySizingStep(const SchedulingChoice& decided, const std::string& why)
+      REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
   // Starts the autotune search around `centre` and switches to its first candidate.
   void StartAutotune(const SchedulingChoice& centre, const std::string& why)
       REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
@@ -102,6 +116,8 @@ class SchedulingControl {
   bool size_by_time_ GUARDED_BY(step_mu_) = false;         // FERRY_PARTITION_MS still to apply
   bool loopback_keeps_size_ GUARDED_BY(step_mu_) = false;  // its default stood aside at start
   bool tune_after_sizing_ GUARDED_BY(step_mu_) = false;    // autotune waits for the size
+  int64_t frames_on_sends_ GUARDED_BY(step_mu_) = 0;       // trirace's frames, still to decide
+  std::atomic<bool> trirace_{false};                        // the default took trirace's frames
 };
 
 }  // namespace ferry

@@ -17,11 +17,14 @@ namespace ferry {
 
 namespace {
 
-// A worker's Van: the role's options, and point-to-point sends scheduled on their links
-// (van.h, Links) under the policies that schedule them (scheduling_policy.h).
+// A worker's Van: the role's options; its sends scheduled on their links (van.h, Links)
+// under the policies that do (scheduling_policy.h), with trirace's watermark on sends.
 VanOptions WorkerVanOptions(const Config& config) {
   VanOptions o = VanOptionsFor("worker", config);
   o.link_scheduling = SchedulesLinks(config.scheduling.policy);
+  const Config::Scheduling::SendsTransport& t = config.scheduling.trirace_on_sends;
+  o.watermark_bytes_from_first_send = static_cast<uint64_t>(t.watermark_bytes);
+  o.tcp_notsent_lowat_from_first_send = static_cast<int>(t.tcp_notsent_lowat);
   return o;
 }
 

@@ -186,7 +186,8 @@ class Worker : public Collective {
                           std::optional<int> priority = std::nullopt) override EXCLUDES(ctx_.mu);
   // Point-to-point (point_to_point.h; Collective's comments).
   Handle SendAsync(const void* data, uint64_t count, DataType dtype, int dst, int tag,
-                   int32_t priority = 0, CompletionCallback done = nullptr) override {
+                   int32_t priority = PointToPoint::kLearnedPriority,
+                   CompletionCallback done = nullptr) override {
     return p2p_->Send(data, count, dtype, dst, tag, priority, std::move(done));
   }
   Handle RecvAsync(void* data, uint64_t count, DataType dtype, int src, int tag,
@@ -237,7 +238,10 @@ class Worker : public Collective {
   }
   // What new operations use now.
   SchedulingChoice scheduling() const override { return scheduling_->current(); }
-  std::string scheduling_policy() const override { return queue_.policy_name(); }
+  // The queue's policy, or trirace once the default took trirace's transport.
+  std::string scheduling_policy() const override {
+    return scheduling_->trirace() ? "trirace" : queue_.policy_name();
+  }
   // For uneven data (Horovod's join): this worker has no more batches. Its operations
   // finish, the servers stop waiting for it (sums from then on are over the workers
   // still pushing, as if the joined ones pushed zeros; averages still divide by size(),

@@ -162,6 +162,18 @@ struct Config {
     std::vector<int64_t> autotune_credits;          // in partitions; empty: C/2, C, 2C
     std::vector<double> autotune_window_gains;      // window gains; empty: G/2, G, 2G
     std::vector<int64_t> autotune_frame_bytes;      // frame sizes (0: none); empty: F/2, F, 2F if F
+    // What a worker takes of `trirace` once point-to-point sends are seen, under the default
+    // policy (FERRY_SCHEDULING_POLICY unset): its Van the watermark and TCP_NOTSENT_LOWAT
+    // from its first send on, every worker the frames at the sizing boundary when any
+    // worker sent (worker/scheduling_control.h). Each is what `trirace` would use (a value
+    // set stays); all zero when the policy was set, or the transport already has them.
+    struct SendsTransport {
+      int64_t frame_bytes = 0;
+      int64_t watermark_bytes = 0;
+      int64_t tcp_notsent_lowat = 0;
+      bool any() const { return frame_bytes > 0 || watermark_bytes > 0 || tcp_notsent_lowat > 0; }
+    };
+    SendsTransport trirace_on_sends;
     // The partition size a worker starts with: the slice size under p3, else partition_bytes.
     int64_t InitialPartitionBytes() const;
     // The credit in bytes with partitions of `partition` bytes: credit_bytes if set, else

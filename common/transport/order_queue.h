@@ -88,6 +88,9 @@ class OrderQueues {
 
   // `watermark_bytes` 0: no watermark (items wait only for a held link, or Hold).
   explicit OrderQueues(uint64_t watermark_bytes) : watermark_bytes_(watermark_bytes) {}
+  // A new watermark (0: none), for what is handed over from now on.
+  void SetWatermark(uint64_t watermark_bytes) { watermark_bytes_ = watermark_bytes; }
+  uint64_t watermark_bytes() const { return watermark_bytes_; }
 
   // The destination `name` (made at first use with `peer`, the caller's reference to it).
   Destination& At(const std::string& name, int peer) {
@@ -228,7 +231,7 @@ class OrderQueues {
     return false;
   }
 
-  const uint64_t watermark_bytes_;
+  uint64_t watermark_bytes_;
   std::unordered_map<std::string, std::unique_ptr<Destination>> destinations_;
   uint64_t next_arrival_ = 0;
   bool held_ = false;

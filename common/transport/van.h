@@ -118,6 +118,12 @@ struct VanOptions {
   // and fifo-bucket). Messages with tensor bytes then go through the order queues even with
   // watermark_bytes 0.
   bool link_scheduling = false;
+  // With link_scheduling and no watermark: the watermark and tcp_notsent_lowat (> 0: on
+  // the outbound data connections open then and opened later) the Van takes at its first
+  // point-to-point send, carried out by the IO thread before that send (a worker under the
+  // default policy: trirace's transport once it sends; config.h, trirace_on_sends). 0: none.
+  uint64_t watermark_bytes_from_first_send = 0;
+  int tcp_notsent_lowat_from_first_send = 0;
   // > 0: ZeroMQ heartbeats on every connection; one silent this long is closed and
   // reconnected (messages it carried may be lost: callers resend).
   int link_timeout_ms = 0;
@@ -323,6 +329,8 @@ class Van {
   void TuneConnection(int fd);   // IO thread: applies tcp_notsent_lowat to a new connection
   Connection* FindConnection(int peer);
 
+  // Constant once started, but for watermark_bytes and tcp_notsent_lowat, which the IO
+  // thread sets at the first send (watermark_bytes_from_first_send) and reads alone.
   VanOptions options_;
   void* context_ = nullptr;
   void* router_ = nullptr;        // inbound; owned by the IO thread once started

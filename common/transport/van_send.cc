@@ -110,6 +110,20 @@ void Van::Pump(OrderQueue::Destination* only) {
 }
 
 void Van::TransmitToPeer(int peer, Frames* frames) {
+  if (frames->critical && options_.watermark_bytes == 0 &&
+      options_.watermark_bytes_from_first_send > 0) {
+    // The first send: the transport orders tensor bytes from now on (van.h, VanOptions).
+    options_.watermark_bytes = options_.watermark_bytes_from_first_send;
+    order_.SetWatermark(options_.watermark_bytes);
+    if (options_.tcp_notsent_lowat == 0 && options_.tcp_notsent_lowat_from_first_send > 0) {
+      options_.tcp_notsent_lowat = options_.tcp_notsent_lowat_from_first_send;
+      for (const auto& c : connections_) {
+        if (c->data_fd >= 0) TuneConnection(c->data_fd);
+      }
+    }
+    LOG(INFO) << options_.name << ": a point-to-point send: watermark " << options_.watermark_bytes
+            << " bytes, TCP_NOTSENT_LOWAT " << options_.tcp_notsent_lowat << " from now on";
+  }
   if (!frames->control && frames->has_payload && Queued(options_, order_.open_flows(), frames->critical)) {
     QueueData(van_internal::PeerQueueName(peer), peer, frames);
     return;

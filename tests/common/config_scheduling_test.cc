@@ -104,6 +104,27 @@ TEST(ConfigSchedulingTest, TriraceIsCreditWithFramesAndLinkScheduling) {
   ExpectInvalid({{"FERRY_SCHEDULING_POLICY", "tri-race"}}, "FERRY_SCHEDULING_POLICY");
 }
 
+TEST(ConfigSchedulingTest, TheDefaultPolicyTakesTriracesTransportOnSends) {
+  const Config c = Read({});
+  EXPECT_EQ(c.scheduling.policy, SchedulingPolicy::kCredit);
+  EXPECT_EQ(c.transport.frame_bytes, 0) << "not before sends are seen";
+  EXPECT_EQ(c.transport.watermark_bytes, 0);
+  EXPECT_EQ(c.scheduling.trirace_on_sends.frame_bytes, 262144);
+  EXPECT_EQ(c.scheduling.trirace_on_sends.watermark_bytes, 524288);
+  EXPECT_EQ(c.scheduling.trirace_on_sends.tcp_notsent_lowat, 131072);
+  EXPECT_NE(c.Summary().find("policy=credit (trirace once sends are seen)"), std::string::npos);
+  // A policy set, even the default's, is kept as it is.
+  const Config set = Read({{"FERRY_SCHEDULING_POLICY", "credit"}});
+  EXPECT_FALSE(set.scheduling.trirace_on_sends.any());
+  EXPECT_EQ(set.Summary().find("trirace once"), std::string::npos);
+  EXPECT_FALSE(Read({{"FERRY_ENABLE_ASYNC", "1"}}).scheduling.trirace_on_sends.any());
+  // Values set stay: frames off set, then the watermark follows the 64 KiB floor.
+  const Config no_frames = Read({{"FERRY_FRAME_BYTES", "0"}, {"FERRY_TCP_NOTSENT_LOWAT", "0"}});
+  EXPECT_EQ(no_frames.scheduling.trirace_on_sends.frame_bytes, 0);
+  EXPECT_EQ(no_frames.scheduling.trirace_on_sends.watermark_bytes, 131072);
+  EXPECT_EQ(no_frames.scheduling.trirace_on_sends.tcp_notsent_lowat, 0);
+}
+
 TEST(ConfigSchedulingTest, MercuryTurnsOnFramesAndTheWatermarkUnlessSet) {
   Config c = Read({{"FERRY_SCHEDULING_POLICY", "mercury"}});
   EXPECT_EQ(c.transport.frame_bytes, 262144);

@@ -90,3 +90,27 @@ def test_a_pipeline_job_reports_its_shape_and_bound(tmp_path):
     assert code == 2 and "mine.json: stages[0].tensors[0]: 5 is not a positive multiple of 4" in out
     code, out = sim("--pipeline", pipeline, "--workload", "vgg16")
     assert code == 2 and "not with --workload" in out
+
+
+def test_a_pipeline_job_with_sparse_rows(tmp_path):
+    # The hybrid job with an embedding table on stage 0 (vgg16_pipeline_rows.json): every
+    # worker calls push_pull_rows once per iteration, stage 0's replicas with 8192 rows.
+    pipeline = REPO / "bench" / "workloads" / "vgg16_pipeline_rows.json"
+    j = sim_json("--pipeline", pipeline, "--workers", "4", "--colocate", "--rate", "1gbit",
+                 "--byte-scale", "0.05", "--iterations", "3")
+    assert j["pipeline"] == "vgg16_pipeline_rows"
+    assert j["stage_list"][0]["sparse_rows"] == {"table_rows": 1000000, "row_bytes": 48,
+                                                 "rows": 8192}
+    assert "sparse_rows" not in j["stage_list"][1]
+    assert j["rows_calls"] == 4 * 5  # every worker, every iteration (warm-up included)
+    assert j["rows_pushed_bytes"] == 5 * 2 * 8192 * (8 + 48)
+    assert j["rows_answered_bytes"] == 5 * 2 * 8192 * 48
+    assert j["rows_ms_p99"] >= j["rows_ms_p50"] > 0
+    assert j["mean_ms"] >= j["bound_ms"] > 0
+    bad = tmp_path / "rows.json"
+    bad.write_text('{"micro_batches": 2, "activation_bytes": 8, "stash": true, "stages": '
+                   '[{"forward_ms": 1, "backward_ms": 1, "tensors": [4], '
+                   '"sparse_rows": {"table_rows": 10, "row_bytes": 6, "rows": 2}}]}')
+    code, out = sim("--pipeline", bad)
+    assert code == 2 and ("rows.json: stages[0].sparse_rows.row_bytes: 6 is not a positive "
+                          "multiple of 4") in out

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <cstdint>
@@ -497,6 +498,64 @@ TEST(InProcessClusterTest, ADevicePushPullOverlapsCopiesWithSendsAndSumsExactly)
     EXPECT_EQ(device.pinned_live(), 0);
   });
   EXPECT_TRUE(cluster.Finish(kFinishMs));
+}
+
+// The learned order (worker/point_to_point.h): rank 1 asks for tags 3, 2, 1, 0; rank 0's
+// sends of tags 0..3, queued together (its transport's queues held, then released), arrive
+// in call order the first time (nothing learned yet), then in the order rank 1 asked for
+// them; with a declared priority (0 for all) in call order again. Every payload exact.
+TEST(InProcessClusterTest, SendsWithoutAPriorityTakeTheOrderTheirReceiverAskedFor) {
+  // TCP between the workers: the shared-memory lane's payloads skip the order queues.
+  InProcessCluster cluster({1, 2, {{"FERRY_SHM", "0"}}});
+  constexpr int kTags = 4;
+  constexpr uint64_t kCount = 16384;
+  std::vector<std::vector<int>> arrivals;  // rank 1's, per round
+  cluster.RunWorkers([&](Worker& w) {
+    std::vector<std::vector<float>> data(kTags, std::vector<float>(kCount));
+    auto round = [&](int32_t priority, int r) {
+      std::vector<Handle> handles;
+      if (w.rank() == 1) {
+        std::mutex mu;
+        std::condition_variable done;
+        std::vector<int> order;  // completion callbacks run in completion order
+        for (int tag = kTags - 1; tag >= 0; --tag) {
+          w.RecvAsync(data[tag].data(), kCount, DataType::kFloat32, 0, tag,
+                      [&, tag](Handle, const Verdict& v) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        order.push_back(v.ok() ? tag : -1);
+                        done.notify_all();
+                      });
+        }
+        w.Barrier();  // every receive posted before the sends
+        std::unique_lock<std::mutex> lock(mu);
+        ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(20),
+                                  [&] { return order.size() == kTags; }))
+            << "round " << r << ": " << order.size() << " of " << kTags << " receives done";
+        for (int tag = 0; tag < kTags; ++tag) {
+          ASSERT_EQ(data[tag], std::vector<float>(kCount, 10.0f * r + tag)) << "tag " << tag;
+        }
+        arrivals.push_back(order);
+        return;
+      }
+      for (int tag = 0; tag < kTags; ++tag) data[tag].assign(kCount, 10.0f * r + tag);
+      w.Barrier();
+      w.van_for_test().HoldDataQueuesForTest(true);
+      for (int tag = 0; tag < kTags; ++tag) {
+        handles.push_back(w.SendAsync(data[tag].data(), kCount, DataType::kFloat32, 1, tag,
+                                      priority));
+      }
+      w.van_for_test().HoldDataQueuesForTest(false);
+      for (Handle h : handles) w.Wait(h);
+    };
+    round(PointToPoint::kLearnedPriority, 0);
+    round(PointToPoint::kLearnedPriority, 1);
+    round(0, 2);
+  });
+  EXPECT_TRUE(cluster.Finish(kFinishMs));
+  ASSERT_EQ(arrivals.size(), 3u);
+  EXPECT_EQ(arrivals[0], (std::vector<int>{0, 1, 2, 3})) << "nothing learned yet";
+  EXPECT_EQ(arrivals[1], (std::vector<int>{3, 2, 1, 0})) << "the order rank 1 asked for";
+  EXPECT_EQ(arrivals[2], (std::vector<int>{0, 1, 2, 3})) << "declared priorities";
 }
 
 TEST(InProcessClusterTest, SpawnThreadsRunsEveryRankOnItsOwnThread) {

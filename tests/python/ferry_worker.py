@@ -18,7 +18,7 @@ import ferry.torch as bps
 from ferry import _core
 from compression_modes import mode_compression, mode_compression_ddp  # noqa: F401
 from point_to_point_modes import (mode_p2p, mode_p2p_errors, mode_p2p_missing,  # noqa: F401
-                                  mode_process_sets)
+                                  mode_process_sets, mode_sends_switch_transport)
 from parity_modes import (mode_hvd_api, mode_hvd_laggard, mode_hvd_programs,  # noqa: F401
                           mode_hvd_reinit, mode_hvd_stall)  # (run by name)
 

@@ -135,3 +135,29 @@ def mode_process_sets(args, out):
     out["weight"] = w.detach().clone()
     for ps in sets:
         bps.remove_process_set(ps)
+
+
+def mode_sends_switch_transport(args, out):
+    """Rank 0 sends rank 1 one message (unless the argument is "nosend"), then both push_pull a
+    1.2 MB tensor over 4 iterations with step boundaries: under the default policy, every
+    worker takes trirace's frames at the third boundary when any worker sent."""
+    rank = bps.rank()
+    if args.rest[0] == "send":
+        if rank == 0:
+            bps.send(torch.arange(1000, dtype=torch.float32), 1, tag=5)
+        else:
+            got = bps.recv(torch.empty(1000), 0, tag=5)
+            out["received"] = torch.equal(got, torch.arange(1000, dtype=torch.float32))
+    out["before"] = bps.scheduling()
+    out["sums_exact"] = []
+    for it in range(4):
+        x = torch.arange(300000, dtype=torch.float32) + rank + it
+        s = bps.allreduce(x, op=bps.Sum, name="g")
+        out["sums_exact"].append(torch.equal(s, 2 * torch.arange(300000, dtype=torch.float32)
+                                             + 1 + 2 * it))
+        bps.ops.step_boundary()
+    out["after"] = bps.scheduling()
+    x = torch.full((300000,), float(rank + 1))
+    out["sums_exact"].append(torch.equal(bps.allreduce(x, op=bps.Sum, name="g"),
+                                         torch.full((300000,), 3.0)))
+    out["data_queued"] = bps.ops._stats().get("van_data_queued", 0)

@@ -105,3 +105,25 @@ def test_process_sets_of_every_shape_sum_over_their_members(cluster):
         # SGD with lr 1: -(the average of the members' (rank + 1)).
         members = [0, 1] if r["rank"] in (0, 1) else [2, 3]
         assert torch.equal(r["weight"], torch.full((4,), -sum(m + 1 for m in members) / 2.0))
+
+
+@pytest.mark.parametrize("sends,policy", [("send", None), ("nosend", None), ("send", "credit")],
+                         ids=["sends", "no-sends", "credit-set"])
+def test_the_default_policy_takes_trirace_transport_once_a_worker_sends(cluster, sends, policy):
+    # FERRY_PARTITION_MS set: the sizing boundary decides on loopback too; no shared-memory
+    # lane, so that the pushes take TCP (the order queues).
+    env = {"FERRY_PARTITION_MS": "2", "FERRY_SHM": "0"}
+    if policy:
+        env["FERRY_SCHEDULING_POLICY"] = policy
+    c, res = run(cluster, "sends_switch_transport", 2, env=env, timeout=120, args=(sends,))
+    switched = sends == "send" and policy is None
+    for r in res:
+        assert r["sums_exact"] == [True] * 5, r["rank"]
+        assert r["before"]["policy"] == "credit" and r["before"]["frame_bytes"] == 0
+        assert r["after"]["frame_bytes"] == (262144 if switched else 0), r["after"]
+        assert r["after"]["policy"] == ("trirace" if switched else "credit")
+    assert sends == "nosend" or res[1]["received"]
+    # The watermark is the sender's own, from its send on: its pushes go through the order
+    # queues beside the send; the receiver's do not (it sent nothing).
+    assert (res[0]["data_queued"] > 1) == switched, res[0]["data_queued"]
+    assert res[1]["data_queued"] == 0

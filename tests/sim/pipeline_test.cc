@@ -1,7 +1,7 @@
 // ferry-sim's hybrid pipeline + data-parallel jobs (sim/pipeline_*.h): the 1F1B schedule in
 // closed form, the hold-back of a worker's tensor bytes behind its point-to-point sends,
-// weight stashing, the lower bound by hand and never beaten, the file format and the
-// command line.
+// weight stashing, the lower bound by hand and never beaten (with tables of sparse rows too:
+// pipeline_rows_test.cc), the file format and the command line.
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ PipelineSpec TwoStages(int micro_batches, uint64_t activation_bytes, bool stash)
   p.micro_batches = micro_batches;
   p.activation_bytes = activation_bytes;
   p.stash = stash;
-  p.stages = {PipelineStage{2, 3, {}}, PipelineStage{10, 20, {}}};
+  p.stages = {PipelineStage{2, 3, {}, {}}, PipelineStage{10, 20, {}, {}}};
   return p;
 }
 
@@ -115,7 +115,7 @@ TEST(PipelineSimTest, TwoStagesWithoutTensorsTakeTheClosedForm) {
 // carries its pushes to server 1 and its activations to worker 1, nothing else.
 SimOptions BigGradient(const std::string& policy, bool stash) {
   PipelineSpec p = TwoStages(4, 1 << 20, stash);
-  p.stages = {PipelineStage{10, 20, {8u << 20}}, PipelineStage{10, 20, {}}};
+  p.stages = {PipelineStage{10, 20, {8u << 20}, {}}, PipelineStage{10, 20, {}, {}}};
   SimOptions o;
   o.pipeline = p;
   o.cluster.workers = 2;
@@ -202,6 +202,20 @@ TEST(PipelineSimTest, TriraceIsCreditWithTheTransportsFramesAndOrder) {
   EXPECT_GT(credit.pipeline->link_flows, 0u);  // credit schedules links too
 }
 
+TEST(PipelineSimTest, TheDefaultPolicyRunsAPipelineAsTriraceWithoutTheControlLane) {
+  // Unset, the policy takes trirace's frames and watermark once sends are seen: a pipeline
+  // (its stages send) runs as trirace does with the control lane off; a policy set stays.
+  SimOptions unset = BigGradient("credit", true);
+  unset.env.erase("FERRY_SCHEDULING_POLICY");
+  SimOptions trirace = BigGradient("trirace", true);
+  trirace.env["FERRY_CONTROL_LANE"] = "0";
+  const SimResult d = Simulate(unset), t = Simulate(trirace);
+  const SimResult credit = Simulate(BigGradient("credit", true));
+  EXPECT_EQ(d.rounds, t.rounds);
+  EXPECT_EQ(d.median_ms, t.median_ms);
+  EXPECT_GT(d.rounds, 3 * credit.rounds) << "frames: four per 1 MiB partition";
+}
+
 TEST(PipelineSimTest, StepBoundarySizesTheCreditButNotTheSetsPartitions) {
   // hybrid_bench.py calls no StepBoundary: the credit stays FERRY_SCHEDULING_CREDIT x 1 MiB.
   SimOptions o;
@@ -246,7 +260,7 @@ TEST(PipelineBoundTest, ASmallCaseByHand) {
   PipelineSpec p;
   p.micro_batches = 2;
   p.activation_bytes = 1250000;
-  p.stages = {PipelineStage{10, 10, {8u << 20}}, PipelineStage{10, 10, {4u << 20}}};
+  p.stages = {PipelineStage{10, 10, {8u << 20}, {}}, PipelineStage{10, 10, {4u << 20}, {}}};
   PipelineCluster c;
   c.host_of_worker = {0, 1};
   c.host_of_server = {0, 1};
@@ -299,8 +313,12 @@ TEST(PipelineBoundTest, NoSimulatedRunBeatsIt) {
     p.stash = pick(0, 1) == 1;
     const int stages = pick(1, 4);
     for (int s = 0; s < stages; ++s) {
-      PipelineStage stage{pick(0, 20) * 0.5, pick(1, 30) * 0.5, {}};
+      PipelineStage stage{pick(0, 20) * 0.5, pick(1, 30) * 0.5, {}, {}};
       for (int t = pick(0, 4); t > 0; --t) stage.tensors.push_back(4u * pick(1, 2000000));
+      if (pick(0, 2) == 0) {  // an embedding table (pipeline_rows.h)
+        stage.sparse_rows = SparseRows{static_cast<uint64_t>(pick(1, 100000)), 4u * pick(1, 512),
+                                       static_cast<uint64_t>(pick(1, 20000))};
+      }
       p.stages.push_back(stage);
     }
     SimOptions o;

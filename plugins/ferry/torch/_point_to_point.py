@@ -10,8 +10,10 @@ checked. CUDA tensors go through host copies.
 Scheduling: under every scheduling policy but fifo and fifo-bucket, a send is the most urgent
 traffic of its worker: it goes before the worker's gradients on every link it shares with
 them (they are held back while it crosses), and `priority` orders a worker's sends to one
-peer that wait in the transport's queue together (under trirace or mercury; larger first:
-pass the micro-batch's urgency, e.g. -micro_batch so the oldest goes first).
+peer that wait in the transport's queue together (larger first: pass the micro-batch's
+urgency, e.g. -micro_batch so the oldest goes first). Without a priority, a send takes the
+order its receiver taught: the order in which the receiver first asked (recv/irecv) for each
+tag from this worker, learned from the earlier sends on the same (peer, tag).
 """
 
 import torch
@@ -45,14 +47,23 @@ def _check(tensor, peer, tag, what):
         raise TypeError("ferry.torch: %s: the tag must be a 32-bit int, got %r" % (what, tag))
 
 
-def isend(tensor, dst, tag=0, priority=0):
+# The core's "no priority: the learned order" (INT32_MIN, worker/point_to_point.h).
+_LEARNED = -2**31
+
+
+def isend(tensor, dst, tag=0, priority=None):
     """Starts sending `tensor` to rank `dst` for its matching irecv/recv(src=this rank, tag).
     Returns a handle; synchronize(handle) returns `tensor` once the receiver took it, and
-    until then `tensor` must not change. `priority` (a 32-bit int, larger first) orders this
-    worker's sends among themselves."""
+    until then `tensor` must not change. `priority` (an int above -2**31 and below 2**31,
+    larger first) orders this worker's sends among themselves; None: the order the receiver
+    taught (see the module's text)."""
     _check(tensor, dst, tag, "send")
-    if not isinstance(priority, int) or isinstance(priority, bool) or not -2**31 <= priority < 2**31:
-        raise TypeError("ferry.torch: send: the priority must be a 32-bit int, got %r" % (priority,))
+    if priority is None:
+        priority = _LEARNED
+    elif (not isinstance(priority, int) or isinstance(priority, bool) or
+          not -2**31 < priority < 2**31):
+        raise TypeError("ferry.torch: send: the priority must be None or an int above -2**31 "
+                        "and below 2**31, got %r" % (priority,))
     if _direct(tensor):
         wire, code = tensor, _DTYPES[tensor.dtype]
     elif tensor.dtype in _DTYPES:
@@ -91,7 +102,7 @@ def irecv(tensor, src, tag=0):
     return handle
 
 
-def send(tensor, dst, tag=0, priority=0):
+def send(tensor, dst, tag=0, priority=None):
     """Sends `tensor` to rank `dst` (isend + synchronize): returns once the receiver took it
     and `tensor` may be changed again."""
     return synchronize(isend(tensor, dst, tag, priority))
