@@ -35,6 +35,11 @@ int ProcessSets::Add(std::vector<int> ranks, int workers, int named) {
   return id;
 }
 
+void ProcessSets::SwitchPartitionBytes(uint64_t bytes) {
+  for (auto& [id, set] : sets_) set.catalog->SwitchPartitionBytes(bytes);
+  partition_bytes_ = bytes;
+}
+
 void ProcessSets::Remove(int id) {
   FERRY_ENFORCE(sets_.count(id), ErrorCode::kInvalidArgument, "process set ", id,
                 " is not registered");

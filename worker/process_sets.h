@@ -10,9 +10,10 @@
 // Contract: every worker adds the same sets in the same order (the id is the order of
 // Add, from 1), members or not, or every member adds a set under the same named id; a tensor name belongs to one set (ferry.torch keeps the
 // names of different sets apart). Ids are never reused. Not with elastic training or
-// asynchronous training (the Worker refuses); Join refuses while a set exists; a set's
-// catalog keeps its first partition size (SetScheduling and autotune re-cut the global
-// set's tensors only).
+// asynchronous training (the Worker refuses); Join refuses while a set exists. Sets follow
+// the global set's partition size: SwitchPartitionBytes re-cuts every set's tensors when
+// the global set's are (SetScheduling, autotune, FERRY_PARTITION_MS: every worker at the
+// same point, so members agree), and a set added later starts in the size in force.
 //
 // Not thread-safe: the Worker guards it with WorkerContext::mu.
 
@@ -29,7 +30,8 @@ namespace ferry {
 
 class ProcessSets {
  public:
-  // `partition_bytes`, `server_weights`: what a set's catalog starts with.
+  // `partition_bytes` (until SwitchPartitionBytes), `server_weights`: what a set's catalog
+  // starts with.
   ProcessSets(uint64_t partition_bytes, std::vector<double> server_weights)
       : partition_bytes_(partition_bytes), server_weights_(std::move(server_weights)) {}
 
@@ -40,6 +42,10 @@ class ProcessSets {
   // of range or twice, an id taken or out of range, or too many sets.
   static constexpr int kFirstNamedSet = 128;
   int Add(std::vector<int> ranks, int workers, int id = 0);
+  // Switches new operations of every set to partitions of `bytes`
+  // (TensorCatalog::SwitchPartitionBytes), and sets added later start in it.
+  // REQUIRES: no operation of the worker unfinished.
+  void SwitchPartitionBytes(uint64_t bytes);
   // Forgets set `id` and its declarations (their keys stay on the servers). Throws for an
   // unknown id. REQUIRES: no operation of its tensors unfinished.
   void Remove(int id);
@@ -69,7 +75,7 @@ class ProcessSets {
     std::string mask;        // common/types/process_set.h
     std::unique_ptr<TensorCatalog> catalog;
   };
-  const uint64_t partition_bytes_;
+  uint64_t partition_bytes_;
   const std::vector<double> server_weights_;
   std::map<int, Set> sets_;
   std::map<std::string, int> set_of_name_;

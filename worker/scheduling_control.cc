@@ -12,8 +12,10 @@
 namespace ferry {
 
 SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
-                                     ScheduledQueue& queue, SumOverWorkers sum_over_workers)
-    : ctx_(ctx), catalog_(catalog), queue_(queue), sum_over_workers_(std::move(sum_over_workers)) {
+                                     ProcessSets& sets, ScheduledQueue& queue,
+                                     SumOverWorkers sum_over_workers)
+    : ctx_(ctx), catalog_(catalog), sets_(sets), queue_(queue),
+      sum_over_workers_(std::move(sum_over_workers)) {
   const Config::Scheduling& c = ctx_.config.scheduling;
   const int64_t partition = c.InitialPartitionBytes();
   const bool window = c.window_bdp && CreditLike(queue_.policy());
@@ -235,6 +237,7 @@ void SchedulingControl::Apply(const SchedulingChoice& choice, const std::string&
   CHECK(!ctx_.sequencer || !ctx_.sequencer->AnyUnfinished())
       << "scheduling changed with an operation unfinished";
   const uint32_t gen = catalog_.SwitchPartitionBytes(static_cast<uint64_t>(choice.partition_bytes));
+  sets_.SwitchPartitionBytes(static_cast<uint64_t>(choice.partition_bytes));
   current_ = choice;
   ctx_.frame_bytes = static_cast<uint64_t>(choice.frame_bytes);
   if (choice.window_gain > 0) {

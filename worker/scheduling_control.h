@@ -4,8 +4,8 @@
 // It owns the current SchedulingChoice (partition size, credit or window gain, frame
 // size), the iteration clock (StepBoundary: times, trace marks) and the FERRY_AUTOTUNE
 // search over candidates. It starts the queue's window (FERRY_WINDOW=bdp) and applies
-// every choice to the catalog (partitions), the queue (credit or window) and
-// WorkerContext::frame_bytes.
+// every choice to the catalogs (partitions: the global set's and every process set's), the
+// queue (credit or window) and WorkerContext::frame_bytes.
 //
 // A switch of the partition size happens only with none of the Worker's operations
 // unfinished (Sequencer::WaitUntilIdle first): a tensor's partitions change between its
@@ -57,6 +57,7 @@
 #include "worker/worker_context.h"
 #include "worker/partition_scheduling/autotune.h"
 #include "worker/partition_scheduling/scheduled_queue.h"
+#include "worker/process_sets.h"
 #include "worker/tensor_catalog.h"
 
 namespace ferry {
@@ -66,7 +67,8 @@ class SchedulingControl {
   // Replaces `values` by their sum over every worker (a push_pull; it blocks).
   using SumOverWorkers = std::function<void(std::vector<double>& values)>;
   // Every reference outlives this object.
-  SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog, ScheduledQueue& queue,
+  SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog, ProcessSets& sets,
+                    ScheduledQueue& queue,
                     SumOverWorkers sum_over_workers);
 
   // What new operations use now. Takes mu.
@@ -105,6 +107,7 @@ class SchedulingControl {
 
   WorkerContext& ctx_;
   TensorCatalog& catalog_;  // PT_GUARDED_BY(ctx_.mu)
+  ProcessSets& sets_;       // PT_GUARDED_BY(ctx_.mu): cut in the global set's size
   ScheduledQueue& queue_;
   const SumOverWorkers sum_over_workers_;
   SchedulingChoice current_ GUARDED_BY(ctx_.mu);

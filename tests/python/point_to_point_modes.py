@@ -133,6 +133,17 @@ def mode_process_sets(args, out):
     (w * (rank + 1)).sum().backward()
     opt.step()
     out["weight"] = w.detach().clone()
+    # A set's tensors follow the global set's partition size: set_scheduling re-cuts both.
+    x = torch.arange(300000, dtype=torch.float32)  # 1.2 MB
+    recut = []
+    for partition in (None, 65536):
+        if partition:
+            bps.set_scheduling(partition, 4 * partition)
+        before = _core.stats()["partitions_pushed"]
+        total = bps.allreduce(x, op=bps.Sum, name="big", process_set=mine)
+        recut.append((_core.stats()["partitions_pushed"] - before,
+                      torch.equal(total, 2 * torch.arange(300000, dtype=torch.float32))))
+    out["recut"] = recut
     for ps in sets:
         bps.remove_process_set(ps)
 

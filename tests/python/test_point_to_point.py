@@ -105,6 +105,8 @@ def test_process_sets_of_every_shape_sum_over_their_members(cluster):
         # SGD with lr 1: -(the average of the members' (rank + 1)).
         members = [0, 1] if r["rank"] in (0, 1) else [2, 3]
         assert torch.equal(r["weight"], torch.full((4,), -sum(m + 1 for m in members) / 2.0))
+        # 1.2 MB in the set: 2 partitions of 1 MiB, then 19 of 64 KiB; exact sums both times.
+        assert r["recut"] == [(2, True), (19, True)], r["recut"]
 
 
 @pytest.mark.parametrize("sends,policy", [("send", None), ("nosend", None), ("send", "credit")],

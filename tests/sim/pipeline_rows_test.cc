@@ -137,15 +137,17 @@ TEST(PipelineRowsTest, WithStashAnIterationWaitsForThePreviousCall) {
 
 TEST(PipelineRowsTest, ATableIsCutAgainWithTheGlobalSet) {
   // With StepBoundary, FERRY_PARTITION_MS cuts the global set's tensors (the table) in
-  // smaller partitions at the third boundary (the credit follows): the rows of the second
-  // cut go by its placement.
+  // smaller partitions at the third boundary, with the sets' tensors (the credit follows):
+  // the rows of the second cut go by its placement.
   SimOptions o = OnlyRows();
   o.pipeline->stages[0].tensors = {4u << 20};  // for the rate the workers measure
   o.pipeline_step_boundary = true;
   o.iterations = 6;
   const SimResult r = Simulate(o);
   ASSERT_EQ(r.pipeline->cluster.rows_by_cut.size(), 2u);
-  EXPECT_LT(r.pipeline->credit_bytes, 4u << 20);
+  EXPECT_EQ(r.pipeline->cluster.parts_by_cut.size(), 2u);
+  EXPECT_LT(r.partition_bytes, 1u << 20);
+  EXPECT_EQ(r.pipeline->credit_bytes, 4 * r.partition_bytes);
   EXPECT_EQ(r.pipeline->rows_calls, 3u * 8);
 }
 

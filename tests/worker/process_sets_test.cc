@@ -1,5 +1,6 @@
 // ProcessSets (worker/process_sets.h): ids in order or named, each set's own key space,
-// members only, a name in one set, and the refusals' messages.
+// members only, a name in one set, the global set's partition size, and the refusals'
+// messages.
 
 #include "worker/process_sets.h"
 
@@ -40,6 +41,24 @@ TEST(ProcessSetsTest, EachSetDeclaresInItsOwnKeySpaceWithItsMembers) {
   // Both sets' first partition goes to server 0: their placements are their own.
   EXPECT_EQ(a->cuts[0].parts[0].server, 0);
   EXPECT_EQ(b->cuts[0].parts[0].server, 0);
+}
+
+TEST(ProcessSetsTest, EverySetFollowsTheGlobalPartitionSize) {
+  ProcessSets sets(4096, {1.0, 1.0});
+  ASSERT_EQ(sets.Add({0, 1}, 2), 1);
+  auto a = sets.Declare(1, 0, "w", DataType::kFloat32, {4096}, std::nullopt, nullptr);  // 16 KiB
+  EXPECT_EQ(a->cuts[0].parts.size(), 4u);
+  sets.SwitchPartitionBytes(8192);
+  const TensorCatalog& catalog = *sets.OfName("w");
+  EXPECT_EQ(catalog.partition_bytes(), 8192u);
+  ASSERT_EQ(a->cuts.size(), 2u);
+  EXPECT_EQ(a->cuts[catalog.layout()].parts.size(), 2u);
+  EXPECT_EQ(a->cuts[0].parts.size(), 4u) << "the old layout's cut stays for its rounds";
+  // A set added later starts in the size in force.
+  ASSERT_EQ(sets.Add({1}, 2), 2);
+  auto b = sets.Declare(2, 1, "v", DataType::kFloat32, {4096}, std::nullopt, nullptr);
+  EXPECT_EQ(sets.OfName("v")->partition_bytes(), 8192u);
+  EXPECT_EQ(b->cuts[sets.OfName("v")->layout()].parts.size(), 2u);
 }
 
 TEST(ProcessSetsTest, RefusalsNameTheSetAndTheRank) {
