@@ -77,7 +77,7 @@ const std::vector<Flag>& Flags() {
       {"--step-boundary", nullptr,
        "--pipeline: each iteration ends with StepBoundary, as a program stepping "
        "DistributedOptimizer does (hybrid_bench.py does not): FERRY_PARTITION_MS then sizes "
-       "the credit at the third",
+       "every set's partitions, and the credit with them, at the third",
        [](CliOptions& o, const std::string&) { o.sim.pipeline_step_boundary = true; }},
       {"--byte-scale", "X",
        "multiplies every layer's gradient bytes (a pipeline's tensors, activations and table "

@@ -314,22 +314,27 @@ std::vector<std::vector<PipelineCluster::Rows>> RowsByCut(const SimJob& job, Pip
 }
 
 // What the pipeline's bound needs of this cluster: the hosts and the stages' layouts (set
-// s + 1 is stage s's; its tensors' two versions one after the other).
+// s + 1 is stage s's; its tensors' two versions one after the other), for every partition
+// size the run used (every set switches with the global set: each has a layout of each).
 PipelineCluster BoundInputs(const SimOptions& o, const SimJob& job, const Cluster& cluster) {
   PipelineCluster pc;
   pc.host_of_worker = cluster.placing.host_of_worker;
   pc.host_of_server = cluster.placing.host_of_server;
   pc.hosts = static_cast<int>(cluster.host_names.size());
-  for (int s = 0; s < o.pipeline->num_stages(); ++s) {
-    const Layout& layout = *job.set_layouts[static_cast<size_t>(s) + 1];
-    const size_t tensors = layout.parts.size() / 2;
-    std::vector<PipelineCluster::Parts> versions(2);
-    for (size_t t = 0; t < layout.parts.size(); ++t) {
-      for (const SimPart& p : layout.parts[t]) {
-        versions[t / std::max<size_t>(tensors, 1)].emplace_back(p.server, p.wire_bytes);
+  for (const auto& cut : job.sets.at(1).layouts) {
+    std::vector<std::vector<PipelineCluster::Parts>> by_stage;
+    for (int s = 0; s < o.pipeline->num_stages(); ++s) {
+      const Layout& layout = *job.sets[static_cast<size_t>(s) + 1].layouts.at(cut.first);
+      const size_t tensors = layout.parts.size() / 2;
+      std::vector<PipelineCluster::Parts> versions(2);
+      for (size_t t = 0; t < layout.parts.size(); ++t) {
+        for (const SimPart& p : layout.parts[t]) {
+          versions[t / std::max<size_t>(tensors, 1)].emplace_back(p.server, p.wire_bytes);
+        }
       }
+      by_stage.push_back(std::move(versions));
     }
-    pc.stage_parts.push_back(std::move(versions));
+    pc.parts_by_cut.push_back(std::move(by_stage));
   }
   return pc;
 }
@@ -376,7 +381,8 @@ SimResult SimulatePipeline(const SimOptions& o) {
   SimJob job;
   Cluster cluster;
   SetUp(o, config, job, cluster);
-  // A set's catalog keeps its first partition size (worker/process_sets.h).
+  // The sets start in the first partition size and switch with the global set's
+  // (worker/process_sets.h; PipelineWorker).
   const auto partition = static_cast<uint64_t>(config.scheduling.InitialPartitionBytes());
   // Each stage's set holds two versions of its tensors, declared one after the other.
   std::vector<int> sets;
@@ -405,7 +411,7 @@ SimResult SimulatePipeline(const SimOptions& o) {
   PipelineOutcome p = PipelineResults(job, workers, &iteration_ms);
   SimResult r;
   Report(job, cluster, senders, std::move(iteration_ms), r);
-  r.partition_bytes = partition;
+  r.partition_bytes = workers.front()->partition_bytes();
   p.stages = spec.num_stages();
   p.replicas = replicas;
   p.mean_ms = Summarize(r.iteration_ms).mean_ms;

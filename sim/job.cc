@@ -36,11 +36,12 @@ CodecRates CodecRatesOf(const CompressionSpec& spec) {
   return CodecRates{};
 }
 
-std::unique_ptr<Layout> SimJob::MakeLayout(const std::vector<uint64_t>& bytes,
-                                           uint32_t first_id, uint32_t number,
-                                           uint64_t partition_bytes) const {
-  auto layout = std::make_unique<Layout>();
-  layout->number = number;
+const Layout& SimJob::CatalogLayout(Layouts& layouts, const std::vector<uint64_t>& bytes,
+                                    uint32_t first_id, uint64_t partition_bytes) const {
+  std::unique_ptr<Layout>& layout = layouts[partition_bytes];
+  if (layout) return *layout;
+  layout = std::make_unique<Layout>();
+  layout->number = static_cast<uint32_t>(layouts.size() - 1);  // the sizes used before it
   layout->partition_bytes = partition_bytes;
   Placement placement(weights);
   // The worker's choice (Worker::CompressionOf, PushCompression): float32 tensors of at
@@ -51,40 +52,40 @@ std::unique_ptr<Layout> SimJob::MakeLayout(const std::vector<uint64_t>& bytes,
     const bool compress = bytes[l] >= static_cast<uint64_t>(config.compression.min_bytes);
     for (const PartitionSpec& p : SplitTensor(bytes[l], 4, partition_bytes)) {
       const bool smaller = compress && CompressesTo(spec, DataType::kFloat32, p.bytes);
-      parts.push_back(SimPart{MakeLayoutKey(first_id + static_cast<uint32_t>(l), number, p.index),
-                              p.bytes, placement.Assign(p.bytes),
-                              smaller ? CompressedBytes(spec, p.bytes / 4) : p.bytes});
+      parts.push_back(SimPart{
+          MakeLayoutKey(first_id + static_cast<uint32_t>(l), layout->number, p.index), p.bytes,
+          placement.Assign(p.bytes), smaller ? CompressedBytes(spec, p.bytes / 4) : p.bytes});
     }
     layout->parts.push_back(std::move(parts));
   }
-  return layout;
+  return *layout;
 }
 
 const Layout& SimJob::LayoutFor(uint64_t partition_bytes) {
-  std::unique_ptr<Layout>& layout = layouts[partition_bytes];
-  if (layout) return *layout;
   std::vector<uint64_t> bytes;
   for (const Layer& l : workload.layers) bytes.push_back(l.bytes);
-  layout = MakeLayout(bytes, 0, static_cast<uint32_t>(layouts.size() - 1), partition_bytes);
-  return *layout;
+  return CatalogLayout(layouts, bytes, 0, partition_bytes);
 }
 
 int SimJob::AddProcessSet(int members, const std::vector<uint64_t>& bytes,
                           uint64_t partition_bytes) {
-  if (set_members.empty()) {
-    set_members.push_back(0);  // the global set's place
-    set_layouts.emplace_back();
-  }
-  const int id = static_cast<int>(set_members.size());
+  if (sets.empty()) sets.emplace_back();  // the global set's place
+  const int id = static_cast<int>(sets.size());
   CHECK_LE(id, kMaxProcessSets) << "too many process sets";
-  set_members.push_back(members);
-  set_layouts.push_back(MakeLayout(bytes, ProcessSetFirstId(id), 0, partition_bytes));
+  sets.push_back(SimProcessSet{members, bytes, {}});
+  SetLayoutFor(id, partition_bytes);  // its layout 0
   return id;
+}
+
+const Layout& SimJob::SetLayoutFor(int set, uint64_t partition_bytes) {
+  CHECK(set >= 1 && set < static_cast<int>(sets.size())) << "no process set " << set;
+  SimProcessSet& s = sets[static_cast<size_t>(set)];
+  return CatalogLayout(s.layouts, s.bytes, ProcessSetFirstId(set), partition_bytes);
 }
 
 int SimJob::Members(uint64_t key) const {
   const int set = ProcessSetOfId(KeyTensor(key));
-  return set == 0 ? num_workers : set_members[static_cast<size_t>(set)];
+  return set == 0 ? num_workers : sets[static_cast<size_t>(set)].members;
 }
 
 bool SimJob::SizesPartitionsByTime() const {

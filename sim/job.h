@@ -4,7 +4,8 @@
 // worker Config (read from the same FERRY_* variables a real worker reads), the workload,
 // the server weights and the layouts (each partition size cuts and places the model once,
 // with the worker's own SplitTensor and Placement, identically for every worker; each
-// process set's tensors with a Placement of their own, as a set's TensorCatalog places them).
+// process set's tensors with a Placement of their own per size, as a set's TensorCatalog
+// places them).
 
 #include <cstdint>
 #include <map>
@@ -51,9 +52,22 @@ struct PartRecord {
 };
 
 struct Layout {
-  uint32_t number = 0;  // the layout generation (0: the first size used)
+  uint32_t number = 0;  // the layout generation (0: the first size its catalog used)
   uint64_t partition_bytes = 0;
   std::vector<std::vector<SimPart>> parts;  // by layer (declaration = forward order)
+};
+
+// One catalog's layouts by partition size, each numbered in the order of first use, as
+// TensorCatalog::SwitchPartitionBytes numbers its generations (so each has keys of its own).
+using Layouts = std::map<uint64_t, std::unique_ptr<Layout>>;
+
+// A process set (worker/process_sets.h): its members, its tensors (forward order) and their
+// layouts. Its catalog starts in the partition size in force when the set is added and
+// switches whenever the global set's does (ProcessSets::SwitchPartitionBytes).
+struct SimProcessSet {
+  int members = 0;
+  std::vector<uint64_t> bytes;
+  Layouts layouts;
 };
 
 struct SimJob {
@@ -64,29 +78,29 @@ struct SimJob {
   Workload workload;
   int num_workers = 0;
   int num_servers = 0;
-  std::vector<double> weights;  // by server rank
-  double sum_bytes_per_us = 8000;  // one engine thread's summation rate
-  CodecRates codec;                // FERRY_COMPRESSION's (unused without compression)
-  std::map<uint64_t, std::unique_ptr<Layout>> layouts;  // by partition size
-  std::vector<SimSender*> senders;                      // by rank
-  uint64_t timed_partition_bytes = 0;                   // FERRY_PARTITION_MS's choice, once made
-  // Process sets (worker/process_sets.h), by id from 1: each set's members (set_members[0]
-  // unused: the global set is every worker) and its tensors' layout (in the set's first
-  // partition size, which a set keeps).
-  std::vector<int> set_members;
-  std::vector<std::unique_ptr<Layout>> set_layouts;
+  std::vector<double> weights;         // by server rank
+  double sum_bytes_per_us = 8000;      // one engine thread's summation rate
+  CodecRates codec;                    // FERRY_COMPRESSION's (unused without compression)
+  Layouts layouts;                     // the global set's
+  std::vector<SimSender*> senders;     // by rank
+  uint64_t timed_partition_bytes = 0;  // FERRY_PARTITION_MS's choice, once made
+  // Process sets by id from 1 (sets[0] unused: the global set is every worker).
+  std::vector<SimProcessSet> sets;
 
   // Nodes: servers 0..S-1, then workers.
   int ServerNode(int rank) const { return rank; }
   int WorkerNode(int rank) const { return num_servers + rank; }
   // The workers whose pushes make a round of `key`: its process set's members.
   int Members(uint64_t key) const;
-  // The layout for `partition_bytes`, made on first use.
+  // The global set's layout for `partition_bytes`, made on first use.
   const Layout& LayoutFor(uint64_t partition_bytes);
   // Adds a process set of `members` workers whose tensors (forward order) have `bytes`;
-  // returns its id. Its tensors are cut in `partition_bytes` and placed by a Placement of
-  // their own over every server.
+  // returns its id. Its tensors are cut in `partition_bytes` (the size in force: its
+  // layout 0) and placed by a Placement of their own over every server.
   int AddProcessSet(int members, const std::vector<uint64_t>& bytes, uint64_t partition_bytes);
+  // Process set `set`'s layout for `partition_bytes`, made on first use (the set's catalog
+  // switching to that size with the global set's).
+  const Layout& SetLayoutFor(int set, uint64_t partition_bytes);
   // The StepBoundary (counted from 1) at which FERRY_PARTITION_MS sizes partitions, as
   // SchedulingControl does, and whether it does (not under p3 nor with FERRY_AUTOTUNE).
   static constexpr int kTimedBoundary = 3;
@@ -98,9 +112,10 @@ struct SimJob {
   uint64_t TimedPartitionBytes(uint64_t current);
 
  private:
-  // Tensors of `bytes` (forward order) cut and placed as one catalog: ids from `first_id`.
-  std::unique_ptr<Layout> MakeLayout(const std::vector<uint64_t>& bytes, uint32_t first_id,
-                                     uint32_t number, uint64_t partition_bytes) const;
+  // One catalog's tensors of `bytes` (forward order, ids from `first_id`) cut and placed in
+  // `partition_bytes`: its layout for that size in `layouts`, made on first use.
+  const Layout& CatalogLayout(Layouts& layouts, const std::vector<uint64_t>& bytes,
+                              uint32_t first_id, uint64_t partition_bytes) const;
 };
 
 }  // namespace ferry::sim

@@ -97,6 +97,15 @@ void AddPushPulls(const PipelineCluster& c, int rank, const PipelineCluster::Par
   }
 }
 
+// Makes `least` (empty: none yet) the least of it and `bytes` on each link.
+void KeepLeast(std::vector<double> bytes, std::vector<double>& least) {
+  if (least.empty()) {
+    least = std::move(bytes);
+    return;
+  }
+  for (size_t h = 0; h < least.size(); ++h) least[h] = std::min(least[h], bytes[h]);
+}
+
 // Adds the tables' rows of one iteration to the links: every worker's ROWS_PUSHes to
 // servers on other hosts and the answers back, the least over the cuts on each link.
 void AddLeastRows(const PipelineCluster& c, int replicas, std::vector<double>& up,
@@ -117,15 +126,8 @@ void AddLeastRows(const PipelineCluster& c, int replicas, std::vector<double>& u
         }
       }
     }
-    if (least_up.empty()) {
-      least_up = std::move(u);
-      least_down = std::move(d);
-      continue;
-    }
-    for (int h = 0; h < c.hosts; ++h) {
-      least_up[h] = std::min(least_up[h], u[h]);
-      least_down[h] = std::min(least_down[h], d[h]);
-    }
+    KeepLeast(std::move(u), least_up);
+    KeepLeast(std::move(d), least_down);
   }
   for (size_t h = 0; h < least_up.size(); ++h) {
     up[h] += least_up[h];
@@ -134,24 +136,29 @@ void AddLeastRows(const PipelineCluster& c, int replicas, std::vector<double>& u
 }
 
 // T_link's bytes: the busiest host link direction in one iteration (on average over the
-// versions; the tables' rows).
+// versions, the least over the sets' cuts; the tables' rows).
 double BusiestLinkBytes(const PipelineSpec& spec, const PipelineCluster& c) {
   const int S = spec.num_stages();
   const int W = static_cast<int>(c.host_of_worker.size());
   const int R = W / S;
-  std::vector<double> up(c.hosts, 0.0), down(c.hosts, 0.0);
-  for (int r = 0; r < W; ++r) {
-    const int s = r / R;
-    const int h = c.host_of_worker[r];
-    const int neighbours = (s > 0 ? 1 : 0) + (s + 1 < S ? 1 : 0);
-    const double sends =
-        static_cast<double>(spec.activation_bytes) * spec.micro_batches * neighbours;
-    up[h] += sends;
-    down[h] += sends;
-    const auto& versions = c.stage_parts[s];
-    for (const PipelineCluster::Parts& parts : versions) {
-      AddPushPulls(c, r, parts, 1.0 / static_cast<double>(versions.size()), up, down);
+  std::vector<double> up, down;
+  for (const std::vector<std::vector<PipelineCluster::Parts>>& cut : c.parts_by_cut) {
+    std::vector<double> u(c.hosts, 0.0), d(c.hosts, 0.0);
+    for (int r = 0; r < W; ++r) {
+      const int s = r / R;
+      const int h = c.host_of_worker[r];
+      const int neighbours = (s > 0 ? 1 : 0) + (s + 1 < S ? 1 : 0);
+      const double sends =
+          static_cast<double>(spec.activation_bytes) * spec.micro_batches * neighbours;
+      u[h] += sends;
+      d[h] += sends;
+      const auto& versions = cut[s];
+      for (const PipelineCluster::Parts& parts : versions) {
+        AddPushPulls(c, r, parts, 1.0 / static_cast<double>(versions.size()), u, d);
+      }
     }
+    KeepLeast(std::move(u), up);
+    KeepLeast(std::move(d), down);
   }
   AddLeastRows(c, R, up, down);
   return std::max(*std::max_element(up.begin(), up.end()),
@@ -188,10 +195,13 @@ std::vector<double> StagePushPullUs(const PipelineSpec& spec, const PipelineClus
   std::vector<double> us;
   for (int s = 0; s < S; ++s) {
     double least = std::numeric_limits<double>::max();
-    for (const PipelineCluster::Parts& parts : cluster.stage_parts[s]) {
-      least = std::min(least, PushPullBytes(cluster, s, R, parts));
+    for (const std::vector<std::vector<PipelineCluster::Parts>>& cut : cluster.parts_by_cut) {
+      for (const PipelineCluster::Parts& parts : cut[s]) {
+        least = std::min(least, PushPullBytes(cluster, s, R, parts));
+      }
     }
-    us.push_back(cluster.stage_parts[s].empty() ? 0.0 : least / (rate_bits_per_s / 8 / 1e6));
+    const bool none = least == std::numeric_limits<double>::max();  // no version given
+    us.push_back(none ? 0.0 : least / (rate_bits_per_s / 8 / 1e6));
   }
   return us;
 }
@@ -205,7 +215,8 @@ double PipelineIterationUs(const PipelineSpec& spec, double send_us) {
 
 PipelineBound ComputePipelineBound(const PipelineSpec& spec, const PipelineCluster& cluster,
                                    double rate_bits_per_s, double latency_us) {
-  CHECK_EQ(cluster.stage_parts.size(), spec.stages.size());
+  CHECK(!cluster.parts_by_cut.empty()) << "no cut of the sets";
+  for (const auto& cut : cluster.parts_by_cut) CHECK_EQ(cut.size(), spec.stages.size());
   const double bytes_per_us = rate_bits_per_s / 8 / 1e6;
   const double send_us = static_cast<double>(spec.activation_bytes) / bytes_per_us + latency_us;
   const std::vector<double> push_pull_us = StagePushPullUs(spec, cluster, rate_bits_per_s);

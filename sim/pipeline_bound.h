@@ -12,7 +12,8 @@
 //              for the member with the least, and (b) the pushes from members on other
 //              hosts that one server's downlink must take, for the server with the most;
 //              over the rate; the least over the stage's versions of its tensors (iterations
-//              alternate between two, each placed on its own: PipelineWorker).
+//              alternate between two, each placed on its own: PipelineWorker) and over the
+//              cuts of them the run used (every set is cut again when the global set is).
 //   T_schedule the period of the schedule over many iterations, each stage starting
 //              iteration t+1 once its sends of t arrived and, with stash, its push_pull of
 //              t-1 had P_s after that iteration's last backward; without, its push_pull of
@@ -20,18 +21,20 @@
 //   T_link     every host link and direction: the bytes it carries in one iteration, on
 //              average over the versions (its worker's sends and receives between stages,
 //              its worker's pushes to servers on other hosts and the sums back, its
-//              servers' sums to and pushes from workers on other hosts), plus the tables'
-//              rows (its worker's ROWS_PUSHes to servers on other hosts and the answers back,
-//              its servers' answers to and pushes from workers on other hosts; the least
-//              over the cuts of the tables the run used), over the rate; the busiest.
+//              servers' sums to and pushes from workers on other hosts; the least over the
+//              cuts of the sets the run used), plus the tables' rows (its worker's
+//              ROWS_PUSHes to servers on other hosts and the answers back, its servers'
+//              answers to and pushes from workers on other hosts; the least over the cuts
+//              of the tables the run used), over the rate; the busiest.
 //   bound      max(T_schedule, T_link).
 //
 // Every term only drops work (queueing, headers, TCP's overhead, summation, the message
 // cost) from what the simulation times. What that guarantees: no worker starts iteration t
 // before the schedule's start of its stage (PipelineStartsUs), and by the start of
 // iteration t + 1 the busiest link carried t iterations' bytes (t + 1 without stash; at
-// least (t - 1) x T_link's bytes whichever versions they were), so a long run's mean
-// iteration is at least the bound. A single iteration can be shorter
+// least (t - 1) x T_link's bytes whichever versions they were; (t - 2) x with the sets cut
+// again, whose switch can leave one more iteration without its other version), so a long
+// run's mean iteration is at least the bound. A single iteration can be shorter
 // (with stash, iterations often alternate between short and long), and so can a median.
 
 #include <cstdint>
@@ -49,8 +52,10 @@ struct PipelineCluster {
   int hosts = 0;
   // One iteration's partitions of a stage's set: (server, bytes on the wire).
   using Parts = std::vector<std::pair<int, uint64_t>>;
-  // By stage, by version of its tensors (one or more; iterations take them in turn).
-  std::vector<std::vector<Parts>> stage_parts;
+  // By cut of the sets the run used (one or more: every set is cut again in each partition
+  // size the global set switches to), by stage, by version of its tensors (one or more;
+  // iterations take them in turn).
+  std::vector<std::vector<std::vector<Parts>>> parts_by_cut;
   // One replica's push_pull_rows of its stage's table in one iteration (sim/pipeline_rows.h),
   // by server: ROWS_PUSH and ROWS_RESULT payload bytes (a worker of another stage moves
   // none). By cut of the global set the run used (a table cut again may change servers),

@@ -19,18 +19,18 @@ PipelineWorker::PipelineWorker(SimJob& job, const PipelineSpec& spec, int rank, 
       stage_(rank / (job.num_workers / spec.num_stages())),
       replicas_(job.num_workers / spec.num_stages()),
       set_(set),
-      layout_(*job.set_layouts.at(static_cast<size_t>(set))),
+      layout_(&job.SetLayoutFor(set, partition_bytes_)),
+      tensors_(layout_->parts.size()),
       step_boundary_(step_boundary),
       peers_(peers),
       rows_(rows),
       ops_(Schedule1F1B(stage_, spec.num_stages(), spec.micro_batches)) {
   CHECK_EQ(job.num_workers % spec.num_stages(), 0);
-  CHECK_EQ(layout_.parts.size(), 2 * spec.stages[stage_].tensors.size()) << "two versions";
+  CHECK_EQ(tensors_, 2 * spec.stages[stage_].tensors.size()) << "two versions";
   sender_.SetPartSummed([this](uint32_t tensor) { PartSummed(tensor); });
-  const size_t tensors = layout_.parts.size();
-  rows_.SetAnswered(
-      rank, [this, tensors](size_t table) { PartSummed(static_cast<uint32_t>(tensors + table)); });
-  const size_t collectives = tensors + rows_.tables();
+  rows_.SetAnswered(rank,
+                    [this](size_t table) { PartSummed(static_cast<uint32_t>(tensors_ + table)); });
+  const size_t collectives = tensors_ + rows_.tables();
   parts_left_.assign(collectives, 0);
   pushing_iteration_.assign(collectives, -1);
   deferred_.assign(collectives, -1);
@@ -89,7 +89,7 @@ bool PipelineWorker::EndIteration() {
   const int waits_for = spec_.stash ? iteration_ - 1 : iteration_;
   if (open_push_pulls_.count(waits_for) > 0) return false;  // a sum calls again
   if (step_boundary_) {
-    if (!SizeCreditByTime()) return false;
+    if (!SizePartitionsByTime()) return false;
     boundaries_++;
     sender_.core().Step(job_.events.now());
   }
@@ -98,12 +98,13 @@ bool PipelineWorker::EndIteration() {
   return true;
 }
 
-bool PipelineWorker::SizeCreditByTime() {
+bool PipelineWorker::SizePartitionsByTime() {
   if (!job_.SizesPartitionsByTime() || boundaries_ + 1 != SimJob::kTimedBoundary) return true;
   const uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
   if (bytes == partition_bytes_) return true;
   if (!open_push_pulls_.empty()) return false;  // WaitUntilIdleOrThrow; a sum calls again
   SetPartitionBytes(bytes);
+  layout_ = &job_.SetLayoutFor(set_, bytes);
   return true;
 }
 
@@ -136,7 +137,7 @@ void PipelineWorker::OnArrival(bool activation) {
 
 void PipelineWorker::PushStage() {
   pushed_ = true;
-  const size_t tensors = layout_.parts.size() / 2;
+  const size_t tensors = tensors_ / 2;
   const size_t tables = rows_.tables();
   if (tensors + tables == 0) return;
   open_push_pulls_[iteration_] = static_cast<int>(tensors + tables);
@@ -159,12 +160,12 @@ void PipelineWorker::StartOrDefer(size_t index) {
 
 void PipelineWorker::Push(size_t index, int iteration) {
   pushing_iteration_[index] = iteration;
-  if (index >= layout_.parts.size()) {  // a table's rows: an answer from every server
+  if (index >= tensors_) {  // a table's rows: an answer from every server
     parts_left_[index] = job_.num_servers;
-    rows_.Push(rank_, index - layout_.parts.size(), partition_bytes_);
+    rows_.Push(rank_, index - tensors_, partition_bytes_);
     return;
   }
-  const std::vector<SimPart>& parts = layout_.parts[index];
+  const std::vector<SimPart>& parts = layout_->parts[index];
   parts_left_[index] = static_cast<int>(parts.size());
   // The catalog's default priority: -id (declaration order), ids from the set's first.
   const uint64_t id = ProcessSetFirstId(set_) + index;

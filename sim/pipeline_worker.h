@@ -24,10 +24,11 @@
 //
 // With `step_boundary` each iteration ends with StepBoundary, as a program that steps
 // DistributedOptimizer does (hybrid_bench.py does not): the policy's step, and at the
-// boundary where FERRY_PARTITION_MS sizes partitions, SchedulingControl re-cuts only the
-// global set's tensors (the tables: their rows may change servers; a set keeps its
-// partition size) and sets the credit for the new size, after waiting for every push_pull
-// (the sequencer idle).
+// boundary where FERRY_PARTITION_MS sizes partitions, SchedulingControl cuts every set's
+// tensors in the new size from then on (the global set's, the tables: their rows may change
+// servers; the stage's set's, each version in a layout of that size: fresh keys, its own
+// placement) and sets the credit for it, after waiting for every push_pull (the sequencer
+// idle).
 //
 // The push_pulls go through SimSender (the worker's own scheduling code); the sends are
 // the fabric's point-to-point messages (critical flows under link scheduling: Fabric).
@@ -59,7 +60,7 @@ struct SendRecord {
 class PipelineWorker : public SimWorkerBase {
  public:
   // `peers`: every worker of the job by rank (this one included), filled before Start.
-  // `set`: the stage's process set, whose layout holds both versions of the stage's tensors
+  // `set`: the stage's process set, whose layouts hold both versions of the stage's tensors
   // (version 0's, then version 1's). `rows`: the job's tables. `jitter`, `seed`: as
   // SimWorker's.
   PipelineWorker(SimJob& job, const PipelineSpec& spec, int rank, int set,
@@ -82,8 +83,9 @@ class PipelineWorker : public SimWorkerBase {
   void Advance();
   // The end of an iteration: true once its conditions hold (then the next one started).
   bool EndIteration();
-  // The timed boundary's credit (above): false while it waits for the push_pulls.
-  bool SizeCreditByTime();
+  // The timed boundary's partition size and credit (above): false while it waits for the
+  // push_pulls.
+  bool SizePartitionsByTime();
   void StartIteration();
   bool Ready(const PipelineOp& op) const;
   void Finished(const PipelineOp& op);
@@ -103,7 +105,8 @@ class PipelineWorker : public SimWorkerBase {
   const int stage_;
   const int replicas_;
   const int set_;
-  const Layout& layout_;
+  const Layout* layout_;  // the set's, in partition_bytes_: what new push_pulls are cut in
+  const size_t tensors_;  // the set's (both versions), in every layout
   const bool step_boundary_;
   const std::vector<PipelineWorker*>& peers_;
   PipelineRows& rows_;
@@ -113,7 +116,7 @@ class PipelineWorker : public SimWorkerBase {
   bool pushed_ = false;  // this iteration's push_pulls started (or deferred)
   int iteration_ = 0;
   int boundaries_ = 0;  // StepBoundary calls so far
-  // partition_bytes_ (SimWorkerBase): the global set's, which the credit is for.
+  // partition_bytes_ (SimWorkerBase): every set's, which the credit is for.
   // Sends that arrived here, counted over the run: micro-batch k of iteration t is the
   // (t * M + k)-th (a connection delivers in order, and a sender starts iteration t + 1
   // only once every send of t arrived).
