@@ -93,16 +93,17 @@ def worker(args):
     # Every table, on every worker (push_pull_rows has no process sets): this stage's with
     # its rows, the others' with none; each as urgent as its stage's first tensor, whose
     # priority is the catalog's default, -id, with ids from ProcessSetFirstId(set) = set << 24
-    # (worker/tensor_catalog.h).
+    # (worker/tensor_catalog.h). Two names per table, as the gradients have two versions:
+    # with stashing, an iteration's rows may still be on their way when the next one's go.
     rng = torch.Generator().manual_seed(rank)
     tables = [("stage%d.rows" % t, table["table_rows"],
                torch.zeros(table["rows"] if t == s else 0, row_words(table, args.byte_scale)),
                -(sets[t].process_set_id << 24)) for t, table in tables_of(spec)]
 
-    def push_rows():
+    def push_rows(it):
         return [hvd.push_pull_rows_async(
                     values, torch.randint(table_rows, (values.shape[0],), generator=rng),
-                    name, num_rows=table_rows, priority=priority)
+                    "%s.v%d" % (name, it % 2), num_rows=table_rows, priority=priority)
                 for name, table_rows, values, priority in tables]
 
     forward_s = stage["forward_ms"] * args.compute_scale / 1000.0
@@ -138,7 +139,7 @@ def worker(args):
             backward(k)
         # the tables' rows first; tensors declared in forward order: the first most urgent
         # (each version in turn)
-        handles = push_rows() + [
+        handles = push_rows(it) + [
             hvd.allreduce_async_(t, name="stage%d.t%d.v%d" % (s, i, it % 2), process_set=sets[s])
             for i, t in enumerate(versions[it % 2])]
         for h in sends:

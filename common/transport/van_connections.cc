@@ -176,22 +176,49 @@ void Van::TuneConnection(int fd) {
   }
 }
 
-void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
-  // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
+namespace {
+
+// A monitor event's two frames, closed when it goes.
+struct MonitorEvent {
   zmq_msg_t event, address;
-  zmq_msg_init(&event);
-  zmq_msg_init(&address);
-  if (zmq_msg_recv(&event, monitor, ZMQ_DONTWAIT) < 0) {
+  MonitorEvent() {
+    zmq_msg_init(&event);
+    zmq_msg_init(&address);
+  }
+  ~MonitorEvent() {
     zmq_msg_close(&event);
     zmq_msg_close(&address);
-    return;
   }
-  if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor, 0);
-  uint16_t id = 0;
-  if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+  MonitorEvent(const MonitorEvent&) = delete;
+  MonitorEvent& operator=(const MonitorEvent&) = delete;
+  // Reads the next event of `monitor`: false if none waits.
+  bool Receive(void* monitor) {
+    if (zmq_msg_recv(&event, monitor, ZMQ_DONTWAIT) < 0) return false;
+    if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor, 0);
+    return true;
+  }
+  uint16_t id() {
+    uint16_t id = 0;
+    if (zmq_msg_size(&event) >= 2) std::memcpy(&id, zmq_msg_data(&event), 2);
+    return id;
+  }
+  // The event's value: for ACCEPTED and CONNECTED, the new connection's descriptor.
+  int32_t value() {
+    int32_t value = -1;
+    if (zmq_msg_size(&event) >= 6) std::memcpy(&value, static_cast<char*>(zmq_msg_data(&event)) + 2, 4);
+    return value;
+  }
+};
+
+}  // namespace
+
+void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
+  // Monitor messages: [event id (2 bytes) + value (4 bytes)] [endpoint].
+  MonitorEvent e;
+  if (!e.Receive(monitor)) return;
+  const uint16_t id = e.id();
   if (id == ZMQ_EVENT_ACCEPTED || id == ZMQ_EVENT_CONNECTED) {
-    int32_t fd = -1;  // the event's value: the new connection's descriptor
-    if (zmq_msg_size(&event) >= 6) std::memcpy(&fd, static_cast<char*>(zmq_msg_data(&event)) + 2, 4);
+    const int32_t fd = e.value();
     if (fd >= 0 && options_.tcp_notsent_lowat > 0) TuneConnection(fd);
     if (fd >= 0 && connection) {
       connection->data_fd = fd;
@@ -200,19 +227,11 @@ void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
                         link_paths_.Of(fd));
       }
     }
-    zmq_msg_close(&event);
-    zmq_msg_close(&address);
     return;
   }
-  if (id == ZMQ_EVENT_MONITOR_STOPPED) {
-    zmq_msg_close(&event);
-    zmq_msg_close(&address);
-    return;
-  }
+  if (id == ZMQ_EVENT_MONITOR_STOPPED) return;
   if (id == ZMQ_EVENT_DISCONNECTED && connection) {  // an outbound data lane's
     connection->data_fd = -1;
-    zmq_msg_close(&event);
-    zmq_msg_close(&address);
     return;
   }
   if (id == ZMQ_EVENT_DISCONNECTED) {
@@ -225,21 +244,17 @@ void Van::HandleMonitorEvent(void* monitor, Connection* connection) {
                 << "-byte limit, FERRY_MAX_MESSAGE_BYTES, or a protocol error); " << closed
                 << " so far";
     }
-    zmq_msg_close(&event);
-    zmq_msg_close(&address);
     return;
   }
   uint64_t n = ++counters_.connections_refused;
   if (n <= 20 || n % 1000 == 0) {
-    LOG(WARNING) << options_.name << ": a connection to " << FrameString(&address)
+    LOG(WARNING) << options_.name << ": a connection to " << FrameString(&e.address)
                  << " failed the handshake ("
                  << (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "authentication refused"
                      : secure_ ? "not CURVE with this cluster's keys: wrong or missing FERRY_SECRET?"
                                : "not a ZeroMQ peer speaking Ferry's protocol")
                  << "); " << n << " refused so far";
   }
-  zmq_msg_close(&event);
-  zmq_msg_close(&address);
 }
 
 CounterValues VanCounterValues(const VanStats& s) {

@@ -43,6 +43,21 @@ bool Queued(const VanOptions& options, size_t open_flows, bool critical) {
   return options.watermark_bytes > 0 || (options.link_scheduling && (critical || open_flows > 0));
 }
 
+// Closes the flows of `order` that are measured gone (van.h, Links): a flow ends once
+// nothing of it is queued, unreleased or in the kernel, or at once while its connection is
+// down (ZeroMQ keeps its bytes until a reconnect: none is on a link, and a dead peer must
+// not hold this worker's other traffic for good). `data_fd(peer)`: the descriptor of the
+// peer's data connection, -1 while it is down.
+template <typename Queues, typename DataFd>
+void CloseFlowsGone(Queues& order, DataFd&& data_fd) {
+  for (auto* d : order.OpenFlows()) {
+    const int fd = data_fd(d->peer());
+    const bool sent = d->critical_queued() == 0 &&
+                      d->critical_unreleased().load(std::memory_order_relaxed) == 0;
+    if (fd < 0 || (sent && LinkPaths::Drained(fd))) order.CloseFlow(*d);
+  }
+}
+
 void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
   uint64_t seen = max.load(std::memory_order_relaxed);
   while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
@@ -75,16 +90,10 @@ void Van::QueueData(const std::string& name, int peer, Frames* frames) {
 
 void Van::Pump(OrderQueue::Destination* only) {
   if (!only) {
-    // A flow ends once nothing of it is queued, unreleased or in the kernel, or at once
-    // while its connection is down (ZeroMQ keeps its bytes until a reconnect: none is on a
-    // link, and a dead peer must not hold this worker's other traffic for good).
-    for (OrderQueue::Destination* d : order_.OpenFlows()) {
-      Connection* c = d->peer() >= 0 ? FindConnection(d->peer()) : nullptr;
-      const bool down = !c || c->data_fd < 0;
-      const bool sent = d->critical_queued() == 0 &&
-                        d->critical_unreleased().load(std::memory_order_relaxed) == 0;
-      if (down || (sent && LinkPaths::Drained(c->data_fd))) order_.CloseFlow(*d);
-    }
+    CloseFlowsGone(order_, [this](int peer) {
+      Connection* c = peer >= 0 ? FindConnection(peer) : nullptr;
+      return c ? c->data_fd : -1;
+    });
   }
   auto hand_over = [this](OrderQueue::Destination& d, std::unique_ptr<OwnedFrames> owned,
                           bool critical) {
