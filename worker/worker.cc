@@ -173,7 +173,7 @@ void Worker::Start() {
   }
   // The parts keep a reference; they take ctx_.mu to use it.
   scheduling_ = std::make_unique<SchedulingControl>(
-      ctx_, *catalog_.get(), *sets_, queue_, [this](std::vector<double>& values) {
+      ctx_, *catalog_.get(), *sets_.get(), queue_, [this](std::vector<double>& values) {
         Wait(StartPushPull(ReservedTensorName(reserved::kAutotune), values.data(), values.data(),
                            DataType::kFloat64, values.size(), false, std::nullopt, nullptr));
       });
