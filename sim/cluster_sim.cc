@@ -135,11 +135,9 @@ void SetUpHosts(const ClusterSpec& c, Cluster& cluster) {
 // switches at its third iteration (the warm-up's).
 Config RunningConfig(const SimOptions& o, const Config& given) {
   Config c = given;
-  const Config::Scheduling::SendsTransport& t = c.scheduling.trirace_on_sends;
-  if (!o.pipeline || o.pipeline->stages.size() < 2 || !t.any()) return c;
-  if (t.frame_bytes > 0) c.transport.frame_bytes = t.frame_bytes;
-  if (t.watermark_bytes > 0) c.transport.watermark_bytes = t.watermark_bytes;
-  if (t.tcp_notsent_lowat > 0) c.transport.tcp_notsent_lowat = t.tcp_notsent_lowat;
+  if (o.pipeline && o.pipeline->stages.size() >= 2) {
+    c.scheduling.trirace_on_sends.ApplyTo(c.transport);
+  }
   return c;
 }
 

@@ -20,7 +20,7 @@
 
 namespace ferry {
 
-using config_internal::ApplyMercuryDefaults;
+using config_internal::ApplyTransportDefaults;
 using config_internal::ReadScheduling;
 using config_internal::ValidFrameBytes;
 
@@ -426,7 +426,7 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
                        "asynchronous training (FERRY_ENABLE_ASYNC=1) pushes parameters' "
                        "updates, which are not compressed; unset one of the two");
   }
-  ApplyMercuryDefaults(r, &c);
+  ApplyTransportDefaults(r, &c);
   if (c.transport.frame_bytes > 0 &&
       (c.scheduling.partition_bytes - 1) / c.transport.frame_bytes >= 65536) {
     ThrowInvalidConfig("FERRY_FRAME_BYTES", std::to_string(c.transport.frame_bytes),

@@ -172,6 +172,8 @@ struct Config {
       int64_t watermark_bytes = 0;
       int64_t tcp_notsent_lowat = 0;
       bool any() const { return frame_bytes > 0 || watermark_bytes > 0 || tcp_notsent_lowat > 0; }
+      // Sets in `t` each value above that is not zero.
+      void ApplyTo(Transport& t) const;
     };
     SendsTransport trirace_on_sends;
     // The partition size a worker starts with: the slice size under p3, else partition_bytes.

@@ -20,6 +20,6 @@ void ReadScheduling(const EnvReader& r, Config* c);
 
 // What mercury and trirace turn on unless set, and the default policy's trirace_on_sends.
 // REQUIRES: the transport and the policy read.
-void ApplyMercuryDefaults(const EnvReader& r, Config* c);
+void ApplyTransportDefaults(const EnvReader& r, Config* c);
 
 }  // namespace ferry::config_internal
