@@ -42,8 +42,29 @@ bool IsEarlierCatalog(const proto::CatalogSnapshot& older, const proto::CatalogS
 
 }  // namespace
 
+void Barriers::Seed(const proto::Rejoin::Done& done) {
+  Released& r = released_[done.group()];
+  if (done.count() <= r.count) return;
+  r.count = done.count();
+  r.last = done.release();
+  r.last.clear_catalog();
+}
+
 std::vector<std::pair<int, Message>> Barriers::Arrive(const Message& m, const NodeTable& table) {
   int group = m.envelope.barrier().group();
+  Released& released = released_[group];
+  const uint64_t seq = m.envelope.barrier().seq();
+  if (seq > 0 && seq <= released.count) {
+    // Released before this node heard it (a scheduler died in between): released again.
+    LOG(INFO) << table.Describe(m.sender()) << " waits in " << proto::BarrierGroup_Name(group)
+              << " barrier " << seq << ", which was released (" << released.count
+              << " so far): released again";
+    Message release = MakeMessage(proto::BARRIER_RELEASE, kSchedulerId);
+    release.envelope.set_request_id(m.envelope.request_id());
+    *release.envelope.mutable_barrier() = released.last;
+    if (seq < released.count) release.envelope.mutable_barrier()->set_last_rank(-1);
+    return {{m.sender(), std::move(release)}};
+  }
   auto& arrived = arrivals_[group];
   for (Arrival& a : arrived) {
     if (a.node == m.sender()) {
@@ -107,6 +128,9 @@ std::vector<std::pair<int, Message>> Barriers::Arrive(const Message& m, const No
     }
     releases.emplace_back(a.node, std::move(release));
   }
+  released.count = std::max(released.count + 1, seq);
+  released.last = releases.front().second.envelope.barrier();
+  released.last.clear_catalog();
   arrived.clear();
   return releases;
 }

@@ -162,6 +162,17 @@ const NodeTable& Membership::WithWorkers(const std::vector<Joiner>& joiners) {
   return Publish(std::move(t));
 }
 
+const NodeTable& Membership::Adopt(const proto::NodeTable& table) {
+  proto::NodeTable t = table;
+  t.clear_your_id();
+  t.clear_catalog();
+  t.clear_spare();
+  next_id_ = 0;
+  for (const auto& n : t.nodes()) next_id_ = std::max(next_id_, n.id() + 1);
+  table_ = NodeTable(t);
+  return table_;
+}
+
 const NodeTable& Membership::Publish(proto::NodeTable next) {
   std::map<int, proto::NodeInfo*> servers;  // by rank
   for (auto& n : *next.mutable_nodes()) {

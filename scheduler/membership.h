@@ -64,6 +64,11 @@ class Membership {
   // num_workers and distinct (the Scheduler's registration checks them).
   const NodeTable& First(const std::vector<Joiner>& pending, int num_workers,
                          const std::string& scheduler_host, int scheduler_port);
+  // A running job's epoch, taken over from its nodes (scheduler/adoption.h); its spares
+  // register again. Fresh ids continue above the table's highest (an id of a
+  // worker dropped before and never seen by this scheduler may come again: the routing
+  // id, checked on every message, tells the processes apart).
+  const NodeTable& Adopt(const proto::NodeTable& table);
   // A spare server waits, in registration order, for a slot.
   void AddSpare(Joiner spare);
   // A waiting spare died (its connection's routing identity). False if none waits so.

@@ -35,8 +35,9 @@ Scheduler::Scheduler(const Config& config)
                                [this](const Message& m, const Origin& o) { RefuseVersion(m, o); })),
       membership_(config.cluster.num_servers),
       stalls_(config.cluster.num_workers, config.cluster.stall_warning_ms,
-              config.cluster.stall_shutdown_ms) {
-  port_ = van_.Bind(config.transport.bind_host, config.transport.root_port);
+              config.cluster.stall_shutdown_ms),
+      adoption_(config.cluster) {
+  port_ = van_.Bind(config.transport.bind_host, config.transport.node_port);
   if (config.diagnostics.metrics_port > 0) {
     http_ = std::make_unique<HttpEndpoint>(
         config.diagnostics.metrics_bind, config.diagnostics.metrics_port,
@@ -63,27 +64,49 @@ HttpResponse Scheduler::ServeHttp(const std::string& path) const {
           StrCat("not found: ", path, " (this endpoint serves /, /metrics and /api/status)\n")};
 }
 
-void Scheduler::RefreshOwnMetrics() {
-  proto::MetricsSnapshot own;
-  metrics::AddVanRefusals(&own, van_.stats());
-  metrics_.SetOwn(own);
-}
-
 int Scheduler::Run() {
   van_.Start([this](Message&& m, const Origin& o) { OnMessage(std::move(m), o); });
+  const auto& own = config_.transport.schedulers[config_.transport.scheduler_index];
   LOG(INFO) << "scheduler listening on " << config_.transport.bind_host << ":" << port_
             << ", waiting for " << config_.cluster.num_servers << " servers and "
-            << config_.cluster.num_workers << " workers";
+            << config_.cluster.num_workers << " workers, or for the nodes of a running job"
+            << (config_.transport.schedulers.size() > 1
+                    ? StrCat(" (scheduler ", config_.transport.scheduler_index + 1, " of ",
+                             config_.transport.schedulers.size(), " in FERRY_SCHEDULERS, ",
+                             own.host, ":", own.port, ")")
+                    : std::string());
+  // A standby waits for as long as the job runs; the first scheduler registers the job.
+  const bool standby = config_.transport.scheduler_index > 0;
   int64_t start = NowMs();
+  int64_t last_tick = start;
   MutexLock lock(mu_);
   while (phase_ == Phase::kRegistering || phase_ == Phase::kRunning) {
     int64_t tick = std::max<int64_t>(10, config_.cluster.heartbeat_interval_ms / 2);
     cv_.WaitForOnce(mu_, Millis(tick));
-    if (phase_ == Phase::kRegistering && NowMs() - start > config_.cluster.connect_timeout_ms) {
+    const int64_t now = NowMs();
+    if (now - last_tick > config_.cluster.heartbeat_timeout_ms && phase_ == Phase::kRunning) {
+      // This process did not run (paused, or starved): nobody's silence is its own fault.
+      LOG(WARNING) << "this scheduler did not run for " << now - last_tick
+                   << " ms (paused?): heartbeats count from now; asking the nodes whether it "
+                      "still leads the job";
+      for (auto& [id, member] : members_) {
+        member.last_heartbeat_ms = now;
+        SendTo(id, MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId));
+      }
+    }
+    last_tick = now;
+    if (phase_ == Phase::kRegistering && adoption_.started()) {
+      if (adoption_.Ready(now, config_.cluster.heartbeat_timeout_ms)) LeadAdoptedJob();
+    } else if (phase_ == Phase::kRegistering && !standby &&
+               now - start > config_.cluster.connect_timeout_ms) {
       FailJob(-1, StrCat("registration timed out after ", config_.cluster.connect_timeout_ms,
                          " ms (FERRY_CONNECT_TIMEOUT_MS): ", MissingNodes()));
     } else if (phase_ == Phase::kRunning) {
-      if (http_) RefreshOwnMetrics();
+      if (http_) {
+        proto::MetricsSnapshot own_metrics;
+        metrics::AddVanRefusals(&own_metrics, van_.stats());
+        metrics_.SetOwn(own_metrics);
+      }
       CheckHeartbeats();
       CheckSpares();
       if (phase_ == Phase::kRunning && below_min_since_ms_ > 0 &&
@@ -95,7 +118,7 @@ int Scheduler::Run() {
       if (phase_ == Phase::kRunning) CheckStalls();
     }
   }
-  bool ok = phase_ == Phase::kDone;
+  bool ok = phase_ == Phase::kDone || phase_ == Phase::kFenced;
   lock.Unlock();
   van_.Stop();  // flushes the SHUTDOWN / NODE_FAILED messages
   if (ok) LOG(INFO) << "every worker finalized; job finished";
@@ -114,6 +137,16 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
   if (!origin.inbound) return;
   MutexLock lock(mu_);
   const auto type = m.envelope.type();
+  if (phase_ == Phase::kRunning && m.envelope.term() > term_) {
+    // A node follows another scheduler of a higher term: that one adopted the job.
+    LOG(ERROR) << "another scheduler leads this job (term " << m.envelope.term()
+               << ", this one's " << term_ << ", said node " << m.sender()
+               << "): this scheduler stops";
+    phase_ = Phase::kFenced;
+    cv_.NotifyAll();
+    return;
+  }
+  if (type == proto::FENCED) return;
   if ((type == proto::REGISTER && m.envelope.register_request().spare()) ||
       (type == proto::HEARTBEAT && m.sender() < 0)) {
     OnSpare(m, origin.identity);
@@ -123,12 +156,31 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
     OnRegister(m, origin.identity);
     return;
   }
-  if (!IsMember(m.sender(), origin.identity)) {
+  if (type == proto::REJOIN) {
+    OnRejoin(m, origin.identity);
+    return;
+  }
+  auto member = members_.find(m.sender());
+  if (member == members_.end() || member->second.identity != origin.identity) {
+    if (phase_ == Phase::kRegistering && adoption_.started() && adoption_.has(origin.identity)) {
+      if (type != proto::HEARTBEAT) adoption_.Hold(origin.identity, m);
+      return;
+    }
+    if (phase_ == Phase::kRegistering && pending_.empty() && m.sender() > 0) {
+      // A node of a running job that this scheduler does not know: it asks it to rejoin.
+      if (type != proto::HEARTBEAT) adoption_.Hold(origin.identity, m);
+      van_.Reply(origin.identity, MakeMessage(proto::REJOIN_ASK, kSchedulerId));
+      return;
+    }
     LOG(WARNING) << "dropped " << Describe(m) << ": the sender is not a registered member";
     return;
   }
-  members_[m.sender()].last_heartbeat_ms = NowMs();
-  switch (type) {
+  member->second.last_heartbeat_ms = NowMs();
+  OnMemberMessage(m);
+}
+
+void Scheduler::OnMemberMessage(const Message& m) {
+  switch (m.type()) {
     case proto::HEARTBEAT:
       OnHeartbeat(m);
       break;
@@ -149,11 +201,6 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
       LOG(WARNING) << "dropped unexpected " << Describe(m) << " (from "
                    << table().Describe(m.sender()) << ")";
   }
-}
-
-bool Scheduler::IsMember(int id, const std::string& identity) const {
-  auto it = members_.find(id);
-  return it != members_.end() && it->second.identity == identity;
 }
 
 void Scheduler::Refuse(const std::string& identity, const std::string& reason, uint32_t version) {
@@ -179,6 +226,10 @@ void Scheduler::RefuseVersion(const Message& m, const Origin& origin) {
 
 void Scheduler::OnRegister(const Message& m, const std::string& identity) {
   const proto::RegisterRequest& r = m.envelope.register_request();
+  for (const auto& [id, member] : members_) {
+    if (member.identity == identity) return;  // a REGISTER repeated as the table went out
+  }
+  if (adoption_.started()) return;  // it registers again once this scheduler leads
   if (config_.cluster.elastic && r.role() == proto::WORKER && phase_ == Phase::kRunning) {
     OnJoiner(m, identity);
     return;
@@ -316,6 +367,7 @@ int Scheduler::WorkerIdOf(int rank) const {
 
 void Scheduler::BuildNodeTable() {
   membership_.First(pending_, config_.cluster.num_workers, config_.transport.root_host, port_);
+  term_ = 1;
   PublishTable();
   std::string servers;
   for (const auto& s : table().Servers()) {
@@ -380,7 +432,9 @@ void Scheduler::MaybeEndJob() {
   }
   for (const auto& [id, member] : members_) SendTo(id, MakeMessage(proto::SHUTDOWN, kSchedulerId));
   for (const auto& [identity, heartbeat] : spares_) {
-    van_.Reply(identity, MakeMessage(proto::SHUTDOWN, kSchedulerId));
+    Message m = MakeMessage(proto::SHUTDOWN, kSchedulerId);
+    m.envelope.set_term(term_);
+    van_.Reply(identity, std::move(m));
   }
   for (const auto& j : joiners_) {
     Refuse(j.identity, StrCat(DescribeRegistration(j.request), " waited to join, but the job ended first"));
@@ -457,7 +511,9 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
   if (node_id > 0) metrics_.Died(node_id, reason);
   metrics_.JobEnded(reason);
   auto notify = [&](const std::string& identity) {
-    van_.Reply(identity, NodeFailedMessage(node_id, reason));
+    Message m = NodeFailedMessage(node_id, reason);
+    m.envelope.set_term(term_);
+    van_.Reply(identity, std::move(m));
   };
   for (const auto& p : pending_) notify(p.identity);
   for (const auto& j : joiners_) notify(j.identity);
@@ -472,6 +528,7 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
 void Scheduler::SendTo(int id, Message m) {
   auto it = members_.find(id);
   if (it == members_.end()) return;
+  m.envelope.set_term(term_);
   van_.Reply(it->second.identity, std::move(m));
 }
 

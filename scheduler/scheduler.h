@@ -21,6 +21,15 @@
 // own thread reads only the ClusterMetrics (never mu_). With FERRY_METRICS_LINGER_MS, Run()
 // keeps serving that long after the job ended.
 //
+// Failover (scheduler/adoption.h): a scheduler that meets nodes of a running job (it was
+// restarted at the job's address, or is a standby of FERRY_SCHEDULERS the nodes turned to)
+// asks them to rejoin and adopts the job, then leads it under a term higher than any the
+// nodes followed. Every message it sends carries its term; a node that follows a higher
+// term answers FENCED, and the scheduler stops (Run returns 0: the job goes on under the
+// other). A scheduler whose Run() loop did not run for longer than the heartbeat timeout
+// (its process was paused) counts its nodes' heartbeats from then, and asks them, with a
+// HEARTBEAT_ACK, whether it still leads, before it could find any of them dead.
+//
 // Threads: message handling runs on the Van's IO thread; Run()'s thread watches the
 // deadlines (registration, heartbeats). Both touch the state under mu_.
 
@@ -35,6 +44,7 @@
 #include "common/metrics/http_endpoint.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "scheduler/adoption.h"
 #include "scheduler/barriers.h"
 #include "scheduler/cluster_metrics.h"
 #include "scheduler/membership.h"
@@ -47,21 +57,29 @@ class Scheduler {
   explicit Scheduler(const Config& config);
   ~Scheduler();
 
-  // Runs the whole job. Returns 0 after an orderly shutdown, 1 after a failure
-  // (missing node at the registration deadline, dead node).
+  // Runs the whole job. Returns 0 after an orderly shutdown (or once fenced: another
+  // scheduler leads), 1 after a failure (missing node at the registration deadline, dead
+  // node).
   int Run() EXCLUDES(mu_);
 
   // The port the scheduler listens on (after construction).
   int port() const { return port_; }
 
  private:
-  enum class Phase { kRegistering, kRunning, kDone, kFailed };
+  enum class Phase { kRegistering, kRunning, kDone, kFailed, kFenced };
   struct Member {
     std::string identity;
     int64_t last_heartbeat_ms = 0;
   };
 
   void OnMessage(Message&& m, const Origin& origin) EXCLUDES(mu_);
+  // A member's message (heartbeat, barrier, finalize, ...), its sender checked.
+  void OnMemberMessage(const Message& m) REQUIRES(mu_);
+  // Failover (scheduler_adoption.cc): a node's REJOIN; leading the adopted job once the
+  // adoption is ready; a member's state from its REJOIN (barriers, finalized, suspended).
+  void OnRejoin(const Message& m, const std::string& identity) REQUIRES(mu_);
+  void LeadAdoptedJob() REQUIRES(mu_);
+  void ApplyRejoin(int id, const proto::Rejoin& r) REQUIRES(mu_);
   void OnRegister(const Message& m, const std::string& identity) REQUIRES(mu_);
   void OnBarrier(const Message& m) REQUIRES(mu_);
   void OnFinalize(const Message& m) REQUIRES(mu_);
@@ -101,11 +119,9 @@ class Scheduler {
               uint32_t version = kProtocolVersion);
   // The Van's on_version_mismatch: a REGISTER of another protocol version is refused.
   void RefuseVersion(const Message& m, const Origin& origin);
-  bool IsMember(int id, const std::string& identity) const REQUIRES(mu_);
   const NodeTable& table() const REQUIRES(mu_) { return membership_.table(); }
   // The endpoint's answer for `path` (its thread).
   HttpResponse ServeHttp(const std::string& path) const;
-  void RefreshOwnMetrics();  // the scheduler's Van's refusals into metrics_
 
   const Config& config_;
   Van van_;
@@ -125,6 +141,8 @@ class Scheduler {
   std::string failure_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> spares_ GUARDED_BY(mu_);  // identity -> last heartbeat
   std::vector<Membership::Joiner> joiners_ GUARDED_BY(mu_);  // workers waiting to join
+  Adoption adoption_ GUARDED_BY(mu_);  // a running job's nodes rejoining (adoption.h)
+  uint64_t term_ GUARDED_BY(mu_) = 0;   // 0 until it leads a job
   // Elastic: when the live workers fell below FERRY_MIN_WORKERS (0: they did not), and why.
   int64_t below_min_since_ms_ GUARDED_BY(mu_) = 0;
   std::string below_min_why_ GUARDED_BY(mu_);

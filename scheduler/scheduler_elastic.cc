@@ -18,11 +18,14 @@ void Scheduler::OnSpare(const Message& m, const std::string& identity) {
   if (m.type() == proto::HEARTBEAT) {
     auto it = spares_.find(identity);
     if (it == spares_.end()) {
-      LOG_EVERY_N(WARNING, 100) << "dropped " << Describe(m) << ": not from a registered spare";
+      // A spare of a job this scheduler adopts, or has not yet: it registers again.
+      van_.Reply(identity, MakeMessage(proto::REJOIN_ASK, kSchedulerId));
       return;
     }
     it->second = now;
-    van_.Reply(identity, MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId));
+    Message ack = MakeMessage(proto::HEARTBEAT_ACK, kSchedulerId);
+    ack.envelope.set_term(term_);
+    van_.Reply(identity, std::move(ack));
     return;
   }
   const proto::RegisterRequest& r = m.envelope.register_request();
@@ -39,6 +42,7 @@ void Scheduler::OnSpare(const Message& m, const std::string& identity) {
   Message wait = MakeMessage(proto::NODE_TABLE, kSchedulerId);
   wait.envelope.mutable_node_table()->set_spare(true);
   wait.envelope.mutable_node_table()->set_your_id(-1);
+  wait.envelope.set_term(term_);
   van_.Reply(identity, std::move(wait));
   LOG(INFO) << "spare " << DescribeRegistration(r) << " registered; " << membership_.spares()
             << " spare(s) wait for a dead server's slot";
@@ -56,7 +60,9 @@ void Scheduler::CheckSpares() {
                                    config_.cluster.heartbeat_timeout_ms,
                                    "); it no longer waits for a slot");
     LOG(WARNING) << why;
-    van_.Reply(it->first, NodeFailedMessage(-1, why));
+    Message failed = NodeFailedMessage(-1, why);
+    failed.envelope.set_term(term_);
+    van_.Reply(it->first, std::move(failed));
     membership_.RemoveSpare(it->first);
     it = spares_.erase(it);
   }

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -65,10 +66,11 @@ std::string NewRoutingId() {
 }  // namespace
 
 ClusterClient::ClusterClient(const Config& config, Van* van, int port)
-    : config_(config), van_(van), port_(port), routing_id_(NewRoutingId()) {
-  scheduler_name_ =
-      StrCat("scheduler (", config.transport.root_host, ":", config.transport.root_port, ")");
-}
+    : config_(config),
+      van_(van),
+      port_(port),
+      routing_id_(NewRoutingId()),
+      link_(config, van, routing_id_) {}
 
 ClusterClient::~ClusterClient() {
   stop_heartbeat_ = true;
@@ -97,11 +99,9 @@ void ClusterClient::SetFailureCallback(std::function<void(const std::string&)> c
   on_failure_ = std::move(callback);
 }
 
-void ClusterClient::Send(Message m) { van_->Send(kSchedulerId, std::move(m)); }
-
 
 void ClusterClient::Register() {
-  van_->Connect(kSchedulerId, config_.SchedulerEndpoint(), routing_id_);
+  link_.Connect();
   Message m = MakeMessage(proto::REGISTER, -1);
   auto* r = m.envelope.mutable_register_request();
   r->set_role(ToProto(config_.role));
@@ -112,16 +112,32 @@ void ClusterClient::Register() {
   r->set_hostname(Hostname());
   r->set_pid(getpid());
   r->set_spare(config_.cluster.spare);
-  Send(std::move(m));
-  LOG(INFO) << "registering with the " << scheduler_name_ << " as a " << NodeRoleName(config_.role)
+  {
+    MutexLock lock(mu_);
+    register_ = *r;
+  }
+  LOG(INFO) << "registering with the " << link_.name() << " as a " << NodeRoleName(config_.role)
             << (config_.cluster.spare ? " (spare)" : "");
   // The scheduler names the missing nodes when its own deadline passes; wait a little
   // longer than that deadline so its verdict, not our timeout, is what users read.
-  int64_t wait_ms =
+  const int64_t wait_ms =
       config_.cluster.connect_timeout_ms + config_.cluster.connect_timeout_ms / 4 + 1000;
-  WaitUntil([this]() REQUIRES(mu_) { return my_id() >= 0 || waiting_as_spare_; }, wait_ms,
-            StrCat("the node table from the ", scheduler_name_,
-                   " (is the scheduler running, and did every node start?)"));
+  const auto deadline = Clock::now() + Millis(wait_ms);
+  {
+    MutexLock lock(mu_);
+    while (my_id() < 0 && !waiting_as_spare_) {
+      if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
+      FERRY_ENFORCE(Clock::now() < deadline, ErrorCode::kTimeout, "timed out after ", wait_ms,
+                    " ms waiting for the node table from the ", link_.name(),
+                    " (is the scheduler running, and did every node start?)");
+      {
+        // Again every heartbeat interval: a scheduler restarted meanwhile lost it.
+        MutexUnlock unlock(mu_);
+        link_.Send(m);
+      }
+      cv_.WaitForOnce(mu_, Millis(config_.cluster.heartbeat_interval_ms));
+    }
+  }
   if (my_id() < 0) {
     LOG(INFO) << "every server slot of the job is filled: waiting as a spare for a dead "
                  "server's slot";
@@ -132,7 +148,6 @@ void ClusterClient::Register() {
 }
 
 void ClusterClient::StartHeartbeats() {
-  last_scheduler_contact_ms_ = NowMs();
   heartbeat_thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "heartbeat");
     HeartbeatLoop();
@@ -166,7 +181,7 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
     if (!first && t.epoch() <= epoch()) return;  // a duplicate changes nothing
     NodeTable next(t);
     if (!first && !config_.cluster.elastic) {
-      failure = StrCat("the ", scheduler_name_, " runs an elastic job (it started membership ",
+      failure = StrCat("the ", link_.name(), " runs an elastic job (it started membership ",
                        "epoch ", t.epoch(), ") but this node has FERRY_ELASTIC=0: set it alike ",
                        "on every node");
     } else if (!next.Contains(t.your_id())) {
@@ -174,7 +189,7 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
         LOG(ERROR) << "the scheduler's node table does not contain my id " << t.your_id();
         return;
       }
-      failure = StrCat("the ", scheduler_name_, " dropped this node from the job at membership ",
+      failure = StrCat("the ", link_.name(), " dropped this node from the job at membership ",
                        "epoch ", t.epoch(), " (it presumed it dead: were its heartbeats late?)");
     } else {
       if (first && t.has_catalog()) {
@@ -204,8 +219,11 @@ void ClusterClient::OnNodeTable(const proto::NodeTable& t) {
 }
 
 bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
-  if (origin.inbound || origin.peer != kSchedulerId) return false;
-  last_scheduler_contact_ms_ = NowMs();
+  switch (link_.Check(m, origin)) {
+    case SchedulerLink::Verdict::kNotScheduler: return false;
+    case SchedulerLink::Verdict::kRefused: return true;
+    case SchedulerLink::Verdict::kAccept: break;
+  }
   const proto::Envelope& e = m.envelope;
   switch (e.type()) {
     case proto::NODE_TABLE:
@@ -215,6 +233,14 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
       MutexLock lock(mu_);
       auto it = barriers_.find(e.request_id());
       if (it != barriers_.end()) {
+        BarrierWait& wait = it->second;
+        if (wait.group >= 0 && !wait.released && !wait.interrupted_at) {
+          Done& done = done_[wait.group];
+          if (done.epoch != wait.epoch) done = Done{wait.epoch, 0, {}};
+          done.count = std::max(done.count, wait.body.seq());
+          done.release = e.barrier();
+          done.release.clear_catalog();
+        }
         it->second.released = true;
         it->second.last_rank = e.has_barrier() ? e.barrier().last_rank() : -1;
         it->second.catalogs_differ = e.has_barrier() && e.barrier().catalogs_differ();
@@ -235,8 +261,17 @@ bool ClusterClient::HandleMessage(const Message& m, const Origin& origin) {
       LOG(WARNING) << e.stall().message();
       return true;
     case proto::ERROR:
+      if (my_id() >= 0) {
+        // A scheduler of other settings at the job's address: the job goes on, waiting
+        // for the right one (SchedulerLink::Watch).
+        link_.NoteRefusal(e.error().reason());
+        return true;
+      }
       // The scheduler refuses us (job full, rank taken, ...): nothing to wait for.
-      Fail(StrCat("the ", scheduler_name_, " refused this node: ", e.error().reason()));
+      Fail(StrCat("the ", link_.name(), " refused this node: ", e.error().reason()));
+      return true;
+    case proto::REJOIN_ASK:
+      SendRejoin();
       return true;
     case proto::NODE_FAILED:
       Fail(e.failure().reason());
@@ -363,6 +398,7 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
                            std::optional<uint32_t> epoch) {
   uint64_t id;
   const uint32_t in_epoch = epoch ? *epoch : this->epoch();
+  Message m = MakeMessage(proto::BARRIER, my_id());
   {
     MutexLock lock(mu_);
     FERRY_ENFORCE(in_epoch >= this->epoch(), ErrorCode::kMembershipChanged, "a ",
@@ -373,18 +409,23 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
     wait.label = BarrierLabel(group);
     if (!wait.label.empty()) wait.seq = ++barriers_entered_[wait.label];
     wait.start_ms = NowMs();
+    wait.group = group;
+    wait.epoch = in_epoch;
+    const Done& done = done_[group];
+    proto::Barrier& body = wait.body;
+    body.set_group(group);
+    body.set_seq((done.epoch == in_epoch ? done.count : 0) + 1);
+    if (join) {
+      body.set_join_position(join->position);
+      body.set_catalog_digest(join->catalog_digest);
+      body.set_catalog_next_id(join->catalog_next_id);
+      if (join->catalog) *body.mutable_catalog() = *join->catalog;
+    }
+    m.envelope.set_epoch(in_epoch);
+    m.envelope.set_request_id(id);
+    *m.envelope.mutable_barrier() = body;
   }
-  Message m = MakeMessage(proto::BARRIER, my_id());
-  m.envelope.set_epoch(in_epoch);
-  m.envelope.set_request_id(id);
-  m.envelope.mutable_barrier()->set_group(group);
-  if (join) {
-    m.envelope.mutable_barrier()->set_join_position(join->position);
-    m.envelope.mutable_barrier()->set_catalog_digest(join->catalog_digest);
-    m.envelope.mutable_barrier()->set_catalog_next_id(join->catalog_next_id);
-    if (join->catalog) *m.envelope.mutable_barrier()->mutable_catalog() = *join->catalog;
-  }
-  Send(std::move(m));
+  link_.Send(std::move(m));
   // Erased however the wait ends: a barrier no longer waited for is no stall to report.
   uint32_t interrupted_at = 0;
   auto forget = [this, id, join, &interrupted_at]() EXCLUDES(mu_) {
@@ -403,7 +444,7 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
     WaitUntil(
         [this, id]() REQUIRES(mu_) { return barriers_[id].released || barriers_[id].interrupted_at; },
         timeout_ms > 0 ? timeout_ms : config_.cluster.op_timeout_ms,
-        StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", scheduler_name_));
+        StrCat("a ", proto::BarrierGroup_Name(group), " barrier at the ", link_.name()));
   } catch (...) {
     forget();
     throw;
@@ -418,7 +459,8 @@ int ClusterClient::Barrier(proto::BarrierGroup group, int64_t timeout_ms, JoinIn
 void ClusterClient::Finalize() {
   resumed_ = false;
   if (shut_down_) return;  // the job ended while this worker was suspended: nobody to tell
-  Send(MakeMessage(proto::FINALIZE, my_id()));
+  finalized_ = true;
+  link_.Send(MakeMessage(proto::FINALIZE, my_id()));
   WaitForShutdown();
 }
 
@@ -426,12 +468,13 @@ void ClusterClient::Admit(const proto::CatalogSnapshot* catalog) {
   Message m = MakeMessage(proto::ADMIT, my_id());
   m.envelope.set_epoch(epoch());
   if (catalog) *m.envelope.mutable_catalog() = *catalog;
-  Send(std::move(m));
+  link_.Send(std::move(m));
 }
 
 void ClusterClient::Suspend() {
   resumed_ = false;
-  Send(MakeMessage(proto::SUSPEND, my_id()));
+  suspended_ = true;
+  link_.Send(MakeMessage(proto::SUSPEND, my_id()));
 }
 
 void ClusterClient::Resume() {
@@ -456,11 +499,12 @@ void ClusterClient::Resume() {
   }
   Message m = MakeMessage(proto::RESUME, my_id());
   m.envelope.set_request_id(id);
-  Send(std::move(m));
+  suspended_ = false;
+  link_.Send(std::move(m));
   try {
     WaitUntil([this, id]() REQUIRES(mu_) { return barriers_[id].released; },
               config_.cluster.op_timeout_ms,
-              StrCat("the ", scheduler_name_, " to acknowledge init() after shutdown()"));
+              StrCat("the ", link_.name(), " to acknowledge init() after shutdown()"));
   } catch (...) {
     MutexLock lock(mu_);
     barriers_.erase(id);
@@ -472,7 +516,8 @@ void ClusterClient::Resume() {
 
 void ClusterClient::WaitForShutdown() {
   // A server waits as long as the job runs: failures end the wait, not a deadline
-  // (the scheduler's heartbeat watch bounds how long a dead job can go unnoticed).
+  // (the scheduler's heartbeat watch bounds how long a dead job can go unnoticed, and
+  // FERRY_SCHEDULER_TIMEOUT_MS how long a job without a scheduler can).
   MutexLock lock(mu_);
   while (!shut_down_) {
     if (failed_) throw FerryError(ErrorCode::kPeerFailed, failure_);
@@ -485,16 +530,59 @@ void ClusterClient::HeartbeatLoop() {
   while (!stop_heartbeat_ && !shut_down_ && !failed_) {
     {
       MutexUnlock unlock(mu_);
-      Send(MakeHeartbeat());
-      int64_t silent = NowMs() - last_scheduler_contact_ms_;
-      if (silent > config_.cluster.heartbeat_timeout_ms) {
-        Fail(StrCat("the ", scheduler_name_, " has not answered for ", silent,
-                    " ms (FERRY_HEARTBEAT_TIMEOUT_MS=", config_.cluster.heartbeat_timeout_ms,
-                    "); it is presumed dead"));
-      }
+      link_.Send(MakeHeartbeat());
+      const std::string failure = link_.Watch(NowMs());
+      if (!failure.empty()) Fail(failure);
     }
     cv_.WaitForOnce(mu_, Millis(config_.cluster.heartbeat_interval_ms));
   }
+}
+
+}  // namespace ferry
+
+namespace ferry {
+
+void ClusterClient::SendRejoin() {
+  if (my_id() < 0) {  // registering, or a spare waiting for a slot: its REGISTER again
+    Message m = MakeMessage(proto::REGISTER, -1);
+    {
+      MutexLock lock(mu_);
+      *m.envelope.mutable_register_request() = register_;
+    }
+    link_.Send(std::move(m));
+    return;
+  }
+  Message m = MakeMessage(proto::REJOIN, my_id());
+  proto::Rejoin* r = m.envelope.mutable_rejoin();
+  {
+    MutexLock lock(mu_);
+    *r->mutable_table() = table().proto();
+    r->mutable_table()->set_your_id(my_id());
+    r->mutable_table()->clear_catalog();
+    r->set_term(link_.term());
+    r->set_job_workers(config_.cluster.num_workers);
+    r->set_job_servers(config_.cluster.num_servers);
+    r->set_elastic(config_.cluster.elastic);
+    r->set_finalized(finalized_);
+    r->set_suspended(suspended_);
+    for (const auto& [id, wait] : barriers_) {
+      if (wait.group < 0 || wait.released || wait.interrupted_at) continue;
+      proto::Rejoin::Waiting* w = r->add_waiting();
+      w->set_request_id(id);
+      w->set_epoch(wait.epoch);
+      *w->mutable_barrier() = wait.body;
+    }
+    for (const auto& [group, done] : done_) {
+      proto::Rejoin::Done* d = r->add_done();
+      d->set_group(static_cast<proto::BarrierGroup>(group));
+      d->set_epoch(done.epoch);
+      d->set_count(done.count);
+      *d->mutable_release() = done.release;
+    }
+  }
+  LOG(INFO) << "the " << link_.name() << " asks this node to rejoin: sending its part of the job ("
+            << r->waiting_size() << " barrier(s) waiting)";
+  link_.Send(std::move(m));
 }
 
 }  // namespace ferry

@@ -6,6 +6,15 @@
 // and turns every sign of a failed job (a NODE_FAILED broadcast, a silent scheduler)
 // into one failure reason that every waiter sees. Every wait has a deadline.
 //
+// Scheduler failover (scheduler/adoption.h): the data plane never needs the scheduler, so
+// a silent one ends nothing at once. The SchedulerLink (scheduler_link.h) says which
+// scheduler the node follows and for how long it may be silent (FERRY_SCHEDULER_TIMEOUT_MS);
+// meanwhile only the waits that need it (barriers, init() after shutdown(), the end of the
+// job) wait. A scheduler that does not know the node asks it to rejoin (REJOIN_ASK): the
+// node sends what it holds (SendRejoin: table, term, finalized or suspended, the barriers
+// it waits in and how many of each group it completed), or, before it has a table, its
+// REGISTER again; Register() also sends it again every heartbeat interval.
+//
 // Threads: HandleMessage runs on the Van's IO thread; a "heartbeat" thread sends
 // heartbeats and watches the scheduler; any thread may wait.
 //
@@ -39,6 +48,7 @@
 #include <vector>
 
 #include "common/cluster/node_table.h"
+#include "common/cluster/scheduler_link.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
@@ -162,12 +172,12 @@ class ClusterClient {
   // A spare's wait for a slot (see the file comment).
   void WaitForSlot() EXCLUDES(mu_);
   void StartHeartbeats();
-  void Send(Message m);
+  // REJOIN_ASK: this node's part of the job (see the file comment), or its REGISTER again.
+  void SendRejoin() EXCLUDES(mu_);
 
   const Config& config_;
   Van* van_;
   int port_;
-  std::string scheduler_name_;
 
   // Guards tables_, barriers_, next_request_, failure_, on_failure_ and on_membership_;
   // the writes of my_id_ and table_ happen under it.
@@ -179,6 +189,8 @@ class ClusterClient {
   std::atomic<int> my_id_{-1};
   std::function<void(const NodeTable&)> on_membership_ GUARDED_BY(mu_);
   const std::string routing_id_;
+  SchedulerLink link_;
+  proto::RegisterRequest register_ GUARDED_BY(mu_);  // as sent by Register()
   struct BarrierWait {
     bool released = false;
     int last_rank = -1;  // from the release
@@ -188,7 +200,18 @@ class ClusterClient {
     uint64_t seq = 0;   // under the label
     int64_t start_ms = 0;
     uint32_t interrupted_at = 0;  // > 0: the epoch that interrupted the wait
+    int group = -1;  // a barrier's group (-1: another wait, e.g. Resume())
+    uint32_t epoch = 0;  // the epoch it counts in
+    proto::Barrier body;  // as sent (its seq: see Done)
   };
+  // Per barrier group: how many the node completed in `epoch`, and the last release; a
+  // barrier's seq is one more (scheduler/barriers.h, "Numbered barriers").
+  struct Done {
+    uint32_t epoch = 0;
+    uint64_t count = 0;
+    proto::Barrier release;
+  };
+  std::map<int, Done> done_ GUARDED_BY(mu_);
   std::map<uint64_t, BarrierWait> barriers_ GUARDED_BY(mu_);  // by request id
   std::map<std::string, uint64_t> barriers_entered_ GUARDED_BY(mu_);  // label -> count
   StallReporter stall_reporter_ GUARDED_BY(mu_);
@@ -209,8 +232,9 @@ class ClusterClient {
   // A worker that Resume()d and has not finalized or suspended since: a SHUTDOWN then
   // fails it (its RESUME crossed the end of the job) instead of ending it quietly.
   std::atomic<bool> resumed_{false};  // set by Resume() and read by SHUTDOWN under mu_
+  std::atomic<bool> finalized_{false};  // FINALIZE sent
+  std::atomic<bool> suspended_{false};  // SUSPEND sent, RESUME not yet
   std::atomic<bool> stop_heartbeat_{false};
-  std::atomic<int64_t> last_scheduler_contact_ms_{0};
   std::thread heartbeat_thread_;
 };
 

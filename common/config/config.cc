@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "common/config/config_scheduling.h"
 #include "common/config/env_reader.h"
@@ -200,6 +201,52 @@ void ReadServerDevice(const EnvReader& r, Config* c) {
 // FERRY_LOCAL_SIZE, FERRY_LOCAL_RANK (and the BYTEPS_ names), FERRY_LOCAL_SOCKET.
 // FERRY_ELASTIC and its companions; after the training mode and the local group, which
 // it refuses for now (docs/design/elastic.md, decision 8).
+// FERRY_SCHEDULERS and, for a scheduler, which of them it is.
+void ReadSchedulers(const EnvReader& r, Config* c) {
+  Config::Transport& t = c->transport;
+  t.schedulers = {{t.root_host, t.root_port}};
+  const std::string list = r.Str("FERRY_SCHEDULERS", nullptr, "");
+  if (!list.empty()) {
+    t.schedulers.clear();
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');) {
+      const size_t colon = item.rfind(':');
+      if (colon == std::string::npos || colon == 0) {
+        ThrowInvalidConfig("FERRY_SCHEDULERS", list, StrCat("'", item, "' is not host:port"));
+      }
+      char* end = nullptr;
+      const long port = std::strtol(item.c_str() + colon + 1, &end, 10);
+      if (*end != '\0' || port < 1 || port > 65535) {
+        ThrowInvalidConfig("FERRY_SCHEDULERS", list, StrCat("'", item, "' has no port in 1..65535"));
+      }
+      t.schedulers.push_back({ResolveHost("FERRY_SCHEDULERS", item.substr(0, colon)),
+                              static_cast<int>(port)});
+    }
+    const auto& first = t.schedulers.front();
+    if (first.host != t.root_host || first.port != t.root_port) {
+      ThrowInvalidConfig("FERRY_SCHEDULERS", list,
+                         StrCat("its first entry (", first.host, ":", first.port,
+                                ") must be the scheduler of DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (",
+                                t.root_host, ":", t.root_port, ")"));
+    }
+  }
+  if (c->role != NodeRole::kScheduler || !r.Has("DMLC_PORT")) return;
+  // A standby knows itself by the address it is given.
+  const int port = static_cast<int>(r.Int("DMLC_PORT", nullptr, 0, 1, 65535));
+  const std::string host_text = r.Str("DMLC_NODE_HOST", nullptr, "");
+  const std::string host = host_text.empty() ? "" : ResolveHost("DMLC_NODE_HOST", host_text);
+  for (size_t i = 0; i < t.schedulers.size(); ++i) {
+    if (t.schedulers[i].port == port && (host.empty() || t.schedulers[i].host == host)) {
+      t.scheduler_index = static_cast<int>(i);
+      return;
+    }
+  }
+  ThrowInvalidConfig("DMLC_PORT", std::to_string(port),
+                     StrCat("this scheduler's address (DMLC_NODE_HOST ",
+                            host.empty() ? "unset" : host, ", DMLC_PORT ", port,
+                            ") is not one of FERRY_SCHEDULERS (", list.empty() ? "unset" : list, ")"));
+}
+
 void ReadElastic(const EnvReader& r, Config* c) {
   Config::Cluster& k = c->cluster;
   k.elastic = r.Bool("FERRY_ELASTIC", nullptr, false);
@@ -294,9 +341,12 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
       static_cast<int>(r.Int("DMLC_WORKER_ID", nullptr, -1, 0, c.cluster.num_workers - 1));
 
   if (c.role == NodeRole::kScheduler) {
-    c.transport.node_host = c.transport.root_host;
-    c.transport.node_port = c.transport.root_port;
+    ReadSchedulers(r, &c);
+    const Config::Transport::Endpoint& own = c.transport.schedulers[c.transport.scheduler_index];
+    c.transport.node_host = own.host;
+    c.transport.node_port = own.port;
   } else {
+    ReadSchedulers(r, &c);
     std::string host = r.Str("DMLC_NODE_HOST", nullptr, "");
     c.transport.node_host =
         host.empty() ? LocalAddressFor(c.transport.root_host) : ResolveHost("DMLC_NODE_HOST", host);
@@ -344,6 +394,13 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
     ThrowInvalidConfig("FERRY_HEARTBEAT_TIMEOUT_MS", std::to_string(c.cluster.heartbeat_timeout_ms),
             StrCat("must be at least twice FERRY_HEARTBEAT_INTERVAL_MS (",
                    c.cluster.heartbeat_interval_ms, ")"));
+  }
+  c.cluster.scheduler_timeout_ms = r.Int("FERRY_SCHEDULER_TIMEOUT_MS", nullptr,
+                                         c.cluster.scheduler_timeout_ms, 100, 7 * 86400000LL);
+  if (c.cluster.scheduler_timeout_ms < c.cluster.heartbeat_timeout_ms) {
+    ThrowInvalidConfig("FERRY_SCHEDULER_TIMEOUT_MS", std::to_string(c.cluster.scheduler_timeout_ms),
+                       StrCat("must be at least FERRY_HEARTBEAT_TIMEOUT_MS (",
+                              c.cluster.heartbeat_timeout_ms, ")"));
   }
   c.cluster.op_timeout_ms =
       r.Int("FERRY_OP_TIMEOUT_MS", nullptr, c.cluster.op_timeout_ms, 100, 7 * 86400000LL);
@@ -443,6 +500,10 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
 
 std::string Config::SchedulerEndpoint() const {
   return StrCat("tcp://", transport.root_host, ":", transport.root_port);
+}
+
+std::string Config::Transport::Endpoint::ZmqEndpoint() const {
+  return StrCat("tcp://", host, ":", port);
 }
 
 std::string Config::LocalSocketName() const {

@@ -67,6 +67,10 @@ struct Config {
     int64_t min_workers_timeout_ms = 600000;
     // FERRY_MAX_WORKERS: the most workers an elastic job takes (default DMLC_NUM_WORKER).
     int max_workers = 0;
+    // FERRY_SCHEDULER_TIMEOUT_MS: how long servers and workers train on without any
+    // scheduler answering (one restarted, or a standby, adopts the job meanwhile:
+    // scheduler/adoption.h); then every node ends, naming the scheduler.
+    int64_t scheduler_timeout_ms = 60000;
   };
   Cluster cluster;
 
@@ -75,6 +79,17 @@ struct Config {
     std::string root_uri;   // as given (IP or host name)
     std::string root_host;  // resolved IPv4 address of the scheduler
     int root_port = 0;
+    // Every scheduler of the job (FERRY_SCHEDULERS; default: the one above), the first
+    // being DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT; nodes follow whichever leads
+    // (common/cluster/scheduler_link.h). `scheduler_index`: a scheduler's own entry (its
+    // DMLC_NODE_HOST and DMLC_PORT; default the first); 0 on other roles.
+    struct Endpoint {
+      std::string host;  // resolved IPv4 address
+      int port = 0;
+      std::string ZmqEndpoint() const;  // tcp://host:port
+    };
+    std::vector<Endpoint> schedulers;
+    int scheduler_index = 0;
     std::string node_host;  // address this node advertises (resolved IP)
     std::string bind_host;  // address this node binds (FERRY_BIND_ADDR, default node_host)
     int node_port = 0;      // DMLC_PORT; 0 = any free port

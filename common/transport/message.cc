@@ -67,6 +67,7 @@ proto::Envelope::BodyCase RequiredBody(proto::MessageType t) {
     case proto::ROWS_RESULT: return proto::Envelope::kRows;
     case proto::STALL: return proto::Envelope::kStall;
     case proto::SHM_READY: return proto::Envelope::kShmProbe;
+    case proto::REJOIN: return proto::Envelope::kRejoin;
     default: return proto::Envelope::BODY_NOT_SET;
   }
 }

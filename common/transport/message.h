@@ -25,7 +25,7 @@ namespace ferry {
 // 9: the join barrier carries catalogs (Barrier.catalog_next_id and Barrier.catalog); 10:
 // compressed pushes and sums (Envelope.compression, Envelope.raw_length); 11: point-to-point
 // (P2P_SEND, P2P_ACK, Envelope.tag) and process sets (Envelope.members).
-constexpr uint32_t kProtocolVersion = 11;
+constexpr uint32_t kProtocolVersion = 12;
 
 struct Message {
   proto::Envelope envelope;

@@ -13,6 +13,8 @@
 //                  join every worker runs 2 more rounds together (rounds restart).
 //                  Sparse rows alike: a row every worker pushes sums over the workers
 //                  still pushing, a worker's own row holds its value alone.
+// --mode=barriers  rounds of a barrier and a checked push_pull; rank 1 comes late to one
+//                  barrier (--slow_barrier, --barrier_sleep_ms): scheduler failover tests
 // --mode=loop      push_pull one tensor until an error (for failure tests); prints
 //                  "round N" as it goes.
 // --mode=deterministic  (3 workers, FERRY_DETERMINISTIC=1) values like 1e8, 1, -1e8
@@ -100,6 +102,8 @@ DEFINE_int32(steps, 200, "async mode: deltas each worker pushes");
 DEFINE_int32(step_sleep_ms, 10, "async mode: pause between steps");
 DEFINE_int64(rows_total, 100000, "rows mode: rows of the embedding tensor");
 DEFINE_int32(commit_every, 3, "elastic mode: steps between commits");
+DEFINE_int32(slow_barrier, 2, "barriers mode: the barrier before which rank 1 sleeps");
+DEFINE_int32(barrier_sleep_ms, 3000, "barriers mode: how long rank 1 sleeps before it");
 DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
@@ -271,6 +275,29 @@ int RunLoop(Worker& w) {
 }
 
 int CheckAll(const std::vector<float>& v, float expected, const char* what, int round);
+
+// --mode=barriers: --rounds rounds of a barrier then a checked push_pull; before barrier
+// --slow_barrier rank 1 sleeps --barrier_sleep_ms, so the others wait in it.
+int RunBarriers(Worker& w) {
+  std::vector<float> data(1024);
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    if (w.rank() == 1 && round == FLAGS_slow_barrier) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_barrier_sleep_ms));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    w.Barrier();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start).count();
+    std::fill(data.begin(), data.end(), static_cast<float>(w.rank() + round));
+    w.PushPull("barriers", data.data(), data.data(), DataType::kFloat32, data.size(), false);
+    const float expected = static_cast<float>(w.size() * round + w.size() * (w.size() - 1) / 2);
+    if (int code = CheckAll(data, expected, "barriers", round)) return code;
+    std::printf("barrier %d waited %lld ms\n", round, static_cast<long long>(waited));
+    std::fflush(stdout);
+  }
+  std::printf("OK barriers=%d\n", FLAGS_rounds);
+  return 0;
+}
 
 int RunOrder(Worker& w) {
   const int small = FLAGS_tensors;
@@ -855,6 +882,8 @@ int Run(const Config& config) {
     code = RunJoin(*w);
   } else if (FLAGS_mode == "loop") {
     code = RunLoop(*w);
+  } else if (FLAGS_mode == "barriers") {
+    code = RunBarriers(*w);
   } else if (FLAGS_mode == "deterministic") {
     code = RunDeterministic(*w);
   } else if (FLAGS_mode == "async") {

@@ -149,5 +149,54 @@ TEST(BarriersTest, TheJoinBarrierRefusesCatalogsThatAreNotEarlierStatesOfOneAnot
   }
 }
 
+// Numbered barriers: a BARRIER whose number its group already released (the scheduler
+// that released it died before this node heard) is answered at once with that release.
+Message Numbered(int sender, proto::BarrierGroup group, uint64_t request, uint64_t seq) {
+  Message m = Barrier(sender, group, request);
+  m.envelope.mutable_barrier()->set_seq(seq);
+  return m;
+}
+
+TEST(BarriersTest, ABarrierAlreadyReleasedIsReleasedAgainAtOnce) {
+  const NodeTable t = Table(1, 2);
+  Barriers barriers;
+  const int w0 = WorkerId(t, 0), w1 = WorkerId(t, 1);
+  EXPECT_TRUE(barriers.Arrive(Numbered(w0, proto::GROUP_WORKERS, 1, 1), t).empty());
+  ASSERT_EQ(barriers.Arrive(Numbered(w1, proto::GROUP_WORKERS, 7, 1), t).size(), 2u);
+  // Worker 0's release was lost: it asks again for barrier 1, under its request id.
+  auto again = barriers.Arrive(Numbered(w0, proto::GROUP_WORKERS, 1, 1), t);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].first, w0);
+  EXPECT_EQ(again[0].second.envelope.request_id(), 1u);
+  EXPECT_EQ(again[0].second.envelope.barrier().last_rank(), 1);
+  // Barrier 2 still waits for both.
+  EXPECT_TRUE(barriers.Arrive(Numbered(w0, proto::GROUP_WORKERS, 2, 2), t).empty());
+  EXPECT_EQ(barriers.Arrive(Numbered(w1, proto::GROUP_WORKERS, 8, 2), t).size(), 2u);
+}
+
+TEST(BarriersTest, SeededCountsReleaseTheWaitersOfABarrierTheSchedulerBeforeReleased) {
+  // An adopting scheduler: worker 1 says it completed 3 barriers (the third released with
+  // last rank 0); worker 0 still waits in the third; then both meet in the fourth.
+  const NodeTable t = Table(1, 2);
+  Barriers barriers;
+  proto::Rejoin::Done done;
+  done.set_group(proto::GROUP_WORKERS);
+  done.set_count(3);
+  done.mutable_release()->set_group(proto::GROUP_WORKERS);
+  done.mutable_release()->set_last_rank(0);
+  barriers.Seed(done);
+  done.set_count(2);  // an older count changes nothing
+  barriers.Seed(done);
+  auto released = barriers.Arrive(Numbered(WorkerId(t, 0), proto::GROUP_WORKERS, 40, 3), t);
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].second.envelope.request_id(), 40u);
+  EXPECT_EQ(released[0].second.envelope.barrier().last_rank(), 0);
+  EXPECT_TRUE(barriers.Arrive(Numbered(WorkerId(t, 1), proto::GROUP_WORKERS, 9, 4), t).empty());
+  EXPECT_EQ(barriers.Arrive(Numbered(WorkerId(t, 0), proto::GROUP_WORKERS, 41, 4), t).size(), 2u);
+  // A new epoch starts the counts again.
+  barriers.Clear();
+  EXPECT_TRUE(barriers.Arrive(Numbered(WorkerId(t, 0), proto::GROUP_WORKERS, 42, 1), t).empty());
+}
+
 }  // namespace
 }  // namespace ferry
