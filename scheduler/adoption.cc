@@ -41,11 +41,13 @@ std::string Adoption::Refusal(const std::string& identity, const proto::Rejoin& 
   return "";
 }
 
-void Adoption::Add(const std::string& identity, const proto::Rejoin& r, int64_t now_ms) {
+bool Adoption::Add(const std::string& identity, const proto::Rejoin& r, int64_t now_ms) {
   if (started_ms_ == 0) started_ms_ = now_ms;
+  const bool first = rejoins_.count(identity) == 0;
   rejoins_[identity] = r;
   max_term_ = std::max(max_term_, r.term());
   if (newest_.nodes().empty() || r.table().epoch() > newest_.epoch()) newest_ = r.table();
+  return first;
 }
 
 void Adoption::Hold(const std::string& identity, const Message& m) {

@@ -54,8 +54,8 @@ class Adoption {
   // that is not the one its table names; empty when it can.
   std::string Refusal(const std::string& identity, const proto::Rejoin& r) const;
   // A REJOIN that Refusal() accepted, at `now_ms` (the first starts the adoption). A node
-  // that rejoins again replaces its earlier REJOIN.
-  void Add(const std::string& identity, const proto::Rejoin& r, int64_t now_ms);
+  // that rejoins again replaces its earlier REJOIN. Returns whether it is the node's first.
+  bool Add(const std::string& identity, const proto::Rejoin& r, int64_t now_ms);
   // A message (BARRIER, FINALIZE, SUSPEND, RESUME, ADMIT) that arrived while the adoption
   // waits, kept for when the scheduler leads: a BARRIER joins its node's waits (once per
   // request), the others are handled then, in order. Dropped if the node never rejoins.

@@ -45,8 +45,9 @@ void Scheduler::OnRejoin(const Message& m, const std::string& identity) {
   if (!adoption_.started()) {
     LOG(WARNING) << "nodes of a running job reach this scheduler: adopting the job";
   }
-  adoption_.Add(identity, r, NowMs());
-  LOG(INFO) << "node " << id << " rejoined (term " << r.term() << "): " << adoption_.Progress();
+  if (adoption_.Add(identity, r, NowMs())) {
+    LOG(INFO) << "node " << id << " rejoined (term " << r.term() << "): " << adoption_.Progress();
+  }
   if (adoption_.Ready(NowMs(), config_.cluster.heartbeat_timeout_ms)) LeadAdoptedJob();
 }
 

@@ -404,6 +404,40 @@ TEST(ConfigTest, WorkerIdRange) {
       7);
 }
 
+TEST(ConfigTest, SchedulerTimeoutIsAtLeastTheHeartbeatTimeout) {
+  EXPECT_EQ(Read(BaseEnv()).cluster.scheduler_timeout_ms, 60000);
+  std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_SCHEDULER_TIMEOUT_MS", "9999"}}),
+                                  "FERRY_SCHEDULER_TIMEOUT_MS");
+  EXPECT_TRUE(StrContains(msg, "FERRY_HEARTBEAT_TIMEOUT_MS (10000)")) << msg;
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SCHEDULER_TIMEOUT_MS", "10000"}})).cluster.scheduler_timeout_ms,
+            10000);
+}
+
+TEST(ConfigTest, SchedulersListTheRootFirstAndAStandbyFindsItself) {
+  const Config one = Read(BaseEnv());
+  ASSERT_EQ(one.transport.schedulers.size(), 1u);
+  EXPECT_EQ(one.transport.schedulers[0].ZmqEndpoint(), "tcp://127.0.0.1:9000");
+  const Env two = With(BaseEnv(), {{"FERRY_SCHEDULERS", "127.0.0.1:9000,127.0.0.1:9100"}});
+  const Config worker = Read(two);
+  ASSERT_EQ(worker.transport.schedulers.size(), 2u);
+  EXPECT_EQ(worker.transport.schedulers[1].port, 9100);
+  EXPECT_EQ(worker.transport.scheduler_index, 0);
+  // The first entry must be the root, named in the error.
+  std::string msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_SCHEDULERS", "127.0.0.1:9100,127.0.0.1:9000"}}),
+                                  "FERRY_SCHEDULERS");
+  EXPECT_TRUE(StrContains(msg, "127.0.0.1:9100")) << msg;
+  EXPECT_TRUE(StrContains(msg, "DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT (127.0.0.1:9000)")) << msg;
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_SCHEDULERS", "127.0.0.1:9000,127.0.0.1"}}), "FERRY_SCHEDULERS");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_SCHEDULERS", "127.0.0.1:9000,127.0.0.1:0"}}), "FERRY_SCHEDULERS");
+  // A standby scheduler: its DMLC_PORT picks its entry, and it listens there.
+  const Config standby = Read(With(two, {{"DMLC_ROLE", "scheduler"}, {"DMLC_PORT", "9100"}}));
+  EXPECT_EQ(standby.transport.scheduler_index, 1);
+  EXPECT_EQ(standby.transport.node_port, 9100);
+  EXPECT_EQ(Read(With(two, {{"DMLC_ROLE", "scheduler"}})).transport.node_port, 9000);
+  msg = ExpectInvalid(With(two, {{"DMLC_ROLE", "scheduler"}, {"DMLC_PORT", "9200"}}), "DMLC_PORT");
+  EXPECT_TRUE(StrContains(msg, "is not one of FERRY_SCHEDULERS")) << msg;
+}
+
 TEST(ConfigTest, HeartbeatTimeoutMustBeTwiceTheInterval) {
   std::string msg = ExpectInvalid(
       With(BaseEnv(), {{"FERRY_HEARTBEAT_INTERVAL_MS", "1000"}, {"FERRY_HEARTBEAT_TIMEOUT_MS", "1999"}}),

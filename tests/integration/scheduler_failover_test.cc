@@ -110,6 +110,26 @@ TEST(SchedulerFailoverTest, WorkerThatDiedWithoutASchedulerIsFoundByTheNextOne) 
   }
 }
 
+TEST(SchedulerFailoverTest, ElasticJobGoesOnWithoutAWorkerThatDiedWithoutAScheduler) {
+  // As elastic_test runs it: each step's sums checked against the live workers.
+  ClusterSpec spec = Spec(1, 3, {"--mode=elastic", "--rounds=40", "--loop_sleep_ms=60",
+                                 "--commit_every=3"},
+                          {{"FERRY_ELASTIC", "1"}, {"FERRY_PARTITION_BYTES", "262144"}});
+  TestCluster c(spec);
+  c.Start();
+  ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "step 5", 30000)) << c.AllOutput();
+  c.Kill(c.scheduler(), SIGKILL);
+  c.Kill(c.workers()[2], SIGKILL);
+  Sleep(1000);
+  const int again = Restart(c, "scheduler-again");
+  ExpectExit(c, {again, c.servers()[0], c.workers()[0], c.workers()[1]}, 0, 90000);
+  for (int w : {c.workers()[0], c.workers()[1]}) {
+    EXPECT_NE(c.Output(w).find("OK elastic steps=40"), std::string::npos) << c.Output(w);
+    EXPECT_NE(c.Output(w).find("reset epoch 1 rank"), std::string::npos) << c.Output(w);
+  }
+  EXPECT_NE(c.Output(again).find("worker 2 (127.0.0.1"), std::string::npos) << c.Output(again);
+}
+
 TEST(SchedulerFailoverTest, SchedulerOfAnotherJobIsRefusedAndTheJobWaitsForItsOwn) {
   TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=300"}));
   c.Start();
