@@ -166,7 +166,7 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
       if (type != proto::HEARTBEAT) adoption_.Hold(origin.identity, m);
       return;
     }
-    if (phase_ == Phase::kRegistering && pending_.empty() && m.sender() > 0) {
+    if (phase_ == Phase::kRegistering && m.sender() > 0) {
       // A node of a running job that this scheduler does not know: it asks it to rejoin.
       if (type != proto::HEARTBEAT) adoption_.Hold(origin.identity, m);
       van_.Reply(origin.identity, MakeMessage(proto::REJOIN_ASK, kSchedulerId));

@@ -37,13 +37,14 @@ void Scheduler::OnRejoin(const Message& m, const std::string& identity) {
     return;
   }
   if (phase_ != Phase::kRegistering) return;
-  if (!pending_.empty()) {
-    Refuse(identity, StrCat("node ", id, " rejoins a running job, but this scheduler registers a "
-                            "new one (", MissingNodes(), ")"));
-    return;
-  }
   if (!adoption_.started()) {
-    LOG(WARNING) << "nodes of a running job reach this scheduler: adopting the job";
+    // Registrations that came first are of this job's newcomers (a worker waiting to join, a
+    // server waiting as a spare): they send them again, and are taken once the job is.
+    LOG(WARNING) << "nodes of a running job reach this scheduler: adopting the job"
+                 << (pending_.empty() ? std::string()
+                                      : StrCat(" (", pending_.size(), " registration(s) that came "
+                                               "first wait for it)"));
+    pending_.clear();
   }
   if (adoption_.Add(identity, r, NowMs())) {
     LOG(INFO) << "node " << id << " rejoined (term " << r.term() << "): " << adoption_.Progress();
