@@ -510,9 +510,10 @@ void Scheduler::FailJob(int node_id, const std::string& reason) {
   failure_ = reason;
   if (node_id > 0) metrics_.Died(node_id, reason);
   metrics_.JobEnded(reason);
+  const uint64_t term = term_;
   auto notify = [&](const std::string& identity) {
     Message m = NodeFailedMessage(node_id, reason);
-    m.envelope.set_term(term_);
+    m.envelope.set_term(term);
     van_.Reply(identity, std::move(m));
   };
   for (const auto& p : pending_) notify(p.identity);

@@ -3,8 +3,8 @@
 // ClusterClient: a server's or worker's side of the control plane.
 //
 // It registers with the scheduler, learns the node table, heartbeats, runs barriers,
-// and turns every sign of a failed job (a NODE_FAILED broadcast, a silent scheduler)
-// into one failure reason that every waiter sees. Every wait has a deadline.
+// and turns every sign of a failed job (a NODE_FAILED broadcast, no scheduler for
+// FERRY_SCHEDULER_TIMEOUT_MS) into one failure reason that every waiter sees. Every wait has a deadline.
 //
 // Scheduler failover (scheduler/adoption.h): the data plane never needs the scheduler, so
 // a silent one ends nothing at once. The SchedulerLink (scheduler_link.h) says which

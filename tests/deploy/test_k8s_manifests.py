@@ -142,6 +142,22 @@ def test_an_elastic_job_gets_a_dead_server_back(docs):
     assert servers["spec"]["template"]["spec"].get("restartPolicy", "Always") == "Always"
 
 
+def test_a_dead_scheduler_comes_back_at_the_same_address(docs):
+    # The kubelet restarts the scheduler's container (restartPolicy Always; one replica, and
+    # never two at once), and the nodes find the new one where they found the old: the
+    # Service's stable cluster address (not headless: a pod replaced gets a new IP), which
+    # is DMLC_PS_ROOT_URI. The scheduler listens on its pod's address, since the address
+    # DMLC_PS_ROOT_URI resolves to is the Service's.
+    scheduler = find(docs, "Deployment", "ferry-scheduler")
+    spec = scheduler["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    assert spec["template"]["spec"].get("restartPolicy", "Always") == "Always"
+    c, env = container_env(docs, scheduler)
+    service = find(docs, "Service", env["DMLC_PS_ROOT_URI"])
+    assert service["spec"].get("clusterIP") != "None"
+    assert env["FERRY_BIND_ADDR"] == ("field", "status.podIP")
+
+
 def test_the_scheduler_is_annotated_for_prometheus_on_the_pod_network(docs):
     # The scheduler serves every node's series (docs/operations.md, "Live metrics"): its pod
     # carries the prometheus.io annotations with the ConfigMap's port, listens on the pod's
