@@ -78,6 +78,8 @@ const std::vector<Knob>& Knobs() {
       {"FERRY_HANDSHAKE_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_HEARTBEAT_INTERVAL_MS", KnobUse::kNoEffect, "heartbeats are a few bytes a second"},
       {"FERRY_HEARTBEAT_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
+      {"FERRY_SCHEDULER_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
+      {"FERRY_SCHEDULERS", KnobUse::kNoEffect, "the data plane never waits for a scheduler"},
       {"FERRY_OP_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_JOIN_TIMEOUT_MS", KnobUse::kNoEffect, "a deadline"},
       {"FERRY_STALL_WARNING_MS", KnobUse::kNoEffect, "a deadline"},

@@ -150,7 +150,7 @@ TEST(MessageTest, FramesFollowTheirCut) {
 }
 
 TEST(MessageTest, RejectsWrongVersion) {
-  for (uint32_t version : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u, kProtocolVersion + 1, 1000u}) {
+  for (uint32_t version : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u, 11u, kProtocolVersion + 1, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
     std::string error = ValidateMessage(m, kLimit).message();
@@ -160,7 +160,7 @@ TEST(MessageTest, RejectsWrongVersion) {
   Message v2 = GoodPush();
   v2.envelope.set_version(2);
   EXPECT_TRUE(
-      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 11)"))
+      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 12)"))
       << ValidateMessage(v2, kLimit).message();
 }
 

@@ -27,6 +27,8 @@ INVALID = {
     "FERRY_ENABLE_ASYNC": "maybe",
     "FERRY_HEARTBEAT_INTERVAL_MS": "5",
     "FERRY_HEARTBEAT_TIMEOUT_MS": "1",
+    "FERRY_SCHEDULER_TIMEOUT_MS": "5000",  # below the heartbeat timeout (10000)
+    "FERRY_SCHEDULERS": "127.0.0.1:1,127.0.0.1:2",  # the first is not DMLC_PS_ROOT_*
     "FERRY_JOIN_TIMEOUT_MS": "-3",
     "FERRY_STALL_WARNING_MS": "50",
     "FERRY_STALL_SHUTDOWN_MS": "later",

@@ -7,11 +7,6 @@
 // partition per operation.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <arpa/inet.h>
 
 #include <atomic>
 #include <map>
@@ -20,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/http_get.h"
 #include "tests/support/process_group.h"
 #include "tests/support/test_cluster.h"
 
@@ -29,28 +25,6 @@ namespace {
 constexpr int kRounds = 10;
 constexpr int kTensorBytes = 4 << 16;  // ferry-test-worker --mode=loop: 65536 floats
 constexpr int kPartitionBytes = 65536;
-
-// GET `path` from 127.0.0.1:`port`; the whole reply ("" if the connection failed).
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: test\r\n\r\n";
-    if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return reply;
-}
 
 // The exposition's samples: "name{labels}" -> value.
 std::map<std::string, double> Samples(const std::string& reply) {

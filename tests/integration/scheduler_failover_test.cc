@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/http_get.h"
 #include "tests/support/test_cluster.h"
 
 namespace ferry::testing {
@@ -67,6 +68,34 @@ TEST(SchedulerFailoverTest, RestartedSchedulerAdoptsTheRunningJob) {
   }
   EXPECT_NE(c.Output(again).find("every worker finalized; job finished"), std::string::npos)
       << c.Output(again);
+}
+
+TEST(SchedulerFailoverTest, AdoptingSchedulerServesTheJobsLiveMetrics) {
+  const int metrics_port = FreePort();
+  TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=400"},
+                     {{"FERRY_METRICS_PORT", std::to_string(metrics_port)}}));
+  c.Start();
+  ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
+  c.Kill(c.scheduler(), SIGKILL);
+  Sleep(500);
+  const int again = Restart(c, "scheduler-again");
+  ASSERT_TRUE(c.WaitForOutput(again, "adopted the running job", 20000)) << c.AllOutput();
+  // The nodes' next heartbeats carry their counters to the new scheduler.
+  std::string status, exposition;
+  for (int i = 0; i < 100 * TimeScale(); ++i) {
+    status = HttpGet(metrics_port, "/api/status");
+    exposition = HttpGet(metrics_port, "/metrics");
+    if (exposition.find("role=\"worker\",rank=\"1\"") != std::string::npos &&
+        exposition.find("role=\"server\"") != std::string::npos) {
+      break;
+    }
+    Sleep(100);
+  }
+  EXPECT_NE(status.find("\"state\":\"running\""), std::string::npos) << status;
+  EXPECT_NE(exposition.find("role=\"worker\",rank=\"0\""), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("role=\"worker\",rank=\"1\""), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("role=\"server\""), std::string::npos) << exposition;
+  ExpectExit(c, {again, c.servers()[0], c.workers()[0], c.workers()[1]}, 0, 60000);
 }
 
 TEST(SchedulerFailoverTest, BarrierWaitingAcrossARestartCompletes) {
