@@ -168,6 +168,10 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
     }
     if (phase_ == Phase::kRegistering && m.sender() > 0) {
       // A node of a running job that this scheduler does not know: it asks it to rejoin.
+      if (asked_.size() < 4096 && asked_.insert(origin.identity).second) {
+        LOG(INFO) << Describe(m) << ": the sender is not a registered member; asked it to "
+                  << "rejoin (a running job's node meets a restarted scheduler so)";
+      }
       if (type != proto::HEARTBEAT) adoption_.Hold(origin.identity, m);
       van_.Reply(origin.identity, MakeMessage(proto::REJOIN_ASK, kSchedulerId));
       return;

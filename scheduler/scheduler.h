@@ -143,6 +143,7 @@ class Scheduler {
   std::vector<Membership::Joiner> joiners_ GUARDED_BY(mu_);  // workers waiting to join
   Adoption adoption_ GUARDED_BY(mu_);  // a running job's nodes rejoining (adoption.h)
   uint64_t term_ GUARDED_BY(mu_) = 0;   // 0 until it leads a job
+  std::set<std::string> asked_ GUARDED_BY(mu_);  // identities asked to rejoin (logged once)
   // Elastic: when the live workers fell below FERRY_MIN_WORKERS (0: they did not), and why.
   int64_t below_min_since_ms_ GUARDED_BY(mu_) = 0;
   std::string below_min_why_ GUARDED_BY(mu_);
