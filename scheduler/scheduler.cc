@@ -147,6 +147,17 @@ void Scheduler::OnMessage(Message&& m, const Origin& origin) {
     return;
   }
   if (type == proto::FENCED) return;
+  if (type == proto::REGISTER) {
+    // Nodes send their REGISTER again every heartbeat interval until they have an answer:
+    // one that crosses it is no new node (a member's must never become a spare's).
+    auto same = [&origin](const auto& node) { return node.identity == origin.identity; };
+    if (std::any_of(pending_.begin(), pending_.end(), same) ||
+        std::any_of(joiners_.begin(), joiners_.end(), same) ||
+        std::any_of(members_.begin(), members_.end(),
+                    [&same](const auto& entry) { return same(entry.second); })) {
+      return;
+    }
+  }
   if ((type == proto::REGISTER && m.envelope.register_request().spare()) ||
       (type == proto::HEARTBEAT && m.sender() < 0)) {
     OnSpare(m, origin.identity);
@@ -230,9 +241,6 @@ void Scheduler::RefuseVersion(const Message& m, const Origin& origin) {
 
 void Scheduler::OnRegister(const Message& m, const std::string& identity) {
   const proto::RegisterRequest& r = m.envelope.register_request();
-  for (const auto& [id, member] : members_) {
-    if (member.identity == identity) return;  // a REGISTER repeated as the table went out
-  }
   if (adoption_.started()) return;  // it registers again once this scheduler leads
   if (config_.cluster.elastic && r.role() == proto::WORKER && phase_ == Phase::kRunning) {
     OnJoiner(m, identity);

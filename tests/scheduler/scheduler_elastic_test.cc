@@ -175,5 +175,37 @@ TEST_F(SchedulerElasticTest, AWorkerEnteringABarrierAgainReplacesItsEarlierArriv
   for (auto& f : all) EXPECT_NO_THROW(f.get());
 }
 
+TEST(SchedulerRegistrationTest, AServerRegisteringAgainWhileOthersAreMissingIsNoSpare) {
+  // Nodes send their REGISTER again every heartbeat interval until the table comes: a
+  // server's repeats while the worker is late must not register it as a spare (it would
+  // then take its own slot when it dies).
+  auto env = ClusterEnv("scheduler", 1, 1, FreePort());
+  env["FERRY_ELASTIC"] = "1";
+  env["FERRY_HEARTBEAT_INTERVAL_MS"] = std::to_string(50 * DetectionScale());
+  env["FERRY_HEARTBEAT_TIMEOUT_MS"] = std::to_string(1500 * DetectionScale());
+  const Config scheduler_config = Config::FromEnvironment(MapEnvironment(env));
+  Scheduler scheduler(scheduler_config);
+  auto run = std::async(std::launch::async, [&scheduler] { return scheduler.Run(); });
+  env["DMLC_ROLE"] = "server";
+  const Config server_config = Config::FromEnvironment(MapEnvironment(env));
+  env["DMLC_ROLE"] = "worker";
+  const Config worker_config = Config::FromEnvironment(MapEnvironment(env));
+  auto server = std::make_unique<Member>(server_config);
+  auto registering = std::async(std::launch::async, [&server] { server->client.Register(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // about 8 repeats
+  Member worker(worker_config);
+  worker.client.Register();
+  registering.get();
+  server.reset();  // dies: no spare may take its slot
+  for (int i = 0; i < 1000 && !worker.client.failed(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * DetectionScale()));
+  }
+  ASSERT_TRUE(worker.client.failed());
+  EXPECT_NE(worker.client.failure().find("no live server is left"), std::string::npos)
+      << worker.client.failure();
+  EXPECT_EQ(worker.client.epoch(), 0u);  // no epoch with a "spare" in the slot
+  EXPECT_EQ(run.get(), 1);
+}
+
 }  // namespace
 }  // namespace ferry::testing
