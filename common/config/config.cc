@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -395,8 +396,11 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
             StrCat("must be at least twice FERRY_HEARTBEAT_INTERVAL_MS (",
                    c.cluster.heartbeat_interval_ms, ")"));
   }
-  c.cluster.scheduler_timeout_ms = r.Int("FERRY_SCHEDULER_TIMEOUT_MS", nullptr,
-                                         c.cluster.scheduler_timeout_ms, 100, 7 * 86400000LL);
+  // Unset: 60 s, or the heartbeat timeout when that is longer.
+  c.cluster.scheduler_timeout_ms =
+      r.Int("FERRY_SCHEDULER_TIMEOUT_MS", nullptr,
+            std::max(c.cluster.scheduler_timeout_ms, c.cluster.heartbeat_timeout_ms), 100,
+            7 * 86400000LL);
   if (c.cluster.scheduler_timeout_ms < c.cluster.heartbeat_timeout_ms) {
     ThrowInvalidConfig("FERRY_SCHEDULER_TIMEOUT_MS", std::to_string(c.cluster.scheduler_timeout_ms),
                        StrCat("must be at least FERRY_HEARTBEAT_TIMEOUT_MS (",

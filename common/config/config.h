@@ -69,7 +69,8 @@ struct Config {
     int max_workers = 0;
     // FERRY_SCHEDULER_TIMEOUT_MS: how long servers and workers train on without any
     // scheduler answering (one restarted, or a standby, adopts the job meanwhile:
-    // scheduler/adoption.h); then every node ends, naming the scheduler.
+    // scheduler/adoption.h); then every node ends, naming the scheduler. Unset: 60 s, or
+    // the heartbeat timeout when that is longer.
     int64_t scheduler_timeout_ms = 60000;
   };
   Cluster cluster;

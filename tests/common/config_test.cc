@@ -411,6 +411,9 @@ TEST(ConfigTest, SchedulerTimeoutIsAtLeastTheHeartbeatTimeout) {
   EXPECT_TRUE(StrContains(msg, "FERRY_HEARTBEAT_TIMEOUT_MS (10000)")) << msg;
   EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_SCHEDULER_TIMEOUT_MS", "10000"}})).cluster.scheduler_timeout_ms,
             10000);
+  // Unset, it follows a heartbeat timeout longer than its 60 s.
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_HEARTBEAT_TIMEOUT_MS", "90000"}})).cluster.scheduler_timeout_ms,
+            90000);
 }
 
 TEST(ConfigTest, SchedulersListTheRootFirstAndAStandbyFindsItself) {
