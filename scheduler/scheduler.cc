@@ -278,7 +278,6 @@ void Scheduler::OnRegister(const Message& m, const std::string& identity) {
       r.role() == proto::SERVER ? config_.cluster.num_servers : config_.cluster.num_workers;
   int have = 0;
   for (const auto& p : pending_) {
-    if (p.identity == identity) return;  // a repeated REGISTER on the same connection
     if (p.request.role() != r.role()) continue;
     ++have;
     if (r.role() == proto::WORKER && r.requested_rank() >= 0 &&

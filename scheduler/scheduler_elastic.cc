@@ -70,9 +70,6 @@ void Scheduler::CheckSpares() {
 
 void Scheduler::OnJoiner(const Message& m, const std::string& identity) {
   const proto::RegisterRequest& r = m.envelope.register_request();
-  for (const auto& j : joiners_) {
-    if (j.identity == identity) return;  // a repeated REGISTER
-  }
   const int live = table().num_workers();
   if (live + static_cast<int>(joiners_.size()) >= config_.cluster.max_workers) {
     Refuse(identity, StrCat(DescribeRegistration(r), " wants to join, but the job has ", live, " workers and ",

@@ -502,10 +502,6 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   return c;
 }
 
-std::string Config::SchedulerEndpoint() const {
-  return StrCat("tcp://", transport.root_host, ":", transport.root_port);
-}
-
 std::string Config::Transport::Endpoint::ZmqEndpoint() const {
   return StrCat("tcp://", host, ":", port);
 }

@@ -270,8 +270,6 @@ struct Config {
   // by the caller (a binary that is one role) and DMLC_ROLE, if set, must agree.
   static Config FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role = nullptr);
 
-  // Scheduler address as a ZeroMQ endpoint.
-  std::string SchedulerEndpoint() const;
   // The name of this machine's local group socket (Linux abstract namespace, so no file
   // to clean up): local.socket if set, else one derived from the scheduler's address and
   // port and DMLC_WORKER_ID, so two jobs (or two machines of one job on loopback) on one

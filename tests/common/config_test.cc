@@ -89,7 +89,7 @@ TEST(ConfigTest, Defaults) {
   EXPECT_EQ(c.diagnostics.log_level, 0);
   EXPECT_EQ(c.diagnostics.log_verbosity, 0);
   EXPECT_TRUE(c.warnings.empty());
-  EXPECT_EQ(c.SchedulerEndpoint(), "tcp://127.0.0.1:9000");
+  EXPECT_EQ(c.transport.schedulers[0].ZmqEndpoint(), "tcp://127.0.0.1:9000");
   EXPECT_FALSE(c.Summary().empty());
 }
 
@@ -376,7 +376,7 @@ TEST(ConfigTest, HostNamesResolve) {
   EXPECT_EQ(c.transport.root_host, "127.0.0.1");
   EXPECT_EQ(c.transport.node_host, "127.0.0.1");
   EXPECT_EQ(c.transport.bind_host, "127.0.0.1");
-  EXPECT_EQ(c.SchedulerEndpoint(), "tcp://127.0.0.1:9000");
+  EXPECT_EQ(c.transport.schedulers[0].ZmqEndpoint(), "tcp://127.0.0.1:9000");
 
   EXPECT_EQ(ResolveHost("X", "10.1.2.3"), "10.1.2.3");
   EXPECT_EQ(ResolveHost("X", "localhost"), "127.0.0.1");

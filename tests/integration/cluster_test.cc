@@ -13,19 +13,8 @@
 namespace ferry::testing {
 namespace {
 
-// `servers` servers and `workers` ferry-test-workers with `args`; `env` for every role.
-ClusterSpec Spec(int servers, int workers, const std::vector<std::string>& args,
-                 const Env& env = {}) {
-  ClusterSpec spec;
-  spec.servers = servers;
-  spec.workers = workers;
-  spec.worker_args = args;
-  spec.env = env;
-  return spec;
-}
-
 TEST(ClusterTest, ThreeWorkersTwoServersSumExactly) {
-  TestCluster c(Spec(2, 3, {"--mode=sums", "--tensors=40", "--max_bytes=67108864", "--rounds=20"},
+  TestCluster c(SpecOf(2, 3, {"--mode=sums", "--tensors=40", "--max_bytes=67108864", "--rounds=20"},
                      {{"FERRY_PARTITION_BYTES", "1048576"}}));
   c.Start();
   ASSERT_TRUE(c.Succeeds(600000));
@@ -39,7 +28,7 @@ TEST(ClusterTest, DroppedAndDelayedMessagesAreResentAndSumsStayExact) {
   // pulls) dropped, every message held 20 ms. Small partitions make thousands of
   // messages, so drops happen at every kind of message; resends recover them all.
   ClusterSpec spec =
-      Spec(2, 2, {"--mode=sums", "--tensors=24", "--max_bytes=262144", "--rounds=15"},
+      SpecOf(2, 2, {"--mode=sums", "--tensors=24", "--max_bytes=262144", "--rounds=15"},
            {{"FERRY_PARTITION_BYTES", "16384"},
             {"FERRY_TEST_DROP_PERCENT", "1"},
             {"FERRY_TEST_DELAY_MS", "20"},
@@ -87,7 +76,7 @@ TEST(ClusterTest, DroppedAndDelayedMessagesAreResentAndSumsStayExact) {
 }
 
 TEST(ClusterTest, JoinForUnevenDataSumsOverTheWorkersStillPushing) {
-  TestCluster c(Spec(2, 3, {"--mode=join"}, {{"FERRY_PARTITION_BYTES", "4096"}}));
+  TestCluster c(SpecOf(2, 3, {"--mode=join"}, {{"FERRY_PARTITION_BYTES", "4096"}}));
   c.Start();
   ASSERT_TRUE(c.Succeeds(120000));
   for (int w = 0; w < 3; ++w) {
@@ -99,14 +88,14 @@ TEST(ClusterTest, JoinForUnevenDataSumsOverTheWorkersStillPushing) {
 
 TEST(ClusterTest, SmallPartitionsAndTightCredit) {
   // Many partitions per tensor, one in flight at a time, byte credit.
-  TestCluster c(Spec(3, 2, {"--mode=sums", "--tensors=12", "--max_bytes=1048576", "--rounds=5"},
+  TestCluster c(SpecOf(3, 2, {"--mode=sums", "--tensors=12", "--max_bytes=1048576", "--rounds=5"},
                      {{"FERRY_PARTITION_BYTES", "4096"}, {"FERRY_SCHEDULING_CREDIT", "1"}}));
   c.Start();
   ASSERT_TRUE(c.Succeeds(300000));
 }
 
 TEST(ClusterTest, MismatchedTensorFailsEveryWorkerButOtherKeysServe) {
-  TestCluster c(Spec(2, 2, {"--mode=mismatch"}));
+  TestCluster c(SpecOf(2, 2, {"--mode=mismatch"}));
   c.Start();
   ASSERT_TRUE(c.Succeeds(60000));
   for (int w : c.workers()) {
@@ -122,7 +111,7 @@ TEST(ClusterTest, AFrameTheServerRefusesFailsThePushSayingWhy) {
   // 1 MiB, so each frame arrives whole but its key is over the server's limit: the server's
   // Van refuses it (CheckFrame) and the server answers with an ERROR of that reason, which
   // the worker's push_pull throws at once instead of waiting out its deadline.
-  ClusterSpec spec = Spec(1, 1,
+  ClusterSpec spec = SpecOf(1, 1,
                           {"--mode=refused", "--max_bytes=4194304",
                            "--expect_error=PUSH of tensor 0 partition 0 round 0 at offset"});
   spec.server_env = {{"FERRY_MAX_MESSAGE_BYTES", "1048576"}, {"FERRY_PARTITION_BYTES", "65536"}};
@@ -140,7 +129,7 @@ TEST(ClusterTest, AFrameTheServerRefusesFailsThePushSayingWhy) {
 }
 
 TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
-  TestCluster c(Spec(2, 2, {"--mode=loop"}));
+  TestCluster c(SpecOf(2, 2, {"--mode=loop"}));
   c.Start();
   // Let training run, then kill server 1 (the second server process).
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
@@ -170,7 +159,7 @@ TEST(ClusterTest, KilledServerFailsEveryWorkerWithinHeartbeatTimeout) {
 }
 
 TEST(ClusterTest, KilledWorkerFailsEveryoneElseNamingIt) {
-  TestCluster c(Spec(2, 2, {"--mode=loop"}));
+  TestCluster c(SpecOf(2, 2, {"--mode=loop"}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
   c.Kill(c.workers()[1], SIGKILL);
@@ -191,7 +180,7 @@ TEST(ClusterTest, WithoutASchedulerEveryNodeEndsAtTheSchedulerTimeout) {
   // Training goes on without the scheduler (scheduler_failover_test brings one back);
   // when none comes within FERRY_SCHEDULER_TIMEOUT_MS, every node ends naming it.
   const int timeout_ms = 2 * kHeartbeatTimeoutMs * DetectionScale();
-  TestCluster c(Spec(1, 2, {"--mode=loop"},
+  TestCluster c(SpecOf(1, 2, {"--mode=loop"},
                      {{"FERRY_SCHEDULER_TIMEOUT_MS", std::to_string(timeout_ms)}}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
@@ -212,7 +201,7 @@ TEST(ClusterTest, WithoutASchedulerEveryNodeEndsAtTheSchedulerTimeout) {
 TEST(ClusterTest, StragglerIsNotMistakenForADeadNode) {
   // Worker 1 computes 3x longer than worker 0 and, at 600 ms a round, longer than a
   // fifth of the heartbeat timeout; nobody may be declared dead, every sum exact.
-  ClusterSpec spec = Spec(1, 2, {"--mode=loop", "--loop_rounds=12"});
+  ClusterSpec spec = SpecOf(1, 2, {"--mode=loop", "--loop_rounds=12"});
   spec.per_worker_args = {{"--loop_sleep_ms=200"}, {"--loop_sleep_ms=600"}};
   TestCluster c(spec);
   c.Start();
@@ -223,7 +212,7 @@ TEST(ClusterTest, StragglerIsNotMistakenForADeadNode) {
 }
 
 TEST(ClusterTest, SecondWorkerClaimingARankIsRefused) {
-  TestCluster c(Spec(1, 2, {"--mode=loop"}));
+  TestCluster c(SpecOf(1, 2, {"--mode=loop"}));
   c.StartScheduler();
   c.StartServer();
   int first = c.StartWorker(0, {"--loop_rounds=3"});
@@ -245,7 +234,7 @@ TEST(ClusterTest, SecondWorkerClaimingARankIsRefused) {
 }
 
 TEST(ClusterTest, MissingWorkerIsNamedAtTheConnectDeadline) {
-  ClusterSpec spec = Spec(1, 3, {"--mode=loop"},
+  ClusterSpec spec = SpecOf(1, 3, {"--mode=loop"},
                           {{"FERRY_CONNECT_TIMEOUT_MS", std::to_string(1500 * TimeScale())}});
   TestCluster c(spec);
   c.StartScheduler();
@@ -263,7 +252,7 @@ TEST(ClusterTest, MissingWorkerIsNamedAtTheConnectDeadline) {
 }
 
 TEST(ClusterTest, WorkerWithoutSchedulerGivesUpAtTheConnectDeadline) {
-  TestCluster c(Spec(1, 1, {"--mode=loop"}, {{"FERRY_CONNECT_TIMEOUT_MS", "800"}}));
+  TestCluster c(SpecOf(1, 1, {"--mode=loop"}, {{"FERRY_CONNECT_TIMEOUT_MS", "800"}}));
   int w = c.StartWorker(0);
   ChildResult r = c.group().Wait(w, 10000);  // unscaled, as the 800 ms are
   ASSERT_TRUE(r.exited);

@@ -17,16 +17,6 @@
 namespace ferry::testing {
 namespace {
 
-ClusterSpec Spec(int servers, int workers, const std::vector<std::string>& args,
-                 const Env& env = {}) {
-  ClusterSpec spec;
-  spec.servers = servers;
-  spec.workers = workers;
-  spec.worker_args = args;
-  spec.env = env;
-  return spec;
-}
-
 // How many rounds a loop-mode worker has printed.
 size_t Rounds(const std::string& out) {
   size_t n = 0;
@@ -51,7 +41,7 @@ void ExpectExit(TestCluster& c, const std::vector<int>& indices, int code, long 
 }
 
 TEST(SchedulerFailoverTest, RestartedSchedulerAdoptsTheRunningJob) {
-  TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=250"}));
+  TestCluster c(SpecOf(1, 2, {"--mode=loop", "--loop_rounds=250"}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
   c.Kill(c.scheduler(), SIGKILL);
@@ -72,7 +62,7 @@ TEST(SchedulerFailoverTest, RestartedSchedulerAdoptsTheRunningJob) {
 
 TEST(SchedulerFailoverTest, AdoptingSchedulerServesTheJobsLiveMetrics) {
   const int metrics_port = FreePort();
-  TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=400"},
+  TestCluster c(SpecOf(1, 2, {"--mode=loop", "--loop_rounds=400"},
                      {{"FERRY_METRICS_PORT", std::to_string(metrics_port)}}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
@@ -101,7 +91,7 @@ TEST(SchedulerFailoverTest, AdoptingSchedulerServesTheJobsLiveMetrics) {
 TEST(SchedulerFailoverTest, BarrierWaitingAcrossARestartCompletes) {
   // Rank 0 waits in barrier 2 when the scheduler dies; rank 1 reaches it 3 s later, at the
   // restarted scheduler, which counts rank 0's arrival from its REJOIN.
-  TestCluster c(Spec(1, 2, {"--mode=barriers", "--rounds=5", "--slow_barrier=2",
+  TestCluster c(SpecOf(1, 2, {"--mode=barriers", "--rounds=5", "--slow_barrier=2",
                             "--barrier_sleep_ms=" + std::to_string(3000 * TimeScale())}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "barrier 1 waited", 30000));
@@ -120,7 +110,7 @@ TEST(SchedulerFailoverTest, BarrierWaitingAcrossARestartCompletes) {
 }
 
 TEST(SchedulerFailoverTest, WorkerThatDiedWithoutASchedulerIsFoundByTheNextOne) {
-  TestCluster c(Spec(1, 2, {"--mode=loop"}));
+  TestCluster c(SpecOf(1, 2, {"--mode=loop"}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
   c.Kill(c.scheduler(), SIGKILL);
@@ -141,7 +131,7 @@ TEST(SchedulerFailoverTest, WorkerThatDiedWithoutASchedulerIsFoundByTheNextOne) 
 
 TEST(SchedulerFailoverTest, ElasticJobGoesOnWithoutAWorkerThatDiedWithoutAScheduler) {
   // As elastic_test runs it: each step's sums checked against the live workers.
-  ClusterSpec spec = Spec(1, 3, {"--mode=elastic", "--rounds=40", "--loop_sleep_ms=60",
+  ClusterSpec spec = SpecOf(1, 3, {"--mode=elastic", "--rounds=40", "--loop_sleep_ms=60",
                                  "--commit_every=3"},
                           {{"FERRY_ELASTIC", "1"}, {"FERRY_PARTITION_BYTES", "262144"}});
   TestCluster c(spec);
@@ -160,7 +150,7 @@ TEST(SchedulerFailoverTest, ElasticJobGoesOnWithoutAWorkerThatDiedWithoutASchedu
 }
 
 TEST(SchedulerFailoverTest, SchedulerOfAnotherJobIsRefusedAndTheJobWaitsForItsOwn) {
-  TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=300"}));
+  TestCluster c(SpecOf(1, 2, {"--mode=loop", "--loop_rounds=300"}));
   c.Start();
   ASSERT_TRUE(c.WaitForOutput(c.workers()[0], "round 5\n", 30000));
   c.Kill(c.scheduler(), SIGKILL);
@@ -190,7 +180,7 @@ struct Standby {
 };
 
 TEST(SchedulerFailoverTest, StandbyTakesOverWithoutARestart) {
-  TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=400"}));
+  TestCluster c(SpecOf(1, 2, {"--mode=loop", "--loop_rounds=400"}));
   const Standby standby(c);
   c.spec().env = standby.env;
   c.Start();
@@ -210,7 +200,7 @@ TEST(SchedulerFailoverTest, StandbyTakesOverWithoutARestart) {
 }
 
 TEST(SchedulerFailoverTest, PausedLeaderIsFencedOnceTheStandbyLeads) {
-  TestCluster c(Spec(1, 2, {"--mode=loop", "--loop_rounds=600"}));
+  TestCluster c(SpecOf(1, 2, {"--mode=loop", "--loop_rounds=600"}));
   const Standby standby(c);
   c.spec().env = standby.env;
   c.Start();

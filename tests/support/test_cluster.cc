@@ -29,6 +29,16 @@ void TestCluster::Start() {
   }
 }
 
+ClusterSpec SpecOf(int servers, int workers, const std::vector<std::string>& args,
+                   const Env& env) {
+  ClusterSpec spec;
+  spec.servers = servers;
+  spec.workers = workers;
+  spec.worker_args = args;
+  spec.env = env;
+  return spec;
+}
+
 int TestCluster::StartScheduler(const Env& extra) {
   Env e = RoleEnv("scheduler");
   for (const auto& [k, v] : extra) e[k] = v;

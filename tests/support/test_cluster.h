@@ -57,6 +57,10 @@ struct ClusterSpec {
   bool stats_files = false;
 };
 
+// `servers` servers and `workers` ferry-test-workers with `args`; `env` for every role.
+ClusterSpec SpecOf(int servers, int workers, const std::vector<std::string>& args,
+                   const Env& env = {});
+
 class TestCluster {
  public:
   explicit TestCluster(ClusterSpec spec = {});
