@@ -38,6 +38,7 @@
 
 namespace ferry {
 
+class Stragglers;
 class Summation;
 
 // What a protocol works with; everything outlives the protocol.
@@ -52,6 +53,10 @@ struct ProtocolContext {
   std::function<void(const Reply&)> reply;  // sends one reply (the server: through the Van)
   // The largest message (FERRY_MAX_MESSAGE_BYTES): what a compressed push may stand for.
   uint64_t max_message_bytes = 1ull << 32;
+  // FERRY_BACKUP_WORKERS (server/stragglers.h), and the server's record of late pushes
+  // (set when backup_workers > 0).
+  int backup_workers = 0;
+  Stragglers* stragglers = nullptr;
 };
 
 class KeyProtocol {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/transport/message.h"
+#include "common/types/process_set.h"
 
 namespace ferry {
 
@@ -84,9 +85,21 @@ bool KeyState::FrameComplete(uint32_t f, const std::vector<bool>& joined) const 
   const FrameSum& frame = frames[f];
   if (frame.summing || frame.sent) return false;
   for (size_t r = 0; r < frame.got.size(); ++r) {
-    if (!frame.got[r] && !(r < joined.size() && joined[r])) return false;
+    if (frame.got[r]) continue;
+    if (backup.closed ? backup.contributed[r] : !(r < joined.size() && joined[r])) return false;
   }
   return true;
+}
+
+void KeyState::CloseEarly(const std::vector<bool>& absent, int64_t now_us) {
+  backup.closed = true;
+  backup.closed_us = now_us;
+  backup.contributed = pushed;
+  std::vector<int> left_out;
+  for (size_t r = 0; r < pushed.size(); ++r) {
+    if (!pushed[r] && !(r < absent.size() && absent[r])) left_out.push_back(static_cast<int>(r));
+  }
+  backup.left_out = ProcessSetMask(left_out);
 }
 
 bool KeyState::Complete(const std::vector<bool>& joined) const {
@@ -97,7 +110,18 @@ bool KeyState::Complete(const std::vector<bool>& joined) const {
 }
 
 void KeyState::NextRound(int num_workers) {
-  last_contributors = static_cast<uint32_t>(waiting.size());
+  last_contributors = static_cast<uint32_t>(
+      backup.closed ? std::count(backup.contributed.begin(), backup.contributed.end(), true)
+                    : static_cast<std::ptrdiff_t>(waiting.size()));
+  backup.behind.assign(num_workers, false);
+  for (size_t r = 0; r < pushed.size() && r < backup.behind.size(); ++r) {
+    backup.behind[r] = !pushed[r] && IsProcessSetMember(backup.left_out, static_cast<int>(r));
+  }
+  backup.last_left_out = backup.closed ? backup.left_out : std::string();
+  backup.last_closed_us = backup.closed_us;
+  backup.eligible = backup.closed = false;
+  backup.contributed.clear();
+  backup.left_out.clear();
   // The old last_sums are freed once ZeroMQ released them.
   last_sums.clear();
   for (FrameSum& f : frames) last_sums.push_back(std::move(f.sum));
@@ -121,6 +145,7 @@ void KeyState::Restart(int num_workers) {
   has_last = false;
   last_sums.clear();
   last_contributors = 0;
+  backup = BackupRound();
 }
 
 }  // namespace ferry

@@ -123,6 +123,27 @@ struct FrameSum {
   bool sent = false;        // its sum went to every pusher
 };
 
+// Backup workers (FERRY_BACKUP_WORKERS; server/stragglers.h): how the open round closes,
+// and whom the previous round left out.
+struct BackupRound {
+  bool eligible = false;          // the open round may close early (fixed by its first push)
+  bool closed = false;            // its contributors are fixed
+  std::vector<bool> contributed;  // by rank, once closed: the pushes its sum holds
+  std::string left_out;           // once closed: the live ranks outside it (a rank mask)
+  int64_t closed_us = 0;
+  // By rank: left out of round - 1 and has not pushed it since (the lag invariant).
+  std::vector<bool> behind;
+  std::string last_left_out;  // round - 1's left_out
+  int64_t last_closed_us = 0;
+
+  // Whether rank `rank` pushed late into the open round (it is closed without it).
+  bool Late(int rank) const { return closed && !contributed[static_cast<size_t>(rank)]; }
+  // Whether `rank` is left out of round - 1 and pushes it now for the first time.
+  bool LatePrevious(int rank) const {
+    return static_cast<size_t>(rank) < behind.size() && behind[static_cast<size_t>(rank)];
+  }
+};
+
 struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (all frames)
   uint32_t round = 0;                 // the round being accumulated
   // The open round's cut, fixed by its first frame (frames empty: no frame yet). Every
@@ -149,6 +170,7 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   // every worker. `absent`: scratch for RoundProtocol::Absent.
   std::string members;
   std::vector<bool> absent;
+  BackupRound backup;
   std::string failure;  // non-empty: the key is failed for good
   uint64_t rounds_completed = 0;
   uint64_t bytes_pushed = 0;
@@ -171,8 +193,9 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   bool Record(int rank, const PendingReply& reply, const std::vector<bool>& joined) {
     return FrameComplete(Record(rank, reply, FrameRef{0, length, length}), joined);
   }
-  // Whether every worker has pushed frame `f` of this round or joined, with at least
-  // one push to answer, and the frame is neither summing nor sent.
+  // Whether every worker has pushed frame `f` of this round or joined (once the round is
+  // closed early: every contributor), with at least one push to answer, and the frame is
+  // neither summing nor sent.
   bool FrameComplete(uint32_t f, const std::vector<bool>& joined) const;
   // Whether any frame is complete (FrameComplete).
   bool Complete(const std::vector<bool>& joined) const;
@@ -200,8 +223,11 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   // with `take` = adopt the first push as the sum, add the others into it.
   template <typename Take>
   void TakeInRankOrder(const std::vector<bool>& joined, Take&& take, uint32_t f = 0);
+  // Backup workers: closes the open round with the ranks that pushed so far as its
+  // contributors; the ranks neither in `absent` nor among them are left out.
+  void CloseEarly(const std::vector<bool>& absent, int64_t now_us);
   // Starts the next round (after every frame's sum was sent); the finished round's
-  // frames become last_sums.
+  // frames become last_sums, its left-out ranks that have not pushed it `behind`.
   void NextRound(int num_workers);
   // Every worker joined: rounds start over at 0 and nothing from before is resent; a
   // new generation (a sum still on its way is dropped when it arrives).

@@ -83,6 +83,7 @@ Message ToMessage(const Reply& reply, int sender) {
       e.set_tensor_hash(reply.sum.tensor_hash);
       e.set_contributors(reply.sum.contributors);
       SetFrame(&e, reply.offset, reply.sum.key_length, reply.sum.frame_bytes);
+      if (!reply.left_out.empty()) e.set_left_out(reply.left_out);
       if (!reply.compression.empty()) {
         e.set_compression(reply.compression);
         e.set_raw_length(reply.raw_length);

@@ -56,6 +56,7 @@ struct Reply {
   // for (empty: the payload is raw).
   std::string compression;
   uint64_t raw_length = 0;
+  std::string left_out;       // kSum: the ranks a round closed early left out (stragglers.h)
   uint64_t row_elements = 0;  // kRowsSum: elements per row
   Buffer payload;             // shared with the key's state (and other replies), no copy
   // kError:

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "common/types/process_set.h"
+#include "common/util/clock.h"
+#include "server/stragglers.h"
 #include "server/summation.h"
 
 namespace ferry {
@@ -65,6 +67,9 @@ bool RoundProtocol::RefuseDisagreement(Request& request, KeyState& state, const 
   if (state.frames.empty()) {  // the round's first frame
     state.reduce_op = op;
     state.compression = e.compression();
+    state.backup.eligible = context_.backup_workers > 0 && e.average() &&
+                            IsFloatingPoint(state.dtype) && op == ReduceOp::kSum &&
+                            state.compression.empty() && state.members.empty();
     return false;
   }
   auto name = [](const std::string& c) { return c.empty() ? std::string("none") : c; };
@@ -106,8 +111,13 @@ void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdic
       context_.reply(AckReply(request.reply_to(), key, frame.offset));
       return;
     case PushVerdict::kPrevious:
-      counters.duplicates++;
+      if (IsProcessSetMember(state.backup.last_left_out, request.rank)) {
+        LatePrevious(request, state);  // late, not a resend: answered like one
+      } else {
+        counters.duplicates++;
+      }
       Resend(request.reply_to(), key, state, frame.offset, frame.frame_bytes);
+      MaybeCloseEarly(key, state);  // it may have held one up
       return;
     case PushVerdict::kBadFrame:
       Reject(request, ErrorCode::kBadMessage,
@@ -136,6 +146,10 @@ void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdic
 void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef& frame) {
   const uint64_t key = request.envelope().key();
   const int rank = request.rank;
+  if (state.backup.Late(rank)) {
+    Late(request, state, frame);
+    return;
+  }
   // Acknowledge first, every frame, the one completing the frame's sum too: the ack returns
   // the worker's credit, so it must not wait for the summation nor travel behind the sum.
   // (When the sum doubled as the last push's ack, credit 1 became stop-and-wait: 2.4x
@@ -162,7 +176,50 @@ void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef
     state.TakeInRankOrder(Absent(state), add, f);
     if (state.frames[f].next_rank <= rank) context_.counters->pushes_held++;  // waits
   }
+  if (MaybeCloseEarly(key, state)) return;  // it completed every frame it could
   if (state.FrameComplete(f, Absent(state))) CompleteFrame(key, state, f);
+}
+
+bool RoundProtocol::MaybeCloseEarly(uint64_t key, KeyState& state) {
+  BackupRound& backup = state.backup;
+  if (!backup.eligible || backup.closed || state.frames.empty()) return false;
+  const std::vector<bool>& absent = Absent(state);
+  int live = 0;
+  int pushed = 0;
+  for (size_t r = 0; r < state.pushed.size(); ++r) {
+    if (r < absent.size() && absent[r]) continue;
+    live++;
+    if (state.pushed[r]) {
+      pushed++;
+    } else if (backup.LatePrevious(static_cast<int>(r))) {
+      return false;  // the lag invariant (stragglers.h): wait for it while it is behind
+    }
+  }
+  const int backups = std::min(context_.backup_workers, live - 1);
+  if (backups <= 0 || pushed == live || pushed < live - backups) return false;
+  state.CloseEarly(absent, NowUs());
+  CompleteFrames(key, state);
+  return true;
+}
+
+void RoundProtocol::Late(Request& request, KeyState& state, const FrameRef& frame) {
+  const uint64_t key = request.envelope().key();
+  const int rank = request.rank;
+  context_.reply(AckReply(request.reply_to(), key, frame.offset));  // its credit; bytes dropped
+  if (state.pushed[static_cast<size_t>(rank)]) return;  // a later frame of it, or a resend
+  state.pushed[static_cast<size_t>(rank)] = true;
+  state.waiting.push_back(request.reply_to());
+  context_.stragglers->NoteLate(rank, key, state.round,
+                                (NowUs() - state.backup.closed_us) / 1000);
+  ResendSent(request.reply_to(), key, state);  // the frames summed before it came
+}
+
+void RoundProtocol::LatePrevious(Request& request, KeyState& state) {
+  const int rank = request.rank;
+  if (!state.backup.LatePrevious(rank)) return;  // a later frame of it, or a resend
+  state.backup.behind[static_cast<size_t>(rank)] = false;
+  context_.stragglers->NoteLate(rank, request.envelope().key(), state.round - 1,
+                                (NowUs() - state.backup.last_closed_us) / 1000);
 }
 
 const std::vector<bool>& RoundProtocol::Absent(KeyState& state) const {
@@ -245,6 +302,7 @@ void RoundProtocol::Join() {
 }
 
 void RoundProtocol::CompleteFrames(uint64_t key, KeyState& state) {
+  if (MaybeCloseEarly(key, state)) return;  // a join may leave enough pushes to close it
   // SendFrame of the round's last frame moves the key on (frames empty): the loop ends.
   const uint32_t round = state.round;
   for (uint32_t f = 0; f < state.frames.size() && state.round == round; ++f) {
@@ -369,31 +427,47 @@ void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
                                          frame.sum);
   }
   for (const PendingReply& p : state.waiting) {
-    context_.reply(Result(p, key, state, state.round, state.frame_bytes, state.frames.size(), f,
-                          frame.sum, frame.count, state.compression));
+    context_.reply(Result(p, key, state, OpenRound(state), f, frame.sum, frame.count));
   }
   frame.sent = true;
   context_.counters->frames_completed++;
   if (++state.frames_sent < state.frames.size()) return;
+  if (context_.stragglers) {
+    for (size_t r = 0; r < state.pushed.size(); ++r) {
+      if (state.pushed[r] && !state.backup.Late(static_cast<int>(r))) {
+        context_.stragglers->NoteContributed(static_cast<int>(r));
+      }
+    }
+  }
   state.NextRound(*context_.num_workers);
   context_.counters->rounds++;
 }
 
+RoundProtocol::RoundOf RoundProtocol::OpenRound(const KeyState& state) {
+  return RoundOf{state.round, state.frame_bytes, state.frames.size(), state.compression,
+                 state.backup.left_out};
+}
+
+RoundProtocol::RoundOf RoundProtocol::LastRound(const KeyState& state) {
+  return RoundOf{state.round - 1, state.last_frame_bytes, state.last_sums.size(),
+                 state.last_compression, state.backup.last_left_out};
+}
+
 Reply RoundProtocol::Result(const PendingReply& to, uint64_t key, const KeyState& state,
-                            uint32_t round, uint64_t frame_bytes, size_t frames, uint32_t f,
-                            const Buffer& sum, uint32_t contributors,
-                            const std::string& compression) const {
-  Reply::Sum header{round, state.dtype, sum.size(), state.tensor_hash, contributors};
-  if (frames > 1) {  // a frame: the wire's frame fields (a whole key leaves them 0)
+                            const RoundOf& round, uint32_t f, const Buffer& sum,
+                            uint32_t contributors) const {
+  Reply::Sum header{round.round, state.dtype, sum.size(), state.tensor_hash, contributors};
+  if (round.frames > 1) {  // a frame: the wire's frame fields (a whole key leaves them 0)
     header.key_length = state.length;
-    header.frame_bytes = frame_bytes;
+    header.frame_bytes = round.frame_bytes;
   }
   Reply r = SumReply(Reply::Kind::kSum, to, key, header, sum);
-  r.offset = frames > 1 ? f * frame_bytes : 0;
-  if (!compression.empty()) {  // a compressed key: whole, never cut in frames
-    r.compression = compression;
+  r.offset = round.frames > 1 ? f * round.frame_bytes : 0;
+  if (!round.compression.empty()) {  // a compressed key: whole, never cut in frames
+    r.compression = round.compression;
     r.raw_length = state.length;
   }
+  r.left_out = round.left_out;
   return r;
 }
 
@@ -407,8 +481,8 @@ void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState&
     context_.counters->results_resent++;
     VLOG(1) << "sending the sum of " << KeyName(key) << " round " << state.round - 1
             << " frame " << f << " again for request " << to.request_id;
-    context_.reply(Result(to, key, state, state.round - 1, cut, frames, f, state.last_sums[f],
-                          state.last_contributors, state.last_compression));
+    context_.reply(Result(to, key, state, LastRound(state), f, state.last_sums[f],
+                          state.last_contributors));
   }
 }
 
@@ -417,8 +491,7 @@ void RoundProtocol::ResendSent(const PendingReply& to, uint64_t key, const KeySt
     const FrameSum& frame = state.frames[f];
     if (!frame.sent) continue;
     context_.counters->results_resent++;
-    context_.reply(Result(to, key, state, state.round, state.frame_bytes, state.frames.size(), f,
-                          frame.sum, frame.count, state.compression));
+    context_.reply(Result(to, key, state, OpenRound(state), f, frame.sum, frame.count));
   }
 }
 

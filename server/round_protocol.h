@@ -61,12 +61,31 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   // Answers every pusher with frame `f`'s sum; the round's last frame moves the key to the
   // next round.
   void SendFrame(uint64_t key, KeyState& state, uint32_t f);
-  // A PUSH_RESULT of `sum`: frame `f` of the round `round` of `key`, cut in `frame_bytes`
-  // (`frames` frames: one is a whole-key sum).
-  // `compression`: the round's (empty: `sum` is raw).
-  Reply Result(const PendingReply& to, uint64_t key, const KeyState& state, uint32_t round,
-               uint64_t frame_bytes, size_t frames, uint32_t f, const Buffer& sum,
-               uint32_t contributors, const std::string& compression) const;
+  // What a sum of a round says beside its bytes: its round, its cut in `frame_bytes`
+  // (`frames` frames: one is a whole-key sum), its compression (empty: raw) and the ranks
+  // it left out (backup workers; empty: none).
+  struct RoundOf {
+    uint32_t round;
+    uint64_t frame_bytes;
+    size_t frames;
+    const std::string& compression;
+    const std::string& left_out;
+  };
+  static RoundOf OpenRound(const KeyState& state);
+  static RoundOf LastRound(const KeyState& state);
+  // A PUSH_RESULT of `sum`: frame `f` of `round` of `key`, holding `contributors` pushes.
+  Reply Result(const PendingReply& to, uint64_t key, const KeyState& state, const RoundOf& round,
+               uint32_t f, const Buffer& sum, uint32_t contributors) const;
+  // Backup workers (stragglers.h): fixes the open round's contributors once all but b live
+  // workers pushed and no live rank is behind; then completes what it can. True: closed.
+  bool MaybeCloseEarly(uint64_t key, KeyState& state);
+  // A push of the open round after it closed without `request`'s rank: acknowledged and
+  // dropped; its first frame makes the rank a waiter of the round's sum (the frames sent
+  // already go to it at once).
+  void Late(Request& request, KeyState& state, const FrameRef& frame);
+  // A push of the previous round from a rank it left out (kPrevious): the rank is behind no
+  // more, and the round it held up may close.
+  void LatePrevious(Request& request, KeyState& state);
   // Answers a resend with the previous round's sum (last_sums): only the frame at
   // `offset` when `frame_bytes` is the previous round's cut, else every frame.
   void Resend(const PendingReply& to, uint64_t key, const KeyState& state, uint64_t offset,

@@ -79,6 +79,7 @@ Server::Server(const Config& config, GpuSummerFactory gpu_summers)
 void Server::ReportMetrics(proto::MetricsSnapshot* out) const {
   metrics::AddRegistry(out, counters_.registry);
   metrics::AddPeerBytes(out, counters_.workers, "worker-");
+  stragglers_.Report(out);
 }
 
 void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
@@ -116,6 +117,8 @@ void Server::MakeEngine(Engine* engine, const GpuSummerFactory& gpu_summers) {
   context.counters = &counters_;
   context.reply = [this](const Reply& reply) { SendReply(reply); };
   context.max_message_bytes = static_cast<uint64_t>(config_.transport.max_message_bytes);
+  context.backup_workers = config_.server.backup_workers;
+  context.stragglers = &stragglers_;
   if (config_.server.async) {
     engine->dense = std::make_unique<ParamProtocol>(context);
   } else {
@@ -146,6 +149,10 @@ int Server::Run() {
             << (config_.server.deterministic ? "; deterministic: rounds summed in worker-rank order"
                                              : "")
             << (config_.server.async ? "; asynchronous: pushes update the parameters at once" : "")
+            << (config_.server.backup_workers > 0
+                    ? StrCat("; backup workers: averaged rounds close without the last ",
+                             config_.server.backup_workers, " worker(s)")
+                    : std::string())
             << (config_.server.device == ServerDevice::kGpu
                     ? StrCat("; sums on GPU ", config_.server.gpu, " with ",
                              config_.server.gpu_streams, " CUDA streams per engine thread")
@@ -453,6 +460,16 @@ void Server::Dispatch(Engine* engine, Request& request) {
                e.async_mode() ? "asynchronous" : "synchronous", " mode but this server runs ",
                config_.server.async ? "asynchronous" : "synchronous",
                " training; set FERRY_ENABLE_ASYNC alike on every node"));
+    return;
+  }
+  if (static_cast<int>(e.backup_workers()) != config_.server.backup_workers) {
+    counters_.Refuse(Refusal::kModeMismatch);
+    ReplyError(request.identity, e.request_id(), e.key(), ErrorCode::kInvalidArgument,
+               StrCat("worker ", request.rank, " pushed ", KeyName(e.key()),
+                      " with FERRY_BACKUP_WORKERS=", e.backup_workers(),
+                      " but this server runs with FERRY_BACKUP_WORKERS=",
+                      config_.server.backup_workers,
+                      "; set FERRY_BACKUP_WORKERS alike on every worker and server"));
     return;
   }
   engine->dense->Push(request);

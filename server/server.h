@@ -36,6 +36,7 @@
 // (CheckServerSettings), although ParamProtocol goes through the same seam. GPU servers
 // start no SumPool helper threads.
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,7 @@
 #include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "server/engine_queue.h"
+#include "server/stragglers.h"
 #include "server/key_protocol.h"
 #include "server/sum_pool.h"
 #include "server/tensor_retirements.h"
@@ -195,6 +197,9 @@ class Server {
   int num_workers_ = 0;
   int num_servers_ = 0;
   ServerCounters counters_;  // atomics: every thread
+  // Late pushes by rank (FERRY_BACKUP_WORKERS; atomics: every engine thread).
+  Stragglers stragglers_{std::max(config_.cluster.num_workers, config_.cluster.max_workers),
+                         &counters_};
 };
 
 }  // namespace ferry

@@ -21,7 +21,7 @@ enum class Refusal {
   kWrongConnection,  // tensor bytes on the control connection
   kNotYetInCluster,  // before this server's table, and its waiting room is full
   kRetired,          // a key whose tensor every worker retired
-  kModeMismatch,     // synchronous vs. asynchronous training (FERRY_ENABLE_ASYNC)
+  kModeMismatch,     // FERRY_ENABLE_ASYNC or FERRY_BACKUP_WORKERS unlike the server's
   kCount,
 };
 const char* RefusalName(Refusal r);  // "mismatch", "bad_message", ...
@@ -61,6 +61,8 @@ struct ServerCounters {
   Counter& rows_summed = registry.Register("rows_summed");
   // Pushes summed and answered on the IO thread (FERRY_SERVER_INLINE_BYTES).
   Counter& pushes_inline = registry.Register("pushes_inline");
+  // Backup workers (server/stragglers.h): pushes that came after their round closed.
+  Counter& late_pushes = registry.Register("backup.late_pushes");
   // Keys dropped because every worker retired their tensor (a name declared anew).
   Counter& keys_retired = registry.Register("keys_retired");
   // Elastic: messages of an older membership epoch, dropped unanswered (their workers

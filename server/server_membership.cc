@@ -63,6 +63,13 @@ void Server::ToEveryEngine(const Request& request, bool fence) {
 }
 
 void Server::OnMembership(const NodeTable& table) {
+  if (config_.server.backup_workers >= table.num_workers() &&
+      config_.server.backup_workers < num_workers_) {
+    LOG(WARNING) << "FERRY_BACKUP_WORKERS=" << config_.server.backup_workers << " but epoch "
+                 << table.proto().epoch() << " has " << table.num_workers()
+                 << " workers: rounds close without at most " << table.num_workers() - 1
+                 << " of them until more workers join";
+  }
   num_workers_ = table.num_workers();
   joined_.assign(num_workers_, false);
   Message fence = MakeMessage(proto::NODE_TABLE, cluster_.my_id());

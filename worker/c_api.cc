@@ -266,6 +266,15 @@ int ferry_step_boundary(void) {
   });
 }
 
+int ferry_contributors(const char* name, int32_t* ranks, int capacity) {
+  return Guard([&] {
+    const std::vector<int> all = Get()->Contributors(name);
+    const int n = std::min(static_cast<int>(all.size()), capacity);
+    for (int i = 0; i < n; ++i) ranks[i] = all[static_cast<size_t>(i)];
+    return n;
+  });
+}
+
 int ferry_trace_compute(const char* name, int backward, int64_t begin_us, int64_t end_us) {
   return Guard([&] {
     Get()->TraceCompute(name, backward != 0, begin_us, end_us);

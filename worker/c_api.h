@@ -111,6 +111,10 @@ int ferry_join(void);
 /* The end of a training iteration (Worker::StepBoundary): call once per iteration on
  * every worker, with no push_pull in flight. */
 int ferry_step_boundary(void);
+/* Backup workers (FERRY_BACKUP_WORKERS; Worker::Contributors): writes to `ranks` (room for
+ * `capacity`) the ranks whose pushes are in the last completed push_pull of `name`, or of
+ * the last step with `name` "" ; returns how many (at most size()). */
+int ferry_contributors(const char* name, int32_t* ranks, int capacity);
 /* Application compute for the trace (FERRY_TRACE_DIR; Worker::TraceCompute): a span
  * [begin_us, end_us] of ferry_now_us() of the forward (backward = 0) or backward pass's
  * compute belonging to tensor `name`. A no-op without FERRY_TRACE_DIR. */

@@ -197,6 +197,17 @@ class Collective {
   virtual uint32_t epoch() const { return 0; }
   // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).
   virtual CounterValues Counters() const = 0;
+  // Backup workers (FERRY_BACKUP_WORKERS; server/stragglers.h): the ranks whose pushes are
+  // in the last completed push_pull of `name` (in every partition's sum), or, `name`
+  // empty, in every sum completed between the last two StepBoundary() calls (before the
+  // first: since the start). Without backup workers, or where no round closed early: every
+  // rank. Throws kInvalidArgument for a name never declared.
+  virtual std::vector<int> Contributors(const std::string& name) {
+    (void)name;
+    std::vector<int> all(static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r) all[static_cast<size_t>(r)] = r;
+    return all;
+  }
 
   // PushPullAsync + Wait.
   void PushPull(const std::string& name, const void* input, void* output, DataType dtype,

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/transport/fused_push.h"
+#include "common/types/process_set.h"
 #include "common/util/clock.h"
 #include "common/util/logging.h"
 #include "common/util/status.h"
@@ -210,6 +211,8 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   m.envelope.set_reduce_op(static_cast<proto::ReduceOpProto>(f.op->reduce));
   if (!t.members.empty()) m.envelope.set_members(t.members);
   m.envelope.set_async_mode(ctx_.config.server.async);
+  m.envelope.set_backup_workers(static_cast<uint32_t>(ctx_.config.server.backup_workers));
+  m.envelope.set_average(f.op->average);
   if (f.frames > 1) {
     SetFrame(&m.envelope, offset, p.bytes, f.frame_bytes);
   }
@@ -392,8 +395,10 @@ std::string DensePushPull::Deliver(const Operation& op, const PartitionSpec& p,
                   KeyName(m.envelope.key()), ": ", why);
   }
   if (op.average) {
-    // Over every worker, as Horovod: a worker that joined counts as zeros. One pass.
-    CopyScaled(out, m.payload.data(), 1.0 / Divisor(t),
+    // Over every worker, as Horovod: a worker that joined counts as zeros; a round closed
+    // without some workers (FERRY_BACKUP_WORKERS) over those it holds. One pass.
+    const int over = Divisor(t) - MaskCount(m.envelope.left_out());
+    CopyScaled(out, m.payload.data(), 1.0 / std::max(over, 1),
                m.payload.size() / DataTypeSize(t.dtype), t.dtype);
   } else {
     std::memcpy(out, m.payload.data(), m.payload.size());
@@ -445,6 +450,7 @@ bool DensePushPull::OnResult(Message&& m) {
     }
     found->frame_summed[frame] = true;
     found->frames_summed++;
+    if (!e.left_out().empty()) MergeMask(&found->op->left_out, e.left_out());
     NoteFrameAcked(request, *found, frame);  // its ack may still be on its way, or lost
   }
   const bool last = !error.empty() || found->frames_summed == found->frames;

@@ -34,6 +34,9 @@ struct Operation {
   const uint8_t* input = nullptr;
   uint8_t* output = nullptr;
   bool average = false;
+  // The ranks some partition's sum left out (backup workers, Envelope.left_out; a rank
+  // mask; empty: none). Under WorkerContext::mu.
+  std::string left_out;
   ReduceOp reduce = ReduceOp::kSum;  // dense push_pull: how the servers combine the pushes
   // Dense push_pull: how its partitions are compressed (push_compression.h); none: raw.
   CompressionSpec compression;

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include "common/types/process_set.h"
 #include "common/util/clock.h"
 #include "common/util/status.h"
 #include "common/util/strings.h"
@@ -56,6 +57,8 @@ void Sequencer::MaybeComplete(const std::shared_ptr<Operation>& op) {
   auto it = pending_.find(op->tensor->id);
   CHECK(it != pending_.end() && it->second.front().op == op)
       << "operations of a tensor out of order";
+  op->tensor->last_left_out = op->left_out;
+  MergeMask(&ctx_.step_left_out, op->left_out);
   ctx_.table.Finish(op->handle, Verdict{});
   Pop(op);
 }

@@ -68,6 +68,9 @@ struct TensorInfo {
   // the global set (every worker).
   std::string members;
   int set_size = 0;
+  // Backup workers: the ranks its last completed push_pull's sums left out (a rank mask;
+  // empty: none). Under WorkerContext::mu.
+  std::string last_left_out;
   // Compression chosen for this tensor by a binding (Worker::SetCompression), which wins
   // over FERRY_COMPRESSION; unset: FERRY_COMPRESSION decides (push_compression.h).
   std::optional<CompressionSpec> compression;

@@ -212,7 +212,7 @@ class Worker : public Collective {
   // flight: best called where there are none), or after the last candidate sums every
   // worker's timings (a push_pull, so every worker must be here) and applies and logs
   // the best. Without a switch it never waits. (SchedulingControl does the work.)
-  void StepBoundary() override { scheduling_->StepBoundary(); }
+  void StepBoundary() override;
   // Application compute, for the trace (FERRY_TRACE_DIR; worker/trace.h, cat "compute"):
   // a span [begin_us, end_us] on NowUs()'s clock (common/util/clock.h: the steady clock)
   // of compute that belongs to `tensor` (a name as declared, the layer whose parameters
@@ -303,6 +303,7 @@ class Worker : public Collective {
   // Every counter of this worker by name (its own, then the transport's "van.*"): what
   // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (worker_counters.h).
   CounterValues Counters() const override;
+  std::vector<int> Contributors(const std::string& name) override;  // collective.h
   // A binding's compression of tensor `name` (collective.h): wins over FERRY_COMPRESSION
   // for its later push_pulls ("" gives the choice back to FERRY_COMPRESSION). Throws kInvalidArgument for a bad spec, an undeclared or
   // non-float tensor, or asynchronous training.

@@ -67,6 +67,11 @@ struct WorkerContext {
   // per-server messages (rows pushes, JOIN, RETIRE) go to. All of them without elasticity.
   std::vector<bool> live_servers GUARDED_BY(mu) = {};
   bool shut_down GUARDED_BY(mu) = false;     // Shutdown() began: no new operations
+  // Backup workers (Worker::Contributors): the ranks left out of the sums completed since
+  // the last step boundary, and those of the step before it (rank masks).
+  std::string step_left_out GUARDED_BY(mu);
+  std::string last_step_left_out GUARDED_BY(mu);
+  bool stepped GUARDED_BY(mu) = false;  // a step boundary came
   void NoteLateReply(const Message& m);
   // Throws the job's failure, if any. REQUIRES: mu.
   void ThrowIfFailed() const;

@@ -12,6 +12,8 @@
 #include <glog/logging.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,9 @@ DEFINE_double(byte_scale, 1.0, "multiplies every layer's bytes");
 DEFINE_int32(change_at, -1, "from this iteration on (0: the first warm-up iteration), "
              "compute times are --change_compute_scale times the workload's (-1: never)");
 DEFINE_double(change_compute_scale, 1.0, "see --change_at");
+DEFINE_string(rank_compute_scale, "",
+              "R:X[,R:X...]: worker rank R's compute times are X times every other worker's "
+              "(one slow GPU; on top of --compute_scale)");
 DEFINE_bool(check, false, "refill gradients every iteration and check every sum exactly");
 DEFINE_bool(json, false, "print one JSON object per worker instead of text");
 DEFINE_double(rate_gbps, 0, "each worker's link rate, Gbit/s, for LB1 (0: no LB1)");
@@ -54,6 +59,23 @@ void ValidateFlags() {
   FERRY_ENFORCE(FLAGS_change_compute_scale > 0, ErrorCode::kInvalidConfig,
                 "invalid configuration: --change_compute_scale must be > 0, got ",
                 FLAGS_change_compute_scale);
+}
+
+// --rank_compute_scale's factor for `rank` (1 if it is not listed).
+double OwnComputeScale(int rank) {
+  double scale = 1.0;
+  std::stringstream list(FLAGS_rank_compute_scale);
+  for (std::string item; std::getline(list, item, ',');) {
+    const size_t colon = item.find(':');
+    char* end = nullptr;
+    const long r = colon == std::string::npos ? -1 : std::strtol(item.c_str(), &end, 10);
+    const double x = colon == std::string::npos ? 0 : std::strtod(item.c_str() + colon + 1, nullptr);
+    FERRY_ENFORCE(r >= 0 && end == item.c_str() + colon && x > 0, ErrorCode::kInvalidConfig,
+                  "invalid configuration: --rank_compute_scale expects RANK:FACTOR[,...] with "
+                  "FACTOR > 0, got '", item, "'");
+    if (r == rank) scale = x;
+  }
+  return scale;
 }
 
 uint64_t TotalBytes(const Workload& w) {
@@ -156,6 +178,14 @@ int RunTrainSim(const Config& config) {
   auto worker = Worker::Create(config);
   TrainSim sim(*worker, workload, FLAGS_check);
   if (FLAGS_change_at >= 0) sim.ChangeComputeAt(FLAGS_change_at, FLAGS_change_compute_scale);
+  sim.ScaleOwnCompute(OwnComputeScale(worker->rank()));
+  if (config.server.backup_workers > 0) {
+    FERRY_ENFORCE(!FLAGS_check, ErrorCode::kInvalidConfig,
+                  "invalid configuration: --check compares exact sums of every worker, but with "
+                  "FERRY_BACKUP_WORKERS=", config.server.backup_workers,
+                  " a sum may leave workers out; leave out one of them");
+    sim.Average();  // averaged gradients: what backup workers close early
+  }
   Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
            0, {}, {}};
   r.ms = sim.Run(FLAGS_warmup, FLAGS_iterations);

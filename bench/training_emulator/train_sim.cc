@@ -104,7 +104,7 @@ void TrainSim::Backward(int iteration) {
     if (check_) Fill(l, iteration);  // overlaps the emulated compute
     std::this_thread::sleep_until(clock_);
     handles_[l] = worker_.PushPullAsync(names_[l], gradients_[l].data(), sums_[l].data(),
-                                        DataType::kFloat32, gradients_[l].size(), false);
+                                        DataType::kFloat32, gradients_[l].size(), average_);
   }
 }
 

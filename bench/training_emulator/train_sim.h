@@ -57,6 +57,13 @@ class TrainSim {
     change_at_ = iteration;
     change_scale_ = scale;
   }
+  // This worker's compute times are `scale` times the workload's throughout (one slow GPU
+  // among others), on top of ChangeComputeAt's. Call before Run.
+  void ScaleOwnCompute(double scale) { own_scale_ = scale; }
+  // Push averaged gradients (a training step's push_pull) instead of sums: what backup
+  // workers (FERRY_BACKUP_WORKERS) close early. Not with `check` (it compares exact sums of
+  // every worker). Call before Run.
+  void Average() { average_ = true; }
   // The timed iterations' starts, ms since the Unix epoch (system clock), after Run: to
   // set the iterations beside an outside event (a link's rate changed).
   const std::vector<double>& start_unix_ms() const { return start_unix_ms_; }
@@ -70,7 +77,9 @@ class TrainSim {
   void Fill(size_t layer, int iteration);
   void Check(size_t layer, int iteration);
   float Value(int rank, size_t layer, int iteration, uint64_t block) const;
-  double ComputeScale(int iteration) const { return iteration >= change_at_ ? change_scale_ : 1.0; }
+  double ComputeScale(int iteration) const {
+    return own_scale_ * (iteration >= change_at_ ? change_scale_ : 1.0);
+  }
 
   Worker& worker_;
   const Workload workload_;
@@ -84,6 +93,8 @@ class TrainSim {
   uint64_t wrong_ = 0;
   int change_at_ = std::numeric_limits<int>::max();
   double change_scale_ = 1.0;
+  double own_scale_ = 1.0;
+  bool average_ = false;
   std::vector<double> start_unix_ms_;
 };
 

@@ -86,6 +86,16 @@ void ReadServerEngine(const EnvReader& r, Config* c) {
       r.Int("FERRY_SERVER_SPLIT_BYTES", nullptr, c->server.split_bytes, 0, 1LL << 40);
   c->server.inline_bytes =
       r.Int("FERRY_SERVER_INLINE_BYTES", nullptr, c->server.inline_bytes, 0, 1LL << 30);
+  c->server.backup_workers = static_cast<int>(
+      r.Int("FERRY_BACKUP_WORKERS", nullptr, 0, 0, c->cluster.num_workers - 1));
+  if (c->server.backup_workers > 0 && (c->server.deterministic || c->server.async)) {
+    ThrowInvalidConfig("FERRY_BACKUP_WORKERS", std::to_string(c->server.backup_workers),
+            c->server.deterministic
+                ? "a round closed without the latest pushes cannot be summed in rank order "
+                  "(FERRY_DETERMINISTIC=1): which ranks make a sum depends on timing; unset one"
+                : "asynchronous training (FERRY_ENABLE_ASYNC=1) has no rounds to close early; "
+                  "unset one of them");
+  }
   if (c->server.deterministic && c->server.async) {
     ThrowInvalidConfig("FERRY_DETERMINISTIC", "1",
             "asynchronous training (FERRY_ENABLE_ASYNC=1) has no rounds to sum in rank order: "
@@ -303,6 +313,12 @@ void ReadLocalGroup(const EnvReader& r, Config* c) {
   if (!socket_ok) {
     ThrowInvalidConfig("FERRY_LOCAL_SOCKET", c->local.socket,
             "expected at most 100 characters from A-Z a-z 0-9 . _ : - (an abstract socket name)");
+  }
+  if (c->role == NodeRole::kWorker && c->local.size > 1 && c->server.backup_workers > 0) {
+    ThrowInvalidConfig("FERRY_BACKUP_WORKERS", std::to_string(c->server.backup_workers),
+            StrCat("not with FERRY_LOCAL_SIZE=", c->local.size, ": a machine pushes one sum for "
+                   "its local ranks, so a round could only close without a whole machine; run "
+                   "one process per worker (FERRY_LOCAL_SIZE=1) to use backup workers"));
   }
   if (c->role == NodeRole::kWorker && c->local.size > 1 && c->server.async) {
     ThrowInvalidConfig("FERRY_ENABLE_ASYNC", "1",
@@ -524,6 +540,7 @@ std::string Config::Summary() const {
                                    : std::string()),
       " engine_threads=", server.engine_threads, " split_bytes=", server.split_bytes,
       server.deterministic ? " deterministic" : "", server.async ? " async" : "",
+      server.backup_workers > 0 ? StrCat(" backup_workers=", server.backup_workers) : std::string(),
       cluster.elastic ? (cluster.spare ? " elastic spare" : " elastic") : "",
       (server.device == ServerDevice::kGpu
            ? StrCat(" device=gpu:", server.gpu, " gpu_streams=", server.gpu_streams)

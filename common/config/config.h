@@ -209,6 +209,10 @@ struct Config {
     // by several threads; 0 = never.
     bool deterministic = false;
     int64_t split_bytes = 1 << 20;
+    // FERRY_BACKUP_WORKERS: a round of averaged floating-point push_pulls closes once all
+    // but this many workers pushed (server/stragglers.h); 0: every round waits for every
+    // worker. Workers send it with every push, servers refuse a push with another value.
+    int backup_workers = 0;
     // CPU engines: a push of at most this many bytes that arrives while its engine is idle
     // (nothing queued, nothing running) is summed and answered on the IO thread, saving
     // two thread hand-offs; 0 = never. FERRY_SERVER_INLINE_BYTES.

@@ -24,8 +24,10 @@ namespace ferry {
 // RegisterRequest.spare: elastic training); 8: live metrics (counters with the heartbeats);
 // 9: the join barrier carries catalogs (Barrier.catalog_next_id and Barrier.catalog); 10:
 // compressed pushes and sums (Envelope.compression, Envelope.raw_length); 11: point-to-point
-// (P2P_SEND, P2P_ACK, Envelope.tag) and process sets (Envelope.members).
-constexpr uint32_t kProtocolVersion = 12;
+// (P2P_SEND, P2P_ACK, Envelope.tag) and process sets (Envelope.members); 12: scheduler failover
+// (REJOIN_ASK, REJOIN, FENCED, Envelope.term, Barrier.seq); 13: backup workers
+// (Envelope.backup_workers, Envelope.average, Envelope.left_out).
+constexpr uint32_t kProtocolVersion = 13;
 
 struct Message {
   proto::Envelope envelope;

@@ -26,6 +26,22 @@ inline bool IsProcessSetMember(const std::string& mask, int rank) {
          (static_cast<unsigned char>(mask[byte]) >> (rank % 8) & 1u) != 0;
 }
 
+// Adds the ranks of `mask` to `*into`.
+inline void MergeMask(std::string* into, const std::string& mask) {
+  if (into->size() < mask.size()) into->resize(mask.size(), '\0');
+  for (size_t i = 0; i < mask.size(); ++i) {
+    (*into)[i] = static_cast<char>(static_cast<unsigned char>((*into)[i]) |
+                                   static_cast<unsigned char>(mask[i]));
+  }
+}
+
+// How many ranks `mask` holds.
+inline int MaskCount(const std::string& mask) {
+  int n = 0;
+  for (unsigned char byte : mask) n += __builtin_popcount(byte);
+  return n;
+}
+
 // "0, 2, 3": the ranks of `mask`, for messages.
 inline std::string ProcessSetRanks(const std::string& mask) {
   std::string s;

@@ -284,6 +284,16 @@ def step_boundary():
     _check(_lib.ferry_step_boundary())
 
 
+def contributors(name=None):
+    """Backup workers (FERRY_BACKUP_WORKERS): the ranks whose pushes are in the last
+    completed push_pull of `name`, or, with no name, in every sum of the last step (between
+    the last two step boundaries); every rank where no round closed without one."""
+    n = size()
+    ranks = (ctypes.c_int32 * max(n, 1))()
+    count = _check(_lib.ferry_contributors(_name(name or ""), ranks, n))
+    return [int(ranks[i]) for i in range(count)]
+
+
 def trace_compute(tensor, backward, begin_us, end_us):
     """A span of compute for FERRY_TRACE_DIR's timeline (Worker::TraceCompute): [begin_us,
     end_us] of now_us(), the forward or backward compute of `tensor`. A no-op without

@@ -150,7 +150,7 @@ TEST(MessageTest, FramesFollowTheirCut) {
 }
 
 TEST(MessageTest, RejectsWrongVersion) {
-  for (uint32_t version : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u, 11u, kProtocolVersion + 1, 1000u}) {
+  for (uint32_t version : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u, 11u, 12u, kProtocolVersion + 1, 1000u}) {
     Message m = GoodPush();
     m.envelope.set_version(version);
     std::string error = ValidateMessage(m, kLimit).message();

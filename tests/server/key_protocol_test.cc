@@ -21,6 +21,8 @@
 #include "server/param_protocol.h"
 #include "server/round_protocol.h"
 #include "server/rows_protocol.h"
+#include "server/stragglers.h"
+#include "common/types/process_set.h"
 #include "server/sum_pool.h"
 #include "server/summation.h"
 #include "server/tensor_retirements.h"
@@ -675,6 +677,135 @@ TEST(RoundProtocolTest, FrameSumsThatComeLaterStreamToo) {
   EXPECT_EQ(got, (std::vector<float>{0, 0, 0, 44, 55, 66, 77, 88, 99, 110}));
   EXPECT_EQ(h.counters.rounds, 1u);
   EXPECT_EQ(h.counters.device_sums, 4u);
+}
+
+// Backup workers (server/stragglers.h): b = 1 of 4 workers.
+struct BackupHarness : Harness {
+  BackupHarness() : Harness(4), stragglers(4, &counters) {}
+  ProtocolContext Context() {
+    ProtocolContext c = Harness::Context();
+    c.backup_workers = 1;
+    c.stragglers = &stragglers;
+    return c;
+  }
+  Stragglers stragglers;
+};
+
+Request Averaged(int rank, uint32_t round, const std::vector<float>& values) {
+  Request r = Push(rank, round, values);
+  r.message.envelope.set_average(true);
+  return r;
+}
+
+// Every sum reply of `r` from index `from` on: to `ranks` in order, round `round`,
+// holding `sum` of `contributors` pushes and leaving out `left_out`.
+void ExpectSums(const std::vector<Reply>& r, size_t from, const std::vector<int>& ranks,
+                uint32_t round, const std::vector<float>& sum, uint32_t contributors,
+                const std::vector<int>& left_out) {
+  ASSERT_EQ(r.size(), from + ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    ExpectSum(r[from + i], ranks[i], round, round, sum, contributors);
+    EXPECT_EQ(r[from + i].left_out, ProcessSetMask(left_out));
+  }
+}
+
+// A round closes with the first three pushes; the fourth, late, is not added, is counted,
+// and is answered at once with the closed round's sum. Meanwhile the next round waits for
+// the late worker's push (the lag invariant), then closes without it again.
+TEST(BackupWorkersTest, ARoundClosesWithoutTheLastWorkerWhoseLatePushGetsTheSum) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Averaged(rank, 0, {1.0f + rank, 10});
+    p.Push(push);
+  }
+  std::vector<Reply> r = h.Take();
+  ExpectAck(r[0], 0, 0);
+  ExpectAck(r[1], 1, 0);
+  ExpectAck(r[2], 2, 0);
+  ExpectSums(r, 3, {0, 1, 2}, 0, {6, 30}, 3, {3});
+  // Round 1 of the three fast workers: held while worker 3 has not pushed round 0.
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Averaged(rank, 1, {2, 2});
+    p.Push(push);
+  }
+  EXPECT_EQ(h.Take().size(), 3u) << "acks only: worker 3 is a round behind";
+  Request late = Averaged(3, 0, {100, 100});
+  p.Push(late);
+  r = h.Take();
+  ASSERT_GE(r.size(), 1u);
+  ExpectSum(r[0], 3, 0, 0, {6, 30}, 3);  // round 0's sum, without its push
+  EXPECT_EQ(r[0].left_out, ProcessSetMask({3}));
+  ExpectSums(r, 1, {0, 1, 2}, 1, {6, 6}, 3, {3});  // round 1 closes now
+  EXPECT_EQ(h.counters.late_pushes, 1u);
+  EXPECT_EQ(h.stragglers.late_pushes(3), 1u);
+  EXPECT_EQ(h.stragglers.streak(3), 1u);
+  // Worker 3's push of round 1 is late too; then every worker pushes round 2 in time.
+  Request late1 = Averaged(3, 1, {100, 100});
+  p.Push(late1);
+  r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectSum(r[0], 3, 1, 1, {6, 6}, 3);
+  for (int rank : {3, 0, 1}) {
+    Request push = Averaged(rank, 2, {1, 1});
+    p.Push(push);
+  }
+  r = h.Take();
+  ExpectSums(r, 3, {3, 0, 1}, 2, {3, 3}, 3, {2});
+  EXPECT_EQ(h.stragglers.streak(3), 0u) << "its push is in a sum again";
+  EXPECT_EQ(h.counters.duplicates, 0u) << "late pushes are not duplicates";
+}
+
+// A push that comes while the closed round's sum is still on its way (a GPU's) is late
+// inside the round: acknowledged, not added, and answered with the sum when it arrives.
+TEST(BackupWorkersTest, APushLateForARoundWhoseSumIsOnItsWayGetsItWithTheOthers) {
+  BackupHarness h;
+  KeyProtocol* protocol = nullptr;
+  h.UseDeferredSums(&protocol);
+  RoundProtocol p(h.Context(), false);
+  protocol = &p;
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Averaged(rank, 0, {1, 2});
+    p.Push(push);
+  }
+  EXPECT_EQ(h.Take().size(), 3u);
+  Request late = Averaged(3, 0, {50, 50});
+  p.Push(late);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectAck(r[0], 3, 0);
+  h.WaitForSums(p);
+  ExpectSums(h.Take(), 0, {0, 1, 2, 3}, 0, {3, 6}, 3, {3});
+  EXPECT_EQ(h.counters.late_pushes, 1u);
+}
+
+// Sums (average off) wait for every worker, as do averaged integer pushes.
+TEST(BackupWorkersTest, RoundsOtherThanAveragedFloatsWaitForEveryWorker) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Push(rank, 0, {1, 1});  // not averaged
+    p.Push(push);
+  }
+  EXPECT_EQ(h.Take().size(), 3u) << "acks only";
+  Request last = Push(3, 0, {1, 1});
+  p.Push(last);
+  ExpectSums(h.Take(), 1, {0, 1, 2, 3}, 0, {4, 4}, 4, {});
+  EXPECT_EQ(h.counters.late_pushes, 0u);
+}
+
+// A worker that joined is not waited for and not left out: with 3 live workers and b = 1
+// a round closes with two pushes.
+TEST(BackupWorkersTest, JoinedWorkersCountNeitherAsLiveNorAsLeftOut) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  h.joined[0] = true;
+  p.Join();
+  for (int rank : {1, 2}) {
+    Request push = Averaged(rank, 0, {1, 1});
+    p.Push(push);
+  }
+  ExpectSums(h.Take(), 2, {1, 2}, 0, {2, 2}, 2, {3});
 }
 
 TEST(ParamStateTest, AsyncRoundsPerWorkerDedupeResends) {

@@ -43,7 +43,8 @@ __all__ = [
     "FerryError", "MembershipChangedError", "reset",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous",
-    "num_servers", "barrier", "join", "step_boundary", "set_scheduling", "scheduling",
+    "num_servers", "barrier", "join", "step_boundary", "contributors", "set_scheduling",
+    "scheduling",
 ] + (_runtime.__all__ + _checks.__all__ + _push_pull.__all__ + _broadcast_allgather.__all__ +
      _horovod.__all__ + _point_to_point.__all__)
 
@@ -233,6 +234,15 @@ def step_boundary():
     FERRY_AUTOTUNE (which may switch partition size and credit here, on every worker at
     once) and marks the FERRY_TRACE_DIR timeline."""
     _core.step_boundary()
+
+
+def contributors(name=None):
+    """Backup workers (FERRY_BACKUP_WORKERS=b): the ranks whose gradients are in the last
+    completed sum of tensor `name` (a name given to push_pull / allreduce), or, with no
+    name, in every sum of the last optimizer step. A round of averaged float push_pulls
+    closes once all but b workers pushed; the sum is averaged over its contributors. Every
+    rank without backup workers."""
+    return _core.contributors(name)
 
 
 def set_scheduling(partition_bytes, credit_bytes):
