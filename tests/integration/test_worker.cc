@@ -104,6 +104,8 @@ DEFINE_int64(rows_total, 100000, "rows mode: rows of the embedding tensor");
 DEFINE_int32(commit_every, 3, "elastic mode: steps between commits");
 DEFINE_int32(slow_barrier, 2, "barriers mode: the barrier before which rank 1 sleeps");
 DEFINE_int32(barrier_sleep_ms, 3000, "barriers mode: how long rank 1 sleeps before it");
+DEFINE_int32(slow_rank, -1, "backup mode: the rank that sleeps --slow_ms before each round");
+DEFINE_int32(slow_ms, 300, "backup mode: see --slow_rank");
 DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
@@ -134,6 +136,8 @@ int ExpectRefusedThenServed(Worker& w, const char* name, uint64_t count, const s
 // test_worker_compression.cc
 int RunCompression(Worker& w, const std::string& spec, int rounds);
 int RunCompressionMismatch(Worker& w);
+// test_worker_backup.cc
+int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms);
 
 namespace {
 
@@ -900,6 +904,8 @@ int Run(const Config& config) {
     code = RunRowsTimeout(*w);
   } else if (FLAGS_mode == "elastic") {
     code = RunElastic(*w);
+  } else if (FLAGS_mode == "backup") {
+    code = RunBackup(*w, FLAGS_rounds, FLAGS_slow_rank, FLAGS_slow_ms);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;
