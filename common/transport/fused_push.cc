@@ -19,6 +19,7 @@ proto::SubPush SubPushOf(const proto::Envelope& push) {
   s.set_tensor_hash(push.tensor_hash());
   s.set_reduce_op(push.reduce_op());
   s.set_members(push.members());
+  s.set_average(push.average());
   return s;
 }
 
@@ -33,6 +34,7 @@ Message MakeFusedPush(int sender, const std::vector<const Message*>& pushes) {
   }
   m.envelope.set_request_id(pushes.front()->envelope.request_id());
   m.envelope.set_async_mode(pushes.front()->envelope.async_mode());  // one mode per worker
+  m.envelope.set_backup_workers(pushes.front()->envelope.backup_workers());  // one per worker
   m.envelope.set_epoch(pushes.front()->envelope.epoch());  // one epoch per batch (worker.h)
   m.envelope.set_length(total);
   if (total == 0) return m;
@@ -104,7 +106,9 @@ Status SplitFusedPush(const Message& fused, std::vector<Message>* out) {
     p.envelope.set_tensor_hash(s.tensor_hash());
     p.envelope.set_reduce_op(s.reduce_op());
     p.envelope.set_members(s.members());
+    p.envelope.set_average(s.average());
     p.envelope.set_async_mode(fused.envelope.async_mode());
+    p.envelope.set_backup_workers(fused.envelope.backup_workers());
     p.envelope.set_epoch(fused.envelope.epoch());
     if (s.length() > 0) p.payload = fused.payload.Slice(at, s.length());  // zero copy
     at += s.length();

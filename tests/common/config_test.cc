@@ -368,6 +368,28 @@ TEST(ConfigTest, ServerEngineSettings) {
   EXPECT_TRUE(StrContains(msg, "FERRY_ENABLE_ASYNC")) << msg;
 }
 
+// FERRY_BACKUP_WORKERS: 0..DMLC_NUM_WORKER-1 (BaseEnv has 2 workers); not with rank-order
+// sums, asynchronous training or a local group.
+TEST(ConfigTest, BackupWorkers) {
+  EXPECT_EQ(Read(BaseEnv()).server.backup_workers, 0);
+  Config c = Read(With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "1"}}));
+  EXPECT_EQ(c.server.backup_workers, 1);
+  EXPECT_TRUE(StrContains(c.Summary(), "backup_workers=1")) << c.Summary();
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "2"}}), "FERRY_BACKUP_WORKERS");
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "-1"}}), "FERRY_BACKUP_WORKERS");
+  std::string msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "1"}, {"FERRY_DETERMINISTIC", "1"}}),
+      "FERRY_BACKUP_WORKERS");
+  EXPECT_TRUE(StrContains(msg, "FERRY_DETERMINISTIC")) << msg;
+  msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "1"}, {"FERRY_ENABLE_ASYNC", "1"}}),
+                      "FERRY_BACKUP_WORKERS");
+  EXPECT_TRUE(StrContains(msg, "FERRY_ENABLE_ASYNC")) << msg;
+  msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "1"}, {"FERRY_LOCAL_SIZE", "2"},
+                                       {"FERRY_LOCAL_RANK", "0"}}),
+                      "FERRY_BACKUP_WORKERS");
+  EXPECT_TRUE(StrContains(msg, "FERRY_LOCAL_SIZE=2")) << msg;
+}
+
 TEST(ConfigTest, HostNamesResolve) {
   Config c = Read(With(BaseEnv(), {{"DMLC_PS_ROOT_URI", "localhost"},
                                    {"DMLC_NODE_HOST", "localhost"},

@@ -46,6 +46,8 @@ TEST(FusedPushTest, RoundTripSharesTheFrame) {
   pushes.push_back(Push(2, MakeLayoutKey(3, 2, 1), DataType::kFloat32, 16, 0x22));
   pushes.push_back(Push(3, MakeKey(4, 0), DataType::kInt64, 0, 0));  // empty tensor
   pushes.push_back(Push(4, MakeKey(5, 7), DataType::kFloat64, 8, 0x44));
+  for (Message& m : pushes) m.envelope.set_backup_workers(2);  // the worker's setting
+  pushes[1].envelope.set_average(true);                        // each push's own
   Message fused = Fused(pushes);
   EXPECT_EQ(fused.type(), proto::PUSH_FUSED);
   EXPECT_EQ(fused.envelope.request_id(), 1u);
@@ -73,6 +75,8 @@ TEST(FusedPushTest, RoundTripSharesTheFrame) {
     EXPECT_EQ(a.length(), b.length());
     EXPECT_EQ(a.priority(), b.priority());
     EXPECT_EQ(a.tensor_hash(), b.tensor_hash());
+    EXPECT_EQ(a.average(), b.average()) << i;
+    EXPECT_EQ(a.backup_workers(), 2u) << i;
     EXPECT_TRUE(ValidateMessage(out[i], 1 << 20).ok()) << i;
     ASSERT_EQ(out[i].payload.size(), pushes[i].payload.size());
     if (!out[i].payload.empty()) {

@@ -24,6 +24,7 @@ INVALID = {
     "FERRY_BIND_ADDR": "no-such-host.invalid",
     "FERRY_CONNECT_TIMEOUT_MS": "soon",
     "FERRY_DETERMINISTIC": "maybe",
+    "FERRY_BACKUP_WORKERS": "2",  # not below DMLC_NUM_WORKER
     "FERRY_ENABLE_ASYNC": "maybe",
     "FERRY_HEARTBEAT_INTERVAL_MS": "5",
     "FERRY_HEARTBEAT_TIMEOUT_MS": "1",

@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""backup_workers_bench: one slow worker among several on an emulated cluster, with and
+without backup workers (FERRY_BACKUP_WORKERS; docs/stragglers.md).
+
+ferry-train-sim replays a model's training step on every worker host of a fresh
+netns-cluster (train_sim_bench.py's Run: links shaped to --rate both ways). Rank
+--slow-rank computes --slow-factor times longer (ferry-train-sim --rank_compute_scale).
+Configurations, interleaved (every configuration once per repeat, in turn):
+  even      no slow worker, FERRY_BACKUP_WORKERS=0: the reference
+  slow b=0  the slow worker, no backup workers
+  slow b=1  the slow worker, FERRY_BACKUP_WORKERS=1
+  even b=1  no slow worker, FERRY_BACKUP_WORKERS=1 (what backup workers cost when nobody
+            is slow)
+A run's step is its slowest worker's median iteration (the job moves at its pace). Each
+configuration's ratio to `even` is taken within a repeat (the same minutes of the
+machine); the table prints medians [min-max] over repeats.
+
+  bench/backup_workers_bench.py --models vgg16:0.1:0.66,resnet50:0.5:0.92 --repeats 5 \\
+      --out bench/results/backup_workers/4w_1gbit.json
+
+MODEL:BYTE_SCALE:COMPUTE_SCALE per model (the defaults make compute and communication
+about equal at 1 Gbit/s). Needs root and `ip netns`, as train_sim_bench.py does.
+"""
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import train_sim_bench as tsb  # noqa: E402
+
+CONFIGS = [("even", False, "0"), ("slow b=0", True, "0"), ("slow b=1", True, "1"),
+           ("even b=1", False, "1")]
+
+
+class SlowRun(tsb.Run):
+    """train_sim_bench's run, with one worker's compute scaled."""
+
+    def __init__(self, args, model, compute_scale, env, name, rank_scale):
+        super().__init__(args, model, args.rate, compute_scale, env, name)
+        self.rank_scale = rank_scale
+
+    def sim_argv(self):
+        extra = ["--rank_compute_scale", self.rank_scale] if self.rank_scale else []
+        return super().sim_argv() + extra
+
+    def record(self, outputs, cpu):
+        r = super().record(outputs, cpu)
+        r["late_pushes"] = 0  # the servers' backup.late_pushes, from their stats files
+        for name in os.listdir(self.logs.name):
+            if name.startswith("server") and name.endswith(".json"):
+                with open(os.path.join(self.logs.name, name)) as f:
+                    r["late_pushes"] += json.load(f)["counters"].get("backup.late_pushes", 0)
+        return r
+
+
+def parser():
+    p = argparse.ArgumentParser(description="one slow worker, with and without backup workers")
+    p.add_argument("--models", default="vgg16:0.1:0.66,resnet50:0.5:0.92",
+                   help="MODEL:BYTE_SCALE:COMPUTE_SCALE, comma-separated")
+    p.add_argument("--rate", default="1gbit")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--servers", type=int, default=4)
+    p.add_argument("--slow-rank", type=int, default=3)
+    p.add_argument("--slow-factor", type=float, default=2.0)
+    p.add_argument("--iterations", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--bin", default=os.environ.get("FERRY_BIN", os.path.join(tsb.ROOT, "build", "bin")))
+    p.add_argument("--out", required=True)
+    return p
+
+
+def base_args(args):
+    """The namespace train_sim_bench's Run reads, with this run's settings."""
+    b = tsb.parser().parse_args(["--out", args.out])
+    for k in ("workers", "servers", "iterations", "warmup", "timeout", "bin", "rate"):
+        setattr(b, k, getattr(args, k))
+    b.bin = os.path.abspath(b.bin)
+    return b
+
+
+def run_once(base, model, byte_scale, compute_scale, slow, backups, slow_spec):
+    args = copy.copy(base)
+    args.byte_scale = byte_scale
+    env = {"FERRY_BACKUP_WORKERS": backups}
+    run = SlowRun(args, model, compute_scale, env, "bwb%d" % os.getpid(),
+                  slow_spec if slow else "")
+    try:
+        r = run.execute()
+        return {"step_ms": r["median_ms"], "lb1_ms": r["lb1_ms"],
+                "workers_ms": [w["median_ms"] for w in r["workers"]],
+                "busiest_core_pct": r["cpu"]["busiest_core_pct"], "late_pushes": r["late_pushes"]}
+    finally:
+        run.cleanup()
+
+
+def fmt(values, digits=3):
+    return "%.*f [%.*f-%.*f]" % (digits, statistics.median(values), digits, min(values), digits,
+                                 max(values))
+
+
+def main():
+    args = parser().parse_args()
+    why = tsb.ferry_netns.unavailable_reason()
+    if why:
+        tsb.say("cannot make network namespaces: %s" % why)
+        return 2
+    base = base_args(args)
+    slow_spec = "%d:%g" % (args.slow_rank, args.slow_factor)
+    models = [(m, float(b), float(c)) for m, b, c in (x.split(":") for x in args.models.split(","))]
+    runs = []
+    started = time.time()
+    for rep in range(args.repeats):
+        for model, byte_scale, compute_scale in models:
+            for name, slow, backups in CONFIGS:
+                tsb.say("repeat %d/%d: %s, %s" % (rep + 1, args.repeats, model, name))
+                rec = {"repeat": rep, "model": model, "config": name}
+                try:
+                    rec.update(run_once(base, model, byte_scale, compute_scale, slow, backups,
+                                        slow_spec))
+                    tsb.say("  step %.1f ms (workers %s), %d late pushes" % (
+                        rec["step_ms"], ", ".join("%.0f" % w for w in rec["workers_ms"]),
+                        rec["late_pushes"]))
+                except (RuntimeError, OSError, ValueError) as e:
+                    rec["error"] = str(e)
+                    tsb.say("  failed: %s" % e)
+                runs.append(rec)
+    summary = summarize(runs, models)
+    print("# backup_workers_bench: %d workers, %d servers, %s links, rank %d computes %gx "
+          "slower; %d repeats, interleaved; %.0f s" % (args.workers, args.servers, args.rate,
+                                                    args.slow_rank, args.slow_factor,
+                                                    args.repeats, time.time() - started))
+    print("| model | configuration | step ms, median [min-max] | step / even, median [min-max] |")
+    print("|---|---|---:|---:|")
+    for row in summary:
+        print("| %s | %s | %s | %s |" % (row["model"], row["config"], fmt(row["step_ms"], 0),
+                                         fmt(row["ratio"])))
+    with open(args.out, "w") as f:
+        json.dump({"program": "backup_workers_bench", "args": vars(args), "summary": summary,
+                   "runs": runs}, f, indent=1)
+    return 1 if any("error" in r for r in runs) else 0
+
+
+def summarize(runs, models):
+    """Per model and configuration: steps, and ratios to `even` of the same repeat."""
+    ok = [r for r in runs if "error" not in r]
+    even = {(r["model"], r["repeat"]): r["step_ms"] for r in ok if r["config"] == "even"}
+    out = []
+    for model, _, _ in models:
+        for name, _, _ in CONFIGS:
+            rs = [r for r in ok if r["model"] == model and r["config"] == name]
+            ratios = [r["step_ms"] / even[(model, r["repeat"])] for r in rs
+                      if (model, r["repeat"]) in even]
+            if rs and ratios:
+                out.append({"model": model, "config": name, "step_ms": [r["step_ms"] for r in rs],
+                            "ratio": ratios})
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
