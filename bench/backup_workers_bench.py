@@ -3,14 +3,17 @@
 without backup workers (FERRY_BACKUP_WORKERS; docs/stragglers.md).
 
 ferry-train-sim replays a model's training step on every worker host of a fresh
-netns-cluster (train_sim_bench.py's Run: links shaped to --rate both ways). Rank
---slow-rank computes --slow-factor times longer (ferry-train-sim --rank_compute_scale).
-Configurations, interleaved (every configuration once per repeat, in turn):
-  even      no slow worker, FERRY_BACKUP_WORKERS=0: the reference
-  slow b=0  the slow worker, no backup workers
-  slow b=1  the slow worker, FERRY_BACKUP_WORKERS=1
-  even b=1  no slow worker, FERRY_BACKUP_WORKERS=1 (what backup workers cost when nobody
-            is slow)
+netns-cluster (train_sim_bench.py's Run: links shaped to --rate both ways). A slow worker
+computes --slow-factor times longer: rank --slow-rank at every iteration (ferry-train-sim
+--rank_compute_scale), or a moving one, rank i mod workers in iteration i
+(--rotating_slow_factor). Configurations, interleaved (every one once per repeat, in turn):
+  even        no slow worker, FERRY_BACKUP_WORKERS=0: the reference
+  slow b=0    one worker slow at every iteration, no backup workers
+  slow b=1    the same, FERRY_BACKUP_WORKERS=1
+  moving b=0  a different worker slow at each iteration, no backup workers
+  moving b=1  the same, FERRY_BACKUP_WORKERS=1
+  even b=1    no slow worker, FERRY_BACKUP_WORKERS=1 (what backup workers cost when nobody
+              is slow)
 A run's step is its slowest worker's median iteration (the job moves at its pace). Each
 configuration's ratio to `even` is taken within a repeat (the same minutes of the
 machine); the table prints medians [min-max] over repeats.
@@ -26,27 +29,29 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import train_sim_bench as tsb  # noqa: E402
 
-CONFIGS = [("even", False, "0"), ("slow b=0", True, "0"), ("slow b=1", True, "1"),
-           ("even b=1", False, "1")]
+# (name, slowness: "" none, "fixed" or "moving", FERRY_BACKUP_WORKERS)
+CONFIGS = [("even", "", "0"), ("slow b=0", "fixed", "0"), ("slow b=1", "fixed", "1"),
+           ("moving b=0", "moving", "0"), ("moving b=1", "moving", "1"), ("even b=1", "", "1")]
 
 
 class SlowRun(tsb.Run):
     """train_sim_bench's run, with one worker's compute scaled."""
 
-    def __init__(self, args, model, compute_scale, env, name, rank_scale):
+    def __init__(self, args, model, compute_scale, env, name, slow_args):
         super().__init__(args, model, args.rate, compute_scale, env, name)
-        self.rank_scale = rank_scale
+        self.slow_args = slow_args
 
     def sim_argv(self):
-        extra = ["--rank_compute_scale", self.rank_scale] if self.rank_scale else []
-        return super().sim_argv() + extra
+        return super().sim_argv() + self.slow_args
 
     def record(self, outputs, cpu):
         r = super().record(outputs, cpu)
@@ -70,6 +75,8 @@ def parser():
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--configs", default=",".join(c[0] for c in CONFIGS),
+                   help="which configurations, comma-separated (default: all)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--bin", default=os.environ.get("FERRY_BIN", os.path.join(tsb.ROOT, "build", "bin")))
     p.add_argument("--out", required=True)
@@ -85,14 +92,28 @@ def base_args(args):
     return b
 
 
-def run_once(base, model, byte_scale, compute_scale, slow, backups, slow_spec):
+def slow_args(args, slowness):
+    """ferry-train-sim's arguments for `slowness`."""
+    if slowness == "fixed":
+        return ["--rank_compute_scale", "%d:%g" % (args.slow_rank, args.slow_factor)]
+    if slowness == "moving":
+        return ["--rotating_slow_factor", "%g" % args.slow_factor]
+    return []
+
+
+def run_once(base, model, byte_scale, compute_scale, backups, extra):
     args = copy.copy(base)
     args.byte_scale = byte_scale
     env = {"FERRY_BACKUP_WORKERS": backups}
-    run = SlowRun(args, model, compute_scale, env, "bwb%d" % os.getpid(),
-                  slow_spec if slow else "")
+    run = SlowRun(args, model, compute_scale, env, "bwb%d" % os.getpid(), extra)
     try:
-        r = run.execute()
+        try:
+            r = run.execute()
+        except (RuntimeError, OSError, ValueError):
+            kept = tempfile.mkdtemp(prefix="backup_workers_bench.failed.")
+            shutil.copytree(run.logs.name, kept, dirs_exist_ok=True)
+            tsb.say("  the run's logs: %s" % kept)
+            raise
         return {"step_ms": r["median_ms"], "lb1_ms": r["lb1_ms"],
                 "workers_ms": [w["median_ms"] for w in r["workers"]],
                 "busiest_core_pct": r["cpu"]["busiest_core_pct"], "late_pushes": r["late_pushes"]}
@@ -112,18 +133,19 @@ def main():
         tsb.say("cannot make network namespaces: %s" % why)
         return 2
     base = base_args(args)
-    slow_spec = "%d:%g" % (args.slow_rank, args.slow_factor)
     models = [(m, float(b), float(c)) for m, b, c in (x.split(":") for x in args.models.split(","))]
     runs = []
     started = time.time()
     for rep in range(args.repeats):
         for model, byte_scale, compute_scale in models:
-            for name, slow, backups in CONFIGS:
+            for name, slowness, backups in CONFIGS:
+                if name not in args.configs.split(","):
+                    continue
                 tsb.say("repeat %d/%d: %s, %s" % (rep + 1, args.repeats, model, name))
                 rec = {"repeat": rep, "model": model, "config": name}
                 try:
-                    rec.update(run_once(base, model, byte_scale, compute_scale, slow, backups,
-                                        slow_spec))
+                    rec.update(run_once(base, model, byte_scale, compute_scale, backups,
+                                        slow_args(args, slowness)))
                     tsb.say("  step %.1f ms (workers %s), %d late pushes" % (
                         rec["step_ms"], ", ".join("%.0f" % w for w in rec["workers_ms"]),
                         rec["late_pushes"]))
@@ -132,10 +154,10 @@ def main():
                     tsb.say("  failed: %s" % e)
                 runs.append(rec)
     summary = summarize(runs, models)
-    print("# backup_workers_bench: %d workers, %d servers, %s links, rank %d computes %gx "
-          "slower; %d repeats, interleaved; %.0f s" % (args.workers, args.servers, args.rate,
-                                                    args.slow_rank, args.slow_factor,
-                                                    args.repeats, time.time() - started))
+    print("# backup_workers_bench: %d workers, %d servers, %s links; slow: rank %d (or a "
+          "moving one) computes %gx longer; %d repeats, interleaved; %.0f s" % (
+              args.workers, args.servers, args.rate, args.slow_rank, args.slow_factor,
+              args.repeats, time.time() - started))
     print("| model | configuration | step ms, median [min-max] | step / even, median [min-max] |")
     print("|---|---|---:|---:|")
     for row in summary:

@@ -97,7 +97,10 @@ void KeyState::CloseEarly(const std::vector<bool>& absent, int64_t now_us) {
   backup.contributed = pushed;
   std::vector<int> left_out;
   for (size_t r = 0; r < pushed.size(); ++r) {
-    if (!pushed[r] && !(r < absent.size() && absent[r])) left_out.push_back(static_cast<int>(r));
+    if (r < backup.sat_out.size() && backup.sat_out[r]) backup.contributed[r] = false;
+    if (!backup.contributed[r] && !(r < absent.size() && absent[r])) {
+      left_out.push_back(static_cast<int>(r));
+    }
   }
   backup.left_out = ProcessSetMask(left_out);
 }
@@ -121,6 +124,7 @@ void KeyState::NextRound(int num_workers) {
   backup.last_closed_us = backup.closed_us;
   backup.eligible = backup.closed = false;
   backup.contributed.clear();
+  backup.sat_out.clear();
   backup.left_out.clear();
   // The old last_sums are freed once ZeroMQ released them.
   last_sums.clear();

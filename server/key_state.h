@@ -129,6 +129,7 @@ struct BackupRound {
   bool eligible = false;          // the open round may close early (fixed by its first push)
   bool closed = false;            // its contributors are fixed
   std::vector<bool> contributed;  // by rank, once closed: the pushes its sum holds
+  std::vector<bool> sat_out;      // by rank: sits the open round out (Envelope.sit_out)
   std::string left_out;           // once closed: the live ranks outside it (a rank mask)
   int64_t closed_us = 0;
   // By rank: left out of round - 1 and has not pushed it since (the lag invariant).
@@ -136,8 +137,12 @@ struct BackupRound {
   std::string last_left_out;  // round - 1's left_out
   int64_t last_closed_us = 0;
 
-  // Whether rank `rank` pushed late into the open round (it is closed without it).
-  bool Late(int rank) const { return closed && !contributed[static_cast<size_t>(rank)]; }
+  // Whether rank `rank`'s push is not in the open round's sum: it came after the round
+  // closed without it, or the rank sits the round out.
+  bool Late(int rank) const {
+    const size_t r = static_cast<size_t>(rank);
+    return (closed && !contributed[r]) || (r < sat_out.size() && sat_out[r]);
+  }
   // Whether `rank` is left out of round - 1 and pushes it now for the first time.
   bool LatePrevious(int rank) const {
     return static_cast<size_t>(rank) < behind.size() && behind[static_cast<size_t>(rank)];
@@ -223,8 +228,8 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   // with `take` = adopt the first push as the sum, add the others into it.
   template <typename Take>
   void TakeInRankOrder(const std::vector<bool>& joined, Take&& take, uint32_t f = 0);
-  // Backup workers: closes the open round with the ranks that pushed so far as its
-  // contributors; the ranks neither in `absent` nor among them are left out.
+  // Backup workers: closes the open round with the ranks that pushed so far (and do not sit
+  // it out) as its contributors; the ranks neither in `absent` nor among them are left out.
   void CloseEarly(const std::vector<bool>& absent, int64_t now_us);
   // Starts the next round (after every frame's sum was sent); the finished round's
   // frames become last_sums, its left-out ranks that have not pushed it `behind`.

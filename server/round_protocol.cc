@@ -42,6 +42,10 @@ void RoundProtocol::Push(Request& request) {
                   " after joining; a worker may push again only once every worker has joined"));
     return;
   }
+  if (e.sit_out()) {
+    SitOut(request, state);
+    return;
+  }
   if (!e.compression().empty()) {
     if (std::string why = compression_.DecodePush(request); !why.empty()) {
       if (state.failure.empty()) FailKey(key, state, why);
@@ -70,7 +74,13 @@ bool RoundProtocol::RefuseDisagreement(Request& request, KeyState& state, const 
     state.backup.eligible = context_.backup_workers > 0 && e.average() &&
                             IsFloatingPoint(state.dtype) && op == ReduceOp::kSum &&
                             state.compression.empty() && state.members.empty();
-    return false;
+    if (state.backup.eligible || state.backup.sat_out.empty()) return false;
+    FailKey(e.key(), state,
+            StrCat(KeyName(e.key()), " round ", e.round(), ": a worker sat it out, but it "
+                   "waits for every worker (only averaged, raw floating-point push_pulls of "
+                   "every worker may close without some, with FERRY_BACKUP_WORKERS > 0)"));
+    Refuse(request, state, PushVerdict::kFailed, frame);
+    return true;
   }
   auto name = [](const std::string& c) { return c.empty() ? std::string("none") : c; };
   std::string why;
@@ -185,18 +195,22 @@ bool RoundProtocol::MaybeCloseEarly(uint64_t key, KeyState& state) {
   if (!backup.eligible || backup.closed || state.frames.empty()) return false;
   const std::vector<bool>& absent = Absent(state);
   int live = 0;
-  int pushed = 0;
+  int pushed = 0;  // contributors: pushed, not sitting out
+  int sat_out = 0;
   for (size_t r = 0; r < state.pushed.size(); ++r) {
     if (r < absent.size() && absent[r]) continue;
     live++;
-    if (state.pushed[r]) {
+    if (backup.Late(static_cast<int>(r))) {
+      sat_out++;
+    } else if (state.pushed[r]) {
       pushed++;
     } else if (backup.LatePrevious(static_cast<int>(r))) {
       return false;  // the lag invariant (stragglers.h): wait for it while it is behind
     }
   }
   const int backups = std::min(context_.backup_workers, live - 1);
-  if (backups <= 0 || pushed == live || pushed < live - backups) return false;
+  const bool enough = backups > 0 && pushed >= live - backups;
+  if (pushed == 0 || pushed == live || !(enough || pushed + sat_out == live)) return false;
   state.CloseEarly(absent, NowUs());
   CompleteFrames(key, state);
   return true;
@@ -212,6 +226,45 @@ void RoundProtocol::Late(Request& request, KeyState& state, const FrameRef& fram
   context_.stragglers->NoteLate(rank, key, state.round,
                                 (NowUs() - state.backup.closed_us) / 1000);
   ResendSent(request.reply_to(), key, state);  // the frames summed before it came
+}
+
+void RoundProtocol::SitOut(Request& request, KeyState& state) {
+  const proto::Envelope& e = request.envelope();
+  const uint64_t key = e.key();
+  const int rank = request.rank;
+  const size_t r = static_cast<size_t>(rank);
+  if (context_.backup_workers == 0 || !state.defined || !state.failure.empty() ||
+      (!state.frames.empty() && !state.backup.eligible)) {
+    Reject(request, ErrorCode::kBadMessage,
+           state.failure.empty()
+               ? StrCat("worker ", rank, " sat out round ", e.round(), " of ", KeyName(key),
+                        ", which waits for every worker: only rounds of averaged, raw "
+                        "floating-point push_pulls of a key every worker pushed before, with "
+                        "FERRY_BACKUP_WORKERS > 0, may be sat out")
+               : state.failure);
+    return;
+  }
+  const PendingReply to = request.reply_to();
+  if (e.round() == state.round) {
+    context_.reply(AckReply(to, key, 0));
+    if (state.pushed[r]) return;  // a resend
+    state.pushed[r] = true;
+    state.backup.sat_out.resize(state.pushed.size(), false);
+    state.backup.sat_out[r] = true;
+    state.waiting.push_back(to);
+    context_.counters->sat_out++;
+    ResendSent(to, key, state);  // the frames summed already
+    MaybeCloseEarly(key, state);
+  } else if (e.round() + 1 == state.round && state.has_last) {
+    if (state.backup.LatePrevious(rank)) state.backup.behind[r] = false;
+    if (IsProcessSetMember(state.backup.last_left_out, rank)) context_.counters->sat_out++;
+    Resend(to, key, state, 0, 0);
+    MaybeCloseEarly(key, state);
+  } else {
+    Reject(request, ErrorCode::kBadMessage,
+           StrCat("worker ", rank, " sat out round ", e.round(), " of ", KeyName(key),
+                  " but the key is at round ", state.round));
+  }
 }
 
 void RoundProtocol::LatePrevious(Request& request, KeyState& state) {

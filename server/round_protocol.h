@@ -83,6 +83,10 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   // dropped; its first frame makes the rank a waiter of the round's sum (the frames sent
   // already go to it at once).
   void Late(Request& request, KeyState& state, const FrameRef& frame);
+  // A header-only push that sits a round out (Envelope.sit_out): the rank waits for the
+  // round's sum (or gets the previous round's, which closed without it) and is not waited
+  // for; refused for a round that must hold every worker.
+  void SitOut(Request& request, KeyState& state);
   // A push of the previous round from a rank it left out (kPrevious): the rank is behind no
   // more, and the round it held up may close.
   void LatePrevious(Request& request, KeyState& state);

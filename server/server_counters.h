@@ -63,6 +63,8 @@ struct ServerCounters {
   Counter& pushes_inline = registry.Register("pushes_inline");
   // Backup workers (server/stragglers.h): pushes that came after their round closed.
   Counter& late_pushes = registry.Register("backup.late_pushes");
+  // Pushes that sat a round out (Envelope.sit_out): header only, answered with the sum.
+  Counter& sat_out = registry.Register("backup.rounds_sat_out");
   // Keys dropped because every worker retired their tensor (a name declared anew).
   Counter& keys_retired = registry.Register("keys_retired");
   // Elastic: messages of an older membership epoch, dropped unanswered (their workers

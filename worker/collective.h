@@ -197,6 +197,19 @@ class Collective {
   virtual uint32_t epoch() const { return 0; }
   // Every counter of this rank by name (what FERRY_STATS_FILE receives at Shutdown).
   virtual CounterValues Counters() const = 0;
+  // Backup workers (FERRY_BACKUP_WORKERS > 0; server/stragglers.h): the average of the next
+  // round of float tensor `name` into `output`, as PushPullAsync with average gives it, but
+  // without contributing to it: a header-only push the servers do not wait for. A worker
+  // whose pushes came late (Contributors leaves it out) may skip its next step's compute and
+  // take that step's sums this way, to catch up with the others; it still applies every
+  // step's update, so every replica stays the same. Throws kInvalidArgument without backup
+  // workers, for integer dtypes, and where not supported (a local group).
+  virtual Handle PullAverageAsync(const std::string& name, void* output, DataType dtype,
+                                  uint64_t count, CompletionCallback done = nullptr) {
+    (void)name, (void)output, (void)dtype, (void)count, (void)done;
+    throw FerryError(ErrorCode::kInvalidArgument,
+                     "pull_average: backup workers need one worker process per Ferry worker");
+  }
   // Backup workers (FERRY_BACKUP_WORKERS; server/stragglers.h): the ranks whose pushes are
   // in the last completed push_pull of `name` (in every partition's sum), or, `name`
   // empty, in every sum completed between the last two StepBoundary() calls (before the

@@ -103,6 +103,12 @@ void DensePushPull::SendBatch(const Batch& batch) {
     CutFrames(f);
     const bool borrowed = PartOf(f).bytes > 0;
     ctx_.counters.partitions_pushed++;
+    if (f.op->sit_out) {  // alone, header only; no payload to release: its timer runs now
+      packs.push_back(Pack{task.server, 0, {}});
+      packs.back().pushes.push_back(BuildPush(f, request));
+      in_flight_.Add(request, std::move(f), /*borrowed=*/false);
+      continue;
+    }
     if (PushCompression::Compressed(*f.op, PartOf(f))) {  // alone, as its compressed bytes
       f.wire = compression_.Compress(*f.op, PartOf(f), KeyOf(f), f.round, ctx_.rank);
       Message push = BuildPush(f, request);
@@ -213,6 +219,11 @@ Message DensePushPull::BuildPush(const InFlight& f, uint64_t request, uint32_t f
   m.envelope.set_async_mode(ctx_.config.server.async);
   m.envelope.set_backup_workers(static_cast<uint32_t>(ctx_.config.server.backup_workers));
   m.envelope.set_average(f.op->average);
+  if (f.op->sit_out) {  // header only (of the whole key): the round's sum, no contribution
+    m.envelope.set_sit_out(true);
+    m.envelope.set_length(0);
+    return m;
+  }
   if (f.frames > 1) {
     SetFrame(&m.envelope, offset, p.bytes, f.frame_bytes);
   }

@@ -34,6 +34,8 @@ struct Operation {
   const uint8_t* input = nullptr;
   uint8_t* output = nullptr;
   bool average = false;
+  // Worker::PullAverageAsync: no input; a header-only push that sits the round out.
+  bool sit_out = false;
   // The ranks some partition's sum left out (backup workers, Envelope.left_out; a rank
   // mask; empty: none). Under WorkerContext::mu.
   std::string left_out;

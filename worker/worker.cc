@@ -299,11 +299,12 @@ Handle Worker::StartPushPull(const std::string& name, const void* input, void* o
                              DataType dtype, uint64_t count, bool average,
                              std::optional<int> priority, CompletionCallback done,
                              ReduceOp reduce, std::vector<PartitionSpec>* staged,
-                             std::function<void(uint32_t)> part_summed) {
-  FERRY_ENFORCE(count == 0 || (input && output), ErrorCode::kInvalidArgument, "push_pull of '",
-                name, "': null buffer");
+                             std::function<void(uint32_t)> part_summed, bool sit_out) {
+  FERRY_ENFORCE(count == 0 || ((input || sit_out) && output), ErrorCode::kInvalidArgument,
+                "push_pull of '", name, "': null buffer");
   const Handle handle = SubmitPushPull(name, input, output, dtype, count, average, priority,
-                                       std::move(done), reduce, staged, std::move(part_summed));
+                                       std::move(done), reduce, staged, std::move(part_summed),
+                                       sit_out);
   dense_->SendReady();  // from this thread: no hand-off to the sender thread
   return handle;
 }
@@ -342,7 +343,7 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
                               DataType dtype, uint64_t count, bool average,
                               std::optional<int> priority, CompletionCallback done,
                               ReduceOp reduce, std::vector<PartitionSpec>* staged,
-                              std::function<void(uint32_t)> part_summed) {
+                              std::function<void(uint32_t)> part_summed, bool sit_out) {
   MutexLock lock(ctx_.mu);
   ctx_.CheckRunning("push_pull", name);
   FERRY_ENFORCE(!(average && config_.server.async), ErrorCode::kInvalidArgument, "push_pull of '",
@@ -366,7 +367,8 @@ Handle Worker::SubmitPushPull(const std::string& name, const void* input, void* 
   std::shared_ptr<Operation> op =
       NewOperation(t, average, priority, std::move(done), OperationLabel("push_pull", name));
   op->reduce = reduce;
-  op->compression = CompressionOf(*t, reduce);
+  op->sit_out = sit_out;
+  if (!sit_out) op->compression = CompressionOf(*t, reduce);
   op->input = static_cast<const uint8_t*>(input);
   op->output = static_cast<uint8_t*>(output);
   op->part_summed = std::move(part_summed);
@@ -569,7 +571,6 @@ void Worker::PushPullDevice(const std::string& name, const void* input, void* ou
   nccl->Wait(ticket);
 }
 
-
 void Worker::Shutdown() {
   if (!epochs_->BeginShutdown()) return;
   cluster_.Finalize();
@@ -577,23 +578,6 @@ void Worker::Shutdown() {
   if (trace_) trace_->Close();
   Status written = WriteStatsFile(config_.diagnostics.stats_file, "worker", ctx_.rank, Counters());
   if (!written.ok()) LOG(ERROR) << written.message();
-}
-
-CounterValues Worker::Counters() const {
-  CounterValues values = counters_.registry.Snapshot();
-  for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
-  for (auto& v : queue_.WindowCounters()) values.push_back(std::move(v));
-  if (scheduling_) {
-    const SchedulingChoice now = scheduling_->current();
-    values.emplace_back("scheduling.partition_bytes", static_cast<uint64_t>(now.partition_bytes));
-    values.emplace_back("scheduling.credit_bytes", static_cast<uint64_t>(now.credit_bytes));
-  }
-  return values;
-}
-
-std::vector<uint64_t> Worker::PlacedBytes() const {
-  MutexLock lock(ctx_.mu);
-  return catalog_->PlacedBytes();
 }
 
 }  // namespace ferry

@@ -304,6 +304,8 @@ class Worker : public Collective {
   // FERRY_STATS_FILE receives at Shutdown. Meanings: WorkerCounters (worker_counters.h).
   CounterValues Counters() const override;
   std::vector<int> Contributors(const std::string& name) override;  // collective.h
+  Handle PullAverageAsync(const std::string& name, void* output, DataType dtype, uint64_t count,
+                          CompletionCallback done = nullptr) override;  // collective.h
   // A binding's compression of tensor `name` (collective.h): wins over FERRY_COMPRESSION
   // for its later push_pulls ("" gives the choice back to FERRY_COMPRESSION). Throws kInvalidArgument for a bad spec, an undeclared or
   // non-float tensor, or asynchronous training.
@@ -322,11 +324,13 @@ class Worker : public Collective {
   // PushPullAsync without the reserved-name check: for Ferry's own tensors. Submits, then
   // sends what the queue lets out from this thread (DensePushPull::SendReady).
   // `staged`, `part_summed`: as SubmitPushPull's.
+  // `sit_out`: PullAverageAsync's (no input; the servers do not wait for this worker).
   Handle StartPushPull(const std::string& name, const void* input, void* output, DataType dtype,
                        uint64_t count, bool average, std::optional<int> priority,
                        CompletionCallback done, ReduceOp reduce = ReduceOp::kSum,
                        std::vector<PartitionSpec>* staged = nullptr,
-                       std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(ctx_.mu);
+                       std::function<void(uint32_t)> part_summed = nullptr,
+                       bool sit_out = false) EXCLUDES(ctx_.mu);
   // How an operation of `t` combined by `reduce` is compressed (push_compression.h).
   CompressionSpec CompressionOf(const TensorInfo& t, ReduceOp reduce) const REQUIRES(ctx_.mu);
   // Throws FerryError(kInvalidArgument) unless `op` may combine `name`'s pushes here.
@@ -338,7 +342,8 @@ class Worker : public Collective {
                         uint64_t count, bool average, std::optional<int> priority,
                         CompletionCallback done, ReduceOp reduce,
                         std::vector<PartitionSpec>* staged = nullptr,
-                        std::function<void(uint32_t)> part_summed = nullptr) EXCLUDES(ctx_.mu);
+                        std::function<void(uint32_t)> part_summed = nullptr,
+                        bool sit_out = false) EXCLUDES(ctx_.mu);
   // A new operation of tensor `t`, registered in the table.
   // `label`: the stall check's (operation_table.h, "Labels").
   std::shared_ptr<Operation> NewOperation(const std::shared_ptr<TensorInfo>& tensor, bool average,

@@ -6,6 +6,7 @@
 #include "common/metrics/series.h"
 #include "common/util/clock.h"
 #include "common/util/strings.h"
+#include "worker/worker.h"
 
 namespace ferry {
 
@@ -58,6 +59,23 @@ std::string Summary(const WorkerCounters& c, const ScheduledQueue& queue, const 
                 c.rows_pushed, " rows; at most ", queue.max_in_flight_bytes(),
                 " bytes in flight; ", queue.window_on() ? "" : "fixed credit, measured ",
                 queue.DescribeWindow());
+}
+
+CounterValues Worker::Counters() const {
+  CounterValues values = counters_.registry.Snapshot();
+  for (auto& v : VanCounterValues(van_.stats())) values.push_back(std::move(v));
+  for (auto& v : queue_.WindowCounters()) values.push_back(std::move(v));
+  if (scheduling_) {
+    const SchedulingChoice now = scheduling_->current();
+    values.emplace_back("scheduling.partition_bytes", static_cast<uint64_t>(now.partition_bytes));
+    values.emplace_back("scheduling.credit_bytes", static_cast<uint64_t>(now.credit_bytes));
+  }
+  return values;
+}
+
+std::vector<uint64_t> Worker::PlacedBytes() const {
+  MutexLock lock(ctx_.mu);
+  return catalog_->PlacedBytes();
 }
 
 }  // namespace ferry

@@ -36,6 +36,12 @@ DEFINE_double(change_compute_scale, 1.0, "see --change_at");
 DEFINE_string(rank_compute_scale, "",
               "R:X[,R:X...]: worker rank R's compute times are X times every other worker's "
               "(one slow GPU; on top of --compute_scale)");
+DEFINE_double(rotating_slow_factor, 1.0,
+              "in iteration i, worker rank i mod workers computes this many times longer (a "
+              "straggler that moves from worker to worker)");
+DEFINE_bool(catch_up, true,
+            "with FERRY_BACKUP_WORKERS: a worker left out of a step sits out its next "
+            "backward pass (takes that step's averages without computing its gradients)");
 DEFINE_bool(check, false, "refill gradients every iteration and check every sum exactly");
 DEFINE_bool(json, false, "print one JSON object per worker instead of text");
 DEFINE_double(rate_gbps, 0, "each worker's link rate, Gbit/s, for LB1 (0: no LB1)");
@@ -114,6 +120,7 @@ struct Report {
   LowerBound lb;
   uint64_t checked, wrong;
   SchedulingChoice scheduling;  // at the end (FERRY_AUTOTUNE's pick, or as configured)
+  int sat_out = 0;              // backward passes sat out (--catch_up)
   std::vector<double> starts_unix_ms;  // the timed iterations' starts
 };
 
@@ -138,7 +145,7 @@ void PrintJson(const Report& r) {
              ",\"min_ms\":", Num(r.summary.min_ms), ",\"max_ms\":", Num(r.summary.max_ms),
              ",\"lb\":", lb, ",\"check\":", FLAGS_check ? "true" : "false",
              ",\"checked_values\":", r.checked, ",\"wrong_values\":", r.wrong,
-             ",\"partition_bytes\":", r.scheduling.partition_bytes,
+             ",\"sat_out\":", r.sat_out, ",\"partition_bytes\":", r.scheduling.partition_bytes,
              ",\"credit_bytes\":", r.scheduling.credit_bytes, "}");
   std::printf("%s\n", json.c_str());
 }
@@ -179,20 +186,25 @@ int RunTrainSim(const Config& config) {
   TrainSim sim(*worker, workload, FLAGS_check);
   if (FLAGS_change_at >= 0) sim.ChangeComputeAt(FLAGS_change_at, FLAGS_change_compute_scale);
   sim.ScaleOwnCompute(OwnComputeScale(worker->rank()));
+  FERRY_ENFORCE(FLAGS_rotating_slow_factor > 0, ErrorCode::kInvalidConfig,
+                "invalid configuration: --rotating_slow_factor must be > 0, got ",
+                FLAGS_rotating_slow_factor);
+  sim.RotateStraggler(FLAGS_rotating_slow_factor);
   if (config.server.backup_workers > 0) {
     FERRY_ENFORCE(!FLAGS_check, ErrorCode::kInvalidConfig,
                   "invalid configuration: --check compares exact sums of every worker, but with "
                   "FERRY_BACKUP_WORKERS=", config.server.backup_workers,
                   " a sum may leave workers out; leave out one of them");
-    sim.Average();  // averaged gradients: what backup workers close early
+    sim.Average(FLAGS_catch_up);  // averaged gradients: what backup workers close early
   }
   Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
-           0, {}, {}};
+           0, {}, 0, {}};
   r.ms = sim.Run(FLAGS_warmup, FLAGS_iterations);
   r.summary = Summarize(r.ms);
   r.checked = sim.checked_values();
   r.wrong = sim.wrong_values();
   r.starts_unix_ms = sim.start_unix_ms();
+  r.sat_out = sim.sat_out();
   r.scheduling = worker->scheduling();
   if (FLAGS_rate_gbps > 0) {
     double server_gbps = FLAGS_server_rate_gbps > 0 ? FLAGS_server_rate_gbps : FLAGS_rate_gbps;

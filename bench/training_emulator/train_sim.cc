@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 #include "common/util/error.h"
 
@@ -62,7 +63,11 @@ std::vector<double> TrainSim::Run(int warmup, int iterations) {
     // Forward waited for every sum of the last iteration: nothing is in flight, the
     // point where Ferry may switch partition size and credit (FERRY_AUTOTUNE).
     worker_.StepBoundary();
-    if (it < total) Backward(it);
+    if (it < total && LeftOut()) {
+      SitOut();
+    } else if (it < total) {
+      Backward(it);
+    }
   }
   std::vector<double> ms;
   start_unix_ms_.clear();
@@ -89,7 +94,9 @@ Clock::time_point TrainSim::Forward(int iteration) {
       if (check_) Check(l, iteration - 1);
     }
     if (l == 0) first = start;
-    clock_ = start + Ms(workload_.layers[l].fwd_ms * ComputeScale(iteration));
+    // A sat-out step computes nothing: this forward pass is its second half (see SitOut).
+    const double scale = sitting_out_ ? 0.0 : ComputeScale(iteration);
+    clock_ = start + Ms(workload_.layers[l].fwd_ms * scale);
     worker_.TraceCompute(names_[l], /*backward=*/false, Us(start), Us(clock_));
     std::this_thread::sleep_until(clock_);
   }
@@ -105,6 +112,33 @@ void TrainSim::Backward(int iteration) {
     std::this_thread::sleep_until(clock_);
     handles_[l] = worker_.PushPullAsync(names_[l], gradients_[l].data(), sums_[l].data(),
                                         DataType::kFloat32, gradients_[l].size(), average_);
+  }
+}
+
+double TrainSim::ComputeScale(int iteration) const {
+  const bool straggles = iteration % worker_.size() == worker_.rank();
+  return own_scale_ * (straggles ? rotating_scale_ : 1.0) *
+         (iteration >= change_at_ ? change_scale_ : 1.0);
+}
+
+bool TrainSim::LeftOut() {
+  if (!catch_up_ || std::exchange(sitting_out_, false)) return false;  // it just caught up
+  size_t out = 0;
+  for (const std::string& name : names_) {
+    const std::vector<int> in = worker_.Contributors(name);
+    out += std::find(in.begin(), in.end(), worker_.rank()) == in.end();
+  }
+  // Late for most layers: a straggler. (Which worker is last for one layer is chance when
+  // all are in step, and with b = 1 some worker is left out of every layer's sum.)
+  return 2 * out > names_.size();
+}
+
+void TrainSim::SitOut() {
+  sat_out_++;
+  sitting_out_ = true;
+  for (size_t l = workload_.layers.size(); l-- > 0;) {
+    handles_[l] = worker_.PullAverageAsync(names_[l], sums_[l].data(), DataType::kFloat32,
+                                           sums_[l].size());
   }
 }
 

@@ -60,10 +60,23 @@ class TrainSim {
   // This worker's compute times are `scale` times the workload's throughout (one slow GPU
   // among others), on top of ChangeComputeAt's. Call before Run.
   void ScaleOwnCompute(double scale) { own_scale_ = scale; }
+  // A straggler that moves: in iteration i the worker of rank i mod size() computes `scale`
+  // times longer (a noisy neighbour, a slow batch, now here, now there). Call before Run.
+  void RotateStraggler(double scale) { rotating_scale_ = scale; }
   // Push averaged gradients (a training step's push_pull) instead of sums: what backup
   // workers (FERRY_BACKUP_WORKERS) close early. Not with `check` (it compares exact sums of
-  // every worker). Call before Run.
-  void Average() { average_ = true; }
+  // every worker). With `catch_up`, a worker that the last step's sums left out for most
+  // layers (its pushes came late) sits out its next backward pass: no compute, the step's
+  // averages taken without contributing (Worker::PullAverageAsync), and computes nothing in
+  // the forward pass that follows: a training loop skipping one step (its forward and
+  // backward) whose gradient would come late again. The step after, it computes again.
+  // Call before Run.
+  void Average(bool catch_up) {
+    average_ = true;
+    catch_up_ = catch_up;
+  }
+  // Backward passes sat out (Average's catch_up), after Run.
+  int sat_out() const { return sat_out_; }
   // The timed iterations' starts, ms since the Unix epoch (system clock), after Run: to
   // set the iterations beside an outside event (a link's rate changed).
   const std::vector<double>& start_unix_ms() const { return start_unix_ms_; }
@@ -74,12 +87,13 @@ class TrainSim {
  private:
   Clock::time_point Forward(int iteration);  // returns when layer 0's compute started
   void Backward(int iteration);
+  // Average's catch_up: the last step's sums left this worker out.
+  bool LeftOut();
+  void SitOut();
   void Fill(size_t layer, int iteration);
   void Check(size_t layer, int iteration);
   float Value(int rank, size_t layer, int iteration, uint64_t block) const;
-  double ComputeScale(int iteration) const {
-    return own_scale_ * (iteration >= change_at_ ? change_scale_ : 1.0);
-  }
+  double ComputeScale(int iteration) const;
 
   Worker& worker_;
   const Workload workload_;
@@ -94,7 +108,11 @@ class TrainSim {
   int change_at_ = std::numeric_limits<int>::max();
   double change_scale_ = 1.0;
   double own_scale_ = 1.0;
+  double rotating_scale_ = 1.0;
   bool average_ = false;
+  bool catch_up_ = false;
+  bool sitting_out_ = false;  // the last backward pass was sat out
+  int sat_out_ = 0;
   std::vector<double> start_unix_ms_;
 };
 

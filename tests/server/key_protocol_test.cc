@@ -808,6 +808,88 @@ TEST(BackupWorkersTest, JoinedWorkersCountNeitherAsLiveNorAsLeftOut) {
   ExpectSums(h.Take(), 2, {1, 2}, 0, {2, 2}, 2, {3});
 }
 
+Request SitOut(int rank, uint32_t round) {
+  Request r = DenseRequest(proto::PUSH, rank, round, {}, false, 0);
+  r.message.envelope.set_sit_out(true);
+  return r;
+}
+
+// A late worker catches up by sitting the next round out: its header-only push is
+// acknowledged, the round closes with the others' pushes, and the sum reaches it too.
+TEST(BackupWorkersTest, AWorkerThatSitsARoundOutGetsItsSumAndIsNotWaitedFor) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Averaged(rank, 0, {1, 1});
+    p.Push(push);
+  }
+  h.Take();
+  Request late = Averaged(3, 0, {9, 9});
+  p.Push(late);
+  ExpectSum(h.Take().at(0), 3, 0, 0, {3, 3}, 3);
+  Request sit = SitOut(3, 1);
+  p.Push(sit);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 1u);
+  ExpectAck(r[0], 3, 1);
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Averaged(rank, 1, {2, 4});
+    p.Push(push);
+  }
+  r = h.Take();
+  ExpectSums(r, 3, {3, 0, 1, 2}, 1, {6, 12}, 3, {3});
+  EXPECT_EQ(h.counters.sat_out, 1u);
+  EXPECT_EQ(h.counters.late_pushes, 1u);
+  EXPECT_EQ(h.stragglers.streak(3), 1u) << "sitting out is not a late push";
+  // In step again: its push of round 2 is in the sum.
+  for (int rank : {3, 0, 1}) {
+    Request push = Averaged(rank, 2, {1, 1});
+    p.Push(push);
+  }
+  ExpectSums(h.Take(), 3, {3, 0, 1}, 2, {3, 3}, 3, {2});
+}
+
+// Two workers sitting out with b = 1: the round closes once the two others pushed.
+TEST(BackupWorkersTest, ARoundClosesOnceEveryWorkerNotSittingOutPushed) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  Request first = Averaged(0, 0, {1});
+  for (int rank = 1; rank < 4; ++rank) {
+    Request push = Averaged(rank, 0, {1});
+    p.Push(push);
+  }
+  p.Push(first);  // late: the round closed with ranks 1..3
+  h.Take();
+  Request sit0 = SitOut(0, 1), sit1 = SitOut(1, 1);
+  p.Push(sit0);
+  p.Push(sit1);
+  Request a = Averaged(2, 1, {5}), b = Averaged(3, 1, {7});
+  p.Push(a);
+  p.Push(b);
+  ExpectSums(h.Take(), 4, {0, 1, 2, 3}, 1, {12}, 2, {0, 1});
+}
+
+// Sitting out a round that must hold every worker (a sum, not an average) fails the key
+// with the reason, for every pusher; nobody hangs.
+TEST(BackupWorkersTest, SittingOutARoundThatWaitsForEveryWorkerFailsItSayingWhy) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  for (int rank = 0; rank < 4; ++rank) {
+    Request push = Push(rank, 0, {1});
+    p.Push(push);
+  }
+  h.Take();
+  Request sit = SitOut(3, 1);
+  p.Push(sit);
+  Request sum = Push(0, 1, {1});
+  p.Push(sum);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 3u);
+  ExpectAck(r[0], 3, 1);  // before any push of the round, nobody knows yet
+  ExpectError(r[1], 3, 1, ErrorCode::kMismatch, "a worker sat it out");
+  ExpectError(r[2], 0, 1, ErrorCode::kMismatch, "a worker sat it out");
+}
+
 TEST(ParamStateTest, AsyncRoundsPerWorkerDedupeResends) {
   ParamState k;
   ASSERT_EQ(AsyncPush(k, 1, 0), PushVerdict::kAccumulate);
