@@ -33,7 +33,7 @@ PushVerdict KeyState::Classify(int rank, uint32_t push_round, const FrameRef& fr
                                uint64_t key_length, DataType push_dtype, uint64_t push_hash,
                                int num_workers) {
   if (!failure.empty()) return PushVerdict::kFailed;
-  if (!defined) pushed.assign(num_workers, false);
+  if (!defined && pushed.empty()) pushed.assign(num_workers, false);  // (a sit-out may size it)
   if (!Define(rank, key_length, push_dtype, push_hash)) return PushVerdict::kMismatch;
   if (push_round == round) {
     if (frames.empty()) return PushVerdict::kAccumulate;  // the round's first frame
@@ -47,8 +47,9 @@ PushVerdict KeyState::Classify(int rank, uint32_t push_round, const FrameRef& fr
 
 PushVerdict KeyState::ClassifyPull(int rank, uint32_t pull_round) const {
   if (!failure.empty()) return PushVerdict::kFailed;
+  const size_t r = static_cast<size_t>(rank);
+  if (pull_round == round && r < pushed.size() && pushed[r]) return PushVerdict::kDuplicate;
   if (!defined) return PushVerdict::kStale;
-  if (pull_round == round && pushed[rank]) return PushVerdict::kDuplicate;
   if (pull_round + 1 == round && has_last) return PushVerdict::kPrevious;
   return pull_round > round ? PushVerdict::kAhead : PushVerdict::kStale;
 }

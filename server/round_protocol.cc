@@ -233,18 +233,20 @@ void RoundProtocol::SitOut(Request& request, KeyState& state) {
   const uint64_t key = e.key();
   const int rank = request.rank;
   const size_t r = static_cast<size_t>(rank);
-  if (context_.backup_workers == 0 || !state.defined || !state.failure.empty() ||
+  if (context_.backup_workers == 0 || !state.failure.empty() ||
       (!state.frames.empty() && !state.backup.eligible)) {
     Reject(request, ErrorCode::kBadMessage,
            state.failure.empty()
                ? StrCat("worker ", rank, " sat out round ", e.round(), " of ", KeyName(key),
                         ", which waits for every worker: only rounds of averaged, raw "
-                        "floating-point push_pulls of a key every worker pushed before, with "
-                        "FERRY_BACKUP_WORKERS > 0, may be sat out")
+                        "floating-point push_pulls, with FERRY_BACKUP_WORKERS > 0, may be sat "
+                        "out")
                : state.failure);
     return;
   }
   const PendingReply to = request.reply_to();
+  // A key nobody pushed yet (a new layout's) is defined by its first push.
+  if (state.pushed.empty()) state.pushed.assign(*context_.num_workers, false);
   if (e.round() == state.round) {
     context_.reply(AckReply(to, key, 0));
     if (state.pushed[r]) return;  // a resend

@@ -47,6 +47,27 @@ INSTANTIATE_TEST_SUITE_P(Cuts, BackupWorkersClusterTest, ::testing::Values("0", 
                            return std::string(info.param) == "0" ? "WholePartitions" : "Frames";
                          });
 
+// The slow worker catches up by sitting every other round out (PullAverageAsync): it still
+// gets every average, and pushes late only in the rounds it computes.
+TEST(BackupWorkersClusterTest, ALateWorkerSittingRoundsOutGetsEveryAverage) {
+  ClusterSpec c = SpecOf(2, 4,
+                         {"--mode=backup", "--rounds=" + std::to_string(kRounds),
+                          "--slow_rank=3", "--slow_ms=300", "--catch_up"},
+                         {{"FERRY_BACKUP_WORKERS", "1"}, {"FERRY_PARTITION_BYTES", "65536"}});
+  c.stats_files = true;
+  TestCluster cluster(c);
+  cluster.Start();
+  ASSERT_TRUE(cluster.Succeeds(120000));
+  const std::string ok = "OK backup rounds=" + std::to_string(kRounds) +
+                         " left_out=" + std::to_string(kRounds);
+  for (int w : cluster.workers()) {
+    EXPECT_NE(cluster.Output(w).find(ok), std::string::npos) << cluster.Output(w);
+  }
+  // Rounds 0, 2, 4 pushed late, 1, 3, 5 sat out: 4 partitions each.
+  EXPECT_EQ(cluster.stats().Sum("server", "backup.late_pushes"), 4u * kRounds / 2);
+  EXPECT_EQ(cluster.stats().Sum("server", "backup.rounds_sat_out"), 4u * kRounds / 2);
+}
+
 TEST(BackupWorkersClusterTest, AWorkerWithAnotherSettingIsRefusedNamingBoth) {
   ClusterSpec c = SpecOf(1, 2, {"--mode=refused", "--max_bytes=4096",
                                 "--expect_error=FERRY_BACKUP_WORKERS=0 but this server runs "

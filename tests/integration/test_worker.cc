@@ -106,6 +106,7 @@ DEFINE_int32(slow_barrier, 2, "barriers mode: the barrier before which rank 1 sl
 DEFINE_int32(barrier_sleep_ms, 3000, "barriers mode: how long rank 1 sleeps before it");
 DEFINE_int32(slow_rank, -1, "backup mode: the rank that sleeps --slow_ms before each round");
 DEFINE_int32(slow_ms, 300, "backup mode: see --slow_rank");
+DEFINE_bool(catch_up, false, "backup mode: a rank left out sits the next round out");
 DEFINE_string(repartition, "", "sums mode: ROUND:PARTITION_BYTES,... (SetScheduling before ROUND)");
 
 namespace ferry {
@@ -137,7 +138,7 @@ int ExpectRefusedThenServed(Worker& w, const char* name, uint64_t count, const s
 int RunCompression(Worker& w, const std::string& spec, int rounds);
 int RunCompressionMismatch(Worker& w);
 // test_worker_backup.cc
-int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms);
+int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms, bool catch_up);
 
 namespace {
 
@@ -905,7 +906,7 @@ int Run(const Config& config) {
   } else if (FLAGS_mode == "elastic") {
     code = RunElastic(*w);
   } else if (FLAGS_mode == "backup") {
-    code = RunBackup(*w, FLAGS_rounds, FLAGS_slow_rank, FLAGS_slow_ms);
+    code = RunBackup(*w, FLAGS_rounds, FLAGS_slow_rank, FLAGS_slow_ms, FLAGS_catch_up);
   } else {
     std::fprintf(stderr, "unknown --mode=%s\n", FLAGS_mode.c_str());
     return 2;

@@ -9,6 +9,8 @@
 //     rank is not among them, also on the slow rank itself (its late push got the sum);
 //   - the float sum and the int32 average hold every rank (those rounds wait for it);
 //   - contributors() of the step names the same ranks as the tensor's.
+// With `catch_up`, a rank the last round left out sits the next round of the averaged
+// tensor out (PullAverageAsync, no contribution) and pushes again the round after.
 // Prints "OK backup rounds=N left_out=K" (K: rounds whose average left the slow rank out).
 
 #include <chrono>
@@ -75,11 +77,12 @@ int CheckEveryRank(Worker& w, int round, const std::vector<float>& sum,
 
 }  // namespace
 
-int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms) {
+int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms, bool catch_up) {
   constexpr uint64_t kAverage = 1 << 16, kSmall = 1000;
   std::vector<float> avg(kAverage), sum(kSmall);
   std::vector<int32_t> ints(kSmall);
   int left_out = 0;
+  bool sit_out = false;
   for (int round = 0; round < rounds; ++round) {
     if (w.rank() == slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
     for (uint64_t i = 0; i < kAverage; ++i) avg[i] = Value(w.rank(), round, i);
@@ -87,8 +90,9 @@ int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms) {
       sum[i] = Value(w.rank(), round, i);
       ints[i] = static_cast<int32_t>(sum[i]);
     }
-    Handle a = w.PushPullAsync("backup/avg", avg.data(), avg.data(), DataType::kFloat32, kAverage,
-                               true);
+    Handle a = sit_out ? w.PullAverageAsync("backup/avg", avg.data(), DataType::kFloat32, kAverage)
+                       : w.PushPullAsync("backup/avg", avg.data(), avg.data(), DataType::kFloat32,
+                                         kAverage, true);
     Handle s = w.PushPullAsync("backup/sum", sum.data(), sum.data(), DataType::kFloat32, kSmall,
                                false);
     Handle n = w.PushPullAsync("backup/ints", ints.data(), ints.data(), DataType::kInt32, kSmall,
@@ -103,9 +107,13 @@ int RunBackup(Worker& w, int rounds, int slow_rank, int slow_ms) {
                    RankList(w.Contributors("")).c_str(), RankList(contributors).c_str());
       return kExitWrong;
     }
-    bool slow_in = false;
-    for (int r : contributors) slow_in |= r == slow_rank;
+    bool slow_in = false, self_in = false;
+    for (int r : contributors) {
+      slow_in |= r == slow_rank;
+      self_in |= r == w.rank();
+    }
     left_out += slow_in ? 0 : 1;
+    sit_out = catch_up && !self_in && !sit_out;  // never twice in a row
     if (avg != Expected(contributors, round, kAverage)) {
       std::fprintf(stderr, "WRONG average round %d over ranks %s\n", round,
                    RankList(contributors).c_str());

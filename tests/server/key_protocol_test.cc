@@ -849,6 +849,25 @@ TEST(BackupWorkersTest, AWorkerThatSitsARoundOutGetsItsSumAndIsNotWaitedFor) {
   ExpectSums(h.Take(), 3, {3, 0, 1}, 2, {3, 3}, 3, {2});
 }
 
+// A key's first round may be sat out (a new layout's keys): the first push defines the key.
+TEST(BackupWorkersTest, TheFirstRoundOfAKeyMayBeSatOut) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  Request sit = SitOut(2, 0);
+  p.Push(sit);
+  Request pull = Pull(2, 0);  // its resend timer asks again: acknowledged again
+  p.Pull(pull);
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 2u);
+  ExpectAck(r[0], 2, 0);
+  ExpectAck(r[1], 2, 0);
+  for (int rank : {0, 1, 3}) {
+    Request push = Averaged(rank, 0, {1, 2});
+    p.Push(push);
+  }
+  ExpectSums(h.Take(), 3, {2, 0, 1, 3}, 0, {3, 6}, 3, {2});
+}
+
 // Two workers sitting out with b = 1: the round closes once the two others pushed.
 TEST(BackupWorkersTest, ARoundClosesOnceEveryWorkerNotSittingOutPushed) {
   BackupHarness h;
