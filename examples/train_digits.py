@@ -24,6 +24,12 @@ first step completed after.
 gradients are CUDA tensors, which Ferry copies to the host partition by partition as
 backward makes them, and the averages come back to the GPU without the Python thread
 waiting for it.
+
+--slow-rank R --slow-factor F make rank R a straggler: after each step's forward and
+backward it sleeps F - 1 times as long as they took, so its steps compute F times as long.
+With backup workers (FERRY_BACKUP_WORKERS=b on every node) a round of averaged gradients
+closes without the last b workers to push; rank 0 then prints, per epoch, the steps whose
+averages went without each rank (ferry.torch.contributors()).
 """
 
 import argparse
@@ -64,7 +70,14 @@ def main(argv=None):
     p.add_argument("--commit-every", type=int, default=5, help="--elastic: batches per commit")
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep after each step (stretches a run, for failure tests)")
+    p.add_argument("--slow-rank", type=int, default=None, metavar="R",
+                   help="make rank R a straggler, --slow-factor times slower (default: none)")
+    p.add_argument("--slow-factor", type=float, default=1.0, metavar="F",
+                   help="--slow-rank's steps compute F times as long: after each forward and "
+                        "backward it sleeps F - 1 times their time (default 1: not slowed)")
     args = p.parse_args(argv)
+    if args.slow_factor < 1.0:
+        p.error("--slow-factor must be at least 1, got %g" % args.slow_factor)
     lr = args.lr if args.lr is not None else (0.002 if args.optimizer == "adam" else 0.05)
 
     import ferry.torch as bps  # was: import byteps.torch as bps / horovod.torch as hvd
@@ -96,11 +109,15 @@ def main(argv=None):
     for epoch in range(args.epochs):
         model.train()
         t0, total_loss, samples = time.time(), 0.0, 0
+        left_out = {}  # rank -> the steps of this epoch whose averages went without it
         for idx in epoch_batches(shard, args.batch_size, epoch, args.seed):
             optimizer.zero_grad()
+            c0 = time.perf_counter()
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             loss.backward()
+            straggle(args, rank, c0, device)
             optimizer.step()
+            note_left_out(bps, size, left_out)
             total_loss += loss.item() * len(idx)
             samples += len(idx)
         # The mean loss over every worker's samples.
@@ -108,12 +125,40 @@ def main(argv=None):
                               average=False, name="train_loss")
         if rank == 0:
             dt = time.time() - t0
-            print("epoch %2d  loss %.4f  %.0f samples/s per worker"
-                  % (epoch + 1, stats[0] / stats[1], samples / dt), flush=True)
+            print("epoch %2d  loss %.4f  %.0f samples/s per worker%s"
+                  % (epoch + 1, stats[0] / stats[1], samples / dt, left_out_text(left_out)),
+                  flush=True)
 
     if args.cross_barrier:
         optimizer.synchronize()
     return evaluate(args, bps, model, x_test, y_test, start)
+
+
+def straggle(args, rank, since, device):
+    """--slow-rank: that rank sleeps (--slow-factor - 1) times the step's compute time, from
+    `since` (time.perf_counter()) to now (on a GPU: to when its kernels are done)."""
+    if rank != args.slow_rank or args.slow_factor <= 1.0:
+        return
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    time.sleep((args.slow_factor - 1.0) * (time.perf_counter() - since))
+
+
+def note_left_out(bps, size, left_out):
+    """Counts, for each rank not in every sum of the step just taken (backup workers: a
+    round closed without it), one more step without it."""
+    contributors = bps.contributors()
+    if len(contributors) < size:
+        for r in set(range(size)) - set(contributors):
+            left_out[r] = left_out.get(r, 0) + 1
+
+
+def left_out_text(left_out):
+    """', steps without rank 3: 5' (rank 0's epoch line); '' when every step had every rank."""
+    if not left_out:
+        return ""
+    counts = ("rank %d: %d" % (r, n) for r, n in sorted(left_out.items()))
+    return ", steps without " + ", ".join(counts)
 
 
 def evaluate(args, bps, model, x_test, y_test, start):
@@ -169,8 +214,10 @@ def train_elastic(args, bps, lr, x_train, y_train, x_test, y_test):
             t0, total_loss, samples = time.time(), 0.0, 0
             for idx in batches:
                 optimizer.zero_grad()
+                c0 = time.perf_counter()
                 loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
                 loss.backward()
+                straggle(args, bps.rank(), c0, x_train.device)
                 optimizer.step()
                 clock["last_step"] = time.monotonic()
                 if clock["changed_after"] is not None:
