@@ -122,7 +122,13 @@ double TrainSim::ComputeScale(int iteration) const {
 }
 
 bool TrainSim::LeftOut() {
-  if (!catch_up_ || std::exchange(sitting_out_, false)) return false;  // it just caught up
+  if (!catch_up_) return false;
+  if (sit_left_ > 0) {  // within a run of steps sat out
+    sit_left_--;
+    return true;
+  }
+  const bool back = std::exchange(sitting_out_, false);
+  if (back) return false;  // the run is over: compute this step
   size_t out = 0;
   for (const std::string& name : names_) {
     const std::vector<int> in = worker_.Contributors(name);
@@ -130,12 +136,22 @@ bool TrainSim::LeftOut() {
   }
   // Late for most layers: a straggler. (Which worker is last for one layer is chance when
   // all are in step, and with b = 1 some worker is left out of every layer's sum.)
-  return 2 * out > names_.size();
+  const bool late = 2 * out > names_.size();
+  if (!late) {
+    sit_run_ = std::max(1, sit_run_ - 1);
+    computed_after_run_ = false;
+    return false;
+  }
+  // Still late after sitting out: it is slower than one step in sit_run_ + 1 allows.
+  if (std::exchange(computed_after_run_, false)) sit_run_ = std::min(kMaxSitRun, sit_run_ + 1);
+  sit_left_ = sit_run_ - 1;
+  return true;
 }
 
 void TrainSim::SitOut() {
   sat_out_++;
   sitting_out_ = true;
+  computed_after_run_ = true;  // read at the next step it computes
   for (size_t l = workload_.layers.size(); l-- > 0;) {
     handles_[l] = worker_.PullAverageAsync(names_[l], sums_[l].data(), DataType::kFloat32,
                                            sums_[l].size());

@@ -66,11 +66,12 @@ class TrainSim {
   // Push averaged gradients (a training step's push_pull) instead of sums: what backup
   // workers (FERRY_BACKUP_WORKERS) close early. Not with `check` (it compares exact sums of
   // every worker). With `catch_up`, a worker that the last step's sums left out for most
-  // layers (its pushes came late) sits out its next backward pass: no compute, the step's
-  // averages taken without contributing (Worker::PullAverageAsync), and computes nothing in
-  // the forward pass that follows: a training loop skipping one step (its forward and
-  // backward) whose gradient would come late again. The step after, it computes again.
-  // Call before Run.
+  // layers (its pushes came late) sits out the steps that follow: no compute in its
+  // backward pass nor in the forward pass after it, the step's averages taken without
+  // contributing (Worker::PullAverageAsync), as a training loop skipping steps whose
+  // gradients would come late again. Then it computes a step; a run of steps sat out is
+  // one step longer each time the step computed after it is still late (at most
+  // kMaxSitRun), one shorter each time a computed step is in time. Call before Run.
   void Average(bool catch_up) {
     average_ = true;
     catch_up_ = catch_up;
@@ -111,7 +112,11 @@ class TrainSim {
   double rotating_scale_ = 1.0;
   bool average_ = false;
   bool catch_up_ = false;
-  bool sitting_out_ = false;  // the last backward pass was sat out
+  static constexpr int kMaxSitRun = 8;
+  bool sitting_out_ = false;         // the last backward pass was sat out
+  bool computed_after_run_ = false;  // the last step computed followed a run sat out
+  int sit_run_ = 1;                  // steps sat out after a late one
+  int sit_left_ = 0;                 // of the current run
   int sat_out_ = 0;
   std::vector<double> start_unix_ms_;
 };
