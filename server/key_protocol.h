@@ -93,6 +93,13 @@ class KeyProtocol {
   virtual void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) = 0;
   // Sums ended with Finish that have not arrived yet (0 on the CPU).
   virtual int sums_in_flight() const = 0;
+  // Whether a PUSH is for a round already closed, so that it is answered at once from its
+  // sum whatever happened to the tensor since (another worker retired it: a late worker's
+  // last push, backup workers). False by default.
+  virtual bool ForClosedRound(const Request& request) const {
+    (void)request;
+    return false;
+  }
 
  protected:
   // Counts `request` rejected and answers it with ERROR `code` and `reason`.

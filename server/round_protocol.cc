@@ -228,6 +228,14 @@ void RoundProtocol::Late(Request& request, KeyState& state, const FrameRef& fram
   ResendSent(request.reply_to(), key, state);  // the frames summed before it came
 }
 
+bool RoundProtocol::ForClosedRound(const Request& request) const {
+  const proto::Envelope& e = request.envelope();
+  const KeyState* state = Find(e.key());
+  if (state == nullptr || !state->failure.empty()) return false;
+  if (e.round() + 1 == state->round && state->has_last) return true;  // from last_sums
+  return e.round() == state->round && state->backup.closed;  // late into the open round
+}
+
 void RoundProtocol::SitOut(Request& request, KeyState& state) {
   const proto::Envelope& e = request.envelope();
   const uint64_t key = e.key();

@@ -46,6 +46,7 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   void Retire(uint32_t tensor, const std::string& reason) override;
   void OnSumReady(uint64_t key, uint64_t generation, Buffer sum) override;
   int sums_in_flight() const override { return sums_in_flight_; }
+  bool ForClosedRound(const Request& request) const override;
 
  private:
   // Replies to a push of `frame` Classify did not accept (every verdict but kAccumulate).

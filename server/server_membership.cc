@@ -114,6 +114,13 @@ std::string Server::RetiredRefusal(const Engine& engine, const Request& request)
       !engine.retirements->RetiredBy(tensor, request.rank)) {
     return "";
   }
+  // So may a worker whose last push came late (backup workers): its round is closed, and
+  // the others retired the tensor at their end (shutdown) or re-declared it meanwhile.
+  if (request.message.type() == proto::PUSH &&
+      !engine.retirements->RetiredBy(tensor, request.rank) &&
+      engine.dense->ForClosedRound(request)) {
+    return "";
+  }
   return engine.retirements->Refusal(tensor, request.rank);
 }
 

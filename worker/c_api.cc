@@ -128,6 +128,12 @@ int64_t ferry_push_pull_async(const char* name, const void* input, void* output,
   });
 }
 
+int64_t ferry_pull_average_async(const char* name, void* output, int dtype, uint64_t count) {
+  return Guard([&]() -> int64_t {
+    return static_cast<int64_t>(Get()->PullAverageAsync(name, output, Type(dtype), count));
+  });
+}
+
 int64_t ferry_reduce_async(const char* name, const void* input, void* output, int dtype,
                            uint64_t count, int op, int32_t priority) {
   return Guard([&]() -> int64_t {

@@ -55,6 +55,10 @@ int64_t ferry_push_pull_async(const char* name, const void* input, void* output,
 int64_t ferry_push_pull_rows_async(const char* name, const int64_t* rows, uint64_t num_rows,
                                    const void* values, void* output, int dtype, int average,
                                    int32_t priority);
+/* Backup workers (Worker::PullAverageAsync): the average of the next round of float tensor
+ * `name` into `output`, without contributing to it (the servers do not wait for this
+ * worker). Returns a handle > 0. */
+int64_t ferry_pull_average_async(const char* name, void* output, int dtype, uint64_t count);
 /* As ferry_push_pull_async, the pushes combined by `op` (1 min, 2 max, 3 product:
  * common/reduce/reduce.h's ReduceOp) instead of summed. */
 int64_t ferry_reduce_async(const char* name, const void* input, void* output, int dtype,

@@ -40,3 +40,34 @@ def mode_backup(args, out):
     # Not averaged: waits for every worker, backup workers or not.
     out["sum"] = bps.push_pull(backup_values(rank, ROUNDS), average=False, name="sum")
     out["sum_contributors"] = bps.contributors("sum")
+
+
+STEPS = 8
+
+
+def mode_backup_sit_out(args, out):
+    """A small model trained with DistributedOptimizer (SGD with momentum); the slow rank
+    sleeps before each step it computes, and sits out (optimizer.sit_out()) a step after one
+    whose gradients the sums left out. `out`: the parameters at the end, the steps sat out."""
+    rank = bps.rank()
+    slow = int(os.environ.get("FERRY_TEST_SLOW_RANK", "-1"))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    bps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    sat_out, sat_last = 0, False
+    for step in range(STEPS):
+        opt.zero_grad()
+        if rank not in bps.contributors() and not sat_last:
+            opt.sit_out()
+            sat_out, sat_last = sat_out + 1, True
+        else:
+            sat_last = False
+            if rank == slow:
+                time.sleep(SLOW_S)
+            x = backup_values(rank, step, 8 * 16).reshape(8, 16)
+            model(x).pow(2).mean().backward()
+        opt.step()
+    out["params"] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    out["sat_out"] = sat_out

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import ferry.torch as bps
 from ferry import _core
-from backup_modes import mode_backup  # noqa: F401
+from backup_modes import mode_backup, mode_backup_sit_out  # noqa: F401
 from compression_modes import mode_compression, mode_compression_ddp  # noqa: F401
 from point_to_point_modes import (mode_p2p, mode_p2p_errors, mode_p2p_missing,  # noqa: F401
                                   mode_process_sets, mode_sends_switch_transport)

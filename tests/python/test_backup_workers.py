@@ -21,9 +21,9 @@ WORKERS = 3
 SLOW = 2  # the slow rank of the direct tests
 
 
-def run_backup_mode(cluster, env):
+def run_backup_mode(cluster, env, mode="backup"):
     c = cluster(workers=WORKERS, servers=1, env=env)
-    c.start("backup")
+    c.start(mode)
     res = sorted(c.wait_workers(timeout=90), key=lambda r: r["rank"])
     for r in res:
         assert "traceback" not in r, r.get("traceback")
@@ -95,6 +95,18 @@ def local_cluster(args, env, workers, servers, timeout):
         except ProcessLookupError:
             pass
     return p.returncode, out
+
+
+def test_a_late_rank_sits_steps_out_and_every_replica_stays_the_same(cluster):
+    """DistributedOptimizer.sit_out(): the slow rank takes the averages of every other step
+    without computing; every rank applies the same updates, so the models stay equal to
+    the bit."""
+    res = run_backup_mode(cluster, {"FERRY_BACKUP_WORKERS": "1",
+                                    "FERRY_TEST_SLOW_RANK": str(SLOW)}, mode="backup_sit_out")
+    for r in res:
+        assert torch.equal(r["params"], res[0]["params"]), r["rank"]
+        assert r["sat_out"] == (0 if r["rank"] != SLOW else r["sat_out"])
+    assert res[SLOW]["sat_out"] >= 2, res[SLOW]["sat_out"]
 
 
 def test_train_digits_reaches_096_with_a_straggler_and_a_backup_worker(tmp_path):

@@ -756,6 +756,20 @@ TEST(BackupWorkersTest, ARoundClosesWithoutTheLastWorkerWhoseLatePushGetsTheSum)
   EXPECT_EQ(h.counters.duplicates, 0u) << "late pushes are not duplicates";
 }
 
+// A late worker's push of a closed round is answerable whatever happened to the tensor
+// since (the server lets it through a retirement by the others: their end of training).
+TEST(BackupWorkersTest, APushOfAClosedRoundIsKnownAsSuch) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  for (int rank = 0; rank < 3; ++rank) {
+    Request push = Averaged(rank, 0, {1});
+    p.Push(push);
+  }
+  EXPECT_TRUE(p.ForClosedRound(Averaged(3, 0, {1})));
+  EXPECT_FALSE(p.ForClosedRound(Averaged(0, 1, {1}))) << "round 1 is open";
+  EXPECT_FALSE(p.ForClosedRound(Averaged(3, 2, {1}))) << "a round ahead";
+}
+
 // A push that comes while the closed round's sum is still on its way (a GPU's) is late
 // inside the round: acknowledged, not added, and answered with the sum when it arrives.
 TEST(BackupWorkersTest, APushLateForARoundWhoseSumIsOnItsWayGetsItWithTheOthers) {

@@ -59,6 +59,22 @@ def _start(tensor, output, average, name, priority, claim, result=None, finish=N
     return handle
 
 
+def _pull_average_async(output, name):
+    """Backup workers: the average of the next round of `name` into contiguous CPU `output`,
+    without contributing to it (Worker::PullAverageAsync)."""
+    claim = _claim("push_pull", name)
+    try:
+        code = _dtype_code(output, "tensor '%s'" % name)
+        _declare(name, code, output.shape, "")
+        handle = _core.call("pull_average_async", name, output.data_ptr(), code, output.numel())
+    except BaseException:
+        _release(claim)
+        raise
+    with _lock:
+        _pending[handle] = _Pending(name, (output,), output, None, claim)
+    return handle
+
+
 def _scale(tensor, factor):
     """tensor * factor in tensor's dtype, rounded once: float16 and bfloat16 are scaled in
     float32 (as Horovod scales them), integers in float64 (truncated)."""

@@ -225,6 +225,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._handles.clear()
         self._synchronized = True
 
+    def sit_out(self):
+        """Backup workers (FERRY_BACKUP_WORKERS; docs/stragglers.md): instead of this step's
+        forward and backward, take the step's averaged gradients without contributing to
+        them (the servers do not wait for this worker); then call step() as usual. For a
+        worker whose last step's gradients came late (its rank not in contributors()): it
+        skips a step whose gradient would be dropped anyway and catches up, while applying
+        the same update as every worker."""
+        if self._handles:
+            raise AssertionError("sit_out() after backward(): call it instead of backward()")
+        if self._prescale != 1.0 or not self._average or self._core_compression or \
+                self._compression is not Compression.none or self._ferry_process_set is not None:
+            raise ValueError("sit_out() needs plain averaged gradients: no compression, "
+                             "gradient_predivide_factor, op other than Average, or process set")
+        for p in self._ordered_params:
+            if p not in self._requires_update:
+                continue
+            if p.grad is None or p.grad.is_sparse:
+                p.grad = torch.zeros_like(p.data)
+            self._handles[p] = (_push_pull._pull_average_async(p.grad, self._gradient_name(p)),
+                                None)
+
     def _reset_pending(self):
         """Forgets the push_pulls of a step that failed (ferry.torch.elastic: after a
         membership change the step starts over from the restored state)."""
