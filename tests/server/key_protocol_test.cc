@@ -770,6 +770,21 @@ TEST(BackupWorkersTest, APushOfAClosedRoundIsKnownAsSuch) {
   EXPECT_FALSE(p.ForClosedRound(Averaged(3, 2, {1}))) << "a round ahead";
 }
 
+// Elastic training: b is clamped to the epoch's live workers - 1 (here b = 3 of 4, then an
+// epoch of 2 workers: a round closes with one push).
+TEST(BackupWorkersTest, BackupWorkersAreClampedToTheEpochsWorkers) {
+  BackupHarness h;
+  ProtocolContext c = h.Context();
+  c.backup_workers = 3;
+  RoundProtocol p(c, false);
+  h.num_workers = 2;
+  h.joined.assign(2, false);
+  p.Restart(KeyProtocol::RestartCause::kNewEpoch);
+  Request push = Averaged(1, 0, {4});
+  p.Push(push);
+  ExpectSums(h.Take(), 1, {1}, 0, {4}, 1, {0});
+}
+
 // A push that comes while the closed round's sum is still on its way (a GPU's) is late
 // inside the round: acknowledged, not added, and answered with the sum when it arrives.
 TEST(BackupWorkersTest, APushLateForARoundWhoseSumIsOnItsWayGetsItWithTheOthers) {
