@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_cluster.h"
 
@@ -16,29 +18,38 @@ namespace {
 
 constexpr int kRounds = 6;
 
+// 2 servers, 4 workers with FERRY_BACKUP_WORKERS=1 and 64 KiB partitions, rank 3 sleeping
+// 300 ms before each round of ferry-test-worker --mode=backup (`args` added, `env` beside);
+// every worker must report that each of the kRounds averages left rank 3 out.
+std::unique_ptr<TestCluster> RunWithASlowWorker(const std::vector<std::string>& args,
+                                                const Env& env = {}) {
+  std::vector<std::string> all = {"--mode=backup", "--rounds=" + std::to_string(kRounds),
+                                  "--slow_rank=3", "--slow_ms=300"};
+  all.insert(all.end(), args.begin(), args.end());
+  Env all_env = {{"FERRY_BACKUP_WORKERS", "1"}, {"FERRY_PARTITION_BYTES", "65536"}};
+  all_env.insert(env.begin(), env.end());
+  ClusterSpec c = SpecOf(2, 4, all, all_env);
+  c.stats_files = true;
+  auto cluster = std::make_unique<TestCluster>(c);
+  cluster->Start();
+  EXPECT_TRUE(cluster->Succeeds(120000));
+  const std::string ok = "OK backup rounds=" + std::to_string(kRounds) +
+                         " left_out=" + std::to_string(kRounds);
+  for (int w : cluster->workers()) {
+    EXPECT_NE(cluster->Output(w).find(ok), std::string::npos) << cluster->Output(w);
+  }
+  return cluster;
+}
+
 // Cut in whole partitions, or in frames (streaming aggregation) too.
 class BackupWorkersClusterTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BackupWorkersClusterTest, EveryRoundClosesWithoutTheSlowWorkerWhoStillGetsEverySum) {
-  ClusterSpec c = SpecOf(2, 4,
-                         {"--mode=backup", "--rounds=" + std::to_string(kRounds),
-                          "--slow_rank=3", "--slow_ms=300"},
-                         {{"FERRY_BACKUP_WORKERS", "1"},
-                          {"FERRY_PARTITION_BYTES", "65536"},
-                          {"FERRY_FRAME_BYTES", GetParam()}});
-  c.stats_files = true;
-  TestCluster cluster(c);
-  cluster.Start();
-  ASSERT_TRUE(cluster.Succeeds(120000));
-  const std::string ok = "OK backup rounds=" + std::to_string(kRounds) +
-                         " left_out=" + std::to_string(kRounds);
-  for (int w : cluster.workers()) {
-    EXPECT_NE(cluster.Output(w).find(ok), std::string::npos) << cluster.Output(w);
-  }
+  auto cluster = RunWithASlowWorker({}, {{"FERRY_FRAME_BYTES", GetParam()}});
   // The averaged tensor is 256 KiB in 64 KiB partitions: one late push of each per round.
-  EXPECT_EQ(cluster.stats().Sum("server", "backup.late_pushes"), 4u * kRounds);
-  EXPECT_EQ(cluster.stats().Sum("server", "rejected_pushes"), 0u);
-  EXPECT_NE(cluster.AllOutput().find("worker 3's push of"), std::string::npos)
+  EXPECT_EQ(cluster->stats().Sum("server", "backup.late_pushes"), 4u * kRounds);
+  EXPECT_EQ(cluster->stats().Sum("server", "rejected_pushes"), 0u);
+  EXPECT_NE(cluster->AllOutput().find("worker 3's push of"), std::string::npos)
       << "a server logs the first late push of the slow worker";
 }
 
@@ -50,22 +61,10 @@ INSTANTIATE_TEST_SUITE_P(Cuts, BackupWorkersClusterTest, ::testing::Values("0", 
 // The slow worker catches up by sitting every other round out (PullAverageAsync): it still
 // gets every average, and pushes late only in the rounds it computes.
 TEST(BackupWorkersClusterTest, ALateWorkerSittingRoundsOutGetsEveryAverage) {
-  ClusterSpec c = SpecOf(2, 4,
-                         {"--mode=backup", "--rounds=" + std::to_string(kRounds),
-                          "--slow_rank=3", "--slow_ms=300", "--catch_up"},
-                         {{"FERRY_BACKUP_WORKERS", "1"}, {"FERRY_PARTITION_BYTES", "65536"}});
-  c.stats_files = true;
-  TestCluster cluster(c);
-  cluster.Start();
-  ASSERT_TRUE(cluster.Succeeds(120000));
-  const std::string ok = "OK backup rounds=" + std::to_string(kRounds) +
-                         " left_out=" + std::to_string(kRounds);
-  for (int w : cluster.workers()) {
-    EXPECT_NE(cluster.Output(w).find(ok), std::string::npos) << cluster.Output(w);
-  }
+  auto cluster = RunWithASlowWorker({"--catch_up"});
   // Rounds 0, 2, 4 pushed late, 1, 3, 5 sat out: 4 partitions each.
-  EXPECT_EQ(cluster.stats().Sum("server", "backup.late_pushes"), 4u * kRounds / 2);
-  EXPECT_EQ(cluster.stats().Sum("server", "backup.rounds_sat_out"), 4u * kRounds / 2);
+  EXPECT_EQ(cluster->stats().Sum("server", "backup.late_pushes"), 4u * kRounds / 2);
+  EXPECT_EQ(cluster->stats().Sum("server", "backup.rounds_sat_out"), 4u * kRounds / 2);
 }
 
 TEST(BackupWorkersClusterTest, AWorkerWithAnotherSettingIsRefusedNamingBoth) {
