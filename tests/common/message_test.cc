@@ -160,7 +160,7 @@ TEST(MessageTest, RejectsWrongVersion) {
   Message v2 = GoodPush();
   v2.envelope.set_version(2);
   EXPECT_TRUE(
-      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 12)"))
+      StrContains(ValidateMessage(v2, kLimit).message(), "protocol version 2 (this node speaks 13)"))
       << ValidateMessage(v2, kLimit).message();
 }
 
