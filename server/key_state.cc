@@ -118,6 +118,7 @@ void KeyState::NextRound(int num_workers) {
       backup.closed ? std::count(backup.contributed.begin(), backup.contributed.end(), true)
                     : static_cast<std::ptrdiff_t>(waiting.size()));
   backup.behind.assign(num_workers, false);
+  backup.late_frames.assign(num_workers, {});
   for (size_t r = 0; r < pushed.size() && r < backup.behind.size(); ++r) {
     backup.behind[r] = !pushed[r] && IsProcessSetMember(backup.left_out, static_cast<int>(r));
   }

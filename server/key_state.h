@@ -134,6 +134,8 @@ struct BackupRound {
   int64_t closed_us = 0;
   // By rank: left out of round - 1 and has not pushed it since (the lag invariant).
   std::vector<bool> behind;
+  // By behind rank: the frames of its late push of round - 1 that came (empty: none yet).
+  std::vector<std::vector<bool>> late_frames;
   std::string last_left_out;  // round - 1's left_out
   int64_t last_closed_us = 0;
 

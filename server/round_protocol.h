@@ -17,6 +17,9 @@
 // (SumId: the same id for the same frame of the same cut, round after round, as the GPU
 // keeps one accumulator per id).
 //
+// Backup workers (FERRY_BACKUP_WORKERS): rounds of averaged floats may close without the last
+// pushes, and be sat out (server/stragglers.h; round_protocol_backup.cc).
+//
 // Owns the KeyState of every dense key of its engine. Threads: the engine thread only;
 // no lock.
 
@@ -90,7 +93,9 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   void SitOut(Request& request, KeyState& state);
   // A push of the previous round from a rank it left out (kPrevious): the rank is behind no
   // more, and the round it held up may close.
-  void LatePrevious(Request& request, KeyState& state);
+  void LatePrevious(Request& request, KeyState& state, const FrameRef& frame);
+  // Whether every live worker sits the open round out (no contribution can ever close it).
+  bool EveryoneSatOut(KeyState& state) const;
   // Answers a resend with the previous round's sum (last_sums): only the frame at
   // `offset` when `frame_bytes` is the previous round's cut, else every frame.
   void Resend(const PendingReply& to, uint64_t key, const KeyState& state, uint64_t offset,

@@ -39,20 +39,41 @@ int Integer(const std::string& flag, const std::string& text, int min, int max) 
   return static_cast<int>(v);
 }
 
-std::string Num(double v) {
+}  // namespace
+
+std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   char text[32];
   std::snprintf(text, sizeof(text), "%.10g", v);
   return text;
 }
 
-std::string Quote(const std::string& s) {
+std::string JsonQuote(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
     if (ch == '"' || ch == '\\') out += '\\';
     out += ch;
   }
   return out + "\"";
+}
+
+namespace {
+
+std::string Num(double v) { return JsonNumber(v); }
+std::string Quote(const std::string& s) { return JsonQuote(s); }
+
+// --worker-compute-scale's "R:X[,R:X]" into `o` (ranks checked against --workers later).
+void ParseComputeScales(const std::string& text, SimOptions* o) {
+  const std::string flag = "--worker-compute-scale";
+  std::string list = text + ",";
+  for (size_t from = 0, comma; (comma = list.find(',', from)) != std::string::npos;
+       from = comma + 1) {
+    const std::string item = list.substr(from, comma - from);
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) Refuse(flag, StrCat("'", item, "' is not RANK:FACTOR"));
+    const int rank = Integer(flag, item.substr(0, colon), 0, 1 << 20);
+    o->worker_compute_scale[rank] = Number(flag, item.substr(colon + 1), 1e-9, 1e6);
+  }
 }
 
 struct Flag {
@@ -87,6 +108,33 @@ const std::vector<Flag>& Flags() {
        "multiplies every forward and backward time (a pipeline stage's too; default 1)",
        [](CliOptions& o, const std::string& v) {
          o.compute_scale = Number("--compute-scale", v, 1e-9, 1e6);
+       }},
+      {"--worker-compute-scale", "R:X[,R:X]",
+       "worker rank R's compute times are X times the others' (one slow GPU; on top of "
+       "--compute-scale), as ferry-train-sim's --rank_compute_scale",
+       [](CliOptions& o, const std::string& v) { ParseComputeScales(v, &o.sim); }},
+      {"--rotating-slow-factor", "X",
+       "a straggler that moves: in iteration i, worker i mod --workers computes X times "
+       "longer (default 1: none), as ferry-train-sim's --rotating_slow_factor",
+       [](CliOptions& o, const std::string& v) {
+         o.sim.rotating_slow_factor = Number("--rotating-slow-factor", v, 1e-9, 1e6);
+       }},
+      {"--catch-up", "MODE",
+       "with FERRY_BACKUP_WORKERS, a worker that a step's sums left out (its pushes came "
+       "late) sits out the steps that follow, as ferry-train-sim's --catch_up: most-layers "
+       "(the default, its rule: left out of most layers' sums), all-partitions (left out of "
+       "every partition's sum: never more than b sit a step out), or off (every step "
+       "computed)",
+       [](CliOptions& o, const std::string& v) {
+         if (v == "most-layers") {
+           o.sim.catch_up = CatchUp::kMostLayers;
+         } else if (v == "all-partitions") {
+           o.sim.catch_up = CatchUp::kAllPartitions;
+         } else if (v == "off") {
+           o.sim.catch_up = CatchUp::kOff;
+         } else {
+           Refuse("--catch-up", StrCat("'", v, "' is not most-layers, all-partitions or off"));
+         }
        }},
       {"--workers", "N", "workers, one per host (default 2)",
        [](CliOptions& o, const std::string& v) {
@@ -201,6 +249,21 @@ const std::vector<Flag>& Flags() {
            o.tune_options.compressions.push_back(text);
          }
        }},
+      {"--tune-backup-workers", "LIST",
+       "--tune's FERRY_BACKUP_WORKERS candidates, comma-separated, tried with each policy's "
+       "best settings without compression beside b=0 (default: 1 up to the number of slow "
+       "workers of --worker-compute-scale and --rotating-slow-factor; 0 or empty: not "
+       "searched)",
+       [](CliOptions& o, const std::string& v) {
+         std::vector<int> values;
+         std::string list = v + ",";
+         for (size_t from = 0, comma; (comma = list.find(',', from)) != std::string::npos;
+              from = comma + 1) {
+           const std::string text = list.substr(from, comma - from);
+           if (!text.empty()) values.push_back(Integer("--tune-backup-workers", text, 0, 1 << 20));
+         }
+         o.tune_options.backup_workers = values;
+       }},
       {"--tune-seeds", "N", "seeds per --tune candidate, each with 2% compute jitter (default 3)",
        [](CliOptions& o, const std::string& v) {
          o.tune_options.seeds = Integer("--tune-seeds", v, 1, 100);
@@ -309,9 +372,19 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
     }
     o.sim.cluster.servers = 0;
   }
+  for (const auto& [rank, factor] : o.sim.worker_compute_scale) {
+    if (rank >= o.sim.cluster.workers) {
+      Refuse("--worker-compute-scale",
+             StrCat("rank ", rank, " is not a worker (--workers ", o.sim.cluster.workers, ")"));
+    }
+  }
   if (!o.pipeline.empty()) {
     if (workload_given) Refuse("--pipeline", "not with --workload: the file names its own tensors");
     if (o.tune) Refuse("--tune", "not with --pipeline (compare policies with --env instead)");
+    if (o.sim.rotating_slow_factor != 1) Refuse("--rotating-slow-factor", "not with --pipeline");
+    if (o.sim.catch_up != CatchUp::kMostLayers) {
+      Refuse("--catch-up", "not with --pipeline (its rounds wait for every worker)");
+    }
     o.sim.pipeline = ScalePipeline(ReadPipeline(o.pipeline, workloads_dir), o.compute_scale,
                                    o.byte_scale);
     const int stages = o.sim.pipeline->num_stages();
@@ -343,6 +416,46 @@ std::string Usage() {
   return out;
 }
 
+namespace {
+
+template <typename T>
+std::string CountsJson(const std::vector<T>& counts) {
+  std::string out = "[";
+  for (T n : counts) out += StrCat(out.size() > 1 ? "," : "", n);
+  return out + "]";
+}
+
+// "80 late pushes (worker 3: 80)": a count by worker, its total and the workers with some.
+template <typename T>
+std::string CountsText(const std::vector<T>& counts, const std::string& what) {
+  uint64_t total = 0;
+  std::string by;
+  for (size_t w = 0; w < counts.size(); ++w) {
+    total += static_cast<uint64_t>(counts[w]);
+    if (counts[w] == 0) continue;
+    by += StrCat(by.empty() ? "" : ", ", "worker ", w, ": ", counts[w]);
+  }
+  return StrCat(total, " ", what, by.empty() ? "" : StrCat(" (", by, ")"));
+}
+
+// "backup     FERRY_BACKUP_WORKERS=1: 80 late pushes (worker 3: 80); 6 backward passes sat
+// out (worker 3: 6), steps uneven: mean 915.80 ms", or "" without.
+std::string LatePushesText(const SimOptions& o, const SimResult& r) {
+  if (r.late_pushes.empty()) return "";
+  std::string out = StrCat("backup     FERRY_BACKUP_WORKERS=", o.env.at("FERRY_BACKUP_WORKERS"),
+                           ": ", CountsText(r.late_pushes, "late pushes"), "; ");
+  if (o.catch_up == CatchUp::kOff) return out + "no catching up (--catch-up off)\n";
+  out += CountsText(r.sat_out, "backward passes sat out");
+  if (std::any_of(r.sat_out.begin(), r.sat_out.end(), [](int n) { return n > 0; })) {
+    char mean[64];
+    std::snprintf(mean, sizeof(mean), ", steps uneven: mean %.2f ms", r.mean_ms);
+    out += mean;
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
 std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s) {
   if (r.pipeline) return FormatPipelineJson(cli, r, wall_s);
   const SimOptions& o = cli.sim;
@@ -371,16 +484,17 @@ std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s)
       ",\"network\":", Quote(NetworkModelName(o.model.network)), ",\"seed\":", o.seed,
       ",\"jitter\":", Num(o.model.compute_jitter), ",\"warmup\":", o.warmup,
       ",\"iteration_ms\":", Num(r.median_ms), ",\"p90_ms\":", Num(r.p90_ms),
+      ",\"mean_ms\":", Num(r.mean_ms),
       ",\"lb1_ms\":", Num(r.lb1_ms), ",\"t_opt_ms\":", Num(r.t_opt_ms),
       ",\"allreduce_ms\":", Num(r.ring_ms), ",\"over_lb1\":", Num(r.median_ms / r.lb1_ms),
       ",\"ring_over_ferry\":", Num(r.ring_ms / r.median_ms), ",\"iterations_ms\":", iterations,
       ",\"hosts\":", hosts, ",\"events\":", r.events, ",\"messages\":", r.messages,
-      ",\"rounds\":", r.rounds, ",\"ack_delay_us_p50\":", Num(r.ack_delay_p50_us),
+      ",\"rounds\":", r.rounds, ",\"late_pushes\":", CountsJson(r.late_pushes),
+      ",\"catch_up\":", Quote(CatchUpName(o.catch_up)), ",\"sat_out\":", CountsJson(r.sat_out),
+      ",\"ack_delay_us_p50\":", Num(r.ack_delay_p50_us),
       ",\"ack_delay_us_p99\":", Num(r.ack_delay_p99_us), ",\"simulated_ms\":", Num(r.run_ms), ",\"wall_s\":", Num(wall_s),
       "}\n");
 }
-
-namespace {
 
 // "vgg16 (16 layers, N bytes), 8 workers, 8 colocated servers, 1 Gbit/s, latency 0 us"
 std::string DescribeJob(const SimOptions& o) {
@@ -393,91 +507,6 @@ std::string DescribeJob(const SimOptions& o) {
   return StrCat(o.workload.model, " (", o.workload.layers.size(), " layers, ", bytes,
                 " bytes), ", c.workers, " workers, ", servers, ", ",
                 Num(c.rate_bits_per_s / 1e9), " Gbit/s, latency ", Num(c.latency_us), " us");
-}
-
-std::string EnvJson(const std::map<std::string, std::string>& env) {
-  std::string out = "{";
-  for (const auto& [name, value] : env) {
-    out += StrCat(out.size() > 1 ? "," : "", Quote(name), ":", Quote(value));
-  }
-  return out + "}";
-}
-
-std::string CandidateJson(const Candidate& c) {
-  std::string seeds = "[";
-  for (double ms : c.seed_medians_ms) seeds += StrCat(seeds.size() > 1 ? "," : "", Num(ms));
-  return StrCat("{\"env\":", EnvJson(c.env), ",\"iteration_ms\":", Num(c.median_ms),
-                ",\"min_ms\":", Num(c.min_ms), ",\"max_ms\":", Num(c.max_ms),
-                ",\"seed_medians_ms\":", seeds, "]}");
-}
-
-}  // namespace
-
-std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wall_s) {
-  std::string ranked = "[";
-  for (const Candidate& c : r.ranked) ranked += StrCat(ranked.size() > 1 ? "," : "", CandidateJson(c));
-  ranked += "]";
-  return StrCat("{\"program\":\"ferry-sim --tune\",\"model\":", Quote(cli.sim.workload.model),
-                ",\"workers\":", cli.sim.cluster.workers,
-                ",\"rate_bits_per_s\":", Num(cli.sim.cluster.rate_bits_per_s),
-                ",\"env\":", EnvJson(cli.sim.env), ",\"seeds\":", cli.tune_options.seeds,
-                ",\"jitter\":", Num(cli.tune_options.jitter), ",\"baseline\":",
-                CandidateJson(r.baseline), ",\"best\":",
-                r.ranked.empty() ? "null" : CandidateJson(r.ranked.front()),
-                ",\"ranked\":", ranked, ",\"simulations\":", r.simulations,
-                ",\"wall_s\":", Num(wall_s), "}\n");
-}
-
-bool HandsTheLinkToTcp(const std::string& policy) {
-  for (const char* p : {"fifo", "priority", "mercury", "fifo-bucket", "usbyte"}) {
-    if (policy == p) return true;
-  }
-  return false;
-}
-
-std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s) {
-  std::string out = StrCat("ferry-sim --tune: ", DescribeJob(cli.sim), "\n", r.ranked.size(),
-                           " candidates x ", cli.tune_options.seeds, " seeds (",
-                           r.simulations, " simulations) in ", Num(std::round(wall_s * 100) / 100), " s\n");
-  char line[512];
-  auto row = [&](const std::string& rank, const Candidate& c) {
-    std::snprintf(line, sizeof(line), "%-8s %9.2f ms (%.2f-%.2f)  %5.3fx  %s\n", rank.c_str(),
-                  c.median_ms, c.min_ms, c.max_ms, c.median_ms / r.baseline.median_ms,
-                  DescribeEnv(c.env).c_str());
-    out += line;
-  };
-  out += "rank     iteration (min-max over seeds)  / default  settings\n";
-  row("default", r.baseline);
-  const size_t shown = std::min<size_t>(r.ranked.size(), 10);
-  for (size_t i = 0; i < shown; ++i) row(std::to_string(i + 1), r.ranked[i]);
-  if (r.ranked.size() > shown) out += StrCat("... ", r.ranked.size() - shown, " more (--format json lists them)\n");
-  if (!r.ranked.empty()) {
-    const auto policy = r.ranked.front().env.find("FERRY_SCHEDULING_POLICY");
-    if (policy != r.ranked.front().env.end() && HandsTheLinkToTcp(policy->second)) {
-      out += StrCat("note: ", policy->second,
-                    " keeps far more in flight than a credit of a few partitions; there TCP "
-                    "shares each worker's link unevenly, which this model does not reproduce "
-                    "(docs/simulation.md, \"The cells that miss, explained\"): check it against "
-                    "the default on the real cluster before a long run\n");
-    }
-    const auto compression = r.ranked.front().env.find("FERRY_COMPRESSION");
-    if (compression != r.ranked.front().env.end() && compression->second != "none") {
-      // Compression changes what is summed: name the fastest settings without it too.
-      for (const Candidate& c : r.ranked) {
-        const auto it = c.env.find("FERRY_COMPRESSION");
-        if (it != c.env.end() && it->second != "none") continue;
-        out += StrCat("best settings without compression (", c.median_ms / r.ranked.front().median_ms,
-                      "x the best's step; compression trades accuracy, docs/compression.md):\n");
-        for (const auto& [name, value] : c.env) {
-          if (name != "FERRY_COMPRESSION") out += StrCat(name, "=", value, "\n");
-        }
-        break;
-      }
-    }
-    out += "best settings:\n";
-    for (const auto& [name, value] : r.ranked.front().env) out += StrCat(name, "=", value, "\n");
-  }
-  return out;
 }
 
 std::string FormatPartsJson(const SimResult& r) {
@@ -527,7 +556,7 @@ std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s)
                 "ring       all-reduce model %.2f ms (ring / Ferry %.3f)\n",
                 r.median_ms, r.p90_ms, r.iteration_ms.size(), c.workers, r.lb1_ms,
                 r.median_ms / r.lb1_ms, r.t_opt_ms, r.ring_ms, r.ring_ms / r.median_ms);
-  return out + line + FormatTextTail(o, r, wall_s);
+  return out + line + LatePushesText(o, r) + FormatTextTail(o, r, wall_s);
 }
 
 }  // namespace ferry::sim

@@ -51,13 +51,13 @@ std::string FormatTextTail(const SimOptions& o, const SimResult& r, double wall_
 // --parts-out's file: {"parts": [{"iteration", "layer", "server", "bytes", "ready_us",
 // "sent_us", "acked_us", "result_us"}, ...]} for worker 0.
 std::string FormatPartsJson(const SimResult& r);
-// --tune's result: the ranking and the best settings as FERRY_* lines (text), or one JSON
-// object with every candidate.
-std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wall_s);
-// Whether a policy keeps far more in flight than a credit of a few partitions, where the
-// model's verdicts were measured least reliable (docs/simulation.md): --tune says so when
-// it picks one.
-bool HandsTheLinkToTcp(const std::string& policy);
-std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wall_s);
+// --tune's output: sim/tune_report.h.
+
+// The job in one line: "vgg16 (16 layers, N bytes), 8 workers, 8 colocated servers,
+// 1 Gbit/s, latency 0 us".
+std::string DescribeJob(const SimOptions& o);
+// A JSON number (%.10g; null if not finite) and a JSON string.
+std::string JsonNumber(double v);
+std::string JsonQuote(const std::string& s);
 
 }  // namespace ferry::sim

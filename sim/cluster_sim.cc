@@ -44,6 +44,16 @@ void Validate(const SimOptions& o) {
                 "need a rate > 0 and a latency >= 0");
   FERRY_ENFORCE(o.warmup >= 0 && o.iterations >= 1, ErrorCode::kInvalidConfig,
                 "need --iterations >= 1 and a warm-up >= 0");
+  for (const auto& [rank, factor] : o.worker_compute_scale) {
+    FERRY_ENFORCE(rank >= 0 && rank < c.workers && factor > 0 && std::isfinite(factor),
+                  ErrorCode::kInvalidConfig, "--worker-compute-scale ", rank, ":", factor,
+                  ": needs a worker rank from 0 to ", c.workers - 1, " and a factor > 0");
+  }
+  FERRY_ENFORCE(o.rotating_slow_factor > 0 && std::isfinite(o.rotating_slow_factor),
+                ErrorCode::kInvalidConfig, "--rotating-slow-factor ", o.rotating_slow_factor,
+                ": needs a factor > 0");
+  FERRY_ENFORCE(!o.pipeline || o.rotating_slow_factor == 1, ErrorCode::kInvalidConfig,
+                "--rotating-slow-factor: only for data-parallel jobs, not with a pipeline");
   if (o.pipeline) {
     const int stages = o.pipeline->num_stages();
     FERRY_ENFORCE(stages >= 1 && o.pipeline->micro_batches >= 1, ErrorCode::kInvalidConfig,
@@ -187,6 +197,12 @@ void SetUp(const SimOptions& o, const Config& given, SimJob& job, Cluster& clust
   }
 }
 
+// Worker `rank`'s factor on its compute times (SimOptions::worker_compute_scale).
+double ComputeScaleOf(const SimOptions& o, int rank) {
+  const auto it = o.worker_compute_scale.find(rank);
+  return it == o.worker_compute_scale.end() ? 1.0 : it->second;
+}
+
 Config WorkerConfig(const SimOptions& o) {
   const NodeRole worker_role = NodeRole::kWorker;
   Config config = Config::FromEnvironment(MapEnvironment(WorkerEnvironment(o)), &worker_role);
@@ -225,12 +241,18 @@ void Report(const SimJob& job, const Cluster& cluster, const std::vector<const S
   const IterationSummary summary = Summarize(r.iteration_ms);
   r.median_ms = summary.median_ms;
   r.p90_ms = summary.p90_ms;
+  r.mean_ms = summary.mean_ms;
   r.policy = SchedulingPolicyName(job.config.scheduling.policy);
   r.events = job.events.events_run();
   r.messages = job.fabric->messages();
   for (const auto& s : cluster.servers) r.rounds += s->rounds();
   r.run_ms = job.events.now() / 1000;
   r.parts = senders.front()->parts();
+  for (const auto& s : cluster.servers) {
+    const std::vector<uint64_t> late = s->late_pushes();
+    r.late_pushes.resize(late.size(), 0);
+    for (size_t w = 0; w < late.size(); ++w) r.late_pushes[w] += late[w];
+  }
   const LinkBytes carried = job.network->link_bytes();
   const double capacity = cluster.net.link_bytes_per_us * job.events.now();
   for (size_t h = 0; h < cluster.host_names.size(); ++h) {
@@ -250,14 +272,30 @@ SimResult SimulateDataParallel(const SimOptions& o) {
   for (int w = 0; w < c.workers; ++w) {
     workers.push_back(std::make_unique<SimWorker>(job, w, cluster.server_ptrs,
                                                   o.model.compute_jitter, o.seed));
+    workers.back()->ScaleCompute(ComputeScaleOf(o, w));
+    workers.back()->RotateStraggler(o.rotating_slow_factor);
+    workers.back()->SetCatchUp(o.catch_up);
     job.senders.push_back(&workers.back()->sender());
     senders.push_back(&workers.back()->sender());
   }
   if (o.record_parts) workers.front()->sender().RecordParts();
   for (auto& w : workers) w->Start(o.warmup, o.iterations);
   job.events.Run();
+  const bool stopped = std::any_of(workers.begin(), workers.end(),
+                                   [](const auto& w) { return !w->finished(); });
+  for (const auto& s : cluster.servers) {
+    const std::string round = stopped ? s->Starved() : "";
+    FERRY_ENFORCE(round.empty(), ErrorCode::kInternal,
+                  "the simulated job stopped: every worker sat out ", round,
+                  " (catching up, --catch-up ", CatchUpName(o.catch_up),
+                  "), so that round has no push to sum and never closes (a real job hangs "
+                  "there)");
+  }
   SimResult r;
   Report(job, cluster, senders, FinishedIterationsMs(workers), r);
+  if (!r.late_pushes.empty()) {  // backup workers
+    for (const auto& w : workers) r.sat_out.push_back(w->sat_out());
+  }
   uint64_t model_bytes = 0;
   for (const Layer& l : o.workload.layers) model_bytes += l.bytes;
   const double t_opt_us = TOptUs(cluster.placing, model_bytes, cluster.net.link_bytes_per_us);
@@ -398,6 +436,7 @@ SimResult SimulatePipeline(const SimOptions& o) {
     workers.push_back(std::make_unique<PipelineWorker>(
         job, spec, w, sets[static_cast<size_t>(w / replicas)], cluster.server_ptrs, peers, rows,
         o.model.compute_jitter, o.seed, o.pipeline_step_boundary));
+    workers.back()->ScaleCompute(ComputeScaleOf(o, w));
     peers.push_back(workers.back().get());
     job.senders.push_back(&workers.back()->sender());
     senders.push_back(&workers.back()->sender());

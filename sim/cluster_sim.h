@@ -11,7 +11,11 @@
 //   SimResult r = Simulate(o);          // r.median_ms, r.lb1_ms, r.ring_ms, ...
 //
 // Deterministic: the same options (seed included) give the same result, bit for bit.
-// Throws FerryError(kInvalidConfig) for options it cannot simulate, naming the option.
+// Throws FerryError(kInvalidConfig) for options it cannot simulate, naming the option, and
+// FerryError(kInternal) for a job that stops before its end (a deadlock: with backup
+// workers catching up, every worker may sit out the same round, which then never closes),
+// and FerryError(kMismatch) for one that fails as a real one would (a worker catching up
+// sat out a compressed round).
 
 #include <cstdint>
 #include <map>
@@ -61,6 +65,15 @@ struct SimOptions {
   // .step does; hybrid_bench.py does not).
   bool pipeline_step_boundary = false;
   ClusterSpec cluster;
+  // Worker rank -> a factor on every compute time of that worker (one slow GPU; on top of
+  // the workload's scale). Ranks not listed compute at 1x.
+  std::map<int, double> worker_compute_scale;
+  // A straggler that moves: in iteration i, worker i mod workers computes this many times
+  // longer (data-parallel jobs; 1: none), as ferry-train-sim's --rotating_slow_factor.
+  double rotating_slow_factor = 1;
+  // Backup workers (FERRY_BACKUP_WORKERS > 0): how a late worker catches up. Data-parallel
+  // jobs; no effect without backup workers.
+  CatchUp catch_up = CatchUp::kMostLayers;
   ModelParams model;
   std::map<std::string, std::string> env;  // FERRY_* variables, as a real worker reads them
   int warmup = 2;
@@ -105,6 +118,10 @@ struct SimResult {
   std::vector<double> iteration_ms;  // every worker's timed iterations
   double median_ms = 0;
   double p90_ms = 0;
+  // The timed iterations' mean: the job's pace where a worker sits steps out (`sat_out`:
+  // its steps, and the others', are then short and long by turns, and the
+  // median falls on either).
+  double mean_ms = 0;
   double lb1_ms = 0;
   double t_opt_ms = 0;  // one push_pull of the model's bytes
   double ring_ms = 0;   // the ring all-reduce model's iteration
@@ -118,6 +135,12 @@ struct SimResult {
   double ack_delay_p50_us = 0;  // acknowledgements from the server's send to arrival
   double ack_delay_p99_us = 0;
   std::vector<PartRecord> parts;  // worker 0's, with SimOptions::record_parts
+  // Backup workers (FERRY_BACKUP_WORKERS): by worker rank, its pushes that came after their
+  // round closed without them (the servers' backup.late_pushes); empty without.
+  std::vector<uint64_t> late_pushes;
+  // Backup workers: by worker rank, the backward passes it sat out to catch up
+  // (SimOptions::catch_up; warm-up included); empty without backup workers.
+  std::vector<int> sat_out;
   // Pipeline jobs only (lb1_ms, t_opt_ms and ring_ms are then 0: data parallel's).
   std::optional<PipelineOutcome> pipeline;
 };

@@ -12,6 +12,18 @@
 
 namespace ferry::sim {
 
+const char* CatchUpName(CatchUp c) {
+  switch (c) {
+    case CatchUp::kMostLayers:
+      return "most-layers";
+    case CatchUp::kAllPartitions:
+      return "all-partitions";
+    case CatchUp::kOff:
+      return "off";
+  }
+  return "?";
+}
+
 CodecRates CodecRatesOf(const CompressionSpec& spec) {
   // GB/s of raw float32 bytes on one core (ferry-compression-bench, 1 MiB partitions,
   // medians on the project's 2-vCPU VM): compression (without, with error feedback), then
@@ -87,6 +99,8 @@ int SimJob::Members(uint64_t key) const {
   const int set = ProcessSetOfId(KeyTensor(key));
   return set == 0 ? num_workers : sets[static_cast<size_t>(set)].members;
 }
+
+bool SimJob::InGlobalSet(uint64_t key) const { return ProcessSetOfId(KeyTensor(key)) == 0; }
 
 bool SimJob::SizesPartitionsByTime() const {
   const Config::Scheduling& c = config.scheduling;

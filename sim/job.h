@@ -70,6 +70,20 @@ struct SimProcessSet {
   Layouts layouts;
 };
 
+// How a worker that backup workers left out catches up (SimOptions::catch_up;
+// sim/sim_worker.h):
+// after a step that left it out, it sits out the steps that follow (no compute; each
+// layer's push_pull a sit-out, which the servers do not wait for), in runs of one step up
+// to eight, as ferry-train-sim's --catch_up.
+enum class CatchUp {
+  kMostLayers,     // left out of most layers' sums (some partition of the layer came late):
+                   // ferry-train-sim's rule
+  kAllPartitions,  // left out of every partition's sum: at most b workers sit out a step
+  kOff,            // every step computed
+};
+// "most-layers", "all-partitions", "off".
+const char* CatchUpName(CatchUp c);
+
 struct SimJob {
   EventQueue events;
   std::unique_ptr<Network> network;
@@ -92,6 +106,8 @@ struct SimJob {
   int WorkerNode(int rank) const { return num_servers + rank; }
   // The workers whose pushes make a round of `key`: its process set's members.
   int Members(uint64_t key) const;
+  // Whether `key` is the global set's (every worker's; not a process set's).
+  bool InGlobalSet(uint64_t key) const;
   // The global set's layout for `partition_bytes`, made on first use.
   const Layout& LayoutFor(uint64_t partition_bytes);
   // Adds a process set of `members` workers whose tensors (forward order) have `bytes`;

@@ -41,6 +41,10 @@ const std::vector<Knob>& Knobs() {
        "the server's CPU is one summation rate per engine (--sum-gbps)"},
       {"FERRY_SERVER_INLINE_BYTES", KnobUse::kNoEffect,
        "the server's CPU is one summation rate per engine (--sum-gbps)"},
+      {"FERRY_BACKUP_WORKERS", KnobUse::kModelled,
+       "the global set's raw rounds close once all but b workers pushed; late pushes cross "
+       "the links, are dropped and answered; the lag invariant (BackupRounds); a late worker "
+       "sits steps out (--catch-up)"},
       {"FERRY_DETERMINISTIC", KnobUse::kNoEffect,
        "sums in arrival order; rank order waits a little longer, not modelled"},
       {"FERRY_NODE_KIND", KnobUse::kNoEffect, "--colocate and --cpu-servers say the kinds"},

@@ -11,6 +11,7 @@
 
 #include "common/util/error.h"
 #include "sim/cli.h"
+#include "sim/tune_report.h"
 
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);

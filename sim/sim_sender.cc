@@ -38,12 +38,13 @@ SimSender::SimSender(SimJob& job, int rank, std::vector<SimServer*> servers)
 }
 
 void SimSender::Push(uint32_t layer, const std::vector<SimPart>& parts, int priority,
-                     int iteration) {
+                     int iteration, bool sit_out) {
   const SimTime now = job_.events.now();
   for (const SimPart& p : parts) {
     Task t;
     t.layer = layer;
     t.part = &p;
+    t.sit_out = sit_out;
     t.task.priority = priority;
     t.task.bytes = p.wire_bytes;  // the credit counts wire bytes
     t.task.server = p.server;
@@ -98,6 +99,17 @@ void SimSender::SendBatch(const Batch& batch) {
     t.task = handed;
     t.record.sent_us = job_.events.now();
     const uint64_t bytes = t.part->bytes;
+    if (t.sit_out) {  // alone, header only, of the whole key; its sum comes in its frames
+      const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
+      t.frame_bytes = cut ? frame_bytes_ : 0;
+      t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
+      if (cut) t.acked.assign(t.frames, false);
+      SubPush push{handed.cookie, t.part->key, 0, t.frames, 0, handed.priority};
+      push.round = static_cast<uint32_t>(t.record.iteration);
+      push.sit_out = true;
+      packs.push_back(Pack{handed.server, 0, {push}});
+      continue;
+    }
     if (t.part->compressed()) {  // whole and alone, once this worker compressed it
       Compressed(t, handed);
       continue;
@@ -112,6 +124,7 @@ void SimSender::SendBatch(const Batch& batch) {
         packs.push_back(Pack{handed.server, length, {}});
         packs.back().pushes.push_back(
             SubPush{handed.cookie, t.part->key, i, t.frames, length, handed.priority});
+        packs.back().pushes.back().round = static_cast<uint32_t>(t.record.iteration);
       }
       continue;
     }
@@ -125,6 +138,7 @@ void SimSender::SendBatch(const Batch& batch) {
     packs[slot - 1].bytes += bytes;
     packs[slot - 1].pushes.push_back(
         SubPush{handed.cookie, t.part->key, 0, 1, bytes, handed.priority});
+    packs[slot - 1].pushes.back().round = static_cast<uint32_t>(t.record.iteration);
   }
   for (Pack& pack : packs) {
     if (static_cast<size_t>(pack.server) < open.size()) open[pack.server] = 0;  // all 0 again
@@ -144,7 +158,8 @@ void SimSender::Compressed(const Task& t, const PushTask& handed) {
       std::max(compress_until_, now) + static_cast<double>(t.part->bytes) / job_.codec.compress;
   SimServer* server = servers_.at(handed.server);
   std::vector<SubPush> push = {SubPush{handed.cookie, t.part->key, 0, 1, t.part->wire_bytes,
-                                       handed.priority, t.part->bytes}};
+                                       handed.priority, t.part->bytes,
+                                       static_cast<uint32_t>(t.record.iteration)}};
   job_.events.At(compress_until_, [this, server, handed, push = std::move(push)] {
     job_.fabric->SendData(node(), job_.ServerNode(handed.server), push.front().bytes,
                           handed.priority, DataKind::kPush,
@@ -156,7 +171,14 @@ void SimSender::OnAck(uint64_t cookie, uint32_t frame, SimTime sent) {
   ack_delays_us_.push_back(job_.events.now() - sent);
   Task* t = FindTask(cookie);
   if (!t) return;  // its sum came first and finished it
-  Acked(*t, frame);
+  if (t->sit_out) {
+    // Header only: nothing of it is on the way, so none of its credit waits for its sums.
+    // (Were the frames after the first to wait for theirs, a worker's credit could fill
+    // with sit-outs of rounds that wait for its sit-outs queued behind them.)
+    for (uint32_t f = 0; f < t->frames; ++f) Acked(*t, f);
+  } else {
+    Acked(*t, frame);
+  }
   Pump();
 }
 
@@ -173,14 +195,29 @@ void SimSender::Acked(Task& t, uint32_t frame) {
   }
 }
 
-void SimSender::OnSum(uint64_t cookie, uint32_t frame) {
+SimSender::StepSums SimSender::TakeStepSums() {
+  const StepSums sums = step_sums_;
+  step_sums_ = StepSums();
+  late_layers_.assign(late_layers_.size(), false);
+  return sums;
+}
+
+void SimSender::OnSum(uint64_t cookie, uint32_t frame, bool late) {
   Task* found = FindTask(cookie);
   CHECK(found) << "worker " << rank_ << ": a sum for no task";
   Task& t = *found;
+  t.late = t.late || late;
   Acked(t, frame);  // a frame's sum counts as its acknowledgement
   if (++t.frames_summed < t.frames) {
     Pump();
     return;
+  }
+  step_sums_.parts++;
+  if (t.late) {
+    step_sums_.late_parts++;
+    if (late_layers_.size() <= t.layer) late_layers_.resize(t.layer + 1, false);
+    if (!late_layers_[t.layer]) step_sums_.late_layers++;
+    late_layers_[t.layer] = true;
   }
   const uint32_t layer = t.layer;
   if (record_parts_) {

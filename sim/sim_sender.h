@@ -12,7 +12,8 @@
 // credit (and the window estimator, which samples under every policy, as in the worker);
 // batches are packed per server as DensePushPull packs them (fused up to the batch's
 // fuse_bytes and kMaxFusedPushes; a partition larger than FERRY_FRAME_BYTES as frames,
-// each its own message; a compressed one whole, once compressed); an acknowledged frame
+// each its own message; a compressed one whole, once compressed; a sit-out alone, header
+// only); an acknowledged frame
 // returns its credit (ReturnPart), the last one the task's (Done); a frame's sum counts as
 // its acknowledgement. The core is pumped after every event that may let a batch out, and
 // at the policy's timer.
@@ -43,14 +44,26 @@ class SimSender {
   // Called once per partition whose every sum is back.
   void SetPartSummed(PartSummed f) { part_summed_ = std::move(f); }
   // Hands every partition of `parts` (of `layer`, which the callback names) to the core at
-  // `priority`, then pumps. `iteration`: for the records only. REQUIRES: `parts` outlives
-  // their sums.
-  void Push(uint32_t layer, const std::vector<SimPart>& parts, int priority, int iteration);
+  // `priority`, then pumps. `iteration`: the rounds' (and the records'). `sit_out` (backup
+  // workers): each partition goes as a header-only push that sits its round out and takes
+  // its sum (Worker::PullAverageAsync). REQUIRES: `parts` outlives their sums.
+  void Push(uint32_t layer, const std::vector<SimPart>& parts, int priority, int iteration,
+            bool sit_out = false);
   // Lets out what the core allows now; sets the policy's timer.
   void Pump();
   // `sent`: when the server sent the acknowledgement.
   void OnAck(uint64_t cookie, uint32_t frame, SimTime sent);
-  void OnSum(uint64_t cookie, uint32_t frame);
+  // `late`: the sum leaves this worker out, its push came late (backup workers).
+  void OnSum(uint64_t cookie, uint32_t frame, bool late = false);
+  // Since the last call (a step's, called at its boundary): the partitions whose sums came,
+  // those of them whose sum left this worker out because its push came late, and the
+  // layers with such a partition (what Worker::Contributors(name) of each layer says then).
+  struct StepSums {
+    int parts = 0;
+    int late_parts = 0;
+    int late_layers = 0;
+  };
+  StepSums TakeStepSums();
 
   int rank() const { return rank_; }
   int node() const { return job_.WorkerNode(rank_); }
@@ -75,7 +88,9 @@ class SimSender {
     std::vector<bool> acked;  // by frame, when in frames (frames_acked says it for one)
     uint32_t frames_acked = 0;
     uint32_t frames_summed = 0;
-    PartRecord record;  // filled when recording
+    bool sit_out = false;  // Push's sit_out
+    bool late = false;     // a sum of it left this worker out
+    PartRecord record;     // filled when recording
   };
   void SendBatch(const Batch& batch);
   // A compressed partition (FERRY_COMPRESSION): sent whole once compressed.
@@ -100,6 +115,8 @@ class SimSender {
   SimTime timer_at_ = -1;       // the policy's timer event scheduled, or -1
   SimTime compress_until_ = 0;  // the compressing thread is busy until then
   std::vector<double> ack_delays_us_;
+  StepSums step_sums_;             // since the last TakeStepSums
+  std::vector<bool> late_layers_;  // by layer, the same
   bool record_parts_ = false;
   std::vector<PartRecord> parts_log_;
   // SendBatch's table, by server: index + 1 of its open pack; all 0 between calls (kept

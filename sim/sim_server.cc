@@ -2,13 +2,22 @@
 
 #include <glog/logging.h>
 
+#include "common/transport/message.h"
+#include "common/util/strings.h"
 #include "server/key_state.h"
+#include "sim/backup_rounds.h"
 #include "sim/sim_sender.h"
 
 namespace ferry::sim {
 
 SimServer::SimServer(SimJob& job, int rank)
-    : job_(job), rank_(rank), engines_(std::max(1, job.config.server.engine_threads)) {}
+    : job_(job), rank_(rank), engines_(std::max(1, job.config.server.engine_threads)) {
+  if (job.config.server.backup_workers > 0 && job.num_workers >= 2) {
+    backup_ = std::make_unique<BackupRounds>(job.num_workers, job.config.server.backup_workers);
+  }
+}
+
+SimServer::~SimServer() = default;
 
 void SimServer::OnPushes(SimSender& from, const std::vector<SubPush>& pushes) {
   const int node = job_.ServerNode(rank_);
@@ -49,6 +58,12 @@ void SimServer::Work(int engine) {
       e.busy_until = job_.events.now() + item.work->Take(rank_, item.push.cookie);
       continue;
     }
+    if (backup_ && ClosesEarly(item.push)) {
+      TakeWithBackups(e, item);
+      continue;
+    }
+    CHECK(!item.push.sit_out) << "worker " << item.from->rank() << " sat out key "
+                              << item.push.key << ", whose rounds wait for every worker";
     Round& round = RoundOf(item.push);
     const int members = job_.Members(item.push.key);
     if (round.summed == 0) round.pushers.reserve(members);  // one from each
@@ -111,6 +126,62 @@ void SimServer::SendSums(const Item& item) {
   if (last_round_ == &round) last_round_ = nullptr;
   open_.erase(id);
   rounds_completed_++;
+}
+
+bool SimServer::ClosesEarly(const SubPush& push) const {
+  return push.raw_bytes == 0 && job_.InGlobalSet(push.key);
+}
+
+void SimServer::TakeWithBackups(Engine& e, const Item& item) {
+  const SubPush& p = item.push;
+  const BackupRounds::Taken t = backup_->Take(p, item.from, item.from->rank());
+  // A late push is dropped and a sit-out adds nothing: no work. The first of a frame is
+  // adopted, as without backups.
+  const double work_us =
+      t.added && !t.adopted ? static_cast<double>(p.bytes) / job_.sum_bytes_per_us : 0.0;
+  e.busy_until = job_.events.now() + work_us;
+  if (t.added) bytes_summed_ += p.bytes;
+  for (const BackupRounds::Answer& a : t.answers) {
+    SendSumTo(item.from, p.cookie, a.frame, a.bytes, p.priority, a.duplicate, a.late);
+  }
+  for (uint32_t frame : t.complete) {
+    const uint64_t key = p.key;
+    const int priority = p.priority;
+    job_.events.At(e.busy_until,
+                   [this, key, frame, priority] { SendBackupSum(key, frame, priority); });
+  }
+}
+
+void SimServer::SendBackupSum(uint64_t key, uint32_t frame, int priority) {
+  uint64_t bytes = 0;
+  for (const BackupRounds::Reply& to : backup_->Send(key, frame, &bytes)) {
+    SendSumTo(to.worker, to.cookie, frame, bytes, priority, false, to.late);
+  }
+  rounds_completed_++;
+}
+
+void SimServer::SendSumTo(SimSender* to, uint64_t cookie, uint32_t frame, uint64_t bytes,
+                          int priority, bool duplicate, bool late) {
+  const int node = job_.ServerNode(rank_);
+  if (duplicate) {
+    job_.fabric->SendData(node, to->node(), bytes, priority, DataKind::kSum, [] {});
+    return;
+  }
+  job_.fabric->SendData(node, to->node(), bytes, priority, DataKind::kSum,
+                        [to, cookie, frame, late] { to->OnSum(cookie, frame, late); });
+}
+
+std::string SimServer::Starved() const {
+  if (!backup_ || !backup_->starved()) return "";
+  const auto [key, round] = *backup_->starved();
+  const uint64_t layer = KeyTensor(key);  // the global set's tensors: the layers, in order
+  const std::string name =
+      layer < job_.workload.layers.size() ? job_.workload.layers[layer].name : "?";
+  return StrCat("round ", round, " of layer ", layer, " (", name, ")");
+}
+
+std::vector<uint64_t> SimServer::late_pushes() const {
+  return backup_ ? backup_->late_pushes() : std::vector<uint64_t>();
 }
 
 }  // namespace ferry::sim

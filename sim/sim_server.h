@@ -5,10 +5,14 @@
 // key (EngineForKey, the server's own function), most urgent first. An engine takes one
 // push at a time: the first of a round is adopted (no work), every later one is added in
 // bytes / the summation rate. When every worker's push of a round (or frame) is summed,
-// the sum goes to every pusher (streaming aggregation per frame, as FrameSum).
+// the sum goes to every pusher (streaming aggregation per frame, as FrameSum). With backup
+// workers (FERRY_BACKUP_WORKERS) the global set's raw rounds close as BackupRounds says,
+// and a worker may sit a round out (SubPush::sit_out).
 
 #include <cstdint>
+#include <memory>
 #include <queue>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -28,7 +32,13 @@ struct SubPush {
   uint64_t bytes = 0;  // this frame's
   int priority = 0;
   uint64_t raw_bytes = 0;  // compressed: the bytes it stands for; 0: raw
+  uint32_t round = 0;      // the pushing worker's iteration: the key's round
+  // Backup workers: a header-only push of the whole key (`frames` of it; `bytes` 0) that
+  // sits the round out (Envelope.sit_out; sim/backup_rounds.h).
+  bool sit_out = false;
 };
+
+class BackupRounds;
 
 // Work for a server's engine thread other than adding a push (a rows push:
 // sim/pipeline_rows.h), queued with the pushes by priority.
@@ -43,6 +53,7 @@ class EngineWork {
 class SimServer {
  public:
   SimServer(SimJob& job, int rank);
+  ~SimServer();
 
   // A message from `from` arrived: one push, a fused pack of several, or one frame.
   void OnPushes(SimSender& from, const std::vector<SubPush>& pushes);
@@ -53,6 +64,12 @@ class SimServer {
   int rank() const { return rank_; }
   uint64_t bytes_summed() const { return bytes_summed_; }
   uint64_t rounds() const { return rounds_completed_; }
+  // Backup workers: pushes that came after their round closed without them, by worker
+  // rank; empty without backup workers.
+  std::vector<uint64_t> late_pushes() const;
+  // Backup workers: "round R of tensor T" where every worker sat out a round (which then
+  // never closes: BackupRounds::starved), or "".
+  std::string Starved() const;
 
  private:
   struct Item {
@@ -79,6 +96,16 @@ class SimServer {
   void Work(int engine);
   // The round of `item` (its last push) is summed: the sums go to every pusher.
   void SendSums(const Item& item);
+  // Backup workers: whether `push`'s round may close early (the global set's raw pushes:
+  // averaged floating-point gradients), and the engine taking it; `e` is free.
+  bool ClosesEarly(const SubPush& push) const;
+  void TakeWithBackups(Engine& e, const Item& item);
+  // Frame `frame` of `key`'s round is summed: its sum goes to every worker BackupRounds names.
+  void SendBackupSum(uint64_t key, uint32_t frame, int priority);
+  // One sum to one worker's task (`duplicate`: it has it already; only the bytes travel;
+  // `late`: it leaves the worker out, its push came late).
+  void SendSumTo(SimSender* to, uint64_t cookie, uint32_t frame, uint64_t bytes, int priority,
+                 bool duplicate, bool late);
 
   SimJob& job_;
   const int rank_;
@@ -103,6 +130,7 @@ class SimServer {
   uint64_t next_seq_ = 0;
   uint64_t bytes_summed_ = 0;
   uint64_t rounds_completed_ = 0;
+  std::unique_ptr<BackupRounds> backup_;  // FERRY_BACKUP_WORKERS > 0, or null
 };
 
 }  // namespace ferry::sim

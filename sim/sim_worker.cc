@@ -2,8 +2,10 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <utility>
 
+#include "common/util/error.h"
 #include "common/util/strings.h"
 
 namespace ferry::sim {
@@ -32,8 +34,9 @@ void SimWorker::ForwardLayer(size_t layer) {
     return;
   }
   if (layer == 0) starts_.push_back(job_.events.now());
-  job_.events.After(Compute(job_.workload.layers[layer].fwd_ms),
-                    [this, layer] { ForwardLayer(layer + 1); });
+  // A step sat out computes nothing: this forward pass is its second half (SitOut).
+  const double us = sitting_out_ ? 0.0 : Compute(job_.workload.layers[layer].fwd_ms, iteration_);
+  job_.events.After(us, [this, layer] { ForwardLayer(layer + 1); });
 }
 
 void SimWorker::Boundary() {
@@ -51,8 +54,12 @@ void SimWorker::Boundary() {
     finished_ = true;
     return;
   }
+  if (SitsOut()) {
+    SitOut();
+    return;
+  }
   const size_t last = job_.workload.layers.size() - 1;
-  job_.events.After(Compute(job_.workload.layers[last].bwd_ms),
+  job_.events.After(Compute(job_.workload.layers[last].bwd_ms, iteration_),
                     [this, last] { BackwardLayer(last); });
 }
 
@@ -63,16 +70,63 @@ void SimWorker::BackwardLayer(size_t layer) {
     ForwardLayer(0);
     return;
   }
-  job_.events.After(Compute(job_.workload.layers[layer - 1].bwd_ms),
+  job_.events.After(Compute(job_.workload.layers[layer - 1].bwd_ms, iteration_),
                     [this, layer] { BackwardLayer(layer - 1); });
 }
 
-void SimWorker::PushLayer(size_t layer) {
+bool SimWorker::SitsOut() {
+  const SimSender::StepSums sums = sender_.TakeStepSums();  // the last step's
+  if (catch_up_ == CatchUp::kOff) return false;
+  if (sit_left_ > 0) {  // within a run of steps sat out
+    sit_left_--;
+    return true;
+  }
+  if (std::exchange(sitting_out_, false)) return false;  // the run is over: compute this step
+  // Late for most layers (ferry-train-sim's rule: which worker is last for one partition is
+  // chance when all are in step, and with b = 1 some worker is left out of every round), or
+  // for every partition (a round leaves out at most b workers, those sitting out included,
+  // so at most b sit out a step and every round keeps a contributor).
+  const bool late =
+      catch_up_ == CatchUp::kMostLayers
+          ? 2 * static_cast<size_t>(sums.late_layers) > job_.workload.layers.size()
+          : sums.late_parts > 0 && sums.late_parts == sums.parts;
+  if (!late) {
+    sit_run_ = std::max(1, sit_run_ - 1);
+    computed_after_run_ = false;
+    return false;
+  }
+  // Still late after sitting out: it is slower than one step in sit_run_ + 1 allows.
+  if (std::exchange(computed_after_run_, false)) sit_run_ = std::min(kMaxSitRun, sit_run_ + 1);
+  sit_left_ = sit_run_ - 1;
+  return true;
+}
+
+void SimWorker::SitOut() {
+  for (size_t layer = 0; layer < layout_->parts.size(); ++layer) {
+    for (const SimPart& p : layout_->parts[layer]) {
+      FERRY_ENFORCE(!p.compressed(), ErrorCode::kMismatch, "worker ", rank_, " sat out step ",
+                    iteration_, " (catching up, --catch-up ", CatchUpName(catch_up_),
+                    "), but layer ", layer, " (", job_.workload.layers[layer].name,
+                    ") is compressed (FERRY_COMPRESSION): its rounds wait for every worker, so "
+                    "the servers fail its push_pull, as on a real cluster; with compression, "
+                    "--catch-up off");
+    }
+  }
+  sat_out_++;
+  sitting_out_ = true;
+  computed_after_run_ = true;  // read at the next step it computes
+  for (size_t layer = job_.workload.layers.size(); layer-- > 0;) PushLayer(layer, true);
+  iteration_++;
+  ForwardLayer(0);
+}
+
+void SimWorker::PushLayer(size_t layer, bool sit_out) {
   const std::vector<SimPart>& parts = layout_->parts[layer];
   CHECK_EQ(parts_left_[layer], 0) << "layer " << layer << " pushed with its last push_pull open";
   parts_left_[layer] = static_cast<int>(parts.size());
   // Declaration order: the input side first.
-  sender_.Push(static_cast<uint32_t>(layer), parts, -static_cast<int>(layer), iteration_);
+  sender_.Push(static_cast<uint32_t>(layer), parts, -static_cast<int>(layer), iteration_,
+               sit_out);
 }
 
 void SimWorker::PartSummed(uint32_t layer) {

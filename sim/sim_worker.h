@@ -9,6 +9,15 @@
 // Iteration i lasts from the start of its first forward layer to iteration i+1's; one
 // more forward pass after the last marks its end.
 //
+// Catching up (backup workers; CatchUp), as ferry-train-sim's --catch_up: at a step
+// boundary, if the last step's sums left this worker out (for most layers, or for every
+// partition), it sits out: no compute in this backward pass nor in the next forward pass,
+// and every layer's push_pull a sit-out, at once (Worker::PullAverageAsync); the forward
+// pass still waits for each layer's sums. Then it computes a step (its lateness is not
+// looked at after a run sat out). A run of steps sat out is one longer each time the step
+// computed after it is still late (at most kMaxSitRun), one shorter each time a computed
+// step is in time.
+//
 // The send path is the worker's own scheduling code (SimSender).
 
 #include <cstdint>
@@ -28,6 +37,11 @@ class SimWorker : public SimWorkerBase {
 
   // Schedules the first iteration; runs `warmup + iterations` iterations.
   void Start(int warmup, int iterations);
+  // Catches up as above (kMostLayers by default; it matters only with FERRY_BACKUP_WORKERS,
+  // where a push can come late). Call before Start.
+  void SetCatchUp(CatchUp c) { catch_up_ = c; }
+  // Backward passes sat out, warm-up included.
+  int sat_out() const { return sat_out_; }
 
   int node() const { return job_.WorkerNode(rank_); }
   // Where the worker is, for a deadlock's message.
@@ -37,7 +51,11 @@ class SimWorker : public SimWorkerBase {
   void ForwardLayer(size_t layer);
   void Boundary();
   void BackwardLayer(size_t layer);
-  void PushLayer(size_t layer);
+  void PushLayer(size_t layer, bool sit_out = false);
+  // Catching up: whether to sit this step out (takes the sender's step sums), and doing so
+  // (throws FerryError(kMismatch) where a layer is compressed: the servers refuse that).
+  bool SitsOut();
+  void SitOut();
   // One partition of `layer` has its sums back: the forward pass may go on.
   void PartSummed(uint32_t layer);
 
@@ -46,6 +64,13 @@ class SimWorker : public SimWorkerBase {
   int iteration_ = 0;
   int boundaries_ = 0;
   long waiting_layer_ = -1;  // the layer whose forward waits for its sums, or -1
+  CatchUp catch_up_ = CatchUp::kMostLayers;
+  static constexpr int kMaxSitRun = 8;
+  bool sitting_out_ = false;         // the last backward pass was sat out
+  bool computed_after_run_ = false;  // the last step computed followed a run sat out
+  int sit_run_ = 1;                  // steps sat out after a late one
+  int sit_left_ = 0;                 // of the current run
+  int sat_out_ = 0;
   // starts_ (SimWorkerBase): when each iteration's first forward layer started.
 };
 

@@ -13,13 +13,14 @@ SimWorkerBase::SimWorkerBase(SimJob& job, int rank, std::vector<SimServer*> serv
       jitter_(jitter),
       rng_(seed * 1000003 + static_cast<uint64_t>(rank)) {}
 
-double SimWorkerBase::Compute(double ms) {
+double SimWorkerBase::Compute(double ms, int iteration) {
   double us = ms * 1000.0;
   if (jitter_ > 0) {
     std::normal_distribution<double> noise(1.0, jitter_);
     us *= std::max(0.0, noise(rng_));
   }
-  return us;
+  if (iteration >= 0 && iteration % job_.num_workers == rank_) us *= rotating_scale_;
+  return us * compute_scale_;
 }
 
 void SimWorkerBase::SetPartitionBytes(uint64_t bytes) {

@@ -20,6 +20,12 @@ class SimWorkerBase {
   int rank() const { return rank_; }
   bool finished() const { return finished_; }
   uint64_t partition_bytes() const { return partition_bytes_; }
+  // Every compute time of this worker is `factor` times the workload's (one slow GPU:
+  // ferry-sim --worker-compute-scale); 1 by default.
+  void ScaleCompute(double factor) { compute_scale_ = factor; }
+  // A straggler that moves (ferry-sim --rotating-slow-factor): in iteration i, the worker of
+  // rank i mod workers computes `factor` times longer. 1 by default.
+  void RotateStraggler(double factor) { rotating_scale_ = factor; }
   SimSender& sender() { return sender_; }
   const SimSender& sender() const { return sender_; }
   // The timed iterations' durations, ms: from each timed iteration's start to the next's.
@@ -32,8 +38,9 @@ class SimWorkerBase {
   SimWorkerBase(SimJob& job, int rank, std::vector<SimServer*> servers, double jitter,
                 uint64_t seed);
 
-  // `ms` of compute, in us, with the jitter.
-  double Compute(double ms);
+  // `ms` of compute, in us, with the jitter and this worker's scale; in `iteration` (>= 0),
+  // the rotating straggler's factor too when it is this worker's turn.
+  double Compute(double ms, int iteration = -1);
   // Partitions of `bytes` from now on: the credit follows, unless the window sets it.
   void SetPartitionBytes(uint64_t bytes);
 
@@ -49,6 +56,8 @@ class SimWorkerBase {
  private:
   const double jitter_;
   std::mt19937_64 rng_;
+  double compute_scale_ = 1;
+  double rotating_scale_ = 1;
 };
 
 }  // namespace ferry::sim

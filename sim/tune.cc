@@ -1,8 +1,11 @@
 #include "sim/tune.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <set>
 
+#include "common/util/error.h"
 #include "common/util/strings.h"
 
 namespace ferry::sim {
@@ -10,6 +13,13 @@ namespace {
 
 bool HasCredit(const std::string& policy) {
   return policy == "credit" || policy == "usbyte" || policy == "prophet" || policy == "trirace";
+}
+
+// A run's step: its median iteration, or, where a worker sat steps out (its steps and the
+// others' are then short and long by turns), the mean.
+double StepMs(const SimResult& r) {
+  const bool sat_out = std::any_of(r.sat_out.begin(), r.sat_out.end(), [](int n) { return n > 0; });
+  return sat_out ? r.mean_ms : r.median_ms;
 }
 
 // Runs `env` (over the options' own env) over the seeds.
@@ -22,8 +32,16 @@ Candidate Evaluate(const SimOptions& options, const TuneOptions& tune,
     for (const auto& [name, value] : env) o.env[name] = value;
     o.seed = options.seed + static_cast<uint64_t>(s);
     o.model.compute_jitter = tune.jitter;
-    c.seed_medians_ms.push_back(Simulate(o).median_ms);
     (*simulations)++;
+    try {
+      c.seed_medians_ms.push_back(StepMs(Simulate(o)));
+    } catch (const FerryError& e) {
+      // The job stopped or failed (not the options: those throw kInvalidConfig).
+      if (e.code() != ErrorCode::kInternal && e.code() != ErrorCode::kMismatch) throw;
+      c.failure = e.what();
+      c.seed_medians_ms.assign(1, std::numeric_limits<double>::infinity());
+      break;
+    }
   }
   std::vector<double> sorted = c.seed_medians_ms;
   std::sort(sorted.begin(), sorted.end());
@@ -66,7 +84,35 @@ std::vector<std::map<std::string, std::string>> Grid(const std::string& policy,
   return grid;
 }
 
+bool Compressed(const Candidate& c) {
+  const auto it = c.env.find("FERRY_COMPRESSION");
+  return it != c.env.end() && it->second != "none";
+}
+
 }  // namespace
+
+std::vector<int> BackupCandidates(const SimOptions& options, const TuneOptions& tune) {
+  const int most = options.cluster.workers - 1;
+  std::vector<int> values;
+  if (tune.backup_workers) {
+    for (int b : *tune.backup_workers) values.push_back(std::min(b, most));
+  } else {
+    int slow = 0;
+    for (const auto& [rank, factor] : options.worker_compute_scale) slow += factor > 1 ? 1 : 0;
+    if (options.rotating_slow_factor > 1) slow++;  // one at a time
+    for (int b = 1; b <= std::min(slow, most); ++b) values.push_back(b);
+  }
+  std::vector<int> kept;  // b >= 1, each once, in order
+  for (int b : values) {
+    if (b >= 1 && std::find(kept.begin(), kept.end(), b) == kept.end()) kept.push_back(b);
+  }
+  return kept;
+}
+
+int BackupWorkersOf(const Candidate& c) {
+  const auto it = c.env.find("FERRY_BACKUP_WORKERS");
+  return it == c.env.end() ? 0 : std::stoi(it->second);
+}
 
 TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
                 const std::function<void(const Candidate&)>& progress) {
@@ -79,6 +125,8 @@ TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
                            "FERRY_COMPRESSION"}) {
     base.env.erase(knob);
   }
+  const std::vector<int> backups = BackupCandidates(options, tune);
+  if (!backups.empty()) base.env.erase("FERRY_BACKUP_WORKERS");  // searched: 0 unless set
   std::set<std::map<std::string, std::string>> seen;
   std::vector<Candidate> all;
   auto run = [&](const std::map<std::string, std::string>& env) {
@@ -101,6 +149,39 @@ TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
       auto env = best.env;
       env["FERRY_COMPRESSION"] = compression;
       run(env);
+    }
+  }
+  // Stage 4: backup workers close only raw rounds, so from the best without compression.
+  std::vector<Candidate> raw;
+  for (const Candidate& c : all) {
+    if (!Compressed(c)) raw.push_back(c);
+  }
+  if (!backups.empty() && !raw.empty()) {
+    r.backup.push_back(*std::min_element(raw.begin(), raw.end(), faster));
+    // Each b from the best raw settings of every policy: where a worker is slow on every
+    // step, b = 0 sets them all at its pace, near ties, and which wins says little about
+    // which schedules best once rounds go on without it.
+    std::vector<Candidate> bases;
+    for (const std::string& policy : tune.policies) {
+      const Candidate* best = nullptr;
+      for (const Candidate& c : raw) {
+        const auto it = c.env.find("FERRY_SCHEDULING_POLICY");
+        if (it != c.env.end() && it->second == policy && (!best || faster(c, *best))) best = &c;
+      }
+      if (best) bases.push_back(*best);
+    }
+    if (bases.empty()) bases.push_back(r.backup.front());
+    for (int b : backups) {
+      std::optional<Candidate> fastest;
+      for (const Candidate& base : bases) {
+        auto env = base.env;
+        env["FERRY_BACKUP_WORKERS"] = std::to_string(b);
+        run(env);
+        const Candidate& c = *std::find_if(all.begin(), all.end(),
+                                           [&](const Candidate& c) { return c.env == env; });
+        if (!fastest || faster(c, *fastest)) fastest = c;
+      }
+      r.backup.push_back(*fastest);
     }
   }
   r.ranked = all;

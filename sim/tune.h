@@ -10,14 +10,19 @@
 //
 // Search, in two stages; each candidate runs over `seeds` seeds with `jitter` (the
 // coefficient of variation of every compute time: a symmetric simulation is chaotic at
-// scale, docs/simulation.md) and scores the median of its seeds' medians:
+// scale, docs/simulation.md) and scores the median of its seeds' medians (a seed's mean
+// iteration where a worker sat steps out, SimResult::mean_ms: its steps are then uneven):
 //   1. every policy in `policies` with its defaults;
 //   2. for the best `finalists` of them: every size (FERRY_PARTITION_BYTES from
 //      `partition_bytes`, where 0 leaves it unset: partitions sized by the link,
 //      FERRY_PARTITION_MS; FERRY_P3_SLICE_BYTES from `p3_slice_bytes` for p3) and, for the
 //      policies with a credit (credit, usbyte, prophet), every FERRY_SCHEDULING_CREDIT in
 //      `credits`;
-//   3. the best of them with every FERRY_COMPRESSION in `compressions`.
+//   3. the best of them with every FERRY_COMPRESSION in `compressions`;
+//   4. the best without compression of each policy with every FERRY_BACKUP_WORKERS in
+//      `backup_workers` (by default: 1 up to the number of slow workers, when the job has
+//      some: SimOptions::worker_compute_scale, rotating_slow_factor), as
+//      TuneResult::backup; a late worker catches up as SimOptions::catch_up says.
 // Every candidate keeps the options' own env (--env) except the knobs it sets. The
 // baseline is the options' env as given (Ferry's defaults unless --env says otherwise).
 // Deterministic, as Simulate is.
@@ -25,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,21 +51,38 @@ struct TuneOptions {
   // servers sum (docs/compression.md): --tune prints the best settings without it too.
   std::vector<std::string> compressions = {"none", "onebit+ef", "topk:0.01+ef",
                                            "randomk:0.01+ef"};
+  // Stage 4: the FERRY_BACKUP_WORKERS values b >= 1 to try (each capped at workers - 1);
+  // unset: 1 up to the number of workers whose compute scale is > 1 (and one more for a
+  // rotating straggler), none without slow workers; empty: not searched.
+  // Backup workers change what a step averages (server/stragglers.h): --tune prints the
+  // best settings without them too.
+  std::optional<std::vector<int>> backup_workers;
 };
 
 struct Candidate {
   std::map<std::string, std::string> env;  // the knobs this candidate sets
-  std::vector<double> seed_medians_ms;     // by seed
+  std::vector<double> seed_medians_ms;     // by seed (or means: Tune)
   double median_ms = 0;                    // of seed_medians_ms
   double min_ms = 0;
   double max_ms = 0;
+  // Why a seed's job stopped before its end (with backup workers catching up: every worker
+  // sat out a round, or one sat out a compressed round), or ""; its steps are then infinite.
+  std::string failure;
 };
 
 struct TuneResult {
   Candidate baseline;
   std::vector<Candidate> ranked;  // every candidate, fastest first (ties: search order)
+  // Stage 4, when searched: the best without compression (b = 0), then for each b, in
+  // order, the fastest with it.
+  std::vector<Candidate> backup;
   int simulations = 0;
 };
+
+// Stage 4's values of b for `options` (TuneOptions::backup_workers).
+std::vector<int> BackupCandidates(const SimOptions& options, const TuneOptions& tune);
+// The knob's value in a candidate's settings (0 when unset).
+int BackupWorkersOf(const Candidate& c);
 
 // `progress`, if set, is called after each candidate (for a long search's log).
 TuneResult Tune(const SimOptions& options, const TuneOptions& tune,

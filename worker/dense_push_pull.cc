@@ -366,6 +366,10 @@ bool DensePushPull::OnAck(const Message& m) {
                  << offset << " of " << KeyName(KeyOf(*f)) << ", which has no frame there";
     return true;
   }
+  if (f->op->sit_out) {  // one header for the whole partition: every frame's credit back
+    for (uint32_t i = 0; i < f->frames; ++i) NoteFrameAcked(request, *f, i);
+    return true;
+  }
   NoteFrameAcked(request, *f, frame);
   return true;
 }

@@ -40,8 +40,9 @@ DEFINE_double(rotating_slow_factor, 1.0,
               "in iteration i, worker rank i mod workers computes this many times longer (a "
               "straggler that moves from worker to worker)");
 DEFINE_bool(catch_up, true,
-            "with FERRY_BACKUP_WORKERS: a worker left out of a step sits out its next "
-            "backward pass (takes that step's averages without computing its gradients)");
+            "with FERRY_BACKUP_WORKERS: a worker that a step's sums left out for every layer "
+            "sits out the steps after it (takes their averages without computing; "
+            "train_sim.h); not with FERRY_COMPRESSION");
 DEFINE_bool(check, false, "refill gradients every iteration and check every sum exactly");
 DEFINE_bool(json, false, "print one JSON object per worker instead of text");
 DEFINE_double(rate_gbps, 0, "each worker's link rate, Gbit/s, for LB1 (0: no LB1)");
@@ -195,7 +196,9 @@ int RunTrainSim(const Config& config) {
                   "invalid configuration: --check compares exact sums of every worker, but with "
                   "FERRY_BACKUP_WORKERS=", config.server.backup_workers,
                   " a sum may leave workers out; leave out one of them");
-    sim.Average(FLAGS_catch_up);  // averaged gradients: what backup workers close early
+    // Averaged gradients: what backup workers close early. Compressed rounds wait for every
+    // worker, so they cannot be sat out.
+    sim.Average(FLAGS_catch_up && config.compression.spec.none());
   }
   Report r{workload, worker->rank(), worker->size(), worker->num_servers(), {}, {}, false, 0, {}, 0,
            0, {}, 0, {}};

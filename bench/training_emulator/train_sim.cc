@@ -129,14 +129,15 @@ bool TrainSim::LeftOut() {
   }
   const bool back = std::exchange(sitting_out_, false);
   if (back) return false;  // the run is over: compute this step
-  size_t out = 0;
+  // Late for every layer: a straggler. (Which worker is last for one layer is chance when
+  // all are in step, and with b = 1 some worker is left out of every layer's sum.) Only a
+  // worker left out of every sum sits out, so at most b workers sit a round out and some
+  // worker always contributes to it.
+  bool late = true;
   for (const std::string& name : names_) {
     const std::vector<int> in = worker_.Contributors(name);
-    out += std::find(in.begin(), in.end(), worker_.rank()) == in.end();
+    late = late && std::find(in.begin(), in.end(), worker_.rank()) == in.end();
   }
-  // Late for most layers: a straggler. (Which worker is last for one layer is chance when
-  // all are in step, and with b = 1 some worker is left out of every layer's sum.)
-  const bool late = 2 * out > names_.size();
   if (!late) {
     sit_run_ = std::max(1, sit_run_ - 1);
     computed_after_run_ = false;

@@ -65,8 +65,8 @@ class TrainSim {
   void RotateStraggler(double scale) { rotating_scale_ = scale; }
   // Push averaged gradients (a training step's push_pull) instead of sums: what backup
   // workers (FERRY_BACKUP_WORKERS) close early. Not with `check` (it compares exact sums of
-  // every worker). With `catch_up`, a worker that the last step's sums left out for most
-  // layers (its pushes came late) sits out the steps that follow: no compute in its
+  // every worker). With `catch_up`, a worker that the last step's sums left out for every
+  // layer (its pushes came late) sits out the steps that follow: no compute in its
   // backward pass nor in the forward pass after it, the step's averages taken without
   // contributing (Worker::PullAverageAsync), as a training loop skipping steps whose
   // gradients would come late again. Then it computes a step; a run of steps sat out is

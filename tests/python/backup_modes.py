@@ -48,7 +48,7 @@ STEPS = 8
 def mode_backup_sit_out(args, out):
     """A small model trained with DistributedOptimizer (SGD with momentum); the slow rank
     sleeps before each step it computes, and sits out (optimizer.sit_out()) a step after one
-    whose gradients the sums left out. `out`: the parameters at the end, the steps sat out."""
+    whose every gradient the sums left out (optimizer.left_out()). `out`: the parameters at the end, the steps sat out."""
     rank = bps.rank()
     slow = int(os.environ.get("FERRY_TEST_SLOW_RANK", "-1"))
     torch.manual_seed(0)
@@ -59,7 +59,7 @@ def mode_backup_sit_out(args, out):
     sat_out, sat_last = 0, False
     for step in range(STEPS):
         opt.zero_grad()
-        if rank not in bps.contributors() and not sat_last:
+        if opt.left_out() and not sat_last:
             opt.sit_out()
             sat_out, sat_last = sat_out + 1, True
         else:

@@ -897,6 +897,27 @@ TEST(BackupWorkersTest, TheFirstRoundOfAKeyMayBeSatOut) {
   ExpectSums(h.Take(), 3, {2, 0, 1, 3}, 0, {3, 6}, 3, {2});
 }
 
+// A round every worker sits out has nothing to average: the key fails, saying so, for every
+// worker waiting (none hangs).
+TEST(BackupWorkersTest, ARoundEveryWorkerSitsOutFailsSayingWhy) {
+  BackupHarness h;
+  RoundProtocol p(h.Context(), false);
+  for (int rank = 0; rank < 4; ++rank) {
+    Request push = Averaged(rank, 0, {1});
+    p.Push(push);
+  }
+  h.Take();
+  for (int rank = 0; rank < 4; ++rank) {
+    Request sit = SitOut(rank, 1);
+    p.Push(sit);
+  }
+  std::vector<Reply> r = h.Take();
+  ASSERT_EQ(r.size(), 8u);  // four acks, then an error to each
+  for (int rank = 0; rank < 4; ++rank) {
+    ExpectError(r[4 + rank], rank, 1, ErrorCode::kMismatch, "every worker sat it out");
+  }
+}
+
 // Two workers sitting out with b = 1: the round closes once the two others pushed.
 TEST(BackupWorkersTest, ARoundClosesOnceEveryWorkerNotSittingOutPushed) {
   BackupHarness h;

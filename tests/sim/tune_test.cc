@@ -13,6 +13,7 @@
 
 #include "common/util/error.h"
 #include "sim/cli.h"
+#include "sim/tune_report.h"
 
 namespace ferry::sim {
 namespace {

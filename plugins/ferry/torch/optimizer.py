@@ -225,13 +225,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._handles.clear()
         self._synchronized = True
 
+    def left_out(self):
+        """Backup workers: whether the last step's sums left this worker out for every
+        gradient (its pushes came late): the signal to sit_out() the next step. Only a worker
+        left out of every sum sits out, so at most FERRY_BACKUP_WORKERS workers sit a round
+        out and some worker always contributes to it."""
+        rank = ops.rank()
+        return all(rank not in ops.contributors(self._gradient_name(p))
+                   for p in self._ordered_params if p in self._requires_update)
+
     def sit_out(self):
         """Backup workers (FERRY_BACKUP_WORKERS; docs/stragglers.md): instead of this step's
         forward and backward, take the step's averaged gradients without contributing to
         them (the servers do not wait for this worker); then call step() as usual. For a
-        worker whose last step's gradients came late (its rank not in contributors()): it
-        skips a step whose gradient would be dropped anyway and catches up, while applying
-        the same update as every worker."""
+        worker whose last step's gradients all came late (left_out()): it skips a step whose
+        gradient would be dropped anyway and catches up, while applying the same update as
+        every worker."""
         if self._handles:
             raise AssertionError("sit_out() after backward(): call it instead of backward()")
         if self._prescale != 1.0 or not self._average or self._core_compression or \
