@@ -121,10 +121,10 @@ const std::vector<Flag>& Flags() {
        }},
       {"--catch-up", "MODE",
        "with FERRY_BACKUP_WORKERS, a worker that a step's sums left out (its pushes came "
-       "late) sits out the steps that follow, as ferry-train-sim's --catch_up: most-layers "
-       "(the default, its rule: left out of most layers' sums), all-partitions (left out of "
-       "every partition's sum: never more than b sit a step out), or off (every step "
-       "computed)",
+       "late) sits out the steps that follow, as ferry-train-sim's --catch_up: "
+       "all-partitions (the default, its rule: left out of every partition's sum, so never "
+       "more than b sit a step out), most-layers (left out of most layers' sums), or off "
+       "(every step computed)",
        [](CliOptions& o, const std::string& v) {
          if (v == "most-layers") {
            o.sim.catch_up = CatchUp::kMostLayers;

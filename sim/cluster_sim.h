@@ -73,7 +73,7 @@ struct SimOptions {
   double rotating_slow_factor = 1;
   // Backup workers (FERRY_BACKUP_WORKERS > 0): how a late worker catches up. Data-parallel
   // jobs; no effect without backup workers.
-  CatchUp catch_up = CatchUp::kMostLayers;
+  CatchUp catch_up = CatchUp::kAllPartitions;
   ModelParams model;
   std::map<std::string, std::string> env;  // FERRY_* variables, as a real worker reads them
   int warmup = 2;

@@ -76,9 +76,9 @@ struct SimProcessSet {
 // layer's push_pull a sit-out, which the servers do not wait for), in runs of one step up
 // to eight, as ferry-train-sim's --catch_up.
 enum class CatchUp {
-  kMostLayers,     // left out of most layers' sums (some partition of the layer came late):
-                   // ferry-train-sim's rule
+  kMostLayers,     // left out of most layers' sums (some partition of the layer came late)
   kAllPartitions,  // left out of every partition's sum: at most b workers sit out a step
+                   // (ferry-train-sim's rule, and DistributedOptimizer.left_out()'s)
   kOff,            // every step computed
 };
 // "most-layers", "all-partitions", "off".
