@@ -382,7 +382,7 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
     if (workload_given) Refuse("--pipeline", "not with --workload: the file names its own tensors");
     if (o.tune) Refuse("--tune", "not with --pipeline (compare policies with --env instead)");
     if (o.sim.rotating_slow_factor != 1) Refuse("--rotating-slow-factor", "not with --pipeline");
-    if (o.sim.catch_up != CatchUp::kMostLayers) {
+    if (o.sim.catch_up != SimOptions().catch_up) {  // given
       Refuse("--catch-up", "not with --pipeline (its rounds wait for every worker)");
     }
     o.sim.pipeline = ScalePipeline(ReadPipeline(o.pipeline, workloads_dir), o.compute_scale,
