@@ -400,7 +400,7 @@ void RoundProtocol::SendFrame(uint64_t key, KeyState& state, uint32_t f) {
   frame.sent = true;
   context_.counters->frames_completed++;
   if (++state.frames_sent < state.frames.size()) return;
-  if (context_.stragglers) {
+  if (context_.backup_workers > 0) {  // streaks end (stragglers.h); nothing to do without
     for (size_t r = 0; r < state.pushed.size(); ++r) {
       if (state.pushed[r] && !state.backup.Late(static_cast<int>(r))) {
         context_.stragglers->NoteContributed(static_cast<int>(r));

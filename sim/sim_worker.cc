@@ -35,7 +35,7 @@ void SimWorker::ForwardLayer(size_t layer) {
   }
   if (layer == 0) starts_.push_back(job_.events.now());
   // A step sat out computes nothing: this forward pass is its second half (SitOut).
-  const double us = sitting_out_ ? 0.0 : Compute(job_.workload.layers[layer].fwd_ms, iteration_);
+  const double us = runs_.sitting_out() ? 0.0 : Compute(job_.workload.layers[layer].fwd_ms, iteration_);
   job_.events.After(us, [this, layer] { ForwardLayer(layer + 1); });
 }
 
@@ -77,28 +77,15 @@ void SimWorker::BackwardLayer(size_t layer) {
 bool SimWorker::SitsOut() {
   const SimSender::StepSums sums = sender_.TakeStepSums();  // the last step's
   if (catch_up_ == CatchUp::kOff) return false;
-  if (sit_left_ > 0) {  // within a run of steps sat out
-    sit_left_--;
-    return true;
-  }
-  if (std::exchange(sitting_out_, false)) return false;  // the run is over: compute this step
-  // Late for most layers (ferry-train-sim's rule: which worker is last for one partition is
-  // chance when all are in step, and with b = 1 some worker is left out of every round), or
-  // for every partition (a round leaves out at most b workers, those sitting out included,
-  // so at most b sit out a step and every round keeps a contributor).
-  const bool late =
-      catch_up_ == CatchUp::kMostLayers
-          ? 2 * static_cast<size_t>(sums.late_layers) > job_.workload.layers.size()
-          : sums.late_parts > 0 && sums.late_parts == sums.parts;
-  if (!late) {
-    sit_run_ = std::max(1, sit_run_ - 1);
-    computed_after_run_ = false;
-    return false;
-  }
-  // Still late after sitting out: it is slower than one step in sit_run_ + 1 allows.
-  if (std::exchange(computed_after_run_, false)) sit_run_ = std::min(kMaxSitRun, sit_run_ + 1);
-  sit_left_ = sit_run_ - 1;
-  return true;
+  return runs_.SitOutNext([&] {
+    // Late for every partition (ferry-train-sim's rule: a round leaves out at most b
+    // workers, those sitting out included, so at most b sit out a step and every round
+    // keeps a contributor), or for most layers (which worker is last for one partition is
+    // chance when all are in step, and with b = 1 some worker is left out of every round).
+    return catch_up_ == CatchUp::kMostLayers
+               ? 2 * static_cast<size_t>(sums.late_layers) > job_.workload.layers.size()
+               : sums.late_parts > 0 && sums.late_parts == sums.parts;
+  });
 }
 
 void SimWorker::SitOut() {
@@ -112,9 +99,7 @@ void SimWorker::SitOut() {
                     "--catch-up off");
     }
   }
-  sat_out_++;
-  sitting_out_ = true;
-  computed_after_run_ = true;  // read at the next step it computes
+  runs_.SatOut();
   for (size_t layer = job_.workload.layers.size(); layer-- > 0;) PushLayer(layer, true);
   iteration_++;
   ForwardLayer(0);

@@ -15,7 +15,7 @@
 // and every layer's push_pull a sit-out, at once (Worker::PullAverageAsync); the forward
 // pass still waits for each layer's sums. Then it computes a step (its lateness is not
 // looked at after a run sat out). A run of steps sat out is one longer each time the step
-// computed after it is still late (at most kMaxSitRun), one shorter each time a computed
+// computed after it is still late (at most SitOutRuns::kMaxRun), one shorter each time a computed
 // step is in time.
 //
 // The send path is the worker's own scheduling code (SimSender).
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "sim/job.h"
+#include "sim/sit_out_runs.h"
 #include "sim/sim_server.h"
 #include "sim/sim_worker_base.h"
 
@@ -41,7 +42,7 @@ class SimWorker : public SimWorkerBase {
   // where a push can come late). Call before Start.
   void SetCatchUp(CatchUp c) { catch_up_ = c; }
   // Backward passes sat out, warm-up included.
-  int sat_out() const { return sat_out_; }
+  int sat_out() const { return runs_.count(); }
 
   int node() const { return job_.WorkerNode(rank_); }
   // Where the worker is, for a deadlock's message.
@@ -65,12 +66,7 @@ class SimWorker : public SimWorkerBase {
   int boundaries_ = 0;
   long waiting_layer_ = -1;  // the layer whose forward waits for its sums, or -1
   CatchUp catch_up_ = CatchUp::kMostLayers;
-  static constexpr int kMaxSitRun = 8;
-  bool sitting_out_ = false;         // the last backward pass was sat out
-  bool computed_after_run_ = false;  // the last step computed followed a run sat out
-  int sit_run_ = 1;                  // steps sat out after a late one
-  int sit_left_ = 0;                 // of the current run
-  int sat_out_ = 0;
+  SitOutRuns runs_;  // catching up (catch_up_)
   // starts_ (SimWorkerBase): when each iteration's first forward layer started.
 };
 

@@ -95,7 +95,7 @@ Clock::time_point TrainSim::Forward(int iteration) {
     }
     if (l == 0) first = start;
     // A sat-out step computes nothing: this forward pass is its second half (see SitOut).
-    const double scale = sitting_out_ ? 0.0 : ComputeScale(iteration);
+    const double scale = runs_.sitting_out() ? 0.0 : ComputeScale(iteration);
     clock_ = start + Ms(workload_.layers[l].fwd_ms * scale);
     worker_.TraceCompute(names_[l], /*backward=*/false, Us(start), Us(clock_));
     std::this_thread::sleep_until(clock_);
@@ -123,36 +123,21 @@ double TrainSim::ComputeScale(int iteration) const {
 
 bool TrainSim::LeftOut() {
   if (!catch_up_) return false;
-  if (sit_left_ > 0) {  // within a run of steps sat out
-    sit_left_--;
-    return true;
-  }
-  const bool back = std::exchange(sitting_out_, false);
-  if (back) return false;  // the run is over: compute this step
   // Late for every layer: a straggler. (Which worker is last for one layer is chance when
   // all are in step, and with b = 1 some worker is left out of every layer's sum.) Only a
   // worker left out of every sum sits out, so at most b workers sit a round out and some
   // worker always contributes to it.
-  bool late = true;
-  for (const std::string& name : names_) {
-    const std::vector<int> in = worker_.Contributors(name);
-    late = late && std::find(in.begin(), in.end(), worker_.rank()) == in.end();
-  }
-  if (!late) {
-    sit_run_ = std::max(1, sit_run_ - 1);
-    computed_after_run_ = false;
-    return false;
-  }
-  // Still late after sitting out: it is slower than one step in sit_run_ + 1 allows.
-  if (std::exchange(computed_after_run_, false)) sit_run_ = std::min(kMaxSitRun, sit_run_ + 1);
-  sit_left_ = sit_run_ - 1;
-  return true;
+  return runs_.SitOutNext([this] {
+    for (const std::string& name : names_) {
+      const std::vector<int> in = worker_.Contributors(name);
+      if (std::find(in.begin(), in.end(), worker_.rank()) != in.end()) return false;
+    }
+    return true;
+  });
 }
 
 void TrainSim::SitOut() {
-  sat_out_++;
-  sitting_out_ = true;
-  computed_after_run_ = true;  // read at the next step it computes
+  runs_.SatOut();
   for (size_t l = workload_.layers.size(); l-- > 0;) {
     handles_[l] = worker_.PullAverageAsync(names_[l], sums_[l].data(), DataType::kFloat32,
                                            sums_[l].size());

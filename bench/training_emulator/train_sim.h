@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/sit_out_runs.h"
 #include "sim/workload.h"
 #include "common/util/clock.h"
 #include "worker/worker.h"
@@ -71,13 +72,13 @@ class TrainSim {
   // contributing (Worker::PullAverageAsync), as a training loop skipping steps whose
   // gradients would come late again. Then it computes a step; a run of steps sat out is
   // one step longer each time the step computed after it is still late (at most
-  // kMaxSitRun), one shorter each time a computed step is in time. Call before Run.
+  // SitOutRuns::kMaxRun), one shorter each time a computed step is in time. Call before Run.
   void Average(bool catch_up) {
     average_ = true;
     catch_up_ = catch_up;
   }
   // Backward passes sat out (Average's catch_up), after Run.
-  int sat_out() const { return sat_out_; }
+  int sat_out() const { return runs_.count(); }
   // The timed iterations' starts, ms since the Unix epoch (system clock), after Run: to
   // set the iterations beside an outside event (a link's rate changed).
   const std::vector<double>& start_unix_ms() const { return start_unix_ms_; }
@@ -112,12 +113,7 @@ class TrainSim {
   double rotating_scale_ = 1.0;
   bool average_ = false;
   bool catch_up_ = false;
-  static constexpr int kMaxSitRun = 8;
-  bool sitting_out_ = false;         // the last backward pass was sat out
-  bool computed_after_run_ = false;  // the last step computed followed a run sat out
-  int sit_run_ = 1;                  // steps sat out after a late one
-  int sit_left_ = 0;                 // of the current run
-  int sat_out_ = 0;
+  sim::SitOutRuns runs_;  // Average's catch_up
   std::vector<double> start_unix_ms_;
 };
 
