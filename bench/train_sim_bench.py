@@ -197,12 +197,17 @@ class Run:
                "--extra-servers", str(self.args.extra_servers), "--rate", self.rate]
         if self.args.tcp_limit_output_bytes:
             cmd += ["--tcp-limit-output-bytes", str(self.args.tcp_limit_output_bytes)]
+        cmd += self.up_args()
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError("netns-cluster up failed (exit %d): %s" % (r.returncode, r.stdout.strip()))
         out = subprocess.run([NETNS_CLUSTER, "hosts", "--name", self.name, "--json"], check=True,
                              stdout=subprocess.PIPE, text=True, timeout=60).stdout
         self.hosts = {h: v["address"] for h, v in json.loads(out).items()}
+
+    def up_args(self):
+        """More `netns-cluster up` options (a subclass's: a rate per host)."""
+        return []
 
     def sim_argv(self):
         gbps = ferry_netns.rate_bits(self.rate) / 1e9 if self.rate != "none" else 0
@@ -244,9 +249,14 @@ class Run:
                     timer.cancel()
         return self.record(outputs, cpu.result)
 
+    def changed_hosts(self):
+        """The hosts --rate-change reshapes (none named: every one but the scheduler)."""
+        return []
+
     def change_rate(self):
         rate = self.args.rate_change[1]
-        r = subprocess.run([NETNS_CLUSTER, "rate", "--name", self.name, "--rate", rate],
+        r = subprocess.run([NETNS_CLUSTER, "rate", "--name", self.name, "--rate", rate]
+                           + self.changed_hosts(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         if r.returncode == 0:
             self.change_unix_ms = time.time() * 1000

@@ -37,9 +37,19 @@ PushVerdict KeyState::Classify(int rank, uint32_t push_round, const FrameRef& fr
   if (!Define(rank, key_length, push_dtype, push_hash)) return PushVerdict::kMismatch;
   if (push_round == round) {
     if (frames.empty()) return PushVerdict::kAccumulate;  // the round's first frame
-    if (frame.frame_bytes != frame_bytes) return PushVerdict::kBadFrame;
-    return frames[FrameIndex(frame.offset)].got[rank] ? PushVerdict::kDuplicate
-                                                      : PushVerdict::kAccumulate;
+    if (Recut(frame) && (backup.eligible || !CutsNest(frame.frame_bytes, frame_bytes, length))) {
+      return PushVerdict::kBadFrame;
+    }
+    // A coarser frame is a duplicate when its first grid frame is; a finer one when its grid
+    // frame is recorded or the piece is staged already.
+    const uint32_t f = FrameIndex(frame.offset);
+    if (f >= frames.size()) return PushVerdict::kBadFrame;
+    if (frames[f].got[rank]) return PushVerdict::kDuplicate;
+    auto s = staged.find({rank, f});
+    if (s == staged.end()) return PushVerdict::kAccumulate;
+    const std::vector<uint64_t>& in = s->second.pieces;
+    return std::find(in.begin(), in.end(), frame.offset) != in.end() ? PushVerdict::kDuplicate
+                                                                     : PushVerdict::kAccumulate;
   }
   if (push_round > round) return PushVerdict::kAhead;
   return push_round + 1 == round && has_last ? PushVerdict::kPrevious : PushVerdict::kStale;
@@ -64,15 +74,18 @@ uint32_t KeyState::Record(int rank, const PendingReply& reply, const FrameRef& f
       f.held.assign(workers, Buffer());
     }
   }
-  if (!pushed[rank]) {
-    pushed[rank] = true;
-    waiting.push_back(reply);
-  }
+  NotePusher(rank, reply);
   const uint32_t f = FrameIndex(frame.offset);
   frames[f].got[rank] = true;
   frames[f].count++;
   bytes_pushed += frame.length;
   return f;
+}
+
+void KeyState::NotePusher(int rank, const PendingReply& reply) {
+  if (pushed[rank]) return;
+  pushed[rank] = true;
+  waiting.push_back(reply);
 }
 
 uint64_t KeyState::FrameLength(uint32_t f) const {
@@ -134,6 +147,7 @@ void KeyState::NextRound(int num_workers) {
   last_frame_bytes = frame_bytes;
   last_compression = compression;
   frames.clear();
+  staged.clear();
   frames_sent = 0;
   has_last = true;
   waiting.clear();
@@ -146,6 +160,7 @@ void KeyState::Restart(int num_workers) {
   ++generation;
   round = 0;
   frames.clear();
+  staged.clear();
   frames_sent = 0;
   pushed.assign(num_workers, false);
   has_last = false;

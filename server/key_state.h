@@ -53,10 +53,23 @@
 // key stays open, whatever a slow worker does. `waiting` holds one reply per pushing rank
 // (its first frame's): every frame of a push shares the request id.
 //
+// Cuts that differ (range arithmetic): workers may cut one key differently (partitions sized
+// per link, FERRY_PARTITION_PER_LINK; FERRY_FRAME_BYTES set unalike), as long as the cuts
+// nest (CutsNest: the larger is a multiple of the smaller, or one is the whole key). The
+// round's grid stays the cut of its first frame; every frame, deduplication, rank order,
+// sum and reply above is a grid frame. A frame of a coarser cut is split into the grid
+// frames it covers (views of its bytes, no copy); the frames of a finer cut are gathered per
+// (rank, grid frame) in `staged`, a copy, until the grid frame is whole, and only then
+// recorded. A rank is among the pushers (`pushed`, `waiting`) from its first frame on, staged
+// or not. Sums go back in the grid's cut; a worker takes them by range (the worker's
+// DensePushPull). Not for rounds that may close early (backup workers): their late-frame
+// bookkeeping is by grid frame of one cut.
+//
 // Asynchronous mode (FERRY_ENABLE_ASYNC=1) keeps parameters, not rounds: ParamState
 // (param_protocol.h) is its key state; only the definition (KeyDefinition) is shared.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,7 +95,7 @@ enum class PushVerdict {
   kAhead,       // a round the key has not reached: protocol error
   kMismatch,    // length, dtype or tensor hash differ from the key's definition
   kFailed,      // the key failed earlier; every push is refused
-  kBadFrame,    // cut in other frames than the open round (workers disagree on FERRY_FRAME_BYTES)
+  kBadFrame,    // cut in frames that do not nest with the open round's (CutsNest)
 };
 
 // The engine thread that owns `key`: splitmix64's finalizer of the key, modulo
@@ -110,6 +123,13 @@ struct FrameRef {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t frame_bytes = 0;
+};
+
+// A grid frame's bytes from one rank that cuts finer than the round (see above), gathered.
+struct StagedFrame {
+  Buffer bytes;                  // the grid frame's length; filled by the pieces
+  uint64_t filled = 0;           // bytes of it that came
+  std::vector<uint64_t> pieces;  // the offsets that came (a resent one is a duplicate)
 };
 
 // One frame of a key's open round: its running sum and who is in it.
@@ -163,6 +183,7 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
   std::string compression;
   std::string last_compression;
   std::vector<FrameSum> frames;
+  std::map<std::pair<int, uint32_t>, StagedFrame> staged;  // (rank, grid frame): finer cuts
   uint32_t frames_sent = 0;           // frames whose sum went out; all: the round is over
   std::vector<bool> pushed;           // by worker rank: pushed a frame of this round
   std::vector<PendingReply> waiting;  // pushers of this round, in arrival order (one each)
@@ -194,8 +215,15 @@ struct KeyState : KeyDefinition {  // KeyDefinition::length: the key's bytes (al
                     push_dtype, push_hash, num_workers);
   }
   // Records an accepted frame from `rank` (the round's first frame fixes its cut); returns
-  // the frame's index. REQUIRES: Classify said kAccumulate.
+  // the frame's index. REQUIRES: Classify said kAccumulate, and `frame` is in the round's
+  // cut (the first frame, or a grid frame: see "Cuts that differ").
   uint32_t Record(int rank, const PendingReply& reply, const FrameRef& frame);
+  // Makes `rank` a pusher of the open round (its reply waits for the sums), once.
+  void NotePusher(int rank, const PendingReply& reply);
+  // Whether `frame` is cut otherwise than the open round (which has a frame already).
+  bool Recut(const FrameRef& frame) const {
+    return !frames.empty() && frame.frame_bytes != frame_bytes;
+  }
   // Whole keys: records the push and returns whether the round (its one frame) is complete.
   bool Record(int rank, const PendingReply& reply, const std::vector<bool>& joined) {
     return FrameComplete(Record(rank, reply, FrameRef{0, length, length}), joined);

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 #include <utility>
 
@@ -129,14 +130,20 @@ void RoundProtocol::Refuse(Request& request, KeyState& state, PushVerdict verdic
       Resend(request.reply_to(), key, state, frame.offset, frame.frame_bytes);
       MaybeCloseEarly(key, state);  // it may have held one up
       return;
-    case PushVerdict::kBadFrame:
-      Reject(request, ErrorCode::kBadMessage,
-             StrCat("worker ", request.rank, " cuts round ", e.round(), " of ", KeyName(key),
-                    " in ", frame.frame_bytes, "-byte frames, but the round is cut in ",
-                    state.frame_bytes,
-                    "-byte frames (offset ", frame.offset,
-                    "); every worker must use the same FERRY_FRAME_BYTES"));
+    case PushVerdict::kBadFrame: {
+      // The round can never be whole: every pusher is told why (the key fails).
+      const std::string why = StrCat(
+          "worker ", request.rank, " cuts round ", e.round(), " of ", KeyName(key), " in ",
+          frame.frame_bytes, "-byte frames, but the round is cut in ", state.frame_bytes,
+          "-byte frames (offset ", frame.offset, "); ",
+          state.backup.eligible
+              ? "with FERRY_BACKUP_WORKERS every worker must cut a key alike"
+              : "cuts must nest (the larger a multiple of the smaller): set FERRY_FRAME_BYTES "
+                "to sizes that divide each other");
+      FailKey(key, state, why);
+      Reject(request, ErrorCode::kMismatch, why);
       return;
+    }
     case PushVerdict::kStale:
       Reject(request, ErrorCode::kBadMessage,
              StrCat("push of ", KeyName(key), " for round ", e.round(), " but the key is at round ",
@@ -165,7 +172,50 @@ void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef
   // (When the sum doubled as the last push's ack, credit 1 became stop-and-wait: 2.4x
   // LB1 with 1 MiB partitions, 2.8x with 4 MiB; docs/benchmarks.md.)
   context_.reply(AckReply(request.reply_to(), key, frame.offset));
-  const uint32_t f = state.Record(rank, request.reply_to(), frame);
+  if (state.Recut(frame)) {
+    AccumulateRecut(request, state, frame);
+    return;
+  }
+  AddFrame(rank, request.reply_to(), key, state, frame, std::move(request.message.payload));
+}
+
+void RoundProtocol::AccumulateRecut(Request& request, KeyState& state, const FrameRef& frame) {
+  const uint64_t key = request.envelope().key();
+  const int rank = request.rank;
+  const PendingReply& to = request.reply_to();
+  Buffer& payload = request.message.payload;
+  context_.counters->frames_recut++;
+  const uint64_t grid = state.frame_bytes;
+  uint32_t f = state.FrameIndex(frame.offset);
+  if (frame.frame_bytes > grid) {  // coarser: a view of each grid frame it covers
+    const uint32_t round = state.round;
+    for (uint64_t at = 0; at < frame.length; ++f) {
+      const uint64_t length = state.FrameLength(f);
+      // The round cannot end before this rank's last grid frame of it is in.
+      CHECK_EQ(state.round, round) << KeyName(key) << ": a round ended inside a recut frame";
+      AddFrame(rank, to, key, state, FrameRef{state.FrameOffset(f), length, grid},
+               payload.Slice(at, length));
+      at += length;
+    }
+    return;
+  }
+  state.NotePusher(rank, to);  // finer: gathered until its grid frame is whole
+  StagedFrame& staged = state.staged[{rank, f}];
+  const uint64_t length = state.FrameLength(f);
+  if (staged.bytes.empty()) staged.bytes = Buffer::Allocate(length);
+  std::memcpy(staged.bytes.bytes() + (frame.offset - state.FrameOffset(f)), payload.data(),
+              frame.length);
+  staged.filled += frame.length;
+  staged.pieces.push_back(frame.offset);
+  if (staged.filled < length) return;
+  Buffer whole = std::move(staged.bytes);
+  state.staged.erase({rank, f});
+  AddFrame(rank, to, key, state, FrameRef{state.FrameOffset(f), length, grid}, std::move(whole));
+}
+
+void RoundProtocol::AddFrame(int rank, const PendingReply& to, uint64_t key, KeyState& state,
+                             const FrameRef& frame, Buffer payload) {
+  const uint32_t f = state.Record(rank, to, frame);
   // A frame summing or sent has every worker recorded or joined, and joined workers'
   // pushes are refused before Classify: a push of it can only be a duplicate.
   CHECK(!state.frames[f].summing && !state.frames[f].sent)
@@ -177,9 +227,9 @@ void RoundProtocol::Accumulate(Request& request, KeyState& state, const FrameRef
     summation.Add(id, state.dtype, length, state.frames[f].sum, std::move(push), state.reduce_op);
   };
   if (deterministic_) {
-    state.frames[f].held[rank] = std::move(request.message.payload);  // summed in its turn
+    state.frames[f].held[rank] = std::move(payload);  // summed in its turn
   } else {
-    add(std::move(request.message.payload));
+    add(std::move(payload));
   }
   context_.counters->bytes_summed += frame.length;
   if (deterministic_) {
@@ -477,6 +527,7 @@ void RoundProtocol::DropKey(uint64_t key, KeyState& state, ErrorCode code,
   // keeps no open round for the key.
   ResetSums(key, state);
   state.frames.clear();
+  state.staged.clear();
   state.frames_sent = 0;
   state.generation++;
 }

@@ -57,6 +57,13 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   // Acknowledges an accepted frame of the current round and adds it (in rank order when
   // deterministic); completes the frame if it was the last one missing.
   void Accumulate(Request& request, KeyState& state, const FrameRef& frame);
+  // A frame cut otherwise than the open round (key_state.h, "Cuts that differ"), acknowledged
+  // already: added as the grid frames it covers, or gathered until its grid frame is whole.
+  void AccumulateRecut(Request& request, KeyState& state, const FrameRef& frame);
+  // Records grid frame `frame` of `rank` (answered at `to`) with its bytes and adds them (in rank order
+  // when deterministic); completes the frame if it was the last one missing.
+  void AddFrame(int rank, const PendingReply& to, uint64_t key, KeyState& state, const FrameRef& frame,
+                Buffer payload);
   // Frame `f` is complete: ends its sum on the device; answers now (CPU) or once the sum
   // arrives (GPU: the frame is `summing` until OnSumReady).
   void CompleteFrame(uint64_t key, KeyState& state, uint32_t f);

@@ -39,6 +39,8 @@ struct ServerCounters {
       "rounds_completed", {"ferry_rounds_completed_total", "partition rounds whose sum was complete"});
   // Sums sent: one per round of a whole key, one per frame of a key pushed in frames.
   Counter& frames_completed = registry.Register("frames_completed");
+  // Frames cut otherwise than their round's first (partitions sized per link): split or gathered.
+  Counter& frames_recut = registry.Register("frames_recut");
   // Failed validation (mismatch, stranger, bad round).
   Counter& rejected = registry.Register("rejected_pushes");
   // Resent pushes not added again.

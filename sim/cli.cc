@@ -9,8 +9,6 @@
 #include <functional>
 #include <map>
 
-#include <nlohmann/json.hpp>
-
 #include "common/util/error.h"
 #include "sim/lower_bound.h"
 #include "sim/pipeline_report.h"
@@ -59,9 +57,6 @@ std::string JsonQuote(const std::string& s) {
 
 namespace {
 
-std::string Num(double v) { return JsonNumber(v); }
-std::string Quote(const std::string& s) { return JsonQuote(s); }
-
 // --worker-compute-scale's "R:X[,R:X]" into `o` (ranks checked against --workers later).
 void ParseComputeScales(const std::string& text, SimOptions* o) {
   const std::string flag = "--worker-compute-scale";
@@ -73,6 +68,27 @@ void ParseComputeScales(const std::string& text, SimOptions* o) {
     if (colon == std::string::npos) Refuse(flag, StrCat("'", item, "' is not RANK:FACTOR"));
     const int rank = Integer(flag, item.substr(0, colon), 0, 1 << 20);
     o->worker_compute_scale[rank] = Number(flag, item.substr(colon + 1), 1e-9, 1e6);
+  }
+}
+
+// --worker-link-rates' "R0,R1,...": Gbit/s, or each a rate in tc's syntax.
+void ParseWorkerRates(const std::string& text, SimOptions* o) {
+  const std::string flag = "--worker-link-rates";
+  std::vector<double>& rates = o->cluster.worker_rates_bits_per_s;
+  rates.clear();
+  std::string list = text + ",";
+  for (size_t from = 0, comma; (comma = list.find(',', from)) != std::string::npos;
+       from = comma + 1) {
+    const std::string item = list.substr(from, comma - from);
+    if (item.find_first_not_of("0123456789.") == std::string::npos) {
+      rates.push_back(Number(flag, item, 1e-6, 1e6) * 1e9);  // Gbit/s
+      continue;
+    }
+    try {
+      rates.push_back(ParseRate(item));
+    } catch (const FerryError&) {
+      Refuse(flag, StrCat("'", item, "' is neither Gbit/s nor a rate in tc's syntax (250mbit)"));
+    }
   }
 }
 
@@ -152,6 +168,35 @@ const std::vector<Flag>& Flags() {
        }},
       {"--rate", "RATE", "every host's link, each way, in tc's syntax (default 1gbit)",
        [](CliOptions& o, const std::string& v) { o.sim.cluster.rate_bits_per_s = ParseRate(v); }},
+      {"--worker-link-rates", "R0,R1,...",
+       "each worker's link, each way, in rank order, one per worker: Gbit/s (0.25) or tc's "
+       "syntax (250mbit); servers on hosts of their own keep --rate (docs/simulation.md, "
+       "\"Uneven links\")",
+       [](CliOptions& o, const std::string& v) { ParseWorkerRates(v, &o.sim); }},
+      {"--partition-per-link", "0|1",
+       "FERRY_PARTITION_PER_LINK (default 0; 1 applies where FERRY_PARTITION_MS sizes "
+       "partitions): "
+       "each worker's pushes to each server cut in pieces "
+       "sized by its own path (as --env FERRY_PARTITION_PER_LINK=V)",
+       [](CliOptions& o, const std::string& v) {
+         if (v != "0" && v != "1") Refuse("--partition-per-link", "0 or 1");
+         o.sim.env["FERRY_PARTITION_PER_LINK"] = v;
+       }},
+      {"--decompose", "MODE",
+       "FERRY_DECOMPOSE: off (default) or per-layer: each worker cuts each layer's pushes in "
+       "the pieces DecomposeLayers chooses from its own measured backward compute and rate "
+       "(worker/partition_scheduling/layer_decomposition.h; as --env FERRY_DECOMPOSE=MODE)",
+       [](CliOptions& o, const std::string& v) {
+         if (v != "off" && v != "per-layer") Refuse("--decompose", "off or per-layer");
+         o.sim.env["FERRY_DECOMPOSE"] = v;
+       }},
+      {"--repartition-threshold", "X",
+       "FERRY_REPARTITION_THRESHOLD (default 0.2): a worker decides its pieces again where its "
+       "rate (or a path's, or its backward span) moved by more than this fraction",
+       [](CliOptions& o, const std::string& v) {
+         Number("--repartition-threshold", v, 0.01, 10);  // FERRY_REPARTITION_THRESHOLD's range
+         o.sim.env["FERRY_REPARTITION_THRESHOLD"] = v;
+       }},
       {"--latency-us", "US", "one-way latency between hosts (default 0)",
        [](CliOptions& o, const std::string& v) {
          o.sim.cluster.latency_us = Number("--latency-us", v, 0, 1e9);
@@ -372,6 +417,12 @@ CliOptions ParseCommandLine(const std::vector<std::string>& args,
     }
     o.sim.cluster.servers = 0;
   }
+  const size_t rates = o.sim.cluster.worker_rates_bits_per_s.size();
+  if (rates != 0 && rates != static_cast<size_t>(o.sim.cluster.workers)) {
+    Refuse("--worker-link-rates",
+           StrCat(rates, " rates for ", o.sim.cluster.workers, " workers (--workers ",
+                  o.sim.cluster.workers, "): one per worker, in rank order"));
+  }
   for (const auto& [rank, factor] : o.sim.worker_compute_scale) {
     if (rank >= o.sim.cluster.workers) {
       Refuse("--worker-compute-scale",
@@ -414,149 +465,6 @@ std::string Usage() {
     out += StrCat(left, " ", f.help, "\n");
   }
   return out;
-}
-
-namespace {
-
-template <typename T>
-std::string CountsJson(const std::vector<T>& counts) {
-  std::string out = "[";
-  for (T n : counts) out += StrCat(out.size() > 1 ? "," : "", n);
-  return out + "]";
-}
-
-// "80 late pushes (worker 3: 80)": a count by worker, its total and the workers with some.
-template <typename T>
-std::string CountsText(const std::vector<T>& counts, const std::string& what) {
-  uint64_t total = 0;
-  std::string by;
-  for (size_t w = 0; w < counts.size(); ++w) {
-    total += static_cast<uint64_t>(counts[w]);
-    if (counts[w] == 0) continue;
-    by += StrCat(by.empty() ? "" : ", ", "worker ", w, ": ", counts[w]);
-  }
-  return StrCat(total, " ", what, by.empty() ? "" : StrCat(" (", by, ")"));
-}
-
-// "backup     FERRY_BACKUP_WORKERS=1: 80 late pushes (worker 3: 80); 6 backward passes sat
-// out (worker 3: 6), steps uneven: mean 915.80 ms", or "" without.
-std::string LatePushesText(const SimOptions& o, const SimResult& r) {
-  if (r.late_pushes.empty()) return "";
-  std::string out = StrCat("backup     FERRY_BACKUP_WORKERS=", o.env.at("FERRY_BACKUP_WORKERS"),
-                           ": ", CountsText(r.late_pushes, "late pushes"), "; ");
-  if (o.catch_up == CatchUp::kOff) return out + "no catching up (--catch-up off)\n";
-  out += CountsText(r.sat_out, "backward passes sat out");
-  if (std::any_of(r.sat_out.begin(), r.sat_out.end(), [](int n) { return n > 0; })) {
-    char mean[64];
-    std::snprintf(mean, sizeof(mean), ", steps uneven: mean %.2f ms", r.mean_ms);
-    out += mean;
-  }
-  return out + "\n";
-}
-
-}  // namespace
-
-std::string FormatJson(const CliOptions& cli, const SimResult& r, double wall_s) {
-  if (r.pipeline) return FormatPipelineJson(cli, r, wall_s);
-  const SimOptions& o = cli.sim;
-  std::string env = "{";
-  for (const auto& [name, value] : o.env) {
-    env += StrCat(env.size() > 1 ? "," : "", Quote(name), ":", Quote(value));
-  }
-  env += "}";
-  std::string hosts = "[";
-  for (const HostUse& h : r.hosts) {
-    hosts += StrCat(hosts.size() > 1 ? "," : "", "{\"name\":", Quote(h.name),
-                    ",\"up\":", Num(h.up), ",\"down\":", Num(h.down), "}");
-  }
-  hosts += "]";
-  std::string iterations = "[";
-  for (double ms : r.iteration_ms) iterations += StrCat(iterations.size() > 1 ? "," : "", Num(ms));
-  iterations += "]";
-  return StrCat(
-      "{\"program\":\"ferry-sim\",\"model\":", Quote(o.workload.model),
-      ",\"byte_scale\":", Num(cli.byte_scale), ",\"compute_scale\":", Num(cli.compute_scale),
-      ",\"workers\":", o.cluster.workers, ",\"servers\":", o.cluster.servers,
-      ",\"colocate\":", o.cluster.colocate ? "true" : "false",
-      ",\"cpu_servers\":", o.cluster.cpu_servers, ",\"rate_bits_per_s\":",
-      Num(o.cluster.rate_bits_per_s), ",\"latency_us\":", Num(o.cluster.latency_us),
-      ",\"env\":", env, ",\"policy\":", Quote(r.policy), ",\"partition_bytes\":", r.partition_bytes,
-      ",\"network\":", Quote(NetworkModelName(o.model.network)), ",\"seed\":", o.seed,
-      ",\"jitter\":", Num(o.model.compute_jitter), ",\"warmup\":", o.warmup,
-      ",\"iteration_ms\":", Num(r.median_ms), ",\"p90_ms\":", Num(r.p90_ms),
-      ",\"mean_ms\":", Num(r.mean_ms),
-      ",\"lb1_ms\":", Num(r.lb1_ms), ",\"t_opt_ms\":", Num(r.t_opt_ms),
-      ",\"allreduce_ms\":", Num(r.ring_ms), ",\"over_lb1\":", Num(r.median_ms / r.lb1_ms),
-      ",\"ring_over_ferry\":", Num(r.ring_ms / r.median_ms), ",\"iterations_ms\":", iterations,
-      ",\"hosts\":", hosts, ",\"events\":", r.events, ",\"messages\":", r.messages,
-      ",\"rounds\":", r.rounds, ",\"late_pushes\":", CountsJson(r.late_pushes),
-      ",\"catch_up\":", Quote(CatchUpName(o.catch_up)), ",\"sat_out\":", CountsJson(r.sat_out),
-      ",\"ack_delay_us_p50\":", Num(r.ack_delay_p50_us),
-      ",\"ack_delay_us_p99\":", Num(r.ack_delay_p99_us), ",\"simulated_ms\":", Num(r.run_ms), ",\"wall_s\":", Num(wall_s),
-      "}\n");
-}
-
-// "vgg16 (16 layers, N bytes), 8 workers, 8 colocated servers, 1 Gbit/s, latency 0 us"
-std::string DescribeJob(const SimOptions& o) {
-  const ClusterSpec& c = o.cluster;
-  uint64_t bytes = 0;
-  for (const Layer& l : o.workload.layers) bytes += l.bytes;
-  std::string servers =
-      c.colocate ? StrCat(c.workers, " colocated servers") : StrCat(c.servers, " servers");
-  if (c.cpu_servers > 0) servers += StrCat(" + ", c.cpu_servers, " CPU-only");
-  return StrCat(o.workload.model, " (", o.workload.layers.size(), " layers, ", bytes,
-                " bytes), ", c.workers, " workers, ", servers, ", ",
-                Num(c.rate_bits_per_s / 1e9), " Gbit/s, latency ", Num(c.latency_us), " us");
-}
-
-std::string FormatPartsJson(const SimResult& r) {
-  nlohmann::json parts = nlohmann::json::array();
-  for (const PartRecord& p : r.parts) {
-    parts.push_back({{"iteration", p.iteration},
-                     {"layer", p.layer},
-                     {"server", p.server},
-                     {"bytes", p.bytes},
-                     {"ready_us", p.ready_us},
-                     {"sent_us", p.sent_us},
-                     {"acked_us", p.acked_us},
-                     {"result_us", p.result_us}});
-  }
-  return nlohmann::json{{"parts", parts}}.dump() + "\n";
-}
-
-std::string FormatTextTail(const SimOptions& o, const SimResult& r, double wall_s) {
-  std::string out;
-  char line[512];
-  const HostUse* busiest = nullptr;
-  for (const HostUse& h : r.hosts) {
-    if (!busiest || std::max(h.up, h.down) > std::max(busiest->up, busiest->down)) busiest = &h;
-  }
-  if (busiest) {
-    std::snprintf(line, sizeof(line), "links      busiest: %s, up %.0f%%, down %.0f%%\n",
-                  busiest->name.c_str(), 100 * busiest->up, 100 * busiest->down);
-    out += line;
-  }
-  std::snprintf(line, sizeof(line),
-                "simulated  %.1f ms of the job in %.2f s (%llu events, %s network model)\n",
-                r.run_ms, wall_s, static_cast<unsigned long long>(r.events),
-                NetworkModelName(o.model.network));
-  return out + line;
-}
-
-std::string FormatText(const CliOptions& cli, const SimResult& r, double wall_s) {
-  if (r.pipeline) return FormatPipelineText(cli, r, wall_s);
-  const SimOptions& o = cli.sim;
-  const ClusterSpec& c = o.cluster;
-  std::string out = StrCat("ferry-sim: ", DescribeJob(o), "; policy ", r.policy,
-                           ", partitions ", r.partition_bytes, " bytes\n");
-  char line[512];
-  std::snprintf(line, sizeof(line),
-                "iteration  median %.2f ms, p90 %.2f ms (%zu iterations over %d workers)\n"
-                "bounds     LB1 %.2f ms (median / LB1 %.3f); T_opt of one push_pull %.2f ms\n"
-                "ring       all-reduce model %.2f ms (ring / Ferry %.3f)\n",
-                r.median_ms, r.p90_ms, r.iteration_ms.size(), c.workers, r.lb1_ms,
-                r.median_ms / r.lb1_ms, r.t_opt_ms, r.ring_ms, r.ring_ms / r.median_ms);
-  return out + line + LatePushesText(o, r) + FormatTextTail(o, r, wall_s);
 }
 
 }  // namespace ferry::sim

@@ -23,6 +23,24 @@
 #include "worker/tensor_catalog.h"
 
 namespace ferry::sim {
+
+bool ClusterSpec::Uneven() const {
+  for (double rate : worker_rates_bits_per_s) {
+    if (rate != worker_rates_bits_per_s.front()) return true;
+  }
+  return false;
+}
+
+double ClusterSpec::SlowestRate() const {
+  double slowest = rate_bits_per_s;
+  for (double rate : worker_rates_bits_per_s) slowest = std::min(slowest, rate);
+  // Colocated, every host is a worker's: --rate is then no host's.
+  if (colocate && cpu_servers == 0 && !worker_rates_bits_per_s.empty()) {
+    slowest = *std::min_element(worker_rates_bits_per_s.begin(), worker_rates_bits_per_s.end());
+  }
+  return slowest;
+}
+
 namespace {
 
 // Nearest rank, as Summarize (sim/workload.h).
@@ -34,6 +52,19 @@ double Percentile(std::vector<double> v, double q) {
 
 void Validate(const SimOptions& o) {
   const ClusterSpec& c = o.cluster;
+  FERRY_ENFORCE(c.worker_rates_bits_per_s.empty() ||
+                    c.worker_rates_bits_per_s.size() == static_cast<size_t>(c.workers),
+                ErrorCode::kInvalidConfig, "--worker-link-rates: ",
+                c.worker_rates_bits_per_s.size(), " rates for ", c.workers, " workers (--workers)");
+  for (double rate : c.worker_rates_bits_per_s) {
+    FERRY_ENFORCE(rate > 0 && std::isfinite(rate), ErrorCode::kInvalidConfig,
+                  "--worker-link-rates: every rate must be > 0, got ", rate);
+  }
+  const auto decompose = o.env.find("FERRY_DECOMPOSE");
+  FERRY_ENFORCE(!o.pipeline || decompose == o.env.end() || decompose->second == "off",
+                ErrorCode::kInvalidConfig,
+                "FERRY_DECOMPOSE=per-layer is modelled for data-parallel jobs, not with a "
+                "pipeline");
   FERRY_ENFORCE(c.workers >= 1, ErrorCode::kInvalidConfig, "need at least one worker, got ",
                 c.workers);
   FERRY_ENFORCE(c.servers >= 0 && c.cpu_servers >= 0, ErrorCode::kInvalidConfig,
@@ -168,6 +199,13 @@ void SetUp(const SimOptions& o, const Config& given, SimJob& job, Cluster& clust
   job.codec = CodecRatesOf(job.config.compression.spec);
   NetworkParams& net = cluster.net;
   net.link_bytes_per_us = c.rate_bits_per_s / 8 / 1e6 * o.model.tcp_efficiency;
+  if (!c.worker_rates_bits_per_s.empty()) {
+    net.host_bytes_per_us.assign(cluster.host_names.size(), 0.0);
+    for (int w = 0; w < W; ++w) {
+      net.host_bytes_per_us[static_cast<size_t>(placing.host_of_worker[w])] =
+          c.WorkerRate(w) / 8 / 1e6 * o.model.tcp_efficiency;
+    }
+  }
   net.latency_us = c.latency_us;
   net.message_us = o.model.message_us;
   net.local_bytes_per_us = o.model.local_bytes_per_s / 1e6;
@@ -254,8 +292,8 @@ void Report(const SimJob& job, const Cluster& cluster, const std::vector<const S
     for (size_t w = 0; w < late.size(); ++w) r.late_pushes[w] += late[w];
   }
   const LinkBytes carried = job.network->link_bytes();
-  const double capacity = cluster.net.link_bytes_per_us * job.events.now();
   for (size_t h = 0; h < cluster.host_names.size(); ++h) {
+    const double capacity = cluster.net.RateOf(static_cast<int>(h)) * job.events.now();
     r.hosts.push_back(HostUse{cluster.host_names[h], capacity > 0 ? carried.up[h] / capacity : 0,
                               capacity > 0 ? carried.down[h] / capacity : 0});
   }
@@ -267,6 +305,12 @@ SimResult SimulateDataParallel(const SimOptions& o) {
   SimJob job;
   Cluster cluster;
   SetUp(o, config, job, cluster);
+  // As SchedulingControl: per link where partitions are sized by time, without backup
+  // workers (FERRY_AUTOTUNE and asynchronous training are refused above).
+  const Config::Scheduling& sc = job.config.scheduling;
+  job.per_link = sc.partition_per_link && job.SizesPartitionsByTime() &&
+                 job.config.server.backup_workers == 0;
+  job.per_layer = sc.decompose_per_layer;
   std::vector<std::unique_ptr<SimWorker>> workers;
   std::vector<const SimSender*> senders;
   for (int w = 0; w < c.workers; ++w) {
@@ -298,16 +342,27 @@ SimResult SimulateDataParallel(const SimOptions& o) {
   }
   uint64_t model_bytes = 0;
   for (const Layer& l : o.workload.layers) model_bytes += l.bytes;
-  const double t_opt_us = TOptUs(cluster.placing, model_bytes, cluster.net.link_bytes_per_us);
+  // The bounds at the slowest link: every sum holds that worker's bytes.
+  const double slowest = c.SlowestRate() / 8 / 1e6 * o.model.tcp_efficiency;
+  const double t_opt_us = TOptUs(cluster.placing, model_bytes, slowest);
   r.t_opt_ms = t_opt_us / 1000;
   // LB1 with B_eff = M / T_opt (the PS's min(B, S B / N) on servers of their own).
   const double b_eff = t_opt_us > 0 ? static_cast<double>(model_bytes) / t_opt_us * 1e6
                                     : std::numeric_limits<double>::max();
   r.lb1_ms = ComputeLowerBound(o.workload.layers, b_eff).lb1_ms;
-  r.ring_ms = RingIterationMs(o.workload, c.workers, cluster.net.link_bytes_per_us,
+  r.ring_ms = RingIterationMs(o.workload, c.workers, slowest,
                               c.latency_us + o.model.message_us,
                               static_cast<uint64_t>(config.scheduling.bucket_bytes));
   r.partition_bytes = workers.front()->partition_bytes();
+  r.per_link = job.per_link;
+  r.per_layer = job.per_layer;
+  for (const auto& w : workers) {
+    const PieceSizing& p = w->pieces();
+    r.link_pieces.push_back(p.link_pieces());
+    r.link_decisions += p.link_decisions();
+    r.layer_decisions += p.layer_decisions();
+    r.layers_cut.push_back(p.layers_cut());
+  }
   return r;
 }
 

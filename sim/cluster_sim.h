@@ -39,6 +39,18 @@ struct ClusterSpec {
   int cpu_servers = 0;    // and this many CPU-only servers, each on a host of its own
   double rate_bits_per_s = 1e9;  // every host's link, each direction
   double latency_us = 0;         // one way
+  // By worker rank: its host's link, each direction (uneven links); empty: every worker's
+  // at rate_bits_per_s. Servers on hosts of their own keep rate_bits_per_s.
+  std::vector<double> worker_rates_bits_per_s;
+  // Worker `rank`'s link.
+  double WorkerRate(int rank) const {
+    return worker_rates_bits_per_s.empty() ? rate_bits_per_s
+                                           : worker_rates_bits_per_s[static_cast<size_t>(rank)];
+  }
+  // Whether the workers' links differ.
+  bool Uneven() const;
+  // The slowest host link.
+  double SlowestRate() const;
 };
 
 // The model's constants, calibrated once (docs/simulation.md, "Calibration").
@@ -81,7 +93,6 @@ struct SimOptions {
   uint64_t seed = 1;
   bool record_parts = false;  // SimResult::parts (ferry-sim --parts-out)
 };
-
 
 struct HostUse {
   std::string name;  // "worker 0", "worker 0 + server 0", "server 2 (cpu)"
@@ -141,6 +152,16 @@ struct SimResult {
   // Backup workers: by worker rank, the backward passes it sat out to catch up
   // (SimOptions::catch_up; warm-up included); empty without backup workers.
   std::vector<int> sat_out;
+  // Uneven links (docs/simulation.md, "Uneven links"): whether partitions were sized per
+  // link (FERRY_PARTITION_PER_LINK in force) and cut per layer (FERRY_DECOMPOSE); by worker
+  // rank its last pieces by server (empty: never decided) and the layers its last per-layer
+  // decision cut; the decisions, over every worker.
+  bool per_link = false;
+  bool per_layer = false;
+  std::vector<std::vector<uint64_t>> link_pieces;
+  std::vector<int> layers_cut;
+  int link_decisions = 0;
+  int layer_decisions = 0;
   // Pipeline jobs only (lb1_ms, t_opt_ms and ring_ms are then 0: data parallel's).
   std::optional<PipelineOutcome> pipeline;
 };

@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "common/compress/codec.h"
 
 #include "common/transport/message.h"

@@ -100,6 +100,15 @@ struct SimJob {
   uint64_t timed_partition_bytes = 0;  // FERRY_PARTITION_MS's choice, once made
   // Process sets by id from 1 (sets[0] unused: the global set is every worker).
   std::vector<SimProcessSet> sets;
+  // Uneven links (docs/simulation.md, "Uneven links"). per_link: FERRY_PARTITION_PER_LINK
+  // in force (where FERRY_PARTITION_MS sizes partitions, without backup workers): the keys
+  // sized for the mean rate as without it, each worker's pieces by its own paths. per_layer:
+  // FERRY_DECOMPOSE=per-layer. Data-parallel jobs only (a pipeline's stay false).
+  bool per_link = false;
+  bool per_layer = false;
+  // Whether the workers may cut a key's pushes differently: the servers then sum the global
+  // set's raw rounds by range (SimServer, "grid rounds").
+  bool CutsMayDiffer() const { return per_link || per_layer; }
 
   // Nodes: servers 0..S-1, then workers.
   int ServerNode(int rank) const { return rank; }
@@ -121,10 +130,11 @@ struct SimJob {
   // SchedulingControl does, and whether it does (not under p3 nor with FERRY_AUTOTUNE).
   static constexpr int kTimedBoundary = 3;
   bool SizesPartitionsByTime() const;
-  // FERRY_PARTITION_MS's partition size (SchedulingControl::SizePartitionsByTime): from
-  // the mean of the rates the workers' estimators measured, taken when the first worker
-  // asks, so every worker switches to the same size (the real workers agree on it with a
-  // push_pull at the boundary; its time is not modelled). `current`: the size in use.
+  // FERRY_PARTITION_MS's partition size (SchedulingControl::DecideAtSizingStep): from
+  // the mean of the rates the workers' estimators measured,
+  // taken when the first worker asks, so every worker switches to the same size (the real
+  // workers agree on it with a push_pull at the boundary; its time is not modelled).
+  // `current`: the size in use.
   uint64_t TimedPartitionBytes(uint64_t current);
 
  private:

@@ -16,6 +16,15 @@ const std::vector<Knob>& Knobs() {
       {"FERRY_WINDOW_MIN_BYTES", KnobUse::kModelled, "the WindowEstimator"},
       {"FERRY_WINDOW_MAX_BYTES", KnobUse::kModelled, "the WindowEstimator"},
       {"FERRY_FUSION_BYTES", KnobUse::kModelled, "packs per server, as DensePushPull"},
+      {"FERRY_PARTITION_PER_LINK", KnobUse::kModelled,
+       "data-parallel jobs: keys sized as without it (the mean rate), each "
+       "worker's pieces by server from LinkSizing on its own LinkRates, summed by range "
+       "(PieceSizing, SimServer's grid rounds); a pipeline's partitions keep one cut"},
+      {"FERRY_REPARTITION_THRESHOLD", KnobUse::kModelled,
+       "LinkSizing::Moved, and the per-layer decision's rate and backward span"},
+      {"FERRY_DECOMPOSE", KnobUse::kModelled,
+       "per-layer: each worker's pieces by layer from DecomposeLayers on its own LayerTimes "
+       "and rate (PieceSizing); data-parallel jobs only"},
       {"FERRY_P3_SLICE_BYTES", KnobUse::kModelled, "p3's partition size"},
       {"FERRY_BUCKET_BYTES", KnobUse::kModelled, "fifo-bucket's policy"},
       {"FERRY_BUCKET_TIMEOUT_MS", KnobUse::kModelled, "fifo-bucket's timer"},

@@ -40,8 +40,8 @@ FairShareNetwork::FairShareNetwork(EventQueue& events, const NetworkParams& para
     : events_(events), params_(params), hosts_(hosts) {
   CHECK(hosts > 0 && params.link_bytes_per_us > 0 && params.local_bytes_per_us > 0);
   for (int h = 0; h < hosts; ++h) {
-    capacity_.push_back(params.link_bytes_per_us);   // uplink
-    capacity_.push_back(params.link_bytes_per_us);   // downlink
+    capacity_.push_back(params.RateOf(h));           // uplink
+    capacity_.push_back(params.RateOf(h));           // downlink
     capacity_.push_back(params.local_bytes_per_us);  // local path
   }
   carried_.assign(capacity_.size(), 0.0);
@@ -200,6 +200,10 @@ FairQueueNetwork::FairQueueNetwork(EventQueue& events, const NetworkParams& para
       down_(hosts),
       local_free_(hosts, 0.0) {
   CHECK(hosts > 0 && params.link_bytes_per_us > 0 && params.local_bytes_per_us > 0);
+  for (int h = 0; h < hosts; ++h) {
+    rate_.push_back(params.RateOf(h));
+    CHECK_GT(rate_.back(), 0) << "host " << h;
+  }
 }
 
 int FairQueueNetwork::Connect(int src, int dst) {
@@ -278,7 +282,7 @@ void FairQueueNetwork::ToUplink(int id) {
 void FairQueueNetwork::Left(int id, SimTime start) {
   Message& m = messages_[id];
   Connection& c = connections_[m.connection];
-  m.left = c.up_free = start + m.wire / params_.link_bytes_per_us;
+  m.left = c.up_free = start + m.wire / rate_[c.src];
   up_[c.src].bytes += m.wire;
   if (m.sent) {
     events_.At(m.left, [this, id] {
@@ -296,7 +300,7 @@ void FairQueueNetwork::Left(int id, SimTime start) {
     Serve(c.dst, /*up=*/false);
     return;
   }
-  Arrived(id, std::max(std::max(events_.now(), c.down_free) + m.wire / params_.link_bytes_per_us,
+  Arrived(id, std::max(std::max(events_.now(), c.down_free) + m.wire / rate_[c.dst],
                        m.left));
 }
 
@@ -360,7 +364,7 @@ void FairQueueNetwork::StartUp(int host) {
   c.up_waiting--;
   // Behind what interleaved on its connection: as a TCP stream, in order.
   const SimTime start = std::max(events_.now(), c.up_free);
-  link.busy_until = start + messages_[id].wire / params_.link_bytes_per_us;
+  link.busy_until = start + messages_[id].wire / rate_[host];
   Left(id, start);
 }
 
@@ -371,7 +375,7 @@ void FairQueueNetwork::StartDown(int host) {
   Connection& c = connections_[m.connection];
   c.down_waiting--;
   const SimTime start = std::max(events_.now(), c.down_free);
-  const SimTime end = std::max(start + m.wire / params_.link_bytes_per_us, m.left);
+  const SimTime end = std::max(start + m.wire / rate_[host], m.left);
   link.busy_until = end;
   Arrived(id, end);
 }

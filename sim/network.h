@@ -55,6 +55,15 @@ namespace ferry::sim {
 
 struct NetworkParams {
   double link_bytes_per_us = 125.0;    // 1 Gbit/s, after TCP efficiency
+  // By host: its uplink's and downlink's rate where it differs (uneven links); a host
+  // beyond the vector, or at 0, has link_bytes_per_us.
+  std::vector<double> host_bytes_per_us;
+  // Host `h`'s link rate, each way.
+  double RateOf(int h) const {
+    return static_cast<size_t>(h) < host_bytes_per_us.size() && host_bytes_per_us[h] > 0
+               ? host_bytes_per_us[h]
+               : link_bytes_per_us;
+  }
   double latency_us = 0;               // one way, between hosts
   double message_us = 0;               // per message, added to its delivery
   double local_bytes_per_us = 4000.0;  // within a host
@@ -228,6 +237,7 @@ class FairQueueNetwork : public Network {
   const NetworkParams params_;
   const int hosts_;
   std::vector<Link> up_, down_;
+  std::vector<double> rate_;  // by host: its links' bytes per us (NetworkParams::RateOf)
   std::vector<SimTime> local_free_;
   std::vector<Connection> connections_;
   std::vector<Message> messages_;  // by id; ids are reused (free_)

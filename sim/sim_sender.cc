@@ -114,17 +114,21 @@ void SimSender::SendBatch(const Batch& batch) {
       Compressed(t, handed);
       continue;
     }
-    const bool cut = frame_bytes_ > 0 && bytes > frame_bytes_;
-    t.frame_bytes = cut ? frame_bytes_ : 0;
-    t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes_ - 1) / frame_bytes_) : 1;
+    const uint64_t frame_bytes = FrameBytesOf(t);
+    const bool cut = frame_bytes > 0 && bytes > frame_bytes;
+    t.frame_bytes = cut ? frame_bytes : 0;
+    t.frames = cut ? static_cast<uint32_t>((bytes + frame_bytes - 1) / frame_bytes) : 1;
     if (cut) t.acked.assign(t.frames, false);  // a whole one needs none (frames_acked)
+    t.summed_bytes.assign(t.frames, 0);
     if (cut) {
       for (uint32_t i = 0; i < t.frames; ++i) {
-        const uint64_t length = std::min(frame_bytes_, bytes - i * frame_bytes_);
+        const uint64_t length = std::min(frame_bytes, bytes - i * frame_bytes);
         packs.push_back(Pack{handed.server, length, {}});
         packs.back().pushes.push_back(
             SubPush{handed.cookie, t.part->key, i, t.frames, length, handed.priority});
         packs.back().pushes.back().round = static_cast<uint32_t>(t.record.iteration);
+        packs.back().pushes.back().cut = frame_bytes;
+        packs.back().pushes.back().key_bytes = bytes;
       }
       continue;
     }
@@ -139,15 +143,27 @@ void SimSender::SendBatch(const Batch& batch) {
     packs[slot - 1].pushes.push_back(
         SubPush{handed.cookie, t.part->key, 0, 1, bytes, handed.priority});
     packs[slot - 1].pushes.back().round = static_cast<uint32_t>(t.record.iteration);
+    packs[slot - 1].pushes.back().key_bytes = bytes;
   }
   for (Pack& pack : packs) {
     if (static_cast<size_t>(pack.server) < open.size()) open[pack.server] = 0;  // all 0 again
+    if (pack.pushes.size() > 1) {
+      for (const SubPush& p : pack.pushes) FindTask(p.cookie)->fused = true;
+    }
     SimServer* server = servers_.at(pack.server);
     const int priority = pack.pushes.front().priority;
     job_.fabric->SendData(
         node(), job_.ServerNode(pack.server), pack.bytes, priority, DataKind::kPush,
         [this, server, pushes = std::move(pack.pushes)] { server->OnPushes(*this, pushes); });
   }
+}
+
+uint64_t SimSender::FrameBytesOf(const Task& t) const {
+  const auto server = static_cast<size_t>(t.part->server);
+  uint64_t frame = server < link_pieces_.size() ? link_pieces_[server] : frame_bytes_;
+  const uint64_t layer = t.layer < layer_pieces_.size() ? layer_pieces_[t.layer] : 0;
+  if (layer > 0) frame = frame == 0 ? layer : std::min(frame, layer);
+  return frame;
 }
 
 void SimSender::Compressed(const Task& t, const PushTask& handed) {
@@ -187,8 +203,13 @@ void SimSender::Acked(Task& t, uint32_t frame) {
   if (t.frames > 1) t.acked[frame] = true;
   t.frames_acked++;
   const int64_t now = static_cast<int64_t>(job_.events.now());
+  const uint64_t length =
+      t.frames > 1 ? std::min(t.frame_bytes, t.part->bytes - frame * t.frame_bytes) : t.part->bytes;
+  if (!t.fused && !t.sit_out) {  // the path's rate, as DensePushPull::NoteFrameAcked
+    link_rates_.OnAck(t.part->server, length, static_cast<int64_t>(t.record.sent_us), now);
+  }
   if (t.frames_acked < t.frames) {
-    core_->ReturnPart(t.task, std::min(t.frame_bytes, t.part->bytes - frame * t.frame_bytes), now);
+    core_->ReturnPart(t.task, length, now);
   } else {
     t.record.acked_us = job_.events.now();
     core_->Done(t.task, /*acked=*/true, now);
@@ -227,6 +248,22 @@ void SimSender::OnSum(uint64_t cookie, uint32_t frame, bool late) {
   EraseTask(cookie);
   Pump();
   if (part_summed_) part_summed_(layer);
+}
+
+void SimSender::OnSumRange(uint64_t cookie, uint64_t offset, uint64_t length) {
+  Task* t = FindTask(cookie);
+  CHECK(t) << "worker " << rank_ << ": a sum for no task";
+  const uint64_t cut = t->frames > 1 ? t->frame_bytes : t->part->bytes;
+  std::vector<uint32_t> complete;
+  for (uint64_t f = offset / cut; f < t->frames && f * cut < offset + length; ++f) {
+    const uint64_t begin = f * cut;
+    const uint64_t end = std::min(begin + cut, t->part->bytes);
+    t->summed_bytes[f] += std::min(end, offset + length) - std::max(begin, offset);
+    CHECK_LE(t->summed_bytes[f], end - begin) << "worker " << rank_ << ": a sum twice";
+    if (t->summed_bytes[f] == end - begin) complete.push_back(static_cast<uint32_t>(f));
+  }
+  // OnSum may finish the task (its last frame) and start others: by cookie each time.
+  for (uint32_t f : complete) OnSum(cookie, f);
 }
 
 uint64_t SimSender::AddTask(Task t) {

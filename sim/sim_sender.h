@@ -18,6 +18,13 @@
 // its acknowledgement. The core is pumped after every event that may let a batch out, and
 // at the policy's timer.
 //
+// Pieces (docs/simulation.md, "Uneven links"): a partition to server s is cut in frames of
+// the worker's piece for s where SetLinkPieces set one (FERRY_PARTITION_PER_LINK), else in
+// FERRY_FRAME_BYTES; a layer's piece (SetLayerPieces, FERRY_DECOMPOSE=per-layer), where
+// smaller, wins (DensePushPull::CutFrames). Each frame's acknowledgement is a sample of its
+// path's rate (LinkRates; not for fused packs), and a sum may cover a range of its own
+// frames or a part of one (OnSumRange: the server's grid is another worker's cut).
+//
 // Invariant: a partition is reported summed exactly once, after its task was erased and the
 // core pumped (the caller may push again from the callback). Not thread-safe (one event loop).
 
@@ -29,6 +36,7 @@
 
 #include "sim/job.h"
 #include "sim/sim_server.h"
+#include "worker/partition_scheduling/link_sizing.h"
 #include "worker/partition_scheduling/scheduling_core.h"
 
 namespace ferry::sim {
@@ -55,6 +63,15 @@ class SimSender {
   void OnAck(uint64_t cookie, uint32_t frame, SimTime sent);
   // `late`: the sum leaves this worker out, its push came late (backup workers).
   void OnSum(uint64_t cookie, uint32_t frame, bool late = false);
+  // The sum of bytes [offset, offset + length) of the task's partition (a grid frame): it
+  // completes each of the task's frames whose every byte's sum came.
+  void OnSumRange(uint64_t cookie, uint64_t offset, uint64_t length);
+  // By server rank, the piece of pushes sent from now on (empty: FERRY_FRAME_BYTES for
+  // every server); by layer, the layer's piece (0 or beyond the vector: none).
+  void SetLinkPieces(std::vector<uint64_t> by_server) { link_pieces_ = std::move(by_server); }
+  void SetLayerPieces(std::vector<uint64_t> by_layer) { layer_pieces_ = std::move(by_layer); }
+  // The paths' rates measured at the acknowledgements (link_sizing.h).
+  LinkRates& link_rates() { return link_rates_; }
   // Since the last call (a step's, called at its boundary): the partitions whose sums came,
   // those of them whose sum left this worker out because its push came late, and the
   // layers with such a partition (what Worker::Contributors(name) of each layer says then).
@@ -86,6 +103,8 @@ class SimSender {
     uint64_t frame_bytes = 0;  // 0: whole
     uint32_t frames = 1;
     std::vector<bool> acked;  // by frame, when in frames (frames_acked says it for one)
+    std::vector<uint64_t> summed_bytes;  // by frame: the bytes whose sum came (OnSumRange)
+    bool fused = false;                  // sent in a pack with others
     uint32_t frames_acked = 0;
     uint32_t frames_summed = 0;
     bool sit_out = false;  // Push's sit_out
@@ -93,6 +112,8 @@ class SimSender {
     PartRecord record;     // filled when recording
   };
   void SendBatch(const Batch& batch);
+  // The frame size `t` is cut in when sent now (0: whole).
+  uint64_t FrameBytesOf(const Task& t) const;
   // A compressed partition (FERRY_COMPRESSION): sent whole once compressed.
   void Compressed(const Task& t, const PushTask& handed);
   void Acked(Task& t, uint32_t frame);
@@ -107,6 +128,9 @@ class SimSender {
   const std::vector<SimServer*> servers_;
   std::unique_ptr<SchedulingCore> core_;
   const uint64_t frame_bytes_;
+  std::vector<uint64_t> link_pieces_;   // SetLinkPieces
+  std::vector<uint64_t> layer_pieces_;  // SetLayerPieces
+  LinkRates link_rates_;
   PartSummed part_summed_;
   std::vector<Task> slots_;
   std::vector<uint32_t> generation_;  // by slot: the cookie's high half while in use

@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "common/transport/message.h"
 #include "common/util/strings.h"
 #include "server/key_state.h"
@@ -56,6 +58,10 @@ void SimServer::Work(int engine) {
     e.queue.pop();
     if (item.work != nullptr) {
       e.busy_until = job_.events.now() + item.work->Take(rank_, item.push.cookie);
+      continue;
+    }
+    if (ByRange(item.push)) {
+      TakeByRange(e, item);
       continue;
     }
     if (backup_ && ClosesEarly(item.push)) {
@@ -126,6 +132,71 @@ void SimServer::SendSums(const Item& item) {
   if (last_round_ == &round) last_round_ = nullptr;
   open_.erase(id);
   rounds_completed_++;
+}
+
+bool SimServer::ByRange(const SubPush& push) const {
+  return job_.CutsMayDiffer() && !backup_ && push.raw_bytes == 0 && !push.sit_out &&
+         job_.InGlobalSet(push.key);
+}
+
+void SimServer::TakeByRange(Engine& e, const Item& item) {
+  const SubPush& p = item.push;
+  Grid& g = grids_[p.key];
+  const uint64_t cut = p.cut > 0 ? p.cut : p.key_bytes;
+  if (g.frames.empty()) {  // the first piece sets the grid
+    g.round = p.round;
+    g.cut = cut;
+    g.bytes = p.key_bytes;
+    g.frames.resize((g.bytes + g.cut - 1) / g.cut);
+  }
+  CHECK_EQ(g.round, p.round) << "key " << p.key << ": a piece of another round";
+  CHECK(g.bytes == p.key_bytes &&
+        (cut % g.cut == 0 || g.cut % cut == 0 || cut >= g.bytes || g.cut >= g.bytes))
+      << "key " << p.key << ": a piece cut in " << cut << " does not nest with the grid's "
+      << g.cut;
+  const int rank = item.from->rank();
+  const int members = job_.Members(p.key);
+  const uint64_t begin = static_cast<uint64_t>(p.frame) * cut;
+  const uint64_t end = begin + p.bytes;
+  double work_us = 0;
+  std::vector<uint32_t> complete;
+  for (uint64_t f = begin / g.cut; f < g.frames.size() && f * g.cut < end; ++f) {
+    GridFrame& frame = g.frames[f];
+    const uint64_t length = std::min(g.cut, g.bytes - f * g.cut);
+    const uint64_t overlap = std::min(end, f * g.cut + length) - std::max(begin, f * g.cut);
+    if (frame.got.empty()) frame.got.assign(static_cast<size_t>(job_.num_workers), 0);
+    uint64_t& got = frame.got[static_cast<size_t>(rank)];
+    if (got == 0) frame.pushers.emplace_back(item.from, p.cookie);
+    const bool adopted = frame.whole == 0 && overlap == length;
+    if (!adopted) work_us += static_cast<double>(overlap) / job_.sum_bytes_per_us;
+    got += overlap;
+    CHECK_LE(got, length) << "key " << p.key << ": worker " << rank << " sent bytes twice";
+    if (got == length && ++frame.whole == members) complete.push_back(static_cast<uint32_t>(f));
+  }
+  e.busy_until = job_.events.now() + work_us;
+  bytes_summed_ += p.bytes;
+  for (uint32_t f : complete) {
+    const uint64_t key = p.key;
+    const int priority = p.priority;
+    job_.events.At(e.busy_until, [this, key, f, priority] { SendGridSum(key, f, priority); });
+  }
+}
+
+void SimServer::SendGridSum(uint64_t key, uint32_t frame, int priority) {
+  auto it = grids_.find(key);
+  CHECK(it != grids_.end()) << "key " << key << ": a grid frame's sum of no round";
+  Grid& g = it->second;
+  const int node = job_.ServerNode(rank_);
+  const uint64_t offset = static_cast<uint64_t>(frame) * g.cut;
+  const uint64_t length = std::min(g.cut, g.bytes - offset);
+  for (const auto& [worker, cookie] : g.frames[frame].pushers) {
+    SimSender* w = worker;
+    const uint64_t c = cookie;
+    job_.fabric->SendData(node, w->node(), length, priority, DataKind::kSum,
+                          [w, c, offset, length] { w->OnSumRange(c, offset, length); });
+  }
+  rounds_completed_++;
+  if (++g.sent == g.frames.size()) grids_.erase(it);
 }
 
 bool SimServer::ClosesEarly(const SubPush& push) const {

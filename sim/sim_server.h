@@ -8,6 +8,16 @@
 // the sum goes to every pusher (streaming aggregation per frame, as FrameSum). With backup
 // workers (FERRY_BACKUP_WORKERS) the global set's raw rounds close as BackupRounds says,
 // and a worker may sit a round out (SubPush::sit_out).
+//
+// Grid rounds (cuts that differ: SimJob::CutsMayDiffer; server/key_state.h, "Cuts that
+// differ"): the global set's raw pushes are summed by range. A round's grid is the cut of
+// the first piece of it that an engine takes; a coarser piece is split into the grid frames
+// it covers, a finer one's bytes gathered per (worker, grid frame). A grid frame brought
+// whole by one piece while no worker's bytes of it are whole is adopted (no work); every
+// other byte is added (bytes / the summation rate). A grid frame's sum goes to every pusher
+// of it, in the grid's cut, once every worker's bytes of it are in; a worker takes it by
+// range (SimSender::OnSumRange). With one cut for every worker this is the rounds by
+// (key, frame) above, event for event.
 
 #include <cstdint>
 #include <memory>
@@ -36,6 +46,10 @@ struct SubPush {
   // Backup workers: a header-only push of the whole key (`frames` of it; `bytes` 0) that
   // sits the round out (Envelope.sit_out; sim/backup_rounds.h).
   bool sit_out = false;
+  // Grid rounds: the pusher's cut of the key (its frames' size; 0: whole) and the key's
+  // bytes; the piece starts at frame x cut.
+  uint64_t cut = 0;
+  uint64_t key_bytes = 0;
 };
 
 class BackupRounds;
@@ -93,9 +107,27 @@ class SimServer {
     int summed = 0;
     std::vector<std::pair<SimSender*, uint64_t>> pushers;  // (worker, its cookie)
   };
+  // A key's grid round: its cut, and by grid frame each worker's bytes in and the pushers.
+  struct GridFrame {
+    std::vector<uint64_t> got;  // by worker rank
+    int whole = 0;              // workers whose bytes of it are all in
+    std::vector<std::pair<SimSender*, uint64_t>> pushers;  // (worker, its cookie)
+  };
+  struct Grid {
+    uint32_t round = 0;
+    uint64_t cut = 0;    // the grid frame's bytes
+    uint64_t bytes = 0;  // the key's
+    std::vector<GridFrame> frames;
+    size_t sent = 0;  // frames whose sum went back
+  };
   void Work(int engine);
   // The round of `item` (its last push) is summed: the sums go to every pusher.
   void SendSums(const Item& item);
+  // Grid rounds: whether `push` is summed by range, taking it (`e` is free), and sending
+  // grid frame `frame`'s sum.
+  bool ByRange(const SubPush& push) const;
+  void TakeByRange(Engine& e, const Item& item);
+  void SendGridSum(uint64_t key, uint32_t frame, int priority);
   // Backup workers: whether `push`'s round may close early (the global set's raw pushes:
   // averaged floating-point gradients), and the engine taking it; `e` is free.
   bool ClosesEarly(const SubPush& push) const;
@@ -122,6 +154,7 @@ class SimServer {
   };
   static RoundId IdOf(const SubPush& p) { return RoundId{p.key, p.frame}; }
   std::unordered_map<RoundId, Round, RoundIdHash> open_;  // open rounds by (key, frame)
+  std::unordered_map<uint64_t, Grid> grids_;               // open grid rounds by key
   // The open round of `push`, made on its first push. Remembers the last one found: an
   // engine sums one key's pushes from every worker mostly in a row.
   Round& RoundOf(const SubPush& push);

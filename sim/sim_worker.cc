@@ -12,7 +12,7 @@ namespace ferry::sim {
 
 SimWorker::SimWorker(SimJob& job, int rank, std::vector<SimServer*> servers, double jitter,
                      uint64_t seed)
-    : SimWorkerBase(job, rank, std::move(servers), jitter, seed) {
+    : SimWorkerBase(job, rank, std::move(servers), jitter, seed), pieces_(job) {
   sender_.SetPartSummed([this](uint32_t layer) { PartSummed(layer); });
   layout_ = &job_.LayoutFor(partition_bytes_);
   parts_left_.assign(job_.workload.layers.size(), 0);
@@ -43,13 +43,15 @@ void SimWorker::Boundary() {
   // Every sum of the last iteration was waited for: nothing is in flight.
   boundaries_++;
   sender_.core().Step(job_.events.now());
-  if (job_.SizesPartitionsByTime() && boundaries_ == SimJob::kTimedBoundary) {
+  const bool sizing = job_.SizesPartitionsByTime() && boundaries_ == SimJob::kTimedBoundary;
+  if (sizing) {
     const uint64_t bytes = job_.TimedPartitionBytes(partition_bytes_);
     if (bytes != partition_bytes_) {
       SetPartitionBytes(bytes);
       layout_ = &job_.LayoutFor(bytes);
     }
   }
+  pieces_.AtBoundary(sizing, partition_bytes_, sender_);
   if (iteration_ == total_) {
     finished_ = true;
     return;
@@ -109,6 +111,10 @@ void SimWorker::PushLayer(size_t layer, bool sit_out) {
   const std::vector<SimPart>& parts = layout_->parts[layer];
   CHECK_EQ(parts_left_[layer], 0) << "layer " << layer << " pushed with its last push_pull open";
   parts_left_[layer] = static_cast<int>(parts.size());
+  if (!sit_out) {
+    pieces_.OnLayerReady(static_cast<uint32_t>(layer), job_.workload.layers[layer].bytes,
+                         job_.events.now());
+  }
   // Declaration order: the input side first.
   sender_.Push(static_cast<uint32_t>(layer), parts, -static_cast<int>(layer), iteration_,
                sit_out);

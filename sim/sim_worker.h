@@ -4,7 +4,8 @@
 // (bench/training_emulator/train_sim.h), in simulated time:
 //   forward:  for l = 0..L-1: wait for layer l's sum of the previous iteration, then
 //             compute fwd_ms;
-//   boundary: StepBoundary (FERRY_PARTITION_MS sizes partitions at the third);
+//   boundary: StepBoundary (FERRY_PARTITION_MS sizes partitions at the third; the worker's
+//             pieces are decided: PieceSizing);
 //   backward: for l = L-1..0: compute bwd_ms, then push_pull layer l.
 // Iteration i lasts from the start of its first forward layer to iteration i+1's; one
 // more forward pass after the last marks its end.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "sim/job.h"
+#include "sim/piece_sizing.h"
 #include "sim/sit_out_runs.h"
 #include "sim/sim_server.h"
 #include "sim/sim_worker_base.h"
@@ -45,6 +47,8 @@ class SimWorker : public SimWorkerBase {
   int sat_out() const { return runs_.count(); }
 
   int node() const { return job_.WorkerNode(rank_); }
+  // Its own decisions on pieces (per link, per layer).
+  const PieceSizing& pieces() const { return pieces_; }
   // Where the worker is, for a deadlock's message.
   std::string Describe() const;
 
@@ -61,6 +65,7 @@ class SimWorker : public SimWorkerBase {
   void PartSummed(uint32_t layer);
 
   const Layout* layout_ = nullptr;
+  PieceSizing pieces_;
   std::vector<int> parts_left_;    // by layer: partitions of its push_pull still without a sum
   int iteration_ = 0;
   int boundaries_ = 0;

@@ -125,6 +125,11 @@ TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
                            "FERRY_COMPRESSION"}) {
     base.env.erase(knob);
   }
+  const bool uneven = options.cluster.Uneven();
+  if (uneven) {  // stage 5 searches them; until then Ferry's defaults
+    base.env.erase(kPerLinkKnob);
+    base.env.erase(kDecomposeKnob);
+  }
   const std::vector<int> backups = BackupCandidates(options, tune);
   if (!backups.empty()) base.env.erase("FERRY_BACKUP_WORKERS");  // searched: 0 unless set
   std::set<std::map<std::string, std::string>> seen;
@@ -184,9 +189,40 @@ TuneResult Tune(const SimOptions& options, const TuneOptions& tune,
       r.backup.push_back(*fastest);
     }
   }
+  // Stage 5: from the best raw settings without backup workers whose partitions are sized
+  // by time (where pieces per link apply).
+  const Candidate* from = nullptr;
+  for (const Candidate& c : all) {
+    const auto policy = c.env.find("FERRY_SCHEDULING_POLICY");
+    const bool timed = !c.env.count("FERRY_PARTITION_BYTES") &&
+                       (policy == c.env.end() || policy->second != "p3");
+    if (timed && !Compressed(c) && BackupWorkersOf(c) == 0 && (!from || faster(c, *from))) {
+      from = &c;
+    }
+  }
+  if (uneven && from) {
+    const std::map<std::string, std::string> start = from->env;
+    for (int mode = 0; mode < 4; ++mode) {  // today, per link, per layer, both
+      auto env = start;
+      env[kPerLinkKnob] = mode & 1 ? "1" : "0";
+      env[kDecomposeKnob] = mode & 2 ? "per-layer" : "off";
+      run(env);
+      r.links.push_back(*std::find_if(all.begin(), all.end(),
+                                      [&](const Candidate& c) { return c.env == env; }));
+    }
+  }
   r.ranked = all;
   std::stable_sort(r.ranked.begin(), r.ranked.end(), faster);
   return r;
+}
+
+std::string LinkModeOf(const Candidate& c) {
+  const auto link = c.env.find(kPerLinkKnob);
+  const auto layer = c.env.find(kDecomposeKnob);
+  const bool per_link = link != c.env.end() && link->second == "1";  // off by default
+  const bool per_layer = layer != c.env.end() && layer->second == "per-layer";
+  if (per_link && per_layer) return "per-link+per-layer";
+  return per_link ? "per-link" : per_layer ? "per-layer" : "today";
 }
 
 std::string DescribeEnv(const std::map<std::string, std::string>& env) {

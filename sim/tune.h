@@ -22,7 +22,13 @@
 //   4. the best without compression of each policy with every FERRY_BACKUP_WORKERS in
 //      `backup_workers` (by default: 1 up to the number of slow workers, when the job has
 //      some: SimOptions::worker_compute_scale, rotating_slow_factor), as
-//      TuneResult::backup; a late worker catches up as SimOptions::catch_up says.
+//      TuneResult::backup; a late worker catches up as SimOptions::catch_up says;
+//   5. where the workers' links differ (ClusterSpec::Uneven), the best without compression
+//      nor backup workers whose partitions are sized by time (no FERRY_PARTITION_BYTES, not
+//      p3) with each way of cutting: today's one size (FERRY_PARTITION_PER_LINK=0), pieces
+//      per link (=1), per layer (FERRY_DECOMPOSE=per-layer) and both, as
+//      TuneResult::links in that order. Stages 1 to 4 then leave both knobs at Ferry's
+//      defaults (both off).
 // Every candidate keeps the options' own env (--env) except the knobs it sets. The
 // baseline is the options' env as given (Ferry's defaults unless --env says otherwise).
 // Deterministic, as Simulate is.
@@ -76,8 +82,17 @@ struct TuneResult {
   // Stage 4, when searched: the best without compression (b = 0), then for each b, in
   // order, the fastest with it.
   std::vector<Candidate> backup;
+  // Stage 5, when the links are uneven: today's sizing, per link, per layer, both.
+  std::vector<Candidate> links;
   int simulations = 0;
 };
+
+// Stage 5's knobs.
+inline constexpr const char* kPerLinkKnob = "FERRY_PARTITION_PER_LINK";
+inline constexpr const char* kDecomposeKnob = "FERRY_DECOMPOSE";
+// Stage 5's label for a candidate: "today", "per-link", "per-layer" or "per-link+per-layer"
+// (per link unless FERRY_PARTITION_PER_LINK=0; per layer where FERRY_DECOMPOSE=per-layer).
+std::string LinkModeOf(const Candidate& c);
 
 // Stage 4's values of b for `options` (TuneOptions::backup_workers).
 std::vector<int> BackupCandidates(const SimOptions& options, const TuneOptions& tune);

@@ -115,6 +115,32 @@ std::string BackupSection(const SimOptions& o, const TuneResult& r) {
   return out + BackupVerdict(o, r);
 }
 
+// A way of cutting other than today's must predict a step this much shorter to be chosen.
+constexpr double kLinkModeMargin = 0.02;
+
+// Stage 5: each way of cutting against today's one size, and the one --tune chooses, as
+// the FERRY_* variables that set it: the fastest, if it beats today's by more than
+// kLinkModeMargin (the model's error against the emulated cluster is of that order), else
+// today's.
+std::string LinksSection(const TuneResult& r) {
+  if (r.links.empty()) return "";
+  std::string out = "uneven links (from the best settings without compression nor backup "
+                    "workers, sized by time; docs/simulation.md, \"Uneven links\"):\n";
+  const Candidate* fastest = &r.links.front();
+  for (const Candidate& c : r.links) {
+    out += Row(LinkModeOf(c), c, r.links.front().median_ms);
+    if (c.median_ms < fastest->median_ms) fastest = &c;
+  }
+  const Candidate* chosen =
+      fastest->median_ms < (1 - kLinkModeMargin) * r.links.front().median_ms ? fastest
+                                                                              : &r.links.front();
+  char line[256];
+  std::snprintf(line, sizeof(line), "uneven links: chooses %s (%.3fx today's step): ",
+                LinkModeOf(*chosen).c_str(), chosen->median_ms / r.links.front().median_ms);
+  return StrCat(out, line, kPerLinkKnob, "=", chosen->env.at(kPerLinkKnob), " ", kDecomposeKnob,
+                "=", chosen->env.at(kDecomposeKnob), "\n");
+}
+
 }  // namespace
 
 std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wall_s) {
@@ -128,6 +154,7 @@ std::string FormatTuneJson(const CliOptions& cli, const TuneResult& r, double wa
                 ",\"best\":", r.ranked.empty() ? "null" : CandidateJson(Recommended(r)),
                 ",\"ranked\":", CandidatesJson(r.ranked), ",\"backup\":", CandidatesJson(r.backup),
                 ",\"backup_pays\":", BackupPays(r) ? "true" : "false",
+                ",\"links\":", CandidatesJson(r.links),
                 ",\"simulations\":", r.simulations, ",\"wall_s\":", JsonNumber(wall_s), "}\n");
 }
 
@@ -189,6 +216,7 @@ std::string FormatTuneText(const CliOptions& cli, const TuneResult& r, double wa
     out += StrCat("... ", r.ranked.size() - shown, " more (--format json lists them)\n");
   }
   out += BackupSection(cli.sim, r);
+  out += LinksSection(r);
   if (r.ranked.empty()) return out;
   const Candidate& best = Recommended(r);
   out += TcpNote(best);

@@ -49,6 +49,9 @@ void DensePushPull::Enqueue(const std::shared_ptr<Operation>& op, uint32_t part,
   f.task = PushTask{op->priority, 0, PushCompression::WireBytes(*op, p), p.server, next_cookie_++,
                     {}};
   f.ready_us = now_us;
+  if (ctx_.config.scheduling.decompose_per_layer) {
+    ctx_.layer_times.OnReady(op->tensor->id, op->tensor->bytes, now_us);
+  }
   queued_[f.task.cookie] = f;
   queue_.Push(f.task, /*notify=*/false);  // the thread that queued it sends (SendReady)
 }
@@ -185,14 +188,24 @@ void DensePushPull::SendBatch(const Batch& batch) {
 }
 
 void DensePushPull::CutFrames(InFlight& f) const {
-  const uint64_t bytes = PartOf(f).bytes;
-  const uint64_t frame = ctx_.frame_bytes;
+  const PartitionSpec& p = PartOf(f);
+  const uint64_t bytes = p.bytes;
+  const std::vector<uint64_t>& per_link = ctx_.link_frame_bytes;  // empty: one size for all
+  uint64_t frame = static_cast<size_t>(p.server) < per_link.size()
+                       ? per_link[static_cast<size_t>(p.server)]
+                       : ctx_.frame_bytes;
+  auto layer = ctx_.layer_frame_bytes.find(f.op->tensor->id);  // FERRY_DECOMPOSE=per-layer
+  if (layer != ctx_.layer_frame_bytes.end()) {
+    frame = frame == 0 ? layer->second : std::min(frame, layer->second);
+  }
   const bool cut = frame > 0 && !ctx_.config.server.async && bytes > frame &&
                    !PushCompression::Compressed(*f.op, PartOf(f));
   f.frame_bytes = cut ? frame : 0;
   f.frames = FrameCount(bytes, f.frame_bytes);
   f.frame_acked.assign(f.frames, false);
-  f.frame_summed.assign(f.frames, false);
+  f.frame_summed_bytes.assign(f.frames, 0);
+  f.sum_cut = 0;
+  f.sum_got.clear();
   f.frames_acked = f.frames_summed = 0;
 }
 
@@ -378,6 +391,9 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
   if (!f.frame_acked[frame]) {
     f.frame_acked[frame] = true;
     f.frames_acked++;
+    if (!f.fused && !f.op->sit_out) {  // the path's rate (link_sizing.h)
+      ctx_.link_rates.OnAck(PartOf(f).server, FrameLength(f, frame), f.sent_us, NowUs());
+    }
     // The frame's credit comes back now (the window's sample); the last frame's with
     // ReturnCredit below.
     if (f.frames_acked < f.frames && !f.credit_returned) {
@@ -391,6 +407,36 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
   in_flight_.Ack(request);
   ReturnCredit(f);
   if (f.acked_us == 0) f.acked_us = NowUs();
+}
+
+bool DensePushPull::NoteSum(uint64_t request, InFlight& f, uint64_t offset, uint64_t cut) {
+  const uint64_t bytes = PartOf(f).bytes;
+  if (f.sum_cut == 0) {  // the round's cut: CheckResult holds later sums to it
+    f.sum_cut = cut;
+    f.sum_got.assign(FrameCount(bytes, cut), false);
+  }
+  const size_t piece = static_cast<size_t>(offset / cut);
+  if (f.sum_got[piece]) return false;
+  f.sum_got[piece] = true;
+  if (bytes == 0) {  // an empty partition: one empty frame
+    f.frames_summed = f.frames;
+    NoteFrameAcked(request, f, 0);
+    return true;
+  }
+  const uint64_t length = std::min(cut, bytes - offset);
+  // Every frame of ours that [offset, offset + length) overlaps gets the overlap's bytes.
+  const uint64_t own = f.frames > 1 ? f.frame_bytes : bytes;
+  for (uint64_t at = offset; at < offset + length;) {
+    const uint32_t frame = static_cast<uint32_t>(at / own);
+    const uint64_t end = std::min(offset + length, std::min<uint64_t>((frame + 1) * own, bytes));
+    f.frame_summed_bytes[frame] += end - at;
+    if (f.frame_summed_bytes[frame] == FrameLength(f, frame)) {
+      f.frames_summed++;
+      NoteFrameAcked(request, f, frame);  // its ack may still be on its way, or lost
+    }
+    at = end;
+  }
+  return true;
 }
 
 int DensePushPull::Divisor(const TensorInfo& t) const {
@@ -424,13 +470,15 @@ std::string DensePushPull::Deliver(const Operation& op, const PartitionSpec& p,
 std::string DensePushPull::CheckResult(const InFlight& f, const Message& m) const {
   const proto::Envelope& e = m.envelope;
   const PartitionSpec& p = PartOf(f);
-  const uint64_t cut = f.frames > 1 ? f.frame_bytes : 0;
-  const uint64_t frame_length =
-      f.frames > 1 && e.offset() < p.bytes ? std::min(f.frame_bytes, p.bytes - e.offset()) : p.bytes;
-  const bool frame_ok = e.frame_bytes() == cut &&
-                        (f.frames > 1 ? e.key_length() == p.bytes && e.offset() % cut == 0 &&
-                                            e.offset() < p.bytes
-                                      : e.offset() == 0);
+  // The server's cut (a whole-key sum: the partition), nested with ours, one per round.
+  const uint64_t own = f.frames > 1 ? f.frame_bytes : p.bytes;
+  const uint64_t cut = e.frame_bytes() != 0 ? e.frame_bytes() : p.bytes;
+  const uint64_t frame_length = e.offset() < p.bytes ? std::min(cut, p.bytes - e.offset()) : 0;
+  const bool frame_ok =
+      (e.frame_bytes() != 0 ? e.key_length() == p.bytes && CutsNest(cut, own, p.bytes) &&
+                                  e.offset() % cut == 0 && e.offset() < p.bytes
+                            : e.offset() == 0) &&
+      (f.sum_cut == 0 || f.sum_cut == cut);
   const bool compressed = !f.wire.empty();
   const std::string compression = compressed ? PushCompression::CheckSum(*f.op, p, m) : "";
   const bool length_ok = compressed ? compression.empty()
@@ -456,17 +504,13 @@ bool DensePushPull::OnResult(Message&& m) {
     return true;
   }
   std::string error = CheckResult(*found, m);
-  const uint32_t frame =
-      found->frames > 1 && error.empty() ? static_cast<uint32_t>(e.offset() / found->frame_bytes) : 0;
   if (error.empty()) {
-    if (found->frame_summed[frame]) {  // a resend's answer crossed the first one
+    const uint64_t cut = e.frame_bytes() != 0 ? e.frame_bytes() : PartOf(*found).bytes;
+    if (!NoteSum(request, *found, e.offset(), cut)) {  // a resend's answer crossed the first
       ctx_.NoteLateReply(m);
       return true;
     }
-    found->frame_summed[frame] = true;
-    found->frames_summed++;
     if (!e.left_out().empty()) MergeMask(&found->op->left_out, e.left_out());
-    NoteFrameAcked(request, *found, frame);  // its ack may still be on its way, or lost
   }
   const bool last = !error.empty() || found->frames_summed == found->frames;
   // The partition's record: taken out with its last frame; earlier frames read it in place

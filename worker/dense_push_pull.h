@@ -107,7 +107,12 @@ class DensePushPull : public OperationKind {
     uint64_t frame_bytes = 0;      // the cut; 0: one message (frames == 1)
     uint32_t frames = 1;
     std::vector<bool> frame_acked;   // by frame: acknowledged (or summed)
-    std::vector<bool> frame_summed;  // by frame: its sum was delivered
+    // The sums come in the server's cut of the round (its first frame's), which may differ
+    // from this worker's (range arithmetic, server/key_state.h): `sum_cut` (0: no sum yet),
+    // the pieces of it delivered, and by frame of this worker's cut the bytes of its sum in.
+    uint64_t sum_cut = 0;
+    std::vector<bool> sum_got;
+    std::vector<uint64_t> frame_summed_bytes;
     uint32_t frames_acked = 0, frames_summed = 0;
     uint32_t unreleased = 0;       // frames of the latest send ZeroMQ holds; 0: timer runs
     Buffer wire;                   // compressed: the bytes sent (and resent); empty: raw
@@ -128,8 +133,13 @@ class DensePushPull : public OperationKind {
   // Frame `frame` of `f` is acknowledged (its ack or its sum came); the last one returns
   // the credit and starts the wait for the sums (RequestTracker::Ack). REQUIRES: mu.
   void NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame) REQUIRES(ctx_.mu);
+  // The sum of the piece at `offset` of f's partition cut in `cut` bytes came (CheckResult
+  // passed): marks the frames of f's own cut it completes (each counts as acknowledged).
+  // False: that piece was delivered already (a resend's answer).
+  bool NoteSum(uint64_t request, InFlight& f, uint64_t offset, uint64_t cut)
+      REQUIRES(ctx_.mu);
   // Why reply `m` does not answer `f` (empty if it does): key, length, dtype, sender,
-  // and a frame of f's cut.
+  // and a piece of a cut that nests with f's (CutsNest).
   std::string CheckResult(const InFlight& f, const Message& m) const REQUIRES(ctx_.mu);
   const PartitionSpec& PartOf(const InFlight& f) const;
   // Queues partition `part` of a started operation. REQUIRES: mu.

@@ -36,6 +36,8 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
       sizes && !c.partition_ms_set && ctx_.cluster.table().ServersOnLoopback();
   size_by_time_ = sizes && !loopback_keeps_size_;
   tune_after_sizing_ = c.autotune && size_by_time_;
+  per_link_ = size_by_time_ && c.partition_per_link && !c.autotune &&
+              ctx_.config.server.backup_workers == 0 && !ctx_.config.server.async;
   // Only where partitions are sized by the link: in that decision's push_pull, which every
   // worker makes at the same boundary (not under elastic training, where a worker that
   // joins counts its boundaries from its join).
@@ -111,8 +113,11 @@ void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
                 credit_bytes, " bytes; it must be at least 1");
   MutexLock step_lock(step_mu_);
   size_by_time_ = false;
+  per_link_ = false;  // the program's sizes stand, for every link
+  link_sizing_.reset();
   {
     MutexLock lock(ctx_.mu);
+    ctx_.link_frame_bytes.clear();
     ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
     // A credit set by the program is fixed (as FERRY_SCHEDULING_CREDIT is); frames stay.
     Apply(SchedulingChoice{partition_bytes, credit_bytes, 0.0, current_.frame_bytes},
@@ -154,7 +159,18 @@ void SchedulingControl::StepBoundary() {
     } else {
       ApplySizingStep(decided, why);
     }
+    if (per_link_) DecidePieces("at the sizing boundary");
+  } else if (link_sizing_) {
+    bool moved;
+    {
+      MutexLock lock(ctx_.mu);
+      moved = link_sizing_->Moved(pieces_, queue_.measured_rate_bytes_per_s(), ctx_.link_rates);
+    }
+    if (moved) {
+      DecidePieces(StrCat("a rate moved by more than ", link_sizing_->threshold() * 100, "%"));
+    }
   }
+  if (ctx_.config.scheduling.decompose_per_layer) MaybeDecideLayers();
   // After the decisions' push_pulls: the policy's iteration (usbyte's and prophet's profile)
   // ends here.
   queue_.Step();
@@ -220,6 +236,52 @@ SchedulingChoice SchedulingControl::DecideAtSizingStep(std::string* why) {
   }
   frames_on_sends_ = 0;
   return choice;
+}
+
+void SchedulingControl::DecidePieces(const std::string& why) {
+  const Config::Scheduling& c = ctx_.config.scheduling;
+  if (!link_sizing_) {
+    link_sizing_ =
+        std::make_unique<LinkSizing>(c.partition_ms, kMinLinkPieceBytes, c.repartition_threshold);
+  }
+  MutexLock lock(ctx_.mu);
+  ctx_.link_rates.Resize(std::max(ctx_.num_servers, ctx_.link_rates.servers()));
+  pieces_ = link_sizing_->Decide(queue_.measured_rate_bytes_per_s(), ctx_.link_rates,
+                                 current_.partition_bytes);
+  const std::vector<uint64_t> before = ctx_.link_frame_bytes;
+  std::string sizes;
+  for (uint64_t& piece : pieces_.bytes) {
+    // A frame size set (FERRY_FRAME_BYTES, trirace's) stays the largest piece.
+    if (current_.frame_bytes > 0) piece = std::min(piece, static_cast<uint64_t>(current_.frame_bytes));
+    sizes += StrCat(sizes.empty() ? "" : ", ", piece);
+  }
+  ctx_.link_frame_bytes = pieces_.bytes;
+  ctx_.link_decisions++;
+  if (pieces_.bytes == before) return;  // decided alike: nothing to say
+  LOG(INFO) << "scheduling (partitions sized per link, " << why << "): pieces by server "
+            << sizes << " bytes of partitions of " << current_.partition_bytes << " bytes at "
+            << static_cast<int64_t>(pieces_.worker_rate / 1e3) << " KB/s";
+  if (ctx_.trace) ctx_.trace->Instant("pieces", NowUs(), StrCat("{\"by_server\":[", sizes, "]}"));
+}
+
+void SchedulingControl::MaybeDecideLayers() {
+  if (!layer_sizing_) {
+    layer_sizing_ = std::make_unique<LayerSizing>(ctx_.config.scheduling.repartition_threshold);
+  }
+  MutexLock lock(ctx_.mu);
+  LayerSizing::Decision d;
+  if (!layer_sizing_->Decide(ctx_.layer_times, queue_.measured_rate_bytes_per_s(),
+                             static_cast<uint64_t>(current_.partition_bytes), &d)) {
+    return;
+  }
+  ctx_.layer_decisions = layer_sizing_->decisions();
+  if (d.pieces == ctx_.layer_frame_bytes) return;  // decided alike: nothing to say
+  ctx_.layer_frame_bytes = std::move(d.pieces);
+  LOG(INFO) << "scheduling (FERRY_DECOMPOSE=per-layer): " << ctx_.layer_frame_bytes.size()
+            << " of " << d.layers << " layers cut in pieces at "
+            << static_cast<int64_t>(d.rate / 1e3) << " KB/s over a backward span of "
+            << static_cast<int64_t>(d.span_us / 1e3) << " ms; predicted end "
+            << static_cast<int64_t>(d.predicted_end_us) << " us after the backward pass";
 }
 
 void SchedulingControl::ApplySizingStep(const SchedulingChoice& decided, const std::string& why) {

@@ -34,6 +34,24 @@
 // between its rounds, and on every worker at the same point, so the servers see one cut
 // per round. No push_pull is added for it.
 //
+// Partitions sized per link (FERRY_PARTITION_PER_LINK, the default where partitions are
+// sized by the link, without FERRY_AUTOTUNE or backup workers;
+// partition_scheduling/link_sizing.h): after the sizing boundary (the partitions, the
+// servers' keys, as above), each worker cuts its pushes to each server in pieces sized by its
+// own path (WorkerContext::link_frame_bytes); its credit stays in partitions (counted in its
+// own pieces it measured 2-5% slower: the slow link's acknowledgements wait behind sums). It
+// decides its pieces alone, again at any later boundary where a rate moved by more than
+// FERRY_REPARTITION_THRESHOLD: the servers sum pieces cut differently by range arithmetic,
+// so nothing waits for the other workers or for the worker's operations.
+//
+// Per-layer decomposition (FERRY_DECOMPOSE=per-layer; partition_scheduling/
+// layer_decomposition.h): at every boundary the worker takes the iteration's ready time and
+// bytes of each tensor (LayerTimes, recorded as its partitions are queued) and, once its
+// window estimator has a rate, cuts each layer's pushes in the pieces DecomposeLayers
+// chooses (WorkerContext::layer_frame_bytes; a link's piece, where smaller, wins), deciding
+// again only when its rate or its backward span moved by more than
+// FERRY_REPARTITION_THRESHOLD, or the partition size changed. Alone, like the pieces per link.
+//
 // FERRY_AUTOTUNE: its grid is centred on the partition size in force when it starts. With
 // partitions sized by the link (and no FERRY_AUTOTUNE_PARTITION_BYTES) the search starts at
 // the sizing boundary, around the time-sized partition, which is not applied by itself
@@ -56,6 +74,8 @@
 #include "worker/sequencer.h"
 #include "worker/worker_context.h"
 #include "worker/partition_scheduling/autotune.h"
+#include "worker/partition_scheduling/layer_decomposition.h"
+#include "worker/partition_scheduling/link_sizing.h"
 #include "worker/partition_scheduling/scheduled_queue.h"
 #include "worker/process_sets.h"
 #include "worker/tensor_catalog.h"
@@ -99,6 +119,13 @@ class SchedulingControl {
   // Switches to `decided` (waiting for the worker's operations) unless it is current.
   void ApplySizingStep(const SchedulingChoice& decided, const std::string& why)
       REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+  // Partitions sized per link: this worker's pieces per server for the rates
+  // measured now (logged with `why`).
+  void DecidePieces(const std::string& why) REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
+  // FERRY_DECOMPOSE=per-layer, at every boundary: takes the iteration's layers and, once a
+  // rate is measured, decides each layer's piece (first time, or when the rate or the
+  // backward span moved by more than FERRY_REPARTITION_THRESHOLD, or the partition changed).
+  void MaybeDecideLayers() REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
   // Starts the autotune search around `centre` and switches to its first candidate.
   void StartAutotune(const SchedulingChoice& centre, const std::string& why)
       REQUIRES(step_mu_) EXCLUDES(ctx_.mu);
@@ -121,6 +148,10 @@ class SchedulingControl {
   bool tune_after_sizing_ GUARDED_BY(step_mu_) = false;    // autotune waits for the size
   int64_t frames_on_sends_ GUARDED_BY(step_mu_) = 0;       // trirace's frames, still to decide
   std::atomic<bool> trirace_{false};                        // the default took trirace's frames
+  bool per_link_ GUARDED_BY(step_mu_) = false;             // FERRY_PARTITION_PER_LINK applies
+  std::unique_ptr<LinkSizing> link_sizing_ GUARDED_BY(step_mu_);  // set once pieces are decided
+  LinkPieces pieces_ GUARDED_BY(step_mu_);                  // what they were decided from
+  std::unique_ptr<LayerSizing> layer_sizing_ GUARDED_BY(step_mu_);  // FERRY_DECOMPOSE=per-layer
 };
 
 }  // namespace ferry

@@ -13,12 +13,15 @@
 
 #include <atomic>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/cluster/cluster_client.h"
 #include "common/config/config.h"
 #include "common/transport/van.h"
 #include "common/util/mutex.h"
+#include "worker/partition_scheduling/layer_decomposition.h"
+#include "worker/partition_scheduling/link_sizing.h"
 #include "worker/operation_table.h"
 #include "worker/trace.h"
 #include "worker/worker_counters.h"
@@ -60,6 +63,17 @@ struct WorkerContext {
   // The frame size of pushes sent from now on (FERRY_FRAME_BYTES; autotune changes it
   // between operations, as it changes the partition size); 0: whole partitions.
   uint64_t frame_bytes GUARDED_BY(mu) = 0;
+  // Partitions sized per link (FERRY_PARTITION_PER_LINK, partition_scheduling/link_sizing.h):
+  // by server rank, the piece size of pushes to that server sent from now on (empty:
+  // frame_bytes for every server), and the paths' rates measured at the acknowledgements.
+  std::vector<uint64_t> link_frame_bytes GUARDED_BY(mu);
+  LinkRates link_rates GUARDED_BY(mu);
+  uint64_t link_decisions GUARDED_BY(mu) = 0;  // times the pieces were decided
+  // FERRY_DECOMPOSE=per-layer (partition_scheduling/layer_decomposition.h): the iteration's
+  // ready times, and by tensor id the piece its pushes are cut in (none: the link's).
+  LayerTimes layer_times GUARDED_BY(mu);
+  std::unordered_map<uint32_t, uint64_t> layer_frame_bytes GUARDED_BY(mu);
+  uint64_t layer_decisions GUARDED_BY(mu) = 0;
   std::string failure GUARDED_BY(mu) = {};   // non-empty: the job failed; every call throws it
   // kPeerFailed (for good), or kMembershipChanged (elastic: until Worker::Reset()).
   ErrorCode failure_code GUARDED_BY(mu) = ErrorCode::kPeerFailed;

@@ -70,6 +70,15 @@ CounterValues Worker::Counters() const {
     values.emplace_back("scheduling.partition_bytes", static_cast<uint64_t>(now.partition_bytes));
     values.emplace_back("scheduling.credit_bytes", static_cast<uint64_t>(now.credit_bytes));
   }
+  MutexLock lock(ctx_.mu);  // partitions sized per link: the pieces in use, by server
+  const std::vector<uint64_t>& pieces = ctx_.link_frame_bytes;
+  if (!pieces.empty()) {
+    values.emplace_back("scheduling.link_piece_bytes_min", *std::min_element(pieces.begin(), pieces.end()));
+    values.emplace_back("scheduling.link_piece_bytes_max", *std::max_element(pieces.begin(), pieces.end()));
+  }
+  values.emplace_back("scheduling.link_decisions", ctx_.link_decisions);
+  values.emplace_back("scheduling.layer_decisions", ctx_.layer_decisions);
+  values.emplace_back("scheduling.layers_cut", static_cast<uint64_t>(ctx_.layer_frame_bytes.size()));
   return values;
 }
 

@@ -489,6 +489,20 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
   }
 
   ReadScheduling(r, &c);
+  if (c.server.backup_workers > 0 && c.scheduling.partition_per_link) {
+    ThrowInvalidConfig("FERRY_PARTITION_PER_LINK", "1",
+            StrCat("not with FERRY_BACKUP_WORKERS=", c.server.backup_workers, ": a round that "
+                   "may close without the latest pushes needs every worker to cut its keys alike; "
+                   "unset one of them"));
+  }
+  if (c.scheduling.decompose_per_layer && (c.server.backup_workers > 0 || c.server.async)) {
+    ThrowInvalidConfig("FERRY_DECOMPOSE", "per-layer",
+            c.server.async ? "asynchronous training (FERRY_ENABLE_ASYNC=1) pushes whole keys; "
+                             "unset one of them"
+                           : StrCat("not with FERRY_BACKUP_WORKERS=", c.server.backup_workers,
+                                    ": a round that may close without the latest pushes needs "
+                                    "every worker to cut its keys alike; unset one of them"));
+  }
   c.diagnostics.trace_dir = r.Str("FERRY_TRACE_DIR", nullptr, "");
   c.diagnostics.stats_file = r.Str("FERRY_STATS_FILE", nullptr, "");
   ReadMetrics(r, &c);

@@ -172,6 +172,17 @@ struct Config {
     static constexpr double kDefaultPartitionMs = 2;
     double partition_ms = 0;
     bool partition_ms_set = false;  // FERRY_PARTITION_MS was set
+    // FERRY_PARTITION_PER_LINK=1: where partitions are sized by time, each worker cuts its
+    // pushes to each server in pieces sized by its own measured path
+    // (worker/partition_scheduling/link_sizing.h), decided again when a rate moves by more
+    // than repartition_threshold (FERRY_REPARTITION_THRESHOLD, a fraction). Off by default:
+    // it measured 0.4-0.9% slower with one link at a quarter rate (docs/benchmarks.md).
+    bool partition_per_link = false;
+    double repartition_threshold = 0.2;
+    // FERRY_DECOMPOSE=per-layer: each worker cuts each layer's pushes in the pieces
+    // DecomposeLayers chooses from its measured backward compute and rate
+    // (worker/partition_scheduling/layer_decomposition.h); off: the link's pieces.
+    bool decompose_per_layer = false;
     bool autotune = false;            // search partition size and credit online
     int autotune_steps = 3;           // iterations per candidate; the first is not scored
     std::vector<int64_t> autotune_partition_bytes;  // empty: partition/4, partition, 4 x partition

@@ -55,6 +55,30 @@ Config::Scheduling::SendsTransport TriraceTransport(const EnvReader& r, const Co
   return t;
 }
 
+// FERRY_PARTITION_PER_LINK and FERRY_REPARTITION_THRESHOLD. Set to 1 it needs partitions
+// sized by time (FERRY_PARTITION_MS > 0), which it refines per link.
+void ReadPerLink(const EnvReader& r, Config* c) {
+  Config::Scheduling& s = c->scheduling;
+  s.partition_per_link = r.Bool("FERRY_PARTITION_PER_LINK", nullptr, s.partition_per_link);
+  s.repartition_threshold =
+      r.Double("FERRY_REPARTITION_THRESHOLD", s.repartition_threshold, 0.01, 10.0);
+  const std::string decompose = r.Str("FERRY_DECOMPOSE", nullptr, "off");
+  if (decompose != "off" && decompose != "per-layer") {
+    ThrowInvalidConfig("FERRY_DECOMPOSE", decompose, "expected off or per-layer");
+  }
+  s.decompose_per_layer = decompose == "per-layer";
+  if (s.decompose_per_layer && s.autotune) {
+    ThrowInvalidConfig("FERRY_DECOMPOSE", decompose,
+                       "not with FERRY_AUTOTUNE=1, which searches the frame size itself; unset one");
+  }
+  if (s.partition_per_link && s.partition_ms <= 0) {
+    ThrowInvalidConfig("FERRY_PARTITION_PER_LINK", "1",
+                       "sizes pieces by time on each link and needs FERRY_PARTITION_MS > 0 "
+                       "(it is 0, or unset beside FERRY_PARTITION_BYTES or "
+                       "FERRY_AUTOTUNE_PARTITION_BYTES): set FERRY_PARTITION_MS, e.g. 2");
+  }
+}
+
 }  // namespace
 
 // Whether `bytes` may be a frame size: 0 (whole partitions) or a multiple of 8 (whole
@@ -100,6 +124,7 @@ void ReadScheduling(const EnvReader& r, Config* c) {
             "cannot be used with FERRY_AUTOTUNE_PARTITION_BYTES, which lists the partition "
             "sizes to search: set one of them");
   }
+  ReadPerLink(r, c);
   // Every message a worker may send must pass the servers' size limit.
   std::vector<std::pair<const char*, int64_t>> sizes = {
       {"FERRY_P3_SLICE_BYTES",

@@ -100,6 +100,12 @@ uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes) {
   return static_cast<uint32_t>((key_length + frame_bytes - 1) / frame_bytes);
 }
 
+bool CutsNest(uint64_t a, uint64_t b, uint64_t length) {
+  if (a == 0 || b == 0) return false;
+  if (a >= length || b >= length) return true;
+  return std::max(a, b) % std::min(a, b) == 0;
+}
+
 void SetFrame(proto::Envelope* e, uint64_t offset, uint64_t key_length, uint64_t frame_bytes) {
   e->set_offset(offset);
   e->set_key_length(key_length);

@@ -83,6 +83,10 @@ uint64_t FrameSize(const proto::Envelope& e);
 // How many frames a key of `key_length` bytes has in `frame_bytes`-byte frames (at least
 // one: an empty key is one empty frame). frame_bytes 0: one.
 uint32_t FrameCount(uint64_t key_length, uint64_t frame_bytes);
+// Whether frames cut in `a` and in `b` bytes can be summed together in a key of `length`
+// bytes (range arithmetic: server/key_state.h, "Cuts that differ"): one is the whole key, or
+// the larger is a multiple of the smaller. False if either is 0.
+bool CutsNest(uint64_t a, uint64_t b, uint64_t length);
 // Sets the frame fields of `e`: the frame at `offset` of a key of `key_length` bytes cut in
 // `frame_bytes`-byte frames (length, dtype and the payload are the caller's). Whether the
 // cut is valid is CheckFrame's to say.

@@ -390,6 +390,47 @@ TEST(ConfigTest, BackupWorkers) {
   EXPECT_TRUE(StrContains(msg, "FERRY_LOCAL_SIZE=2")) << msg;
 }
 
+// Uneven links: FERRY_PARTITION_PER_LINK needs partitions sized by time and no backup
+// workers; FERRY_DECOMPOSE is off or per-layer, not with autotune, backup workers or async;
+// FERRY_REPARTITION_THRESHOLD is 0.01..10.
+TEST(ConfigTest, UnevenLinks) {
+  Config c = Read(With(BaseEnv(), {{"FERRY_PARTITION_PER_LINK", "1"},
+                                   {"FERRY_DECOMPOSE", "per-layer"},
+                                   {"FERRY_REPARTITION_THRESHOLD", "0.5"}}));
+  EXPECT_TRUE(c.scheduling.partition_per_link);
+  EXPECT_TRUE(c.scheduling.decompose_per_layer);
+  EXPECT_DOUBLE_EQ(c.scheduling.repartition_threshold, 0.5);
+  EXPECT_FALSE(Read(With(BaseEnv(), {{"FERRY_PARTITION_PER_LINK", "0"}})).scheduling.partition_per_link);
+  EXPECT_FALSE(Read(BaseEnv()).scheduling.decompose_per_layer);
+  EXPECT_FALSE(Read(BaseEnv()).scheduling.partition_per_link);
+  std::string msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_PARTITION_PER_LINK", "1"}, {"FERRY_PARTITION_MS", "0"}}),
+      "FERRY_PARTITION_PER_LINK");
+  EXPECT_TRUE(StrContains(msg, "FERRY_PARTITION_MS > 0")) << msg;
+  msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_PARTITION_PER_LINK", "1"}, {"FERRY_PARTITION_BYTES", "65536"}}),
+      "FERRY_PARTITION_PER_LINK");
+  msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_PARTITION_PER_LINK", "1"}, {"FERRY_BACKUP_WORKERS", "1"}}),
+      "FERRY_PARTITION_PER_LINK");
+  EXPECT_TRUE(StrContains(msg, "FERRY_BACKUP_WORKERS=1")) << msg;
+  // Unset, it stands aside for backup workers.
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_BACKUP_WORKERS", "1"}})).server.backup_workers, 1);
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_DECOMPOSE", "always"}}), "FERRY_DECOMPOSE");
+  msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_DECOMPOSE", "per-layer"}, {"FERRY_AUTOTUNE", "1"}}),
+                      "FERRY_DECOMPOSE");
+  EXPECT_TRUE(StrContains(msg, "FERRY_AUTOTUNE")) << msg;
+  msg = ExpectInvalid(
+      With(BaseEnv(), {{"FERRY_DECOMPOSE", "per-layer"}, {"FERRY_BACKUP_WORKERS", "1"}}),
+      "FERRY_DECOMPOSE");
+  EXPECT_TRUE(StrContains(msg, "FERRY_BACKUP_WORKERS=1")) << msg;
+  msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_DECOMPOSE", "per-layer"}, {"FERRY_ENABLE_ASYNC", "1"}}),
+                      "FERRY_DECOMPOSE");
+  EXPECT_TRUE(StrContains(msg, "FERRY_ENABLE_ASYNC")) << msg;
+  ExpectInvalid(With(BaseEnv(), {{"FERRY_REPARTITION_THRESHOLD", "0"}}),
+                "FERRY_REPARTITION_THRESHOLD");
+}
+
 TEST(ConfigTest, HostNamesResolve) {
   Config c = Read(With(BaseEnv(), {{"DMLC_PS_ROOT_URI", "localhost"},
                                    {"DMLC_NODE_HOST", "localhost"},

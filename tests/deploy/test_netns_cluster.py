@@ -32,7 +32,8 @@ def name():
 def test_up_hosts_down(name):
     need_netns()
     code, out = run([NETNS_CLUSTER, "up", "--name", name, "--workers", "2", "--servers", "1",
-                     "--extra-servers", "1", "--rate", "1gbit", "--server-rate", "200mbit"], timeout=60)
+                     "--extra-servers", "1", "--rate", "1gbit", "--server-rate", "200mbit",
+                     "--worker-rates", "1gbit,250mbit"], timeout=60)
     assert code == 0, out
     assert sorted(cluster_namespaces(name)) == sorted(
         "%s-%s" % (name, h) for h in ("bridge", "scheduler", "worker0", "worker1", "server0", "extra0"))
@@ -43,7 +44,7 @@ def test_up_hosts_down(name):
         "scheduler": "198.18.0.1", "worker0": "198.18.1.1", "worker1": "198.18.1.2",
         "server0": "198.18.2.1", "extra0": "198.18.3.1"}
     assert {h: v["rate"] for h, v in hosts.items()} == {
-        "scheduler": "1Gbit", "worker0": "1Gbit", "worker1": "1Gbit", "server0": "200Mbit", "extra0": "1Gbit"}
+        "scheduler": "1Gbit", "worker0": "1Gbit", "worker1": "250Mbit", "server0": "200Mbit", "extra0": "1Gbit"}
     # `rate` reshapes a running cluster's links: every host but the scheduler, or those named.
     code, out = run([NETNS_CLUSTER, "rate", "--name", name, "--rate", "500mbit"], timeout=60)
     assert code == 0, out
@@ -153,6 +154,13 @@ def test_refuses_bad_names_and_rates():
     code, out = run([NETNS_CLUSTER, "up", "--name", "okname", "--workers", "1", "--servers", "1",
                      "--rate", "1gbps"], timeout=30)
     assert code == 2 and "'1gbps' is not a rate" in out, out
+    # A rate per host: as many as the hosts, each a rate.
+    code, out = run([NETNS_CLUSTER, "up", "--name", "okname", "--workers", "2", "--servers", "1",
+                     "--rate", "1gbit", "--worker-rates", "1gbit,1gbit,250mbit"], timeout=30)
+    assert code == 2 and "--worker-rates" in out and "3 rates for 2 hosts" in out, out
+    code, out = run([NETNS_CLUSTER, "up", "--name", "okname", "--workers", "1", "--servers", "2",
+                     "--rate", "1gbit", "--server-rates", "1gbit,fast"], timeout=30)
+    assert code == 2 and "--server-rates" in out and "'fast' is not a rate" in out, out
 
 
 def test_without_capabilities_says_so_and_exits_2():

@@ -85,7 +85,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadEnv{"ferry-server", {{"FERRY_COMPRESSION", "onebit"}, {"FERRY_ENABLE_ASYNC", "1"}},
                "FERRY_COMPRESSION='onebit': asynchronous training"},
         BadEnv{"ferry-perf", {{"FERRY_COMPRESSION_MIN_BYTES", "-1"}},
-               "FERRY_COMPRESSION_MIN_BYTES='-1'"}));
+               "FERRY_COMPRESSION_MIN_BYTES='-1'"},
+        BadEnv{"ferry-perf", {{"FERRY_DECOMPOSE", "per-tensor"}},
+               "FERRY_DECOMPOSE='per-tensor': expected off or per-layer"},
+        BadEnv{"ferry-server", {{"FERRY_PARTITION_PER_LINK", "1"}, {"FERRY_PARTITION_MS", "0"}},
+               "FERRY_PARTITION_PER_LINK='1'"},
+        BadEnv{"ferry-perf", {{"FERRY_REPARTITION_THRESHOLD", "20"}},
+               "FERRY_REPARTITION_THRESHOLD='20'"}));
 
 // --help shows a program's own flags, not glog's and gflags' (--helpfull lists those too),
 // and the role programs, which take no flags, say where their settings are.

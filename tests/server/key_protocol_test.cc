@@ -588,7 +588,7 @@ TEST(RoundProtocolTest, AFrameSumLeavesAsSoonAsEveryWorkersFrameIsIn) {
   ExpectFrameSum(r[3], 1, 0, 36, {110}, 2);
 }
 
-TEST(RoundProtocolTest, AFrameOfAnotherCutIsRefusedAndTheRoundGoesOn) {
+TEST(RoundProtocolTest, AFrameOfACutThatDoesNotNestFailsTheKeyForEveryPusher) {
   Harness h(2);
   RoundProtocol p(h.Context(), false);
   Request a = FramePush(0, 0, kRank0, 3, 0);
@@ -596,16 +596,76 @@ TEST(RoundProtocolTest, AFrameOfAnotherCutIsRefusedAndTheRoundGoesOn) {
   Request other = FramePush(1, 0, kRank1, 4, 0);  // 16-byte frames where the round has 12
   p.Push(other);
   std::vector<Reply> r = h.Take();
-  ASSERT_EQ(r.size(), 2u);
-  ExpectError(r[1], 1, 0, ErrorCode::kBadMessage,
-              "worker 1 cuts round 0 of tensor 7 partition 3 in 16-byte frames, but the round is "
-              "cut in 12-byte frames");
-  EXPECT_TRUE(p.Find(kKey)->failure.empty()) << "the key goes on for the workers that agree";
-  Request b = FramePush(1, 0, kRank1, 3, 0);
-  p.Push(b);
-  r = h.Take();
-  ASSERT_EQ(r.size(), 3u);
-  ExpectFrameSum(r[1], 0, 0, 0, {11, 22, 33}, 2);
+  ASSERT_EQ(r.size(), 3u);  // a's ack, then the refusal to both: the round can never be whole
+  const std::string why =
+      "worker 1 cuts round 0 of tensor 7 partition 3 in 16-byte frames, but the round is cut in "
+      "12-byte frames (offset 0); cuts must nest";
+  ExpectError(r[1], 0, 0, ErrorCode::kMismatch, why);
+  ExpectError(r[2], 1, 0, ErrorCode::kMismatch, why);
+  EXPECT_FALSE(p.Find(kKey)->failure.empty());
+}
+
+// The sums among `r`, in order.
+std::vector<Reply> SumsOf(const std::vector<Reply>& r) {
+  std::vector<Reply> sums;
+  for (const Reply& x : r) {
+    if (x.kind == Reply::Kind::kSum) sums.push_back(x);
+  }
+  return sums;
+}
+
+TEST(RoundProtocolTest, PiecesOfNestingCutsAreSplitOrGatheredIntoTheRoundsGrid) {
+  Harness h(2);
+  RoundProtocol p(h.Context(), false);
+  // Round 0: rank 0's 12-byte frame comes first (the grid); rank 1's 24-byte pieces are
+  // split into it (its second piece, 16 bytes, into grid frames 2 and 3).
+  Request a0 = FramePush(0, 0, kRank0, 3, 0);
+  p.Push(a0);
+  Request b0 = FramePush(1, 0, kRank1, 6, 0);
+  p.Push(b0);
+  std::vector<Reply> r = h.Take();
+  std::vector<Reply> sums = SumsOf(r);
+  ASSERT_EQ(sums.size(), 2u);  // grid frame 0 is whole; frame 1 waits for rank 0
+  ExpectFrameSum(sums[0], 0, 0, 0, {11, 22, 33}, 2);
+  ExpectFrameSum(sums[1], 1, 0, 0, {11, 22, 33}, 2);
+  for (size_t f = 1; f < 4; ++f) {
+    Request a = FramePush(0, 0, kRank0, 3, f);
+    p.Push(a);
+  }
+  Request b1 = FramePush(1, 0, kRank1, 6, 1);
+  p.Push(b1);
+  sums = SumsOf(h.Take());
+  ASSERT_EQ(sums.size(), 6u);
+  ExpectFrameSum(sums[0], 0, 0, 12, {44, 55, 66}, 2);
+  ExpectFrameSum(sums[2], 0, 0, 24, {77, 88, 99}, 2);
+  ExpectFrameSum(sums[5], 1, 0, 36, {110}, 2);
+  EXPECT_EQ(p.Find(kKey)->round, 1u);
+  // Round 1: rank 1's 24-byte piece comes first (the grid); rank 0's 12-byte frames are
+  // gathered until each 24-byte grid frame is whole, then summed once.
+  Request c0 = FramePush(1, 1, kRank1, 6, 0);
+  p.Push(c0);
+  Request c1 = FramePush(1, 1, kRank1, 6, 1);
+  p.Push(c1);
+  for (size_t f = 0; f < 4; ++f) {
+    Request a = FramePush(0, 1, kRank0, 3, f);
+    p.Push(a);
+    if (f == 0) {
+      Request again = FramePush(0, 1, kRank0, 3, 0);  // a resent piece: not gathered twice
+      p.Push(again);
+    }
+  }
+  sums = SumsOf(h.Take());
+  ASSERT_EQ(sums.size(), 4u);  // two grid frames, to both pushers
+  for (const Reply& s : {sums[0], sums[1]}) {
+    EXPECT_EQ(FloatsOf(s.payload), (std::vector<float>{11, 22, 33, 44, 55, 66}));
+    EXPECT_EQ(s.offset, 0u);
+    EXPECT_EQ(s.sum.frame_bytes, 24u);
+  }
+  EXPECT_EQ(FloatsOf(sums[2].payload), (std::vector<float>{77, 88, 99, 110}));
+  EXPECT_EQ(sums[2].offset, 24u);
+  EXPECT_EQ(h.counters.frames_recut, 2u + 4u);  // rank 1's two pieces, rank 0's four
+  EXPECT_EQ(h.counters.duplicates, 1u);
+  EXPECT_EQ(p.Find(kKey)->round, 2u);
 }
 
 // Deterministic sums of frames have the bits of whole-key sums, whatever the arrival

@@ -415,6 +415,46 @@ int IdentityHash(uint64_t key, int engines) {  // what std::hash<uint64_t> % eng
   return static_cast<int>(std::hash<uint64_t>()(key) % static_cast<uint64_t>(engines));
 }
 
+TEST(KeyStateTest, CutsThatNestAreAcceptedAndOthersAreBadFrames) {
+  // CutsNest: the larger a multiple of the smaller, or one the whole key.
+  EXPECT_TRUE(CutsNest(1024, 4096, kLength));
+  EXPECT_TRUE(CutsNest(4096, 1024, kLength));
+  EXPECT_TRUE(CutsNest(1536, kLength, kLength));  // one is the whole key
+  EXPECT_FALSE(CutsNest(1536, 1024, kLength));
+  EXPECT_FALSE(CutsNest(0, 1024, kLength));
+  KeyState k;
+  // Rank 0's 2048-byte frame fixes the grid; rank 1's 1024-byte pieces and rank 2's whole
+  // key are accepted; a 1536-byte cut is not.
+  const FrameRef grid{2048, 2048, 2048};
+  ASSERT_EQ(k.Classify(0, 0, grid, kLength, DataType::kFloat32, kHash, kWorkers),
+            PushVerdict::kAccumulate);
+  k.Record(0, Reply(0), grid);
+  EXPECT_EQ(k.frames.size(), 2u);
+  const FrameRef fine{3072, 1024, 1024}, whole{0, kLength, kLength}, odd{1536, 1536, 1536};
+  EXPECT_EQ(k.Classify(1, 0, fine, kLength, DataType::kFloat32, kHash, kWorkers),
+            PushVerdict::kAccumulate);
+  EXPECT_TRUE(k.Recut(fine));
+  EXPECT_EQ(k.Classify(2, 0, whole, kLength, DataType::kFloat32, kHash, kWorkers),
+            PushVerdict::kAccumulate);
+  EXPECT_EQ(k.Classify(1, 0, odd, kLength, DataType::kFloat32, kHash, kWorkers),
+            PushVerdict::kBadFrame);
+  // A piece gathered already, or one of a grid frame recorded, is a duplicate.
+  k.staged[{1, 1}].pieces.push_back(3072);
+  EXPECT_EQ(k.Classify(1, 0, fine, kLength, DataType::kFloat32, kHash, kWorkers),
+            PushVerdict::kDuplicate);
+  EXPECT_EQ(k.Classify(0, 0, FrameRef{2048, 1024, 1024}, kLength, DataType::kFloat32, kHash,
+                       kWorkers),
+            PushVerdict::kDuplicate);
+  // Rounds that may close early (backup workers) take one cut only.
+  k.backup.eligible = true;
+  EXPECT_EQ(k.Classify(2, 0, whole, kLength, DataType::kFloat32, kHash, kWorkers),
+            PushVerdict::kBadFrame);
+  // The next round forgets what was gathered.
+  k.backup.eligible = false;
+  k.NextRound(kWorkers);
+  EXPECT_TRUE(k.staged.empty());
+}
+
 TEST(KeyStateTest, KeysSpreadEvenlyOverEngines) {
   struct Model {
     const char* name;
