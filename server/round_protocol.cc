@@ -191,8 +191,9 @@ void RoundProtocol::AccumulateRecut(Request& request, KeyState& state, const Fra
     const uint32_t round = state.round;
     for (uint64_t at = 0; at < frame.length; ++f) {
       const uint64_t length = state.FrameLength(f);
-      // The round cannot end before this rank's last grid frame of it is in.
-      CHECK_EQ(state.round, round) << KeyName(key) << ": a round ended inside a recut frame";
+      // The round cannot end (nor fail) before this rank's last grid frame of it is in.
+      CHECK(state.round == round && !state.frames.empty() && state.failure.empty())
+          << KeyName(key) << ": a round ended inside a recut frame";
       AddFrame(rank, to, key, state, FrameRef{state.FrameOffset(f), length, grid},
                payload.Slice(at, length));
       at += length;
@@ -493,9 +494,12 @@ void RoundProtocol::Resend(const PendingReply& to, uint64_t key, const KeyState&
                            uint64_t offset, uint64_t frame_bytes) {
   const uint64_t cut = state.last_frame_bytes;
   const size_t frames = state.last_sums.size();
-  const bool one = frame_bytes == cut && cut != 0 && offset / cut < frames;
+  // A resent piece gets the grid frames it overlaps (cut alike: its own frame); a RESEND_SUM
+  // (frame_bytes 0) every frame.
+  const uint64_t end = frame_bytes == 0 ? UINT64_MAX : offset + frame_bytes;
   for (uint32_t f = 0; f < frames; ++f) {
-    if (one && f != offset / cut) continue;
+    const uint64_t start = frames > 1 ? f * cut : 0;
+    if (frames > 1 && (start + cut <= offset || start >= end)) continue;
     context_.counters->results_resent++;
     VLOG(1) << "sending the sum of " << KeyName(key) << " round " << state.round - 1
             << " frame " << f << " again for request " << to.request_id;

@@ -103,8 +103,8 @@ class RoundProtocol : public KeyProtocolOf<KeyState> {
   void LatePrevious(Request& request, KeyState& state, const FrameRef& frame);
   // Whether every live worker sits the open round out (no contribution can ever close it).
   bool EveryoneSatOut(KeyState& state) const;
-  // Answers a resend with the previous round's sum (last_sums): only the frame at
-  // `offset` when `frame_bytes` is the previous round's cut, else every frame.
+  // Answers a resend with the previous round's sum (last_sums): the frames that overlap the
+  // resent piece [offset, offset + frame_bytes), or every frame when `frame_bytes` is 0.
   void Resend(const PendingReply& to, uint64_t key, const KeyState& state, uint64_t offset,
               uint64_t frame_bytes);
   // A RESEND_SUM of the open round: the frames already summed, again.

@@ -121,6 +121,7 @@ uint64_t SimJob::TimedPartitionBytes(uint64_t current) {
       }
     }
     const double mean = measured > 0 ? sum / measured : 0.0;
+    timed_mean_rate = mean;
     const int64_t ceiling = static_cast<int64_t>(current);
     timed_partition_bytes = static_cast<uint64_t>(PartitionBytesForRate(
         mean, config.scheduling.partition_ms, std::min(kMinTimedPartitionBytes, ceiling), ceiling));

@@ -98,6 +98,7 @@ struct SimJob {
   Layouts layouts;                     // the global set's
   std::vector<SimSender*> senders;     // by rank
   uint64_t timed_partition_bytes = 0;  // FERRY_PARTITION_MS's choice, once made
+  double timed_mean_rate = 0;          // the mean rate it was made from
   // Process sets by id from 1 (sets[0] unused: the global set is every worker).
   std::vector<SimProcessSet> sets;
   // Uneven links (docs/simulation.md, "Uneven links"). per_link: FERRY_PARTITION_PER_LINK

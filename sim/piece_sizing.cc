@@ -29,7 +29,7 @@ void PieceSizing::DecidePieces(uint64_t partition_bytes, SimSender& sender) {
   LinkRates& rates = sender.link_rates();
   rates.Resize(std::max(job_.num_servers, rates.servers()));
   decided_ = link_sizing_->Decide(sender.core().measured_rate_bytes_per_s(), rates,
-                                  static_cast<int64_t>(partition_bytes));
+                                  static_cast<int64_t>(partition_bytes), job_.timed_mean_rate);
   link_pieces_ = decided_.bytes;
   const auto frame = static_cast<uint64_t>(job_.config.transport.frame_bytes);
   for (uint64_t& piece : link_pieces_) {

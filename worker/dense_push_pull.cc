@@ -387,11 +387,13 @@ bool DensePushPull::OnAck(const Message& m) {
   return true;
 }
 
-void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame) {
+void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame, bool by_sum) {
   if (!f.frame_acked[frame]) {
     f.frame_acked[frame] = true;
     f.frames_acked++;
-    if (!f.fused && !f.op->sit_out) {  // the path's rate (link_sizing.h)
+    // The path's rate (link_sizing.h), from the acks of first sends only: a sum waited for the
+    // other workers, a resend for its timeout.
+    if (!by_sum && !f.fused && !f.op->sit_out && f.attempts == 0) {
       ctx_.link_rates.OnAck(PartOf(f).server, FrameLength(f, frame), f.sent_us, NowUs());
     }
     // The frame's credit comes back now (the window's sample); the last frame's with
@@ -411,6 +413,12 @@ void DensePushPull::NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame
 
 bool DensePushPull::NoteSum(uint64_t request, InFlight& f, uint64_t offset, uint64_t cut) {
   const uint64_t bytes = PartOf(f).bytes;
+  if (bytes == 0) {  // an empty partition: one empty frame, one sum (cut 0)
+    if (f.frames_summed == f.frames) return false;
+    f.frames_summed = f.frames;
+    NoteFrameAcked(request, f, 0, /*by_sum=*/true);
+    return true;
+  }
   if (f.sum_cut == 0) {  // the round's cut: CheckResult holds later sums to it
     f.sum_cut = cut;
     f.sum_got.assign(FrameCount(bytes, cut), false);
@@ -418,11 +426,6 @@ bool DensePushPull::NoteSum(uint64_t request, InFlight& f, uint64_t offset, uint
   const size_t piece = static_cast<size_t>(offset / cut);
   if (f.sum_got[piece]) return false;
   f.sum_got[piece] = true;
-  if (bytes == 0) {  // an empty partition: one empty frame
-    f.frames_summed = f.frames;
-    NoteFrameAcked(request, f, 0);
-    return true;
-  }
   const uint64_t length = std::min(cut, bytes - offset);
   // Every frame of ours that [offset, offset + length) overlaps gets the overlap's bytes.
   const uint64_t own = f.frames > 1 ? f.frame_bytes : bytes;
@@ -432,7 +435,7 @@ bool DensePushPull::NoteSum(uint64_t request, InFlight& f, uint64_t offset, uint
     f.frame_summed_bytes[frame] += end - at;
     if (f.frame_summed_bytes[frame] == FrameLength(f, frame)) {
       f.frames_summed++;
-      NoteFrameAcked(request, f, frame);  // its ack may still be on its way, or lost
+      NoteFrameAcked(request, f, frame, /*by_sum=*/true);  // its ack may be on its way, or lost
     }
     at = end;
   }

@@ -132,7 +132,9 @@ class DensePushPull : public OperationKind {
   void CutFrames(InFlight& f) const REQUIRES(ctx_.mu);
   // Frame `frame` of `f` is acknowledged (its ack or its sum came); the last one returns
   // the credit and starts the wait for the sums (RequestTracker::Ack). REQUIRES: mu.
-  void NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame) REQUIRES(ctx_.mu);
+  // `by_sum`: its sum came first (no sample of the path's rate).
+  void NoteFrameAcked(uint64_t request, InFlight& f, uint32_t frame, bool by_sum = false)
+      REQUIRES(ctx_.mu);
   // The sum of the piece at `offset` of f's partition cut in `cut` bytes came (CheckResult
   // passed): marks the frames of f's own cut it completes (each counts as acknowledged).
   // False: that piece was delivered already (a resend's answer).

@@ -38,6 +38,7 @@ SchedulingControl::SchedulingControl(WorkerContext& ctx, TensorCatalog& catalog,
   tune_after_sizing_ = c.autotune && size_by_time_;
   per_link_ = size_by_time_ && c.partition_per_link && !c.autotune &&
               ctx_.config.server.backup_workers == 0 && !ctx_.config.server.async;
+  per_layer_ = c.decompose_per_layer;
   // Only where partitions are sized by the link: in that decision's push_pull, which every
   // worker makes at the same boundary (not under elastic training, where a worker that
   // joins counts its boundaries from its join).
@@ -113,11 +114,12 @@ void SchedulingControl::Set(int64_t partition_bytes, int64_t credit_bytes) {
                 credit_bytes, " bytes; it must be at least 1");
   MutexLock step_lock(step_mu_);
   size_by_time_ = false;
-  per_link_ = false;  // the program's sizes stand, for every link
+  per_link_ = per_layer_ = false;  // the program's sizes stand, for every link and layer
   link_sizing_.reset();
   {
     MutexLock lock(ctx_.mu);
     ctx_.link_frame_bytes.clear();
+    ctx_.layer_frame_bytes.clear();
     ctx_.sequencer->WaitUntilIdleOrThrow("SetScheduling");
     // A credit set by the program is fixed (as FERRY_SCHEDULING_CREDIT is); frames stay.
     Apply(SchedulingChoice{partition_bytes, credit_bytes, 0.0, current_.frame_bytes},
@@ -170,7 +172,7 @@ void SchedulingControl::StepBoundary() {
       DecidePieces(StrCat("a rate moved by more than ", link_sizing_->threshold() * 100, "%"));
     }
   }
-  if (ctx_.config.scheduling.decompose_per_layer) MaybeDecideLayers();
+  if (per_layer_) MaybeDecideLayers();
   // After the decisions' push_pulls: the policy's iteration (usbyte's and prophet's profile)
   // ends here.
   queue_.Step();
@@ -222,6 +224,7 @@ SchedulingChoice SchedulingControl::DecideAtSizingStep(std::string* why) {
   sum_over_workers_(sums);
   SchedulingChoice choice = current();
   const double mean = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  mean_rate_ = mean;
   const double ms = ctx_.config.scheduling.partition_ms;
   const int64_t ceiling = choice.partition_bytes;
   choice.partition_bytes =
@@ -247,7 +250,7 @@ void SchedulingControl::DecidePieces(const std::string& why) {
   MutexLock lock(ctx_.mu);
   ctx_.link_rates.Resize(std::max(ctx_.num_servers, ctx_.link_rates.servers()));
   pieces_ = link_sizing_->Decide(queue_.measured_rate_bytes_per_s(), ctx_.link_rates,
-                                 current_.partition_bytes);
+                                 current_.partition_bytes, mean_rate_);
   const std::vector<uint64_t> before = ctx_.link_frame_bytes;
   std::string sizes;
   for (uint64_t& piece : pieces_.bytes) {

@@ -34,8 +34,8 @@
 // between its rounds, and on every worker at the same point, so the servers see one cut
 // per round. No push_pull is added for it.
 //
-// Partitions sized per link (FERRY_PARTITION_PER_LINK, the default where partitions are
-// sized by the link, without FERRY_AUTOTUNE or backup workers;
+// Partitions sized per link (FERRY_PARTITION_PER_LINK=1, where partitions are sized by the
+// link, without FERRY_AUTOTUNE or backup workers;
 // partition_scheduling/link_sizing.h): after the sizing boundary (the partitions, the
 // servers' keys, as above), each worker cuts its pushes to each server in pieces sized by its
 // own path (WorkerContext::link_frame_bytes); its credit stays in partitions (counted in its
@@ -149,8 +149,10 @@ class SchedulingControl {
   int64_t frames_on_sends_ GUARDED_BY(step_mu_) = 0;       // trirace's frames, still to decide
   std::atomic<bool> trirace_{false};                        // the default took trirace's frames
   bool per_link_ GUARDED_BY(step_mu_) = false;             // FERRY_PARTITION_PER_LINK applies
+  bool per_layer_ GUARDED_BY(step_mu_) = false;            // FERRY_DECOMPOSE=per-layer applies
   std::unique_ptr<LinkSizing> link_sizing_ GUARDED_BY(step_mu_);  // set once pieces are decided
   LinkPieces pieces_ GUARDED_BY(step_mu_);                  // what they were decided from
+  double mean_rate_ GUARDED_BY(step_mu_) = 0;  // the workers' mean at the sizing boundary
   std::unique_ptr<LayerSizing> layer_sizing_ GUARDED_BY(step_mu_);  // FERRY_DECOMPOSE=per-layer
 };
 

@@ -495,6 +495,17 @@ Config Config::FromEnvironment(const EnvLookup& env, const NodeRole* fixed_role)
                    "may close without the latest pushes needs every worker to cut its keys alike; "
                    "unset one of them"));
   }
+  // Pieces per link or per layer are 32 KiB x 2^k, capped by the frame size: a cap above
+  // 32 KiB off that ladder would give cuts that do not nest (a key cut so fails).
+  const int64_t frame = c.transport.frame_bytes;
+  if ((c.scheduling.partition_per_link || c.scheduling.decompose_per_layer) && frame > 32768 &&
+      (frame % 32768 != 0 || ((frame / 32768) & (frame / 32768 - 1)) != 0)) {
+    ThrowInvalidConfig("FERRY_FRAME_BYTES", std::to_string(frame),
+            StrCat("with ", c.scheduling.partition_per_link ? "FERRY_PARTITION_PER_LINK=1"
+                                                             : "FERRY_DECOMPOSE=per-layer",
+                   " frames above 32768 bytes must be 32768 x 2^k (65536, 131072, ...), so that "
+                   "every worker's pieces nest"));
+  }
   if (c.scheduling.decompose_per_layer && (c.server.backup_workers > 0 || c.server.async)) {
     ThrowInvalidConfig("FERRY_DECOMPOSE", "per-layer",
             c.server.async ? "asynchronous training (FERRY_ENABLE_ASYNC=1) pushes whole keys; "

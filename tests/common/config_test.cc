@@ -429,6 +429,16 @@ TEST(ConfigTest, UnevenLinks) {
   EXPECT_TRUE(StrContains(msg, "FERRY_ENABLE_ASYNC")) << msg;
   ExpectInvalid(With(BaseEnv(), {{"FERRY_REPARTITION_THRESHOLD", "0"}}),
                 "FERRY_REPARTITION_THRESHOLD");
+  // Pieces are 32 KiB x 2^k, capped by the frame size: a cap off that ladder would not nest.
+  msg = ExpectInvalid(With(BaseEnv(), {{"FERRY_DECOMPOSE", "per-layer"}, {"FERRY_FRAME_BYTES", "49152"}}),
+                      "FERRY_FRAME_BYTES");
+  EXPECT_TRUE(StrContains(msg, "32768 x 2^k")) << msg;
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_PARTITION_PER_LINK", "1"}, {"FERRY_FRAME_BYTES", "262144"}}))
+                .transport.frame_bytes,
+            262144);
+  EXPECT_EQ(Read(With(BaseEnv(), {{"FERRY_DECOMPOSE", "per-layer"}, {"FERRY_FRAME_BYTES", "12288"}}))
+                .transport.frame_bytes,
+            12288);
 }
 
 TEST(ConfigTest, HostNamesResolve) {

@@ -68,7 +68,7 @@ TEST(LinkSizingTest, DecidesEveryServersPieceAndAgainOnlyWhenARateMoved) {
     rates.OnAck(2, 4000, 0, i * 1000);   // 4 MB/s: a slow server
   }
   LinkSizing sizing(2, kMinLinkPieceBytes, 0.2);
-  const LinkPieces p = sizing.Decide(120 * kMB, rates, 1 << 20);
+  const LinkPieces p = sizing.Decide(120 * kMB, rates, 1 << 20, 0);
   EXPECT_EQ(p.bytes, (std::vector<uint64_t>{131072, 131072, 32768}));
   // Nothing moved: no new decision. The worker's rate or a slow path moving past 20%: one
   // (above the paths' even share, 144 MB/s here, a faster worker rate sizes nothing more).
@@ -77,7 +77,20 @@ TEST(LinkSizingTest, DecidesEveryServersPieceAndAgainOnlyWhenARateMoved) {
   EXPECT_TRUE(sizing.Moved(p, 90 * kMB, rates));
   for (size_t i = 0; i < LinkRates::kSamples; ++i) rates.OnAck(2, 40000, 0, 10000 + 1000 * i);
   EXPECT_TRUE(sizing.Moved(p, 120 * kMB, rates));
-  EXPECT_EQ(sizing.Decide(120 * kMB, rates, 1 << 20).bytes[2], 131072u);
+  EXPECT_EQ(sizing.Decide(120 * kMB, rates, 1 << 20, 0).bytes[2], 131072u);
+}
+
+TEST(LinkSizingTest, APathAtTheMeanRateKeepsWholePartitions) {
+  // Partitions of 128 KiB sized for a mean of 31.25 MB/s (250 Mbit/s): the time rule alone
+  // would give 32 KiB pieces (62.5 KB in 2 ms), but a worker at the mean, or within the
+  // threshold of it, keeps whole partitions: on even links nothing changes.
+  LinkRates rates(2);
+  LinkSizing sizing(2, kMinLinkPieceBytes, 0.2);
+  EXPECT_EQ(sizing.Decide(31.25 * kMB, rates, 131072, 31.25 * kMB).bytes,
+            (std::vector<uint64_t>{131072, 131072}));
+  EXPECT_EQ(sizing.Decide(26 * kMB, rates, 131072, 31.25 * kMB).bytes[0], 131072u);
+  // A quarter of the mean: the time rule.
+  EXPECT_EQ(sizing.Decide(7.8 * kMB, rates, 131072, 31.25 * kMB).bytes[0], 32768u);
 }
 
 TEST(LayerDecompositionTest, PiecesAreOnTheNestingLadder) {

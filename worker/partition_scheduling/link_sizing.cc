@@ -41,14 +41,17 @@ uint64_t PieceBytes(double worker_rate, double path_rate, int servers, double th
 }
 
 LinkPieces LinkSizing::Decide(double worker_rate, const LinkRates& rates,
-                              int64_t partition_bytes) const {
+                              int64_t partition_bytes, double mean_rate) const {
   LinkPieces out;
   out.worker_rate = worker_rate;
   const int servers = rates.servers();
   for (int s = 0; s < servers; ++s) {
-    out.sized_for.push_back(PieceRate(worker_rate, rates.Rate(s), servers, threshold_));
-    out.bytes.push_back(static_cast<uint64_t>(PartitionBytesForRate(
-        out.sized_for.back(), ms_, std::min(floor_, partition_bytes), partition_bytes)));
+    const double rate = PieceRate(worker_rate, rates.Rate(s), servers, threshold_);
+    out.sized_for.push_back(rate);
+    const bool as_mean = mean_rate > 0 && rate >= mean_rate * (1.0 - threshold_);
+    out.bytes.push_back(as_mean ? static_cast<uint64_t>(partition_bytes)
+                                : static_cast<uint64_t>(PartitionBytesForRate(
+                                      rate, ms_, std::min(floor_, partition_bytes), partition_bytes)));
   }
   return out;
 }

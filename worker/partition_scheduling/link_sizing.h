@@ -13,7 +13,9 @@
 // overestimate one sample, not the median). While a worker sends to every server at once,
 // each path's rate is its share of the worker's link, so it is read against the others:
 // PieceBytes sizes server s's pieces for min(worker's rate, servers x s's share), where a
-// share within `threshold` of an even one counts as even (noise must not change a cut).
+// share within `threshold` of an even one counts as even (noise must not change a cut); a
+// path within `threshold` of the mean rate the partitions were sized for keeps whole
+// partitions, so on even links nothing changes (whatever the floors of the two sizes).
 //
 // Decisions: LinkSizing::Decide keeps the rates its pieces were sized for; Moved says
 // whether one of them moved by more than the threshold (FERRY_REPARTITION_THRESHOLD) since,
@@ -69,8 +71,10 @@ class LinkSizing {
   // `ms`: FERRY_PARTITION_MS; `floor`: the least piece; `threshold`: FERRY_REPARTITION_THRESHOLD.
   LinkSizing(double ms, int64_t floor, double threshold)
       : ms_(ms), floor_(floor), threshold_(threshold) {}
-  // The pieces of partitions of at most `partition_bytes` for the rates measured now.
-  LinkPieces Decide(double worker_rate, const LinkRates& rates, int64_t partition_bytes) const;
+  // The pieces of partitions of at most `partition_bytes`, sized for `mean_rate` (the
+  // workers' mean at the sizing boundary; 0: unknown), for the rates measured now.
+  LinkPieces Decide(double worker_rate, const LinkRates& rates, int64_t partition_bytes,
+                    double mean_rate) const;
   // Whether a rate a piece is sized for (PieceRate) moved by more than the threshold since
   // `decided`: the worker's link, or a path slower than an even share of it. (A path's share
   // above an even one sizes nothing, so its noise decides nothing.)
