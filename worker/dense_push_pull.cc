@@ -190,10 +190,9 @@ void DensePushPull::SendBatch(const Batch& batch) {
 void DensePushPull::CutFrames(InFlight& f) const {
   const PartitionSpec& p = PartOf(f);
   const uint64_t bytes = p.bytes;
-  const std::vector<uint64_t>& per_link = ctx_.link_frame_bytes;  // empty: one size for all
-  uint64_t frame = static_cast<size_t>(p.server) < per_link.size()
-                       ? per_link[static_cast<size_t>(p.server)]
-                       : ctx_.frame_bytes;
+  const size_t server = static_cast<size_t>(p.server);  // per link; none: one size for all
+  uint64_t frame = server < ctx_.link_frame_bytes.size() ? ctx_.link_frame_bytes[server]
+                                                         : ctx_.frame_bytes;
   auto layer = ctx_.layer_frame_bytes.find(f.op->tensor->id);  // FERRY_DECOMPOSE=per-layer
   if (layer != ctx_.layer_frame_bytes.end()) {
     frame = frame == 0 ? layer->second : std::min(frame, layer->second);
